@@ -1,0 +1,139 @@
+"""Split Markdown into overlapping chunks that keep their 1-based line ranges."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from memory.text import estimate_tokens
+
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
+_IMPORTANCE = re.compile(r"<!--\s*importance:\s*([0-9])\s*-->", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    start_line: int  # 1-based, inclusive
+    end_line: int  # 1-based, inclusive
+    text: str
+    hash: str
+    importance: int | None  # highest <!-- importance: N --> marker inside, if any
+
+
+def hash_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def is_heading(line: str) -> bool:
+    return bool(_HEADING.match(line))
+
+
+def _split_long_line(line: str, max_tokens: int) -> list[str]:
+    """Cut one over-long line into pieces of at most ~max_tokens, at spaces where possible."""
+    pieces: list[str] = []
+    rest = line
+    while estimate_tokens(rest) > max_tokens:
+        # Binary-search the longest prefix within budget (CJK makes chars/token vary).
+        lo, hi = 1, len(rest)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if estimate_tokens(rest[:mid]) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        cut = rest.rfind(" ", lo // 2, lo)
+        cut = cut if cut > 0 else lo
+        pieces.append(rest[:cut])
+        rest = rest[cut:]
+    pieces.append(rest)
+    return pieces
+
+
+def _make_chunk(entries: list[tuple[int, str]]) -> Chunk:
+    text = "\n".join(line for _, line in entries)
+    marks = [int(m) for m in _IMPORTANCE.findall(text)]
+    return Chunk(
+        start_line=entries[0][0],
+        end_line=entries[-1][0],
+        text=text,
+        hash=hash_text(text),
+        importance=max(marks) if marks else None,
+    )
+
+
+def _only_headings(entries: list[tuple[int, str]]) -> bool:
+    return all(is_heading(line) or not line.strip() for _, line in entries)
+
+
+def chunk_markdown(content: str, *, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
+    """Chunks of about `tokens` tokens, consecutive chunks sharing about `overlap` tokens.
+
+    Breaks early at a Markdown heading once a chunk is half full, never ends a chunk on a bare
+    heading, and merges heading-only chunks into the content that follows.
+    """
+    overlap = min(overlap, tokens // 2)
+    groups: list[list[tuple[int, str]]] = []
+    current: list[tuple[int, str, int]] = []  # (line_no, text, tokens)
+    current_tokens = 0
+
+    def flush() -> None:
+        nonlocal current, current_tokens
+        if not current:
+            return
+        # A trailing heading belongs with what follows it.
+        keep: list[tuple[int, str, int]] = []
+        while current and (is_heading(current[-1][1]) or not current[-1][1].strip()):
+            keep.insert(0, current.pop())
+        if current and any(line.strip() for _, line, _ in current):
+            groups.append([(n, line) for n, line, _ in current])
+            carried: list[tuple[int, str, int]] = []
+            carried_tokens = 0
+            for entry in reversed(current):
+                if carried_tokens + entry[2] > overlap or not keep_overlap:
+                    break
+                carried.insert(0, entry)
+                carried_tokens += entry[2]
+            current = carried + keep
+        else:
+            current = current + keep
+        current_tokens = sum(t for _, _, t in current)
+
+    keep_overlap = True
+    for line_no, raw in enumerate(content.split("\n"), start=1):
+        line = raw.rstrip("\r")
+        for piece in _split_long_line(line, tokens) if line else [line]:
+            size = estimate_tokens(piece) + 1  # +1 for the newline
+            heading_break = is_heading(piece) and current_tokens >= tokens // 2
+            if current and (current_tokens + size > tokens or heading_break):
+                keep_overlap = not heading_break  # a new section needs no overlap
+                flush()
+                keep_overlap = True
+                # Overlap must leave room for the new line.
+                while current and current_tokens + size > tokens:
+                    current_tokens -= current.pop(0)[2]
+            current.append((line_no, piece, size))
+            current_tokens += size
+    if current and any(line.strip() for _, line, _ in current):
+        if _only_headings([(n, line) for n, line, _ in current]) and groups:
+            groups[-1] = groups[-1] + [(n, line) for n, line, _ in current]
+        else:
+            groups.append([(n, line) for n, line, _ in current])
+
+    # Merge heading-only groups forward (or backward when last).
+    merged: list[list[tuple[int, str]]] = []
+    pending: list[tuple[int, str]] = []
+    for group in groups:
+        if _only_headings(group):
+            pending.extend(e for e in group if e not in pending)
+            continue
+        if pending:
+            group = [e for e in pending if e[0] < group[0][0]] + group
+            pending = []
+        merged.append(group)
+    if pending:
+        if merged:
+            merged[-1] = merged[-1] + [e for e in pending if e[0] > merged[-1][-1][0]]
+        else:
+            merged.append(pending)
+    return [_make_chunk(g) for g in merged if g]

@@ -1,0 +1,17 @@
+"""Errors a user can meet in the memory subsystem; each message says what to do."""
+
+
+class MemoryError_(Exception):  # noqa: N801 - avoid shadowing the builtin MemoryError
+    """Base class for memory errors whose message is advice for the user."""
+
+
+class DatabaseError(MemoryError_):
+    """The agent database cannot be opened or used."""
+
+
+class WorkspaceError(MemoryError_):
+    """The workspace is missing or a path is not allowed."""
+
+
+class IndexingError(MemoryError_):
+    """Indexing could not complete."""

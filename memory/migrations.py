@@ -1,0 +1,124 @@
+"""Ordered, named schema migrations of the agent database, applied once and recorded.
+
+Add a migration by appending a function to MIGRATIONS; never edit one that has shipped. A fresh
+database and one migrated from any earlier version end with the same schema.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def m001_memory_index(conn: Any) -> None:
+    conn.executescript(
+        """
+        CREATE TABLE meta (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        -- One row per build of the memory index; searches read the 'active' one. A full rebuild
+        -- writes a 'building' generation beside it and flips it to active only when complete.
+        CREATE TABLE memory_generations (
+            id INTEGER PRIMARY KEY,
+            identity TEXT NOT NULL,          -- JSON: provider, model, dimensions, chunking, tokenizer
+            state TEXT NOT NULL CHECK (state IN ('building', 'active', 'retired')),
+            dimensions INTEGER,
+            created_at REAL NOT NULL,
+            completed_at REAL
+        );
+        CREATE TABLE memory_sources (
+            generation INTEGER NOT NULL REFERENCES memory_generations(id) ON DELETE CASCADE,
+            path TEXT NOT NULL,              -- workspace-relative, '/' separated
+            source TEXT NOT NULL,            -- 'memory' | 'extra' | 'sessions'
+            origin TEXT NOT NULL,            -- default origin of the file's chunks
+            hash TEXT NOT NULL,              -- sha256 of the whole file
+            mtime REAL NOT NULL,
+            size INTEGER NOT NULL,
+            indexed_at REAL NOT NULL,
+            error TEXT,                      -- why the file could not be indexed, if it could not
+            PRIMARY KEY (generation, path)
+        );
+        CREATE TABLE memory_chunks (
+            id INTEGER PRIMARY KEY,
+            generation INTEGER NOT NULL REFERENCES memory_generations(id) ON DELETE CASCADE,
+            path TEXT NOT NULL,
+            source TEXT NOT NULL,
+            origin TEXT NOT NULL CHECK (origin IN ('owner', 'agent', 'untrusted', 'system')),
+            scope TEXT NOT NULL DEFAULT '',  -- '' = shared memory; else the conversation it belongs to
+            start_line INTEGER NOT NULL,
+            end_line INTEGER NOT NULL,
+            hash TEXT NOT NULL,              -- sha256 of the chunk text (embedding cache key)
+            text TEXT NOT NULL,
+            importance INTEGER,
+            day TEXT                         -- YYYY-MM-DD for dated logs; NULL = evergreen
+        );
+        CREATE INDEX memory_chunks_by_path ON memory_chunks (generation, path);
+        CREATE INDEX memory_chunks_by_hash ON memory_chunks (hash);
+        CREATE VIRTUAL TABLE memory_fts USING fts5(
+            body, tokenize = 'porter unicode61 remove_diacritics 2'
+        );
+        CREATE TABLE embedding_cache (
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            chunk_hash TEXT NOT NULL,
+            dimensions INTEGER NOT NULL,
+            vector BLOB NOT NULL,            -- float32, little-endian, L2-normalised
+            created_at REAL NOT NULL,
+            PRIMARY KEY (provider, model, chunk_hash)
+        );
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[Any], None]] = [m001_memory_index]
+
+
+def apply_migrations(conn: Any) -> list[str]:
+    """Apply pending migrations in order, each in its own transaction; return their names."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+    )
+    done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+    applied: list[str] = []
+    for migration in MIGRATIONS:
+        name = migration.__name__
+        if name in done:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-check under the write lock: another process may have just applied it.
+            if conn.execute("SELECT 1 FROM _migrations WHERE name = ?", (name,)).fetchone():
+                conn.execute("ROLLBACK")
+                continue
+            migration(_NoScriptCommit(conn))
+            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        applied.append(name)
+    return applied
+
+
+class _NoScriptCommit:
+    """Run a migration's executescript statements inside the caller's transaction.
+
+    `executescript` would COMMIT first; splitting on ';' is safe for our own DDL (no triggers).
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def executescript(self, script: str) -> None:
+        for statement in _split_sql(script):
+            self._conn.execute(statement)
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self._conn.execute(sql, params)
+
+
+def _split_sql(script: str) -> list[str]:
+    lines = [line.split("--", 1)[0] for line in script.splitlines()]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

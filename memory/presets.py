@@ -1,0 +1,100 @@
+"""Search behaviour as named, declarative presets.
+
+A preset is data, not code: every knob of `memory_search` lives here, so comparing two
+behaviours side by side (bench/retrieval.py) is comparing two values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class SearchPreset:
+    name: str
+    description: str
+    vector_weight: float = 0.7
+    keyword_weight: float = 0.3
+    candidate_multiplier: int = 4  # candidates from each side = multiplier × max_results
+    min_candidates: int = 0  # …but at least this many
+    max_results: int = 6
+    min_score: float = 0.35
+    # Keyword side: 'openclaw' = every [\p{L}\p{N}_]+ run quoted; 'pinch' = stopwords dropped,
+    # CJK split into bigrams. Joined with AND or OR.
+    keyword_terms: Literal["openclaw", "pinch"] = "openclaw"
+    keyword_operator: Literal["AND", "OR"] = "AND"
+    # 'weighted': w_v·cosine + w_k·(−r)/(1−r) on FTS5's bm25 rank r (OpenClaw);
+    # 'normalized': each side divided by its best candidate, then weighted.
+    fusion: Literal["weighted", "normalized"] = "weighted"
+    # Reranking by how well the best lines of a chunk cover the query's (rarer) terms.
+    line_rerank_weight: float = 0.0
+    rerank_pool: int = 40
+    decay_half_life_days: float | None = None
+    decay_floor: float = 0.0  # decayed score = score × (floor + (1 − floor) × 0.5^(age/half_life))
+    importance_weight: float = 0.0  # score × (1 + weight × (importance − 3)) for marked chunks
+    mmr_lambda: float | None = None
+    snippet: Literal["head", "focused"] = "head"
+    snippet_chars: int = 700
+
+    def with_overrides(self, **changes: object) -> SearchPreset:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+OPENCLAW = SearchPreset(
+    name="openclaw",
+    description="OpenClaw's April-2026 reference: 0.7/0.3, AND-joined keywords, min 0.35, ×4.",
+)
+
+KEYWORD = SearchPreset(
+    name="keyword",
+    description="Keyword only (BM25, OR-joined, stopwords dropped, CJK bigrams).",
+    vector_weight=0.0,
+    keyword_weight=1.0,
+    keyword_terms="pinch",
+    keyword_operator="OR",
+    fusion="normalized",
+    min_score=0.0,
+    snippet="focused",
+)
+
+VECTOR = SearchPreset(
+    name="vector",
+    description="Vector only (cosine similarity of the embeddings).",
+    vector_weight=1.0,
+    keyword_weight=0.0,
+    fusion="weighted",
+    min_score=0.0,
+)
+
+PINCH = SearchPreset(
+    name="pinch",
+    description=(
+        "Pinch's default: hybrid with OR-joined keywords, per-side normalisation, line-level "
+        "reranking, focused snippets, gentle decay for dated logs, importance, MMR."
+    ),
+    vector_weight=0.5,
+    keyword_weight=0.5,
+    candidate_multiplier=8,
+    min_candidates=40,
+    keyword_terms="pinch",
+    keyword_operator="OR",
+    fusion="normalized",
+    line_rerank_weight=0.5,
+    min_score=0.2,
+    decay_half_life_days=90.0,
+    decay_floor=0.7,
+    importance_weight=0.1,
+    mmr_lambda=0.8,
+    snippet="focused",
+)
+
+PRESETS: dict[str, SearchPreset] = {p.name: p for p in (PINCH, OPENCLAW, KEYWORD, VECTOR)}
+
+
+def get_preset(name: str) -> SearchPreset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        known = ", ".join(sorted(PRESETS))
+        raise ValueError(f"Unknown search preset {name!r}; choose one of: {known}.") from None

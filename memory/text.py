@@ -1,0 +1,121 @@
+"""Text helpers shared by chunking, indexing and search: token estimates and query terms.
+
+CJK text has no spaces, so the keyword index stores it with every Han/Kana/Hangul character as
+its own token; a query's CJK run becomes overlapping bigram phrases (and single characters for
+one-character runs). That makes one- and two-character words such as 猫 or 蓝色 searchable,
+which FTS5's trigram tokenizer cannot do.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+# Han (incl. extension A and compatibility), Hiragana, Katakana, Hangul syllables and Jamo.
+_CJK_CLASS = (
+    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
+)
+CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
+_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+# Words: letters/digits/underscore runs that are not CJK (CJK handled separately).
+_WORD = re.compile(rf"[^\W{_CJK_CLASS}]+", re.UNICODE)
+
+# Small and deliberately conservative: question words and glue that match nearly every chunk.
+ENGLISH_STOPWORDS = frozenset(
+    """a about above after again all am an and any are as at be been before being below between
+    both but by can could did do does doing down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just me
+    more most my myself no nor not now of off on once only or other our ours ourselves out over
+    own same she should so some such than that the their theirs them themselves then there these
+    they this those through to too under until up very was we were what when where which while
+    who whom why will with would you your yours yourself yourselves ever also maybe much many
+    s t d ll m re ve""".split()
+)
+CJK_STOP_BIGRAMS = frozenset(
+    ["什么", "怎么", "哪些", "哪个", "是否", "我们", "你们", "他们", "这个", "那个", "一个", "的是"]
+)
+
+
+def estimate_tokens(text: str) -> int:
+    """Rough token count that weighs CJK properly: ~1 token per CJK character, ~4 chars otherwise."""
+    if not text:
+        return 0
+    cjk = len(CJK_CHAR.findall(text))
+    return cjk + (len(text) - cjk + 3) // 4
+
+
+def fts_body(text: str) -> str:
+    """The text as stored in the FTS5 column: CJK characters separated by spaces."""
+    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
+
+
+def query_terms(query: str, *, drop_stopwords: bool = True) -> list[str]:
+    """Distinct search terms of a query, in order: lowercase words and CJK bigrams/unigrams."""
+    terms: list[str] = []
+    seen: set[str] = set()
+
+    def add(term: str) -> None:
+        if term not in seen:
+            seen.add(term)
+            terms.append(term)
+
+    for m in re.finditer(rf"[^\W{_CJK_CLASS}]+|[{_CJK_CLASS}]+", query):
+        token = m.group(0)
+        if CJK_CHAR.match(token):
+            if len(token) == 1:
+                add(token)
+            for i in range(len(token) - 1):
+                bigram = token[i : i + 2]
+                if not (drop_stopwords and bigram in CJK_STOP_BIGRAMS):
+                    add(bigram)
+        else:
+            word = token.lower()
+            if drop_stopwords and (word in ENGLISH_STOPWORDS or len(word) < 2 and word.isalpha()):
+                continue
+            add(word)
+    return terms
+
+
+def _fts_phrase(term: str) -> str:
+    # Each CJK character is its own FTS token, so a bigram is a two-token phrase.
+    if CJK_CHAR.match(term):
+        term = " ".join(term)
+    return '"' + term.replace('"', '""') + '"'
+
+
+def fts_match_expression(terms: list[str], *, operator: str = "OR") -> str | None:
+    """An FTS5 MATCH expression joining quoted terms with AND or OR; None when nothing to match."""
+    if not terms:
+        return None
+    return f" {operator} ".join(_fts_phrase(t) for t in terms)
+
+
+def openclaw_query_terms(query: str) -> list[str]:
+    """OpenClaw's keyword tokenisation: `[\\p{L}\\p{N}_]+` runs, as they are (no stopwords)."""
+    return [m.group(0).lower() for m in re.finditer(r"[^\W]+", query, re.UNICODE)]
+
+
+@lru_cache(maxsize=4096)
+def _stem(word: str) -> str:
+    # A light suffix stripper for in-chunk line scoring; FTS5's porter does the index side.
+    for suffix in ("ingly", "edly", "ings", "ing", "ies", "ied", "ed", "es", "s", "ly"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def line_terms(text: str) -> set[str]:
+    """Stemmed words and CJK bigrams/unigrams of a line, for scoring lines against a query."""
+    out: set[str] = set()
+    for m in re.finditer(rf"[^\W{_CJK_CLASS}]+|[{_CJK_CLASS}]+", text):
+        token = m.group(0)
+        if CJK_CHAR.match(token):
+            out.update(token)
+            out.update(token[i : i + 2] for i in range(len(token) - 1))
+        else:
+            out.add(_stem(token.lower()))
+    return out
+
+
+def stem_term(term: str) -> str:
+    return term if CJK_CHAR.match(term) else _stem(term)
