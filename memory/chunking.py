@@ -100,7 +100,10 @@ def chunk_markdown(content: str, *, tokens: int = 400, overlap: int = 80) -> lis
         current_tokens = sum(t for _, _, t in current)
 
     keep_overlap = True
-    for line_no, raw in enumerate(content.split("\n"), start=1):
+    all_lines = content.split("\n")
+    if all_lines and all_lines[-1] == "":
+        all_lines.pop()  # the newline that ends the file is not a line of its own
+    for line_no, raw in enumerate(all_lines, start=1):
         line = raw.rstrip("\r")
         for piece in _split_long_line(line, tokens) if line else [line]:
             size = estimate_tokens(piece) + 1  # +1 for the newline
@@ -136,4 +139,13 @@ def chunk_markdown(content: str, *, tokens: int = 400, overlap: int = 80) -> lis
             merged[-1] = merged[-1] + [e for e in pending if e[0] > merged[-1][-1][0]]
         else:
             merged.append(pending)
-    return [_make_chunk(g) for g in merged if g]
+    return [_make_chunk(g) for g in map(_trim_blank_edges, merged) if g]
+
+
+def _trim_blank_edges(group: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    lo, hi = 0, len(group)
+    while lo < hi and not group[lo][1].strip():
+        lo += 1
+    while hi > lo and not group[hi - 1][1].strip():
+        hi -= 1
+    return group[lo:hi]
