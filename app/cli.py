@@ -78,7 +78,7 @@ def init() -> None:
             click.echo(f"created {item}")
         click.echo(
             f"\nPinch is set up. Your memory files are in {settings.workspace_dir}.\n"
-            "Next: `pinch memory index`, then `pinch memory search \"...\"`."
+            'Next: `pinch memory index`, then `pinch memory search "..."`.'
         )
     else:
         click.echo(f"Already set up in {settings.home}; nothing changed.")
@@ -116,7 +116,9 @@ def memory_status(deep: bool, as_json: bool) -> None:
     if st.degraded:
         click.secho(f"DEGRADED        {st.degraded}", fg="yellow")
     if st.pending_rebuild:
-        click.secho("pending         the index needs a (re)build: run `pinch memory index`", fg="yellow")
+        click.secho(
+            "pending         the index needs a (re)build: run `pinch memory index`", fg="yellow"
+        )
     for path, problem in st.problems.items():
         click.secho(f"problem         {path}: {problem}", fg="yellow")
     if st.dirty_files is not None:
@@ -172,7 +174,9 @@ def _sync_with_progress(idx: MemoryIndex, force: bool) -> Any:
 
 @memory.command("search")
 @click.argument("query")
-@click.option("--preset", default=None, help="Search preset: pinch (default), openclaw, keyword, vector.")
+@click.option(
+    "--preset", default=None, help="Search preset: pinch (default), openclaw, keyword, vector."
+)
 @click.option("--max-results", "-n", type=click.IntRange(1, 100), default=None)
 @click.option("--min-score", type=click.FloatRange(0, 1), default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
@@ -206,7 +210,9 @@ def memory_search(
 
 @memory.command("get")
 @click.argument("path")
-@click.option("--from", "from_line", type=int, default=1, show_default=True, help="First line (1-based).")
+@click.option(
+    "--from", "from_line", type=int, default=1, show_default=True, help="First line (1-based)."
+)
 @click.option("--lines", type=int, default=None, help="How many lines (default: to the end).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @friendly_errors

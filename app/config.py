@@ -104,7 +104,9 @@ class _TomlSource(PydanticBaseSettingsSource):
         try:
             return tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path} is not valid TOML: {exc}. Fix the file or move it aside.")
+            raise ConfigError(
+                f"{path} is not valid TOML: {exc}. Fix the file or move it aside."
+            ) from None
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -116,5 +118,7 @@ def load_settings(**overrides: Any) -> Settings:
         for err in exc.errors():
             where = ".".join(str(p) for p in err["loc"])
             env = "PINCH_" + "__".join(str(p) for p in err["loc"]).upper()
-            lines.append(f"  {where}: {err['msg']} (set in {pinch_home() / 'config.toml'} or {env})")
+            lines.append(
+                f"  {where}: {err['msg']} (set in {pinch_home() / 'config.toml'} or {env})"
+            )
         raise ConfigError("Invalid settings:\n" + "\n".join(lines)) from None

@@ -17,7 +17,13 @@ import numpy as np
 
 from memory.db import Database
 from memory.presets import SearchPreset
-from memory.text import fts_match_expression, line_terms, openclaw_query_terms, query_terms, stem_term
+from memory.text import (
+    fts_match_expression,
+    line_terms,
+    openclaw_query_terms,
+    query_terms,
+    stem_term,
+)
 
 if TYPE_CHECKING:
     from memory.embeddings import EmbeddingProvider
@@ -166,8 +172,10 @@ def mmr_select(candidates: list[_Candidate], k: int, lam: float) -> list[_Candid
     while pool and len(chosen) < k:
         best = max(
             pool,
-            key=lambda c: lam * c.score / top
-            - (1 - lam) * max((_jaccard(sets[c.id], sets[s.id]) for s in chosen), default=0.0),
+            key=lambda c: (
+                lam * c.score / top
+                - (1 - lam) * max((_jaccard(sets[c.id], sets[s.id]) for s in chosen), default=0.0)
+            ),
         )
         chosen.append(best)
         pool.remove(best)

@@ -22,14 +22,16 @@ _WORD = re.compile(rf"[^\W{_CJK_CLASS}]+", re.UNICODE)
 
 # Small and deliberately conservative: question words and glue that match nearly every chunk.
 ENGLISH_STOPWORDS = frozenset(
-    """a about above after again all am an and any are as at be been before being below between
+    """
+    a about above after again all am an and any are as at be been before being below between
     both but by can could did do does doing down during each few for from further had has have
     having he her here hers herself him himself his how i if in into is it its itself just me
-    more most my myself no nor not now of off on once only or other our ours ourselves out over
-    own same she should so some such than that the their theirs them themselves then there these
-    they this those through to too under until up very was we were what when where which while
-    who whom why will with would you your yours yourself yourselves ever also maybe much many
-    s t d ll m re ve""".split()
+    more most my myself no nor not now of off on once only or other our ours ourselves out
+    over own same she should so some such than that the their theirs them themselves then
+    there these they this those through to too under until up very was we were what when where
+    which while who whom why will with would you your yours yourself yourselves ever also
+    maybe much many s t d ll m re ve
+    """.split()  # noqa: SIM905
 )
 CJK_STOP_BIGRAMS = frozenset(
     ["什么", "怎么", "哪些", "哪个", "是否", "我们", "你们", "他们", "这个", "那个", "一个", "的是"]
@@ -37,7 +39,7 @@ CJK_STOP_BIGRAMS = frozenset(
 
 
 def estimate_tokens(text: str) -> int:
-    """Rough token count that weighs CJK properly: ~1 token per CJK character, ~4 chars otherwise."""
+    """Rough token count weighing CJK properly: ~1 token per CJK character, ~4 chars otherwise."""
     if not text:
         return 0
     cjk = len(CJK_CHAR.findall(text))
@@ -70,7 +72,7 @@ def query_terms(query: str, *, drop_stopwords: bool = True) -> list[str]:
                     add(bigram)
         else:
             word = token.lower()
-            if drop_stopwords and (word in ENGLISH_STOPWORDS or len(word) < 2 and word.isalpha()):
+            if drop_stopwords and (word in ENGLISH_STOPWORDS or (len(word) < 2 and word.isalpha())):
                 continue
             add(word)
     return terms
