@@ -18,6 +18,19 @@ from typing import Any
 from memory.errors import DatabaseError
 from memory.migrations import apply_migrations
 
+BUSY_TIMEOUT_S = 10.0  # how long a write waits for another process's write to finish
+
+
+def _locked_message(path: Path) -> str:
+    return (
+        f"The agent database {path} is locked by another process (is a Pinch gateway "
+        "running?). Stop it or wait, then try again."
+    )
+
+
+def _is_busy(exc: Exception) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
+
 
 def _load_driver(want_extensions: bool) -> tuple[Any, str]:
     """The DB-API module to use: stdlib sqlite3 if it can load extensions, else pysqlite3."""
@@ -29,7 +42,7 @@ def _load_driver(want_extensions: bool) -> tuple[Any, str]:
         finally:
             probe.close()
         try:
-            import pysqlite3.dbapi2 as pysqlite3  # type: ignore[import-not-found]
+            import pysqlite3.dbapi2 as pysqlite3
 
             return pysqlite3, "pysqlite3"
         except ImportError:
@@ -75,7 +88,12 @@ class Database:
     def transaction(self) -> Iterator[Any]:
         """BEGIN IMMEDIATE … COMMIT (ROLLBACK on error), holding the process-level lock."""
         with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except Exception as exc:
+                if _is_busy(exc):
+                    raise DatabaseError(_locked_message(self.path)) from exc
+                raise
             try:
                 yield self.conn
             except BaseException:
@@ -104,10 +122,14 @@ def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise DatabaseError(f"Cannot create {path.parent}: {exc.strerror}. Check PINCH_HOME.") from exc
+        raise DatabaseError(
+            f"Cannot create {path.parent}: {exc.strerror}. Check PINCH_HOME."
+        ) from exc
     try:
-        conn = driver.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout = 10000")
+        conn = driver.connect(
+            str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
@@ -121,11 +143,8 @@ def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
         apply_migrations(conn)
     except driver.DatabaseError as exc:
         message = str(exc)
-        if "locked" in message or "busy" in message:
-            raise DatabaseError(
-                f"The agent database {path} is locked by another process (is a Pinch gateway "
-                "running?). Stop it or wait, then try again."
-            ) from exc
+        if _is_busy(exc):
+            raise DatabaseError(_locked_message(path)) from exc
         if "not a database" in message or "malformed" in message:
             raise DatabaseError(
                 f"{path} is not a valid SQLite database ({message}). Your memory files are "

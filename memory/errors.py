@@ -1,7 +1,7 @@
 """Errors a user can meet in the memory subsystem; each message says what to do."""
 
 
-class MemoryError_(Exception):  # noqa: N801 - avoid shadowing the builtin MemoryError
+class MemoryError_(Exception):  # trailing _: not the builtin MemoryError
     """Base class for memory errors whose message is advice for the user."""
 
 
@@ -15,3 +15,7 @@ class WorkspaceError(MemoryError_):
 
 class IndexingError(MemoryError_):
     """Indexing could not complete."""
+
+
+class SessionError(MemoryError_):
+    """A session or transcript does not exist or cannot be used."""

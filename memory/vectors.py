@@ -129,8 +129,9 @@ class NumpyStore:
         if not len(self._ids):
             return []
         sims = self._matrix @ np.asarray(query, dtype=np.float32)
-        if scopes != [""]:
-            sims = np.where(np.isin(self._scopes, scopes), sims, -np.inf)
+        # Always filter: conversation transcripts carry their own scope, and no search may
+        # see another conversation's (not even one asking only for the shared scope '').
+        sims = np.where(np.isin(self._scopes, scopes), sims, -np.inf)
         k = min(k, len(sims))
         top = np.argpartition(-sims, k - 1)[:k]
         top = top[np.argsort(-sims[top])]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 from memory.index import MemoryIndex
@@ -36,7 +37,7 @@ class MemoryWatcher:
                 roots.append(p)
         return roots
 
-    def _relevant(self, changes: set[tuple[object, str]]) -> bool:
+    def _relevant(self, changes: Iterable[tuple[object, str]]) -> bool:
         ws = self.index.workspace.resolve()
         for _, raw in changes:
             p = Path(raw)

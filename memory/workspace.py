@@ -53,7 +53,9 @@ def _walk_md(root: Path) -> list[Path]:
     return found
 
 
-def discover_memory_files(workspace: Path, extra_paths: list[str] | None = None) -> list[MemoryFile]:
+def discover_memory_files(
+    workspace: Path, extra_paths: list[str] | None = None
+) -> list[MemoryFile]:
     """All memory files, in a stable order. Raises WorkspaceError if the workspace is missing."""
     if not workspace.is_dir():
         raise WorkspaceError(

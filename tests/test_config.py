@@ -1,0 +1,160 @@
+"""Settings: ~/.pinch/config.toml overridden by PINCH_* variables; PINCH_HOME moves everything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.config import ConfigError, load_settings
+from memory.config import MemoryConfig
+
+
+def write_config(home: Path, text: str) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(text, encoding="utf-8")
+
+
+def test_pinch_home_relocates_config_workspace_and_database(pinch_home: Path) -> None:
+    settings = load_settings()
+
+    assert settings.home == pinch_home
+    assert settings.config_path == pinch_home / "config.toml"
+    assert settings.workspace_dir == pinch_home / "workspace"
+    assert settings.database_path == pinch_home / "agents" / "main" / "agent.sqlite"
+
+
+def test_defaults_without_a_config_file(pinch_home: Path) -> None:
+    settings = load_settings()
+
+    assert settings.agent_id == "main"
+    assert settings.memory == MemoryConfig()
+    assert settings.memory.embedding.provider == "local"  # offline semantic search by default
+    assert (settings.memory.chunking.tokens, settings.memory.chunking.overlap) == (400, 80)
+    assert not pinch_home.exists()  # reading settings creates nothing
+
+
+def test_values_come_from_the_toml_file(pinch_home: Path) -> None:
+    write_config(
+        pinch_home,
+        'agent_id = "work"\n[memory]\npreset = "keyword"\nextra_paths = ["~/notes"]\n'
+        '[memory.embedding]\nprovider = "use"\n',
+    )
+
+    settings = load_settings()
+
+    assert settings.agent_id == "work"
+    assert settings.memory.preset == "keyword"
+    assert settings.memory.extra_paths == ["~/notes"]
+    assert settings.memory.embedding.provider == "use"
+    assert settings.database_path == pinch_home / "agents" / "work" / "agent.sqlite"
+
+
+def test_environment_overrides_the_toml_file(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(pinch_home, 'agent_id = "work"\n[memory]\npreset = "keyword"\n')
+    monkeypatch.setenv("PINCH_AGENT_ID", "home")
+    monkeypatch.setenv("PINCH_MEMORY__PRESET", "openclaw")
+
+    settings = load_settings()
+
+    assert (settings.agent_id, settings.memory.preset) == ("home", "openclaw")
+
+
+def test_nested_environment_variables_merge_with_the_file(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(pinch_home, '[memory]\npreset = "keyword"\n[memory.embedding]\nbatch_size = 8\n')
+    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "none")
+    monkeypatch.setenv("PINCH_MEMORY__CHUNKING__TOKENS", "200")
+
+    memory = load_settings().memory
+
+    assert memory.embedding.provider == "none"
+    assert memory.embedding.batch_size == 8  # from the file, beside the env value
+    assert memory.chunking.tokens == 200
+    assert memory.preset == "keyword"
+
+
+def test_an_explicit_workspace_is_used(pinch_home: Path, tmp_path: Path) -> None:
+    write_config(pinch_home, f'workspace = "{tmp_path / "elsewhere"}"\n')
+
+    assert load_settings().workspace_dir == tmp_path / "elsewhere"
+
+
+def test_a_workspace_with_a_tilde_is_expanded(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PINCH_WORKSPACE", "~/notes")
+
+    assert load_settings().workspace_dir == tmp_path / "notes"
+
+
+@pytest.mark.parametrize("agent_id", ["../evil", "a/b", "", "-dash-first", "x" * 65, "ümlaut"])
+def test_agent_id_must_be_a_safe_folder_name(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch, agent_id: str
+) -> None:
+    monkeypatch.setenv("PINCH_AGENT_ID", agent_id)
+
+    with pytest.raises(ConfigError, match=r"agent_id: .*letters, digits.*PINCH_AGENT_ID"):
+        load_settings()
+
+
+@pytest.mark.parametrize("agent_id", ["main", "work-2", "Bot_1"])
+def test_agent_id_accepts_letters_digits_dash_underscore(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch, agent_id: str
+) -> None:
+    monkeypatch.setenv("PINCH_AGENT_ID", agent_id)
+
+    assert load_settings().agent_id == agent_id
+
+
+def test_an_unknown_preset_names_the_setting_and_the_choices(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_MEMORY__PRESET", "nope")
+
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+
+    assert "memory.preset" in str(err.value)
+    assert "PINCH_MEMORY__PRESET" in str(err.value)
+    assert "keyword, openclaw, pinch, vector" in str(err.value)
+
+
+def test_a_bad_number_names_the_setting(pinch_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINCH_MEMORY__WATCH_DEBOUNCE_MS", "soon")
+
+    with pytest.raises(ConfigError, match=r"memory\.watch_debounce_ms: .*integer"):
+        load_settings()
+
+
+def test_an_out_of_range_value_names_the_setting(pinch_home: Path) -> None:
+    write_config(pinch_home, "[memory.chunking]\ntokens = 4\n")
+
+    with pytest.raises(ConfigError, match=r"memory\.chunking\.tokens: .*greater than or equal"):
+        load_settings()
+
+
+def test_an_unknown_key_in_the_file_is_an_error(pinch_home: Path) -> None:
+    write_config(pinch_home, "[memory]\nprest = 'keyword'\n")
+
+    with pytest.raises(ConfigError, match=r"memory\.prest"):
+        load_settings()
+
+
+def test_invalid_toml_is_an_error_naming_the_file(pinch_home: Path) -> None:
+    write_config(pinch_home, "[memory\n")
+
+    with pytest.raises(ConfigError, match=r"config\.toml is not valid TOML.*move it aside"):
+        load_settings()
+
+
+def test_the_written_config_template_is_valid_and_all_defaults(pinch_home: Path) -> None:
+    from app.setup import CONFIG_TEMPLATE
+
+    write_config(pinch_home, CONFIG_TEMPLATE)
+
+    assert load_settings().memory == MemoryConfig()

@@ -1,0 +1,220 @@
+"""The agent database: migrations, WAL, the SQLite driver and sqlite-vec, and the errors a user
+can meet when the file is broken or busy."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memory.db
+from memory import migrations
+from memory.db import _load_driver, open_database
+from memory.errors import DatabaseError
+from memory.migrations import MIGRATIONS, apply_migrations
+
+
+def schema(conn: Any) -> list[tuple[str, str, str, str | None]]:
+    return list(
+        conn.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master "
+            "WHERE name != '_migrations' ORDER BY type, name"
+        ).fetchall()
+    )
+
+
+def connect_raw(path: Path) -> Any:
+    """A plain connection through the same SQLite library Pinch uses (pysqlite3 here)."""
+    driver, _ = _load_driver(True)
+    return driver.connect(str(path), isolation_level=None)
+
+
+# ---- migrations -----------------------------------------------------------------------------
+
+
+def test_a_fresh_database_records_every_migration(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "agent.sqlite")
+
+    names = [row[0] for row in db.execute("SELECT name FROM _migrations ORDER BY name")]
+
+    assert names == sorted(m.__name__ for m in MIGRATIONS)
+    db.close()
+
+
+def test_migrating_again_applies_nothing(tmp_path: Path) -> None:
+    open_database(tmp_path / "agent.sqlite").close()
+    conn = connect_raw(tmp_path / "agent.sqlite")
+
+    assert apply_migrations(conn) == []
+    assert conn.execute("SELECT count(*) FROM _migrations").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_reopening_keeps_the_data(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "agent.sqlite")
+    db.execute("INSERT INTO meta(key, value) VALUES ('hello', 'world')")
+    db.close()
+
+    db = open_database(tmp_path / "agent.sqlite")
+
+    assert db.execute("SELECT value FROM meta WHERE key = 'hello'") == [("world",)]
+    db.close()
+
+
+def test_a_fresh_schema_equals_one_migrated_step_by_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fresh = open_database(tmp_path / "fresh.sqlite")
+    stepwise = connect_raw(tmp_path / "stepwise.sqlite")
+
+    for n in range(1, len(MIGRATIONS) + 1):
+        monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:n])
+        assert apply_migrations(stepwise) == [MIGRATIONS[n - 1].__name__]
+
+    assert schema(stepwise) == schema(fresh.conn)
+    assert schema(fresh.conn)  # not trivially equal
+    fresh.close()
+
+
+def test_a_failing_migration_leaves_nothing_half_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def m999_broken(conn: Any) -> None:
+        conn.executescript("CREATE TABLE half_done (x INTEGER); CREATE TABLE oops (")
+
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*MIGRATIONS, m999_broken])
+    conn = connect_raw(tmp_path / "agent.sqlite")
+
+    with pytest.raises(Exception, match=r"syntax error|incomplete input"):
+        apply_migrations(conn)
+
+    names = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+    assert names == {m.__name__ for m in MIGRATIONS}
+    assert not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'half_done'").fetchone()
+
+
+def test_the_database_runs_in_wal_mode(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "agent.sqlite")
+
+    assert db.execute("PRAGMA journal_mode") == [("wal",)]
+    db.close()
+
+
+def test_the_database_folder_is_created(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "agents" / "main" / "agent.sqlite")
+
+    assert (tmp_path / "agents" / "main" / "agent.sqlite").is_file()
+    db.close()
+
+
+def test_transaction_rolls_back_on_error(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "agent.sqlite")
+
+    with pytest.raises(RuntimeError), db.transaction() as conn:
+        conn.execute("INSERT INTO meta(key, value) VALUES ('k', 'v')")
+        raise RuntimeError("boom")
+
+    assert db.execute("SELECT count(*) FROM meta WHERE key = 'k'") == [(0,)]
+    db.close()
+
+
+# ---- driver and sqlite-vec ------------------------------------------------------------------
+
+
+def test_sqlite_vec_loads_through_pysqlite3_on_this_machine(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "agent.sqlite")
+
+    assert db.vector_backend == "sqlite-vec"
+    assert db.driver == "pysqlite3"  # the stdlib sqlite3 here cannot load extensions
+    assert db.vec_version and db.vec_version.startswith("v")
+    db.close()
+
+
+def test_without_extension_loading_the_numpy_backend_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory.db, "_load_driver", lambda want_extensions: (sqlite3, "sqlite3"))
+    if hasattr(sqlite3.connect(":memory:"), "enable_load_extension"):
+        pytest.skip("this Python's sqlite3 can load extensions")
+
+    db = open_database(tmp_path / "agent.sqlite")
+
+    assert (db.driver, db.vec_version, db.vector_backend) == ("sqlite3", None, "numpy")
+    db.close()
+
+
+def test_vector_backend_numpy_does_not_load_sqlite_vec(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
+
+    assert db.vector_backend == "numpy"
+    db.close()
+
+
+def test_requiring_sqlite_vec_where_it_cannot_load_is_an_error_with_advice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory.db, "_try_load_vec", lambda conn: None)
+
+    with pytest.raises(DatabaseError, match=r"pysqlite3-binary.*vector_backend"):
+        open_database(tmp_path / "agent.sqlite", vector_backend="sqlite-vec")
+
+
+# ---- broken and busy files ------------------------------------------------------------------
+
+
+def test_a_corrupt_file_is_reported_with_advice_and_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "agent.sqlite"
+    garbage = b"this is not a database, just some bytes \x00\xff" * 200
+    path.write_bytes(garbage)
+
+    with pytest.raises(DatabaseError) as err:
+        open_database(path)
+
+    message = str(err.value)
+    assert "not a valid SQLite database" in message
+    assert f"mv {path} {path}.broken" in message
+    assert "pinch memory index" in message
+    assert path.read_bytes() == garbage
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent.sqlite"]
+
+
+def test_a_database_locked_while_opening_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory.db, "BUSY_TIMEOUT_S", 0.2)
+    path = tmp_path / "agent.sqlite"
+    other = connect_raw(path)  # a database another program made, not yet in WAL mode
+    other.execute("CREATE TABLE t (x)")
+    other.execute("BEGIN EXCLUSIVE")
+
+    with pytest.raises(DatabaseError, match=r"locked by another process.*Stop it or wait"):
+        open_database(path)
+    other.execute("ROLLBACK")
+    other.close()
+
+
+def test_a_write_while_another_process_writes_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory.db, "BUSY_TIMEOUT_S", 0.2)
+    path = tmp_path / "agent.sqlite"
+    db = open_database(path)
+    other = connect_raw(path)
+    other.execute("BEGIN EXCLUSIVE")
+
+    with pytest.raises(DatabaseError, match="locked by another process"), db.transaction():
+        pass
+    # Reading still works in WAL mode while the other writer holds its lock.
+    assert db.execute("SELECT count(*) FROM _migrations") == [(len(MIGRATIONS),)]
+    other.execute("ROLLBACK")
+    other.close()
+    db.close()
+
+
+def test_an_uncreatable_folder_is_reported(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+
+    with pytest.raises(DatabaseError, match=r"Cannot create.*PINCH_HOME"):
+        open_database(blocker / "agents" / "agent.sqlite")

@@ -1,0 +1,363 @@
+"""memory_search: keyword and hybrid retrieval, ranking, and the shape of a hit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from memory.config import MemoryConfig
+from memory.index import MemoryIndex
+from memory.presets import PRESETS, get_preset
+from memory.search import SearchHit
+from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config, use_config
+
+NOW = datetime(2026, 1, 2, 12, 0)
+
+CORPUS = {
+    "MEMORY.md": (
+        "# Memory\n\n"
+        "## Pets\n"
+        "- My cat is called Tom and he sleeps on the blue sofa.\n\n"
+        "## Hobbies\n"
+        "- I painted the kitchen wall green last spring.\n"
+    ),
+    "USER.md": "# User\n\n- Anna prefers tea to coffee.\n- Ben is allergic to peanuts.\n",
+    "memory/2026-01-01.md": "# 2026-01-01\n\n我的猫喜欢蓝色的沙发。\n\n天气很好，我们去了公园。\n",
+    "memory/2025-12-20.md": "# 2025-12-20\n\n蓝天下有一只红色的鸟。\n",
+    "memory/2025-12-24.md": "# 2025-12-24\n\nBought a new bicycle helmet for the commute.\n",
+}
+
+
+def build(root: Path, files: dict[str, str], config: MemoryConfig) -> MemoryIndex:
+    ws = root / "workspace"
+    for rel, text in files.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text, encoding="utf-8")
+    idx = MemoryIndex.open(ws, root / "agent.sqlite", config)
+    idx.sync()
+    return idx
+
+
+# Searching does not change an index: the corpus indexes are built once for the module.
+@pytest.fixture(scope="module")
+def keyword_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemoryIndex]:
+    idx = build(tmp_path_factory.mktemp("keyword"), CORPUS, keyword_config())
+    yield idx
+    idx.close()
+
+
+@pytest.fixture(scope="module")
+def hybrid_index(
+    tmp_path_factory: pytest.TempPathFactory, use_model: None
+) -> Iterator[MemoryIndex]:
+    idx = build(tmp_path_factory.mktemp("hybrid"), CORPUS, use_config())
+    yield idx
+    idx.close()
+
+
+def paths(hits: list[SearchHit]) -> list[str]:
+    return [h.path for h in hits]
+
+
+# ---- keyword side ---------------------------------------------------------------------------
+
+
+def test_a_one_character_chinese_word_is_found(keyword_index: MemoryIndex) -> None:
+    assert paths(keyword_index.search("猫", now=NOW)) == ["memory/2026-01-01.md"]
+
+
+def test_a_two_character_chinese_word_is_found_as_a_phrase(keyword_index: MemoryIndex) -> None:
+    # 2025-12-20 has 蓝 and 色 but not 蓝色: it must not match.
+    assert paths(keyword_index.search("蓝色", now=NOW)) == ["memory/2026-01-01.md"]
+
+
+def test_a_chinese_question_finds_its_answer(keyword_index: MemoryIndex) -> None:
+    hits = keyword_index.search("我的猫喜欢什么？", now=NOW)
+
+    assert paths(hits)[0] == "memory/2026-01-01.md"
+    assert "我的猫喜欢蓝色的沙发" in hits[0].snippet
+
+
+def test_english_words_match_their_stems(keyword_index: MemoryIndex) -> None:
+    assert paths(keyword_index.search("painting", now=NOW)) == ["MEMORY.md"]
+    assert paths(keyword_index.search("sleeping cats", now=NOW)) == ["MEMORY.md"]
+
+
+def test_pinch_keywords_are_or_joined(keyword_index: MemoryIndex) -> None:
+    # No chunk has both words; the pinch preset still finds the helmet.
+    hits = keyword_index.search("helmet submarine", preset="pinch", now=NOW)
+
+    assert paths(hits) == ["memory/2025-12-24.md"]
+
+
+def test_openclaw_keywords_are_and_joined(keyword_index: MemoryIndex) -> None:
+    both = keyword_index.search("bicycle helmet", preset="openclaw", min_score=0, now=NOW)
+    one = keyword_index.search("helmet submarine", preset="openclaw", min_score=0, now=NOW)
+
+    assert paths(both) == ["memory/2025-12-24.md"]
+    assert one == []
+
+
+def test_keyword_only_index_still_finds_things(keyword_index: MemoryIndex) -> None:
+    assert keyword_index.degraded_reason() is not None
+    for preset in PRESETS:
+        hits = keyword_index.search("Ben peanuts", preset=preset, min_score=0, now=NOW)
+        assert paths(hits)[:1] == ["USER.md"], preset
+
+
+ODD_QUERIES = ["?!.", "the and of", "what is it?", '"NEAR( AND OR NOT *', "-- ; DROP", "   "]
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_odd_queries_do_not_crash_keyword_only(keyword_index: MemoryIndex, preset: str) -> None:
+    for query in ODD_QUERIES:
+        assert isinstance(keyword_index.search(query, preset=preset, now=NOW), list)
+
+
+def test_odd_queries_do_not_crash_hybrid(hybrid_index: MemoryIndex) -> None:
+    for query in ODD_QUERIES:
+        assert isinstance(hybrid_index.search(query, now=NOW), list)
+
+
+def test_an_empty_query_finds_nothing(hybrid_index: MemoryIndex) -> None:
+    assert hybrid_index.search("  \n\t ") == []
+
+
+# ---- hits -----------------------------------------------------------------------------------
+
+
+def test_a_hit_carries_path_lines_score_snippet_source_and_origin(
+    hybrid_index: MemoryIndex,
+) -> None:
+    ws = hybrid_index.workspace
+
+    hit = hybrid_index.search("Ben peanuts", now=NOW)[0]
+
+    assert hit.path == "USER.md"
+    lines = (ws / "USER.md").read_text().split("\n")
+    assert 1 <= hit.start_line <= hit.end_line <= len(lines)
+    assert "Ben is allergic to peanuts." in "\n".join(lines[hit.start_line - 1 : hit.end_line])
+    assert "Ben is allergic to peanuts." in hit.snippet
+    assert 0 < hit.score <= 1
+    assert (hit.source, hit.origin) == ("memory", "owner")
+    assert hit.to_dict() == {
+        "path": "USER.md",
+        "startLine": hit.start_line,
+        "endLine": hit.end_line,
+        "score": round(hit.score, 4),
+        "snippet": hit.snippet,
+        "source": "memory",
+        "origin": "owner",
+    }
+
+
+def test_log_hits_come_from_the_agent_with_their_day(keyword_index: MemoryIndex) -> None:
+    (hit,) = keyword_index.search("bicycle helmet", now=NOW)
+
+    assert (hit.origin, hit.day) == ("agent", "2025-12-24")
+
+
+def test_snippets_are_at_most_700_characters(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    long_line = "The observatory telescope needs recalibration before the eclipse. " * 40
+    many_lines = "".join(f"Telescope note {n}: check the mirror alignment.\n" for n in range(60))
+    ws = make_workspace({"memory/one-line.md": long_line + "\n", "memory/lines.md": many_lines})
+    idx = make_index(ws, keyword_config())
+    idx.sync()
+
+    for preset in PRESETS:  # focused (pinch, keyword) and head (openclaw, vector) snippets
+        hits = idx.search("telescope", preset=preset, min_score=0, now=NOW)
+        assert hits, preset
+        assert all(len(h.snippet) <= 700 for h in hits), preset
+    assert max(len(h.snippet) for h in hits) > 600  # the limit was actually reached
+
+
+def test_max_results_is_respected(keyword_index: MemoryIndex, hybrid_index: MemoryIndex) -> None:
+    for idx in (keyword_index, hybrid_index):
+        assert len(idx.search("the cat tea sofa helmet", max_results=2, min_score=0)) == 2
+        assert len(idx.search("the cat tea sofa helmet", max_results=1, min_score=0)) == 1
+
+
+def test_min_score_filters_weak_hits(hybrid_index: MemoryIndex) -> None:
+    everything = hybrid_index.search("cat sofa", min_score=0, now=NOW)
+    strong = hybrid_index.search("cat sofa", min_score=0.9, now=NOW)
+
+    assert len(everything) > len(strong) >= 1
+    assert all(h.score >= 0.9 for h in strong)
+
+
+def test_default_preset_comes_from_the_settings(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    idx = make_index(make_workspace(CORPUS), keyword_config(preset="openclaw"))
+    idx.sync()
+
+    # openclaw ANDs the keywords: nothing has both.
+    assert idx.search("helmet submarine", min_score=0, now=NOW) == []
+
+
+def test_an_unknown_preset_is_an_error_listing_the_known_ones(keyword_index: MemoryIndex) -> None:
+    with pytest.raises(ValueError, match=r"Unknown search preset 'nope'.*keyword.*openclaw.*pinch"):
+        keyword_index.search("cat", preset="nope")
+
+
+# ---- vectors --------------------------------------------------------------------------------
+
+
+def test_vectors_find_a_paraphrase_with_no_shared_keyword(hybrid_index: MemoryIndex) -> None:
+    assert paths(hybrid_index.search("feline", preset="keyword", now=NOW)) == []
+
+    hits = hybrid_index.search("feline companion", now=NOW)
+
+    # The English note about the cat, and the Chinese one (我的猫 = my cat).
+    assert set(paths(hits)[:2]) == {"MEMORY.md", "memory/2026-01-01.md"}
+
+
+def test_sqlite_vec_and_numpy_backends_give_the_same_results(
+    hybrid_index: MemoryIndex, make_index: IndexFactory
+) -> None:
+    numpy = make_index(hybrid_index.workspace, use_config(vector_backend="numpy"))
+    numpy.sync()
+    assert (hybrid_index.vector_backend, numpy.vector_backend) == ("sqlite-vec", "numpy")
+
+    for query in ["what drink does Anna like", "蓝色"]:
+        for preset in ("pinch", "vector"):
+            a = hybrid_index.search(query, preset=preset, min_score=0, now=NOW)
+            b = numpy.search(query, preset=preset, min_score=0, now=NOW)
+            assert [(h.path, h.start_line, h.end_line) for h in a] == [
+                (h.path, h.start_line, h.end_line) for h in b
+            ], (query, preset)
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+# ---- ranking --------------------------------------------------------------------------------
+
+DENTIST = "Dentist appointment moved to Thursday afternoon.\n"
+
+
+@pytest.fixture
+def dated_index(make_workspace: WorkspaceFactory, make_index: IndexFactory) -> MemoryIndex:
+    ws = make_workspace(
+        {"memory/2025-12-31.md": DENTIST, "memory/2025-06-01.md": DENTIST, "MEMORY.md": DENTIST}
+    )
+    idx = make_index(ws, keyword_config())
+    idx.sync()
+    return idx
+
+
+def test_the_older_of_two_identical_logs_ranks_lower(dated_index: MemoryIndex) -> None:
+    hits = dated_index.search("dentist appointment", preset="pinch", now=NOW)
+    by_path = {h.path: h.score for h in hits}
+
+    assert by_path["memory/2025-06-01.md"] < by_path["memory/2025-12-31.md"]
+
+
+def test_memory_md_never_decays(dated_index: MemoryIndex) -> None:
+    soon = dated_index.search("dentist appointment", now=NOW)
+    decade = dated_index.search("dentist appointment", now=datetime(2036, 1, 1))
+
+    def score(hits: list[SearchHit], path: str) -> float:
+        return next(h.score for h in hits if h.path == path)
+
+    assert score(decade, "MEMORY.md") == score(soon, "MEMORY.md")
+    assert score(decade, "memory/2025-12-31.md") < score(soon, "memory/2025-12-31.md")
+    assert paths(decade)[0] == "MEMORY.md"
+
+
+def test_presets_without_decay_rank_identical_logs_equally(dated_index: MemoryIndex) -> None:
+    hits = dated_index.search("dentist appointment", preset="keyword", now=NOW)
+
+    assert len({round(h.score, 9) for h in hits}) == 1
+
+
+def test_an_importance_marker_lifts_its_chunk(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    key = "The spare key is under the blue flowerpot."
+    ws = make_workspace(
+        {"memory/plain.md": f"{key}\n", "memory/marked.md": f"{key} <!-- importance: 5 -->\n"}
+    )
+    idx = make_index(ws, keyword_config())
+    idx.sync()
+    without = get_preset("pinch").with_overrides(importance_weight=0.0)
+
+    assert paths(idx.search("spare key", preset=without, now=NOW))[0] == "memory/plain.md"
+    assert paths(idx.search("spare key", preset="pinch", now=NOW))[0] == "memory/marked.md"
+
+
+def test_mmr_prefers_a_different_chunk_over_a_near_duplicate(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    gift = "Anna's birthday is on 12 March; she would love a new garden hose."
+    ws = make_workspace(
+        {
+            "memory/a.md": f"{gift}\n",
+            "memory/b.md": f"{gift} Again.\n",
+            "memory/c.md": f"{gift} Really.\n",
+            "memory/party.md": (
+                "For Anna's birthday party we booked the Italian place on Elm Street, "
+                "with a table for twelve near the window.\n"
+            ),
+        }
+    )
+    idx = make_index(ws, keyword_config())
+    idx.sync()
+    no_mmr = get_preset("pinch").with_overrides(mmr_lambda=None)
+
+    plain = idx.search("Anna birthday", preset=no_mmr, max_results=2, now=NOW)
+    diverse = idx.search("Anna birthday", preset="pinch", max_results=2, now=NOW)
+
+    assert "memory/party.md" not in paths(plain)  # two copies of the gift note
+    assert paths(diverse)[0] == paths(plain)[0]
+    assert paths(diverse)[1] == "memory/party.md"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="search.py: the importance multiplier is applied after the score is scaled to "
+    "[0, 1], so a marked chunk reports a score above 1",
+)
+def test_scores_stay_between_0_and_1_with_importance(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    ws = make_workspace({"MEMORY.md": "Passport number is in the safe. <!-- importance: 5 -->\n"})
+    idx = make_index(ws, keyword_config())
+    idx.sync()
+
+    (hit,) = idx.search("passport safe", now=NOW)
+
+    assert 0 < hit.score <= 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="search.py: the pinch preset scales vector scores relative to the candidates "
+    "(best = 1, worst = 0), so the nearest chunk to any query scores >= 1/3 and passes "
+    "min_score 0.2 however unrelated it is",
+)
+def test_a_query_about_something_never_recorded_finds_nothing(
+    hybrid_index: MemoryIndex,
+) -> None:
+    assert hybrid_index.search("quantum chromodynamics lecture notes", now=NOW) == []
+
+
+def test_results_are_best_first_without_mmr(hybrid_index: MemoryIndex) -> None:
+    no_mmr = get_preset("pinch").with_overrides(mmr_lambda=None)
+
+    hits = hybrid_index.search("cat sofa tea", preset=no_mmr, min_score=0, now=NOW)
+
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_hit_lines_and_snippets_match_the_files(hybrid_index: MemoryIndex) -> None:
+    ws = hybrid_index.workspace
+
+    for hit in hybrid_index.search("cat tea helmet 猫", min_score=0, now=NOW):
+        lines = (ws / hit.path).read_text().split("\n")
+        chunk = "\n".join(lines[hit.start_line - 1 : hit.end_line])
+        assert all(line in chunk for line in hit.snippet.split("\n"))

@@ -1,0 +1,93 @@
+"""MemoryWatcher: edits to memory files become searchable within seconds; other files are
+ignored."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from memory.index import MemoryIndex
+from memory.watch import MemoryWatcher
+from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config
+
+DEBOUNCE_MS = 100
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.fixture
+def watched(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> Iterator[tuple[Path, MemoryIndex, MemoryWatcher]]:
+    ws = make_workspace({"memory/2026-01-10.md": "# 2026-01-10\n\n- Walked the dog.\n"})
+    idx = make_index(ws, keyword_config())
+    idx.sync()
+    watcher = MemoryWatcher(idx, debounce_ms=DEBOUNCE_MS)
+    watcher.start()
+    time.sleep(0.3)  # let the watcher subscribe before the test edits anything
+    yield ws, idx, watcher
+    watcher.stop()
+
+
+def test_an_appended_line_becomes_searchable_within_3_seconds(
+    watched: tuple[Path, MemoryIndex, MemoryWatcher],
+) -> None:
+    ws, idx, watcher = watched
+    started = time.monotonic()
+
+    with (ws / "memory" / "2026-01-10.md").open("a") as f:
+        f.write("- Ordered a sourdough starter.\n")
+
+    assert wait_for(lambda: bool(idx.search("sourdough")), timeout=3.0)
+    assert time.monotonic() - started < 3.0
+    assert watcher.syncs >= 1
+    assert watcher.last_error is None
+
+
+def test_a_new_memory_file_is_indexed(watched: tuple[Path, MemoryIndex, MemoryWatcher]) -> None:
+    ws, idx, _ = watched
+
+    (ws / "memory" / "2026-01-11.md").write_text("Planted tulip bulbs.\n")
+
+    assert wait_for(lambda: bool(idx.search("tulip")), timeout=3.0)
+
+
+def test_changes_to_other_files_do_not_trigger_a_sync(
+    watched: tuple[Path, MemoryIndex, MemoryWatcher],
+) -> None:
+    ws, _, watcher = watched
+
+    (ws / "AGENTS.md").write_text("# Agents\n")
+    (ws / "SOUL.md").write_text("# Soul\n")
+    (ws / "memory" / "notes.txt").write_text("not markdown\n")
+    (ws / "scratch.md").write_text("outside memory/\n")
+    time.sleep(5 * DEBOUNCE_MS / 1000 + 0.5)
+
+    assert watcher.syncs == 0
+    # …while it was listening all along: a memory file does trigger one.
+    (ws / "memory" / "2026-01-12.md").write_text("Fixed the bike.\n")
+    assert wait_for(lambda: watcher.syncs == 1, timeout=3.0)
+
+
+def test_stop_ends_the_watcher_thread(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    idx = make_index(make_workspace(), keyword_config())
+    watcher = MemoryWatcher(idx, debounce_ms=DEBOUNCE_MS)
+    watcher.start()
+    thread = watcher._thread
+    assert thread is not None and thread.is_alive()
+
+    watcher.stop()
+
+    assert not thread.is_alive()

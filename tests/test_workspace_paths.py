@@ -1,0 +1,257 @@
+"""The workspace: which files are memory, and memory_get's safe, line-ranged reads."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from memory.errors import WorkspaceError
+from memory.workspace import (
+    default_origin,
+    discover_memory_files,
+    file_day,
+    read_memory_lines,
+)
+from tests.conftest import WorkspaceFactory
+
+LOG = "".join(f"line {n}\n" for n in range(1, 11))
+
+
+@pytest.fixture
+def workspace(make_workspace: WorkspaceFactory) -> Path:
+    return make_workspace(
+        {
+            "MEMORY.md": "# Memory\n- likes tea\n",
+            "USER.md": "# User\n",
+            "AGENTS.md": "# Agents\n",
+            "SOUL.md": "# Soul\n",
+            "memory/2026-01-10.md": LOG,
+            "memory/projects/garden.md": "# Garden\n",
+            "memory/notes.txt": "not markdown\n",
+        }
+    )
+
+
+# ---- discovery ------------------------------------------------------------------------------
+
+
+def test_discovers_memory_user_and_memory_folder_markdown(workspace: Path) -> None:
+    files = discover_memory_files(workspace)
+
+    assert [f.rel_path for f in files] == [
+        "MEMORY.md",
+        "USER.md",
+        "memory/2026-01-10.md",
+        "memory/projects/garden.md",
+    ]
+    assert {f.source for f in files} == {"memory"}
+
+
+def test_discovery_skips_symlinked_files_and_folders(workspace: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "secret.md").write_text("secret\n")
+    (outside / "deep" / "more.md").write_text("more\n")
+    (workspace / "memory" / "link.md").symlink_to(outside / "secret.md")
+    (workspace / "memory" / "linked-folder").symlink_to(outside / "deep")
+
+    paths = [f.rel_path for f in discover_memory_files(workspace)]
+
+    assert "memory/link.md" not in paths
+    assert not any(p.startswith("memory/linked-folder") for p in paths)
+
+
+def test_discovery_skips_hidden_files_and_folders(workspace: Path) -> None:
+    (workspace / "memory" / ".draft.md").write_text("draft\n")
+    (workspace / "memory" / ".trash").mkdir()
+    (workspace / "memory" / ".trash" / "old.md").write_text("old\n")
+
+    paths = [f.rel_path for f in discover_memory_files(workspace)]
+
+    assert not any("draft" in p or "trash" in p for p in paths)
+
+
+def test_extra_paths_add_files_and_folders_inside_and_outside(
+    workspace: Path, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("a\n")
+    (notes / "b.txt").write_text("b\n")
+    (workspace / "docs").mkdir()
+    (workspace / "docs" / "plan.md").write_text("plan\n")
+
+    files = discover_memory_files(workspace, [str(notes), "docs/plan.md", "missing/"])
+
+    extra = {f.rel_path: f for f in files if f.source == "extra"}
+    assert set(extra) == {(notes / "a.md").resolve().as_posix(), "docs/plan.md"}
+    assert {f.origin for f in extra.values()} == {"owner"}
+
+
+def test_a_missing_workspace_raises_advice_to_run_init(tmp_path: Path) -> None:
+    with pytest.raises(WorkspaceError, match=r"does not exist.*pinch init"):
+        discover_memory_files(tmp_path / "nowhere")
+
+
+def test_dated_logs_have_a_day_and_curated_files_do_not() -> None:
+    assert file_day("memory/2026-01-10.md") == "2026-01-10"
+    assert file_day("memory/2026-01-10-trip-to-rome.md") == "2026-01-10"
+    assert file_day("memory/archive/2025-12-31.md") == "2025-12-31"
+    assert file_day("MEMORY.md") is None
+    assert file_day("memory/ideas.md") is None
+    assert file_day("notes/2026-01-10.md") is None  # only logs under memory/ are dated
+
+
+def test_curated_files_belong_to_the_owner_and_logs_to_the_agent() -> None:
+    assert default_origin("MEMORY.md") == "owner"
+    assert default_origin("USER.md") == "owner"
+    assert default_origin("memory/2026-01-10.md") == "agent"
+
+
+# ---- memory_get: reading lines --------------------------------------------------------------
+
+
+def test_reads_a_range_of_lines(workspace: Path) -> None:
+    result = read_memory_lines(workspace, "memory/2026-01-10.md", from_line=3, lines=2)
+
+    assert result.text == "line 3\nline 4"
+    assert (result.from_line, result.to_line, result.total_lines) == (3, 4, 10)
+    assert result.path == "memory/2026-01-10.md"
+
+
+def test_reads_to_the_end_without_a_line_count(workspace: Path) -> None:
+    result = read_memory_lines(workspace, "memory/2026-01-10.md", from_line=9)
+
+    assert result.text == "line 9\nline 10"
+
+
+def test_a_range_running_past_the_end_is_cut_at_the_end(workspace: Path) -> None:
+    result = read_memory_lines(workspace, "memory/2026-01-10.md", from_line=9, lines=50)
+
+    assert result.text == "line 9\nline 10"
+    assert result.to_line == 10
+
+
+def test_reading_past_the_end_gives_empty_text(workspace: Path) -> None:
+    result = read_memory_lines(workspace, "memory/2026-01-10.md", from_line=500, lines=5)
+
+    assert result.text == ""
+    assert result.to_line == result.from_line - 1
+    assert result.total_lines == 10
+
+
+def test_reads_memory_md_and_nested_memory_files(workspace: Path) -> None:
+    assert read_memory_lines(workspace, "MEMORY.md").text == "# Memory\n- likes tea"
+    assert read_memory_lines(workspace, "memory/projects/garden.md").text == "# Garden"
+
+
+def test_invalid_utf8_is_read_with_replacement_characters(workspace: Path) -> None:
+    (workspace / "memory" / "bad.md").write_bytes(b"caf\xe9 au lait\n")
+
+    assert read_memory_lines(workspace, "memory/bad.md").text == "caf\ufffd au lait"
+
+
+def test_a_long_read_is_truncated_with_a_marker(workspace: Path) -> None:
+    (workspace / "memory" / "long.md").write_text("x" * 500 + "\n")
+
+    text = read_memory_lines(workspace, "memory/long.md", max_chars=100).text
+
+    assert text.startswith("x" * 100)
+    assert "truncated at 100 characters" in text
+
+
+def test_line_numbers_must_be_positive(workspace: Path) -> None:
+    with pytest.raises(WorkspaceError, match="numbered from 1"):
+        read_memory_lines(workspace, "MEMORY.md", from_line=0)
+    with pytest.raises(WorkspaceError, match="lines must be 1 or more"):
+        read_memory_lines(workspace, "MEMORY.md", lines=0)
+
+
+def test_a_missing_file_says_to_search_first(workspace: Path) -> None:
+    with pytest.raises(WorkspaceError, match=r"does not exist.*memory_search"):
+        read_memory_lines(workspace, "memory/2020-01-01.md")
+
+
+def test_a_binary_file_is_refused(workspace: Path) -> None:
+    (workspace / "memory" / "blob.md").write_bytes(b"\x00\x01\x02binary")
+
+    with pytest.raises(WorkspaceError, match="binary"):
+        read_memory_lines(workspace, "memory/blob.md")
+
+
+def test_extra_paths_inside_the_workspace_can_be_read(workspace: Path) -> None:
+    (workspace / "docs").mkdir()
+    (workspace / "docs" / "plan.md").write_text("the plan\n")
+
+    result = read_memory_lines(workspace, "docs/plan.md", extra_paths=["docs"])
+
+    assert result.text == "the plan"
+
+
+# ---- memory_get: paths it refuses -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("../outside.md", "'..'"),
+        ("memory/../../outside.md", "'..'"),
+        ("/etc/passwd.md", "not a workspace-relative path"),
+        ("~/notes.md", "not a workspace-relative path"),
+        ("C:/Users/me/notes.md", "not a workspace-relative path"),
+        ("memory\\2026-01-10.md", "not a workspace-relative path"),
+        ("memory%2F..%2F..%2Fsecret.md", "encoded or look-alike"),
+        ("%2e%2e/secret.md", "encoded or look-alike"),
+        ("．．/x.md", "encoded or look-alike"),  # fullwidth full stops
+        ("memory／2026-01-10.md", "encoded or look-alike"),  # fullwidth solidus
+        ("memory/2026-01-10.md\x00.txt", "NUL"),
+        ("memory/notes.txt", "not a Markdown file"),
+        ("memory/2026-01-10", "not a Markdown file"),
+        ("AGENTS.md", "not a memory file"),
+        ("SOUL.md", "not a memory file"),
+        ("docs/plan.md", "not a memory file"),
+        ("", "A path is required"),
+        ("   ", "A path is required"),
+    ],
+)
+def test_refuses_paths_outside_memory_with_a_clear_message(
+    workspace: Path, path: str, message: str
+) -> None:
+    with pytest.raises(WorkspaceError, match=re.escape(message)):
+        read_memory_lines(workspace, path)
+
+
+def test_refuses_a_symlink_inside_memory_pointing_outside(workspace: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.md"
+    secret.write_text("password\n")
+    (workspace / "memory" / "escape.md").symlink_to(secret)
+
+    with pytest.raises(WorkspaceError, match="symbolic link"):
+        read_memory_lines(workspace, "memory/escape.md")
+
+
+def test_refuses_a_path_through_a_symlinked_folder(workspace: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "x.md").write_text("x\n")
+    (workspace / "memory" / "linked").symlink_to(outside, target_is_directory=True)
+
+    with pytest.raises(WorkspaceError, match="symbolic link"):
+        read_memory_lines(workspace, "memory/linked/x.md")
+
+
+def test_refuses_when_the_memory_folder_itself_is_a_symlink(
+    make_workspace: WorkspaceFactory, tmp_path: Path
+) -> None:
+    outside = tmp_path / "real-memory"
+    outside.mkdir()
+    (outside / "2026-01-10.md").write_text("x\n")
+    ws = tmp_path / "ws-with-linked-memory"
+    ws.mkdir()
+    os.symlink(outside, ws / "memory")
+
+    with pytest.raises(WorkspaceError, match="symbolic link"):
+        read_memory_lines(ws, "memory/2026-01-10.md")
