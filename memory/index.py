@@ -38,6 +38,21 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 STALE_BUILD_SECONDS = 600
 
 ProgressCallback = Callable[[int, int, str], None]  # (done_chunks, total_chunks, current_path)
+# Chunk sources that no workspace file backs (conversation transcripts, memory/transcripts.py):
+# an incremental sync never removes them, and a rebuild re-creates them through `rebuild_hooks`.
+VIRTUAL_SOURCES = frozenset({"sessions"})
+RebuildHook = Callable[["MemoryIndex", int], None]  # (index, the generation being built)
+
+
+@dataclass(frozen=True)
+class VirtualChunk:
+    """A chunk no workspace file backs; its line numbers are whatever its source counts."""
+
+    start_line: int
+    end_line: int
+    text: str
+    origin: str  # 'owner' | 'agent' | 'untrusted' | 'system'
+    day: str | None = None  # YYYY-MM-DD when dated (temporal decay applies)
 
 
 @dataclass
@@ -85,6 +100,9 @@ class MemoryIndex:
         self._provider_loaded = False
         self._stores: dict[int, VectorStore] = {}
         self._owned_build: int | None = None  # the generation this object is building
+        # Run on a full rebuild, after the files and before the swap, to fill the new
+        # generation with chunks that files do not back. Transcripts by default.
+        self.rebuild_hooks: list[RebuildHook] = [_replay_transcripts]
 
     @classmethod
     def open(cls, workspace: Path, db_path: Path, config: MemoryConfig | None = None) -> MemoryIndex:
@@ -237,6 +255,8 @@ class MemoryIndex:
         try:
             self._sync_generation(generation, files, report, on_progress)
             if rebuild:
+                for hook in self.rebuild_hooks:
+                    hook(self, generation)
                 self._swap_in(generation, active[0] if active else None)
         except BaseException:
             if rebuild:
@@ -259,6 +279,7 @@ class MemoryIndex:
                 "UPDATE memory_generations SET state = 'active', completed_at = ? WHERE id = ?",
                 (time.time(), generation),
             )
+            conn.execute("DELETE FROM meta WHERE key = ?", (f"build:{generation}",))
             self._bump_version(conn)
         if old is not None:
             dims = self.db.execute("SELECT dimensions FROM memory_generations WHERE id = ?", (old,))
@@ -467,6 +488,129 @@ class MemoryIndex:
             )
             self._bump_version(conn)
 
+    # ---- chunks without files (transcripts) ---------------------------------------------
+
+    def _generation_for_write(self, generation: int | None) -> int:
+        if generation is not None:
+            return generation
+        active = self.active_generation()
+        if active is None:
+            raise IndexingError("The memory index has not been built yet: run a sync first.")
+        return active[0]
+
+    def virtual_tail(self, path: str, *, generation: int | None = None) -> list[VirtualChunk]:
+        """The chunks of `path` that start at its highest start line (several when one long
+        entry was split), oldest first; empty when the path has no chunks."""
+        gen = self._generation_for_write(generation)
+        rows = self.db.execute(
+            "SELECT start_line, end_line, text, origin, day FROM memory_chunks "
+            "WHERE generation = ? AND path = ? AND start_line = (SELECT max(start_line) "
+            "FROM memory_chunks WHERE generation = ? AND path = ?) ORDER BY id",
+            (gen, path, gen, path),
+        )
+        return [VirtualChunk(int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows]
+
+    def add_virtual_chunks(
+        self,
+        path: str,
+        source: str,
+        scope: str,
+        chunks: Sequence[VirtualChunk],
+        *,
+        replace_from_line: int | None = None,
+        generation: int | None = None,
+    ) -> int:
+        """Add chunks that no file backs to a generation (the active one by default).
+
+        With `replace_from_line`, the path's chunks starting at or after that line are replaced
+        in the same transaction. Vectors come through the provider and embedding cache when the
+        generation was built with the current provider; otherwise the chunks are keyword-only
+        until the next rebuild. Returns how many chunks were added.
+        """
+        if source not in VIRTUAL_SOURCES:
+            raise ValueError(f"{source!r} is not a virtual source ({sorted(VIRTUAL_SOURCES)})")
+        gen = self._generation_for_write(generation)
+        rows = self.db.execute("SELECT identity FROM memory_generations WHERE id = ?", (gen,))
+        if not rows:
+            return 0  # swapped out meanwhile; the new generation replays from the source
+        identity = json.loads(rows[0][0])
+        real = [Chunk(c.start_line, c.end_line, c.text, hash_text(c.text), None) for c in chunks]
+        p = self.provider
+        vectors: dict[str, np.ndarray] = {}
+        store = None
+        built_with = (identity["provider"], identity["model"], identity["dimensions"])
+        if p is not None and built_with == (p.provider, p.model, p.dimensions):
+            vectors = self._embed_all(real, SyncReport(gen, rebuilt=False), None)
+            store = self._store(p.dimensions)
+        with self.db.transaction() as conn:
+            if not conn.execute("SELECT 1 FROM memory_generations WHERE id = ?", (gen,)).fetchone():
+                return 0
+            if replace_from_line is not None:
+                self._delete_chunks(conn, gen, path, replace_from_line)
+            vec_rows: list[tuple[int, int, str, np.ndarray]] = []
+            for c, chunk in zip(chunks, real, strict=True):
+                cur = conn.execute(
+                    "INSERT INTO memory_chunks(generation, path, source, origin, scope, "
+                    "start_line, end_line, hash, text, importance, day) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                    (
+                        gen,
+                        path,
+                        source,
+                        c.origin,
+                        scope,
+                        c.start_line,
+                        c.end_line,
+                        chunk.hash,
+                        c.text,
+                        c.day,
+                    ),
+                )
+                cid = int(cur.lastrowid)
+                conn.execute(
+                    "INSERT INTO memory_fts(rowid, body) VALUES (?, ?)", (cid, fts_body(c.text))
+                )
+                if chunk.hash in vectors:
+                    vec_rows.append((cid, gen, scope, vectors[chunk.hash]))
+            if store is not None and vec_rows:
+                store.add(conn, vec_rows)
+            self._bump_version(conn)
+        return len(chunks)
+
+    def delete_virtual(self, path: str, *, generation: int | None = None) -> int:
+        """Remove every chunk of a virtual path (e.g. a forgotten conversation)."""
+        gen = self._generation_for_write(generation)
+        with self.db.transaction() as conn:
+            removed = self._delete_chunks(conn, gen, path, None)
+            self._bump_version(conn)
+        return removed
+
+    def _delete_chunks(self, conn: Any, generation: int, path: str, from_line: int | None) -> int:
+        sql = "SELECT id FROM memory_chunks WHERE generation = ? AND path = ?"
+        params: tuple[Any, ...] = (generation, path)
+        if from_line is not None:
+            sql += " AND start_line >= ?"
+            params += (from_line,)
+        ids = [int(r[0]) for r in conn.execute(sql, params)]
+        if not ids:
+            return 0
+        conn.executemany("DELETE FROM memory_fts WHERE rowid = ?", [(i,) for i in ids])
+        row = conn.execute(
+            "SELECT dimensions FROM memory_generations WHERE id = ?", (generation,)
+        ).fetchone()
+        dims = row[0] if row else None
+        store = self._store(dims)
+        if store is not None:
+            store.delete(conn, ids)
+        elif self.db.vec_version and dims:
+            # No provider in this run, but the generation may have vectors: chunk ids get
+            # reused, so their rows must go too.
+            table = f"memory_vec_{dims}"
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
+                conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in ids])
+        conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in ids])
+        return len(ids)
+
     def prime_embedding_cache(self, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Store vectors for chunk texts without running the model (benchmarks, imports)."""
         p = self.provider
@@ -502,7 +646,14 @@ class MemoryIndex:
             if active is None:
                 return []
         generation, identity = active
-        provider = self.provider if identity.get("provider") != "none" else None
+        provider = self.provider
+        if provider is None or identity.get("provider") != provider.provider or (
+            identity.get("model") != provider.model
+            or identity.get("dimensions") != provider.dimensions
+        ):
+            # The index was built with another model (rebuild pending): its vectors cannot be
+            # compared with this model's queries, so search it by keyword until rebuilt.
+            provider = None
         store = self._store(identity.get("dimensions")) if provider else None
         return run_search(
             self.db,
@@ -578,6 +729,12 @@ class MemoryIndex:
                 dirty.append(f.rel_path)
         dirty.extend(sorted(set(known) - {f.rel_path for f in files}))
         return dirty
+
+
+def _replay_transcripts(index: MemoryIndex, generation: int) -> None:
+    from memory.transcripts import replay_transcripts  # imports this module; import when used
+
+    replay_transcripts(index, generation)
 
 
 def _builder_alive(owner: dict[str, Any]) -> bool:

@@ -72,7 +72,43 @@ def m001_memory_index(conn: Any) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Any], None]] = [m001_memory_index]
+def m002_sessions(conn: Any) -> None:
+    conn.executescript(
+        """
+        -- Conversations. Each session key has at most one 'current' session (the one a restart
+        -- resumes); /new and /reset archive it and start another. Archived ones are kept.
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,             -- uuid4 hex
+            key TEXT NOT NULL,               -- str(SessionKey), e.g. main:telegram:direct:12345
+            agent_id TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            chat_type TEXT NOT NULL CHECK (chat_type IN ('direct', 'group', 'channel')),
+            peer_id TEXT NOT NULL,
+            thread_id TEXT,
+            state TEXT NOT NULL CHECK (state IN ('current', 'archived')),
+            created_at REAL NOT NULL,
+            archived_at REAL,
+            compactions INTEGER NOT NULL DEFAULT 0,
+            flushed_cycle INTEGER NOT NULL DEFAULT -1  -- compaction cycle whose flush ran
+        );
+        CREATE UNIQUE INDEX sessions_current_by_key ON sessions (key) WHERE state = 'current';
+        CREATE INDEX sessions_by_key ON sessions (key, created_at);
+        -- The transcript: the source of truth for a conversation's history.
+        CREATE TABLE transcript_events (
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,            -- 1-based order within the session
+            kind TEXT NOT NULL,              -- user | assistant | tool_call | tool_result | ...
+            content TEXT NOT NULL,           -- JSON object
+            usage TEXT,                      -- JSON object: tokens and model of a model call
+            created_at REAL NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID;
+        CREATE INDEX transcript_events_by_kind ON transcript_events (session_id, kind, seq);
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[Any], None]] = [m001_memory_index, m002_sessions]
 
 
 def apply_migrations(conn: Any) -> list[str]:
