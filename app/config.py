@@ -12,12 +12,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from agent.config import AgentConfig
 from memory.config import MemoryConfig
-
-DEFAULT_MODEL = "claude-sonnet-4-5"
 
 
 class ConfigError(Exception):
@@ -26,21 +25,6 @@ class ConfigError(Exception):
 
 def pinch_home() -> Path:
     return Path(os.environ.get("PINCH_HOME") or Path.home() / ".pinch").expanduser()
-
-
-class AgentConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    model: str = DEFAULT_MODEL
-    fallback_models: list[str] = Field(default_factory=list)
-    api_base: str | None = None
-    context_window: int = Field(default=200_000, ge=4_000)
-    reserve_floor: int = Field(default=20_000, ge=0)
-    soft_threshold: int = Field(default=4_000, ge=0)
-    max_output_tokens: int = Field(default=4_096, ge=64)
-    timeout_s: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=3, ge=0, le=10)
-    timezone: str | None = None  # IANA name; default: the machine's
 
 
 class Settings(BaseSettings):

@@ -17,7 +17,7 @@ CONFIG_TEMPLATE = """\
 # workspace = "~/.pinch/workspace"
 
 [agent]
-# model = "claude-sonnet-4-5"        # or "ollama/llama3.2", "openai/gpt-4.1-mini", ...
+# model = "claude-sonnet-5-5"        # or "ollama/llama3.2", "openai/gpt-4.1-mini", ...
 # fallback_models = []
 # api_base = "http://localhost:11434"
 

@@ -1,0 +1,114 @@
+"""Slash commands: answered by the agent itself, stored as `command` events, not sent to the model.
+
+/new, /reset   start a fresh session (the old one becomes a note in memory/, and stays searchable)
+/status        model, context size, compactions, usage, memory index state
+/context list  what the next request contains, one line per part, in tokens
+/context detail  the same per bootstrap file, tool schema and turn
+/help          this list
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING
+
+from agent.context import render_context
+from memory.sessions import SessionKey
+
+if TYPE_CHECKING:
+    from agent.runtime import Agent, AgentStatus
+
+HELP = {
+    "/new": "start a fresh session; the current one is saved as a note in memory/",
+    "/reset": "the same as /new",
+    "/status": "model, context size, compactions, token usage, memory index state",
+    "/context": "list | detail — what the model sees on the next turn, in tokens",
+    "/help": "this list",
+}
+_COMMAND_WORD = re.compile(r"/[A-Za-z_]+(?:@\w+)?")
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str  # "/new", "/status", … (or an unknown "/word")
+    argument: str
+    text: str  # as typed
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    text: str
+    follow_up: str | None = None  # a message to handle after the command ("/new <message>")
+
+
+def parse_command(text: str) -> Command | None:
+    """The command `text` is, or None for an ordinary message (including paths like /etc/hosts)."""
+    stripped = text.strip()
+    parts = stripped.split(None, 1)
+    if not parts or not _COMMAND_WORD.fullmatch(parts[0]):
+        return None
+    name = parts[0].split("@", 1)[0].lower()  # Telegram adds @botname in groups
+    return Command(name, parts[1].strip() if len(parts) > 1 else "", stripped)
+
+
+async def run_command(agent: Agent, key: SessionKey, command: Command) -> CommandResult:
+    session = await asyncio.to_thread(agent.store.current, key)
+    await asyncio.to_thread(agent.store.append, session.id, "command", {"text": command.text})
+    if command.name in ("/new", "/reset"):
+        _, note = await agent.new_session(key)
+        saved = f" The last one is saved in {note}." if note else ""
+        return CommandResult(f"Started a new session.{saved}", command.argument or None)
+    if command.name == "/status":
+        return CommandResult(render_status(await agent.status(key), agent.clock.tz))
+    if command.name == "/context":
+        mode = command.argument.lower() or "list"
+        if mode not in ("list", "detail"):
+            return CommandResult("Usage: /context list, or /context detail")
+        context = await agent.context(key)
+        text = render_context(
+            context,
+            detail=mode == "detail",
+            window=agent.config.context_window,
+            threshold=agent.compactor.threshold,
+        )
+        return CommandResult(text)
+    if command.name == "/help":
+        return CommandResult(render_help())
+    return CommandResult(f"Unknown command {command.name}.\n{render_help()}")
+
+
+def render_help() -> str:
+    return "Commands:\n" + "\n".join(f"  {name:<9} {what}" for name, what in HELP.items())
+
+
+def render_status(status: AgentStatus, tz: tzinfo | None = None) -> str:
+    fallbacks = (
+        f" (fallbacks: {', '.join(status.fallback_models)})" if status.fallback_models else ""
+    )
+    started = datetime.fromtimestamp(status.session.created_at, tz).strftime("%Y-%m-%d %H:%M")
+    u = status.usage_totals
+    prompt = u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"]
+    index = status.index
+    if index.degraded:
+        search = f"DEGRADED, {index.degraded}"
+    else:
+        search = f"hybrid, embeddings {index.provider}/{index.model or 'default'}, "
+        search += f"vectors {index.vector_backend}"
+    lines = [
+        f"Model: {status.model}{fallbacks}",
+        f"Session: {status.session.id[:8]}, started {started}, "
+        f"{status.session.compactions} compaction(s)",
+        f"Context: ~{status.context_tokens:,} of {status.context_window:,} tokens "
+        f"(memory flush and compaction at {status.threshold:,})",
+        f"Usage this session: {prompt:,} prompt tokens ({u['cache_read_tokens']:,} read from "
+        f"cache, {u['cache_write_tokens']:,} written to it), {u['output_tokens']:,} output, "
+        f"{u['calls']} call(s)",
+        f"Memory index: {index.files} files, {index.chunks} chunks; search {search}"
+        + (" (rebuild pending)" if index.pending_rebuild else ""),
+    ]
+    if index.problems:
+        lines.append(f"  {len(index.problems)} file(s) could not be indexed: `pinch memory status`")
+    return "\n".join(lines)

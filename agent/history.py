@@ -1,0 +1,167 @@
+"""A session's transcript events turned back into the messages a model sees.
+
+The transcript (memory.sessions) is the source of truth for history: every user message, assistant
+message, tool call and tool result is an event. A model request replays the events after the
+latest compaction, with that compaction's summary in front. Rebuilding is deterministic, so the
+same events give byte-identical messages on every turn and the prompt cache keeps hitting.
+
+Events of an interrupted turn (a crash or a cancel between a tool call and its result) are
+repaired here, not in the store: a call without a result gets an error result, so the history
+stays valid for every provider.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from agent.types import ContentBlock, Message, Role, TextBlock, ToolCall, ToolResult, Usage
+from memory.sessions import TranscriptEvent
+from memory.text import estimate_tokens
+
+CONVERSATION_KINDS = frozenset({"user", "assistant", "tool_call", "tool_result"})
+INTERRUPTED_RESULT = "No result was recorded: the turn was interrupted before this tool finished."
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One user message and everything the agent did in answer to it."""
+
+    first_seq: int
+    events: tuple[TranscriptEvent, ...]
+
+    @property
+    def tokens(self) -> int:
+        return sum(message_tokens(m) for m in events_to_messages(self.events))
+
+
+@dataclass(frozen=True)
+class History:
+    """What a request replays: the latest summary (if any) and the turns kept after it."""
+
+    summary: str | None
+    turns: tuple[Turn, ...]
+
+    def messages(self) -> tuple[Message, ...]:
+        events = [e for turn in self.turns for e in turn.events]
+        messages = events_to_messages(events)
+        if self.summary:
+            messages = _prepend_user_text(messages, self.summary)
+        return tuple(messages)
+
+
+def build_history(
+    events: Sequence[TranscriptEvent], summary: str | None, first_kept_seq: int = 0
+) -> History:
+    """The history from `first_kept_seq` on (the latest compaction's), split into turns."""
+    kept = [e for e in events if e.seq >= first_kept_seq and e.kind in CONVERSATION_KINDS]
+    return History(summary, tuple(split_turns(kept)))
+
+
+def split_turns(events: Iterable[TranscriptEvent]) -> list[Turn]:
+    """Conversation events grouped by the user message that starts each turn."""
+    turns: list[list[TranscriptEvent]] = []
+    for event in events:
+        if event.kind not in CONVERSATION_KINDS:
+            continue
+        if event.kind == "user" or not turns:
+            turns.append([])
+        turns[-1].append(event)
+    return [Turn(group[0].seq, tuple(group)) for group in turns]
+
+
+def user_blocks(content: dict) -> tuple[TextBlock, ...]:
+    """A stored user message as content blocks: recalled context first, then the owner's words."""
+    recalled = content.get("recalled") or ""
+    text = content.get("text") or ""
+    return tuple(TextBlock(t) for t in (recalled, text) if t)
+
+
+def events_to_messages(events: Iterable[TranscriptEvent]) -> list[Message]:
+    """Messages for the conversation events, consecutive same-role blocks merged."""
+    raw: list[tuple[Role, ContentBlock]] = []
+    for event in events:
+        c = event.content
+        if event.kind == "user":
+            raw.extend(("user", block) for block in user_blocks(c))
+        elif event.kind == "assistant" and c.get("text"):
+            raw.append(("assistant", TextBlock(c["text"])))
+        elif event.kind == "tool_call":
+            raw.append(("assistant", ToolCall(c["id"], c["name"], dict(c.get("input") or {}))))
+        elif event.kind == "tool_result":
+            result = ToolResult(
+                c["tool_use_id"], str(c.get("content", "")), bool(c.get("is_error"))
+            )
+            raw.append(("user", result))
+    messages: list[Message] = []
+    for role, block in raw:
+        if messages and messages[-1].role == role:
+            messages[-1] = Message(role, (*messages[-1].content, block))
+        else:
+            messages.append(Message(role, (block,)))
+    return _repair_tool_pairs(messages)
+
+
+def _repair_tool_pairs(messages: list[Message]) -> list[Message]:
+    """Give every tool call a result right after it, drop results without a call, and put
+    results before text in a user message (the order the APIs require)."""
+    out: list[Message] = []
+    open_calls: list[str] = []
+    for message in messages:
+        if message.role == "assistant":
+            if open_calls:
+                out.append(Message.tool_results([_interrupted(i) for i in open_calls]))
+            out.append(message)
+            open_calls = [c.id for c in message.tool_calls]
+            continue
+        results = [b for b in message.content if isinstance(b, ToolResult)]
+        answered = {r.tool_use_id for r in results}
+        results = [r for r in results if r.tool_use_id in open_calls]
+        results += [_interrupted(i) for i in open_calls if i not in answered]
+        texts = [b for b in message.content if isinstance(b, TextBlock)]
+        open_calls = []
+        if results or texts:
+            out.append(Message("user", (*results, *texts)))
+    if open_calls:
+        out.append(Message.tool_results([_interrupted(i) for i in open_calls]))
+    return out
+
+
+def _interrupted(call_id: str) -> ToolResult:
+    return ToolResult(call_id, INTERRUPTED_RESULT, is_error=True)
+
+
+def _prepend_user_text(messages: list[Message], text: str) -> list[Message]:
+    if messages and messages[0].role == "user":
+        first = messages[0]
+        results = [b for b in first.content if isinstance(b, ToolResult)]
+        rest = [b for b in first.content if not isinstance(b, ToolResult)]
+        return [Message("user", (*results, TextBlock(text), *rest)), *messages[1:]]
+    return [Message.user(text), *messages]
+
+
+def message_tokens(message: Message) -> int:
+    """Estimated tokens of a message's text, tool inputs and tool results."""
+    total = 4  # role and framing
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            total += estimate_tokens(block.text)
+        elif isinstance(block, ToolCall):
+            total += estimate_tokens(block.name + json.dumps(dict(block.input), ensure_ascii=False))
+        else:
+            total += estimate_tokens(block.content) + 4
+    return total
+
+
+def usage_record(usage: Usage, model: str | None = None) -> dict[str, int | str]:
+    """A model call's usage as stored on its transcript event."""
+    record: dict[str, int | str] = {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+    }
+    if model:
+        record["model"] = model
+    return record

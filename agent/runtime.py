@@ -1,0 +1,324 @@
+"""The agent: one turn of conversation, from the owner's message to a durable reply.
+
+    agent = Agent(model=create_model_client(...), store=SessionStore(db), index=index,
+                  workspace=workspace, config=settings.agent)
+    reply = await agent.handle(SessionKey.owner_cli(), "What did we decide about the trip?")
+
+A turn stores the owner's message before calling the model, then runs the tool loop — model
+call, tool calls, tool results, each stored as it happens — until the model answers without
+tools; the final answer is stored before `handle` returns it. When the context grows too big the
+memory flush and compaction run first (compaction.py); slash commands are answered without the
+model (commands.py). A restart resumes every session from the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.clock import Clock, load_timezone
+from agent.commands import parse_command, run_command
+from agent.compaction import CompactionError, Compactor, summary_block
+from agent.config import AgentConfig
+from agent.context import Context, ContextBuilder
+from agent.history import build_history, usage_record
+from agent.model import ModelClient
+from agent.model_errors import ContextTooLongError
+from agent.prompts import render
+from agent.session_hook import save_session_note
+from agent.tools import MemoryTools, ToolContext
+from agent.types import ModelResponse, ToolCall, ToolResult, Usage
+from memory.index import IndexStatus, MemoryIndex
+from memory.sessions import Session, SessionKey, SessionStore
+from memory.writes import WorkspaceWriter
+
+log = logging.getLogger(__name__)
+
+TextCallback = Callable[[str], None]
+# Finds memory worth putting in front of a message (active memory); None when there is none.
+Recall = Callable[[SessionKey, str], Awaitable[str | None]]
+
+RESET_NOTICE = (
+    "(This conversation had grown too long and summarising it failed, so I started a fresh "
+    "session. Earlier messages stay searchable in memory.)"
+)
+EMPTY_ANSWER = "(The model sent an empty answer; ask again.)"
+TOOL_LOOP_STOPPED = "(No answer: the model kept calling tools. Ask again, more narrowly.)"
+TOOL_LIMIT_RESULT = (
+    "Not run: this turn has used all its tool calls. Answer now with what you have, and say "
+    "what is left undone."
+)
+
+
+@dataclass(frozen=True)
+class AgentReply:
+    """What to show the owner. `text` includes any notice (e.g. that a session was reset)."""
+
+    text: str
+    session_id: str
+    usage: Usage = field(default_factory=Usage)  # every model call of the turn, flush included
+    model: str | None = None  # the model that answered
+    command: str | None = None  # "/new", "/status", … when the message was a slash command
+    compacted: bool = False
+
+
+@dataclass(frozen=True)
+class AgentStatus:
+    model: str
+    fallback_models: tuple[str, ...]
+    session: Session
+    context_tokens: int
+    threshold: int
+    context_window: int
+    usage_totals: dict[str, int]
+    index: IndexStatus
+
+
+@dataclass
+class _Turn:
+    """The mutable state of one turn: its session may change if compaction has to reset it."""
+
+    key: SessionKey
+    session: Session
+    user_content: dict[str, str]
+    on_text: TextCallback | None
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+    compacted: bool = False
+    notices: list[str] = field(default_factory=list)
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        model: ModelClient,
+        store: SessionStore,
+        index: MemoryIndex,
+        workspace: Path,
+        config: AgentConfig | None = None,
+        clock: Clock | None = None,
+        recall: Recall | None = None,
+    ) -> None:
+        self.model = model
+        self.store = store
+        self.index = index
+        self.workspace = workspace
+        self.config = config or AgentConfig()
+        self.clock = clock or Clock(load_timezone(self.config.timezone))
+        self.recall = recall
+        # Every write re-indexes memory; writes already run in worker threads.
+        self.writer = WorkspaceWriter(workspace, on_written=self._reindex, tz=self.clock.tz)
+        self.tools = MemoryTools(
+            workspace=workspace, index=index, store=store, writer=self.writer, clock=self.clock
+        ).registry()
+        self.context_builder = ContextBuilder(
+            workspace,
+            max_chars=self.config.bootstrap_max_chars,
+            total_max_chars=self.config.bootstrap_total_max_chars,
+        )
+        self.compactor = Compactor(
+            model=model, store=store, index=index, tools=self.tools, config=self.config
+        )
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # -- the public API ----------------------------------------------------------------------
+
+    async def handle(
+        self, key: SessionKey, text: str, on_text: TextCallback | None = None
+    ) -> AgentReply:
+        """Answer one message from `key`'s conversation; `on_text` receives the reply as it streams.
+
+        Messages of one conversation are handled one at a time. Raises `ModelError` (worded as
+        advice) when no model can answer; everything stored up to then stays stored.
+        """
+        async with self._locks.setdefault(str(key), asyncio.Lock()):
+            command = parse_command(text)
+            if command is None:
+                return await self._run_turn(key, text, on_text)
+            result = await run_command(self, key, command)
+            if result.follow_up:  # "/new <message>": a fresh session, then the message
+                return await self._run_turn(key, result.follow_up, on_text, [result.text])
+            session = await asyncio.to_thread(self.store.current, key)
+            return AgentReply(result.text, session.id, command=command.name)
+
+    async def new_session(self, key: SessionKey) -> tuple[Session, str | None]:
+        """End `key`'s session (its note written, its transcript indexed) and start a new one.
+
+        Returns the new session and the workspace path of the note (None if there was nothing
+        to note)."""
+        old = await asyncio.to_thread(self.store.current, key)
+        note = None
+        try:
+            note = await save_session_note(
+                old,
+                store=self.store,
+                writer=self.writer,
+                model=self.model,
+                clock=self.clock,
+                slug_timeout_s=self.config.slug_timeout_s,
+            )
+        except Exception:  # the owner asked for a new session; a failed note must not stop it
+            log.warning("Could not write the session note of %s", old.id, exc_info=True)
+        await self.compactor.index_transcript(old)
+        new = await asyncio.to_thread(self.store.reset, key)
+        return new, note
+
+    async def context(self, key: SessionKey) -> Context:
+        """What `key`'s next request would contain, part by part (for /context)."""
+        session = await asyncio.to_thread(self.store.current, key)
+        return await asyncio.to_thread(self._build_context, session)
+
+    async def status(self, key: SessionKey) -> AgentStatus:
+        session = await asyncio.to_thread(self.store.current, key)
+        context = await asyncio.to_thread(self._build_context, session)
+        totals = await asyncio.to_thread(self.store.usage_totals, session.id)
+        index = await asyncio.to_thread(self.index.status)
+        return AgentStatus(
+            model=self.config.model,
+            fallback_models=tuple(self.config.fallback_models),
+            session=session,
+            context_tokens=context.tokens,
+            threshold=self.compactor.threshold,
+            context_window=self.config.context_window,
+            usage_totals=totals,
+            index=index,
+        )
+
+    # -- one turn ----------------------------------------------------------------------------
+
+    async def _run_turn(
+        self,
+        key: SessionKey,
+        text: str,
+        on_text: TextCallback | None,
+        notices: Sequence[str] = (),
+    ) -> AgentReply:
+        session = await asyncio.to_thread(self.store.current, key)
+        content = {"text": text}
+        recalled = await self._recall(key, text)
+        if recalled:
+            content["recalled"] = render("recalled", text=recalled)
+        await asyncio.to_thread(self.store.append, session.id, "user", content)
+        turn = _Turn(key, session, content, on_text, notices=list(notices))
+        if on_text is not None and notices:
+            on_text("\n\n".join(notices) + "\n\n")
+        answer = await self._tool_loop(turn)
+        text_out = "\n\n".join([*turn.notices, answer])
+        return AgentReply(
+            text_out, turn.session.id, turn.usage, turn.model, compacted=turn.compacted
+        )
+
+    async def _tool_loop(self, turn: _Turn) -> str:
+        """Call the model and run the tools it asks for until it answers; returns the answer.
+
+        After `max_tool_rounds` rounds of tools, further calls are refused with a result asking
+        for an answer; a model that still calls tools gets one more request, then is cut off.
+        """
+        rounds = self.config.max_tool_rounds
+        for round_ in range(rounds + 2):
+            response = await self._complete(turn)
+            await asyncio.to_thread(self._store_response, turn.session, response)
+            if not response.tool_calls:
+                return response.text.strip() or EMPTY_ANSWER
+            if round_ > rounds:
+                break
+            await self._run_tools(turn, response.tool_calls, refuse=round_ == rounds)
+        return response.text.strip() or TOOL_LOOP_STOPPED
+
+    async def _recall(self, key: SessionKey, text: str) -> str | None:
+        if self.recall is None:
+            return None
+        try:
+            return await self.recall(key, text)
+        except Exception:  # recall is a bonus; the message is answered without it
+            log.warning("Recall failed; answering without recalled context", exc_info=True)
+            return None
+
+    async def _complete(self, turn: _Turn) -> ModelResponse:
+        """One model call for the turn, compacting first if the context is too big."""
+        context = await asyncio.to_thread(self._build_context, turn.session)
+        if self.compactor.needs_compaction(context):
+            context = await self._compact(turn, context)
+        try:
+            return await self._call(turn, context)
+        except ContextTooLongError as exc:
+            log.info("The server found the prompt too long; compacting: %s", exc)
+            context = await self._compact(turn, context)
+            return await self._call(turn, context)
+
+    async def _call(self, turn: _Turn, context: Context) -> ModelResponse:
+        request = context.request(max_tokens=self.config.max_output_tokens)
+        response = await self.model.complete(request, turn.on_text)
+        turn.usage += response.usage
+        turn.model = response.model
+        return response
+
+    async def _compact(self, turn: _Turn, context: Context) -> Context:
+        """Flush memory, then summarise (on failure: a fresh session); returns the new context."""
+        flush = await self.compactor.flush_memory(
+            turn.session, context, today=self.clock.now().date()
+        )
+        turn.usage += flush.usage
+        try:
+            turn.session, usage = await self.compactor.compact(turn.session)
+            turn.usage += usage
+            turn.compacted = True
+        except CompactionError as exc:
+            log.warning("Compaction failed; starting a fresh session: %s", exc)
+            await self._reset_after_failure(turn)
+        return await asyncio.to_thread(self._build_context, turn.session)
+
+    async def _reset_after_failure(self, turn: _Turn) -> None:
+        await self.compactor.index_transcript(turn.session)  # nothing said is lost to search
+        turn.session = await asyncio.to_thread(self.store.reset, turn.key)
+        await asyncio.to_thread(self.store.append, turn.session.id, "user", turn.user_content)
+        turn.notices.append(RESET_NOTICE)
+        if turn.on_text is not None:
+            turn.on_text(RESET_NOTICE + "\n\n")
+
+    async def _run_tools(self, turn: _Turn, calls: Sequence[ToolCall], *, refuse: bool) -> None:
+        ctx = ToolContext(turn.key, turn.session.id)
+        if refuse:
+            results = [ToolResult(c.id, TOOL_LIMIT_RESULT, is_error=True) for c in calls]
+        else:
+            results = list(await asyncio.gather(*(self.tools.call(c, ctx) for c in calls)))
+        await asyncio.to_thread(self._store_results, turn.session, results)
+
+    # -- the transcript ----------------------------------------------------------------------
+
+    def _build_context(self, session: Session) -> Context:
+        latest = self.store.latest_compaction(session.id)
+        first_kept = int(latest.content["first_kept_seq"]) if latest else 0
+        summary = (
+            summary_block(str(latest.content["summary"]), session.id, first_kept)
+            if latest
+            else None
+        )
+        events = self.store.events(session.id, after_seq=max(0, first_kept - 1))
+        history = build_history(events, summary, first_kept)
+        return self.context_builder.build(
+            session.key,
+            history,
+            self.tools.specs,
+            today=self.clock.now().date(),
+            timezone=self.clock.zone_name,
+        )
+
+    def _store_response(self, session: Session, response: ModelResponse) -> None:
+        usage = usage_record(response.usage, response.model)
+        self.store.append(session.id, "assistant", {"text": response.text}, usage)
+        for call in response.tool_calls:
+            content = {"id": call.id, "name": call.name, "input": dict(call.input)}
+            self.store.append(session.id, "tool_call", content)
+
+    def _store_results(self, session: Session, results: Sequence[ToolResult]) -> None:
+        for r in results:
+            content = {"tool_use_id": r.tool_use_id, "content": r.content, "is_error": r.is_error}
+            self.store.append(session.id, "tool_result", content)
+
+    def _reindex(self, rel_path: str) -> None:
+        self.index.sync()

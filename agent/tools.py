@@ -1,0 +1,374 @@
+"""The tools the model may call, each a JSON schema and an async function.
+
+A tool that fails returns its failure to the model as a tool result with `is_error` set, worded
+so the model can correct itself; nothing a tool does can crash a turn. Blocking work (searching,
+embedding, SQLite and file writes) runs in a worker thread, off the event loop.
+
+Privacy: in group sessions MEMORY.md and USER.md are neither searched, read nor written, and
+transcripts are readable only by the conversation they belong to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from agent.clock import Clock
+from agent.context import PRIVATE_FILES
+from agent.types import ToolCall, ToolResult, ToolSpec
+from memory.errors import MemoryError_
+from memory.index import MemoryIndex
+from memory.sessions import SessionKey, SessionStore
+from memory.transcripts import read_transcript
+from memory.workspace import read_memory_lines
+from memory.writes import WorkspaceWriter
+
+log = logging.getLogger(__name__)
+
+MAX_RESULT_CHARS = 16_000
+MAX_READ_CHARS = 20_000
+TRANSCRIPT_PREFIX = "sessions/"
+# The memory flush may read and append to today's log, nothing else.
+FLUSH_TOOLS = frozenset(
+    {"memory_search", "memory_get", "transcript_read", "read_file", "current_time", "memory_append"}
+)
+
+
+class ToolFailure(Exception):
+    """A failure the model should read and act on (a bad path, a refused write, …)."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Who is asking: the conversation a tool call belongs to."""
+
+    key: SessionKey
+    session_id: str
+
+
+ToolFunction = Callable[[ToolContext, Mapping[str, Any]], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    spec: ToolSpec
+    run: ToolFunction
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self._tools = {t.spec.name: t for t in tools}
+
+    @property
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(t.spec for t in self._tools.values())
+
+    async def call(
+        self, call: ToolCall, ctx: ToolContext, *, allowed: frozenset[str] | None = None
+    ) -> ToolResult:
+        """Run `call`; any failure becomes an error result. `allowed` limits which tools run."""
+        tool = self._tools.get(call.name)
+        try:
+            if tool is None:
+                raise ToolFailure(
+                    f"Unknown tool {call.name!r}. Available: {', '.join(self._tools)}."
+                )
+            if allowed is not None and call.name not in allowed:
+                raise ToolFailure(
+                    f"{call.name} is not allowed now. Allowed: {', '.join(sorted(allowed))}."
+                )
+            check_input(call.input, tool.spec.input_schema)
+            output = await tool.run(ctx, call.input)
+        except (ToolFailure, MemoryError_, ValueError, OSError) as exc:
+            return ToolResult(call.id, str(exc) or type(exc).__name__, is_error=True)
+        except Exception as exc:  # a bug in a tool must not end the owner's turn
+            log.exception("tool %s failed", call.name)
+            return ToolResult(call.id, f"{call.name} failed: {type(exc).__name__}: {exc}", True)
+        if len(output) > MAX_RESULT_CHARS:
+            output = output[:MAX_RESULT_CHARS] + "\n… [cut; ask for fewer lines or results]"
+        return ToolResult(call.id, output)
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+def check_input(value: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+    """Raise ToolFailure when `value` misses a required property or has one of the wrong type."""
+    if "_unparsed_arguments" in value:
+        raise ToolFailure(f"The arguments are not a JSON object: {value['_unparsed_arguments']!r}")
+    properties = schema.get("properties", {})
+    missing = [name for name in schema.get("required", []) if name not in value]
+    if missing:
+        raise ToolFailure(f"Missing required argument(s): {', '.join(missing)}.")
+    for name, given in value.items():
+        spec = properties.get(name)
+        if spec is None:
+            continue
+        types = _JSON_TYPES.get(spec.get("type", ""), (object,))
+        if not isinstance(given, types) or (isinstance(given, bool) and bool not in types):
+            raise ToolFailure(f"Argument {name!r} must be of type {spec.get('type')}.")
+        if "enum" in spec and given not in spec["enum"]:
+            raise ToolFailure(f"Argument {name!r} must be one of {spec['enum']}.")
+        if "minimum" in spec and given < spec["minimum"]:
+            raise ToolFailure(f"Argument {name!r} must be at least {spec['minimum']}.")
+
+
+def _schema(required: Iterable[str] = (), **properties: dict[str, Any]) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+_INT = {"type": "integer", "minimum": 1}
+
+
+class MemoryTools:
+    """The built-in tools over one workspace, its memory index and the session store."""
+
+    def __init__(
+        self,
+        *,
+        workspace: Path,
+        index: MemoryIndex,
+        store: SessionStore,
+        writer: WorkspaceWriter,
+        clock: Clock,
+    ) -> None:
+        self.workspace = workspace
+        self.index = index
+        self.store = store
+        self.writer = writer
+        self.clock = clock
+
+    def registry(self) -> ToolRegistry:
+        s = _schema
+        text = {"type": "string"}
+        return ToolRegistry(
+            [
+                Tool(
+                    ToolSpec(
+                        "memory_search",
+                        "Search long-term memory (MEMORY.md, USER.md, daily logs, session notes) "
+                        "and this conversation's earlier turns. Returns hits: path, lines, score, "
+                        "snippet.",
+                        s(["query"], query=text, max_results=_INT, min_score={"type": "number"}),
+                    ),
+                    self.memory_search,
+                ),
+                Tool(
+                    ToolSpec(
+                        "memory_get",
+                        "Read lines of a memory file (MEMORY.md, USER.md, memory/*.md).",
+                        s(["path"], path=text, **{"from": _INT}, lines=_INT),
+                    ),
+                    self.memory_get,
+                ),
+                Tool(
+                    ToolSpec(
+                        "transcript_read",
+                        "Read lines (turn numbers) of this conversation's transcript, for "
+                        "sessions/<id> search hits.",
+                        s(["path"], path=text, **{"from": _INT}, lines=_INT),
+                    ),
+                    self.transcript_read,
+                ),
+                Tool(
+                    ToolSpec(
+                        "memory_append",
+                        "Append a note to today's log memory/YYYY-MM-DD.md.",
+                        s(["text"], text=text),
+                    ),
+                    self.memory_append,
+                ),
+                Tool(
+                    ToolSpec(
+                        "remember",
+                        "Record a lasting fact or preference, dated: USER.md about the owner, "
+                        "MEMORY.md otherwise. supersedes: words of the entry it replaces.",
+                        s(
+                            ["file", "text"],
+                            file={"type": "string", "enum": ["USER.md", "MEMORY.md"]},
+                            text=text,
+                            section=text,
+                            supersedes=text,
+                        ),
+                    ),
+                    self.remember,
+                ),
+                Tool(
+                    ToolSpec(
+                        "read_file",
+                        "Read a text file in the workspace (relative path).",
+                        s(["path"], path=text, **{"from": _INT}, lines=_INT),
+                    ),
+                    self.read_file,
+                ),
+                Tool(
+                    ToolSpec("current_time", "Now, in the owner's time zone.", s()),
+                    self.current_time,
+                ),
+            ]
+        )
+
+    # -- reading memory ----------------------------------------------------------------------
+
+    async def memory_search(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
+        query = str(args["query"]).strip()
+        if not query:
+            raise ToolFailure("The query is empty: search for distinctive words.")
+        max_results = min(int(args.get("max_results") or 6), 20)
+        min_score = args.get("min_score")
+        hits = await asyncio.to_thread(
+            self.index.search,
+            query,
+            max_results=max_results,
+            min_score=None if min_score is None else float(min_score),
+            now=self.clock.now().replace(tzinfo=None),
+            scopes=("", ctx.key.memory_scope),
+        )
+        if ctx.key.is_group:
+            hits = [h for h in hits if h.path not in PRIVATE_FILES]
+        results = []
+        for hit in hits:
+            item: dict[str, Any] = {
+                "path": hit.path,
+                "lines": f"{hit.start_line}-{hit.end_line}",
+                "score": round(hit.score, 3),
+                "snippet": hit.snippet,
+            }
+            if hit.path.startswith(TRANSCRIPT_PREFIX):
+                item["read_with"] = "transcript_read"
+            results.append(item)
+        answer: dict[str, Any] = {"results": results}
+        if not results:
+            answer["note"] = (
+                "No matches. Try other words (names, dates, synonyms) before saying so."
+            )
+        if self.index.degraded_reason():
+            answer["mode"] = "keyword-only"
+        return json.dumps(answer, ensure_ascii=False)
+
+    async def memory_get(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
+        path = str(args["path"])
+        if path.startswith(TRANSCRIPT_PREFIX):
+            raise ToolFailure(f"{path} is a transcript: read it with transcript_read.")
+        self._refuse_private(ctx, path)
+        result = await asyncio.to_thread(
+            read_memory_lines,
+            self.workspace,
+            path,
+            int(args.get("from") or 1),
+            _optional_int(args.get("lines")),
+            self.index.config.extra_paths,
+        )
+        r = result
+        if not r.text:
+            return f"{r.path} has {r.total_lines} lines; nothing at line {r.from_line}."
+        return f"{r.path} lines {r.from_line}-{r.to_line} of {r.total_lines}:\n{r.text}"
+
+    async def transcript_read(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
+        count = min(_optional_int(args.get("lines")) or 40, 200)
+        return await asyncio.to_thread(
+            read_transcript,
+            self.store,
+            str(args["path"]).strip(),
+            int(args.get("from") or 1),
+            count,
+            scope=ctx.key.memory_scope,  # only this conversation's transcripts
+        )
+
+    async def read_file(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
+        path = str(args["path"])
+        self._refuse_private(ctx, path)
+        target = confined_path(self.workspace, path)
+        text = await asyncio.to_thread(_read_text_file, target, path)
+        lines = text.split("\n")
+        start = int(args.get("from") or 1)
+        count = _optional_int(args.get("lines")) or len(lines)
+        selected = "\n".join(lines[start - 1 : start - 1 + count])
+        if len(selected) > MAX_READ_CHARS:
+            selected = selected[:MAX_READ_CHARS] + "\n… [cut; read fewer lines with from/lines]"
+        return selected or f"{path} has {len(lines)} lines; nothing at line {start}."
+
+    async def current_time(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
+        now = self.clock.now()
+        return f"{now:%Y-%m-%d %H:%M (%A)}, {self.clock.zone_name} (UTC{now:%z})"
+
+    # -- writing memory ----------------------------------------------------------------------
+
+    async def memory_append(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
+        text = str(args["text"]).strip()
+        if not text:
+            raise ToolFailure("Nothing to append: text is empty.")
+        rel = await asyncio.to_thread(self.writer.append_daily_log, text, now=self.clock.now())
+        return f"Appended to {rel}."
+
+    async def remember(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
+        if ctx.key.is_group:
+            raise ToolFailure(
+                "remember is not available in group conversations: USER.md and MEMORY.md are the "
+                "owner's private files. Use memory_append, or ask the owner in a direct chat."
+            )
+        text = str(args["text"]).strip()
+        if not text:
+            raise ToolFailure("Nothing to remember: text is empty.")
+        rel = await asyncio.to_thread(
+            self.writer.record_fact,
+            args["file"],
+            text,
+            section=args.get("section") or None,
+            supersedes=args.get("supersedes") or None,
+            now=self.clock.now(),
+        )
+        return f"Recorded in {rel}."
+
+    @staticmethod
+    def _refuse_private(ctx: ToolContext, path: str) -> None:
+        if ctx.key.is_group and PurePosixPath(path.strip()).as_posix() in PRIVATE_FILES:
+            raise ToolFailure(f"{path} is private to the owner and not readable in group chats.")
+
+
+def confined_path(workspace: Path, raw: str) -> Path:
+    """The workspace file `raw` names; ToolFailure for absolute paths, `..`, or symlinks."""
+    text = raw.strip()
+    if not text or "\x00" in text or "\\" in text or text.startswith(("/", "~")):
+        raise ToolFailure(f"{raw!r} is not a workspace-relative path, e.g. memory/notes.md.")
+    parts = PurePosixPath(text).parts
+    if any(p in ("..", ".") for p in parts) or ":" in parts[0]:
+        raise ToolFailure(f"{raw!r} may not leave the workspace.")
+    probe = workspace
+    for part in parts:
+        probe = probe / part
+        if probe.is_symlink():
+            raise ToolFailure(f"{raw!r} goes through a symbolic link, which is not allowed.")
+    try:
+        probe.resolve().relative_to(workspace.resolve())
+    except ValueError as exc:
+        raise ToolFailure(f"{raw!r} is outside the workspace.") from exc
+    return probe
+
+
+def _read_text_file(target: Path, shown: str) -> str:
+    if not target.is_file():
+        raise ToolFailure(f"{shown} does not exist in the workspace (or is a folder).")
+    data = target.read_bytes()
+    if b"\x00" in data[:8192]:
+        raise ToolFailure(f"{shown} is a binary file; only text files can be read.")
+    return data.decode("utf-8", errors="replace")
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
