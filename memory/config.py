@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from memory.presets import get_preset
 
 EmbeddingProviderName = Literal["local", "use", "litellm", "none"]
 
@@ -51,3 +53,9 @@ class MemoryConfig(BaseModel):
     preset: str = "pinch"  # named search preset (see memory.presets)
     watch_debounce_ms: int = Field(default=1500, ge=50, le=60000)
     vector_backend: Literal["auto", "sqlite-vec", "numpy"] = "auto"
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, name: str) -> str:
+        get_preset(name)  # a ValueError naming the known presets, reported at startup
+        return name
