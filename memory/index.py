@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from memory.chunking import Chunk, chunk_markdown, hash_text
+from memory.chunking import Chunk, Unit, chunk_markdown, hash_text, split_units
 from memory.config import MemoryConfig
 from memory.db import Database, open_database
 from memory.embeddings import EmbeddingError, EmbeddingProvider, create_provider
@@ -30,10 +30,18 @@ from memory.errors import IndexingError
 from memory.presets import SearchPreset, get_preset
 from memory.search import SearchHit, run_search
 from memory.text import fts_body
-from memory.vectors import NumpyStore, SqliteVecStore, VectorStore, from_blob, to_blob
+from memory.vectors import (
+    NumpyStore,
+    SqliteVecStore,
+    VectorStore,
+    drop_vec_table,
+    from_blob,
+    to_blob,
+)
 from memory.workspace import MemoryFile, discover_memory_files, file_day
 
 TOKENIZER_VERSION = "pinch-fts-v1"  # bump when fts_body() or chunking rules change
+PASSAGES_VERSION = "units-v1"  # bump when split_units() changes
 MAX_FILE_BYTES = 10 * 1024 * 1024
 STALE_BUILD_SECONDS = 600
 
@@ -100,6 +108,7 @@ class MemoryIndex:
         self._provider_loaded = False
         self._stores: dict[int, VectorStore] = {}
         self._owned_build: int | None = None  # the generation this object is building
+        self._query_cache: dict[tuple[str, str, str], np.ndarray] = {}
         # Run on a full rebuild, after the files and before the swap, to fill the new
         # generation with chunks that files do not back. Transcripts by default.
         self.rebuild_hooks: list[RebuildHook] = [_replay_transcripts]
@@ -142,6 +151,7 @@ class MemoryIndex:
             "chunk_tokens": self.config.chunking.tokens,
             "chunk_overlap": self.config.chunking.overlap,
             "tokenizer": TOKENIZER_VERSION,
+            "passages": PASSAGES_VERSION,
         }
 
     def _store(self, dimensions: int | None) -> VectorStore | None:
@@ -187,14 +197,8 @@ class MemoryIndex:
         store = self._store(dimensions)
         if store is not None:
             store.drop_generation(conn, generation)
-        elif self.db.vec_version and dimensions:
-            # The table may exist even when this run has no provider (degraded).
-            table = f"memory_vec_{dimensions}"
-            exists = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE name = ?", (table,)
-            ).fetchone()
-            if exists:
-                conn.execute(f"DELETE FROM {table} WHERE generation = ?", (generation,))
+        drop_vec_table(conn, generation)  # also when this run has no provider (degraded)
+        conn.execute("DELETE FROM memory_units WHERE generation = ?", (generation,))
         conn.execute("DELETE FROM memory_chunks WHERE generation = ?", (generation,))
         conn.execute("DELETE FROM memory_sources WHERE generation = ?", (generation,))
         conn.execute("DELETE FROM memory_generations WHERE id = ?", (generation,))
@@ -340,7 +344,8 @@ class MemoryIndex:
             )
             pending.append((f, st, file_hash, chunks))
 
-        vectors = self._embed_all([c for *_, chunks in pending for c in chunks], report, on_progress)
+        units = [u for *_, chunks in pending for c in chunks for u in split_units(c)]
+        vectors = self._embed_all(units, report, on_progress)
         for f, st, file_hash, chunks in pending:
             self._write_file(generation, f, st, file_hash, chunks, vectors)
             report.files_indexed.append(f.rel_path)
@@ -381,9 +386,12 @@ class MemoryIndex:
             )
 
     def _embed_all(
-        self, chunks: list[Chunk], report: SyncReport, on_progress: ProgressCallback | None
+        self,
+        chunks: Sequence[Chunk | Unit],
+        report: SyncReport,
+        on_progress: ProgressCallback | None,
     ) -> dict[str, np.ndarray]:
-        """Vectors for the chunks' hashes: from the cache, else embedded in batches and cached."""
+        """Vectors for the texts' hashes: from the cache, else embedded in batches and cached."""
         p = self.provider
         if p is None or not chunks:
             return {}
@@ -435,22 +443,75 @@ class MemoryIndex:
 
     def _delete_path(self, conn: Any, generation: int, path: str) -> None:
         ids = [
-            r[0]
+            int(r[0])
             for r in conn.execute(
                 "SELECT id FROM memory_chunks WHERE generation = ? AND path = ?", (generation, path)
             )
         ]
-        if ids:
-            conn.executemany("DELETE FROM memory_fts WHERE rowid = ?", [(i,) for i in ids])
-            store = self._store(self.provider.dimensions if self.provider else None)
-            if store is not None:
-                store.delete(conn, ids)
-            conn.execute(
-                "DELETE FROM memory_chunks WHERE generation = ? AND path = ?", (generation, path)
-            )
+        self._delete_chunk_ids(conn, generation, ids)
         conn.execute(
             "DELETE FROM memory_sources WHERE generation = ? AND path = ?", (generation, path)
         )
+
+    def _delete_chunk_ids(self, conn: Any, generation: int, ids: list[int]) -> None:
+        """Remove chunks with their keyword rows, passages and passage vectors."""
+        if not ids:
+            return
+        conn.executemany("DELETE FROM memory_fts WHERE rowid = ?", [(i,) for i in ids])
+        unit_ids: list[int] = []
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            marks = ",".join("?" for _ in part)
+            unit_ids += [
+                int(r[0])
+                for r in conn.execute(
+                    f"SELECT id FROM memory_units WHERE chunk_id IN ({marks})", part
+                )
+            ]
+        row = conn.execute(
+            "SELECT dimensions FROM memory_generations WHERE id = ?", (generation,)
+        ).fetchone()
+        dims = row[0] if row else None
+        store = self._store(dims)
+        if store is not None:
+            store.delete(conn, generation, unit_ids)
+        elif self.db.vec_version and dims:
+            # No provider in this run, but the generation may have vectors: remove them too.
+            SqliteVecStore(self.db, dims).delete(conn, generation, unit_ids)
+        conn.executemany("DELETE FROM memory_units WHERE chunk_id = ?", [(i,) for i in ids])
+        conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in ids])
+
+    def _insert_chunk(
+        self,
+        conn: Any,
+        generation: int,
+        where: tuple[str, str, str, str],  # path, source, origin, scope
+        chunk: Chunk,
+        day: str | None,
+        units: Sequence[Unit],
+        vectors: dict[str, np.ndarray],
+        vec_rows: list[tuple[int, int, str, np.ndarray]],
+    ) -> int:
+        """Insert one chunk, its keyword row and its passages; queue the passages' vectors."""
+        path, source, origin, scope = where
+        cur = conn.execute(
+            "INSERT INTO memory_chunks(generation, path, source, origin, scope, "
+            "start_line, end_line, hash, text, importance, day) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (generation, path, source, origin, scope, chunk.start_line, chunk.end_line,
+             chunk.hash, chunk.text, chunk.importance, day),
+        )
+        cid = int(cur.lastrowid)
+        conn.execute("INSERT INTO memory_fts(rowid, body) VALUES (?, ?)", (cid, fts_body(chunk.text)))
+        for u in units:
+            cur = conn.execute(
+                "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (cid, generation, u.start_line, u.end_line, u.hash),
+            )
+            if u.hash in vectors:
+                vec_rows.append((int(cur.lastrowid), generation, scope, vectors[u.hash]))
+        return cid
 
     def _write_file(
         self,
@@ -467,17 +528,8 @@ class MemoryIndex:
             self._delete_path(conn, generation, f.rel_path)
             vec_rows: list[tuple[int, int, str, np.ndarray]] = []
             for c in chunks:
-                cur = conn.execute(
-                    "INSERT INTO memory_chunks(generation, path, source, origin, scope, "
-                    "start_line, end_line, hash, text, importance, day) "
-                    "VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?)",
-                    (generation, f.rel_path, f.source, f.origin, c.start_line, c.end_line,
-                     c.hash, c.text, c.importance, day),
-                )
-                cid = int(cur.lastrowid)
-                conn.execute("INSERT INTO memory_fts(rowid, body) VALUES (?, ?)", (cid, fts_body(c.text)))
-                if c.hash in vectors:
-                    vec_rows.append((cid, generation, "", vectors[c.hash]))
+                where = (f.rel_path, f.source, f.origin, "")
+                self._insert_chunk(conn, generation, where, c, day, split_units(c), vectors, vec_rows)
             if store is not None and vec_rows:
                 store.add(conn, vec_rows)
             conn.execute(
@@ -549,29 +601,9 @@ class MemoryIndex:
                 self._delete_chunks(conn, gen, path, replace_from_line)
             vec_rows: list[tuple[int, int, str, np.ndarray]] = []
             for c, chunk in zip(chunks, real, strict=True):
-                cur = conn.execute(
-                    "INSERT INTO memory_chunks(generation, path, source, origin, scope, "
-                    "start_line, end_line, hash, text, importance, day) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
-                    (
-                        gen,
-                        path,
-                        source,
-                        c.origin,
-                        scope,
-                        c.start_line,
-                        c.end_line,
-                        chunk.hash,
-                        c.text,
-                        c.day,
-                    ),
-                )
-                cid = int(cur.lastrowid)
-                conn.execute(
-                    "INSERT INTO memory_fts(rowid, body) VALUES (?, ?)", (cid, fts_body(c.text))
-                )
-                if chunk.hash in vectors:
-                    vec_rows.append((cid, gen, scope, vectors[chunk.hash]))
+                unit = Unit(chunk.start_line, chunk.end_line, chunk.text, chunk.hash)
+                where = (path, source, c.origin, scope)
+                self._insert_chunk(conn, gen, where, chunk, c.day, [unit], vectors, vec_rows)
             if store is not None and vec_rows:
                 store.add(conn, vec_rows)
             self._bump_version(conn)
@@ -592,23 +624,7 @@ class MemoryIndex:
             sql += " AND start_line >= ?"
             params += (from_line,)
         ids = [int(r[0]) for r in conn.execute(sql, params)]
-        if not ids:
-            return 0
-        conn.executemany("DELETE FROM memory_fts WHERE rowid = ?", [(i,) for i in ids])
-        row = conn.execute(
-            "SELECT dimensions FROM memory_generations WHERE id = ?", (generation,)
-        ).fetchone()
-        dims = row[0] if row else None
-        store = self._store(dims)
-        if store is not None:
-            store.delete(conn, ids)
-        elif self.db.vec_version and dims:
-            # No provider in this run, but the generation may have vectors: chunk ids get
-            # reused, so their rows must go too.
-            table = f"memory_vec_{dims}"
-            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
-                conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in ids])
-        conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in ids])
+        self._delete_chunk_ids(conn, generation, ids)
         return len(ids)
 
     def prime_embedding_cache(self, texts: Sequence[str], vectors: np.ndarray) -> None:
@@ -660,13 +676,26 @@ class MemoryIndex:
             generation,
             query,
             preset=chosen,
-            provider=provider,
+            embed_query=self._embed_query if provider else None,
             store=store,
             max_results=max_results,
             min_score=min_score,
             now=now or datetime.now(),
             scopes=list(scopes),
         )
+
+    def _embed_query(self, text: str) -> np.ndarray:
+        """The query's vector, remembered for the last few queries (agents repeat themselves)."""
+        p = self.provider
+        assert p is not None
+        key = (p.provider, p.model, text)
+        vec = self._query_cache.pop(key, None)
+        if vec is None:
+            vec = p.embed_query(text)
+        self._query_cache[key] = vec
+        while len(self._query_cache) > 256:
+            self._query_cache.pop(next(iter(self._query_cache)))
+        return vec
 
     # ---- status -----------------------------------------------------------------------------
 

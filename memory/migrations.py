@@ -108,7 +108,25 @@ def m002_sessions(conn: Any) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Any], None]] = [m001_memory_index, m002_sessions]
+def m003_memory_units(conn: Any) -> None:
+    """Passages inside chunks, each with its own vector (the vector rowid is the unit id)."""
+    conn.executescript(
+        """
+        CREATE TABLE memory_units (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: vector rows are keyed by it
+            chunk_id INTEGER NOT NULL REFERENCES memory_chunks(id) ON DELETE CASCADE,
+            generation INTEGER NOT NULL,
+            start_line INTEGER NOT NULL,
+            end_line INTEGER NOT NULL,
+            hash TEXT NOT NULL                     -- sha256 of the passage (embedding cache key)
+        );
+        CREATE INDEX memory_units_by_chunk ON memory_units (chunk_id);
+        CREATE INDEX memory_units_by_generation ON memory_units (generation);
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[Any], None]] = [m001_memory_index, m002_sessions, m003_memory_units]
 
 
 def apply_migrations(conn: Any) -> list[str]:

@@ -26,7 +26,8 @@ from memory.text import (
 )
 
 if TYPE_CHECKING:
-    from memory.embeddings import EmbeddingProvider
+    from collections.abc import Callable
+
     from memory.vectors import VectorStore
 
 SNIPPET_ELLIPSIS = " … "
@@ -70,24 +71,74 @@ class _Candidate:
     keyword_score: float = 0.0
     score: float = 0.0
     best_lines: tuple[int, ...] = ()  # indexes of the chunk's lines that match the query best
+    line_scores: tuple[float, ...] = ()  # how well each line of the chunk matches the query
+    passages: tuple[tuple[int, int, float], ...] = ()  # (start, end, vector score) of its passages
 
 
 def keyword_candidates(
     db: Database, generation: int, match: str, limit: int, scopes: list[str]
 ) -> list[tuple[int, float]]:
-    """(chunk_id, bm25 rank) best first; rank is negative, lower is better."""
-    marks = ",".join("?" for _ in scopes)
-    try:
-        rows = db.execute(
-            "SELECT f.rowid, bm25(memory_fts) AS r FROM memory_fts f "
-            "JOIN memory_chunks c ON c.id = f.rowid "
-            f"WHERE memory_fts MATCH ? AND c.generation = ? AND c.scope IN ({marks}) "
-            "ORDER BY r LIMIT ?",
-            (match, generation, *scopes, limit),
+    """(chunk_id, bm25 rank) best first; rank is negative, lower is better.
+
+    FTS5 ranks first and the generation/scope filter applies to its top rows (SQLite's planner
+    would otherwise probe the FTS index once per chunk); the inner limit grows if the filter
+    leaves too few.
+    """
+    inner = max(4 * limit, 200)
+    while True:
+        try:
+            ranked = db.execute(
+                "SELECT rowid, bm25(memory_fts) AS r FROM memory_fts WHERE memory_fts MATCH ? "
+                "ORDER BY r LIMIT ?",
+                (match, inner),
+            )
+        except Exception:
+            return []  # a query FTS5 cannot parse finds nothing by keyword
+        allowed = _in_scope(db, [int(i) for i, _ in ranked], generation, scopes)
+        kept = [(int(i), float(r)) for i, r in ranked if int(i) in allowed]
+        if len(kept) >= limit or len(ranked) < inner:
+            return kept[:limit]
+        inner *= 8
+
+
+def _in_scope(db: Database, ids: list[int], generation: int, scopes: list[str]) -> set[int]:
+    """The chunk ids among `ids` that belong to the generation and one of the scopes."""
+    out: set[int] = set()
+    smarks = ",".join("?" for _ in scopes)
+    for i in range(0, len(ids), 500):
+        part = ids[i : i + 500]
+        marks = ",".join("?" for _ in part)
+        out.update(
+            int(r[0])
+            for r in db.execute(
+                f"SELECT id FROM memory_chunks WHERE id IN ({marks}) AND generation = ? "
+                f"AND scope IN ({smarks})",
+                (*part, generation, *scopes),
+            )
         )
-    except Exception:
-        return []  # a query FTS5 cannot parse finds nothing by keyword
-    return [(int(i), float(r)) for i, r in rows]
+    return out
+
+
+def chunk_vector_scores(
+    db: Database, unit_hits: list[tuple[int, float]]
+) -> tuple[list[tuple[int, float]], dict[int, list[tuple[int, int, float]]]]:
+    """Passage hits → each chunk's best passage score (best first) and its scored passages."""
+    best: dict[int, float] = {}
+    passages: dict[int, list[tuple[int, int, float]]] = {}
+    sims = dict(unit_hits)
+    ids = list(sims)
+    for i in range(0, len(ids), 500):
+        part = ids[i : i + 500]
+        marks = ",".join("?" for _ in part)
+        for uid, cid, start, end in db.execute(
+            f"SELECT id, chunk_id, start_line, end_line FROM memory_units WHERE id IN ({marks})",
+            part,
+        ):
+            sim = sims[uid]
+            best[cid] = max(best.get(cid, -1.0), sim)
+            passages.setdefault(cid, []).append((start, end, sim))
+    ranked = sorted(best.items(), key=lambda x: -x[1])
+    return ranked, passages
 
 
 def merge_hybrid(
@@ -112,7 +163,7 @@ def merge_hybrid(
     return out
 
 
-def _line_weights(lines_terms: list[list[set[str]]], terms: list[str]) -> dict[str, float]:
+def _line_weights(lines_terms: list[list[frozenset[str]]], terms: list[str]) -> dict[str, float]:
     """IDF of each query term over the candidate chunks' lines (rare terms weigh more)."""
     n = sum(len(lt) for lt in lines_terms) or 1
     weights: dict[str, float] = {}
@@ -135,12 +186,20 @@ def rerank_by_lines(candidates: list[_Candidate], terms: list[str], weight: floa
         scores = [sum(w for t, w in weights.items() if t in lt) for lt in lts]
         best = int(np.argmax(scores)) if scores else 0
         # A pair of neighbouring lines (a question and its answer) may cover more together.
-        pair_best, pair_idx = scores[best], (best,)
+        pair_best, pair_idx = scores[best], (best,)  # type: tuple[float, tuple[int, ...]]
         for j in range(len(lts) - 1):
             both = sum(w for t, w in weights.items() if t in lts[j] or t in lts[j + 1])
             if both > pair_best + 1e-9:
                 pair_best, pair_idx = both, (j, j + 1)
         cand.best_lines = pair_idx if pair_best > 0 else ()
+        lexical = [x / total for x in scores] if total > 0 else [0.0] * len(scores)
+        semantic = [0.0] * len(lts)
+        for start, end, v in cand.passages:
+            for n in range(start, end + 1):
+                i = n - cand.start_line
+                if 0 <= i < len(semantic):
+                    semantic[i] = max(semantic[i], v)
+        cand.line_scores = tuple(a + b for a, b in zip(lexical, semantic, strict=True))
         if total > 0 and weight:
             coverage = 0.5 * scores[best] / total + 0.5 * pair_best / total
             cand.score += weight * coverage
@@ -159,7 +218,7 @@ def temporal_multiplier(day: str | None, now: datetime, preset: SearchPreset) ->
     return preset.decay_floor + (1 - preset.decay_floor) * decay
 
 
-def _jaccard(a: set[str], b: set[str]) -> float:
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
 
 
@@ -167,18 +226,15 @@ def mmr_select(candidates: list[_Candidate], k: int, lam: float) -> list[_Candid
     """Maximal marginal relevance on word sets: relevant, and not repeating each other."""
     pool = list(candidates)
     sets = {c.id: line_terms(c.text) for c in pool}
+    redundancy = {c.id: 0.0 for c in pool}  # max similarity to anything chosen so far
     chosen: list[_Candidate] = []
     top = max((c.score for c in pool), default=1.0) or 1.0
     while pool and len(chosen) < k:
-        best = max(
-            pool,
-            key=lambda c: (
-                lam * c.score / top
-                - (1 - lam) * max((_jaccard(sets[c.id], sets[s.id]) for s in chosen), default=0.0)
-            ),
-        )
+        best = max(pool, key=lambda c: lam * c.score / top - (1 - lam) * redundancy[c.id])
         chosen.append(best)
         pool.remove(best)
+        for c in pool:
+            redundancy[c.id] = max(redundancy[c.id], _jaccard(sets[c.id], sets[best.id]))
     return chosen
 
 
@@ -187,31 +243,46 @@ def head_snippet(text: str, limit: int) -> str:
 
 
 def focused_snippet(cand: _Candidate, limit: int) -> str:
-    """Up to `limit` characters of whole lines around the chunk's best-matching lines."""
+    """The chunk's best-matching lines, in file order, within `limit` characters.
+
+    Lines are taken by how much query weight they cover; leftover room goes to their
+    neighbours (context). Skipped stretches show as "…" so the snippet never misleads.
+    """
     lines = cand.text.split("\n")
-    if not cand.best_lines:
+    scores = cand.line_scores
+    if not scores or max(scores) <= 0:
         return head_snippet(cand.text, limit)
-    lo, hi = min(cand.best_lines), max(cand.best_lines)
-    size = sum(len(line) + 1 for line in lines[lo : hi + 1]) - 1
-    if size > limit:
-        return head_snippet("\n".join(lines[lo : hi + 1]), limit)
-    # Grow the window outwards, one line at a time, preferring the line before (context).
-    while True:
-        grew = False
-        for j in (lo - 1, hi + 1):
-            if 0 <= j < len(lines) and lines[j].strip():
-                extra = len(lines[j]) + 1
-                if size + extra <= limit:
-                    size += extra
-                    lo, hi = min(lo, j), max(hi, j)
-                    grew = True
-            elif 0 <= j < len(lines):
-                lo, hi = min(lo, j), max(hi, j)
-                size += 1
-                grew = True
-        if not grew:
+    order = sorted(range(len(lines)), key=lambda i: (-scores[i], i))
+    if len(lines[order[0]]) > limit:
+        return head_snippet(lines[order[0]], limit)
+    picked: set[int] = set()
+    size = 0
+
+    def cost(i: int) -> int:
+        return len(lines[i]) + 3  # newline plus a possible "…" line
+
+    for i in order:
+        if scores[i] <= 0:
             break
-    return "\n".join(lines[lo : hi + 1]).strip("\n")
+        if lines[i].strip() and size + cost(i) <= limit:
+            picked.add(i)
+            size += cost(i)
+    # Fill what is left with the nearest neighbours of the picked lines.
+    for distance in (1, 2, 3):
+        for i in sorted(picked):
+            for j in (i - distance, i + distance):
+                if 0 <= j < len(lines) and j not in picked and size + cost(j) <= limit:
+                    picked.add(j)
+                    size += cost(j)
+    out: list[str] = []
+    prev = None
+    for i in sorted(picked):
+        if prev is not None and i != prev + 1:
+            out.append("…")
+        if lines[i].strip() or out:
+            out.append(lines[i])
+        prev = i
+    return "\n".join(out).strip("\n")
 
 
 def _load(db: Database, ids: list[int]) -> dict[int, _Candidate]:
@@ -234,7 +305,7 @@ def run_search(
     query: str,
     *,
     preset: SearchPreset,
-    provider: EmbeddingProvider | None,
+    embed_query: Callable[[str], np.ndarray] | None,
     store: VectorStore | None,
     max_results: int | None,
     min_score: float | None,
@@ -259,11 +330,13 @@ def run_search(
             keyword = keyword_candidates(db, generation, match, pool, scopes)
 
     vector: list[tuple[int, float]] = []
+    passages: dict[int, list[tuple[int, int, float]]] = {}
     vector_weight = preset.vector_weight
     keyword_weight = preset.keyword_weight
-    if provider is not None and store is not None and vector_weight > 0:
-        qvec = provider.embed_query(query)
-        vector = store.search(qvec, pool, generation, scopes)
+    if embed_query is not None and store is not None and vector_weight > 0:
+        qvec = embed_query(query)
+        vector, passages = chunk_vector_scores(db, store.search(qvec, 3 * pool, generation, scopes))
+        vector = vector[:pool]
     elif keyword_weight == 0:
         # Vector-only preset without vectors (keyword-only index): fall back to keywords.
         match = fts_match_expression(query_terms(query), operator="OR")
@@ -275,9 +348,13 @@ def run_search(
 
     merged = merge_hybrid(vector, keyword, preset)
     cands = _load(db, list(merged))
+    v_best = max((v for _, v in vector), default=0.0)
+    v_worst = min((v for _, v in vector), default=0.0)
     for cid, (v, kw) in merged.items():
         c = cands[cid]
         c.vector_score, c.keyword_score = v, kw
+        span = (v_best - v_worst) or 1.0
+        c.passages = tuple((a, b, (x - v_worst) / span) for a, b, x in passages.get(cid, ()))
         c.score = vector_weight * v + keyword_weight * kw
     ranked = sorted(cands.values(), key=lambda c: (-c.score, c.id))
 

@@ -106,17 +106,20 @@ def _stem(word: str) -> str:
     return word
 
 
-def line_terms(text: str) -> set[str]:
+_TOKEN = re.compile(rf"[^\W{_CJK_CLASS}]+|[{_CJK_CLASS}]+")
+
+
+@lru_cache(maxsize=65536)
+def line_terms(text: str) -> frozenset[str]:
     """Stemmed words and CJK bigrams/unigrams of a line, for scoring lines against a query."""
     out: set[str] = set()
-    for m in re.finditer(rf"[^\W{_CJK_CLASS}]+|[{_CJK_CLASS}]+", text):
-        token = m.group(0)
+    for token in _TOKEN.findall(text):
         if CJK_CHAR.match(token):
             out.update(token)
             out.update(token[i : i + 2] for i in range(len(token) - 1))
         else:
             out.add(_stem(token.lower()))
-    return out
+    return frozenset(out)
 
 
 def stem_term(term: str) -> str:

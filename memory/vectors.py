@@ -21,62 +21,88 @@ class VectorStore(Protocol):
     name: str
 
     def add(self, conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
-        """Insert (chunk_id, generation, scope, vector) rows inside the caller's transaction."""
+        """Insert (unit_id, generation, scope, vector) rows inside the caller's transaction."""
 
-    def delete(self, conn: Any, chunk_ids: list[int]) -> None: ...
+    def delete(self, conn: Any, generation: int, unit_ids: list[int]) -> None: ...
 
     def drop_generation(self, conn: Any, generation: int) -> None: ...
 
     def search(
         self, query: np.ndarray, k: int, generation: int, scopes: list[str]
     ) -> list[tuple[int, float]]:
-        """Up to k (chunk_id, cosine similarity) pairs, best first."""
+        """Up to k (unit_id, cosine similarity) pairs, best first."""
+
+
+def vec_table(generation: int) -> str:
+    return f"memory_vec_g{int(generation)}"
+
+
+def drop_vec_table(conn: Any, generation: int) -> None:
+    """Drop a generation's vec0 table; without the extension loaded it cannot be dropped and
+    stays until a run that can load sqlite-vec (searches never read a retired generation)."""
+    try:
+        conn.execute(f"DROP TABLE IF EXISTS {vec_table(generation)}")
+    except Exception:
+        pass
 
 
 class SqliteVecStore:
-    """A vec0 virtual table per dimension; `generation` is a partition key, `scope` metadata."""
+    """One vec0 virtual table per index generation (dropped whole when the generation is
+    retired); `scope` is a metadata column so KNN filters conversations inside the index."""
 
     name = "sqlite-vec"
 
     def __init__(self, db: Database, dimensions: int) -> None:
         self.db = db
         self.dimensions = dimensions
-        self.table = f"memory_vec_{dimensions}"
-        with db.lock:
-            db.conn.execute(
-                f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.table} USING vec0("
-                f"generation integer partition key, scope text, "
-                f"embedding float[{dimensions}] distance_metric=cosine)"
+        self._ready: set[int] = set()
+
+    def _ensure(self, conn: Any, generation: int) -> str:
+        table = vec_table(generation)
+        if generation not in self._ready:
+            conn.execute(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING vec0("
+                f"scope text, embedding float[{self.dimensions}] distance_metric=cosine)"
             )
+            self._ready.add(generation)
+        return table
 
     def add(self, conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
-        conn.executemany(
-            f"INSERT INTO {self.table}(rowid, generation, scope, embedding) VALUES (?, ?, ?, ?)",
-            [(cid, gen, scope, to_blob(vec)) for cid, gen, scope, vec in rows],
-        )
+        for gen in sorted({r[1] for r in rows}):
+            table = self._ensure(conn, gen)
+            conn.executemany(
+                f"INSERT INTO {table}(rowid, scope, embedding) VALUES (?, ?, ?)",
+                [(uid, scope, to_blob(vec)) for uid, g, scope, vec in rows if g == gen],
+            )
 
-    def delete(self, conn: Any, chunk_ids: list[int]) -> None:
-        conn.executemany(f"DELETE FROM {self.table} WHERE rowid = ?", [(i,) for i in chunk_ids])
+    def delete(self, conn: Any, generation: int, unit_ids: list[int]) -> None:
+        table = vec_table(generation)
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
+            conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in unit_ids])
 
     def drop_generation(self, conn: Any, generation: int) -> None:
-        conn.execute(f"DELETE FROM {self.table} WHERE generation = ?", (generation,))
+        drop_vec_table(conn, generation)
+        self._ready.discard(generation)
 
     def count(self, generation: int) -> int:
-        rows = self.db.execute(
-            f"SELECT count(*) FROM {self.table} WHERE generation = ?", (generation,)
-        )
-        return int(rows[0][0])
+        table = vec_table(generation)
+        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)):
+            return 0
+        return int(self.db.execute(f"SELECT count(*) FROM {table}")[0][0])
 
     def search(
         self, query: np.ndarray, k: int, generation: int, scopes: list[str]
     ) -> list[tuple[int, float]]:
+        table = vec_table(generation)
+        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)):
+            return []
         marks = ",".join("?" for _ in scopes)
         rows = self.db.execute(
-            f"SELECT rowid, distance FROM {self.table} WHERE embedding MATCH ? AND k = ? "
-            f"AND generation = ? AND scope IN ({marks}) ORDER BY distance",
-            (to_blob(query), min(k, 4096), generation, *scopes),
+            f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ? "
+            f"AND scope IN ({marks}) ORDER BY distance",
+            (to_blob(query), min(k, 4096), *scopes),
         )
-        return [(int(cid), 1.0 - float(dist)) for cid, dist in rows]
+        return [(int(uid), 1.0 - float(dist)) for uid, dist in rows]
 
 
 class NumpyStore:
@@ -96,7 +122,7 @@ class NumpyStore:
     def add(self, conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
         self._key = None  # vectors live in embedding_cache; just invalidate
 
-    def delete(self, conn: Any, chunk_ids: list[int]) -> None:
+    def delete(self, conn: Any, generation: int, unit_ids: list[int]) -> None:
         self._key = None
 
     def drop_generation(self, conn: Any, generation: int) -> None:
@@ -108,9 +134,10 @@ class NumpyStore:
         if key == self._key:
             return
         rows = self.db.execute(
-            "SELECT c.id, c.scope, e.vector FROM memory_chunks c JOIN embedding_cache e "
-            "ON e.provider = ? AND e.model = ? AND e.chunk_hash = c.hash "
-            "WHERE c.generation = ? ORDER BY c.id",
+            "SELECT u.id, c.scope, e.vector FROM memory_units u "
+            "JOIN memory_chunks c ON c.id = u.chunk_id "
+            "JOIN embedding_cache e ON e.provider = ? AND e.model = ? AND e.chunk_hash = u.hash "
+            "WHERE u.generation = ? ORDER BY u.id",
             (self.provider, self.model, generation),
         )
         self._ids = np.array([r[0] for r in rows], dtype=np.int64)

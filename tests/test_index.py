@@ -54,10 +54,15 @@ def build_keys(idx: MemoryIndex) -> list[str]:
 
 
 def vec_rows(idx: MemoryIndex, dimensions: int) -> int:
-    table = f"memory_vec_{dimensions}"
-    if not idx.db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)):
-        return 0
-    return count(idx, f"SELECT count(*) FROM {table}")
+    """Vector rows of the given width, over every generation's vec0 table."""
+    total = 0
+    for table, sql in idx.db.execute(
+        "SELECT name, sql FROM sqlite_master WHERE name GLOB 'memory_vec_g[0-9]*' "
+        "AND sql LIKE '%USING vec0%'"
+    ):
+        if f"float[{dimensions}]" in sql:
+            total += count(idx, f"SELECT count(*) FROM {table}")
+    return total
 
 
 def assert_consistent(idx: MemoryIndex) -> None:
@@ -155,15 +160,24 @@ def test_a_deleted_file_leaves_no_chunk_keyword_or_vector_rows(
     idx.sync()
     ids = [r[0] for r in idx.db.execute("SELECT id FROM memory_chunks WHERE path = 'USER.md'")]
     assert ids
+    marks = ",".join("?" * len(ids))
+    units = [
+        r[0]
+        for r in idx.db.execute(f"SELECT id FROM memory_units WHERE chunk_id IN ({marks})", ids)
+    ]
+    assert units
+    (generation,) = idx.db.execute("SELECT id FROM memory_generations WHERE state = 'active'")[0]
 
     (ws / "USER.md").unlink()
     report = idx.sync()
 
     assert report.files_removed == ["USER.md"]
     assert "USER.md" not in chunk_paths(idx)
-    marks = ",".join("?" * len(ids))
     assert count(idx, f"SELECT count(*) FROM memory_fts WHERE rowid IN ({marks})", *ids) == 0
-    assert count(idx, f"SELECT count(*) FROM memory_vec_512 WHERE rowid IN ({marks})", *ids) == 0
+    umarks = ",".join("?" * len(units))
+    vec_table = f"memory_vec_g{generation}"
+    assert count(idx, f"SELECT count(*) FROM {vec_table} WHERE rowid IN ({umarks})", *units) == 0
+    assert count(idx, f"SELECT count(*) FROM memory_units WHERE id IN ({umarks})", *units) == 0
     assert count(idx, "SELECT count(*) FROM memory_sources WHERE path = 'USER.md'") == 0
     assert idx.search("Anna tea", preset="keyword") == []
     assert_consistent(idx)

@@ -168,8 +168,9 @@ def test_incremental_indexing_does_not_duplicate(small_chunks: MemoryIndex) -> N
     assert all(estimate_tokens(text) <= 64 for _, _, text, _ in chunks)
     spans = [(s, e) for s, e, _, _ in chunks]
     assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(spans))
-    vectors = idx.db.execute("SELECT count(*) FROM memory_vec_512")[0][0]
-    assert vectors == len(idx.db.execute("SELECT id FROM memory_chunks"))
+    (generation,) = idx.db.execute("SELECT id FROM memory_generations WHERE state = 'active'")[0]
+    vectors = idx.db.execute(f"SELECT count(*) FROM memory_vec_g{generation}")[0][0]
+    assert vectors == len(idx.db.execute("SELECT id FROM memory_units"))
 
 
 def test_a_caller_passing_only_new_events_leaves_no_gap(index: MemoryIndex) -> None:
