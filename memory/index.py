@@ -677,6 +677,7 @@ class MemoryIndex:
             query,
             preset=chosen,
             embed_query=self._embed_query if provider else None,
+            relevance_floor=getattr(provider, "relevance_floor", None),
             store=store,
             max_results=max_results,
             min_score=min_score,

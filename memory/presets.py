@@ -36,6 +36,9 @@ class SearchPreset:
     mmr_lambda: float | None = None
     snippet: Literal["head", "focused"] = "head"
     snippet_chars: int = 700
+    # Drop hits with no query word in them whose vector similarity is below the embedding
+    # model's relevance floor, so "nothing relevant" can be an empty answer.
+    require_evidence: bool = False
 
     def with_overrides(self, **changes: object) -> SearchPreset:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -56,6 +59,7 @@ KEYWORD = SearchPreset(
     fusion="normalized",
     min_score=0.0,
     snippet="focused",
+    require_evidence=True,
 )
 
 VECTOR = SearchPreset(
@@ -87,6 +91,7 @@ PINCH = SearchPreset(
     importance_weight=0.1,
     mmr_lambda=0.8,
     snippet="focused",
+    require_evidence=True,
 )
 
 PRESETS: dict[str, SearchPreset] = {p.name: p for p in (PINCH, OPENCLAW, KEYWORD, VECTOR)}

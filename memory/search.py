@@ -307,14 +307,15 @@ def run_search(
     preset: SearchPreset,
     embed_query: Callable[[str], np.ndarray] | None,
     store: VectorStore | None,
+    relevance_floor: float | None = None,
     max_results: int | None,
     min_score: float | None,
     now: datetime,
     scopes: list[str],
 ) -> list[SearchHit]:
     query = re.sub(r"\s+", " ", query).strip()
-    if not query:
-        return []
+    if not re.search(r"\w", query):
+        return []  # nothing to look for: punctuation or whitespace only
     k = max_results or preset.max_results
     floor = preset.min_score if min_score is None else min_score
     pool = max(preset.candidate_multiplier * k, preset.min_candidates)
@@ -357,6 +358,11 @@ def run_search(
         c.passages = tuple((a, b, (x - v_worst) / span) for a, b, x in passages.get(cid, ()))
         c.score = vector_weight * v + keyword_weight * kw
     ranked = sorted(cands.values(), key=lambda c: (-c.score, c.id))
+    if preset.require_evidence and relevance_floor is not None:
+        raw = dict(vector)
+        ranked = [
+            c for c in ranked if c.keyword_score > 0 or raw.get(c.id, -1.0) >= relevance_floor
+        ]
 
     if preset.line_rerank_weight > 0 or preset.snippet == "focused":
         head = ranked[: preset.rerank_pool]
@@ -369,6 +375,7 @@ def run_search(
         c.score *= temporal_multiplier(c.day, now, preset)
         if preset.importance_weight and c.importance:
             c.score *= 1 + preset.importance_weight * (c.importance - 3)
+        c.score = min(1.0, c.score)
     ranked.sort(key=lambda c: (-c.score, c.id))
     ranked = [c for c in ranked if c.score >= floor]
     if preset.mmr_lambda is not None:

@@ -316,11 +316,6 @@ def test_mmr_prefers_a_different_chunk_over_a_near_duplicate(
     assert paths(diverse)[1] == "memory/party.md"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="search.py: the importance multiplier is applied after the score is scaled to "
-    "[0, 1], so a marked chunk reports a score above 1",
-)
 def test_scores_stay_between_0_and_1_with_importance(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
@@ -333,12 +328,6 @@ def test_scores_stay_between_0_and_1_with_importance(
     assert 0 < hit.score <= 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="search.py: the pinch preset scales vector scores relative to the candidates "
-    "(best = 1, worst = 0), so the nearest chunk to any query scores >= 1/3 and passes "
-    "min_score 0.2 however unrelated it is",
-)
 def test_a_query_about_something_never_recorded_finds_nothing(
     hybrid_index: MemoryIndex,
 ) -> None:
