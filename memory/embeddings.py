@@ -311,7 +311,8 @@ class LiteLLMProvider:
     Credentials come from the environment, as litellm reads them (``OPENAI_API_KEY``,
     ``GEMINI_API_KEY`` ...); construction fails with advice when litellm says one is missing.
     `dimensions` is learned from the first response; reading it before any embedding makes one
-    small blocking probe call (so an async caller should not read it first on the event loop). `timeout_s` bounds each attempt; a timed-out, rate-limited or failed (5xx)
+    small blocking probe call (so an async caller should not read it first on the event loop).
+    `timeout_s` bounds each attempt; a timed-out, rate-limited or failed (5xx)
     request is retried `max_retries` times with back-off. (litellm 1.108 reads 0 as "default",
     i.e. 2, so fewer than one retry is not available.) Inputs longer than `max_input_chars` are
     cut, so one oversized chunk cannot fail a batch on an 8k-token API limit.

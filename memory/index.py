@@ -114,7 +114,9 @@ class MemoryIndex:
         self.rebuild_hooks: list[RebuildHook] = [_replay_transcripts]
 
     @classmethod
-    def open(cls, workspace: Path, db_path: Path, config: MemoryConfig | None = None) -> MemoryIndex:
+    def open(
+        cls, workspace: Path, db_path: Path, config: MemoryConfig | None = None
+    ) -> MemoryIndex:
         config = config or MemoryConfig()
         db = open_database(db_path, vector_backend=config.vector_backend)
         return cls(db, workspace, config)
@@ -276,9 +278,7 @@ class MemoryIndex:
     def _swap_in(self, generation: int, old: int | None) -> None:
         with self.db.transaction() as conn:
             if old is not None:
-                conn.execute(
-                    "UPDATE memory_generations SET state = 'retired' WHERE id = ?", (old,)
-                )
+                conn.execute("UPDATE memory_generations SET state = 'retired' WHERE id = ?", (old,))
             conn.execute(
                 "UPDATE memory_generations SET state = 'active', completed_at = ? WHERE id = ?",
                 (time.time(), generation),
@@ -381,8 +381,16 @@ class MemoryIndex:
                 "indexed_at, error) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?) "
                 "ON CONFLICT(generation, path) DO UPDATE SET error = excluded.error, "
                 "mtime = excluded.mtime, size = excluded.size",
-                (generation, f.rel_path, f.source, f.origin, st.st_mtime, st.st_size,
-                 time.time(), msg),
+                (
+                    generation,
+                    f.rel_path,
+                    f.source,
+                    f.origin,
+                    st.st_mtime,
+                    st.st_size,
+                    time.time(),
+                    msg,
+                ),
             )
 
     def _embed_all(
@@ -498,11 +506,24 @@ class MemoryIndex:
             "INSERT INTO memory_chunks(generation, path, source, origin, scope, "
             "start_line, end_line, hash, text, importance, day) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (generation, path, source, origin, scope, chunk.start_line, chunk.end_line,
-             chunk.hash, chunk.text, chunk.importance, day),
+            (
+                generation,
+                path,
+                source,
+                origin,
+                scope,
+                chunk.start_line,
+                chunk.end_line,
+                chunk.hash,
+                chunk.text,
+                chunk.importance,
+                day,
+            ),
         )
         cid = int(cur.lastrowid)
-        conn.execute("INSERT INTO memory_fts(rowid, body) VALUES (?, ?)", (cid, fts_body(chunk.text)))
+        conn.execute(
+            "INSERT INTO memory_fts(rowid, body) VALUES (?, ?)", (cid, fts_body(chunk.text))
+        )
         for u in units:
             cur = conn.execute(
                 "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash) "
@@ -529,14 +550,24 @@ class MemoryIndex:
             vec_rows: list[tuple[int, int, str, np.ndarray]] = []
             for c in chunks:
                 where = (f.rel_path, f.source, f.origin, "")
-                self._insert_chunk(conn, generation, where, c, day, split_units(c), vectors, vec_rows)
+                self._insert_chunk(
+                    conn, generation, where, c, day, split_units(c), vectors, vec_rows
+                )
             if store is not None and vec_rows:
                 store.add(conn, vec_rows)
             conn.execute(
                 "INSERT INTO memory_sources(generation, path, source, origin, hash, mtime, size, "
                 "indexed_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-                (generation, f.rel_path, f.source, f.origin, file_hash, st.st_mtime, st.st_size,
-                 time.time()),
+                (
+                    generation,
+                    f.rel_path,
+                    f.source,
+                    f.origin,
+                    file_hash,
+                    st.st_mtime,
+                    st.st_size,
+                    time.time(),
+                ),
             )
             self._bump_version(conn)
 
@@ -654,7 +685,9 @@ class MemoryIndex:
         scopes: Sequence[str] = ("",),
     ) -> list[SearchHit]:
         """Hybrid search of the active generation. An empty index is synced first."""
-        chosen = preset if isinstance(preset, SearchPreset) else get_preset(preset or self.config.preset)
+        chosen = (
+            preset if isinstance(preset, SearchPreset) else get_preset(preset or self.config.preset)
+        )
         active = self.active_generation()
         if active is None:
             self.sync()
@@ -663,9 +696,13 @@ class MemoryIndex:
                 return []
         generation, identity = active
         provider = self.provider
-        if provider is None or identity.get("provider") != provider.provider or (
-            identity.get("model") != provider.model
-            or identity.get("dimensions") != provider.dimensions
+        if (
+            provider is None
+            or identity.get("provider") != provider.provider
+            or (
+                identity.get("model") != provider.model
+                or identity.get("dimensions") != provider.dimensions
+            )
         ):
             # The index was built with another model (rebuild pending): its vectors cannot be
             # compared with this model's queries, so search it by keyword until rebuilt.
@@ -707,14 +744,24 @@ class MemoryIndex:
         files = chunks = 0
         problems: dict[str, str] = {}
         if generation is not None:
-            files = int(self.db.execute(
-                "SELECT count(*) FROM memory_sources WHERE generation = ? AND error IS NULL",
-                (generation,))[0][0])
-            chunks = int(self.db.execute(
-                "SELECT count(*) FROM memory_chunks WHERE generation = ?", (generation,))[0][0])
-            problems = dict(self.db.execute(
-                "SELECT path, error FROM memory_sources WHERE generation = ? AND error IS NOT NULL",
-                (generation,)))
+            files = int(
+                self.db.execute(
+                    "SELECT count(*) FROM memory_sources WHERE generation = ? AND error IS NULL",
+                    (generation,),
+                )[0][0]
+            )
+            chunks = int(
+                self.db.execute(
+                    "SELECT count(*) FROM memory_chunks WHERE generation = ?", (generation,)
+                )[0][0]
+            )
+            problems = dict(
+                self.db.execute(
+                    "SELECT path, error FROM memory_sources "
+                    "WHERE generation = ? AND error IS NOT NULL",
+                    (generation,),
+                )
+            )
         dirty: list[str] | None = None
         if deep:
             dirty = self._dirty_files(generation)
@@ -740,7 +787,9 @@ class MemoryIndex:
 
     def _dirty_files(self, generation: int | None) -> list[str]:
         if generation is None:
-            return [f.rel_path for f in discover_memory_files(self.workspace, self.config.extra_paths)]
+            return [
+                f.rel_path for f in discover_memory_files(self.workspace, self.config.extra_paths)
+            ]
         known = dict(
             (r[0], r[1])
             for r in self.db.execute(

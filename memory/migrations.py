@@ -22,7 +22,7 @@ def m001_memory_index(conn: Any) -> None:
         -- writes a 'building' generation beside it and flips it to active only when complete.
         CREATE TABLE memory_generations (
             id INTEGER PRIMARY KEY,
-            identity TEXT NOT NULL,          -- JSON: provider, model, dimensions, chunking, tokenizer
+            identity TEXT NOT NULL,          -- JSON: provider, model, dims, chunking, tokenizer
             state TEXT NOT NULL CHECK (state IN ('building', 'active', 'retired')),
             dimensions INTEGER,
             created_at REAL NOT NULL,
@@ -46,7 +46,7 @@ def m001_memory_index(conn: Any) -> None:
             path TEXT NOT NULL,
             source TEXT NOT NULL,
             origin TEXT NOT NULL CHECK (origin IN ('owner', 'agent', 'untrusted', 'system')),
-            scope TEXT NOT NULL DEFAULT '',  -- '' = shared memory; else the conversation it belongs to
+            scope TEXT NOT NULL DEFAULT '',  -- '' = shared memory; else its conversation
             start_line INTEGER NOT NULL,
             end_line INTEGER NOT NULL,
             hash TEXT NOT NULL,              -- sha256 of the chunk text (embedding cache key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Protocol
 
 import numpy as np
@@ -40,10 +41,8 @@ def vec_table(generation: int) -> str:
 def drop_vec_table(conn: Any, generation: int) -> None:
     """Drop a generation's vec0 table; without the extension loaded it cannot be dropped and
     stays until a run that can load sqlite-vec (searches never read a retired generation)."""
-    try:
+    with contextlib.suppress(Exception):
         conn.execute(f"DROP TABLE IF EXISTS {vec_table(generation)}")
-    except Exception:
-        pass
 
 
 class SqliteVecStore:

@@ -93,8 +93,10 @@ def discover_memory_files(
 
 
 def is_memory_path(rel_path: str) -> bool:
-    return rel_path in EVERGREEN_FILES or rel_path.lower() == "memory.md" or (
-        rel_path.startswith("memory/") and rel_path.endswith(".md")
+    return (
+        rel_path in EVERGREEN_FILES
+        or rel_path.lower() == "memory.md"
+        or (rel_path.startswith("memory/") and rel_path.endswith(".md"))
     )
 
 
@@ -156,8 +158,12 @@ class ReadResult:
 
 
 def read_memory_lines(
-    workspace: Path, raw_path: str, from_line: int = 1, lines: int | None = None,
-    extra_paths: list[str] | None = None, max_chars: int = 20_000,
+    workspace: Path,
+    raw_path: str,
+    from_line: int = 1,
+    lines: int | None = None,
+    extra_paths: list[str] | None = None,
+    max_chars: int = 20_000,
 ) -> ReadResult:
     """`lines` lines of a memory file starting at 1-based `from_line`.
 
