@@ -41,7 +41,7 @@ from memory.vectors import (
 from memory.workspace import MemoryFile, discover_memory_files, file_day
 
 TOKENIZER_VERSION = "pinch-fts-v1"  # bump when fts_body() or chunking rules change
-PASSAGES_VERSION = "units-v1"  # bump when split_units() changes
+PASSAGES_VERSION = "units-v2"  # bump when split_units() or how passages are stored changes
 MAX_FILE_BYTES = 10 * 1024 * 1024
 STALE_BUILD_SECONDS = 600
 
@@ -164,7 +164,7 @@ class MemoryIndex:
             if self.db.vec_version and self.config.vector_backend != "numpy":
                 self._stores[dimensions] = SqliteVecStore(self.db, dimensions)
             else:
-                self._stores[dimensions] = NumpyStore(self.db, p.provider, p.model)
+                self._stores[dimensions] = NumpyStore(self.db)
         return self._stores[dimensions]
 
     @property
@@ -462,30 +462,20 @@ class MemoryIndex:
         )
 
     def _delete_chunk_ids(self, conn: Any, generation: int, ids: list[int]) -> None:
-        """Remove chunks with their keyword rows, passages and passage vectors."""
+        """Remove chunks with their keyword rows, passages and vectors."""
         if not ids:
             return
         conn.executemany("DELETE FROM memory_fts WHERE rowid = ?", [(i,) for i in ids])
-        unit_ids: list[int] = []
-        for i in range(0, len(ids), 500):
-            part = ids[i : i + 500]
-            marks = ",".join("?" for _ in part)
-            unit_ids += [
-                int(r[0])
-                for r in conn.execute(
-                    f"SELECT id FROM memory_units WHERE chunk_id IN ({marks})", part
-                )
-            ]
         row = conn.execute(
             "SELECT dimensions FROM memory_generations WHERE id = ?", (generation,)
         ).fetchone()
         dims = row[0] if row else None
         store = self._store(dims)
         if store is not None:
-            store.delete(conn, generation, unit_ids)
+            store.delete(conn, generation, ids)
         elif self.db.vec_version and dims:
             # No provider in this run, but the generation may have vectors: remove them too.
-            SqliteVecStore(self.db, dims).delete(conn, generation, unit_ids)
+            SqliteVecStore(self.db, dims).delete(conn, generation, ids)
         conn.executemany("DELETE FROM memory_units WHERE chunk_id = ?", [(i,) for i in ids])
         conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in ids])
 
@@ -524,14 +514,29 @@ class MemoryIndex:
         conn.execute(
             "INSERT INTO memory_fts(rowid, body) VALUES (?, ?)", (cid, fts_body(chunk.text))
         )
-        for u in units:
-            cur = conn.execute(
-                "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (cid, generation, u.start_line, u.end_line, u.hash),
+        found = [vectors[u.hash] for u in units if u.hash in vectors]
+        conn.executemany(
+            "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash, vector) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    cid,
+                    generation,
+                    u.start_line,
+                    u.end_line,
+                    u.hash,
+                    to_blob(vectors[u.hash]) if u.hash in vectors else None,
+                )
+                for u in units
+            ],
+        )
+        if found:
+            centroid = np.mean(np.vstack(found), axis=0)
+            centroid /= float(np.linalg.norm(centroid)) or 1.0
+            conn.execute(
+                "UPDATE memory_chunks SET centroid = ? WHERE id = ?", (to_blob(centroid), cid)
             )
-            if u.hash in vectors:
-                vec_rows.append((int(cur.lastrowid), generation, scope, vectors[u.hash]))
+            vec_rows.append((cid, generation, scope, centroid.astype(np.float32)))
         return cid
 
     def _write_file(

@@ -109,7 +109,7 @@ def m002_sessions(conn: Any) -> None:
 
 
 def m003_memory_units(conn: Any) -> None:
-    """Passages inside chunks, each with its own vector (the vector rowid is the unit id)."""
+    """Passages inside chunks, each embedded on its own."""
     conn.executescript(
         """
         CREATE TABLE memory_units (
@@ -126,7 +126,23 @@ def m003_memory_units(conn: Any) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Any], None]] = [m001_memory_index, m002_sessions, m003_memory_units]
+def m004_passage_vectors(conn: Any) -> None:
+    """Vectors stored with their rows: each passage's own, and each chunk's centroid (the mean
+    of its passages) which is what the vector index holds; passages re-score the best chunks."""
+    conn.executescript(
+        """
+        ALTER TABLE memory_units ADD COLUMN vector BLOB;
+        ALTER TABLE memory_chunks ADD COLUMN centroid BLOB;
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[Any], None]] = [
+    m001_memory_index,
+    m002_sessions,
+    m003_memory_units,
+    m004_passage_vectors,
+]
 
 
 def apply_migrations(conn: Any) -> list[str]:

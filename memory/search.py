@@ -24,13 +24,14 @@ from memory.text import (
     query_terms,
     stem_term,
 )
+from memory.vectors import from_blob
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from memory.vectors import VectorStore
 
-SNIPPET_ELLIPSIS = " … "
+COARSE_POOL = 200  # chunks the centroid index hands to passage re-scoring
 
 
 @dataclass(frozen=True)
@@ -120,22 +121,30 @@ def _in_scope(db: Database, ids: list[int], generation: int, scopes: list[str]) 
 
 
 def chunk_vector_scores(
-    db: Database, unit_hits: list[tuple[int, float]]
+    db: Database, query: np.ndarray, coarse: list[tuple[int, float]]
 ) -> tuple[list[tuple[int, float]], dict[int, list[tuple[int, int, float]]]]:
-    """Passage hits → each chunk's best passage score (best first) and its scored passages."""
-    best: dict[int, float] = {}
+    """Re-score the chunks the centroid index found by their best passage.
+
+    Returns (chunk_id, best passage cosine) best first, and each chunk's scored passages.
+    """
+    best = dict(coarse)  # a chunk without passage vectors keeps its centroid score
     passages: dict[int, list[tuple[int, int, float]]] = {}
-    sims = dict(unit_hits)
-    ids = list(sims)
+    ids = [cid for cid, _ in coarse]
     for i in range(0, len(ids), 500):
         part = ids[i : i + 500]
         marks = ",".join("?" for _ in part)
-        for uid, cid, start, end in db.execute(
-            f"SELECT id, chunk_id, start_line, end_line FROM memory_units WHERE id IN ({marks})",
+        rows = db.execute(
+            "SELECT chunk_id, start_line, end_line, vector FROM memory_units "
+            f"WHERE chunk_id IN ({marks}) AND vector IS NOT NULL",
             part,
-        ):
-            sim = sims[uid]
-            best[cid] = max(best.get(cid, -1.0), sim)
+        )
+        if not rows:
+            continue
+        sims = np.vstack([from_blob(r[3]) for r in rows]) @ np.asarray(query, dtype=np.float32)
+        seen: set[int] = set()
+        for (cid, start, end, _), sim in zip(rows, sims.tolist(), strict=True):
+            best[cid] = sim if cid not in seen else max(best[cid], sim)
+            seen.add(cid)
             passages.setdefault(cid, []).append((start, end, sim))
     ranked = sorted(best.items(), key=lambda x: -x[1])
     return ranked, passages
@@ -336,7 +345,9 @@ def run_search(
     keyword_weight = preset.keyword_weight
     if embed_query is not None and store is not None and vector_weight > 0:
         qvec = embed_query(query)
-        vector, passages = chunk_vector_scores(db, store.search(qvec, 3 * pool, generation, scopes))
+        # Centroids find a wide pool cheaply; passages then score it exactly.
+        coarse = store.search(qvec, max(COARSE_POOL, pool), generation, scopes)
+        vector, passages = chunk_vector_scores(db, qvec, coarse)
         vector = vector[:pool]
     elif keyword_weight == 0:
         # Vector-only preset without vectors (keyword-only index): fall back to keywords.

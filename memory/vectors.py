@@ -22,16 +22,16 @@ class VectorStore(Protocol):
     name: str
 
     def add(self, conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
-        """Insert (unit_id, generation, scope, vector) rows inside the caller's transaction."""
+        """Insert (chunk_id, generation, scope, centroid) rows inside the caller's transaction."""
 
-    def delete(self, conn: Any, generation: int, unit_ids: list[int]) -> None: ...
+    def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None: ...
 
     def drop_generation(self, conn: Any, generation: int) -> None: ...
 
     def search(
         self, query: np.ndarray, k: int, generation: int, scopes: list[str]
     ) -> list[tuple[int, float]]:
-        """Up to k (unit_id, cosine similarity) pairs, best first."""
+        """Up to k (chunk_id, cosine similarity of its centroid) pairs, best first."""
 
 
 def vec_table(generation: int) -> str:
@@ -74,10 +74,10 @@ class SqliteVecStore:
                 [(uid, scope, to_blob(vec)) for uid, g, scope, vec in rows if g == gen],
             )
 
-    def delete(self, conn: Any, generation: int, unit_ids: list[int]) -> None:
+    def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
         table = vec_table(generation)
         if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
-            conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in unit_ids])
+            conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in chunk_ids])
 
     def drop_generation(self, conn: Any, generation: int) -> None:
         drop_vec_table(conn, generation)
@@ -109,10 +109,8 @@ class NumpyStore:
 
     name = "numpy"
 
-    def __init__(self, db: Database, provider: str, model: str) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
-        self.provider = provider
-        self.model = model
         self._key: tuple[int, str] | None = None
         self._ids = np.zeros(0, dtype=np.int64)
         self._scopes = np.zeros(0, dtype=object)
@@ -121,7 +119,7 @@ class NumpyStore:
     def add(self, conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
         self._key = None  # vectors live in embedding_cache; just invalidate
 
-    def delete(self, conn: Any, generation: int, unit_ids: list[int]) -> None:
+    def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
         self._key = None
 
     def drop_generation(self, conn: Any, generation: int) -> None:
@@ -133,11 +131,9 @@ class NumpyStore:
         if key == self._key:
             return
         rows = self.db.execute(
-            "SELECT u.id, c.scope, e.vector FROM memory_units u "
-            "JOIN memory_chunks c ON c.id = u.chunk_id "
-            "JOIN embedding_cache e ON e.provider = ? AND e.model = ? AND e.chunk_hash = u.hash "
-            "WHERE u.generation = ? ORDER BY u.id",
-            (self.provider, self.model, generation),
+            "SELECT id, scope, centroid FROM memory_chunks "
+            "WHERE generation = ? AND centroid IS NOT NULL ORDER BY id",
+            (generation,),
         )
         self._ids = np.array([r[0] for r in rows], dtype=np.int64)
         self._scopes = np.array([r[1] for r in rows], dtype=object)
