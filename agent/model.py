@@ -651,6 +651,16 @@ def create_model_client(
     return clients[0] if len(clients) == 1 else FallbackClient(clients)
 
 
+async def preload(model: ModelClient) -> None:
+    """Import the SDKs `model` will use, in a worker thread, so that the first reply does not
+    wait seconds for them (an interactive chat calls this while the owner types)."""
+    for client in getattr(model, "clients", [model]):
+        if isinstance(client, AnthropicClient):
+            await asyncio.to_thread(importlib.import_module, "anthropic")
+        elif isinstance(client, LiteLLMClient):
+            await _litellm()
+
+
 def _single_client(
     model: str, api_base: str | None, timeout_s: float, max_retries: int
 ) -> ModelClient:

@@ -84,6 +84,32 @@ def init() -> None:
         click.echo(f"Already set up in {settings.home}; nothing changed.")
 
 
+@main.command()
+@click.option(
+    "--session",
+    "session_name",
+    metavar="NAME",
+    default=None,
+    help="A named conversation beside your usual one (its own history, the same memory).",
+)
+@friendly_errors
+def chat(session_name: str | None) -> None:
+    """Talk to Pinch in the terminal. Ctrl-C cancels a reply, Ctrl-D exits, /help lists commands.
+
+    With input from a pipe, each line is one message and replies are plain text.
+    """
+    import asyncio
+
+    from app.repl import run_chat
+    from app.setup import initialise
+
+    settings = _settings()
+    if not settings.workspace_dir.exists():
+        initialise(settings, TEMPLATE_DIR)
+        click.secho(f"Set up {settings.home} (as `pinch init` does).", dim=True, err=True)
+    sys.exit(asyncio.run(run_chat(settings, session=session_name)))
+
+
 @main.group()
 def memory() -> None:
     """Index, search and read the memory files."""

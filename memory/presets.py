@@ -30,6 +30,7 @@ class SearchPreset:
     # Reranking by how well the best lines of a chunk cover the query's (rarer) terms.
     line_rerank_weight: float = 0.0
     rerank_pool: int = 40
+    line_semantic_weight: float = 1.0  # passage similarity vs query words when picking lines
     decay_half_life_days: float | None = None
     decay_floor: float = 0.0  # decayed score = score × (floor + (1 − floor) × 0.5^(age/half_life))
     importance_weight: float = 0.0  # score × (1 + weight × (importance − 3)) for marked chunks

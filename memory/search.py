@@ -182,7 +182,9 @@ def _line_weights(lines_terms: list[list[frozenset[str]]], terms: list[str]) -> 
     return weights
 
 
-def rerank_by_lines(candidates: list[_Candidate], terms: list[str], weight: float) -> None:
+def rerank_by_lines(
+    candidates: list[_Candidate], terms: list[str], weight: float, semantic_weight: float = 1.0
+) -> None:
     """Add `weight` × how much of the query's weight the best 1–2 adjacent lines cover."""
     stems = list(dict.fromkeys(stem_term(t) for t in terms))
     split = [c.text.split("\n") for c in candidates]
@@ -208,7 +210,9 @@ def rerank_by_lines(candidates: list[_Candidate], terms: list[str], weight: floa
                 i = n - cand.start_line
                 if 0 <= i < len(semantic):
                     semantic[i] = max(semantic[i], v)
-        cand.line_scores = tuple(a + b for a, b in zip(lexical, semantic, strict=True))
+        cand.line_scores = tuple(
+            a + semantic_weight * b for a, b in zip(lexical, semantic, strict=True)
+        )
         if total > 0 and weight:
             coverage = 0.5 * scores[best] / total + 0.5 * pair_best / total
             cand.score += weight * coverage
@@ -377,7 +381,7 @@ def run_search(
 
     if preset.line_rerank_weight > 0 or preset.snippet == "focused":
         head = ranked[: preset.rerank_pool]
-        rerank_by_lines(head, terms, preset.line_rerank_weight)
+        rerank_by_lines(head, terms, preset.line_rerank_weight, preset.line_semantic_weight)
         ranked = head + ranked[preset.rerank_pool :]
     # Keep the reported score in [0, 1] whatever the weights add up to.
     scale = vector_weight + keyword_weight + preset.line_rerank_weight

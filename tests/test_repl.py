@@ -1,0 +1,240 @@
+"""`pinch chat`: the installed command, run for real, talking to the scripted model server.
+
+Piped input is one message per line with plain-text replies; on a pseudo-terminal prompt_toolkit
+reads keys and rich renders the stream, so Ctrl-C and Ctrl-D are tested as the owner presses them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from app.cli import main
+from tests.agent_support import all_text
+from tests.fakes.model_server import FakeModelServer, text_reply
+
+PINCH = Path(sys.executable).parent / "pinch"
+API_KEY = "test-key"
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[=>]|\r")
+
+
+@pytest.fixture
+def server() -> Iterator[FakeModelServer]:
+    with FakeModelServer(api_key=API_KEY) as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def home(pinch_home: Path, server: FakeModelServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An initialised home, and the environment (inherited by subprocesses) pointing Pinch at
+    the fake server, with keyword-only memory for speed."""
+    for name in list(os.environ):
+        if name.startswith("ANTHROPIC_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    monkeypatch.setenv("PINCH_AGENT__MODEL", "claude-test")
+    monkeypatch.setenv("PINCH_AGENT__API_BASE", server.url)
+    monkeypatch.setenv("PINCH_AGENT__MAX_RETRIES", "0")
+    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "none")
+    assert CliRunner().invoke(main, ["init"]).exit_code == 0
+    return pinch_home
+
+
+def run_pinch_chat(lines: str) -> subprocess.CompletedProcess[str]:
+    """The installed `pinch chat`, in its own process, with `lines` piped in."""
+    return subprocess.run(
+        [str(PINCH), "chat"], input=lines, capture_output=True, text=True, timeout=30
+    )
+
+
+def chat(lines: str, *args: str) -> Result:
+    """`pinch chat` in this process (faster: the SDKs are imported once), `lines` piped in."""
+    return CliRunner().invoke(main, ["chat", *args], input=lines)
+
+
+# ---- piped: one message per line --------------------------------------------------------------
+
+
+def test_piped_chat_prints_the_reply_then_the_status(server: FakeModelServer) -> None:
+    server.script(text_reply("Hello! How can I *help*?"))
+
+    done = run_pinch_chat("hello\n/status\n")
+
+    assert done.returncode == 0, done.stderr
+    reply_at = done.stdout.index("Hello! How can I *help*?")  # plain text, not rendered
+    assert done.stdout.index("Model: claude-test") > reply_at
+    assert "Memory index:" in done.stdout
+    assert [r.last_user_text() for r in server.requests] == ["hello"]  # /status is not sent
+
+
+def test_a_restarted_chat_resumes_the_same_session(server: FakeModelServer) -> None:
+    server.script(text_reply("Noted: locker 4711."), text_reply("It is 4711."))
+
+    first = chat("My locker code is 4711.\n")
+    second = run_pinch_chat("What is my locker code?\n")
+
+    assert first.exit_code == second.returncode == 0, first.output + second.stderr
+    assert "It is 4711." in second.stdout
+    history = all_text(server.requests[1])
+    assert "My locker code is 4711." in history
+    assert "Noted: locker 4711." in history
+
+
+def test_a_named_session_has_its_own_history(server: FakeModelServer) -> None:
+    server.script(text_reply("Noted."), text_reply("Hi."))
+
+    chat("The usual chat mentions pineapples.\n")
+    done = chat("hello\n", "--session", "trip")
+
+    assert done.exit_code == 0, done.output
+    assert "pineapples" not in all_text(server.requests[1])
+
+
+def test_an_ollama_model_needs_no_key(
+    server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    monkeypatch.setenv("PINCH_AGENT__MODEL", "ollama/llama3.2")  # as the README shows
+    server.script(text_reply("Hello from llama."))
+
+    done = chat("hello\n")
+
+    assert done.exit_code == 0, done.output
+    assert "Hello from llama." in done.stdout
+    assert server.requests[0].api == "ollama"
+
+
+def test_exit_ends_the_chat_before_later_lines() -> None:
+    done = chat("/exit\nhello\n")
+
+    assert done.exit_code == 0, done.output
+    assert done.stdout == ""
+
+
+def test_a_missing_api_key_is_one_line_of_advice_and_the_chat_goes_on(
+    server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+
+    done = chat("hello\n/status\n")
+
+    assert done.stderr.strip().splitlines() == [
+        "ANTHROPIC_API_KEY is not set: export it, or choose another model with model = "
+        '"ollama/llama3.2" in ~/.pinch/config.toml'
+    ]
+    assert "Model: claude-test" in done.stdout  # the next line was still answered
+    assert done.exit_code == 1  # a script learns that a message went unanswered
+    assert server.requests == []
+
+
+def test_invalid_settings_stop_the_chat_with_advice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINCH_AGENT__TIMEOUT_S", "-1")
+
+    done = chat("hello\n")
+
+    assert done.exit_code == 1
+    assert "agent.timeout_s" in done.stderr
+    assert "PINCH_AGENT__TIMEOUT_S" in done.stderr
+    assert done.exception is None or isinstance(done.exception, SystemExit)
+
+
+# ---- a real terminal ----------------------------------------------------------------------------
+
+
+class Terminal:
+    """`pinch chat` on a pseudo-terminal: keys in, screen text (escape codes removed) out."""
+
+    def __init__(self, rows: int = 40, cols: int = 120) -> None:
+        env = {**os.environ, "TERM": "xterm-256color", "PROMPT_TOOLKIT_NO_CPR": "1"}
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: a session leader on the new terminal
+            try:
+                fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+                os.execve(str(PINCH), [str(PINCH), "chat"], env)
+            finally:
+                os._exit(127)
+        self.screen = ""
+        self.seen = 0  # `expect` looks only after what it found last
+
+    def send(self, keys: str) -> None:
+        os.write(self.fd, keys.encode())
+
+    def expect(self, text: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while (found := self.screen.find(text, self.seen)) < 0:
+            if time.monotonic() > deadline or not self._read(deadline):
+                raise AssertionError(f"{text!r} did not appear; the screen:\n{self.screen}")
+        self.seen = found + len(text)
+
+    def wait(self, timeout: float = 20) -> int:
+        """The exit status, once the program has ended."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._read(time.monotonic() + 0.1)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+        raise AssertionError(f"pinch chat did not exit; the screen:\n{self.screen}")
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):  # already ended
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+    def _read(self, deadline: float) -> bool:
+        ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return True
+        try:
+            data = os.read(self.fd, 65536)
+        except OSError:  # EIO: the program has ended
+            return False
+        self.screen += ANSI.sub("", data.decode(errors="replace"))
+        return bool(data)
+
+
+@pytest.fixture
+def terminal() -> Iterator[Terminal]:
+    term = Terminal()
+    yield term
+    term.close()
+
+
+def test_ctrl_c_cancels_the_running_reply_and_ctrl_d_exits(
+    terminal: Terminal, server: FakeModelServer
+) -> None:
+    server.script(
+        text_reply(" ".join(["word"] * 300), chunk_delay_s=0.05),  # 15 s unless cancelled
+        text_reply("Second answer."),
+    )
+    terminal.expect("Ctrl-D exits")
+    terminal.expect("›")
+
+    terminal.send("write slowly\r")
+    terminal.expect("word word word")
+    terminal.send("\x03")  # Ctrl-C while the reply streams
+    terminal.expect("(cancelled)")
+    terminal.expect("›")
+    terminal.send("and now?\r")
+    terminal.expect("Second answer.")
+    terminal.expect("›")
+    terminal.send("\x04")  # Ctrl-D
+
+    assert terminal.wait() == 0
+    assert server.requests[1].last_user_text().endswith("and now?")
