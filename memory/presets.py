@@ -31,6 +31,7 @@ class SearchPreset:
     line_rerank_weight: float = 0.0
     rerank_pool: int = 40
     line_semantic_weight: float = 1.0  # passage similarity vs query words when picking lines
+    line_follow_weight: float = 0.0  # share of a line's word score passed to the line after it
     decay_half_life_days: float | None = None
     decay_floor: float = 0.0  # decayed score = score × (floor + (1 − floor) × 0.5^(age/half_life))
     importance_weight: float = 0.0  # score × (1 + weight × (importance − 3)) for marked chunks
@@ -92,6 +93,7 @@ PINCH = SearchPreset(
     importance_weight=0.1,
     mmr_lambda=0.8,
     snippet="focused",
+    line_follow_weight=0.5,
     require_evidence=True,
 )
 

@@ -183,7 +183,11 @@ def _line_weights(lines_terms: list[list[frozenset[str]]], terms: list[str]) -> 
 
 
 def rerank_by_lines(
-    candidates: list[_Candidate], terms: list[str], weight: float, semantic_weight: float = 1.0
+    candidates: list[_Candidate],
+    terms: list[str],
+    weight: float,
+    semantic_weight: float = 1.0,
+    follow_weight: float = 0.0,
 ) -> None:
     """Add `weight` × how much of the query's weight the best 1–2 adjacent lines cover."""
     stems = list(dict.fromkeys(stem_term(t) for t in terms))
@@ -210,8 +214,11 @@ def rerank_by_lines(
                 i = n - cand.start_line
                 if 0 <= i < len(semantic):
                     semantic[i] = max(semantic[i], v)
+        # A line right after a matching one is often its answer: it inherits some of its score.
+        carried = [0.0, *lexical[:-1]]
         cand.line_scores = tuple(
-            a + semantic_weight * b for a, b in zip(lexical, semantic, strict=True)
+            a + follow_weight * f + semantic_weight * b
+            for a, f, b in zip(lexical, carried, semantic, strict=True)
         )
         if total > 0 and weight:
             coverage = 0.5 * scores[best] / total + 0.5 * pair_best / total
@@ -381,7 +388,13 @@ def run_search(
 
     if preset.line_rerank_weight > 0 or preset.snippet == "focused":
         head = ranked[: preset.rerank_pool]
-        rerank_by_lines(head, terms, preset.line_rerank_weight, preset.line_semantic_weight)
+        rerank_by_lines(
+            head,
+            terms,
+            preset.line_rerank_weight,
+            preset.line_semantic_weight,
+            preset.line_follow_weight,
+        )
         ranked = head + ranked[preset.rerank_pool :]
     # Keep the reported score in [0, 1] whatever the weights add up to.
     scale = vector_weight + keyword_weight + preset.line_rerank_weight
