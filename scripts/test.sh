@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mypy
-echo "== pytest"; pytest "$@"
+echo "== pytest"; pytest -q "$@"
