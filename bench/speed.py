@@ -1,0 +1,475 @@
+"""Speed of the memory index: indexing throughput, edit-to-searchable time, search latency at
+1k/10k/100k chunks (sqlite-vec and numpy side by side), peak memory, and `pinch --help`.
+
+    .venv/bin/python bench/speed.py            # the full run (the 100k build takes a while once)
+    .venv/bin/python bench/speed.py --quick    # small sizes, a few minutes
+    .venv/bin/python bench/speed.py --json
+
+Each scenario runs in its own subprocess so its peak memory (ru_maxrss) is its own. Workspaces
+and databases for the latency scales are kept under --out and reused; --fresh rebuilds them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from bench.synthetic import TextSource, conversation_log, daily_note
+from bench.workspace import write_workspace
+from memory.chunking import chunk_markdown, split_units
+from memory.config import EmbeddingConfig, MemoryConfig
+from memory.index import MemoryIndex
+
+REPO = Path(__file__).resolve().parents[1]
+LOG_BYTES = 150_000
+SCALES = (1_000, 10_000, 100_000)
+BACKENDS = ("sqlite-vec", "numpy")
+DAYS_SPAN = 1095  # scale workspaces spread their notes over three years
+
+Result = dict[str, Any]
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
+
+
+def _open(workspace: Path, db_path: Path, provider: str, backend: str = "auto") -> MemoryIndex:
+    config = MemoryConfig(
+        embedding=EmbeddingConfig(provider=provider),  # type: ignore[arg-type]
+        vector_backend=backend,  # type: ignore[arg-type]
+    )
+    return MemoryIndex.open(workspace=workspace, db_path=db_path, config=config)
+
+
+# ---- scenarios (each runs inside a worker subprocess) -------------------------------------
+
+
+def throughput(spec: Result) -> Result:
+    """Index one synthetic conversation log of `bytes` from scratch: model load, sync, chunks/s."""
+    with tempfile.TemporaryDirectory(prefix="pinch-speed-") as tmp:
+        workspace = Path(tmp) / "workspace"
+        content = conversation_log(spec["bytes"])
+        write_workspace(workspace, {"memory/2024-03-01.md": content})
+        started = time.perf_counter()
+        index = _open(workspace, Path(tmp) / "index.sqlite", spec["provider"])
+        if index.provider is not None:  # load and warm the model, to time it apart
+            index.provider.embed_query("warm up")
+        loaded = time.perf_counter()
+        report = index.sync()
+        done = time.perf_counter()
+        chunks = index.status().chunks
+        index.close()
+    return {
+        "provider": spec["provider"],
+        "bytes": len(content.encode("utf-8")),
+        "chunks": chunks,
+        "chunks_embedded": report.chunks_embedded,
+        "model_load_s": loaded - started,
+        "sync_s": done - loaded,
+        "wall_s": done - started,
+        "chunks_per_s": chunks / (done - loaded) if done > loaded else None,
+    }
+
+
+def edit_to_searchable(spec: Result) -> Result:
+    """Append a line with a unique word to a daily log; time until search finds it (watcher)."""
+    try:
+        from memory.watch import MemoryWatcher
+    except ImportError:  # pragma: no cover - the watcher is part of the memory core
+        return {"todo": "memory.watch.MemoryWatcher is not available"}
+    source = TextSource(11)
+    with tempfile.TemporaryDirectory(prefix="pinch-edit-") as tmp:
+        workspace = Path(tmp) / "workspace"
+        first = date(2024, 5, 1)
+        files = {
+            f"memory/{first + timedelta(days=i)}.md": daily_note(
+                source, first + timedelta(days=i), 6
+            )
+            for i in range(10)
+        }
+        write_workspace(workspace, files)
+        index = _open(workspace, Path(tmp) / "index.sqlite", spec["provider"])
+        index.sync()
+        watcher = MemoryWatcher(index, debounce_ms=spec.get("debounce_ms"))
+        watcher.start()
+        time.sleep(1.0)  # let the watcher subscribe before the first edit
+        target = workspace / sorted(files)[-1]
+        latencies: list[float | None] = []
+        try:
+            for trial in range(spec["trials"]):
+                word = f"zqx{trial}locker{7919 * (trial + 3)}"
+                started = time.perf_counter()
+                with target.open("a", encoding="utf-8") as f:
+                    f.write(f"- The gym locker code is {word}, do not forget it.\n")
+                latencies.append(_wait_until_found(index, word, started, spec["timeout_s"]))
+                time.sleep(0.5)
+        finally:
+            watcher.stop()
+            index.close()
+    found = [s for s in latencies if s is not None]
+    return {
+        "provider": spec["provider"],
+        "debounce_ms": watcher.debounce_ms,
+        "trials": len(latencies),
+        "missed": len(latencies) - len(found),
+        "median_s": statistics.median(found) if found else None,
+        "max_s": max(found) if found else None,
+    }
+
+
+def _wait_until_found(
+    index: MemoryIndex, word: str, started: float, timeout_s: float
+) -> float | None:
+    while time.perf_counter() - started < timeout_s:
+        hits = index.search(word, preset="keyword", max_results=3)
+        if any(word in h.snippet for h in hits):
+            return time.perf_counter() - started
+        time.sleep(0.05)
+    return None
+
+
+def scale_files(chunks: int, tokens: int, overlap: int) -> tuple[dict[str, str], int, list[str]]:
+    """Daily notes until the chunker yields `chunks` chunks.
+
+    Returns the files, the exact chunk count, and the distinct texts the index embeds for them
+    (the passages `split_units` cuts each chunk into), to prime the embedding cache with.
+    """
+    source = TextSource(chunks)
+    first = date(2022, 1, 1)
+    files: dict[str, str] = {}
+    count = 0
+    passages: dict[str, None] = {}
+    i = 0
+    while count < chunks:
+        day = first + timedelta(days=i % DAYS_SPAN)
+        rel = f"memory/{day.year}/{day}" + (f"-note{i // DAYS_SPAN}" if i >= DAYS_SPAN else "")
+        content = daily_note(source, day, source.rng.randint(3, 12))
+        files[rel + ".md"] = content
+        for chunk in chunk_markdown(content, tokens=tokens, overlap=overlap):
+            count += 1
+            passages.update((u.text, None) for u in split_units(chunk))
+        i += 1
+    return files, count, list(passages)
+
+
+def _scale_paths(spec: Result) -> tuple[Path, Path]:
+    root = Path(spec["out"]) / f"scale-{spec['chunks']}"
+    return root / "workspace", root / f"index-{spec['backend']}.sqlite"
+
+
+def build_scale(spec: Result) -> Result:
+    """Generate (or reuse) a workspace of `chunks` chunks and index it with primed random unit
+    vectors: the real sync path, without running the model over every chunk."""
+    workspace, db_path = _scale_paths(spec)
+    if spec["fresh"]:
+        db_path.unlink(missing_ok=True)
+    config = MemoryConfig()
+    started = time.perf_counter()
+    files, count, texts = scale_files(
+        spec["chunks"], config.chunking.tokens, config.chunking.overlap
+    )
+    write_workspace(workspace, files)
+    generated = time.perf_counter()
+    index = _open(workspace, db_path, "local", spec["backend"])
+    provider = index.provider
+    assert provider is not None, index.degraded_reason()
+    status = index.status()
+    if status.pending_rebuild or status.chunks != count:  # not built, or built differently
+        rng = np.random.default_rng(spec["chunks"])
+        for i in range(0, len(texts), 10_000):
+            part = texts[i : i + 10_000]
+            vectors = rng.standard_normal((len(part), provider.dimensions)).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            index.prime_embedding_cache(part, vectors)
+    primed = time.perf_counter()
+    report = index.sync(on_progress=_refuse_real_embedding)
+    built = time.perf_counter()
+    status = index.status()
+    index.close()
+    return {
+        "chunks": status.chunks,
+        "files": len(files),
+        "backend": status.vector_backend,
+        "generate_s": generated - started,
+        "prime_s": primed - generated,
+        "sync_s": built - primed,
+        "files_indexed": len(report.files_indexed),
+        "chunks_embedded": report.chunks_embedded,  # 0 when every vector was primed
+    }
+
+
+def _refuse_real_embedding(done: int, total: int, path: str) -> None:
+    # A few passages may legitimately miss the cache; thousands would take the model hours.
+    if total > 50:
+        raise SystemExit(
+            f"{total} passages missed the primed cache: the index embeds something other than "
+            "split_units(chunk_markdown(...)); update scale_files() in bench/speed.py"
+        )
+
+
+def search_latency(spec: Result) -> Result:
+    """Time searches of an index built by `build_scale`, query embedding by the real model."""
+    workspace, db_path = _scale_paths(spec)
+    index = _open(workspace, db_path, "local", spec["backend"])
+    source = TextSource(99)
+    queries = [source.question() for _ in range(spec["queries"] + 1)]
+    timings: list[float] = []
+    deadline = time.perf_counter() + spec["budget_s"]
+    for query in queries:
+        if len(timings) >= 2 and time.perf_counter() > deadline:
+            break  # pathological latency: report what the budget allowed
+        started = time.perf_counter()
+        index.search(query, preset=spec["preset"])
+        timings.append(1000 * (time.perf_counter() - started))
+    backend = index.vector_backend
+    index.close()
+    warm = timings[1:]  # the first query loads the model (and the numpy matrix) once
+    return {
+        "backend": backend,
+        "first_query_ms": timings[0],
+        "p50_ms": float(np.percentile(warm, 50)),
+        "p95_ms": float(np.percentile(warm, 95)),
+        "queries": len(warm),  # fewer than asked when the time budget ran out
+    }
+
+
+SCENARIOS = {
+    "throughput": throughput,
+    "edit": edit_to_searchable,
+    "build": build_scale,
+    "latency": search_latency,
+}
+
+
+def run_worker(kind: str, spec: Result, result_path: Path) -> None:
+    # Keep whatever libraries print off the result channel.
+    with contextlib.redirect_stdout(sys.stderr):
+        result = SCENARIOS[kind](spec)
+    result["peak_mb"] = _peak_mb()
+    result_path.write_text(json.dumps(result), encoding="utf-8")
+
+
+def in_subprocess(kind: str, spec: Result) -> Result:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        result_path = Path(f.name)
+    try:
+        cmd = [sys.executable, __file__, "--worker", kind, "--spec", json.dumps(spec)]
+        proc = subprocess.run([*cmd, "--result", str(result_path)], check=False)
+        if proc.returncode != 0 or not result_path.stat().st_size:
+            return {"error": f"worker {kind} exited with status {proc.returncode}"}
+        result: Result = json.loads(result_path.read_text(encoding="utf-8"))
+        return result
+    finally:
+        result_path.unlink(missing_ok=True)
+
+
+def cli_help_ms(runs: int = 5) -> Result:
+    """Median wall time of `pinch --help` in a fresh process."""
+    pinch = shutil.which("pinch", path=str(Path(sys.executable).parent))
+    if pinch:
+        cmd = [pinch, "--help"]
+    elif (REPO / "app" / "cli.py").is_file():
+        cmd = [sys.executable, "-c", "from app.cli import main; main()", "--help"]
+    else:
+        return {"error": "no pinch command and no app/cli.py"}
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, check=False)
+        times.append(1000 * (time.perf_counter() - started))
+        if proc.returncode != 0:
+            return {"error": proc.stderr.decode(errors="replace").strip()[-300:]}
+    return {
+        "command": " ".join(Path(c).name if c == cmd[0] else c for c in cmd),
+        "median_ms": statistics.median(times),
+        "runs": runs,
+    }
+
+
+# ---- orchestration and output -------------------------------------------------------------
+
+
+def _summary(result: Result) -> str:
+    """One line of a scenario's figures, printed as soon as it ends."""
+    return ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()
+    )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Speed of Pinch's memory index.")
+    p.add_argument("--quick", action="store_true", help="small sizes for a run of a few minutes")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "speed")
+    p.add_argument("--scales", help="comma-separated chunk counts (default 1000,10000,100000)")
+    p.add_argument("--queries", type=int, help="timed searches per scale (default 50; quick 15)")
+    p.add_argument("--preset", default="pinch", help="search preset for latency (default pinch)")
+    p.add_argument("--fresh", action="store_true", help="rebuild the scale databases")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=300,
+        help="stop timing searches of one scale and backend after this many seconds (default 300)",
+    )
+    p.add_argument(
+        "--only",
+        help="comma-separated subset of: throughput, edit, latency, cli (default: all)",
+    )
+    p.add_argument("--worker", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
+    p.add_argument("--spec", help=argparse.SUPPRESS)
+    p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def run_all(args: argparse.Namespace, console: Console) -> Result:
+    only = set(args.only.split(",")) if args.only else {"throughput", "edit", "latency", "cli"}
+    results: Result = {}
+    if "throughput" in only:
+        results["throughput"] = {}
+        for provider in ("local", "none"):
+            size = 30_000 if args.quick and provider == "local" else LOG_BYTES
+            console.print(f"throughput: {provider}, {size / 1000:.0f} kB log …")
+            r = in_subprocess("throughput", {"provider": provider, "bytes": size})
+            results["throughput"][provider] = r
+            console.print(f"  {_summary(r)}")
+    if "edit" in only:
+        provider = "none" if args.quick else "local"
+        console.print(f"edit → searchable: {provider}, through the watcher …")
+        spec = {"provider": provider, "trials": 3 if args.quick else 5, "timeout_s": 30}
+        results["edit"] = in_subprocess("edit", spec)
+        console.print(f"  {_summary(results['edit'])}")
+    if "latency" in only:
+        if args.scales:
+            scales = [int(s) for s in args.scales.split(",")]
+        else:
+            scales = [1_000, 5_000] if args.quick else list(SCALES)
+        results["latency"] = {}
+        for chunks in scales:
+            for backend in BACKENDS:
+                console.print(f"search latency: {chunks} chunks, {backend}: building …")
+                spec = {
+                    "chunks": chunks,
+                    "backend": backend,
+                    "out": str(args.out),
+                    "fresh": args.fresh,
+                    "queries": args.queries or (15 if args.quick else 50),
+                    "preset": args.preset,
+                    "budget_s": args.budget_s,
+                }
+                build = in_subprocess("build", spec)
+                console.print(f"  {_summary(build)}")
+                search: Result = {"error": "not built"}
+                if "error" not in build:
+                    console.print("  searching …")
+                    search = in_subprocess("latency", spec)
+                    console.print(f"  {_summary(search)}")
+                results["latency"].setdefault(str(chunks), {})[backend] = {
+                    "build": build,
+                    "search": search,
+                }
+    if "cli" in only:
+        console.print("pinch --help …")
+        results["cli_help"] = cli_help_ms()
+    return results
+
+
+def _f(value: Any, fmt: str = "{:.1f}") -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def _table(title: str, columns: Sequence[str]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for i, column in enumerate(columns):
+        t.add_column(column, justify="left" if i == 0 else "right")
+    return t
+
+
+THROUGHPUT_COLUMNS = ("embedding", "kB", "chunks", "model load s", "sync s", "chunks/s", "wall s")
+LATENCY_COLUMNS = ("chunks", "backend", "sync s", "first query ms", "p50 ms", "p95 ms", "n")
+PEAK_COLUMNS = ("build peak MB", "search peak MB")
+
+
+def print_tables(results: Result, console: Console) -> None:
+    if "throughput" in results:
+        t = _table("Indexing a synthetic chat log from scratch", [*THROUGHPUT_COLUMNS, "peak MB"])
+        for provider, r in results["throughput"].items():
+            if "error" in r:
+                t.add_row(provider, r["error"])
+                continue
+            t.add_row(
+                provider,
+                _f(r["bytes"] / 1000),
+                str(r["chunks"]),
+                *(_f(r[k]) for k in ("model_load_s", "sync_s", "chunks_per_s", "wall_s")),
+                _f(r["peak_mb"], "{:.0f}"),
+            )
+        console.print(t)
+    if "edit" in results:
+        r = results["edit"]
+        if "todo" in r or "error" in r:
+            console.print(f"Edit → searchable: {r.get('todo') or r.get('error')}")
+        else:
+            console.print(
+                f"Edit → searchable through the watcher ({r['provider']}, debounce "
+                f"{r['debounce_ms']} ms): median {_f(r['median_s'], '{:.2f}')} s, max "
+                f"{_f(r['max_s'], '{:.2f}')} s over {r['trials']} edits, {r['missed']} missed"
+            )
+    if "latency" in results:
+        t = _table("Search latency (query embedding included)", LATENCY_COLUMNS + PEAK_COLUMNS)
+        for by_backend in results["latency"].values():
+            for backend, r in by_backend.items():
+                b, s = r["build"], r["search"]
+                if "error" in b or "error" in s:
+                    t.add_row("", backend, b.get("error") or s.get("error"))
+                    continue
+                t.add_row(
+                    str(b["chunks"]),
+                    s["backend"],
+                    _f(b["sync_s"]) if b["files_indexed"] else "reused",
+                    *(_f(s[k]) for k in ("first_query_ms", "p50_ms", "p95_ms")),
+                    str(s["queries"]),
+                    *(_f(x["peak_mb"], "{:.0f}") for x in (b, s)),
+                )
+        console.print(t)
+    if "cli_help" in results:
+        r = results["cli_help"]
+        if "error" in r:
+            console.print(f"pinch --help: {r['error']}")
+        else:
+            console.print(f"`{r['command']}`: median {r['median_ms']:.0f} ms of {r['runs']} runs")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        run_worker(args.worker, json.loads(args.spec), args.result)
+        return 0
+    progress = Console(stderr=True)
+    results = run_all(args, progress)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print_tables(results, Console() if sys.stdout.isatty() else Console(width=120))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
