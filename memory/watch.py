@@ -1,7 +1,8 @@
 """Re-index memory files shortly after they change (for the long-running gateway and REPL).
 
-`watchfiles` (Rust notify) reports changes; bursts are debounced (1.5 s by default, like
-OpenClaw) and each burst triggers one incremental `MemoryIndex.sync()` in a background thread.
+`watchfiles` (Rust notify) reports changes; a burst of changes is handed over once the files
+have been quiet for the debounce time (1.5 s by default, like OpenClaw), and each burst triggers
+one incremental `MemoryIndex.sync()` in a background thread.
 """
 
 from __future__ import annotations
@@ -54,10 +55,12 @@ class MemoryWatcher:
     def _run(self) -> None:
         from watchfiles import watch
 
+        # watchfiles yields once no change has come for `step` ms (the quiet period we want),
+        # grouping a continuous stream of changes for at most `debounce` ms.
         for changes in watch(
             *self._roots(),
-            debounce=self.debounce_ms,
-            step=50,
+            debounce=max(4 * self.debounce_ms, 5000),
+            step=self.debounce_ms,
             stop_event=self._stop,
             recursive=True,
             raise_interrupt=False,

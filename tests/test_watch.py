@@ -13,7 +13,7 @@ from memory.index import MemoryIndex
 from memory.watch import MemoryWatcher
 from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config
 
-DEBOUNCE_MS = 100
+DEBOUNCE_MS = None  # the default from settings: 1.5 s of quiet before a re-index
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
@@ -71,7 +71,7 @@ def test_changes_to_other_files_do_not_trigger_a_sync(
     (ws / "SOUL.md").write_text("# Soul\n")
     (ws / "memory" / "notes.txt").write_text("not markdown\n")
     (ws / "scratch.md").write_text("outside memory/\n")
-    time.sleep(5 * DEBOUNCE_MS / 1000 + 0.5)
+    time.sleep(2.5)  # longer than the 1.5 s quiet period
 
     assert watcher.syncs == 0
     # …while it was listening all along: a memory file does trigger one.
@@ -91,3 +91,18 @@ def test_stop_ends_the_watcher_thread(
     watcher.stop()
 
     assert not thread.is_alive()
+
+
+def test_a_burst_of_writes_is_indexed_once(
+    watched: tuple[Path, MemoryIndex, MemoryWatcher],
+) -> None:
+    ws, idx, watcher = watched
+
+    for i in range(5):  # five saves 0.2 s apart: inside one 1.5 s quiet window
+        with (ws / "memory" / "2026-01-10.md").open("a") as f:
+            f.write(f"- Burst line {i} quokka.\n")
+        time.sleep(0.2)
+
+    assert wait_for(lambda: len(idx.search("quokka", max_results=10)) >= 1, timeout=4.0)
+    time.sleep(0.3)
+    assert watcher.syncs == 1
