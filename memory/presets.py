@@ -88,8 +88,10 @@ PINCH = SearchPreset(
     fusion="normalized",
     line_rerank_weight=0.5,
     min_score=0.2,
-    decay_half_life_days=90.0,
-    decay_floor=0.7,
+    # Gentle: a year-old note keeps 90 % of its score, so recency breaks ties without burying
+    # the past (LoCoMo dev: half-life 90 d / floor 0.7 cost 1.2 points of located_any@6).
+    decay_half_life_days=365.0,
+    decay_floor=0.8,
     importance_weight=0.1,
     mmr_lambda=0.8,
     snippet="focused",

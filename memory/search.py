@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from memory.vectors import VectorStore
 
-COARSE_POOL = 200  # chunks the centroid index hands to passage re-scoring
+COARSE_POOL = 100  # chunks the centroid index hands to passage re-scoring
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,8 @@ def chunk_vector_scores(
         )
         if not rows:
             continue
-        sims = np.vstack([from_blob(r[3]) for r in rows]) @ np.asarray(query, dtype=np.float32)
+        matrix = from_blob(b"".join(r[3] for r in rows)).reshape(len(rows), -1)
+        sims = matrix @ np.asarray(query, dtype=np.float32)
         seen: set[int] = set()
         for (cid, start, end, _), sim in zip(rows, sims.tolist(), strict=True):
             best[cid] = sim if cid not in seen else max(best[cid], sim)
