@@ -5,9 +5,10 @@
         server.requests  # every request body the server saw, in order
 
 Vectors are deterministic: a text always maps to the same (unnormalised) vector, derived from its
-SHA-256. Set `server.fail_with = 401 | 429 | 500` (or any status) to answer every request with that error in
-the OpenAI error format, `server.error_message` to choose its text, or `server.delay_s` to sleep
-before answering (to trip a client timeout). `server.reset()` restores the defaults.
+SHA-256. Set `server.fail_with = 401 | 429 | 500` (or any status) to answer every request with
+that error in the OpenAI error format, `server.error_message` to choose its text, or
+`server.delay_s` to sleep before answering (to trip a client timeout). `server.reset()` restores
+the defaults.
 """
 
 from __future__ import annotations
