@@ -169,7 +169,7 @@ def memory_index(force: bool) -> None:
     click.echo(
         f"Index {what} in {report.seconds:.1f}s: {len(report.files_indexed)} files indexed, "
         f"{report.files_unchanged} unchanged, {len(report.files_removed)} removed; "
-        f"{report.chunks_embedded} chunks embedded, {report.chunks_from_cache} from cache."
+        f"{report.chunks_embedded} passages embedded, {report.chunks_from_cache} from cache."
     )
     for path, problem in report.problems.items():
         click.secho(f"  {path}: {problem}", fg="yellow", err=True)

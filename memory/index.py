@@ -70,8 +70,8 @@ class SyncReport:
     files_indexed: list[str] = field(default_factory=list)
     files_unchanged: int = 0
     files_removed: list[str] = field(default_factory=list)
-    chunks_embedded: int = 0
-    chunks_from_cache: int = 0
+    chunks_embedded: int = 0  # passages (the texts the model embeds) newly embedded
+    chunks_from_cache: int = 0  # passages whose vectors came from the embedding cache
     problems: dict[str, str] = field(default_factory=dict)  # path -> what went wrong
     seconds: float = 0.0
 
@@ -664,7 +664,8 @@ class MemoryIndex:
         return len(ids)
 
     def prime_embedding_cache(self, texts: Sequence[str], vectors: np.ndarray) -> None:
-        """Store vectors for chunk texts without running the model (benchmarks, imports)."""
+        """Store vectors for texts the index embeds — the passages `split_units` cuts chunks
+        into — without running the model (benchmarks, imports)."""
         p = self.provider
         if p is None:
             raise IndexingError("No embedding provider is configured; nothing to prime.")

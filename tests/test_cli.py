@@ -138,7 +138,7 @@ def test_memory_index_reports_what_it_did(workspace: Path) -> None:
     assert "3 files indexed" in first.output  # MEMORY.md, USER.md and the log
     assert "Index updated" in second.output and "3 unchanged" in second.output
     assert "Index rebuilt" in forced.output and "from cache" in forced.output
-    assert "0 chunks embedded" in forced.output
+    assert "0 passages embedded" in forced.output
 
 
 def test_memory_status_names_the_vector_backend_and_provider(workspace: Path) -> None:
