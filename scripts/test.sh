@@ -4,6 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
-echo "== ruff"; ruff check . && ruff format --check .
-echo "== mypy"; mypy
-echo "== pytest"; pytest -q "$@"
+echo "== ruff"
+ruff check .
+ruff format --check .
+echo "== mypy"
+mypy
+echo "== pytest"
+pytest -q "$@"
