@@ -25,12 +25,13 @@ class SearchPreset:
     keyword_terms: Literal["openclaw", "pinch"] = "openclaw"
     keyword_operator: Literal["AND", "OR"] = "AND"
     # 'weighted': w_v·cosine + w_k·(−r)/(1−r) on FTS5's bm25 rank r (OpenClaw);
-    # 'normalized': each side divided by its best candidate, then weighted.
-    fusion: Literal["weighted", "normalized"] = "weighted"
+    # 'normalized': each side divided by its best candidate, then weighted;
+    # 'rrf': reciprocal rank fusion, 1 / (60 + rank) per side (scaled so rank 1 scores 1).
+    fusion: Literal["weighted", "normalized", "rrf"] = "weighted"
     # Reranking by how well the best lines of a chunk cover the query's (rarer) terms.
     line_rerank_weight: float = 0.0
     rerank_pool: int = 40
-    line_semantic_weight: float = 1.0  # passage similarity vs query words when picking lines
+    line_semantic_weight: float = 0.5  # passage similarity vs query words when picking lines
     line_follow_weight: float = 0.0  # share of a line's word score passed to the line after it
     decay_half_life_days: float | None = None
     decay_floor: float = 0.0  # decayed score = score × (floor + (1 − floor) × 0.5^(age/half_life))

@@ -156,7 +156,10 @@ def merge_hybrid(
 ) -> dict[int, tuple[float, float]]:
     """chunk_id → (vector score, keyword score), each in [0, 1], per the preset's fusion."""
     out: dict[int, tuple[float, float]] = {}
-    if preset.fusion == "weighted":
+    if preset.fusion == "rrf":
+        kw = {i: 61 / (60 + rank) for rank, (i, _) in enumerate(keyword, start=1)}
+        vec = {i: 61 / (60 + rank) for rank, (i, _) in enumerate(vector, start=1)}
+    elif preset.fusion == "weighted":
         kw = {i: (-r) / (1 - r) if r < 0 else 1 / (1 + r) for i, r in keyword}
         vec = {i: max(0.0, s) for i, s in vector}
     else:
