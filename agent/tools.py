@@ -21,11 +21,11 @@ from typing import Any
 from agent.clock import Clock
 from agent.context import PRIVATE_FILES
 from agent.types import ToolCall, ToolResult, ToolSpec
-from memory.errors import MemoryError_
+from memory.errors import MemoryError_, WorkspaceError
 from memory.index import MemoryIndex
 from memory.sessions import SessionKey, SessionStore
 from memory.transcripts import read_transcript
-from memory.workspace import read_memory_lines
+from memory.workspace import confine_path, read_memory_lines
 from memory.writes import WorkspaceWriter
 
 log = logging.getLogger(__name__)
@@ -342,23 +342,11 @@ class MemoryTools:
 
 
 def confined_path(workspace: Path, raw: str) -> Path:
-    """The workspace file `raw` names; ToolFailure for absolute paths, `..`, or symlinks."""
-    text = raw.strip()
-    if not text or "\x00" in text or "\\" in text or text.startswith(("/", "~")):
-        raise ToolFailure(f"{raw!r} is not a workspace-relative path, e.g. memory/notes.md.")
-    parts = PurePosixPath(text).parts
-    if any(p in ("..", ".") for p in parts) or ":" in parts[0]:
-        raise ToolFailure(f"{raw!r} may not leave the workspace.")
-    probe = workspace
-    for part in parts:
-        probe = probe / part
-        if probe.is_symlink():
-            raise ToolFailure(f"{raw!r} goes through a symbolic link, which is not allowed.")
+    """The workspace file `raw` names (see memory.workspace.confine_path), else ToolFailure."""
     try:
-        probe.resolve().relative_to(workspace.resolve())
-    except ValueError as exc:
-        raise ToolFailure(f"{raw!r} is outside the workspace.") from exc
-    return probe
+        return confine_path(workspace, raw)[0]
+    except WorkspaceError as exc:
+        raise ToolFailure(str(exc)) from None
 
 
 def _read_text_file(target: Path, shown: str) -> str:

@@ -11,7 +11,7 @@ import os
 import re
 import unicodedata
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from memory.errors import WorkspaceError
 
@@ -100,17 +100,18 @@ def is_memory_path(rel_path: str) -> bool:
     )
 
 
-def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str] | None = None) -> Path:
-    """The file a memory path names, or WorkspaceError explaining why it is not allowed.
+def confine_path(workspace: Path, raw: str) -> tuple[Path, str]:
+    """(absolute path, '/'-separated relative path) of a workspace-relative path, or
+    WorkspaceError saying why it may not be used.
 
-    Only `.md` files that are memory paths (MEMORY.md, USER.md, memory/**) or configured extra
-    paths, inside the workspace, reached without symlinks. Rejects absolute paths, `..`,
-    percent-encoded and Unicode-confusable tricks, NUL bytes and backslashes.
+    The one check every file access goes through: no absolute paths, `~`, drive letters,
+    backslashes, `.`/`..`/empty segments, hidden files, control characters, percent-encoding or
+    Unicode look-alikes (NFKC-changed text), and no symbolic link anywhere along the path.
     """
     if not raw or not raw.strip():
         raise WorkspaceError("A path is required, e.g. memory/2026-01-10.md or MEMORY.md.")
-    if "\x00" in raw:
-        raise WorkspaceError("The path contains a NUL byte.")
+    if any(unicodedata.category(ch) == "Cc" for ch in raw):
+        raise WorkspaceError(f"{raw!r} contains control characters (such as a NUL byte).")
     if "%" in raw or unicodedata.normalize("NFKC", raw) != raw:
         raise WorkspaceError(
             f"{raw!r} contains encoded or look-alike characters; write the plain path."
@@ -120,10 +121,30 @@ def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str] | None
         raise WorkspaceError(
             f"{raw!r} is not a workspace-relative path: use paths like memory/2026-01-10.md."
         )
-    parts = PurePosixPath(text).parts
-    if any(p in ("..", ".") for p in parts):
-        raise WorkspaceError(f"{raw!r} may not contain '..' or '.' segments.")
-    rel = PurePosixPath(*parts).as_posix() if parts else ""
+    parts = text.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise WorkspaceError(f"{raw!r} may not contain '..', '.' or empty segments.")
+    if any(p.startswith(".") for p in parts):
+        raise WorkspaceError(f"{raw!r} names a hidden file or folder, which is not allowed.")
+    probe = workspace
+    for part in parts:
+        probe = probe / part
+        if probe.is_symlink():
+            raise WorkspaceError(f"{raw!r} goes through a symbolic link, which is not allowed.")
+    try:
+        probe.resolve().relative_to(workspace.resolve())
+    except ValueError as exc:
+        raise WorkspaceError(f"{raw!r} is outside the workspace.") from exc
+    return probe, "/".join(parts)
+
+
+def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str] | None = None) -> Path:
+    """The file a memory path names, or WorkspaceError explaining why it is not allowed.
+
+    Only `.md` files that are memory paths (MEMORY.md, USER.md, memory/**) or configured extra
+    paths inside the workspace, through `confine_path`.
+    """
+    target, rel = confine_path(workspace, raw)
     if not rel.endswith(".md"):
         raise WorkspaceError(f"{raw!r} is not a Markdown file: memory_get reads only .md files.")
     allowed_extra = {
@@ -134,17 +155,6 @@ def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str] | None
             f"{raw!r} is not a memory file: only MEMORY.md, USER.md, memory/**/*.md and "
             "configured extra paths can be read."
         )
-    target = workspace / rel
-    # Refuse symlinks anywhere along the path, then double-check containment after resolving.
-    probe = workspace
-    for part in PurePosixPath(rel).parts:
-        probe = probe / part
-        if probe.is_symlink():
-            raise WorkspaceError(f"{raw!r} goes through a symbolic link, which is not allowed.")
-    try:
-        target.resolve().relative_to(workspace.resolve())
-    except ValueError as exc:
-        raise WorkspaceError(f"{raw!r} is outside the workspace.") from exc
     return target
 
 

@@ -22,10 +22,11 @@ import threading
 import unicodedata
 from collections.abc import Callable
 from datetime import date, datetime, tzinfo
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Literal
 
 from memory.errors import WorkspaceError
+from memory.workspace import confine_path
 
 log = logging.getLogger(__name__)
 
@@ -171,39 +172,11 @@ class WorkspaceWriter:
 
     def _confine(self, raw: str) -> Path:
         """The absolute path of a workspace-relative Markdown path, or WorkspaceError."""
-        if not raw or not raw.strip():
-            raise WorkspaceError("A path is required, e.g. memory/2026-01-10.md.")
-        if "\x00" in raw or any(unicodedata.category(ch) == "Cc" for ch in raw):
-            raise WorkspaceError(f"{raw!r} contains control characters.")
-        if "\\" in raw or raw.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", raw):
-            raise WorkspaceError(
-                f"{raw!r} is not a workspace-relative path: use paths like memory/2026-01-10.md."
-            )
-        parts = raw.split("/")
-        if any(p in ("", ".", "..") for p in parts):
-            raise WorkspaceError(f"{raw!r} may not contain '..', '.' or empty segments.")
-        if any(p.startswith(".") for p in parts):
-            raise WorkspaceError(
-                f"{raw!r} names a hidden file or folder, which Pinch never writes."
-            )
-        rel = PurePosixPath(*parts).as_posix()
+        target, rel = confine_path(self.workspace, raw)
         if not rel.endswith(".md"):
             raise WorkspaceError(
                 f"{raw!r} is not a Markdown file: Pinch writes only .md files in the workspace."
             )
-        probe = self.workspace
-        for part in parts:
-            probe = probe / part
-            if probe.is_symlink():
-                raise WorkspaceError(
-                    f"{raw!r} goes through a symbolic link ({probe.relative_to(self.workspace)}), "
-                    "which Pinch never writes through."
-                )
-        target = self.workspace / rel
-        try:
-            target.resolve().relative_to(self.workspace.resolve())
-        except ValueError as exc:
-            raise WorkspaceError(f"{raw!r} is outside the workspace.") from exc
         if target.exists() and not target.is_file():
             raise WorkspaceError(f"{rel} exists and is not a regular file.")
         return target
