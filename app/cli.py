@@ -50,8 +50,14 @@ def _settings() -> Settings:
 
 
 def _open_index(settings: Settings) -> MemoryIndex:
+    from memory.errors import WorkspaceError
     from memory.index import MemoryIndex
 
+    if not settings.workspace_dir.is_dir():
+        raise WorkspaceError(
+            f"There is no workspace at {settings.workspace_dir}: run `pinch init` first "
+            "(or set PINCH_HOME / PINCH_WORKSPACE to where your memory files are)."
+        )
     return MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
 
 

@@ -365,3 +365,12 @@ def test_indexing_while_another_process_writes_is_reported(
 
 def home_db(workspace: Path) -> Path:
     return workspace.parent / "agents" / "main" / "agent.sqlite"
+
+
+def test_memory_commands_on_a_home_never_set_up_say_to_run_init(tmp_path: Path) -> None:
+    home = tmp_path / "never-set-up"
+    result = CliRunner().invoke(main, ["memory", "status"], env={"PINCH_HOME": str(home)})
+
+    assert result.exit_code == 1
+    assert "pinch init" in result.output
+    assert not home.exists()  # nothing was created behind the user's back
