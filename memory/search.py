@@ -112,8 +112,10 @@ def _in_scope(db: Database, ids: list[int], generation: int, scopes: list[str]) 
         out.update(
             int(r[0])
             for r in db.execute(
-                f"SELECT id FROM memory_chunks WHERE id IN ({marks}) AND generation = ? "
-                f"AND scope IN ({smarks})",
+                # Unary + keeps SQLite on primary-key lookups instead of scanning the whole
+                # generation through its (generation, path) index.
+                f"SELECT id FROM memory_chunks WHERE id IN ({marks}) AND +generation = ? "
+                f"AND +scope IN ({smarks})",
                 (*part, generation, *scopes),
             )
         )
