@@ -234,10 +234,8 @@ class MemoryIndex:
         *,
         force: bool = False,
         on_progress: ProgressCallback | None = None,
-        progress: bool = False,
     ) -> SyncReport:
         """Bring the index in step with the files. Returns what changed and what failed."""
-        del progress  # the CLI renders progress through on_progress
         started = time.monotonic()
         self._cleanup_stale_builds()
         files = discover_memory_files(self.workspace, self.config.extra_paths)

@@ -71,7 +71,6 @@ class _Candidate:
     vector_score: float = 0.0
     keyword_score: float = 0.0
     score: float = 0.0
-    best_lines: tuple[int, ...] = ()  # indexes of the chunk's lines that match the query best
     line_scores: tuple[float, ...] = ()  # how well each line of the chunk matches the query
     passages: tuple[tuple[int, int, float], ...] = ()  # (start, end, vector score) of its passages
 
@@ -205,14 +204,15 @@ def rerank_by_lines(
         if not lts:
             continue
         scores = [sum(w for t, w in weights.items() if t in lt) for lt in lts]
-        best = int(np.argmax(scores)) if scores else 0
+        best = max(scores)
         # A pair of neighbouring lines (a question and its answer) may cover more together.
-        pair_best, pair_idx = scores[best], (best,)  # type: tuple[float, tuple[int, ...]]
-        for j in range(len(lts) - 1):
-            both = sum(w for t, w in weights.items() if t in lts[j] or t in lts[j + 1])
-            if both > pair_best + 1e-9:
-                pair_best, pair_idx = both, (j, j + 1)
-        cand.best_lines = pair_idx if pair_best > 0 else ()
+        pair_best = max(
+            [best]
+            + [
+                sum(w for t, w in weights.items() if t in lts[j] or t in lts[j + 1])
+                for j in range(len(lts) - 1)
+            ]
+        )
         lexical = [x / total for x in scores] if total > 0 else [0.0] * len(scores)
         semantic = [0.0] * len(lts)
         for start, end, v in cand.passages:
@@ -227,7 +227,7 @@ def rerank_by_lines(
             for a, f, b in zip(lexical, carried, semantic, strict=True)
         )
         if total > 0 and weight:
-            coverage = 0.5 * scores[best] / total + 0.5 * pair_best / total
+            coverage = 0.5 * best / total + 0.5 * pair_best / total
             cand.score += weight * coverage
 
 

@@ -17,8 +17,6 @@ _CJK_CLASS = (
 )
 CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
-# Words: letters/digits/underscore runs that are not CJK (CJK handled separately).
-_WORD = re.compile(rf"[^\W{_CJK_CLASS}]+", re.UNICODE)
 
 # Small and deliberately conservative: question words and glue that match nearly every chunk.
 ENGLISH_STOPWORDS = frozenset(
