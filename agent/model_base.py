@@ -1,0 +1,226 @@
+"""The common ground of the model clients: the `ModelClient` protocol, retries with
+back-off, and how transport errors are recognised."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
+
+from agent.model_errors import (
+    AuthenticationFailedError,
+    ContextTooLongError,
+    ModelError,
+    ModelTimeoutError,
+    RateLimitedError,
+    RequestRefusedError,
+    ServerError,
+    ServerUnreachableError,
+    UnknownModelError,
+    redact,
+)
+from agent.types import (
+    ModelRequest,
+    ModelResponse,
+)
+
+log = logging.getLogger(__name__)
+
+
+DEFAULT_MODEL = "claude-sonnet-5-5"
+ANTHROPIC_URL = "https://api.anthropic.com"
+OLLAMA_URL = "http://localhost:11434"
+
+# Retries back off 0.5 s, 1 s, 2 s … (at most 8 s), or wait as long as the server's retry-after
+# asks, unless that is longer than MAX_RETRY_WAIT_S: then the error goes to the caller (or the
+# next model) at once rather than leaving the owner staring at a silent chat.
+INITIAL_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 8.0
+MAX_RETRY_WAIT_S = 30.0
+
+TextCallback = Callable[[str], None]
+
+
+class ModelClient(Protocol):
+    async def complete(
+        self, request: ModelRequest, on_text: TextCallback | None = None
+    ) -> ModelResponse:
+        """Run one model call, passing each text delta to `on_text` as it streams in.
+
+        Raises `ModelError` (see model_errors.py); cancelling the task cancels the call and
+        closes its connection.
+        """
+        ...
+
+
+class IncompleteStreamError(Exception):
+    """The stream ended without the provider's end-of-message marker."""
+
+
+class RetryingClient:
+    """Shared by both provider clients: key check, retries with backoff, error translation."""
+
+    def __init__(self, model: str, *, url: str, timeout_s: float, max_retries: int) -> None:
+        self.model = model
+        self.url = url
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+
+    async def complete(
+        self, request: ModelRequest, on_text: TextCallback | None = None
+    ) -> ModelResponse:
+        self._check_key()
+        attempts = 0
+        while True:
+            attempts += 1
+            streamed = False
+
+            def relay(text: str) -> None:
+                nonlocal streamed
+                streamed = True
+                if on_text is not None:
+                    on_text(text)
+
+            try:
+                return await self._attempt(request, relay)
+            except Exception as exc:
+                error = self._translate(exc, attempts)
+                if error is None:
+                    raise
+                # After text has reached the caller, a second attempt would repeat it.
+                delay = None if streamed else self._retry_delay(error, exc, attempts)
+                if delay is None:
+                    raise error from exc
+                log.warning("%s; retrying in %.1f s", error, delay)
+                await asyncio.sleep(delay)
+
+    def _check_key(self) -> None:
+        """Raise `MissingKeyError` if the provider needs a key that is not set."""
+
+    async def _attempt(self, request: ModelRequest, on_text: TextCallback) -> ModelResponse:
+        raise NotImplementedError
+
+    def _http_failure(self, exc: Exception) -> tuple[int, str, Mapping[str, str]] | None:
+        """(status, the server's message, response headers) when `exc` is an HTTP error reply."""
+        raise NotImplementedError
+
+    def _key_source(self) -> str:
+        raise NotImplementedError
+
+    def _secrets(self) -> list[str | None]:
+        return []
+
+    def _translate(self, exc: Exception, attempts: int) -> ModelError | None:
+        """The `ModelError` for a library exception; None when `exc` is a bug, not a failure."""
+        model, url = self.model, self.url
+        chain = list(_exception_chain(exc))
+        if any(_is_timeout(e) for e in chain):
+            return ModelTimeoutError(model=model, url=url, timeout_s=self.timeout_s)
+        if isinstance(exc, IncompleteStreamError) or any(_is_broken_stream(e) for e in chain):
+            return ServerError(model=model, url=url, attempts=attempts, what="the stream broke off")
+        if any(_is_connection_error(e) for e in chain):
+            refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
+            reason = "connection refused" if refused else "connection failed"
+            return ServerUnreachableError(model=model, url=url, reason=reason)
+        failure = self._http_failure(exc)
+        if failure is None:
+            return None
+        status, detail, headers = failure
+        detail = redact(detail, self._secrets())
+        if status in (401, 403):
+            return AuthenticationFailedError(
+                model=model, url=url, status=status, key_source=self._key_source()
+            )
+        if status == 404:
+            return UnknownModelError(model=model, url=url)
+        if status == 429:
+            retry_after = _retry_after(headers)
+            return RateLimitedError(
+                model=model, url=url, attempts=attempts, retry_after=retry_after
+            )
+        if status in (408, 409) or status >= 500:
+            return ServerError(model=model, url=url, attempts=attempts, what=f"{status} {detail}")
+        if _is_context_overflow(exc, detail):
+            return ContextTooLongError(model=model, url=url, status=status, detail=detail)
+        return RequestRefusedError(model=model, url=url, status=status, detail=detail)
+
+    def _retry_delay(self, error: ModelError, exc: Exception, attempts: int) -> float | None:
+        """Seconds to wait before the next attempt, or None to give up now."""
+        # Timeouts are not retried here: each already cost timeout_s of silence.
+        retryable = (RateLimitedError, ServerError, ServerUnreachableError)
+        if attempts > self.max_retries or not isinstance(error, retryable):
+            return None
+        failure = self._http_failure(exc)
+        asked = _retry_after(failure[2]) if failure else None
+        if asked is not None:
+            return asked if asked <= MAX_RETRY_WAIT_S else None
+        backoff = min(INITIAL_BACKOFF_S * 2 ** (attempts - 1), MAX_BACKOFF_S)
+        return backoff * (1 - 0.25 * random.random())
+
+
+_TIMEOUT_NAMES = {
+    "TimeoutException",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "WriteTimeout",
+    "PoolTimeout",
+    "APITimeoutError",
+    "Timeout",
+}
+_CONNECTION_NAMES = {"ConnectError", "APIConnectionError", "ClientConnectorError"}
+_BROKEN_STREAM_NAMES = {"RemoteProtocolError", "ReadError", "ClientPayloadError"}
+
+
+def _exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    return isinstance(exc, TimeoutError) or type(exc).__name__ in _TIMEOUT_NAMES
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    return isinstance(exc, ConnectionError) or type(exc).__name__ in _CONNECTION_NAMES
+
+
+def _is_broken_stream(exc: BaseException) -> bool:
+    return type(exc).__name__ in _BROKEN_STREAM_NAMES
+
+
+def _is_context_overflow(exc: Exception, detail: str) -> bool:
+    if type(exc).__name__ == "ContextWindowExceededError":
+        return True
+    lowered = detail.lower()
+    return "prompt is too long" in lowered or "context length" in lowered
+
+
+def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds the server asked to wait (`retry-after-ms`, or `retry-after` in seconds or as an
+    HTTP date), or None."""
+    if not headers:
+        return None
+    try:
+        return max(0.0, float(headers["retry-after-ms"]) / 1000)
+    except (KeyError, TypeError, ValueError):
+        pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
