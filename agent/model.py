@@ -1,12 +1,13 @@
 """Model clients behind one small interface, `ModelClient`.
 
-- `AnthropicClient`: Claude through the official `anthropic` SDK, with prompt-cache markers.
-- `LiteLLMClient`: every other provider (Ollama, OpenAI, OpenAI-compatible servers, …) via litellm.
+- `AnthropicClient` (anthropic_client.py): Claude through the official SDK, prompt-cache markers.
+- `LiteLLMClient` (litellm_client.py): every other provider (Ollama, OpenAI, …) via litellm.
 - `FallbackClient`: tries models in order when one is down, rate-limited or unreachable.
 - `create_model_client`: picks among them from the configured model names.
 
 All of them stream: `on_text` receives each text delta as it arrives, and `complete` returns the
-whole response at the end. Failures surface as `ModelError`s worded as advice (model_errors.py).
+whole response at the end. Failures surface as `ModelError`s worded as advice (model_errors.py);
+retries and error recognition live in model_base.py.
 Both SDKs are imported on first use, in a worker thread: they take seconds to import.
 """
 
@@ -21,10 +22,7 @@ from agent.anthropic_client import AnthropicClient, anthropic_params
 from agent.litellm_client import LiteLLMClient, _litellm, openai_messages
 from agent.model_base import DEFAULT_MODEL, ModelClient, TextCallback
 from agent.model_errors import ModelError
-from agent.types import (
-    ModelRequest,
-    ModelResponse,
-)
+from agent.types import ModelRequest, ModelResponse
 
 __all__ = [
     "DEFAULT_MODEL",
