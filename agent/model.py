@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from agent.anthropic_client import AnthropicClient, anthropic_params
 from agent.litellm_client import LiteLLMClient, _litellm, openai_messages
-from agent.model_base import DEFAULT_MODEL, ModelClient, TextCallback
+from agent.model_base import DEFAULT_MODEL, ModelClient, StreamRelay, TextCallback
 from agent.model_errors import ModelError
 from agent.types import ModelRequest, ModelResponse
 
@@ -60,18 +60,11 @@ class FallbackClient:
         self, request: ModelRequest, on_text: TextCallback | None = None
     ) -> ModelResponse:
         for position, client in enumerate(self.clients, start=1):
-            streamed = False
-
-            def relay(text: str) -> None:
-                nonlocal streamed
-                streamed = True
-                if on_text is not None:
-                    on_text(text)
-
+            relay = StreamRelay(on_text)
             try:
                 return await client.complete(request, relay)
             except ModelError as error:
-                if not error.transient or streamed or position == len(self.clients):
+                if not error.transient or relay.streamed or position == len(self.clients):
                     raise
                 log.warning("%s; falling back to the next model", error)
         raise AssertionError("unreachable")

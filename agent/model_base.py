@@ -45,6 +45,20 @@ MAX_RETRY_WAIT_S = 30.0
 TextCallback = Callable[[str], None]
 
 
+class StreamRelay:
+    """Passes text deltas on to `on_text` and remembers whether any went out: once the owner has
+    seen text, a retry or a fallback model would repeat it."""
+
+    def __init__(self, on_text: TextCallback | None) -> None:
+        self.on_text = on_text
+        self.streamed = False
+
+    def __call__(self, text: str) -> None:
+        self.streamed = True
+        if self.on_text is not None:
+            self.on_text(text)
+
+
 class ModelClient(Protocol):
     async def complete(
         self, request: ModelRequest, on_text: TextCallback | None = None
@@ -77,14 +91,7 @@ class RetryingClient:
         attempts = 0
         while True:
             attempts += 1
-            streamed = False
-
-            def relay(text: str) -> None:
-                nonlocal streamed
-                streamed = True
-                if on_text is not None:
-                    on_text(text)
-
+            relay = StreamRelay(on_text)
             try:
                 return await self._attempt(request, relay)
             except Exception as exc:
@@ -92,7 +99,7 @@ class RetryingClient:
                 if error is None:
                     raise
                 # After text has reached the caller, a second attempt would repeat it.
-                delay = None if streamed else self._retry_delay(error, exc, attempts)
+                delay = None if relay.streamed else self._retry_delay(error, exc, attempts)
                 if delay is None:
                     raise error from exc
                 log.warning("%s; retrying in %.1f s", error, delay)
