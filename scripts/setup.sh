@@ -9,7 +9,12 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
   exit 1
 fi
 if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+  if ! "$PYTHON" -m venv .venv; then
+    rm -rf .venv
+    echo "Could not create .venv with '$PYTHON -m venv'. On Debian/Ubuntu install the venv module" >&2
+    echo "first (sudo apt install python3-venv), or set PYTHON=/path/to/python3.11." >&2
+    exit 1
+  fi
 fi
 stamp=.venv/.pinch-lock-hash
 want=$(sha256sum requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)
