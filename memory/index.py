@@ -309,7 +309,7 @@ class MemoryIndex:
                 self._bump_version(conn)
             report.files_removed.append(path)
 
-        pending: list[tuple[MemoryFile, os.stat_result, str, list[Chunk]]] = []
+        pending: list[tuple[MemoryFile, os.stat_result, str, list[Chunk], str | None]] = []
         for f in files:
             try:
                 st = f.abs_path.stat()
@@ -340,12 +340,12 @@ class MemoryIndex:
             chunks = chunk_markdown(
                 text, tokens=self.config.chunking.tokens, overlap=self.config.chunking.overlap
             )
-            pending.append((f, st, file_hash, chunks))
+            pending.append((f, st, file_hash, chunks, warning))
 
-        units = [u for *_, chunks in pending for c in chunks for u in split_units(c)]
+        units = [u for _, _, _, chunks, _ in pending for c in chunks for u in split_units(c)]
         vectors = self._embed_all(units, report, on_progress)
-        for f, st, file_hash, chunks in pending:
-            self._write_file(generation, f, st, file_hash, chunks, vectors)
+        for f, st, file_hash, chunks, warning in pending:
+            self._write_file(generation, f, st, file_hash, chunks, vectors, warning)
             report.files_indexed.append(f.rel_path)
             if self._owned_build == generation:
                 with self.db.transaction() as conn:
@@ -545,6 +545,7 @@ class MemoryIndex:
         file_hash: str,
         chunks: list[Chunk],
         vectors: dict[str, np.ndarray],
+        warning: str | None = None,
     ) -> None:
         day = file_day(f.rel_path)
         store = self._store(self.provider.dimensions if self.provider else None)
@@ -560,7 +561,7 @@ class MemoryIndex:
                 store.add(conn, vec_rows)
             conn.execute(
                 "INSERT INTO memory_sources(generation, path, source, origin, hash, mtime, size, "
-                "indexed_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                "indexed_at, error, warning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
                 (
                     generation,
                     f.rel_path,
@@ -570,6 +571,7 @@ class MemoryIndex:
                     st.st_mtime,
                     st.st_size,
                     time.time(),
+                    warning,
                 ),
             )
             self._bump_version(conn)
@@ -761,8 +763,8 @@ class MemoryIndex:
             )
             problems = dict(
                 self.db.execute(
-                    "SELECT path, error FROM memory_sources "
-                    "WHERE generation = ? AND error IS NOT NULL",
+                    "SELECT path, coalesce(error, warning) FROM memory_sources "
+                    "WHERE generation = ? AND (error IS NOT NULL OR warning IS NOT NULL)",
                     (generation,),
                 )
             )

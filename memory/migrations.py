@@ -137,11 +137,17 @@ def m004_passage_vectors(conn: Any) -> None:
     )
 
 
+def m005_source_warnings(conn: Any) -> None:
+    """Why a file was indexed imperfectly (e.g. invalid UTF-8), for `pinch memory status`."""
+    conn.executescript("ALTER TABLE memory_sources ADD COLUMN warning TEXT;")
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
     m003_memory_units,
     m004_passage_vectors,
+    m005_source_warnings,
 ]
 
 

@@ -551,6 +551,22 @@ def test_invalid_utf8_is_indexed_with_replacement_characters_and_reported(
     assert (ws / "memory" / "latin1.md").read_bytes() == raw
 
 
+def test_status_keeps_reporting_invalid_utf8_until_the_file_is_fixed(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    ws = make_workspace({**FILES, "memory/latin1.md": b"Caf\xe9 Central.\n"})
+    idx = make_index(ws)
+    idx.sync()
+
+    assert "not valid UTF-8" in idx.status().problems["memory/latin1.md"]
+    assert idx.status().files == len(FILES) + 1  # indexed all the same
+
+    (ws / "memory" / "latin1.md").write_text("Café Central.\n", encoding="utf-8")
+    idx.sync()
+
+    assert "memory/latin1.md" not in idx.status().problems
+
+
 def test_a_binary_md_file_is_skipped_and_the_others_indexed(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
