@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from memory.vectors import VectorStore
 
 COARSE_POOL = 100  # chunks the centroid index hands to passage re-scoring
+_EMBEDDER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embedding")
 
 
 @dataclass(frozen=True)
@@ -350,6 +352,10 @@ def run_search(
         terms = openclaw_query_terms(query)
     else:
         terms = query_terms(query) or query_terms(query, drop_stopwords=False)
+    use_vectors = embed_query is not None and store is not None and preset.vector_weight > 0
+    # The model embeds the query in a worker thread while SQLite runs the keyword search:
+    # both release the GIL, so on two cores the embedding costs (almost) nothing extra.
+    pending_vector = _EMBEDDER.submit(embed_query, query) if use_vectors and embed_query else None
     keyword: list[tuple[int, float]] = []
     if preset.keyword_weight > 0:
         match = fts_match_expression(terms, operator=preset.keyword_operator)
@@ -360,8 +366,8 @@ def run_search(
     passages: dict[int, list[tuple[int, int, float]]] = {}
     vector_weight = preset.vector_weight
     keyword_weight = preset.keyword_weight
-    if embed_query is not None and store is not None and vector_weight > 0:
-        qvec = embed_query(query)
+    if pending_vector is not None and store is not None:
+        qvec = pending_vector.result()
         # Centroids find a wide pool cheaply; passages then score it exactly.
         coarse = store.search(qvec, max(COARSE_POOL, pool), generation, scopes)
         vector, passages = chunk_vector_scores(db, qvec, coarse)
