@@ -237,10 +237,10 @@ class MemoryTools:
             max_results=max_results,
             min_score=None if min_score is None else float(min_score),
             now=self.clock.now().replace(tzinfo=None),
-            scopes=("", ctx.key.memory_scope),
+            # A group recalls only its own conversation: the memory files hold the owner's
+            # private life (daily logs and session notes come from private chats too).
+            scopes=(ctx.key.memory_scope,) if ctx.key.is_group else ("", ctx.key.memory_scope),
         )
-        if ctx.key.is_group:
-            hits = [h for h in hits if h.path not in PRIVATE_FILES]
         results = []
         for hit in hits:
             item: dict[str, Any] = {
@@ -337,8 +337,12 @@ class MemoryTools:
 
     @staticmethod
     def _refuse_private(ctx: ToolContext, path: str) -> None:
-        if ctx.key.is_group and PurePosixPath(path.strip()).as_posix() in PRIVATE_FILES:
-            raise ToolFailure(f"{path} is private to the owner and not readable in group chats.")
+        rel = PurePosixPath(path.strip()).as_posix()
+        if ctx.key.is_group and (rel in PRIVATE_FILES or rel.startswith("memory/")):
+            raise ToolFailure(
+                f"{path} is the owner's private memory and not readable in group chats; "
+                "here, memory_search covers this group's own conversation."
+            )
 
 
 def confined_path(workspace: Path, raw: str) -> Path:
