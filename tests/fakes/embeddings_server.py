@@ -18,9 +18,10 @@ import json
 import struct
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes.local_server import LocalHTTPServer
 
 _ERRORS = {
     401: ("invalid_request_error", "invalid_api_key", "Incorrect API key provided."),
@@ -40,7 +41,7 @@ def fake_vector(text: str, dimensions: int) -> list[float]:
     return out[:dimensions]
 
 
-class FakeEmbeddingsServer:
+class FakeEmbeddingsServer(LocalHTTPServer):
     """Serves `POST /v1/embeddings` and `POST /embeddings` in a background thread."""
 
     def __init__(self, dimensions: int = 8) -> None:
@@ -51,13 +52,7 @@ class FakeEmbeddingsServer:
         self.requests: list[dict[str, Any]] = []
         self.auth_headers: list[str | None] = []
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self._httpd.server_address[1]
+        super().__init__(self._handler_class())
 
     @property
     def base_url(self) -> str:
@@ -77,26 +72,6 @@ class FakeEmbeddingsServer:
             self.delay_s = 0.0
             self.requests.clear()
             self.auth_headers.clear()
-
-    def start(self) -> FakeEmbeddingsServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeEmbeddingsServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def _respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if self.delay_s:

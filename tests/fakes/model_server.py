@@ -39,9 +39,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
+
+from tests.fakes.local_server import LocalHTTPServer
 
 Api = Literal["anthropic", "openai", "ollama"]
 
@@ -179,7 +180,7 @@ class RecordedRequest:
 Responder = Callable[[RecordedRequest], Reply]
 
 
-class FakeModelServer:
+class FakeModelServer(LocalHTTPServer):
     """A background-thread HTTP server answering model requests from a script.
 
     `api_key`, when set, is the only key accepted (as `x-api-key` or `Authorization: Bearer`);
@@ -196,17 +197,9 @@ class FakeModelServer:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        super().__init__(self._handler_class())
 
     # -- lifecycle and addresses --------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        return self._httpd.server_address[1]
 
     @property
     def url(self) -> str:
@@ -218,26 +211,9 @@ class FakeModelServer:
         """An OpenAI client's base URL / litellm's `api_base` (`.../v1`)."""
         return f"{self.url}/v1"
 
-    def start(self) -> FakeModelServer:
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
         self._closing.set()  # wakes handlers sleeping in a scripted delay
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeModelServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        super().stop()
 
     # -- scripting -----------------------------------------------------------------------------
 
