@@ -10,17 +10,42 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from agent.config import AgentConfig
+from channels.config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.config import MemoryConfig
 
 
 class ConfigError(Exception):
     """The configuration is invalid; the message says which setting and how to fix it."""
+
+
+class OwnersConfig(BaseModel):
+    """`[owners]`: the owner's stable user id on each channel (the terminal user always is)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    telegram: list[str] = Field(default_factory=list)  # PINCH_OWNERS__TELEGRAM='["111"]'
+    slack: list[str] = Field(default_factory=list)  # PINCH_OWNERS__SLACK='["U0123ABCD"]'
+
+
+class GatewayConfig(BaseModel):
+    """`[gateway]`: how `pinch gateway` routes and queues messages."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # The owner's direct chats on every channel share one session ("main"), or keep one per
+    # channel ("per-channel").
+    owner_dm_scope: Literal["main", "per-channel"] = "main"
+    collect_window_ms: int = Field(default=1_500, ge=0, le=60_000)  # quick messages → one turn
+    shutdown_grace_s: float = Field(default=20.0, ge=0)  # in-flight turns may finish this long
+    max_concurrent_turns: int = Field(default=4, ge=1, le=64)  # sessions answered in parallel
+    health_listen: str = "127.0.0.1"
+    health_port: int | None = Field(default=None, ge=1, le=65535)  # GET /healthz when set
 
 
 def pinch_home() -> Path:
@@ -39,6 +64,10 @@ class Settings(BaseSettings):
     agent_id: str = "main"
     agent: AgentConfig = AgentConfig()
     memory: MemoryConfig = MemoryConfig()
+    telegram: TelegramConfig = TelegramConfig()
+    slack: SlackConfig = SlackConfig()
+    owners: OwnersConfig = OwnersConfig()
+    gateway: GatewayConfig = GatewayConfig()
 
     @field_validator("agent_id")
     @classmethod
@@ -86,11 +115,27 @@ class _TomlSource(PydanticBaseSettingsSource):
         if not path.exists():
             return {}
         try:
-            return tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(
                 f"{path} is not valid TOML: {exc}. Fix the file or move it aside."
             ) from None
+        _refuse_secrets_in_file(data, path)
+        return data
+
+
+def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
+    for section, names in SECRET_FIELDS.items():
+        table = data.get(section)
+        if not isinstance(table, dict):
+            continue
+        for name in names:
+            if name in table:
+                env = f"PINCH_{section.upper()}__{name.upper()}"
+                raise ConfigError(
+                    f"{path} sets [{section}] {name}, a secret: remove it from the file and set "
+                    f"the environment variable {env} instead (secrets never live in config.toml)."
+                )
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -1,0 +1,137 @@
+"""What a channel knows of Pinch: messages in, messages out, and a small adapter interface.
+
+    channel = TelegramChannel(config, inbox_dir=workspace / "inbox")
+    await channel.start(on_message)      # the gateway's callback; it queues durably, then returns
+    sent = await channel.send(OutboundMessage("telegram", chat_id="42", text="**hi**"))
+    await channel.edit(sent[-1], "**hi there**")
+    await channel.typing("42")
+    await channel.stop()
+
+`channels/` imports nothing from `agent/`, `memory/` or `app/`: an adapter turns platform events
+into `InboundMessage` and delivers `OutboundMessage` (Markdown source text, converted to the
+platform's format by the adapter, with a plain-text retry when the platform refuses the
+formatting). Access control, sessions, queues and the agent live in the gateway (`app/`).
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+ChatType = Literal["direct", "group", "channel"]
+AttachmentKind = Literal["photo", "document", "voice", "audio", "video", "sticker", "other"]
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file that came with a message. `path` is where the adapter saved it (workspace-relative,
+    e.g. "inbox/2026-12-01/photo-123.jpg"), or None with `error` saying why it was not saved
+    (too big for the platform's download limit, unsupported, download failed)."""
+
+    kind: AttachmentKind
+    path: str | None = None
+    file_name: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """One message (or one album/media group) from a platform, as the gateway needs it.
+
+    `dedup_key` identifies the post on its platform so a redelivery (Telegram update re-fetched
+    after a restart, Slack retry, the Slack `message` + `app_mention` pair) is recognised:
+    Telegram "<chat_id>:<message_id>", Slack "<channel>:<ts>". `mentioned` is True when the bot
+    was addressed in a group (an @mention, a reply to one of its messages, `/cmd@bot`, or a
+    thread the bot has joined on Slack); in direct chats it is always True.
+    """
+
+    channel: str  # "telegram" | "slack" | "cli"
+    sender_id: str  # stable platform user id (numeric on Telegram, U… on Slack)
+    chat_id: str  # the DM/group/channel id on the platform
+    chat_type: ChatType
+    text: str  # plain text, bot mention stripped; "" when only attachments came
+    message_id: str  # platform id of the message (Slack ts); for an album, its first message
+    dedup_key: str
+    thread_id: str | None = None  # Telegram forum topic id, Slack thread_ts
+    sender_name: str | None = None  # display name, for the model's benefit only
+    mentioned: bool = False
+    reply_to_id: str | None = None
+    attachments: tuple[Attachment, ...] = ()
+    is_bot: bool = False  # sent by a bot (adapters drop their own messages before this)
+    received_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class OutboundMessage:
+    """A reply or notice to deliver. `text` is Markdown source; the adapter converts and splits."""
+
+    channel: str
+    chat_id: str
+    text: str
+    thread_id: str | None = None
+    reply_to_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    """A message the platform accepted, as needed to edit it later."""
+
+    channel: str
+    chat_id: str
+    message_id: str
+    thread_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ChannelHealth:
+    """What `pinch doctor` and the health endpoint report for a channel."""
+
+    ok: bool
+    detail: str  # one line, e.g. "connected as @pinch_bot; last poll 2 s ago"
+
+
+MessageHandler = Callable[[InboundMessage], Awaitable[None]]
+
+
+class Channel(abc.ABC):
+    """A platform adapter. One instance per configured platform account.
+
+    `start` connects and begins delivering messages to `on_message`, returning once running;
+    the handler is awaited before the platform delivery is acknowledged where the platform
+    allows it (the gateway stores the message durably and returns quickly). `send` returns the
+    messages the platform accepted (a long reply is split into several); `edit` replaces the
+    text of one of them. Errors that a retry cannot fix raise `ChannelError` with advice.
+    """
+
+    name: str = ""
+    max_message_chars: int = 4000  # the platform's limit for one message, in characters
+    min_edit_interval_s: float = 1.0  # streamed edits are at least this far apart
+
+    @abc.abstractmethod
+    async def start(self, on_message: MessageHandler) -> None: ...
+
+    @abc.abstractmethod
+    async def stop(self) -> None: ...
+
+    @abc.abstractmethod
+    async def send(self, message: OutboundMessage) -> list[SentMessage]: ...
+
+    @abc.abstractmethod
+    async def edit(self, sent: SentMessage, text: str) -> None: ...
+
+    @abc.abstractmethod
+    async def typing(self, chat_id: str, thread_id: str | None = None) -> None:
+        """Show "typing…" once (platforms expire it after a few seconds; the gateway repeats)."""
+
+    @abc.abstractmethod
+    async def check(self) -> ChannelHealth:
+        """Reachability and liveness for `pinch doctor` (getMe / auth.test, polling health)."""
+
+
+class ChannelError(Exception):
+    """A platform failure worded as advice (bad token, chat not found, …)."""
