@@ -292,7 +292,8 @@ class Gateway:
             return False
         key = SessionKey.parse(batch.session_key)
         role = "owner" if all(m.sender_role == "owner" for m in batch.messages) else "person"
-        request = TurnRequest(key, compose_text(batch), role)  # type: ignore[arg-type]
+        text = compose_text(batch)
+        request = TurnRequest(key, text, role, resumed=batch.resumed)  # type: ignore[arg-type]
         resume = await asyncio.to_thread(self.store.deliveries, batch.turn_id)
 
         async def record(part: int, sent: SentMessage) -> None:

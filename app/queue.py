@@ -43,6 +43,7 @@ class Batch:
     turn_id: int
     session_key: str
     messages: tuple[QueuedMessage, ...]
+    resumed: bool = False  # claimed before, by a gateway that stopped before answering
 
 
 def message_to_json(msg: InboundMessage) -> str:
@@ -126,7 +127,7 @@ class GatewayStore:
         messages = tuple(
             QueuedMessage(r[0], session_key, r[1], message_from_json(r[2])) for r in picked
         )
-        return Batch(turn_id, session_key, messages)
+        return Batch(turn_id, session_key, messages, resumed=first_turn is not None)
 
     # -- outbound -------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from agent.model import ModelClient, create_model_client
-from agent.runtime import Agent
+from agent.runtime import Agent, _Turn
 from memory.index import MemoryIndex
 from memory.sessions import SessionKey, SessionStore
 from memory.watch import MemoryWatcher
@@ -31,6 +31,9 @@ class TurnRequest:
     key: SessionKey
     text: str
     sender: Sender  # "person" never gets owner-only tools or the owner's files
+    # The same message was handed to the agent before a restart: what it stored then is used
+    # (the user message is not stored twice; a stored final answer is returned as it is).
+    resumed: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,5 +92,30 @@ async def run_turn(
 ) -> TurnResult:
     """Answer `request`, streaming text to `on_text`. Raises ModelError / MemoryError_ (worded
     as advice) when it cannot."""
+    if request.resumed:
+        resumed = await _resume(runtime.agent, request, on_text)
+        if resumed is not None:
+            return resumed
     reply = await runtime.agent.handle(request.key, request.text, on_text=on_text)
     return TurnResult(reply.text, reply.command)
+
+
+async def _resume(
+    agent: Agent, request: TurnRequest, on_text: Callable[[str], None]
+) -> TurnResult | None:
+    """Finish a turn a stopped gateway began, from its transcript; None when the transcript
+    does not end in this request's message (then it is handled as a new one)."""
+    # Uses the Agent's private tool loop until the typed agent entry takes request ids.
+    key = request.key
+    async with agent._locks.setdefault(str(key), asyncio.Lock()):
+        session = await asyncio.to_thread(agent.store.current, key)
+        events = await asyncio.to_thread(agent.store.events, session.id)
+        users = [i for i, e in enumerate(events) if e.kind == "user"]
+        if not users or events[users[-1]].content.get("text") != request.text:
+            return None
+        tail = events[users[-1] + 1 :]
+        if tail and tail[-1].kind == "assistant":  # answered; only the delivery was missing
+            return TurnResult(str(tail[-1].content.get("text", "")))
+        content = dict(events[users[-1]].content)
+        answer = await agent._tool_loop(_Turn(key, session, content, on_text))
+        return TurnResult(answer)

@@ -153,7 +153,9 @@ def make_rig(
     return Rig(gateway, kit, tg, sl, server)
 
 
-def group(chat_id: str, *, require_mention: bool = True, allow_from: list[str] | None = None) -> Any:
+def group(
+    chat_id: str, *, require_mention: bool = True, allow_from: list[str] | None = None
+) -> Any:
     return {chat_id: GroupRule(require_mention=require_mention, allow_from=allow_from or [])}
 
 
