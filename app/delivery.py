@@ -101,7 +101,9 @@ class ReplyStream:
                 await asyncio.sleep(wait)
             self._changed.clear()
             try:
-                await self._push()
+                # Shielded: cancelling the loop (finish) must not cut a send in half — the
+                # platform may have accepted it, and we'd not know its id and send it again.
+                await asyncio.shield(self._push())
             except Exception as exc:  # the final push tries again; a failed edit is no reason
                 log.warning("Could not update the streamed reply: %s", exc)  # to stop streaming
 

@@ -254,11 +254,23 @@ class Gateway:
         self._dirty.add(key)
         if key in self._workers or self._draining:
             return
-        task = asyncio.ensure_future(self._session_worker(key, collect))
-        self._workers[key] = task
-        task.add_done_callback(lambda _t: self._workers.pop(key, None))
+        self._workers[key] = asyncio.ensure_future(self._session_worker(key, collect))
 
     async def _session_worker(self, key: str, collect: bool) -> None:
+        failed = False
+        try:
+            await self._work_on(key, collect)
+        except Exception:
+            failed = True
+            log.exception("The queue of %s stalled; it resumes with its next message", key)
+        finally:
+            # Synchronously, with no await in between: a message accepted after the last
+            # `next_batch` found nothing has set `_dirty` and gets a new worker.
+            del self._workers[key]
+            if key in self._dirty and not self._draining and not failed:
+                self._wake(key, collect)
+
+    async def _work_on(self, key: str, collect: bool) -> None:
         while not self._draining:
             if collect:
                 await self._settle(key)
@@ -455,7 +467,16 @@ def configure_logging(settings: Settings, level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level)
-    for noisy in ("httpx", "httpcore", "telegram", "slack_bolt", "slack_sdk", "aiohttp.access"):
+    for noisy in (
+        "httpx",
+        "httpx2",
+        "httpcore",
+        "anthropic",
+        "telegram",
+        "slack_bolt",
+        "slack_sdk",
+        "aiohttp.access",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -163,3 +163,26 @@ def test_options_default_to_the_gateway_settings() -> None:
     assert options.collect_window_s == 1.5
     assert options.max_concurrent_turns == 4
     assert isinstance(options, GatewayOptions)
+
+
+def test_a_reply_finished_while_its_first_send_is_in_flight_is_sent_once() -> None:
+    from app.delivery import ReplyStream
+    from channels.base import OutboundMessage, SentMessage
+
+    class SlowChannel(FakeChannel):
+        async def send(self, message: OutboundMessage) -> list[SentMessage]:
+            sent = await super().send(message)
+            await asyncio.sleep(0.05)  # accepted, but the answer is slow to come back
+            return sent
+
+    async def scenario() -> SlowChannel:
+        channel = SlowChannel("telegram")
+        stream = ReplyStream(channel, OutboundMessage("telegram", "1", ""))
+        stream.feed("Hello")
+        await asyncio.sleep(0.01)  # the first send is on its way
+        await stream.finish("Hello there")
+        return channel
+
+    channel = asyncio.run(scenario())
+    assert channel.sends == 1
+    assert channel.texts() == ["Hello there"]
