@@ -58,7 +58,8 @@ async def overhead(conversations: int, messages: int, home: Path) -> dict[str, f
     from app.access import Access, PairingStore
     from app.gateway import Gateway, GatewayOptions
     from app.queue import GatewayStore
-    from app.turns import TurnResult
+    from app.turns import Runtime, TurnRequest, TurnResult
+    from channels.base import OutboundMessage, SentMessage
     from channels.config import TelegramConfig
     from memory.db import open_database
     from tests.gateway_support import FakeChannel
@@ -69,7 +70,7 @@ async def overhead(conversations: int, messages: int, home: Path) -> dict[str, f
     delivered: dict[str, float] = {}
     original_send = channel.send
 
-    async def timed_send(message):  # type: ignore[no-untyped-def]
+    async def timed_send(message: OutboundMessage) -> list[SentMessage]:
         sent = await original_send(message)
         for tag in re.findall(r"c\d+m\d+", message.text):
             delivered.setdefault(tag, time.perf_counter())
@@ -77,7 +78,9 @@ async def overhead(conversations: int, messages: int, home: Path) -> dict[str, f
 
     channel.send = timed_send  # type: ignore[method-assign]
 
-    async def instant(runtime, request, on_text):  # type: ignore[no-untyped-def]
+    async def instant(
+        runtime: Runtime, request: TurnRequest, on_text: Callable[[str], None]
+    ) -> TurnResult:
         return TurnResult(f"re: {request.text}")
 
     gateway = Gateway(

@@ -332,3 +332,37 @@ def test_slack_groups_follow_their_own_allowlist(tmp_path: Path) -> None:
             return rig.slack.texts("C1")
 
     assert asyncio.run(scenario()) == ["re: U7: hey"]
+
+
+def test_log_lines_never_contain_a_bot_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.config import load_settings
+    from app.gateway import configure_logging
+
+    token = "123456:AAH-secret-bot-token"
+    monkeypatch.setenv("PINCH_TELEGRAM__BOT_TOKEN", token)
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    configure_logging(load_settings())
+    try:
+        logging.getLogger("telegram.ext").error("POST https://api.telegram.org/bot%s/getMe", token)
+        try:
+            raise ConnectionError(f"cannot reach /bot{token}/getUpdates")
+        except ConnectionError:
+            logging.getLogger("pinch.gateway").exception("poll failed")
+    finally:
+        for handler in root.handlers[len(before) :]:
+            root.removeHandler(handler)
+        root.setLevel(level)
+
+    err = capsys.readouterr().err
+    assert "getMe" in err and "getUpdates" in err
+    assert token not in err and "[redacted]" in err
+
+
+def test_the_gateway_without_any_channel_token_exits_with_advice() -> None:
+    result = CliRunner().invoke(main, ["gateway"])
+
+    assert result.exit_code == 1
+    assert "PINCH_TELEGRAM__BOT_TOKEN" in result.output
