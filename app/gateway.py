@@ -228,7 +228,7 @@ class Gateway:
             return
         if decision.action == "reply":
             channel = self.channels.get(msg.channel)
-            if channel is not None:
+            if channel is not None and await asyncio.to_thread(self.store.first_sight, msg):
                 await channel.send(
                     OutboundMessage(msg.channel, msg.chat_id, decision.text, msg.thread_id)
                 )

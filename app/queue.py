@@ -82,6 +82,16 @@ class GatewayStore:
             )
             return int(cur.lastrowid)
 
+    def first_sight(self, msg: InboundMessage) -> bool:
+        """Record `msg`'s platform id without queueing it (a message answered by the gateway
+        itself, such as a pairing notice); False when it was seen before."""
+        with self.db.transaction() as conn:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO inbound_dedup VALUES (?, ?, ?)",
+                (msg.channel, msg.dedup_key, time.time()),
+            )
+            return bool(cur.rowcount)
+
     def recover(self) -> int:
         """After a restart: turns that were running are queued again (keeping their grouping,
         so the reply they began is edited, not repeated). Returns how many messages."""

@@ -34,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -199,38 +198,44 @@ def tally(relay: RelayServer, conversations: int, messages: int) -> dict[str, in
     return {"lost": lost, "duplicated": duplicated, "out_of_order": out_of_order}
 
 
-def end_to_end(conversations: int, messages: int, kills: int, home: Path) -> dict[str, float]:
+def end_to_end(
+    conversations: int, messages: int, kills: int, home: Path, burst: bool
+) -> dict[str, float]:
     total = conversations * messages
     with FakeModelServer() as model, RelayServer() as relay:
         model.respond_with(responder(turn=echo))
         child = Child(model, relay, home)
         child.start()
-        done = threading.Event()
 
-        def post_all() -> None:
-            for m in range(messages):
-                for c in range(conversations):
+        def covered() -> set[str]:
+            return {t for r in relay.reply_texts() for t in re.findall(r"c\d+m\d+", r)}
+
+        sent = [0] * conversations
+
+        def post_ready(seen: set[str]) -> None:
+            """Burst: every message at once, a round every 50 ms. Turns: each conversation
+            sends its next message when the previous one is answered."""
+            for c in range(conversations):
+                m = sent[c]
+                if m >= messages or (burst and m > (time.perf_counter() - started) / 0.05):
+                    continue
+                if burst or m == 0 or f"c{c}m{m - 1}" in seen:
                     relay.post(chat_id=str(1000 + c), text=f"c{c}m{m}")
-                time.sleep(0.05)
-            done.set()
-
-        def covered() -> int:
-            texts = relay.reply_texts()
-            return len({t for r in texts for t in re.findall(r"c\d+m\d+", r)})
+                    sent[c] += 1
 
         started = time.perf_counter()
-        poster = threading.Thread(target=post_all)
-        poster.start()
         killed = 0
-        while covered() < total:
+        seen: set[str] = set()
+        while len(seen) < total:
+            post_ready(seen)
             child.sample_rss()
-            if killed < kills and covered() >= total * (killed + 1) / (kills + 1):
+            if killed < kills and len(seen) >= total * (killed + 1) / (kills + 1):
                 child.kill()
                 killed += 1
                 child.start()
-            time.sleep(0.05)
+            time.sleep(0.01)
+            seen = covered()
         seconds = time.perf_counter() - started
-        poster.join()
         time.sleep(0.5)  # anything still to be (wrongly) sent again
         child.stop()
         result: dict[str, float] = dict(tally(relay, conversations, messages))
@@ -251,6 +256,11 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=50)
     parser.add_argument("--messages", type=int, default=20)
     parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="send every message at once (collected into few turns) instead of one at a time",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pinch-bench-gateway-"))
@@ -261,7 +271,7 @@ def main() -> None:
         for name, kills in (("no_kill", 0), ("kill_9", args.kills)):
             home = work / name
             home.mkdir()
-            results[name] = end_to_end(args.conversations, args.messages, kills, home)
+            results[name] = end_to_end(args.conversations, args.messages, kills, home, args.burst)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:

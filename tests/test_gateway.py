@@ -366,3 +366,20 @@ def test_the_gateway_without_any_channel_token_exits_with_advice() -> None:
 
     assert result.exit_code == 1
     assert "PINCH_TELEGRAM__BOT_TOKEN" in result.output
+
+
+def test_a_redelivered_message_from_an_unknown_sender_gets_one_pairing_notice(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> list[str]:
+        with FakeModelServer() as server:
+            rig = make_rig(tmp_path, server)
+            await rig.gateway.start()
+            msg = rig.telegram.inbound("999", "hello")
+            assert rig.telegram.handler is not None
+            await rig.telegram.handler(msg)
+            await rig.telegram.handler(msg)
+            await rig.close()
+            return rig.telegram.texts()
+
+    assert len(asyncio.run(scenario())) == 1
