@@ -443,7 +443,11 @@ def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str,
             continue
         try:
             factory = getattr(importlib.import_module(module), cls)
-            found[name] = factory(config, inbox_dir=settings.workspace_dir / "inbox")
+            found[name] = factory(
+                config,
+                inbox_dir=settings.workspace_dir / "inbox",
+                state_dir=settings.home / "state",
+            )
         except Exception as exc:
             note(f"{name}: skipped ({type(exc).__name__}: {exc})")
     return found

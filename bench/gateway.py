@@ -11,8 +11,10 @@ Offline. Two parts, side by side in one run:
    `on_message` to the delivered reply is the gateway's own cost per message (p50/p95).
 2. **End to end, with and without kill -9**: a real gateway process (`pinch gateway`'s code;
    its channel talks to a small local chat platform that redelivers unconfirmed updates, as
-   Telegram does) and the real Agent against the scripted model server. All conversations send
-   their messages in order, a few ms apart. Counted from the platform's final message texts:
+   Telegram does) and the real Agent against the scripted model server (which answers at
+   once). Each conversation sends its next message when the previous one is answered (one turn
+   per message), or with `--burst` every message at once, a round every 50 ms (the gateway
+   collects what arrives during a turn into the next one). Counted from the platform's final message texts:
    *lost* (a message no reply covers), *duplicated* (covered by two or more replies; the only
    window is a kill between the platform accepting a send and Pinch's commit of it),
    *out of order* (a conversation's replies covering its messages out of order); messages/s
