@@ -26,6 +26,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -161,6 +162,10 @@ class Gateway:
         self._slots = asyncio.Semaphore(self.options.max_concurrent_turns)
         self._draining = False
         self._background: list[asyncio.Task[None]] = []
+        self._heartbeat_lock = asyncio.Lock()
+        # Delivery records get their own thread: queued behind a burst of inbound messages in
+        # the shared pool, they would widen the window in which a kill means a second send.
+        self._records = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pinch-delivery")
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -203,11 +208,15 @@ class Gateway:
             except Exception as exc:
                 log.warning("%s: did not stop cleanly: %s", name, exc)
         await self.write_heartbeat(stopping=True)
+        self._records.shutdown(wait=True)
 
     async def idle(self) -> None:
         """Wait until no session has a turn running or queued (for tests and benchmarks)."""
         while self._workers:
             await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
+
+    async def _record(self, fn: Callable[..., None], *args: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._records, fn, *args)
 
     # -- inbound -----------------------------------------------------------------------------
 
@@ -309,7 +318,7 @@ class Gateway:
         resume = await asyncio.to_thread(self.store.deliveries, batch.turn_id)
 
         async def record(part: int, sent: SentMessage) -> None:
-            await asyncio.to_thread(self.store.record_delivery, batch.turn_id, part, sent)
+            await self._record(self.store.record_delivery, batch.turn_id, part, sent)
 
         stream = ReplyStream(
             channel,
@@ -336,7 +345,7 @@ class Gateway:
             await self._deliver(stream, final)
         else:
             await stream.cancel()
-        await asyncio.to_thread(self.store.finish, batch.turn_id)
+        await self._record(self.store.finish, batch.turn_id)
         return True
 
     async def _deliver(self, stream: ReplyStream, final: str) -> None:
@@ -373,7 +382,8 @@ class Gateway:
             "channels": {n: {"ok": h.ok, "detail": h.detail} for n, h in self.health.items()},
         }
         tmp = path.with_name(path.name + ".tmp")
-        await asyncio.to_thread(_write_atomically, tmp, path, json.dumps(data))
+        async with self._heartbeat_lock:  # the loop and a final write must not share the tmp file
+            await asyncio.to_thread(_write_atomically, tmp, path, json.dumps(data))
 
     async def _heartbeat_loop(self) -> None:
         while True:

@@ -14,7 +14,8 @@ Offline. Two parts, side by side in one run:
    Telegram does) and the real Agent against the scripted model server (which answers at
    once). Each conversation sends its next message when the previous one is answered (one turn
    per message), or with `--burst` every message at once, a round every 50 ms (the gateway
-   collects what arrives during a turn into the next one). Counted from the platform's final message texts:
+   collects what arrives during a turn into the next one). Counted from the platform's final
+   message texts:
    *lost* (a message no reply covers), *duplicated* (covered by two or more replies; the only
    window is a kill between the platform accepting a send and Pinch's commit of it),
    *out of order* (a conversation's replies covering its messages out of order); messages/s
@@ -185,19 +186,26 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> None:
 def tally(relay: RelayServer, conversations: int, messages: int) -> dict[str, int]:
     with relay.lock:
         replies = sorted(relay.replies.values(), key=lambda r: int(r.message_id))
-    lost = duplicated = out_of_order = 0
+    lost = duplicated = out_of_order = duplicate_replies = 0
     for c in range(conversations):
         chat = str(1000 + c)
         seen: list[int] = []
         for reply in replies:
             if reply.chat_id == chat:
-                seen.extend(int(m) for m in re.findall(rf"\bc{c}m(\d+)\b", reply.text))
+                tags = [int(m) for m in re.findall(rf"\bc{c}m(\d+)\b", reply.text)]
+                duplicate_replies += bool(tags) and set(tags) <= set(seen)
+                seen.extend(tags)
         counts = {m: seen.count(m) for m in range(messages)}
         lost += sum(1 for n in counts.values() if n == 0)
         duplicated += sum(n - 1 for n in counts.values() if n > 1)
         firsts = list(dict.fromkeys(seen))
         out_of_order += sum(1 for a, b in itertools.pairwise(firsts) if b < a)
-    return {"lost": lost, "duplicated": duplicated, "out_of_order": out_of_order}
+    return {
+        "lost": lost,
+        "duplicated": duplicated,
+        "duplicate_replies": duplicate_replies,
+        "out_of_order": out_of_order,
+    }
 
 
 def end_to_end(
