@@ -299,6 +299,7 @@ def main() -> None:
         "kills",
         "lost",
         "duplicated",
+        "duplicate_replies",
         "out_of_order",
         "replies",
         "model_requests",
