@@ -7,9 +7,11 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -138,12 +140,21 @@ def test_sigterm_finishes_the_running_turn_and_keeps_the_queued_one(
     assert relay.reply_texts() == ["re: first", "re: second"]
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def test_a_second_gateway_on_the_same_home_exits_with_one_clear_line(
     servers: tuple[FakeModelServer, RelayServer], pinch_home: Path
 ) -> None:
     model, relay = servers
-    first = start_gateway(model, relay, pinch_home)
+    port = free_port()
+    first = start_gateway(model, relay, pinch_home, PINCH_GATEWAY__HEALTH_PORT=str(port))
     try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as resp:
+            health = json.loads(resp.read())
         second = subprocess.run(
             [sys.executable, "-m", "tests.gateway_child", relay.url],
             cwd=ROOT,
@@ -154,6 +165,8 @@ def test_a_second_gateway_on_the_same_home_exits_with_one_clear_line(
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=30)
+    assert health["ok"] is True
+    assert health["channels"]["telegram"] == {"ok": True, "detail": f"relay at {relay.url}"}
     assert second.returncode == 1
     assert "already running" in second.stderr
     assert len(second.stderr.strip().splitlines()) == 1
