@@ -4,8 +4,9 @@ A tool that fails returns its failure to the model as a tool result with `is_err
 so the model can correct itself; nothing a tool does can crash a turn. Blocking work (searching,
 embedding, SQLite and file writes) runs in a worker thread, off the event loop.
 
-Privacy: in group sessions MEMORY.md and USER.md are neither searched, read nor written, and
-transcripts are readable only by the conversation they belong to.
+Privacy: every read, search and write asks the turn's `SessionPolicy` (agent/policy.py), carried
+in the `ToolContext`: outside the owner's direct chats no memory file is searched, read or
+written, and only the conversation's own transcript is found.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agent.clock import Clock
-from agent.context import PRIVATE_FILES
+from agent.policy import SessionPolicy, policy_for
 from agent.types import ToolCall, ToolResult, ToolSpec
 from memory.errors import MemoryError_, WorkspaceError
 from memory.index import MemoryIndex
 from memory.sessions import SessionKey, SessionStore
-from memory.transcripts import read_transcript
+from memory.transcripts import read_transcript, session_id_from_path
 from memory.workspace import confine_path, read_memory_lines
 from memory.writes import WorkspaceWriter
 
@@ -45,10 +46,15 @@ class ToolFailure(Exception):
 
 @dataclass(frozen=True)
 class ToolContext:
-    """Who is asking: the conversation a tool call belongs to."""
+    """Who is asking: the conversation a tool call belongs to, and what its turn may do."""
 
     key: SessionKey
     session_id: str
+    policy: SessionPolicy = field(default=None)  # type: ignore[assignment]  # set below
+
+    def __post_init__(self) -> None:
+        if self.policy is None:  # the owner's word in `key`'s conversation
+            object.__setattr__(self, "policy", policy_for(self.key))
 
 
 ToolFunction = Callable[[ToolContext, Mapping[str, Any]], Awaitable[str]]
@@ -68,20 +74,30 @@ class ToolRegistry:
     def specs(self) -> tuple[ToolSpec, ...]:
         return tuple(t.spec for t in self._tools.values())
 
+    def offered(self, names: frozenset[str]) -> tuple[ToolSpec, ...]:
+        """The specs of the tools in `names`, in registry order (stable for the prompt cache)."""
+        return tuple(t.spec for t in self._tools.values() if t.spec.name in names)
+
     async def call(
         self, call: ToolCall, ctx: ToolContext, *, allowed: frozenset[str] | None = None
     ) -> ToolResult:
-        """Run `call`; any failure becomes an error result. `allowed` limits which tools run."""
+        """Run `call`; any failure becomes an error result. Only tools in `ctx.policy` run,
+        and of those only the ones in `allowed` when given (the memory flush)."""
         tool = self._tools.get(call.name)
+        permitted = ctx.policy.allowed_tools
+        if allowed is not None:
+            permitted &= allowed
         try:
+            offered = [n for n in self._tools if n in ctx.policy.tools]
             if tool is None:
+                raise ToolFailure(f"Unknown tool {call.name!r}. Available: {', '.join(offered)}.")
+            if call.name not in ctx.policy.tools:
                 raise ToolFailure(
-                    f"Unknown tool {call.name!r}. Available: {', '.join(self._tools)}."
+                    f"{call.name} is not available in this conversation: only the owner's direct "
+                    f"chat may use it. Available: {', '.join(offered)}."
                 )
-            if allowed is not None and call.name not in allowed:
-                raise ToolFailure(
-                    f"{call.name} is not allowed now. Allowed: {', '.join(sorted(allowed))}."
-                )
+            if call.name not in permitted:
+                raise ToolFailure(_not_allowed(call.name, ctx.policy, permitted))
             check_input(call.input, tool.spec.input_schema)
             output = await tool.run(ctx, call.input)
         except (ToolFailure, MemoryError_, ValueError, OSError) as exc:
@@ -92,6 +108,15 @@ class ToolRegistry:
         if len(output) > MAX_RESULT_CHARS:
             output = output[:MAX_RESULT_CHARS] + "\n… [cut; ask for fewer lines or results]"
         return ToolResult(call.id, output)
+
+
+def _not_allowed(name: str, policy: SessionPolicy, permitted: frozenset[str]) -> str:
+    if policy.owner_private and name not in policy.allowed_tools:
+        return (
+            f"{name} changes the owner's curated memory and runs only on the owner's own "
+            "message, not in an automated turn. Note it with memory_append instead."
+        )
+    return f"{name} is not allowed now. Allowed: {', '.join(sorted(permitted))}."
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -237,9 +262,7 @@ class MemoryTools:
             max_results=max_results,
             min_score=None if min_score is None else float(min_score),
             now=self.clock.now().replace(tzinfo=None),
-            # A group recalls only its own conversation: the memory files hold the owner's
-            # private life (daily logs and session notes come from private chats too).
-            scopes=(ctx.key.memory_scope,) if ctx.key.is_group else ("", ctx.key.memory_scope),
+            filter=ctx.policy.search,
         )
         results = []
         for hit in hits:
@@ -265,7 +288,8 @@ class MemoryTools:
         path = str(args["path"])
         if path.startswith(TRANSCRIPT_PREFIX):
             raise ToolFailure(f"{path} is a transcript: read it with transcript_read.")
-        self._refuse_private(ctx, path)
+        if not ctx.policy.owner_private:
+            raise ToolFailure(_NOT_HERE.format(path=path))
         result = await asyncio.to_thread(
             read_memory_lines,
             self.workspace,
@@ -281,19 +305,27 @@ class MemoryTools:
 
     async def transcript_read(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         count = min(_optional_int(args.get("lines")) or 40, 200)
+        path = str(args["path"]).strip()
+        session = await asyncio.to_thread(self.store.get, session_id_from_path(path) or path or "-")
+        # Only conversations the policy lets this one recall; any other reads as "no such".
+        scope = session.key.memory_scope if session is not None else None
         return await asyncio.to_thread(
             read_transcript,
             self.store,
-            str(args["path"]).strip(),
+            path,
             int(args.get("from") or 1),
             count,
-            scope=ctx.key.memory_scope,  # only this conversation's transcripts
+            scope=scope if scope in ctx.policy.transcript_scopes else ctx.key.memory_scope,
         )
 
     async def read_file(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         path = str(args["path"])
-        self._refuse_private(ctx, path)
         target = confined_path(self.workspace, path)
+        if not ctx.policy.owner_private:
+            rel = target.relative_to(self.workspace).as_posix()
+            attachments = await asyncio.to_thread(self._attachments, ctx.session_id)
+            if not ctx.policy.may_read_file(rel, attachments):
+                raise ToolFailure(_NOT_HERE.format(path=path))
         text = await asyncio.to_thread(_read_text_file, target, path)
         lines = text.split("\n")
         start = int(args.get("from") or 1)
@@ -310,6 +342,8 @@ class MemoryTools:
     # -- writing memory ----------------------------------------------------------------------
 
     async def memory_append(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
+        if not ctx.policy.writes_memory:  # not offered there; refused all the same
+            raise ToolFailure(_NO_WRITES)
         text = str(args["text"]).strip()
         if not text:
             raise ToolFailure("Nothing to append: text is empty.")
@@ -317,11 +351,8 @@ class MemoryTools:
         return f"Appended to {rel}."
 
     async def remember(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
-        if ctx.key.is_group:
-            raise ToolFailure(
-                "remember is not available in group conversations: USER.md and MEMORY.md are the "
-                "owner's private files. Use memory_append, or ask the owner in a direct chat."
-            )
+        if not ctx.policy.writes_memory:
+            raise ToolFailure(_NO_WRITES)
         text = str(args["text"]).strip()
         if not text:
             raise ToolFailure("Nothing to remember: text is empty.")
@@ -335,14 +366,24 @@ class MemoryTools:
         )
         return f"Recorded in {rel}."
 
-    @staticmethod
-    def _refuse_private(ctx: ToolContext, path: str) -> None:
-        rel = PurePosixPath(path.strip()).as_posix()
-        if ctx.key.is_group and (rel in PRIVATE_FILES or rel.startswith("memory/")):
-            raise ToolFailure(
-                f"{path} is the owner's private memory and not readable in group chats; "
-                "here, memory_search covers this group's own conversation."
-            )
+    def _attachments(self, session_id: str) -> frozenset[str]:
+        """The workspace paths of the files sent in this session's conversation."""
+        return frozenset(
+            str(a.get("path"))
+            for e in self.store.events(session_id, kinds=("user",))
+            for a in e.content.get("attachments") or ()
+            if isinstance(a, dict)
+        )
+
+
+_NOT_HERE = (
+    "{path} is not readable in this conversation: only the owner's direct chat reads the "
+    "owner's memory and files. Here, memory_search covers this conversation's own history."
+)
+_NO_WRITES = (
+    "Not available in this conversation: only the owner's direct chat writes to the owner's "
+    "memory files. What is said here stays searchable in this conversation's own history."
+)
 
 
 def confined_path(workspace: Path, raw: str) -> Path:
