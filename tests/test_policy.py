@@ -19,6 +19,7 @@ from agent.requests import AgentRequest
 from agent.tools import ToolContext
 from agent.types import ToolCall, ToolResult
 from memory.config import EmbeddingConfig, MemoryConfig
+from memory.filters import SearchFilter
 from memory.sessions import SessionKey
 from tests.agent_support import (
     GROUP,
@@ -227,3 +228,16 @@ def test_an_automation_in_the_owners_chat_cannot_rewrite_user_md(tmp_path: Path)
 
     assert result["is_error"] and "owner's own message" in result["content"]
     assert "spam" not in (kit.workspace / "USER.md").read_text(encoding="utf-8")
+
+
+# ---- the filter reaches the index ---------------------------------------------------------------
+
+
+def test_a_search_filter_limits_sources_and_origins_inside_the_scopes(kit_extra: Kit) -> None:
+    def paths(search_filter: SearchFilter) -> set[str]:
+        return {h.path for h in kit_extra.index.search("vault", filter=search_filter)}
+
+    assert paths(SearchFilter(("",))) == {"MEMORY.md", "notes/health.md", "memory/2026-01-09.md"}
+    assert paths(SearchFilter(("",), sources=frozenset({"extra"}))) == {"notes/health.md"}
+    assert paths(SearchFilter(("",), origins=frozenset({"agent"}))) == {"memory/2026-01-09.md"}
+    assert paths(SearchFilter((GROUP.memory_scope,))) == set()
