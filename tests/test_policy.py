@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agent.policy import policy_for
-from agent.requests import AgentRequest
+from agent.requests import AgentRequest, Final
 from agent.tools import ToolContext
 from agent.types import ToolCall, ToolResult
 from memory.config import EmbeddingConfig, MemoryConfig
@@ -26,7 +26,10 @@ from tests.agent_support import (
     OWNER,
     Kit,
     all_text,
+    kind_of,
     make_kit,
+    responder,
+    small_workspace,
     template_workspace,
     tool_results,
 )
@@ -241,3 +244,25 @@ def test_a_search_filter_limits_sources_and_origins_inside_the_scopes(kit_extra:
     assert paths(SearchFilter(("",), sources=frozenset({"extra"}))) == {"notes/health.md"}
     assert paths(SearchFilter(("",), origins=frozenset({"agent"}))) == {"memory/2026-01-09.md"}
     assert paths(SearchFilter((GROUP.memory_scope,))) == set()
+
+
+def test_a_shared_session_compacts_without_a_memory_flush_into_the_owners_log(
+    tmp_path: Path,
+) -> None:
+    async def chat_until_compacted(kit: Kit) -> None:
+        for i in range(20):
+            text = f"Message {i}: " + "lorem ipsum dolor sit amet " * 44
+            async for event in kit.agent.run(person(GROUP, text)):
+                if isinstance(event, Final) and event.reply.compacted:
+                    return
+        raise AssertionError("no compaction happened")
+
+    with FakeModelServer() as server:
+        window = {"context_window": 4_000, "reserve_floor": 1_000, "soft_threshold": 500}
+        kit = make_kit(tmp_path, server, workspace=small_workspace(tmp_path), **window)
+        server.respond_with(responder())
+        asyncio.run(chat_until_compacted(kit))
+
+    kinds = [kind_of(r) for r in server.requests]
+    assert "summary" in kinds and "flush" not in kinds
+    assert list((kit.workspace / "memory").iterdir()) == []
