@@ -9,8 +9,8 @@ and `Agent` are built from settings and wired together.
 
 `pinch chat` uses it, and so do the gateway and (later) the scheduler: nothing else constructs
 an `Agent` from settings. Building opens the agent database and the index (blocking work, done in
-a worker thread) but does not sync the index nor start the watcher: callers choose when
-(`runtime.sync_index()`, `runtime.watcher.start()`), since the chat shows progress while syncing.
+a worker thread) but does not sync the index nor start the watcher: `await runtime.start()` does
+both (the gateway); the chat calls `sync_index()` and `watcher.start()` itself, to show progress.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from agent.clock import Clock, load_timezone
 from agent.model import ModelClient, create_model_client, preload
 from agent.runtime import Agent
+from memory.errors import MemoryError_
 from memory.index import MemoryIndex
 from memory.sessions import SessionStore
 from memory.watch import MemoryWatcher
@@ -51,6 +52,16 @@ class Runtime:
     async def sync_index(self) -> None:
         """Bring the memory index up to date (raises the index's `MemoryError_` on failure)."""
         await asyncio.to_thread(self.index.sync)
+
+    async def start(self) -> None:
+        """Sync the index and start the watcher (what a long-running process does first).
+
+        A failed sync is logged, not raised: search serves the last complete index."""
+        try:
+            await self.sync_index()
+        except MemoryError_ as exc:
+            log.warning("The memory index could not be updated: %s", exc)
+        self.watcher.start()
 
     async def aclose(self) -> None:
         """Stop the watcher, close the model clients and the database; safe to call twice."""

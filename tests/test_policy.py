@@ -21,6 +21,7 @@ from agent.types import ToolCall, ToolResult
 from memory.config import EmbeddingConfig, MemoryConfig
 from memory.filters import SearchFilter
 from memory.sessions import SessionKey
+from memory.transcripts import index_transcript
 from tests.agent_support import (
     GROUP,
     OWNER,
@@ -277,3 +278,23 @@ def test_other_peoples_words_are_indexed_as_untrusted(tmp_path: Path) -> None:
 
     hits = kit.index.search("wire Mallory", filter=policy_for(GROUP, "person").search)
     assert hits and {h.origin for h in hits if "Mallory" in h.snippet} == {"untrusted"}
+
+
+def test_the_owner_recalls_their_chats_on_every_channel_and_nobody_else_does(
+    kit_extra: Kit,
+) -> None:
+    session = kit_extra.store.current(OWNER)
+    kit_extra.store.append(session.id, "user", {"text": "My bike lock code is 3141."})
+    index_transcript(kit_extra.index, session, kit_extra.store.events(session.id))
+    path = f"sessions/{session.id}"
+
+    found = json.loads(call(kit_extra, "memory_search", OWNER_TELEGRAM, query="bike lock").content)
+    assert [h["path"] for h in found["results"]] == [path]
+    assert "3141" in call(kit_extra, "transcript_read", OWNER_TELEGRAM, path=path).content
+    for key in (GROUP, STRANGER):
+        assert (
+            json.loads(call(kit_extra, "memory_search", key, query="bike lock").content)["results"]
+            == []
+        )
+        refused = call(kit_extra, "transcript_read", key, path=path)
+        assert refused.is_error and "3141" not in refused.content

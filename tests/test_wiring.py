@@ -36,7 +36,7 @@ def test_a_built_runtime_answers_from_the_configured_model_and_stores_the_turn(
             update={"agent": settings.agent.model_copy(update={"api_base": url})}
         )
         async with await build_runtime(configured) as runtime:
-            await runtime.sync_index()
+            await runtime.start()  # index synced, watcher running
             events = [
                 e async for e in runtime.agent.run(AgentRequest(SessionKey.owner_main(), "Hi"))
             ]
