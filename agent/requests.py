@@ -42,6 +42,11 @@ class Attachment:
     kind: str = "document"  # "photo" | "document" | "voice" | "audio" | "video" | …
     name: str | None = None  # the sender's file name, when the platform gave one
 
+    def __post_init__(self) -> None:
+        parts = self.path.split("/")
+        if not self.path or self.path.startswith(("/", "~")) or ".." in parts or "\\" in self.path:
+            raise ValueError(f"An attachment path must be workspace-relative, not {self.path!r}.")
+
 
 @dataclass(frozen=True)
 class AgentRequest:

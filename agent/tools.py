@@ -74,10 +74,6 @@ class ToolRegistry:
     def specs(self) -> tuple[ToolSpec, ...]:
         return tuple(t.spec for t in self._tools.values())
 
-    def offered(self, names: frozenset[str]) -> tuple[ToolSpec, ...]:
-        """The specs of the tools in `names`, in registry order (stable for the prompt cache)."""
-        return tuple(t.spec for t in self._tools.values() if t.spec.name in names)
-
     async def call(
         self, call: ToolCall, ctx: ToolContext, *, allowed: frozenset[str] | None = None
     ) -> ToolResult:
