@@ -43,7 +43,7 @@ from agent.policy import SessionPolicy, policy_for
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
 from agent.session_hook import save_session_note
-from agent.tools import MemoryTools, ToolContext
+from agent.tools import MemoryTools, ToolContext, session_attachments
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
 from memory.index import IndexStatus, MemoryIndex
 from memory.sessions import Session, SessionKey, SessionStore
@@ -329,7 +329,10 @@ class Agent:
         turn.emit(Notice(RESET_NOTICE))
 
     async def _run_tools(self, turn: _Turn, calls: Sequence[ToolCall], *, refuse: bool) -> None:
-        ctx = ToolContext(turn.key, turn.session.id, turn.policy)
+        attachments: frozenset[str] = frozenset()
+        if not turn.policy.owner_private:  # shared sessions may read what was sent to them
+            attachments = await asyncio.to_thread(session_attachments, self.store, turn.session.id)
+        ctx = ToolContext(turn.key, turn.session.id, turn.policy, attachments)
         if refuse:
             results = [ToolResult(c.id, TOOL_LIMIT_RESULT, is_error=True) for c in calls]
         else:

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from agent.clock import Clock
@@ -51,6 +51,7 @@ class ToolContext:
     key: SessionKey
     session_id: str
     policy: SessionPolicy = field(default=None)  # type: ignore[assignment]  # set below
+    attachments: frozenset[str] = frozenset()  # files sent in this conversation (workspace paths)
 
     def __post_init__(self) -> None:
         if self.policy is None:  # the owner's word in `key`'s conversation
@@ -284,8 +285,7 @@ class MemoryTools:
         path = str(args["path"])
         if path.startswith(TRANSCRIPT_PREFIX):
             raise ToolFailure(f"{path} is a transcript: read it with transcript_read.")
-        if not ctx.policy.owner_private:
-            raise ToolFailure(_NOT_HERE.format(path=path))
+        self._refuse_private(ctx, path)
         result = await asyncio.to_thread(
             read_memory_lines,
             self.workspace,
@@ -316,12 +316,8 @@ class MemoryTools:
 
     async def read_file(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         path = str(args["path"])
+        self._refuse_private(ctx, path)
         target = confined_path(self.workspace, path)
-        if not ctx.policy.owner_private:
-            rel = target.relative_to(self.workspace).as_posix()
-            attachments = await asyncio.to_thread(self._attachments, ctx.session_id)
-            if not ctx.policy.may_read_file(rel, attachments):
-                raise ToolFailure(_NOT_HERE.format(path=path))
         text = await asyncio.to_thread(_read_text_file, target, path)
         lines = text.split("\n")
         start = int(args.get("from") or 1)
@@ -362,14 +358,22 @@ class MemoryTools:
         )
         return f"Recorded in {rel}."
 
-    def _attachments(self, session_id: str) -> frozenset[str]:
-        """The workspace paths of the files sent in this session's conversation."""
-        return frozenset(
-            str(a.get("path"))
-            for e in self.store.events(session_id, kinds=("user",))
-            for a in e.content.get("attachments") or ()
-            if isinstance(a, dict)
-        )
+    @staticmethod
+    def _refuse_private(ctx: ToolContext, path: str) -> None:
+        # Shared sessions read only the public bootstrap files and their own attachments; the
+        # path is confined (and any odd form of it refused) after this check.
+        if not ctx.policy.may_read_file(PurePosixPath(path.strip()).as_posix(), ctx.attachments):
+            raise ToolFailure(_NOT_HERE.format(path=path))
+
+
+def session_attachments(store: SessionStore, session_id: str) -> frozenset[str]:
+    """The workspace paths of the files sent in a session's conversation. Blocks (SQLite)."""
+    return frozenset(
+        str(a.get("path"))
+        for e in store.events(session_id, kinds=("user",))
+        for a in e.content.get("attachments") or ()
+        if isinstance(a, dict) and a.get("path")
+    )
 
 
 _NOT_HERE = (

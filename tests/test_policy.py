@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agent.policy import policy_for
-from agent.requests import AgentRequest, Final
+from agent.requests import AgentRequest, Attachment, Final
 from agent.tools import ToolContext
 from agent.types import ToolCall, ToolResult
 from memory.config import EmbeddingConfig, MemoryConfig
@@ -171,24 +171,33 @@ def kit_extra(tmp_path: Path) -> Any:
 
 
 def test_a_shared_session_reads_the_public_workspace_files_and_its_own_attachments(
-    kit_extra: Kit,
+    tmp_path: Path,
 ) -> None:
-    soul = call(kit_extra, "read_file", GROUP, path="SOUL.md", lines=1)
-    assert not soul.is_error and soul.content.startswith("# SOUL.md")
-    inbox = kit_extra.workspace / "inbox/2026-01-10"
-    inbox.mkdir(parents=True)
-    (inbox / "menu.txt").write_text("Soup of the day: lentils", encoding="utf-8")
-    (inbox / "owner-scan.txt").write_text("Passport scan", encoding="utf-8")
-    session = kit_extra.store.current(GROUP)
-    kit_extra.store.append(
-        session.id,
-        "user",
-        {"text": "see menu", "attachments": [{"path": "inbox/2026-01-10/menu.txt"}]},
-    )
-    menu = call(kit_extra, "read_file", GROUP, path="inbox/2026-01-10/menu.txt")
-    assert not menu.is_error and "lentils" in menu.content
-    other = call(kit_extra, "read_file", GROUP, path="inbox/2026-01-10/owner-scan.txt")
-    assert other.is_error and "Passport" not in other.content
+    inbox = "inbox/2026-01-10"
+    with FakeModelServer() as server:
+        kit = secret_kit(tmp_path, server)
+        (kit.workspace / inbox).mkdir(parents=True)
+        (kit.workspace / inbox / "menu.txt").write_text("Soup: lentils", encoding="utf-8")
+        (kit.workspace / inbox / "owner-scan.txt").write_text("Passport scan", encoding="utf-8")
+        server.script(
+            tool_reply("read_file", {"path": "SOUL.md", "lines": 1}),
+            tool_reply("read_file", {"path": f"{inbox}/menu.txt"}),
+            tool_reply("read_file", {"path": f"{inbox}/owner-scan.txt"}),
+            text_reply("Lentil soup today."),
+        )
+        request = AgentRequest(
+            GROUP,
+            "What's on the menu?",
+            sender="person",
+            sender_id="555",
+            attachments=(Attachment(f"{inbox}/menu.txt", "document"),),
+        )
+        asyncio.run(answer(kit, request))
+
+    soul, menu, scan = tool_results(server.requests[-1])
+    assert not soul["is_error"] and soul["content"].startswith("# SOUL.md")
+    assert not menu["is_error"] and "lentils" in menu["content"]
+    assert scan["is_error"] and "Passport" not in all_text(server.requests[-1])
 
 
 def test_a_group_cannot_plant_a_note_in_the_owners_daily_log(tmp_path: Path) -> None:
