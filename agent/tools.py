@@ -25,7 +25,7 @@ from agent.types import ToolCall, ToolResult, ToolSpec
 from memory.errors import MemoryError_, WorkspaceError
 from memory.index import MemoryIndex
 from memory.sessions import SessionKey, SessionStore
-from memory.transcripts import read_transcript, session_id_from_path
+from memory.transcripts import read_transcript
 from memory.workspace import confine_path, read_memory_lines
 from memory.writes import WorkspaceWriter
 
@@ -302,7 +302,7 @@ class MemoryTools:
     async def transcript_read(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         count = min(_optional_int(args.get("lines")) or 40, 200)
         path = str(args["path"]).strip()
-        session = await asyncio.to_thread(self.store.get, session_id_from_path(path) or path or "-")
+        session = await asyncio.to_thread(self.store.get, path.removeprefix(TRANSCRIPT_PREFIX))
         # Only conversations the policy lets this one recall; any other reads as "no such".
         scope = session.key.memory_scope if session is not None else None
         return await asyncio.to_thread(
