@@ -141,7 +141,7 @@ class ContextBuilder:
         """The context for `key`'s next request (under `policy`, by default the owner's word in
         `key`'s conversation). `history.summary` is the rendered summary block."""
         policy = policy or policy_for(key)
-        tools = [t for t in tools if t.name in policy.tools]
+        tools = [t for t in tools if policy.offers(t.name)]
         instructions = render("system", private=policy.owner_private, group=key.is_group)
         files = load_bootstrap(
             self.workspace,

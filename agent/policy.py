@@ -38,21 +38,12 @@ OWNER_FILES = frozenset({"MEMORY.md", "USER.md"})
 # `owner_dm_scope = "per-channel"` keeps one session per channel.
 OWNER_CHANNELS = ("cli", "telegram", "slack")
 
-ALL_TOOLS = frozenset(
-    {
-        "memory_search",
-        "memory_get",
-        "transcript_read",
-        "memory_append",
-        "remember",
-        "read_file",
-        "current_time",
-    }
-)
+# Shared sessions get only these (an allowlist: a tool added later is the owner's until it is
+# listed here). The owner's direct chats get every tool.
 SHARED_TOOLS = frozenset({"memory_search", "transcript_read", "read_file", "current_time"})
-# Tools that change the owner's curated files act only on the owner's own word (later also
-# `schedule` and `intent`).
-OWNER_WORD_TOOLS = frozenset({"remember"})
+# Tools that change the owner's curated files or act for the owner run only on the owner's own
+# message, never in an automated turn ("schedule" and "intent" arrive with automations).
+OWNER_WORD_TOOLS = frozenset({"remember", "schedule", "intent"})
 
 
 @dataclass(frozen=True)
@@ -60,8 +51,7 @@ class SessionPolicy:
     """What one turn may see and do."""
 
     owner_private: bool  # owner files loaded and readable, owner recall, writes to memory
-    tools: frozenset[str]  # offered to the model (stable per session: the prompt cache holds)
-    allowed_tools: frozenset[str]  # may run this turn (⊆ tools; narrower for automations)
+    sender: SenderKind
     search: SearchFilter  # what memory_search (and recall) may return
     transcript_scopes: tuple[str, ...]  # conversations whose transcripts may be read
 
@@ -69,6 +59,14 @@ class SessionPolicy:
     def writes_memory(self) -> bool:
         """The memory flush, session notes and memory_append may write the owner's files."""
         return self.owner_private
+
+    def offers(self, tool: str) -> bool:
+        """Whether the model is shown `tool` (per session, so the prompt cache holds)."""
+        return self.owner_private or tool in SHARED_TOOLS
+
+    def allows(self, tool: str) -> bool:
+        """Whether `tool` may run in this turn (narrower than `offers` for automations)."""
+        return self.offers(tool) and (self.sender == "owner" or tool not in OWNER_WORD_TOOLS)
 
     def may_read_file(self, rel_path: str, attachments: frozenset[str] = frozenset()) -> bool:
         """Whether read_file may open workspace file `rel_path` ('/'-separated, confined).
@@ -88,19 +86,16 @@ def policy_for(key: SessionKey, sender: SenderKind = "owner") -> SessionPolicy:
                 ]
             )
         )
-        allowed = ALL_TOOLS if sender == "owner" else ALL_TOOLS - OWNER_WORD_TOOLS
         return SessionPolicy(
             owner_private=True,
-            tools=ALL_TOOLS,
-            allowed_tools=allowed,
+            sender=sender,
             search=SearchFilter(("", *owner_scopes)),
             transcript_scopes=owner_scopes,
         )
     own = (key.memory_scope,)
     return SessionPolicy(
         owner_private=False,
-        tools=SHARED_TOOLS,
-        allowed_tools=SHARED_TOOLS,
+        sender=sender,
         search=SearchFilter(own, sources=frozenset({"sessions"})),
         transcript_scopes=own,
     )

@@ -81,20 +81,25 @@ class ToolRegistry:
         """Run `call`; any failure becomes an error result. Only tools in `ctx.policy` run,
         and of those only the ones in `allowed` when given (the memory flush)."""
         tool = self._tools.get(call.name)
-        permitted = ctx.policy.allowed_tools
-        if allowed is not None:
-            permitted &= allowed
         try:
-            offered = [n for n in self._tools if n in ctx.policy.tools]
+            offered = [n for n in self._tools if ctx.policy.offers(n)]
             if tool is None:
                 raise ToolFailure(f"Unknown tool {call.name!r}. Available: {', '.join(offered)}.")
-            if call.name not in ctx.policy.tools:
+            if not ctx.policy.offers(call.name):
                 raise ToolFailure(
                     f"{call.name} is not available in this conversation: only the owner's direct "
                     f"chat may use it. Available: {', '.join(offered)}."
                 )
-            if call.name not in permitted:
-                raise ToolFailure(_not_allowed(call.name, ctx.policy, permitted))
+            if not ctx.policy.allows(call.name):
+                raise ToolFailure(
+                    f"{call.name} runs only on the owner's own message, not in an automated turn "
+                    "(it changes the owner's curated memory or acts for the owner). Note it with "
+                    "memory_append instead."
+                )
+            if allowed is not None and call.name not in allowed:
+                raise ToolFailure(
+                    f"{call.name} is not allowed now. Allowed: {', '.join(sorted(allowed))}."
+                )
             check_input(call.input, tool.spec.input_schema)
             output = await tool.run(ctx, call.input)
         except (ToolFailure, MemoryError_, ValueError, OSError) as exc:
@@ -105,15 +110,6 @@ class ToolRegistry:
         if len(output) > MAX_RESULT_CHARS:
             output = output[:MAX_RESULT_CHARS] + "\n… [cut; ask for fewer lines or results]"
         return ToolResult(call.id, output)
-
-
-def _not_allowed(name: str, policy: SessionPolicy, permitted: frozenset[str]) -> str:
-    if policy.owner_private and name not in policy.allowed_tools:
-        return (
-            f"{name} changes the owner's curated memory and runs only on the owner's own "
-            "message, not in an automated turn. Note it with memory_append instead."
-        )
-    return f"{name} is not allowed now. Allowed: {', '.join(sorted(permitted))}."
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {

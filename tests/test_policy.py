@@ -105,14 +105,16 @@ def test_shared_sessions_search_only_their_own_transcript() -> None:
 
 def test_writing_tools_are_offered_only_in_the_owners_direct_chats() -> None:
     for key in (GROUP, STRANGER):
-        assert {"remember", "memory_append", "memory_get"}.isdisjoint(policy_for(key).tools)
-    assert {"remember", "memory_append"} <= policy_for(OWNER).allowed_tools
+        policy = policy_for(key)
+        assert not [t for t in ("remember", "memory_append", "memory_get") if policy.offers(t)]
+        assert not policy.offers("schedule")  # a tool added later is the owner's until listed
+    assert policy_for(OWNER).allows("remember") and policy_for(OWNER).allows("memory_append")
 
 
 def test_automations_in_the_owners_chat_read_memory_but_never_change_curated_files() -> None:
     policy = policy_for(OWNER, "automation")
-    assert policy.owner_private and "remember" in policy.tools
-    assert "remember" not in policy.allowed_tools and "memory_append" in policy.allowed_tools
+    assert policy.owner_private and policy.offers("remember")
+    assert not policy.allows("remember") and policy.allows("memory_append")
 
 
 def test_a_person_cannot_be_routed_into_the_owners_direct_chat() -> None:
@@ -239,7 +241,7 @@ def test_an_automation_in_the_owners_chat_cannot_rewrite_user_md(tmp_path: Path)
         asyncio.run(answer(kit, request))
         [result] = tool_results(server.requests[1])
 
-    assert result["is_error"] and "owner's own message" in result["content"]
+    assert result["is_error"] and "only on the owner's own message" in result["content"]
     assert "spam" not in (kit.workspace / "USER.md").read_text(encoding="utf-8")
 
 
