@@ -27,6 +27,7 @@ from memory.config import MemoryConfig
 from memory.db import Database, open_database
 from memory.embeddings import EmbeddingError, EmbeddingProvider, create_provider
 from memory.errors import IndexingError
+from memory.filters import SearchFilter
 from memory.presets import SearchPreset, get_preset
 from memory.search import SearchHit, run_search
 from memory.text import fts_body
@@ -689,8 +690,14 @@ class MemoryIndex:
         min_score: float | None = None,
         now: datetime | None = None,
         scopes: Sequence[str] = ("",),
+        filter: SearchFilter | None = None,
     ) -> list[SearchHit]:
-        """Hybrid search of the active generation. An empty index is synced first."""
+        """Hybrid search of the active generation. An empty index is synced first.
+
+        `filter` (the agent's policy) replaces `scopes` and may also limit sources and origins.
+        """
+        if filter is not None:
+            scopes = filter.scopes
         chosen = (
             preset if isinstance(preset, SearchPreset) else get_preset(preset or self.config.preset)
         )
@@ -726,6 +733,7 @@ class MemoryIndex:
             min_score=min_score,
             now=now or datetime.now(),
             scopes=list(scopes),
+            admits=filter.admits if filter is not None else None,
         )
 
     def _embed_query(self, text: str) -> np.ndarray:

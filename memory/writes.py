@@ -8,6 +8,11 @@
   owner in an editor) changed it meanwhile; a file that is not valid UTF-8 is refused, not
   rewritten with replacement characters; session notes never overwrite an existing file.
 
+- Unforgeable: text the agent writes (appends, facts, section names) cannot add structure the
+  index trusts — `<!-- … -->` markers (importance, observed/status) are removed and stray `<!--`
+  `-->` escaped, Markdown headings escaped, control characters and terminal escapes dropped
+  (`escape_markup`) — and one append or fact is at most 16 kB (`MAX_APPEND_BYTES`).
+
 Each successful write calls `on_written(rel_path)` (the agent re-indexes memory there).
 """
 
@@ -31,12 +36,16 @@ from memory.workspace import confine_path
 log = logging.getLogger(__name__)
 
 FACT_FILES = ("USER.md", "MEMORY.md")
+MAX_APPEND_BYTES = 16 * 1024
 _RETRIES = 5
 _MARKER = re.compile(r"<!--\s*observed:[^>]*?status:\s*(active|superseded)\s*-->", re.IGNORECASE)
 _ANY_MARKER = re.compile(r"<!--\s*(?:observed:[^>]*?)?status:\s*\w+\s*-->", re.IGNORECASE)
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_TERMINAL_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.)?")
+_ATX_HEADING = re.compile(r"^([ \t]{0,3})(#{1,6})(?=[ \t]|$)", re.MULTILINE)
+_SETEXT_UNDERLINE = re.compile(r"^([ \t]{0,3})(=+|-{2,})[ \t]*$", re.MULTILINE)
 # One lock for the process: two writers must not interleave read-modify-write of one file.
 _write_lock = threading.RLock()
 
@@ -62,9 +71,10 @@ class WorkspaceWriter:
         The file is created with a "# YYYY-MM-DD" heading on the day's first entry. "Today" is
         in the owner's time zone (`now` without tzinfo is taken as the owner's local time).
         """
-        entry = text.strip("\n")
+        entry = escape_markup(text).strip("\n")
         if not entry.strip():
             raise WorkspaceError("Nothing to append: the text is empty.")
+        _check_size(entry, "note")
         day = self._today(now)
         rel = f"memory/{day.isoformat()}.md"
 
@@ -92,10 +102,13 @@ class WorkspaceWriter:
         """
         if target not in FACT_FILES:
             raise WorkspaceError(f"Facts go to USER.md or MEMORY.md, not {target!r}.")
-        # One bullet, one line; comments inside it could forge markers.
-        fact = " ".join(_COMMENT.sub("", text).split())
+        # One bullet, one line; markers and headings inside it could forge structure.
+        fact = " ".join(escape_markup(text).split())
         if not fact:
             raise WorkspaceError("Nothing to record: the fact is empty.")
+        _check_size(fact, "fact")
+        if section is not None:
+            section = " ".join(escape_markup(section).split()).lstrip("#\\ ")[:200] or None
         day = self._today(now).isoformat()
         line = f"- {fact} <!-- observed: {day} | status: active -->"
 
@@ -180,6 +193,31 @@ class WorkspaceWriter:
         if target.exists() and not target.is_file():
             raise WorkspaceError(f"{rel} exists and is not a regular file.")
         return target
+
+
+def escape_markup(text: str) -> str:
+    """Agent-written text made unable to forge structure in a memory file.
+
+    Comments (`<!-- importance: 5 -->`, `<!-- observed: … | status: … -->`) are removed and any
+    stray `<!--` / `-->` escaped; heading lines (`# …`, setext underlines) are escaped with a
+    backslash, so they show as text; terminal escape sequences and control characters other than
+    newline and tab are dropped (they would reach the owner's screen through search results).
+    """
+    text = _TERMINAL_ESCAPE.sub("", text.replace("\r\n", "\n"))
+    text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) != "Cc")
+    text = _COMMENT.sub("", text).replace("<!--", "&lt;!--").replace("-->", "--&gt;")
+    text = _ATX_HEADING.sub(r"\1\\\2", text)
+    return _SETEXT_UNDERLINE.sub(r"\1\\\2", text)
+
+
+def _check_size(text: str, what: str) -> None:
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_APPEND_BYTES:
+        raise WorkspaceError(
+            f"The {what} is {size:,} bytes; one write takes at most {MAX_APPEND_BYTES:,} bytes "
+            "(16 kB), and nothing was written. Keep the essentials, or split it into a few "
+            "shorter notes."
+        )
 
 
 # ---- file operations ------------------------------------------------------------------------
