@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from agent.model_errors import ModelError
+from agent.requests import Attachment
 from app.access import Access, PairingStore
 from app.delivery import ReplyStream
 from app.queue import Batch, GatewayStore
@@ -312,9 +313,7 @@ class Gateway:
             log.warning("No %s channel runs; its messages wait for a restart", last.channel)
             return False
         key = SessionKey.parse(batch.session_key)
-        role = "owner" if all(m.sender_role == "owner" for m in batch.messages) else "person"
-        text = compose_text(batch)
-        request = TurnRequest(key, text, role, resumed=batch.resumed)  # type: ignore[arg-type]
+        request = turn_request(key, batch)
         resume = await asyncio.to_thread(self.store.deliveries, batch.turn_id)
 
         async def record(part: int, sent: SentMessage) -> None:
@@ -407,22 +406,37 @@ def _write_atomically(tmp: Path, path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def compose_text(batch: Batch) -> str:
-    """The text of one turn: the batch's messages in order, each with its sender's name in
-    groups and the paths of saved attachments."""
+def turn_request(key: SessionKey, batch: Batch) -> TurnRequest:
+    """One turn's request: the batch's messages in order (with the paths of saved attachments),
+    from the owner only if every one of them is the owner's. Several people's messages collected
+    in one group turn are each prefixed with their sender's name."""
+    messages = [q.message for q in batch.messages]
+    senders = {m.sender_id for m in messages}
     parts = []
-    for queued in batch.messages:
-        msg = queued.message
+    attachments: list[Attachment] = []
+    for msg in messages:
         text = msg.text
         for item in msg.attachments:
             if item.path:
-                text += f"\n[{item.kind} saved at {item.path}]"
+                attachments.append(Attachment(item.path, item.kind, item.file_name))
             else:
                 text += f"\n[{item.kind} not saved: {item.error or 'unavailable'}]"
-        if msg.chat_type != "direct":
+        if len(senders) > 1:
             text = f"{msg.sender_name or msg.sender_id}: {text}"
-        parts.append(text.strip())
-    return "\n\n".join(p for p in parts if p)
+        if text.strip():
+            parts.append(text.strip())
+    owner = all(q.sender_role == "owner" for q in batch.messages)
+    last = messages[-1]
+    return TurnRequest(
+        key,
+        "\n\n".join(parts),
+        "owner" if owner else "person",
+        sender_id=None if owner or len(senders) > 1 else last.sender_id,
+        sender_name=None if owner or len(senders) > 1 else last.sender_name,
+        attachments=tuple(attachments),
+        message_ids=tuple(m.dedup_key for m in messages),
+        resumed=batch.resumed,
+    )
 
 
 # -- running it --------------------------------------------------------------------------------
@@ -514,7 +528,7 @@ async def run_gateway(
         runtime = await open_runtime(settings)
         try:
             try:
-                await asyncio.to_thread(runtime.index.sync)
+                await runtime.sync_index()
             except MemoryError_ as exc:  # answering still works from the last complete index
                 log.warning("The memory index could not be updated: %s", exc)
             runtime.watcher.start()
@@ -543,7 +557,7 @@ async def run_gateway(
             if health is not None:
                 await health.cleanup()
         finally:
-            await runtime.close()
+            await runtime.aclose()
     finally:
         lock.close()
     return 0

@@ -1,37 +1,49 @@
 """The gateway's one way into the agent: `run_turn(runtime, request, on_text)`.
 
-Everything the gateway knows about the agent's API is in this module, so moving to the typed
-agent entry (app/wiring.py's `build_runtime`, an AgentRequest with a sender and streamed events)
-is a change here only.
+Everything the gateway knows about the agent's API is in this module: the typed entry
+(`Agent.run(AgentRequest)`, streamed events) and resuming a turn that a stopped gateway began.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from agent.model import ModelClient, create_model_client
+from agent.policy import policy_for
+from agent.requests import (
+    AgentEvent,
+    AgentRequest,
+    Attachment,
+    Final,
+    Notice,
+    SenderKind,
+    TextDelta,
+)
 from agent.runtime import Agent, _Turn
-from memory.index import MemoryIndex
-from memory.sessions import SessionKey, SessionStore
-from memory.watch import MemoryWatcher
+from app.wiring import Runtime, build_runtime
+from memory.sessions import SessionKey
 
 if TYPE_CHECKING:
     from app.config import Settings
 
-Sender = Literal["owner", "person", "automation", "system"]
 SILENT = "NO_REPLY"  # an answer that means "say nothing"
+
+__all__ = ["Runtime", "TurnRequest", "TurnResult", "open_runtime", "run_turn"]
 
 
 @dataclass(frozen=True)
 class TurnRequest:
     key: SessionKey
     text: str
-    sender: Sender  # "person" never gets owner-only tools or the owner's files
-    # The same message was handed to the agent before a restart: what it stored then is used
+    sender: SenderKind  # "person" never gets owner-only tools or the owner's files
+    sender_id: str | None = None
+    sender_name: str | None = None
+    attachments: tuple[Attachment, ...] = ()
+    # The platform ids of the message(s) answered; they identify the turn in the transcript.
+    message_ids: tuple[str, ...] = ()
+    # The same messages were handed to the agent before a restart: what it stored then is used
     # (the user message is not stored twice; a stored final answer is returned as it is).
     resumed: bool = False
 
@@ -46,45 +58,9 @@ class TurnResult:
         return not self.text.strip() or self.text.strip() == SILENT
 
 
-@dataclass
-class Runtime:
-    """The agent and what it needs, opened once per process."""
-
-    index: MemoryIndex
-    agent: Agent
-    model: ModelClient
-    watcher: MemoryWatcher
-
-    async def close(self) -> None:
-        self.watcher.stop()
-        for client in getattr(self.model, "clients", [self.model]):
-            close = getattr(client, "aclose", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    await close()
-        self.index.close()
-
-
 async def open_runtime(settings: Settings) -> Runtime:
-    """Open the memory index (syncing it with the files), the model client and the agent."""
-    index = await asyncio.to_thread(
-        MemoryIndex.open, settings.workspace_dir, settings.database_path, settings.memory
-    )
-    model = create_model_client(
-        settings.agent.model,
-        fallbacks=settings.agent.fallback_models,
-        api_base=settings.agent.api_base,
-        timeout_s=settings.agent.timeout_s,
-        max_retries=settings.agent.max_retries,
-    )
-    agent = Agent(
-        model=model,
-        store=SessionStore(index.db),
-        index=index,
-        workspace=settings.workspace_dir,
-        config=settings.agent,
-    )
-    return Runtime(index=index, agent=agent, model=model, watcher=MemoryWatcher(index))
+    """The process's agent, index, watcher and model client (app/wiring.py)."""
+    return await build_runtime(settings)
 
 
 async def run_turn(
@@ -96,26 +72,51 @@ async def run_turn(
         resumed = await _resume(runtime.agent, request, on_text)
         if resumed is not None:
             return resumed
-    reply = await runtime.agent.handle(request.key, request.text, on_text=on_text)
-    return TurnResult(reply.text, reply.command)
+    agent_request = AgentRequest(
+        request.key,
+        request.text,
+        sender=request.sender,
+        sender_id=request.sender_id,
+        sender_name=request.sender_name,
+        attachments=request.attachments,
+        message_ids=request.message_ids,
+    )
+    async for event in runtime.agent.run(agent_request):
+        if isinstance(event, TextDelta):
+            on_text(event.text)
+        elif isinstance(event, Notice):
+            on_text(event.text + "\n\n")
+        elif isinstance(event, Final):
+            return TurnResult(event.reply.text, event.reply.command)
+    raise RuntimeError("the agent ended a turn without its Final event")
 
 
 async def _resume(
     agent: Agent, request: TurnRequest, on_text: Callable[[str], None]
 ) -> TurnResult | None:
     """Finish a turn a stopped gateway began, from its transcript; None when the transcript
-    does not end in this request's message (then it is handled as a new one)."""
-    # Uses the Agent's private tool loop until the typed agent entry takes request ids.
+    does not end in this request's messages (then it is handled as a new one)."""
+    # Uses the Agent's tool loop directly: `Agent.run` would store the user message again.
     key = request.key
     async with agent._locks.setdefault(str(key), asyncio.Lock()):
         session = await asyncio.to_thread(agent.store.current, key)
-        events = await asyncio.to_thread(agent.store.events, session.id)
-        users = [i for i, e in enumerate(events) if e.kind == "user"]
-        if not users or events[users[-1]].content.get("text") != request.text:
+        users = await asyncio.to_thread(agent.store.events, session.id, kinds=("user",))
+        if not users or not _same_turn(users[-1].content, request):
             return None
-        tail = events[users[-1] + 1 :]
+        tail = await asyncio.to_thread(agent.store.events, session.id, after_seq=users[-1].seq)
         if tail and tail[-1].kind == "assistant":  # answered; only the delivery was missing
             return TurnResult(str(tail[-1].content.get("text", "")))
-        content = dict(events[users[-1]].content)
-        answer = await agent._tool_loop(_Turn(key, session, content, on_text))
-        return TurnResult(answer)
+
+        def emit(event: AgentEvent) -> None:
+            if isinstance(event, TextDelta):
+                on_text(event.text)
+
+        policy = policy_for(key, request.sender)
+        turn = _Turn(key, session, dict(users[-1].content), policy, emit)
+        return TurnResult(await agent._tool_loop(turn))
+
+
+def _same_turn(content: dict[str, object], request: TurnRequest) -> bool:
+    if request.message_ids:
+        return content.get("message_ids") == list(request.message_ids)
+    return content.get("text") == request.text

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app.access import Access, PairingStore
+from app.config import load_settings
 from app.gateway import Gateway, GatewayOptions, TurnRunner
 from app.queue import GatewayStore
 from app.turns import Runtime, run_turn
@@ -141,7 +142,16 @@ def make_rig(
         channels={"telegram": telegram or TelegramConfig(), "slack": slack or SlackConfig()},
         pairing=PairingStore(db),
     )
-    runtime = Runtime(kit.index, kit.agent, kit.agent.model, MemoryWatcher(kit.index))
+    settings = load_settings(workspace=kit.workspace)
+    runtime = Runtime(
+        settings=settings,
+        index=kit.index,
+        store=kit.store,
+        model=kit.agent.model,
+        agent=kit.agent,
+        watcher=MemoryWatcher(kit.index),
+        clock=kit.agent.clock,
+    )
     gateway = Gateway(
         runtime=runtime,
         channels={"telegram": tg, "slack": sl},

@@ -56,7 +56,8 @@ def test_pairing_end_to_end_code_then_cli_approval_then_answered(tmp_path: Path)
             await rig.close()
             return rig.telegram.texts("999")[-1]
 
-    assert asyncio.run(scenario()) == "re: now?"
+    answer = asyncio.run(scenario())
+    assert answer.startswith("re: [from 999") and answer.endswith("now?")
 
 
 def test_a_rejected_sender_is_ignored_without_another_code(tmp_path: Path) -> None:
@@ -115,7 +116,8 @@ def test_a_group_message_without_a_mention_costs_no_model_call(tmp_path: Path) -
             await rig.gateway.idle()
             await rig.close()
             assert len([r for r in server.requests if "hi" in r.last_user_text()]) == 1
-            assert rig.telegram.texts("-100") == ["re: 555: @bot hi"]
+            [reply] = rig.telegram.texts("-100")
+            assert reply.startswith("re: [from 555") and reply.endswith("@bot hi")
 
     asyncio.run(scenario())
 
@@ -173,10 +175,6 @@ def test_two_people_get_separate_sessions(tmp_path: Path) -> None:
 SECRET = "The owner's bank PIN hint is BLUEHERON-42."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs h-seams' policy module: today's agent treats every direct chat as private",
-)
 def test_a_non_owner_request_carries_no_byte_of_memory_md(tmp_path: Path) -> None:
     async def scenario() -> RecordedRequest:
         workspace = template_workspace(tmp_path, **{"MEMORY.md": f"# Memory\n{SECRET}\n"})
@@ -331,7 +329,8 @@ def test_slack_groups_follow_their_own_allowlist(tmp_path: Path) -> None:
             await rig.close()
             return rig.slack.texts("C1")
 
-    assert asyncio.run(scenario()) == ["re: U7: hey"]
+    [reply] = asyncio.run(scenario())
+    assert reply.startswith("re: [from U7")
 
 
 def test_log_lines_never_contain_a_bot_token(
@@ -383,3 +382,48 @@ def test_a_redelivered_message_from_an_unknown_sender_gets_one_pairing_notice(
             return rig.telegram.texts()
 
     assert len(asyncio.run(scenario())) == 1
+
+
+def tool_names(request: RecordedRequest) -> set[str]:
+    return {t["name"] for t in request.body.get("tools", [])}
+
+
+def test_an_approved_person_is_offered_no_owner_only_tool(tmp_path: Path) -> None:
+    async def scenario() -> tuple[set[str], set[str]]:
+        with FakeModelServer() as server:
+            server.respond_with(responder(turn=echo))
+            rig = make_rig(tmp_path, server, telegram=TelegramConfig(dm_policy="open"))
+            await rig.gateway.start()
+            await rig.telegram.deliver("501", "remember that I like tea")
+            await rig.gateway.idle()
+            await rig.telegram.deliver(OWNER_TG, "remember that I like coffee")
+            await rig.gateway.idle()
+            await rig.close()
+            return tool_names(server.requests[0]), tool_names(server.requests[1])
+
+    person, owner = asyncio.run(scenario())
+    assert "remember" in owner and "remember" not in person
+    assert person <= {"memory_search", "transcript_read", "read_file", "current_time"}
+
+
+def test_two_people_collected_into_one_group_turn_are_each_named(tmp_path: Path) -> None:
+    async def scenario() -> str:
+        with FakeModelServer() as server:
+            server.respond_with(responder(turn=echo))
+            rig = make_rig(
+                tmp_path,
+                server,
+                telegram=TelegramConfig(groups=group("-100", require_mention=False)),
+                options=GatewayOptions(collect_window_s=0.3),
+            )
+            await rig.gateway.start()
+            for sender, name in (("555", "Ann"), ("556", "Bob")):
+                await rig.telegram.deliver(
+                    sender, f"hi from {name}", chat_id="-100", chat_type="group", sender_name=name
+                )
+            await rig.gateway.idle()
+            await rig.close()
+            return server.requests[-1].last_user_text()
+
+    text = asyncio.run(scenario())
+    assert "Ann: hi from Ann" in text and "Bob: hi from Bob" in text
