@@ -75,6 +75,11 @@ def echo(request: RecordedRequest) -> Reply:
     return text_reply(f"re: {request.last_user_text()}", delay_s=0.1)
 
 
+def said(relay: RelayServer) -> list[str]:
+    """The replies without the sender line the agent shows the model ("[from 501 (…)]")."""
+    return [re.sub(r"\[from [^\]]*\]\n", "", t) for t in relay.reply_texts()]
+
+
 def answered(relay: RelayServer, texts: list[str]) -> dict[str, int]:
     """How many delivered replies mention each of `texts` (as a whole word)."""
     replies = relay.reply_texts()
@@ -130,14 +135,14 @@ def test_sigterm_finishes_the_running_turn_and_keeps_the_queued_one(
     time.sleep(0.2)  # the relay client confirms "second" on its next poll
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
-    assert relay.reply_texts() == ["re: first"]
+    assert said(relay) == ["re: first"]
 
     model.respond_with(responder(turn=echo))
     proc = start_gateway(model, relay, pinch_home)
     wait_for(lambda: len(relay.reply_texts()) == 2, what="the queued message answered")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
-    assert relay.reply_texts() == ["re: first", "re: second"]
+    assert said(relay) == ["re: first", "re: second"]
 
 
 def free_port() -> int:
