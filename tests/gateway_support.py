@@ -118,7 +118,7 @@ class Rig:
 
     async def close(self) -> None:
         await self.gateway.stop(grace_s=5)
-        self.kit.index.close()
+        await self.gateway.runtime.aclose()
 
 
 def make_rig(

@@ -37,7 +37,7 @@ def test_stopping_lets_a_running_turn_finish(tmp_path: Path) -> None:
             await rig.gateway.stop(grace_s=5)
             assert rig.telegram.texts() == ["finished"]
             assert rig.gateway.store.counts() == {"done": 1}
-            rig.kit.index.close()
+            await rig.gateway.runtime.aclose()
 
     asyncio.run(scenario())
 
@@ -55,7 +55,7 @@ def test_messages_left_when_the_grace_period_ends_are_answered_after_a_restart(
             await rig.telegram.deliver(OWNER_TG, "two")  # waits behind "one"
             await rig.gateway.stop(grace_s=0.05)
             assert rig.telegram.texts() == []
-            rig.kit.index.close()
+            await rig.gateway.runtime.aclose()
 
             server.respond_with(responder(turn=echo))
             kit = make_kit(tmp_path, server, workspace=rig.kit.workspace, db_name=DB_NAME)
@@ -83,7 +83,7 @@ def test_messages_arriving_while_stopping_stay_queued_for_the_next_start(tmp_pat
             await stopping
             assert rig.telegram.texts() == ["first done"]
             assert rig.gateway.store.counts() == {"done": 1, "queued": 1}
-            rig.kit.index.close()
+            await rig.gateway.runtime.aclose()
 
     asyncio.run(scenario())
 
@@ -111,7 +111,7 @@ def test_a_turn_interrupted_after_its_reply_began_edits_that_reply_after_a_resta
             await channel.deliver(OWNER_TG, "question")
             await until(lambda: channel.sends == 1)
             await rig.gateway.stop(grace_s=0.05)  # as if killed mid-turn
-            rig.kit.index.close()
+            await rig.gateway.runtime.aclose()
 
             kit = make_kit(tmp_path, server, workspace=rig.kit.workspace, db_name=DB_NAME)
             again = make_rig(tmp_path, server, kit=kit, turn_runner=answer)
