@@ -346,11 +346,11 @@ class _Renderer:
                 elif self.html:
                     links[-1] = None
             elif kind == "link_close":
-                href = links.pop() if links else None
-                if self.html and href:
+                target = links.pop() if links else None
+                if self.html and target:
                     parts.append("</a>")
-                elif not self.html and href and child.markup != "autolink":
-                    parts.append(f" ({href})")
+                elif not self.html and target and child.markup != "autolink":
+                    parts.append(f" ({target})")
             elif kind == "image":
                 alt = "".join(c.content for c in child.children or []) or "image"
                 src = str(child.attrGet("src") or "")
