@@ -163,6 +163,7 @@ class TelegramChannel(Channel):
             drop_unfinished=self._drop_unfinished,
             poll_timeout_s=self._config.poll_timeout_s,
             poll_stall_s=self._config.poll_stall_s,
+            album_poll_s=self._config.media_group_wait_s / 4,
             drop_pending_updates=self._config.drop_pending_updates,
             retry_base_s=self._retry_base_s,
             before_polling=prepare_later,

@@ -114,6 +114,8 @@ class _Album:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     timer: asyncio.Task[None] | None = None
+    # Later messages of the same chat wait behind the album, so the gateway sees chat order.
+    followers: list[tuple[Message, int, asyncio.Future[None]]] = field(default_factory=list)
 
 
 class UpdateDispatcher:
@@ -157,6 +159,10 @@ class UpdateDispatcher:
             return done
         if message.media_group_id:
             return self._add_to_album(message, update_id)
+        waiting = self._album_in_chat(message.chat.id)
+        if waiting is not None:
+            waiting.followers.append((message, update_id, done))
+            return done
         try:
             await self._deliver([message], [update_id])
         except Exception as error:
@@ -170,8 +176,9 @@ class UpdateDispatcher:
         for album in self._albums.values():
             if album.timer:
                 album.timer.cancel()
-            if not album.done.done():
-                album.done.cancel()
+            for future in [album.done, *(f for _, _, f in album.followers)]:
+                if not future.done():
+                    future.cancel()
         self._albums.clear()
 
     def _message(self, raw: dict[str, Any], update_id: int) -> Message | None:
@@ -203,15 +210,31 @@ class UpdateDispatcher:
         album.timer = asyncio.create_task(self._flush_album_later(key, album))
         return album.done
 
+    def _album_in_chat(self, chat_id: int) -> _Album | None:
+        return next((a for (chat, _), a in self._albums.items() if chat == chat_id), None)
+
     async def _flush_album_later(self, key: tuple[int, str], album: _Album) -> None:
         await asyncio.sleep(self._album_wait_s)
         self._albums.pop(key, None)
+        failure: Exception | None = None
         try:
             await self._deliver(album.messages, album.update_ids)
         except Exception as error:
+            failure = error
             album.done.set_exception(error)
         else:
             album.done.set_result(None)
+        for message, update_id, done in album.followers:
+            if failure is None:
+                try:
+                    await self._deliver([message], [update_id])
+                except Exception as error:
+                    failure = error
+            if failure is None:
+                done.set_result(None)
+            else:  # keep chat order: what follows a failed hand-over is fetched again too
+                self._seen.pop(update_id, None)
+                done.set_exception(failure)
 
     async def _deliver(self, messages: list[Message], update_ids: list[int]) -> None:
         try:
@@ -271,6 +294,7 @@ class Poller:
         drop_unfinished: Callable[[], Awaitable[None]],
         poll_timeout_s: int,
         poll_stall_s: float,
+        album_poll_s: float,
         drop_pending_updates: bool,
         retry_base_s: float,
         before_polling: Callable[[], Awaitable[None]],
@@ -282,6 +306,7 @@ class Poller:
         self._drop_unfinished = drop_unfinished
         self._poll_timeout_s = poll_timeout_s
         self._poll_stall_s = poll_stall_s
+        self._album_poll_s = album_poll_s
         self._drop_pending = drop_pending_updates
         self._clear_webhook = True
         self._before_polling = before_polling
@@ -373,9 +398,10 @@ class Poller:
                         return
             self._settle_albums()
             if self._pending and not fresh:
-                # Only album parts came back (the offset stays below them until their album is
-                # handed over); wait for the album instead of re-fetching them in a tight loop.
-                await asyncio.wait(set(self._pending.values()), timeout=self._poll_timeout_s or 1)
+                # Only album parts came back: the offset stays below them until their album is
+                # handed over, so a long poll returns at once. Poll briefly instead of in a tight
+                # loop, to still catch the album's remaining parts.
+                await asyncio.wait(set(self._pending.values()), timeout=self._album_poll_s)
                 self._settle_albums()
         finally:
             self._dispatching = False

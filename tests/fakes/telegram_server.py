@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from tests.fakes.local_server import LocalHTTPServer
 
@@ -422,8 +422,9 @@ class FakeTelegram:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 file_prefix = f"/file/bot{fake.token}/"
-                if parts.path.startswith(file_prefix):
-                    self._download(parts.path[len(file_prefix) :])
+                path = unquote(parts.path)  # PTB quotes the file URL (the token's ":" too)
+                if path.startswith(file_prefix):
+                    self._download(path[len(file_prefix) :])
                     return
                 match = re.fullmatch(r"/bot([^/]+)/(\w+)", parts.path)
                 if not match:
