@@ -564,3 +564,15 @@ def test_the_token_never_reaches_the_logs(tg, tmp_path, caplog):
 def test_missing_token_is_refused_with_the_variable_to_set(tmp_path):
     with pytest.raises(ChannelError, match="PINCH_TELEGRAM__BOT_TOKEN"):
         TelegramChannel(TelegramConfig(), inbox_dir=tmp_path, state_dir=tmp_path)
+
+
+def test_typing_is_one_action_per_call_and_never_repeats_by_itself(tg, tmp_path):
+    async def scenario():
+        async with running(tg, tmp_path) as (channel, _):
+            await channel.typing("111")
+            await asyncio.sleep(0.3)  # nothing in the adapter keeps it going
+            tg.fail_next("sendChatAction", 400, description="Bad Request: chat not found")
+            await channel.typing("999")  # a failure is logged, never raised into the turn
+        assert [c.params["chat_id"] for c in tg.calls_to("sendChatAction")] == [111, 999]
+
+    run(scenario())

@@ -662,7 +662,7 @@ class FakeTelegram:
                     'Bad Request: can\'t parse entities: Unsupported start tag "x" at byte '
                     "offset 0",
                 )
-            shown = _parse_telegram_html(text)
+            shown = parse_telegram_html(text)
         if len(shown.encode("utf-16-le")) // 2 > 4096:
             raise ApiError(400, "Bad Request: message is too long")
         return text, shown
@@ -746,7 +746,7 @@ class _TelegramHTML(HTMLParser):
         self.text.append(data)
 
 
-def _parse_telegram_html(text: str) -> str:
+def parse_telegram_html(text: str) -> str:
     if re.search(r"&(?!(amp|lt|gt|quot|#\d+|#x[0-9a-fA-F]+);)", text):
         raise ApiError(400, "Bad Request: can't parse entities: Unsupported HTML entity")
     if re.search(r"<(?![a-zA-Z/])", text):
