@@ -573,6 +573,6 @@ def test_typing_is_one_action_per_call_and_never_repeats_by_itself(tg, tmp_path)
             await asyncio.sleep(0.3)  # nothing in the adapter keeps it going
             tg.fail_next("sendChatAction", 400, description="Bad Request: chat not found")
             await channel.typing("999")  # a failure is logged, never raised into the turn
-        assert [c.params["chat_id"] for c in tg.calls_to("sendChatAction")] == [111, 999]
+        assert [c.params["chat_id"] for c in tg.calls_to("sendChatAction")] == ["111", "999"]
 
     run(scenario())
