@@ -321,6 +321,7 @@ class Poller:
         self._pending: dict[int, asyncio.Future[None]] = {}
         self._handler_failures: dict[int, int] = {}
         self._dispatching = False
+        self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self.health = PollHealth()
@@ -334,7 +335,13 @@ class Poller:
         self._task = asyncio.create_task(self._run(), name="telegram-poll")
         self._watchdog = asyncio.create_task(self._watch(), name="telegram-poll-watchdog")
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop polling. A hand-over to the gateway in progress gets `grace_s` to finish."""
+        self._stopping = True
+        if self._watchdog:
+            self._watchdog.cancel()
+        if self._task and self._dispatching:
+            await asyncio.wait({self._task}, timeout=grace_s)
         for task in (self._watchdog, self._task):
             if task:
                 task.cancel()
@@ -347,7 +354,7 @@ class Poller:
 
     # -- the loop
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 if not self._ready:
                     await self._before_polling()

@@ -576,3 +576,23 @@ def test_typing_is_one_action_per_call_and_never_repeats_by_itself(tg, tmp_path)
         assert [c.params["chat_id"] for c in tg.calls_to("sendChatAction")] == ["111", "999"]
 
     run(scenario())
+
+
+def test_stop_lets_a_hand_over_in_progress_finish_and_confirms_it(tg, tmp_path):
+    inbox = Inbox()
+    update = tg.private_text("in flight")
+    tg.push(update)
+
+    async def scenario():
+        inbox.hold = asyncio.Event()
+        channel = make_channel(tg, tmp_path)
+        await channel.start(inbox)
+        await until(lambda: inbox.calls == 1)
+        stopping = asyncio.create_task(channel.stop())
+        await asyncio.sleep(0.1)  # stop is waiting for the handler, not cancelling it
+        inbox.hold.set()
+        await stopping
+        assert [m.text for m in inbox.messages] == ["in flight"]
+        assert tg.confirmed_offset == update["update_id"] + 1
+
+    run(scenario())
