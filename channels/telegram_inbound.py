@@ -153,6 +153,8 @@ class MessageConverter:
                 mentioned = mentioned or entity.user.id == self.identity.id
         for start, end, replacement in sorted(cuts, reverse=True):
             text = text[:start] + replacement + text[end:]
+        if any(start == 0 and not replacement for start, _, replacement in cuts):
+            text = text.lstrip(" ,:;")  # "@bot, what's up" → "what's up"
         reply = _real_reply(message)
         if reply and reply.from_user and reply.from_user.id == self.identity.id:
             mentioned = True

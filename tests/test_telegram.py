@@ -196,9 +196,11 @@ def test_at_mention_addresses_the_bot_and_is_removed_from_the_text(tg, tmp_path)
     async def scenario():
         async with running(tg, tmp_path) as (_, inbox):
             tg.push(tg.group_text(f"hey @{BOT_USERNAME} what's up"))
-            [message] = await inbox.wait_for(1)
-        assert message.mentioned is True
-        assert message.text == "hey what's up"
+            tg.push(tg.group_text(f"@{BOT_USERNAME.upper()}, status?"))
+            middle, leading = await inbox.wait_for(2)
+        assert middle.mentioned is True
+        assert middle.text == "hey what's up"
+        assert (leading.mentioned, leading.text) == (True, "status?")
 
     run(scenario())
 
@@ -380,13 +382,19 @@ def test_a_send_telegram_refuses_raises_advice(tg, tmp_path):
 # -- polling health
 
 
+async def stall_the_next_poll(tg: FakeTelegram) -> None:
+    """Make the next getUpdates hang forever, and wait until it is hanging."""
+    await until(lambda: len(tg.calls_to("getUpdates")) >= 1)
+    tg.stall_next("getUpdates")
+    calls = len(tg.calls_to("getUpdates"))
+    tg.end_long_polls()
+    await until(lambda: len(tg.calls_to("getUpdates")) > calls)
+
+
 def test_a_stalled_poll_is_rebuilt_and_messages_arrive_again(tg, tmp_path, caplog):
     async def scenario():
         async with running(tg, tmp_path, poll_stall_s=1.5) as (channel, inbox):
-            await until(lambda: len(tg.calls_to("getUpdates")) >= 1)
-            tg.stall_next("getUpdates")
-            calls = len(tg.calls_to("getUpdates"))
-            await until(lambda: len(tg.calls_to("getUpdates")) > calls)  # the stalled one
+            await stall_the_next_poll(tg)
             # Sending while deaf works (separate pool) and doesn't fool the watchdog.
             await channel.send(OutboundMessage("telegram", "111", "still talking"))
             tg.push(tg.private_text("can you hear me?"))
@@ -403,10 +411,7 @@ def test_a_stalled_poll_is_rebuilt_and_messages_arrive_again(tg, tmp_path, caplo
 def test_sends_are_not_starved_by_a_hanging_poll(tg, tmp_path):
     async def scenario():
         async with running(tg, tmp_path) as (channel, _):
-            await until(lambda: len(tg.calls_to("getUpdates")) >= 1)
-            tg.stall_next("getUpdates")
-            calls = len(tg.calls_to("getUpdates"))
-            await until(lambda: len(tg.calls_to("getUpdates")) > calls)
+            await stall_the_next_poll(tg)
             started = time.monotonic()
             for n in range(5):
                 await channel.send(OutboundMessage("telegram", "111", f"message {n}"))
@@ -510,6 +515,8 @@ def test_check_reports_the_bot_and_the_last_completed_poll(tg, tmp_path):
     async def scenario():
         idle = await make_channel(tg, tmp_path).check()  # `pinch doctor` without polling
         async with running(tg, tmp_path) as (channel, _):
+            await until(lambda: len(tg.calls_to("getUpdates")) >= 1)
+            tg.end_long_polls()
             await until(lambda: len(tg.calls_to("getUpdates")) >= 2)
             live = await channel.check()
         assert idle.ok and idle.detail == f"connected as @{BOT_USERNAME}"
@@ -524,6 +531,7 @@ def test_check_reports_a_poller_that_stopped_receiving(tg, tmp_path):
         async with running(tg, tmp_path, poll_stall_s=1.5) as (channel, _):
             await until(lambda: len(tg.calls_to("getUpdates")) >= 1)
             tg.fail_next("getUpdates", 500, n=1000)
+            tg.end_long_polls()
             deadline = time.monotonic() + 5
             health = await channel.check()
             while health.ok and time.monotonic() < deadline:
@@ -552,6 +560,7 @@ def test_the_token_never_reaches_the_logs(tg, tmp_path, caplog):
             await inbox.wait_for(1)
             await channel.send(OutboundMessage("telegram", "111", "hello"))
             tg.fail_next("getUpdates", 409)
+            tg.end_long_polls()
             await until(lambda: len(tg.calls_to("deleteWebhook")) >= 2)
 
     with caplog.at_level(logging.DEBUG):

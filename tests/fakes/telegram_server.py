@@ -139,6 +139,7 @@ class FakeTelegram:
         self._cond = threading.Condition()
         self._stopping = threading.Event()
         self._poll_generation = 0
+        self._wakes = 0
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(100)
         self._message_ids = itertools.count(1000)
@@ -193,6 +194,13 @@ class FakeTelegram:
         """Accept the next `n` calls and never answer them (until the server stops)."""
         with self._cond:
             self._faults.setdefault(method, []).extend(["stall"] * n)
+
+    def end_long_polls(self) -> None:
+        """Answer the getUpdates calls now waiting with no updates (so the next call, and a
+        fault queued for it, comes at once instead of after the poll's timeout)."""
+        with self._cond:
+            self._wakes += 1
+            self._cond.notify_all()
 
     def calls_to(self, method: str) -> list[Call]:
         with self._cond:
@@ -522,6 +530,7 @@ class FakeTelegram:
                 )
             self._poll_generation += 1
             generation = self._poll_generation
+            wakes = self._wakes
             self._cond.notify_all()
             if offset:
                 self._updates = [u for u in self._updates if u["update_id"] >= offset]
@@ -538,7 +547,7 @@ class FakeTelegram:
                 if self._updates:
                     return self._updates[:limit]
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._wakes != wakes:
                     return []
                 self._cond.wait(left)
 
