@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from tests.agent_support import responder  # noqa: E402
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply  # noqa: E402
 from tests.fakes.relay_server import RelayServer  # noqa: E402
+from tests.fakes.telegram_server import FakeTelegram  # noqa: E402
 
 
 def echo(request: RecordedRequest) -> Reply:
@@ -118,8 +119,47 @@ async def overhead(conversations: int, messages: int, home: Path) -> dict[str, f
 # -- 2. a real gateway process --------------------------------------------------------------------
 
 
+class RelayPlatform:
+    """The small local chat platform; the gateway runs as tests/gateway_child.py."""
+
+    def __init__(self, relay: RelayServer) -> None:
+        self.relay = relay
+        self.command = [sys.executable, "-m", "tests.gateway_child", relay.url]
+        self.env: dict[str, str] = {}
+
+    def post(self, chat: int, text: str) -> None:
+        self.relay.post(chat_id=str(chat), text=text)
+
+    def replies(self) -> list[tuple[str, int, str]]:
+        with self.relay.lock:
+            return [(r.chat_id, int(r.message_id), r.text) for r in self.relay.replies.values()]
+
+
+class TelegramPlatform:
+    """The fake Telegram Bot API; the gateway is `pinch gateway` with the real adapter."""
+
+    def __init__(self, tg: FakeTelegram) -> None:
+        self.tg = tg
+        self.command = [sys.executable, "-m", "app.cli", "gateway"]
+        self.env = {
+            "PINCH_TELEGRAM__BOT_TOKEN": tg.token,
+            "PINCH_TELEGRAM__API_BASE_URL": tg.url,
+            "PINCH_TELEGRAM__POLL_TIMEOUT_S": "1",
+        }
+
+    def post(self, chat: int, text: str) -> None:
+        sender = {"id": chat, "is_bot": False, "first_name": f"P{chat}"}
+        self.tg.push(self.tg.private_text(text, sender=sender))
+
+    def replies(self) -> list[tuple[str, int, str]]:
+        return [(str(m.chat_id), m.message_id, m.text) for m in list(self.tg.sent)]
+
+
+Platform = RelayPlatform | TelegramPlatform
+
+
 class Child:
-    def __init__(self, model: FakeModelServer, relay: RelayServer, home: Path) -> None:
+    def __init__(self, model: FakeModelServer, platform: Platform, home: Path) -> None:
         self.env = {
             **os.environ,
             "PINCH_HOME": str(home),
@@ -130,15 +170,16 @@ class Child:
             "PINCH_MEMORY__EMBEDDING__PROVIDER": "none",
             "PINCH_TELEGRAM__DM_POLICY": "open",
             "PINCH_GATEWAY__COLLECT_WINDOW_MS": "0",
+            **platform.env,
         }
-        self.relay = relay
+        self.command = platform.command
         self.home = home
         self.proc: subprocess.Popen[bytes] | None = None
         self.peak_rss_kb = 0
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.gateway_child", self.relay.url],
+            self.command,
             cwd=ROOT,
             env=self.env,
             stdout=subprocess.DEVNULL,
@@ -183,16 +224,15 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.02)
 
 
-def tally(relay: RelayServer, conversations: int, messages: int) -> dict[str, int]:
-    with relay.lock:
-        replies = sorted(relay.replies.values(), key=lambda r: int(r.message_id))
+def tally(platform: Platform, conversations: int, messages: int) -> dict[str, int]:
+    replies = sorted(platform.replies(), key=lambda r: r[1])
     lost = duplicated = out_of_order = duplicate_replies = 0
     for c in range(conversations):
         chat = str(1000 + c)
         seen: list[int] = []
-        for reply in replies:
-            if reply.chat_id == chat:
-                tags = [int(m) for m in re.findall(rf"\bc{c}m(\d+)\b", reply.text)]
+        for chat_id, _, text in replies:
+            if chat_id == chat:
+                tags = [int(m) for m in re.findall(rf"\bc{c}m(\d+)\b", text)]
                 duplicate_replies += bool(tags) and set(tags) <= set(seen)
                 seen.extend(tags)
         counts = {m: seen.count(m) for m in range(messages)}
@@ -209,56 +249,69 @@ def tally(relay: RelayServer, conversations: int, messages: int) -> dict[str, in
 
 
 def end_to_end(
-    conversations: int, messages: int, kills: int, home: Path, burst: bool
+    conversations: int, messages: int, kills: int, home: Path, burst: bool, telegram: bool
+) -> dict[str, float]:
+    with FakeModelServer() as model, RelayServer() as relay, FakeTelegram() as tg:
+        platform: Platform = TelegramPlatform(tg) if telegram else RelayPlatform(relay)
+        return _end_to_end(conversations, messages, kills, home, burst, model, platform)
+
+
+def _end_to_end(
+    conversations: int,
+    messages: int,
+    kills: int,
+    home: Path,
+    burst: bool,
+    model: FakeModelServer,
+    platform: Platform,
 ) -> dict[str, float]:
     total = conversations * messages
-    with FakeModelServer() as model, RelayServer() as relay:
-        model.respond_with(responder(turn=echo))
-        child = Child(model, relay, home)
-        child.start()
+    model.respond_with(responder(turn=echo))
+    child = Child(model, platform, home)
+    child.start()
 
-        def covered() -> set[str]:
-            return {t for r in relay.reply_texts() for t in re.findall(r"c\d+m\d+", r)}
+    def covered() -> set[str]:
+        return {t for r in platform.replies() for t in re.findall(r"c\d+m\d+", r[2])}
 
-        sent = [0] * conversations
+    sent = [0] * conversations
 
-        def post_ready(seen: set[str]) -> None:
-            """Burst: every message at once, a round every 50 ms. Turns: each conversation
-            sends its next message when the previous one is answered."""
-            for c in range(conversations):
-                m = sent[c]
-                if m >= messages or (burst and m > (time.perf_counter() - started) / 0.05):
-                    continue
-                if burst or m == 0 or f"c{c}m{m - 1}" in seen:
-                    relay.post(chat_id=str(1000 + c), text=f"c{c}m{m}")
-                    sent[c] += 1
+    def post_ready(seen: set[str]) -> None:
+        """Burst: every message at once, a round every 50 ms. Turns: each conversation
+        sends its next message when the previous one is answered."""
+        for c in range(conversations):
+            m = sent[c]
+            if m >= messages or (burst and m > (time.perf_counter() - started) / 0.05):
+                continue
+            if burst or m == 0 or f"c{c}m{m - 1}" in seen:
+                platform.post(1000 + c, f"c{c}m{m}")
+                sent[c] += 1
 
-        started = time.perf_counter()
-        killed = 0
-        seen: set[str] = set()
-        while len(seen) < total:
-            post_ready(seen)
-            child.sample_rss()
-            if killed < kills and len(seen) >= total * (killed + 1) / (kills + 1):
-                child.kill()
-                killed += 1
-                child.start()
-            time.sleep(0.01)
-            seen = covered()
-        seconds = time.perf_counter() - started
-        time.sleep(0.5)  # anything still to be (wrongly) sent again
-        child.stop()
-        result: dict[str, float] = dict(tally(relay, conversations, messages))
-        result.update(
-            messages=total,
-            kills=killed,
-            seconds=seconds,
-            messages_per_s=total / seconds,
-            model_requests=len(model.requests),
-            replies=len(relay.replies),
-            peak_rss_mb=child.peak_rss_kb / 1024,
-        )
-        return result
+    started = time.perf_counter()
+    killed = 0
+    seen: set[str] = set()
+    while len(seen) < total:
+        post_ready(seen)
+        child.sample_rss()
+        if killed < kills and len(seen) >= total * (killed + 1) / (kills + 1):
+            child.kill()
+            killed += 1
+            child.start()
+        time.sleep(0.01)
+        seen = covered()
+    seconds = time.perf_counter() - started
+    time.sleep(0.5)  # anything still to be (wrongly) sent again
+    child.stop()
+    result: dict[str, float] = dict(tally(platform, conversations, messages))
+    result.update(
+        messages=total,
+        kills=killed,
+        seconds=seconds,
+        messages_per_s=total / seconds,
+        model_requests=len(model.requests),
+        replies=len(platform.replies()),
+        peak_rss_mb=child.peak_rss_kb / 1024,
+    )
+    return result
 
 
 def main() -> None:
@@ -271,6 +324,11 @@ def main() -> None:
         action="store_true",
         help="send every message at once (collected into few turns) instead of one at a time",
     )
+    parser.add_argument(
+        "--telegram",
+        action="store_true",
+        help="run `pinch gateway` with the real Telegram adapter against the fake Bot API",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pinch-bench-gateway-"))
@@ -281,7 +339,9 @@ def main() -> None:
         for name, kills in (("no_kill", 0), ("kill_9", args.kills)):
             home = work / name
             home.mkdir()
-            results[name] = end_to_end(args.conversations, args.messages, kills, home, args.burst)
+            results[name] = end_to_end(
+                args.conversations, args.messages, kills, home, args.burst, args.telegram
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
