@@ -297,8 +297,15 @@ class SlackChannel(Channel):
             )
 
         secret = self.config.signing_secret
+        # Bolt gets a token-less client: it builds per-request clients from `authorize`.
+        bolt_client = AsyncWebClient(
+            base_url=self.config.api_base_url,
+            session=self._http(),
+            retry_handlers=[_DefiniteRateLimitRetry(max_retry_count=3)],
+            logger=_sdk_logger("web"),
+        )
         app = AsyncApp(
-            client=self._client(),
+            client=bolt_client,
             authorize=authorize,
             logger=_sdk_logger("bolt"),
             process_before_response=True,  # our listener only queues; it is quick
@@ -388,9 +395,6 @@ class SlackChannel(Channel):
             log.info("Ignored a Slack %r event without a channel or ts", event.get("type"))
             return None
         subtype = event.get("subtype")
-        if subtype not in _POST_SUBTYPES:
-            log.debug("Ignored a Slack message of subtype %r", subtype)
-            return None
         user, bot = event.get("user"), event.get("bot_id")
         if (user and user == self.bot_user_id) or (bot and bot == self.bot_id):
             return None
@@ -398,7 +402,12 @@ class SlackChannel(Channel):
             allow = self.config.allow_bots
             if allow == "none" or (allow == "mentions" and not self._mentions_bot(event)):
                 return None
-        elif not isinstance(user, str) or not user:
+            if not bot:
+                return None
+        if subtype not in _POST_SUBTYPES and subtype != "bot_message":
+            log.debug("Ignored a Slack message of subtype %r", subtype)
+            return None
+        if not bot and (not isinstance(user, str) or not user):
             log.info("Ignored a Slack message without a sender")
             return None
         key = f"{channel}:{ts}"

@@ -60,6 +60,7 @@ class _Scripted:
     body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    cut: bool = False  # drop the TCP connection instead of answering
 
 
 class FakeSlack:
@@ -70,6 +71,7 @@ class FakeSlack:
         self.bot_id = BOT_ID
         self.calls: list[ApiCall] = []
         self.posted: list[dict[str, Any]] = []  # messages as chat.postMessage stored them
+        self.answered: list[str] = []  # methods whose answer was written (or cut), in order
         self.acks: dict[str, float] = {}  # envelope_id -> when the ack arrived
         self.ack_payloads: list[dict[str, Any]] = []
         self.sockets_opened = 0
@@ -129,6 +131,10 @@ class FakeSlack:
     def delay(self, method: str, seconds: float) -> None:
         """The next call of `method` takes effect at once but answers only after `seconds`."""
         self._script(method, [_Scripted(delay_s=seconds)])
+
+    def cut_connection(self, method: str) -> None:
+        """The next call of `method` takes effect, then the connection drops with no answer."""
+        self._script(method, [_Scripted(cut=True)])
 
     def fail(self, method: str, error: str, *, times: int = 1) -> None:
         self._script(method, [_Scripted(200, {"ok": False, "error": error})] * times)
@@ -214,7 +220,7 @@ class FakeSlack:
     # -- event builders (the shapes Slack sends) ---------------------------------------------
 
     def next_ts(self) -> str:
-        return f"{1764547200 + next(self._ts)}.{next(self._ids):06d}"
+        return f"{int(time.time())}.{next(self._ts):06d}"
 
     def dm(self, text: str, *, user: str = "U0OWNER", channel: str = "D0DM", **extra: Any) -> dict:
         return self._message(text, user=user, channel=channel, channel_type="im", **extra)
@@ -344,11 +350,20 @@ class FakeSlack:
         scripted = self._scripts.get(method)
         step = scripted.pop(0) if scripted else _Scripted()
         if step.status != 200 or step.body is not None:
-            return web.json_response(step.body, status=step.status, headers=step.headers)
+            return await self._answered(method, web.json_response(step.body, status=step.status, headers=step.headers))
         body = self._answer(method, params, token)
+        if step.cut:
+            assert request.transport is not None
+            request.transport.abort()
+            return await self._answered(method, web.Response())
         if step.delay_s:
             await asyncio.sleep(step.delay_s)
-        return web.json_response(body)
+        return await self._answered(method, web.json_response(body))
+
+    async def _answered(self, method: str, response: web.Response | None) -> web.Response:
+        self.answered.append(method)
+        await self._notify()
+        return response  # type: ignore[return-value]
 
     def _answer(self, method: str, params: dict[str, Any], token: str | None) -> dict[str, Any]:
         if not token:
