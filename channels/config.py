@@ -82,5 +82,7 @@ class SlackConfig(_ChannelAccess):
     # Messages from other bots: ignored (none), only when they mention Pinch, or all.
     allow_bots: Literal["none", "mentions", "all"] = "none"
     max_download_mb: int = Field(default=20, ge=1)  # bigger shared files are not downloaded
-    timeout_s: float = Field(default=30.0, gt=0)  # per Web API call; a timed-out post is not retried
+    timeout_s: float = Field(
+        default=30.0, gt=0
+    )  # per Web API call; a timed-out post is not retried
     ping_interval_s: float = Field(default=10.0, gt=0)  # Socket Mode liveness ping

@@ -122,7 +122,9 @@ class _DefiniteRateLimitRetry(AsyncRetryHandler):
         with contextlib.suppress(IndexError, TypeError, ValueError):
             wait = float(headers["retry-after"][0])
         wait = min(max(wait, 0.0), _MAX_RETRY_AFTER_S)
-        log.info("Slack rate limit on %s: waiting %.0f s as asked", request.url.rsplit("/", 1)[-1], wait)
+        log.info(
+            "Slack rate limit on %s: waiting %.0f s as asked", request.url.rsplit("/", 1)[-1], wait
+        )
         await asyncio.sleep(wait)
         state.next_attempt_requested = True
         state.increment_current_attempt()
@@ -152,7 +154,7 @@ class _AckFirstSocketModeHandler(AsyncSocketModeHandler):
     """Acknowledges every envelope before Bolt sees it, whatever Bolt then makes of it (an
     unhandled or failing event is still acked, so Slack doesn't redeliver it forever)."""
 
-    async def handle(self, client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
+    async def handle(self, client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         try:
             await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
         except Exception as e:  # Slack redelivers an unacked envelope; de-dup absorbs it
@@ -180,7 +182,9 @@ class JoinedThreads:
         except FileNotFoundError:
             pass
         except (OSError, ValueError, TypeError) as e:
-            log.warning("Ignoring unreadable %s (%s); thread follow-ups will need a mention", path, e)
+            log.warning(
+                "Ignoring unreadable %s (%s); thread follow-ups will need a mention", path, e
+            )
 
     def __contains__(self, key: object) -> bool:
         return key in self._joined
@@ -350,7 +354,9 @@ class SlackChannel(Channel):
     async def _serve_events(self, app: AsyncApp) -> None:
         async def receive(request: web.Request) -> web.Response:
             # Bolt verifies the X-Slack-Signature (signing secret, 5-minute clock window).
-            return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
+            return await to_aiohttp_response(
+                await app.async_dispatch(await to_bolt_request(request))
+            )
 
         web_app = web.Application()
         web_app.router.add_post("/slack/events", receive)
@@ -386,7 +392,9 @@ class SlackChannel(Channel):
         previous = self._lanes.get(chat)
         task = asyncio.create_task(self._deliver(event, key, previous))
         self._lanes[chat] = task
-        task.add_done_callback(lambda t: self._lanes.pop(chat, None) if self._lanes.get(chat) is t else None)
+        task.add_done_callback(
+            lambda t: self._lanes.pop(chat, None) if self._lanes.get(chat) is t else None
+        )
 
     def _admit(self, event: Mapping[str, Any]) -> str | None:
         """The de-dup key of an event that should become an InboundMessage, or None."""
@@ -413,7 +421,9 @@ class SlackChannel(Channel):
         key = f"{channel}:{ts}"
         now = time.monotonic()
         if self._seen.get(key, 0.0) > now:
-            log.debug("Slack delivered %s again (retry %s); already handled", key, event.get("type"))
+            log.debug(
+                "Slack delivered %s again (retry %s); already handled", key, event.get("type")
+            )
             return None
         if len(self._seen) > 10000:
             self._seen = {k: t for k, t in self._seen.items() if t > now}
@@ -536,7 +546,9 @@ class SlackChannel(Channel):
             )
         url = str(file.get("url_private_download") or file.get("url_private") or "")
         if not url:
-            return failed("Slack sent no download link for this file (it may be external or deleted)")
+            return failed(
+                "Slack sent no download link for this file (it may be external or deleted)"
+            )
         if not self._trusted_file_host(url):
             return failed("not downloaded: the file link is not on Slack")
         day = datetime.fromtimestamp(float(ts)).strftime("%Y-%m-%d")

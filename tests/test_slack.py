@@ -102,7 +102,11 @@ async def settle(slack: FakeSlack, envelope_id: str, channel: SlackChannel) -> N
 @run
 async def test_a_direct_message_arrives_as_a_direct_mentioned_message(tmp_path: Path) -> None:
     async with running(tmp_path) as (slack, _channel, inbox):
-        slack.users["U0OWNER"] = {"id": "U0OWNER", "name": "ann", "profile": {"display_name": "Ann"}}
+        slack.users["U0OWNER"] = {
+            "id": "U0OWNER",
+            "name": "ann",
+            "profile": {"display_name": "Ann"},
+        }
         event = slack.dm("hello &amp; welcome")
         await slack.push_event(event)
         [message] = await inbox.wait()
@@ -119,7 +123,9 @@ async def test_a_direct_message_arrives_as_a_direct_mentioned_message(tmp_path: 
 
 
 @run
-async def test_a_mention_delivered_as_message_and_app_mention_is_one_message(tmp_path: Path) -> None:
+async def test_a_mention_delivered_as_message_and_app_mention_is_one_message(
+    tmp_path: Path,
+) -> None:
     async with running(tmp_path) as (slack, channel, inbox):
         message, mention = slack.mention_pair("what's up?")
         await slack.push_event(message)
@@ -201,7 +207,7 @@ async def test_a_slow_chat_does_not_hold_up_another_chat(tmp_path: Path) -> None
             await release.wait()
         await inbox(message)
 
-    async with running(tmp_path, handler=gateway) as (slack, channel, _):
+    async with running(tmp_path, handler=gateway) as (slack, _channel, _):
         await slack.push_event(slack.dm("slow", channel="D0SLOW"))
         await slack.push_event(slack.dm("fast", channel="D0FAST"))
         [got] = await inbox.wait(1)
@@ -290,7 +296,9 @@ async def test_a_follow_up_in_a_thread_the_bot_joined_needs_no_mention(tmp_path:
 @run
 async def test_a_joined_thread_is_remembered_across_a_restart(tmp_path: Path) -> None:
     async with running(tmp_path) as (_slack, channel, _inbox):
-        await channel.send(OutboundMessage("slack", "C0GEN", "hello", thread_id="1764547201.000001"))
+        await channel.send(
+            OutboundMessage("slack", "C0GEN", "hello", thread_id="1764547201.000001")
+        )
     async with running(tmp_path) as (slack, _channel, inbox):
         await slack.push_event(slack.channel_message("more", thread_ts="1764547201.000001"))
         [got] = await inbox.wait()
@@ -300,7 +308,9 @@ async def test_a_joined_thread_is_remembered_across_a_restart(tmp_path: Path) ->
 @run
 async def test_a_thread_the_bot_never_joined_still_needs_a_mention(tmp_path: Path) -> None:
     async with running(tmp_path) as (slack, _channel, inbox):
-        await slack.push_event(slack.channel_message("people talking", thread_ts="1764547201.000001"))
+        await slack.push_event(
+            slack.channel_message("people talking", thread_ts="1764547201.000001")
+        )
         [got] = await inbox.wait()
     assert got.mentioned is False
     assert got.thread_id == "1764547201.000001"
@@ -345,8 +355,12 @@ async def test_malformed_and_unknown_envelopes_are_logged_not_fatal(
     async with running(tmp_path) as (slack, channel, inbox):
         await slack.push_raw("not json at all")
         await slack.push_raw("[1, 2]")
-        await slack.push_raw(json.dumps({"type": "events_api", "envelope_id": "e-x", "payload": {}}))
-        await slack.push_raw(json.dumps({"type": "something_new", "envelope_id": "e-y", "payload": {}}))
+        await slack.push_raw(
+            json.dumps({"type": "events_api", "envelope_id": "e-x", "payload": {}})
+        )
+        await slack.push_raw(
+            json.dumps({"type": "something_new", "envelope_id": "e-y", "payload": {}})
+        )
         unknown = await slack.push_event({"type": "reaction_added", "user": "U1", "reaction": "+1"})
         odd = await slack.push_event({"type": "message", "text": "no channel or ts"})
         await settle(slack, unknown, channel)
@@ -366,7 +380,9 @@ async def test_malformed_and_unknown_envelopes_are_logged_not_fatal(
 @run
 async def test_a_shared_file_is_saved_to_the_inbox(tmp_path: Path) -> None:
     async with running(tmp_path) as (slack, _channel, inbox):
-        file = slack.add_file(b"%PDF-1.7 binary\x00\xff", name="Q3 report.pdf", mimetype="application/pdf")
+        file = slack.add_file(
+            b"%PDF-1.7 binary\x00\xff", name="Q3 report.pdf", mimetype="application/pdf"
+        )
         await slack.push_event(slack.file_share("the report", [file]))
         [got] = await inbox.wait()
     [attachment] = got.attachments
@@ -391,7 +407,9 @@ async def test_a_file_over_the_size_cap_is_reported_not_downloaded(tmp_path: Pat
     [attachment] = got.attachments
     assert attachment.path is None
     assert attachment.kind == "video"
-    assert attachment.error is not None and "5.0 MB" in attachment.error and "1 MB" in attachment.error
+    assert (
+        attachment.error is not None and "5.0 MB" in attachment.error and "1 MB" in attachment.error
+    )
     assert slack.calls_to("files.download") == []
 
 
@@ -615,7 +633,13 @@ def signed(body: str, secret: str = SIGNING_SECRET, **headers: str) -> dict[str,
 
 def callback(event: dict[str, Any], event_id: str = "Ev1") -> str:
     return json.dumps(
-        {"token": "t", "team_id": "T0FAKE", "type": "event_callback", "event": event, "event_id": event_id}
+        {
+            "token": "t",
+            "team_id": "T0FAKE",
+            "type": "event_callback",
+            "event": event,
+            "event_id": event_id,
+        }
     )
 
 

@@ -181,7 +181,12 @@ class FakeSlack:
             "event_id": event_id or f"Ev{next(self._ids):08d}",
             "event_time": int(time.time()),
             "authorizations": [
-                {"team_id": TEAM_ID, "user_id": BOT_USER_ID, "is_bot": True, "is_enterprise_install": False}
+                {
+                    "team_id": TEAM_ID,
+                    "user_id": BOT_USER_ID,
+                    "is_bot": True,
+                    "is_enterprise_install": False,
+                }
             ],
             "is_ext_shared_channel": False,
         }
@@ -278,7 +283,9 @@ class FakeSlack:
             "channel_type": channel_type,
         }
 
-    def add_file(self, content: bytes, *, name: str = "notes.txt", mimetype: str = "text/plain") -> dict:
+    def add_file(
+        self, content: bytes, *, name: str = "notes.txt", mimetype: str = "text/plain"
+    ) -> dict:
         """Store a file and return its object as Slack puts it in a `file_share` event."""
         file_id = f"F{next(self._ids):08d}"
         self.files[file_id] = (content, mimetype)
@@ -313,7 +320,9 @@ class FakeSlack:
             "previous_message": {"type": "message", "user": "U0OWNER", "text": "old", "ts": ts},
         }
 
-    def _message(self, text: str, *, user: str, channel: str, channel_type: str, **extra: Any) -> dict:
+    def _message(
+        self, text: str, *, user: str, channel: str, channel_type: str, **extra: Any
+    ) -> dict:
         ts = self.next_ts()
         event = {
             "type": "message",
@@ -350,7 +359,9 @@ class FakeSlack:
         scripted = self._scripts.get(method)
         step = scripted.pop(0) if scripted else _Scripted()
         if step.status != 200 or step.body is not None:
-            return await self._answered(method, web.json_response(step.body, status=step.status, headers=step.headers))
+            return await self._answered(
+                method, web.json_response(step.body, status=step.status, headers=step.headers)
+            )
         body = self._answer(method, params, token)
         if step.cut:
             assert request.transport is not None
@@ -392,7 +403,10 @@ class FakeSlack:
 
     def _m_apps_connections_open(self, params: dict[str, Any]) -> dict[str, Any]:
         ticket = f"t-{next(self._ids)}"
-        return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link/?ticket={ticket}&app_id={APP_ID}"}
+        return {
+            "ok": True,
+            "url": f"ws://127.0.0.1:{self.port}/link/?ticket={ticket}&app_id={APP_ID}",
+        }
 
     def _m_chat_postMessage(self, params: dict[str, Any]) -> dict[str, Any]:
         channel, text = params.get("channel"), params.get("text")
@@ -415,7 +429,12 @@ class FakeSlack:
                 message["text"] = params.get("text")
                 message.setdefault("edits", 0)
                 message["edits"] += 1
-                return {"ok": True, "channel": message["channel"], "ts": message["ts"], "text": message["text"]}
+                return {
+                    "ok": True,
+                    "channel": message["channel"],
+                    "ts": message["ts"],
+                    "text": message["text"],
+                }
         return {"ok": False, "error": "message_not_found"}
 
     def _m_conversations_info(self, params: dict[str, Any]) -> dict[str, Any]:
