@@ -73,6 +73,7 @@ log = logging.getLogger("pinch.channels.slack")
 _POST_SUBTYPES = {None, "file_share", "thread_broadcast"}  # subtypes that are someone's post
 _COMMAND = re.compile(r"^!(new|reset|status|context|help)\b", re.IGNORECASE)
 _MAX_RETRY_AFTER_S = 120
+_LOOKUP_TIMEOUT_S = 5.0
 _THREADS_FILE = "slack-threads.json"
 _ADVICE = {
     "invalid_auth": "Slack refused the token: check PINCH_SLACK__BOT_TOKEN (xoxb-…) and "
@@ -232,6 +233,7 @@ class SlackChannel(Channel):
         self._on_message: MessageHandler | None = None
         self._session: aiohttp.ClientSession | None = None
         self._web: AsyncWebClient | None = None
+        self._lookup_web: AsyncWebClient | None = None
         self._handler: _AckFirstSocketModeHandler | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._events_runner: web.AppRunner | None = None
@@ -285,7 +287,7 @@ class SlackChannel(Channel):
         if self._session is not None:
             await self._session.close()
             self._session = None
-            self._web = None
+            self._web = self._lookup_web = None
 
     def _bolt_app(self) -> AsyncApp:
         bot_token = self.config.bot_token.get_secret_value() if self.config.bot_token else ""
@@ -437,8 +439,7 @@ class SlackChannel(Channel):
         self, event: dict[str, Any], key: str, previous: asyncio.Task[None] | None
     ) -> None:
         if previous is not None:
-            with contextlib.suppress(BaseException):
-                await previous
+            await asyncio.wait({previous})  # its outcome is its own; ours may still be cancelled
         try:
             message = await self._inbound(event, key)
             assert self._on_message is not None
@@ -494,7 +495,9 @@ class SlackChannel(Channel):
         if channel not in self._chat_types:
             # app_mention events carry no channel_type: ask once per channel.
             try:
-                info = (await self._call("conversations_info", channel=channel)).get("channel", {})
+                info = (await self._lookup("conversations_info", channel=channel)).get(
+                    "channel", {}
+                )
                 if info.get("is_im"):
                     self._chat_types[channel] = "direct"
                 elif info.get("is_mpim") or info.get("is_private"):
@@ -512,7 +515,7 @@ class SlackChannel(Channel):
         if user not in self._user_names:
             name: str | None = None
             try:
-                found = (await self._call("users_info", user=user)).get("user", {})
+                found = (await self._lookup("users_info", user=user)).get("user", {})
                 profile = found.get("profile", {})
                 name = profile.get("display_name") or found.get("real_name") or found.get("name")
             except ChannelError:
@@ -638,22 +641,46 @@ class SlackChannel(Channel):
         if self._session is None or self._session.closed:
             timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
             self._session = aiohttp.ClientSession(timeout=timeout)
+            self._web = self._lookup_web = None  # they held the old session
         return self._session
 
     def _client(self) -> AsyncWebClient:
-        if self._web is None or self._session is None or self._session.closed:
+        session = self._http()
+        if self._web is None:
             token = self.config.bot_token.get_secret_value() if self.config.bot_token else None
             self._web = AsyncWebClient(
                 token=token,
                 base_url=self.config.api_base_url,
                 timeout=int(self.config.timeout_s) or 1,
-                session=self._http(),
+                session=session,
                 # Not the SDK default (which retries after a connection error): a post whose
                 # answer was lost may have been made, and must not appear twice.
                 retry_handlers=[_DefiniteRateLimitRetry(max_retry_count=3)],
                 logger=_sdk_logger("web"),
             )
         return self._web
+
+    async def _lookup(self, method: str, **params: Any) -> dict[str, Any]:
+        """A read on the delivery path: bounded to a few seconds and never waiting out a rate
+        limit, so a message is never held up for a nicety like the sender's name."""
+        session = self._http()
+        if self._lookup_web is None:
+            token = self.config.bot_token.get_secret_value() if self.config.bot_token else None
+            self._lookup_web = AsyncWebClient(
+                token=token,
+                base_url=self.config.api_base_url,
+                session=session,
+                retry_handlers=[],
+                logger=_sdk_logger("web"),
+            )
+        try:
+            call = getattr(self._lookup_web, method)(**params)
+            response = await asyncio.wait_for(call, min(self.config.timeout_s, _LOOKUP_TIMEOUT_S))
+        except SlackApiError as e:
+            raise ChannelError(_advice(e, method.replace("_", "."))) from e
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise ChannelError(f"Slack did not answer {method} ({type(e).__name__})") from e
+        return dict(response.data) if isinstance(response.data, dict) else {}
 
     async def _call(self, method: str, **params: Any) -> dict[str, Any]:
         """One Web API call; failures become ChannelError with advice, never a retry."""

@@ -374,6 +374,16 @@ async def test_malformed_and_unknown_envelopes_are_logged_not_fatal(
         assert "\n" not in record.getMessage()
 
 
+@run
+async def test_a_rate_limited_name_lookup_does_not_hold_up_a_message(tmp_path: Path) -> None:
+    async with running(tmp_path) as (slack, _channel, inbox):
+        slack.rate_limit("users.info", retry_after=30)
+        await slack.push_event(slack.dm("urgent"))
+        [got] = await inbox.wait(timeout=3)
+    assert got.text == "urgent"
+    assert got.sender_name is None
+
+
 # -- files -------------------------------------------------------------------------------------
 
 
@@ -579,6 +589,18 @@ async def test_a_silently_cut_socket_is_replaced(tmp_path: Path) -> None:
         await slack.push_event(slack.dm("back"))
         await inbox.wait()
         assert slack.open_sockets == 1
+
+
+@run
+async def test_a_socket_that_stops_answering_pings_is_replaced_not_leaked(tmp_path: Path) -> None:
+    async with running(tmp_path) as (slack, _channel, inbox):
+        slack.ponging = False
+        await slack.wait_for(lambda: slack.sockets_opened >= 2)
+        slack.ponging = True
+        await slack.wait_connected(sockets_opened=2)
+        await slack.push_event(slack.dm("alive"))
+        await inbox.wait()
+        await slack.wait_for(lambda: slack.open_sockets == 1)
 
 
 @run

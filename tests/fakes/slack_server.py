@@ -21,7 +21,8 @@ HTML login page, as Slack does).
 Socket Mode: `apps.connections.open` returns `ws://127.0.0.1:<port>/link/?ticket=…`; a
 connection gets `hello`, then the `events_api` envelopes a test pushes; the client's acks
 (`{"envelope_id": …}`) are recorded with their time. Test controls: `rate_limit`, `delay`,
-`fail`, `drop_sockets` (close frame), `abort_sockets` (no close frame), `send_disconnect`,
+`fail`, `cut_connection`, `drop_sockets` (close frame), `abort_sockets` (no close frame),
+`ponging = False` (a connection that stops answering pings), `send_disconnect`,
 `open_sockets`, and event builders (`dm`, `channel_message`, `mention_pair`, `bot_message`,
 `file_share`, `message_changed`).
 """
@@ -75,6 +76,7 @@ class FakeSlack:
         self.acks: dict[str, float] = {}  # envelope_id -> when the ack arrived
         self.ack_payloads: list[dict[str, Any]] = []
         self.sockets_opened = 0
+        self.ponging = True  # False: ignore the client's pings (a half-dead connection)
         self.users: dict[str, dict[str, Any]] = {}
         self.channels: dict[str, dict[str, Any]] = {}
         self.files: dict[str, tuple[bytes, str]] = {}  # file id -> (content, mimetype)
@@ -472,7 +474,7 @@ class FakeSlack:
         return web.Response(body=content, content_type=mimetype)
 
     async def _socket(self, request: web.Request) -> web.StreamResponse:
-        ws = web.WebSocketResponse(autoping=True)
+        ws = web.WebSocketResponse(autoping=False)
         await ws.prepare(request)
         self._open.add(ws)
         self.sockets_opened += 1
@@ -486,6 +488,8 @@ class FakeSlack:
         await self._notify()
         try:
             async for msg in ws:
+                if msg.type == WSMsgType.PING and self.ponging:
+                    await ws.pong(msg.data)
                 if msg.type != WSMsgType.TEXT:
                     continue
                 try:
