@@ -322,8 +322,11 @@ async def test_bang_commands_work_in_threads(tmp_path: Path) -> None:
         await slack.push_event(slack.channel_message("!new", thread_ts="1764547201.000001"))
         await slack.push_event(slack.dm("!Status please"))
         await slack.push_event(slack.dm("!newer is not a command"))
-        got = await inbox.wait(3)
-    assert [m.text for m in got] == ["/new", "/status please", "!newer is not a command"]
+        _message, mention = slack.mention_pair("!reset", thread_ts="1764547202.000001")
+        await slack.push_event(mention)
+        got = await inbox.wait(4)
+    texts = sorted(m.text for m in got)  # two chats: no order between them
+    assert texts == ["!newer is not a command", "/new", "/reset", "/status please"]
 
 
 @run
@@ -354,6 +357,7 @@ async def test_malformed_and_unknown_envelopes_are_logged_not_fatal(
     caplog.set_level(logging.INFO, logger="pinch")
     async with running(tmp_path) as (slack, channel, inbox):
         await slack.push_raw("not json at all")
+        await slack.push_raw('{"broken json')
         await slack.push_raw("[1, 2]")
         await slack.push_raw(
             json.dumps({"type": "events_api", "envelope_id": "e-x", "payload": {}})
