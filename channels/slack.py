@@ -689,9 +689,10 @@ class SlackChannel(Channel):
         except SlackApiError as e:
             raise ChannelError(_advice(e, method.replace("_", "."))) from e
         except (TimeoutError, aiohttp.ClientError) as e:
+            note = "; not retried, so nothing appears twice" if method.startswith("chat_") else ""
             raise ChannelError(
-                f"Slack did not answer {method.replace('_', '.')} ({type(e).__name__}); not "
-                "retried, so nothing is posted twice — check the network"
+                f"Slack did not answer {method.replace('_', '.')} ({type(e).__name__}){note} — "
+                "check the network"
             ) from e
         return dict(response.data) if isinstance(response.data, dict) else {}
 

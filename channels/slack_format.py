@@ -163,6 +163,8 @@ def split_mrkdwn(text: str, limit: int) -> list[str]:
         # Room for a closing fence if the cut lands inside a code block.
         budget = limit - len(_FENCE) - 1
         cut = _cut_point(rest, budget)
+        if cut <= len(_FENCE) + 1:  # only a reopened fence fits before the cut: cut hard
+            cut = budget
         head, rest = rest[:cut].rstrip("\n"), rest[cut:].lstrip("\n")
         reopen = _inside_fence(head)
         if reopen:

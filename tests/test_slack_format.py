@@ -102,3 +102,10 @@ def test_inbound_markup_becomes_plain_text() -> None:
 
 def test_inbound_bare_links_and_user_ids_are_kept() -> None:
     assert slack_to_text("see <https://x.y> with <@U9>") == "see https://x.y with @U9"
+
+
+def test_splitting_always_makes_progress_inside_a_reopened_code_block() -> None:
+    text = "```\n" + "a" * 300 + "\n```"
+    chunks = split_mrkdwn(text, 100)
+    assert all(len(c) <= 100 for c in chunks)
+    assert "".join(c.replace("```", "").replace("\n", "") for c in chunks) == "a" * 300
