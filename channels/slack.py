@@ -66,7 +66,12 @@ from channels.base import (
     SentMessage,
 )
 from channels.config import SlackConfig
-from channels.slack_format import markdown_to_mrkdwn, slack_to_text, split_mrkdwn
+from channels.slack_format import (
+    markdown_to_mrkdwn,
+    slack_to_text,
+    split_markdown,
+    split_mrkdwn,
+)
 
 log = logging.getLogger("pinch.channels.slack")
 
@@ -74,6 +79,7 @@ _POST_SUBTYPES = {None, "file_share", "thread_broadcast"}  # subtypes that are s
 _COMMAND = re.compile(r"^!(new|reset|status|context|help)\b", re.IGNORECASE)
 _MAX_RETRY_AFTER_S = 120
 _LOOKUP_TIMEOUT_S = 5.0
+_HARD_LIMIT_CHARS = 39000  # Slack truncates a message's text at 40,000 characters
 _THREADS_FILE = "slack-threads.json"
 _ADVICE = {
     "invalid_auth": "Slack refused the token: check PINCH_SLACK__BOT_TOKEN (xoxb-…) and "
@@ -594,8 +600,15 @@ class SlackChannel(Channel):
     # -- outbound ------------------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage) -> list[SentMessage]:
+        # Split the Markdown, then convert: a piece the gateway already cut to
+        # max_message_chars stays one message even if escaping makes it a little longer.
+        chunks = [
+            chunk
+            for piece in split_markdown(message.text, self.max_message_chars)
+            for chunk in split_mrkdwn(markdown_to_mrkdwn(piece), _HARD_LIMIT_CHARS)
+        ]
         sent: list[SentMessage] = []
-        for chunk in split_mrkdwn(markdown_to_mrkdwn(message.text), self.max_message_chars):
+        for chunk in chunks:
             params: dict[str, Any] = {"channel": message.chat_id, "text": chunk, "mrkdwn": True}
             if message.thread_id:
                 params["thread_ts"] = message.thread_id
@@ -608,11 +621,12 @@ class SlackChannel(Channel):
         return sent
 
     async def edit(self, sent: SentMessage, text: str) -> None:
-        """Replace a message's text. Text longer than one message is cut (with "…"): streamed
-        replies are split by the caller, who sends the overflow as new messages."""
+        """Replace a message's text. The caller splits at `max_message_chars` (Markdown); the
+        converted text may come out a little longer (escapes) and is still shown whole — only
+        past Slack's hard limit (40,000) is it cut, with "…"."""
         mrkdwn = markdown_to_mrkdwn(text)
-        if len(mrkdwn) > self.max_message_chars:
-            mrkdwn = split_mrkdwn(mrkdwn, self.max_message_chars - 2)[0] + " …"
+        if len(mrkdwn) > _HARD_LIMIT_CHARS:
+            mrkdwn = split_mrkdwn(mrkdwn, _HARD_LIMIT_CHARS - 2)[0] + " …"
         if not mrkdwn.strip():
             return
         await self._call("chat_update", channel=sent.chat_id, ts=sent.message_id, text=mrkdwn)

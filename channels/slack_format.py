@@ -149,6 +149,15 @@ def split_mrkdwn(text: str, limit: int) -> list[str]:
     else at a space; a code block cut in two is closed and reopened so both halves render as
     code. Never cuts inside an `&amp;` entity or a `<url|link>`.
     """
+    return _split(text, limit, guard_markup=True)
+
+
+def split_markdown(text: str, limit: int) -> list[str]:
+    """Split Markdown source the same way (paragraphs first, code fences closed and reopened)."""
+    return _split(text, limit, guard_markup=False)
+
+
+def _split(text: str, limit: int, *, guard_markup: bool) -> list[str]:
     if limit < 40:
         raise ValueError("limit too small to split messages sensibly")
     chunks: list[str] = []
@@ -162,7 +171,7 @@ def split_mrkdwn(text: str, limit: int) -> list[str]:
             break
         # Room for a closing fence if the cut lands inside a code block.
         budget = limit - len(_FENCE) - 1
-        cut = _cut_point(rest, budget)
+        cut = _cut_point(rest, budget, guard_markup)
         if cut <= len(_FENCE) + 1:  # only a reopened fence fits before the cut: cut hard
             cut = budget
         head, rest = rest[:cut].rstrip("\n"), rest[cut:].lstrip("\n")
@@ -173,13 +182,15 @@ def split_mrkdwn(text: str, limit: int) -> list[str]:
     return [c for c in chunks if c.strip()]
 
 
-def _cut_point(text: str, budget: int) -> int:
+def _cut_point(text: str, budget: int, guard_markup: bool) -> int:
     window = text[:budget]
+    cut = budget
     for sep in ("\n\n", "\n", " "):
         at = window.rfind(sep)
         if at >= budget // 2:
-            return _outside_markup(text, at + len(sep))
-    return _outside_markup(text, budget)
+            cut = at + len(sep)
+            break
+    return _outside_markup(text, cut) if guard_markup else cut
 
 
 def _outside_markup(text: str, cut: int) -> int:

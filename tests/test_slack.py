@@ -492,6 +492,28 @@ async def test_an_edit_updates_the_message_with_mrkdwn(tmp_path: Path) -> None:
 
 
 @run
+async def test_a_piece_cut_to_the_message_size_stays_one_message_after_escaping(
+    tmp_path: Path,
+) -> None:
+    text = "a & b " * 650  # 3,900 characters of Markdown, 5,200 of mrkdwn
+    async with running(tmp_path) as (slack, channel, _inbox):
+        sent = await channel.send(OutboundMessage("slack", "D0DM", text))
+    assert len(sent) == 1
+    assert slack.posted[0]["text"] == text.strip().replace("&", "&amp;")
+
+
+@run
+async def test_an_edit_a_little_over_the_split_size_is_shown_whole(tmp_path: Path) -> None:
+    # The gateway splits Markdown at max_message_chars; escaping can make the mrkdwn longer.
+    text = "a & b " * 650  # 3,900 characters of Markdown, 5,200 of mrkdwn
+    async with running(tmp_path) as (slack, channel, _inbox):
+        [sent] = await channel.send(OutboundMessage("slack", "D0DM", "…"))
+        await channel.edit(sent, text)
+    [call] = slack.calls_to("chat.update")
+    assert call.params["text"] == text.strip().replace("&", "&amp;")
+
+
+@run
 async def test_a_rate_limited_post_waits_retry_after_then_posts_once(tmp_path: Path) -> None:
     async with running(tmp_path) as (slack, channel, _inbox):
         slack.rate_limit("chat.postMessage", retry_after=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from channels.slack_format import markdown_to_mrkdwn, slack_to_text, split_mrkdwn
+from channels.slack_format import markdown_to_mrkdwn, slack_to_text, split_markdown, split_mrkdwn
 
 
 @pytest.mark.parametrize(
@@ -109,3 +109,11 @@ def test_splitting_always_makes_progress_inside_a_reopened_code_block() -> None:
     chunks = split_mrkdwn(text, 100)
     assert all(len(c) <= 100 for c in chunks)
     assert "".join(c.replace("```", "").replace("\n", "") for c in chunks) == "a" * 300
+
+
+def test_markdown_source_is_split_with_code_fences_reopened() -> None:
+    text = "Intro a < b.\n\n```python\n" + "\n".join(f"x = {i}" for i in range(40)) + "\n```"
+    chunks = split_markdown(text, 100)
+    assert all(len(c) <= 100 for c in chunks)
+    assert all(markdown_to_mrkdwn(c).count("```") % 2 == 0 for c in chunks)
+    assert chunks[0].startswith("Intro a < b.")
