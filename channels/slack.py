@@ -30,7 +30,6 @@ import logging
 import re
 import time
 from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -55,7 +54,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import (
     Attachment,
-    AttachmentKind,
     Channel,
     ChannelError,
     ChannelHealth,
@@ -66,6 +64,7 @@ from channels.base import (
     SentMessage,
 )
 from channels.config import SlackConfig
+from channels.slack_files import Inbox, download_shared_file
 from channels.slack_format import (
     markdown_to_mrkdwn,
     slack_to_text,
@@ -532,70 +531,23 @@ class SlackChannel(Channel):
     # -- files ---------------------------------------------------------------------------------
 
     async def _download_all(self, files: list[Any], ts: str) -> tuple[Attachment, ...]:
-        out = []
-        for item in files[:10]:
-            if isinstance(item, dict):
-                out.append(await self._download(item, ts))
-        return tuple(out)
-
-    async def _download(self, file: dict[str, Any], ts: str) -> Attachment:
-        name = _safe_name(str(file.get("name") or file.get("id") or "file"))
-        mime = str(file.get("mimetype") or "") or None
-        size = file.get("size") if isinstance(file.get("size"), int) else None
-        kind = _kind(mime)
-        cap = self.config.max_download_mb * 1024 * 1024
-
-        def failed(reason: str) -> Attachment:
-            return Attachment(kind, None, name, mime, size, error=reason)
-
-        if size is not None and size > cap:
-            return failed(
-                f"not downloaded: the file is {size / 1048576:.1f} MB and the limit is "
-                f"{self.config.max_download_mb} MB ([slack] max_download_mb)"
-            )
-        url = str(file.get("url_private_download") or file.get("url_private") or "")
-        if not url:
-            return failed(
-                "Slack sent no download link for this file (it may be external or deleted)"
-            )
-        if not self._trusted_file_host(url):
-            return failed("not downloaded: the file link is not on Slack")
-        day = datetime.fromtimestamp(float(ts)).strftime("%Y-%m-%d")
-        stored = f"{file.get('id') or ts}-{name}"
-        target = self.inbox_dir / day / stored
         assert self.config.bot_token is not None
-        headers = {"Authorization": f"Bearer {self.config.bot_token.get_secret_value()}"}
-        try:
-            session = self._http()
-            async with session.get(url, headers=headers) as resp:
-                if resp.status != 200:
-                    return failed(f"Slack answered HTTP {resp.status} for the file")
-                if resp.content_type == "text/html" and (mime or "") != "text/html":
-                    return failed(
-                        "Slack sent a sign-in page instead of the file: give the app the "
-                        "files:read scope and reinstall it"
-                    )
-                target.parent.mkdir(parents=True, exist_ok=True)
-                written = 0
-                with target.open("wb") as out:
-                    async for chunk in resp.content.iter_chunked(65536):
-                        written += len(chunk)
-                        if written > cap:
-                            raise _TooBig
-                        out.write(chunk)
-        except _TooBig:
-            target.unlink(missing_ok=True)
-            return failed(f"not downloaded: larger than {self.config.max_download_mb} MB")
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            target.unlink(missing_ok=True)
-            return failed(f"download failed ({type(e).__name__})")
-        return Attachment(kind, f"{self.inbox_rel}/{day}/{stored}", name, mime, written)
-
-    def _trusted_file_host(self, url: str) -> bool:
-        # The bot token goes only to Slack (or to the API host configured, e.g. a test server).
-        host = (urlsplit(url).hostname or "").lower()
-        api_host = (urlsplit(self.config.api_base_url).hostname or "").lower()
-        return host == api_host or host == "slack.com" or host.endswith(".slack.com")
+        token = self.config.bot_token.get_secret_value()
+        inbox = Inbox(
+            self.inbox_dir,
+            self.inbox_rel,
+            self.config.max_download_mb,
+            urlsplit(self.config.api_base_url).hostname or "slack.com",
+            self.config.timeout_s,
+        )
+        session = self._http()
+        return tuple(
+            [
+                await download_shared_file(session, item, token=token, inbox=inbox, ts=ts)
+                for item in files[:10]
+                if isinstance(item, dict)
+            ]
+        )
 
     # -- outbound ------------------------------------------------------------------------------
 
@@ -711,26 +663,9 @@ class SlackChannel(Channel):
         return dict(response.data) if isinstance(response.data, dict) else {}
 
 
-class _TooBig(Exception):
-    pass
-
-
 def _advice(error: SlackApiError, doing: str) -> str:
     code = str(error.response.get("error") or "") if error.response is not None else ""
     advice = _ADVICE.get(code)
     if advice:
         return f"{advice} ({doing}: {code})"
     return f"Slack refused {doing}: {code or error}"
-
-
-def _kind(mime: str | None) -> AttachmentKind:
-    if not mime:
-        return "document"
-    major = mime.split("/", 1)[0]
-    kinds: dict[str, AttachmentKind] = {"image": "photo", "audio": "audio", "video": "video"}
-    return kinds.get(major, "document")
-
-
-def _safe_name(name: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "file"
-    return cleaned[:100]

@@ -440,6 +440,18 @@ async def test_a_file_that_grows_past_the_cap_while_downloading_is_dropped(tmp_p
 
 
 @run
+async def test_a_missing_files_scope_is_reported_not_saved_as_a_file(tmp_path: Path) -> None:
+    async with running(tmp_path) as (slack, _channel, inbox):
+        slack.files_scope = False
+        await slack.push_event(slack.file_share("", [slack.add_file(b"data")]))
+        [got] = await inbox.wait()
+    [attachment] = got.attachments
+    assert attachment.path is None
+    assert attachment.error is not None and "files:read" in attachment.error
+    assert list((tmp_path / "workspace").rglob("*notes*")) == []
+
+
+@run
 async def test_the_bot_token_is_never_sent_to_a_file_link_outside_slack(tmp_path: Path) -> None:
     async with running(tmp_path) as (slack, _channel, inbox):
         file = slack.add_file(b"data")

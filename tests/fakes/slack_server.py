@@ -76,6 +76,7 @@ class FakeSlack:
         self.acks: dict[str, float] = {}  # envelope_id -> when the ack arrived
         self.ack_payloads: list[dict[str, Any]] = []
         self.sockets_opened = 0
+        self.files_scope = True  # False: the app lacks files:read (downloads get the sign-in page)
         self.ponging = True  # False: ignore the client's pings (a half-dead connection)
         self.users: dict[str, dict[str, Any]] = {}
         self.channels: dict[str, dict[str, Any]] = {}
@@ -465,7 +466,7 @@ class FakeSlack:
         self.calls.append(ApiCall("files.download", dict(request.query), None))
         found = self.files.get(request.match_info["file_id"])
         auth = request.headers.get("Authorization", "")
-        if auth != f"Bearer {BOT_TOKEN}":
+        if auth != f"Bearer {BOT_TOKEN}" or not self.files_scope:
             login = "<!DOCTYPE html><html><body>Sign in to Slack</body></html>"
             return web.Response(text=login, content_type="text/html")
         if found is None:
