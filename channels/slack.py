@@ -263,15 +263,19 @@ class SlackChannel(Channel):
                 "Slack events mode needs the signing secret: set PINCH_SLACK__SIGNING_SECRET"
             )
         self._on_message = on_message
-        auth = await self._call("auth_test")
-        self.bot_user_id = str(auth.get("user_id") or "")
-        self.bot_id = str(auth.get("bot_id") or "")
-        self.team_id = str(auth.get("team_id") or "")
-        app = self._bolt_app()
-        if self.config.mode == "events":
-            await self._serve_events(app)
-        else:
-            await self._connect_socket(app)
+        try:
+            auth = await self._call("auth_test")
+            self.bot_user_id = str(auth.get("user_id") or "")
+            self.bot_id = str(auth.get("bot_id") or "")
+            self.team_id = str(auth.get("team_id") or "")
+            app = self._bolt_app()
+            if self.config.mode == "events":
+                await self._serve_events(app)
+            else:
+                await self._connect_socket(app)
+        except BaseException:
+            await self.stop()  # leave no session or socket behind
+            raise
         log.info("Slack connected as %s (%s mode)", auth.get("user"), self.config.mode)
 
     async def stop(self) -> None:
@@ -595,6 +599,9 @@ class SlackChannel(Channel):
         except ChannelError as e:
             return ChannelHealth(False, str(e))
         detail = f"connected as @{auth.get('user')} in {auth.get('team')}"
+        if self._events_runner is not None:
+            where = f"{self.config.events_listen}:{self.config.events_port}"
+            return ChannelHealth(True, f"{detail}; receiving events on {where}/slack/events")
         if self._handler is None:
             return ChannelHealth(True, detail)
         if await self._handler.client.is_connected():

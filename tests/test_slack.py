@@ -662,6 +662,21 @@ async def test_check_reports_identity_and_socket_state(tmp_path: Path) -> None:
 
 
 @run
+async def test_check_reports_a_lost_socket_until_it_is_back(tmp_path: Path) -> None:
+    async with running(tmp_path) as (slack, channel, _inbox):
+        slack.fail("apps.connections.open", "internal_error", times=1000)
+        await slack.drop_sockets()
+        await slack.wait_for(lambda: len(slack.calls_to("apps.connections.open")) >= 2)
+        health = await channel.check()
+        assert not health.ok
+        assert "reconnecting" in health.detail
+        slack.answer_normally()
+        await slack.wait_connected(sockets_opened=2)
+        await slack.wait_for(lambda: slack.open_sockets == 1)
+        assert (await channel.check()).ok
+
+
+@run
 async def test_check_without_a_token_says_which_variable_to_set(tmp_path: Path) -> None:
     channel = SlackChannel(SlackConfig(), inbox_dir=tmp_path / "inbox", state_dir=tmp_path)
     health = await channel.check()

@@ -142,6 +142,10 @@ class FakeSlack:
     def fail(self, method: str, error: str, *, times: int = 1) -> None:
         self._script(method, [_Scripted(200, {"ok": False, "error": error})] * times)
 
+    def answer_normally(self) -> None:
+        """Forget every scripted failure, delay and rate limit."""
+        self._scripts.clear()
+
     def _script(self, method: str, items: list[_Scripted]) -> None:
         self._scripts.setdefault(method, []).extend(items)
 
