@@ -522,14 +522,13 @@ class SlackChannel(Channel):
         if not isinstance(user, str) or not user:
             return None
         if user not in self._user_names:
-            name: str | None = None
             try:
                 found = (await self._lookup("users_info", user=user)).get("user", {})
-                profile = found.get("profile", {})
-                name = profile.get("display_name") or found.get("real_name") or found.get("name")
             except ChannelError:
-                pass  # a name is a nicety; the id is what matters
-            self._user_names[user] = name or None
+                return None  # a name is a nicety (the id is what matters); ask again next time
+            profile = found.get("profile", {})
+            name = profile.get("display_name") or found.get("real_name") or found.get("name")
+            self._user_names[user] = str(name) if name else None
         return self._user_names[user]
 
     # -- files ---------------------------------------------------------------------------------

@@ -381,11 +381,15 @@ async def test_malformed_and_unknown_envelopes_are_logged_not_fatal(
 @run
 async def test_a_rate_limited_name_lookup_does_not_hold_up_a_message(tmp_path: Path) -> None:
     async with running(tmp_path) as (slack, _channel, inbox):
+        slack.users["U0OWNER"] = {"id": "U0OWNER", "name": "ann", "profile": {}}
         slack.rate_limit("users.info", retry_after=30)
         await slack.push_event(slack.dm("urgent"))
         [got] = await inbox.wait(timeout=3)
-    assert got.text == "urgent"
-    assert got.sender_name is None
+        assert got.text == "urgent"
+        assert got.sender_name is None
+        await slack.push_event(slack.dm("later"))  # the name is asked for again
+        _, later = await inbox.wait(2)
+    assert later.sender_name == "ann"
 
 
 # -- files -------------------------------------------------------------------------------------
