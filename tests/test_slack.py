@@ -217,6 +217,32 @@ async def test_a_slow_chat_does_not_hold_up_another_chat(tmp_path: Path) -> None
 
 
 @run
+async def test_a_message_in_another_thread_is_not_lost_while_the_gateway_is_busy(
+    tmp_path: Path,
+) -> None:
+    release = asyncio.Event()
+    inbox = Inbox()
+
+    async def busy_gateway(message: InboundMessage) -> None:
+        if message.text == "first":
+            await release.wait()
+        await inbox(message)
+
+    async with running(tmp_path, handler=busy_gateway) as (slack, _channel, _):
+        one, _ = slack.mention_pair("first", thread_ts="1764547201.000001")
+        two, _ = slack.mention_pair("second", thread_ts="1764547202.000001")
+        await slack.push_event(one)
+        envelope = await slack.push_event(two)
+        await slack.wait_acked(envelope)
+        release.set()
+        got = await inbox.wait(2)
+    assert [(m.text, m.thread_id) for m in got] == [
+        ("first", "1764547201.000001"),
+        ("second", "1764547202.000001"),
+    ]
+
+
+@run
 async def test_messages_in_one_chat_reach_the_gateway_in_order(tmp_path: Path) -> None:
     async with running(tmp_path) as (slack, _channel, inbox):
         for i in range(20):
