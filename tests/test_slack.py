@@ -650,6 +650,24 @@ async def test_a_disconnect_envelope_moves_to_a_new_socket(tmp_path: Path) -> No
 
 
 @run
+async def test_a_storm_of_disconnects_and_drops_ends_with_one_socket(tmp_path: Path) -> None:
+    async with running(tmp_path) as (slack, _channel, inbox):
+        for round_ in range(5):
+            await slack.send_disconnect()
+            await slack.drop_sockets()  # Slack's refresh: a warning, then the close
+            await slack.wait_connected(sockets_opened=2 + round_)
+        await slack.push_event(slack.dm("calm again"))
+        await inbox.wait()
+        await slack.wait_for(lambda: slack.open_sockets == 1)
+        opened = slack.sockets_opened
+        # Stable: no reconnect loop left running.
+        await slack.push_event(slack.dm("still calm"))
+        await inbox.wait(2)
+        assert slack.sockets_opened == opened
+        assert slack.open_sockets == 1
+
+
+@run
 async def test_a_silently_cut_socket_is_replaced(tmp_path: Path) -> None:
     async with running(tmp_path) as (slack, _channel, inbox):
         slack.abort_sockets()
