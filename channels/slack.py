@@ -10,8 +10,8 @@ Built on slack-bolt's `AsyncApp`. What it guarantees the gateway:
   `message` + `app_mention` pair and Slack's retries share `dedup_key = "<channel>:<ts>"`. A
   retry is never dropped for being a retry (it may be the only copy that arrived); the
   gateway's durable de-dup is the backstop across restarts.
-- The bot's own messages, other bots (unless `allow_bots`), and message subtypes that aren't
-  posts (edits, deletions, joins…) never reach the gateway.
+- The bot's own messages, other bots' messages, and message subtypes that aren't posts (edits,
+  deletions, joins…) never reach the gateway.
 - A thread is a session: a top-level @mention in a channel gets `thread_id = ts`, so the reply
   opens a thread; in a thread the bot has posted in, follow-ups count as mentions (remembered in
   `state_dir/slack-threads.json`). `!new`, `!reset`, `!status`, `!context`, `!help` become
@@ -414,19 +414,13 @@ class SlackChannel(Channel):
             log.info("Ignored a Slack %r event without a channel or ts", event.get("type"))
             return None
         subtype = event.get("subtype")
-        user, bot = event.get("user"), event.get("bot_id")
-        if (user and user == self.bot_user_id) or (bot and bot == self.bot_id):
-            return None
-        if bot or subtype == "bot_message":
-            allow = self.config.allow_bots
-            if allow == "none" or (allow == "mentions" and not self._mentions_bot(event)):
-                return None
-            if not bot:
-                return None
-        if subtype not in _POST_SUBTYPES and subtype != "bot_message":
+        user = event.get("user")
+        if event.get("bot_id") or subtype == "bot_message" or user == self.bot_user_id:
+            return None  # its own posts, and other bots (two bots must never talk in a loop)
+        if subtype not in _POST_SUBTYPES:
             log.debug("Ignored a Slack message of subtype %r", subtype)
             return None
-        if not bot and (not isinstance(user, str) or not user):
+        if not isinstance(user, str) or not user:
             log.info("Ignored a Slack message without a sender")
             return None
         key = f"{channel}:{ts}"
@@ -474,12 +468,11 @@ class SlackChannel(Channel):
             thread_id = ts  # a top-level mention opens a thread: the reply goes there
         text = slack_to_text(str(event.get("text") or ""), bot_user_id=self.bot_user_id)
         text = _COMMAND.sub(lambda m: "/" + m.group(1).lower(), text)
-        sender = str(event.get("user") or event.get("bot_id"))
         files = event.get("files") if event.get("subtype") == "file_share" else None
         attachments = await self._download_all(files, ts) if isinstance(files, list) else ()
         return InboundMessage(
             channel="slack",
-            sender_id=sender,
+            sender_id=str(event["user"]),
             chat_id=channel,
             chat_type=chat_type,
             text=text,
@@ -489,7 +482,6 @@ class SlackChannel(Channel):
             sender_name=await self._user_name(event.get("user")),
             mentioned=mentioned,
             attachments=attachments,
-            is_bot=bool(event.get("bot_id")),
         )
 
     async def _chat_type(self, channel: str, channel_type: object) -> ChatType:

@@ -270,18 +270,6 @@ async def test_other_bots_are_ignored_by_default(tmp_path: Path) -> None:
 
 
 @run
-async def test_other_bots_can_be_allowed_when_they_mention_the_bot(tmp_path: Path) -> None:
-    async with running(tmp_path, allow_bots="mentions") as (slack, channel, inbox):
-        quiet = await slack.push_event(slack.bot_message("chatter"))
-        await settle(slack, quiet, channel)
-        await slack.push_event(slack.bot_message(f"<@{BOT_USER_ID}> ping"))
-        [got] = await inbox.wait()
-    assert got.is_bot is True
-    assert got.sender_id == "B0OTHER"
-    assert got.text == "ping"
-
-
-@run
 async def test_edits_deletions_and_joins_are_not_messages(tmp_path: Path) -> None:
     async with running(tmp_path) as (slack, channel, inbox):
         envelopes = [
