@@ -583,12 +583,18 @@ class SlackChannel(Channel):
         threads have `assistant.threads.setStatus`), and a placeholder post would be noise."""
 
     async def check(self) -> ChannelHealth:
+        """auth.test, plus the connection state when running. Works without `start` (for
+        `pinch doctor`), and then leaves nothing open."""
         if self.config.bot_token is None:
             return ChannelHealth(False, "no bot token: set PINCH_SLACK__BOT_TOKEN (xoxb-…)")
+        running = self._handler is not None or self._events_runner is not None
         try:
             auth = await self._call("auth_test")
         except ChannelError as e:
             return ChannelHealth(False, str(e))
+        finally:
+            if not running:
+                await self.stop()
         detail = f"connected as @{auth.get('user')} in {auth.get('team')}"
         if self._events_runner is not None:
             where = f"{self.config.events_listen}:{self.config.events_port}"

@@ -713,6 +713,15 @@ async def test_check_reports_a_lost_socket_until_it_is_back(tmp_path: Path) -> N
 
 
 @run
+async def test_check_works_without_start_and_leaves_nothing_open(tmp_path: Path) -> None:
+    async with FakeSlack() as slack:
+        channel = SlackChannel(slack_config(slack), inbox_dir=tmp_path / "in", state_dir=tmp_path)
+        health = await channel.check()
+        assert health.ok and "@pinch" in health.detail
+        assert channel._session is None
+
+
+@run
 async def test_check_without_a_token_says_which_variable_to_set(tmp_path: Path) -> None:
     channel = SlackChannel(SlackConfig(), inbox_dir=tmp_path / "inbox", state_dir=tmp_path)
     health = await channel.check()
