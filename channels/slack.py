@@ -78,6 +78,22 @@ _POST_SUBTYPES = {None, "file_share", "thread_broadcast"}  # subtypes that are s
 _COMMAND = re.compile(r"^!(new|reset|status|context|help)\b", re.IGNORECASE)
 _MAX_RETRY_AFTER_S = 120
 _LOOKUP_TIMEOUT_S = 5.0
+# The bot scopes of the README's manifest; without the essential ones nothing arrives or leaves.
+SCOPES = (
+    "app_mentions:read",
+    "chat:write",
+    "im:history",
+    "im:read",
+    "channels:history",
+    "channels:read",
+    "groups:history",
+    "groups:read",
+    "mpim:history",
+    "mpim:read",
+    "files:read",
+    "users:read",
+)
+_ESSENTIAL_SCOPES = {"app_mentions:read", "chat:write", "im:history"}
 _HARD_LIMIT_CHARS = 39000  # Slack truncates a message's text at 40,000 characters
 _THREADS_FILE = "slack-threads.json"
 _ADVICE = {
@@ -589,13 +605,26 @@ class SlackChannel(Channel):
             return ChannelHealth(False, "no bot token: set PINCH_SLACK__BOT_TOKEN (xoxb-…)")
         running = self._handler is not None or self._events_runner is not None
         try:
-            auth = await self._call("auth_test")
-        except ChannelError as e:
-            return ChannelHealth(False, str(e))
+            response = await self._client().auth_test()
+        except SlackApiError as e:
+            return ChannelHealth(False, _advice(e, "auth.test"))
+        except (TimeoutError, aiohttp.ClientError) as e:
+            return ChannelHealth(False, f"Slack did not answer auth.test ({type(e).__name__})")
         finally:
             if not running:
                 await self.stop()
-        detail = f"connected as @{auth.get('user')} in {auth.get('team')}"
+        detail = f"connected as @{response.get('user')} in {response.get('team')}"
+        granted = _header(response.headers, "x-oauth-scopes")
+        if granted is not None:
+            have = {scope.strip() for scope in granted.split(",")}
+            missing = [scope for scope in SCOPES if scope not in have]
+            if missing:
+                advice = "add them (see the README's manifest) and reinstall the app"
+                needed = [scope for scope in missing if scope in _ESSENTIAL_SCOPES]
+                note = f"{detail}; missing scopes {', '.join(missing)}: {advice}"
+                if needed:
+                    return ChannelHealth(False, note)
+                detail = note
         if self._events_runner is not None:
             where = f"{self.config.events_listen}:{self.config.events_port}"
             return ChannelHealth(True, f"{detail}; receiving events on {where}/slack/events")
@@ -665,6 +694,13 @@ class SlackChannel(Channel):
                 "check the network"
             ) from e
         return dict(response.data) if isinstance(response.data, dict) else {}
+
+
+def _header(headers: Mapping[str, Any], name: str) -> str | None:
+    for key, value in headers.items():
+        if key.lower() == name:
+            return str(value[0] if isinstance(value, list) and value else value)
+    return None
 
 
 def _advice(error: SlackApiError, doing: str) -> str:

@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,7 +23,7 @@ from pydantic import SecretStr
 
 from channels.base import ChannelError, InboundMessage, OutboundMessage
 from channels.config import SlackConfig
-from channels.slack import SlackChannel
+from channels.slack import SCOPES, SlackChannel
 from tests.fakes.slack_server import BOT_USER_ID, FakeSlack
 
 
@@ -710,6 +711,26 @@ async def test_check_reports_a_lost_socket_until_it_is_back(tmp_path: Path) -> N
         await slack.wait_connected(sockets_opened=2)
         await slack.wait_for(lambda: slack.open_sockets == 1)
         assert (await channel.check()).ok
+
+
+@run
+async def test_check_names_missing_scopes(tmp_path: Path) -> None:
+    async with running(tmp_path) as (slack, channel, _inbox):
+        slack.scopes.remove("files:read")
+        health = await channel.check()
+        assert health.ok  # files are a nicety
+        assert "missing scopes files:read" in health.detail
+        slack.scopes.remove("im:history")
+        health = await channel.check()
+        assert not health.ok  # without it no direct message arrives
+        assert "im:history" in health.detail and "reinstall" in health.detail
+
+
+def test_the_readme_manifest_asks_for_exactly_the_scopes_checked() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Run it on Slack", 1)[1].split("settings:", 1)[0]
+    listed = re.findall(r"^\s+- ([a-z_]+:[a-z_]+)$", block.split("bot:", 1)[1], re.MULTILINE)
+    assert sorted(listed) == sorted(SCOPES)
 
 
 @run

@@ -47,6 +47,22 @@ BOT_USER_ID = "U0BOT"
 BOT_ID = "B0BOT"
 
 
+SCOPES = (
+    "app_mentions:read",
+    "chat:write",
+    "im:history",
+    "im:read",
+    "channels:history",
+    "channels:read",
+    "groups:history",
+    "groups:read",
+    "mpim:history",
+    "mpim:read",
+    "files:read",
+    "users:read",
+)
+
+
 @dataclass
 class ApiCall:
     method: str
@@ -78,6 +94,7 @@ class FakeSlack:
         self.sockets_opened = 0
         self.files_scope = True  # False: the app lacks files:read (downloads get the sign-in page)
         self.ponging = True  # False: ignore the client's pings (a half-dead connection)
+        self.scopes = list(SCOPES)  # what the bot token was granted (X-OAuth-Scopes)
         self.users: dict[str, dict[str, Any]] = {}
         self.channels: dict[str, dict[str, Any]] = {}
         self.files: dict[str, tuple[bytes, str]] = {}  # file id -> (content, mimetype)
@@ -370,13 +387,14 @@ class FakeSlack:
                 method, web.json_response(step.body, status=step.status, headers=step.headers)
             )
         body = self._answer(method, params, token)
+        headers = {"X-OAuth-Scopes": ",".join(self.scopes)} if token == BOT_TOKEN else {}
         if step.cut:
             assert request.transport is not None
             request.transport.abort()
             return await self._answered(method, web.Response())
         if step.delay_s:
             await asyncio.sleep(step.delay_s)
-        return await self._answered(method, web.json_response(body))
+        return await self._answered(method, web.json_response(body, headers=headers))
 
     async def _answered(self, method: str, response: web.Response | None) -> web.Response:
         self.answered.append(method)
