@@ -174,7 +174,22 @@ def _sdk_logger(name: str) -> logging.Logger:
 
 class _AckFirstSocketModeHandler(AsyncSocketModeHandler):
     """Acknowledges every envelope before Bolt sees it, whatever Bolt then makes of it (an
-    unhandled or failing event is still acked, so Slack doesn't redeliver it forever)."""
+    unhandled or failing event is still acked, so Slack doesn't redeliver it forever), and
+    reconnects one at a time."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The SDK lets a forced reconnect (a `disconnect` envelope) skip its lock after waiting
+        # 5 s; on a slow network two connects then overlap and the first new socket is left
+        # open and unread — a leak that grows toward Slack's 10-connection cap.
+        reconnect = self.client.connect_to_new_endpoint
+        one_at_a_time = asyncio.Lock()
+
+        async def serialized(force: bool = False) -> None:
+            async with one_at_a_time:
+                await reconnect(force)
+
+        self.client.connect_to_new_endpoint = serialized  # type: ignore[method-assign]
 
     async def handle(self, client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         try:

@@ -13,12 +13,14 @@ import logging
 import re
 import socket
 import time
+import types
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import slack_sdk.socket_mode.async_client
 from pydantic import SecretStr
 
 from channels.base import ChannelError, InboundMessage, OutboundMessage
@@ -654,6 +656,30 @@ async def test_a_storm_of_disconnects_and_drops_ends_with_one_socket(tmp_path: P
         await inbox.wait(2)
         assert slack.sockets_opened == opened
         assert slack.open_sockets == 1
+
+
+def test_overlapping_forced_reconnects_on_a_slow_network_leave_one_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK gives up waiting for its reconnect lock after 5 s and connects anyway; shorten
+    # that wait (only inside slack_sdk's Socket Mode client) to keep the test fast.
+    shim = types.ModuleType("asyncio_for_slack_sdk")
+    shim.__dict__.update(asyncio.__dict__)
+    shim.wait_for = lambda aw, timeout: asyncio.wait_for(aw, 0.3)  # type: ignore[attr-defined]
+    monkeypatch.setattr(slack_sdk.socket_mode.async_client, "asyncio", shim)
+
+    @run
+    async def scenario() -> None:
+        async with running(tmp_path) as (slack, _channel, _inbox):
+            slack.delay("apps.connections.open", 0.3)
+            slack.delay("apps.connections.open", 0.3)
+            slack.handshake_delay_s = 1.0
+            await slack.send_disconnect()  # reconnect 1 holds the lock, slowly
+            await slack.send_disconnect()  # reconnect 2 arrives on the old socket meanwhile
+            await slack.wait_for(lambda: slack.sockets_opened >= 3, timeout=10)
+            assert slack.open_sockets == 1
+
+    scenario()
 
 
 @run

@@ -93,6 +93,7 @@ class FakeSlack:
         self.ack_payloads: list[dict[str, Any]] = []
         self.sockets_opened = 0
         self.files_scope = True  # False: the app lacks files:read (downloads get the sign-in page)
+        self.handshake_delay_s = 0.0  # a slow network: the websocket handshake takes this long
         self.ponging = True  # False: ignore the client's pings (a half-dead connection)
         self.scopes = list(SCOPES)  # what the bot token was granted (X-OAuth-Scopes)
         self.users: dict[str, dict[str, Any]] = {}
@@ -497,6 +498,8 @@ class FakeSlack:
         return web.Response(body=content, content_type=mimetype)
 
     async def _socket(self, request: web.Request) -> web.StreamResponse:
+        if self.handshake_delay_s:
+            await asyncio.sleep(self.handshake_delay_s)
         ws = web.WebSocketResponse(autoping=False)
         await ws.prepare(request)
         self._open.add(ws)
