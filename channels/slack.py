@@ -182,11 +182,15 @@ class _AckFirstSocketModeHandler(AsyncSocketModeHandler):
         # The SDK lets a forced reconnect (a `disconnect` envelope) skip its lock after waiting
         # 5 s; on a slow network two connects then overlap and the first new socket is left
         # open and unread — a leak that grows toward Slack's 10-connection cap.
-        reconnect = self.client.connect_to_new_endpoint
+        client = self.client
+        reconnect = client.connect_to_new_endpoint
         one_at_a_time = asyncio.Lock()
 
         async def serialized(force: bool = False) -> None:
+            asked_on = client.current_session
             async with one_at_a_time:
+                if force and client.current_session is not asked_on and await client.is_connected():
+                    return  # the session this was about has been replaced meanwhile
                 await reconnect(force)
 
         self.client.connect_to_new_endpoint = serialized  # type: ignore[method-assign]

@@ -670,13 +670,26 @@ def test_overlapping_forced_reconnects_on_a_slow_network_leave_one_socket(
 
     @run
     async def scenario() -> None:
-        async with running(tmp_path) as (slack, _channel, _inbox):
+        async with running(tmp_path) as (slack, channel, _inbox):
+            assert channel._handler is not None
+            client = channel._handler.client
+            reconnect = client.connect_to_new_endpoint
+            handled = asyncio.Semaphore(0)
+
+            async def counted(force: bool = False) -> None:
+                try:
+                    await reconnect(force)
+                finally:
+                    handled.release()
+
+            client.connect_to_new_endpoint = counted  # type: ignore[method-assign]
             slack.delay("apps.connections.open", 0.3)
             slack.delay("apps.connections.open", 0.3)
             slack.handshake_delay_s = 1.0
             await slack.send_disconnect()  # reconnect 1 holds the lock, slowly
             await slack.send_disconnect()  # reconnect 2 arrives on the old socket meanwhile
-            await slack.wait_for(lambda: slack.sockets_opened >= 3, timeout=10)
+            for _ in range(2):
+                await asyncio.wait_for(handled.acquire(), 10)
             assert slack.open_sockets == 1
 
     scenario()
