@@ -22,7 +22,9 @@ Socket Mode: `apps.connections.open` returns `ws://127.0.0.1:<port>/link/?ticket
 connection gets `hello`, then the `events_api` envelopes a test pushes; the client's acks
 (`{"envelope_id": …}`) are recorded with their time. Test controls: `rate_limit`, `delay`,
 `fail`, `cut_connection`, `drop_sockets` (close frame), `abort_sockets` (no close frame),
-`ponging = False` (a connection that stops answering pings), `send_disconnect`,
+`ponging = False` (a connection that stops answering pings), `handshake_delay_s` (a slow
+network), `files_scope = False` (downloads get the sign-in page), `scopes` (granted OAuth
+scopes, sent as X-OAuth-Scopes), `answer_normally`, `send_disconnect`,
 `open_sockets`, and event builders (`dm`, `channel_message`, `mention_pair`, `bot_message`,
 `file_share`, `message_changed`).
 """
