@@ -90,3 +90,8 @@ class SlackConfig(_ChannelAccess):
     events_listen: str = "127.0.0.1"
     events_port: int = Field(default=3000, ge=1, le=65535)
     dedup_ttl_s: float = Field(default=3600.0, ge=600)  # outlives Slack's retries (≥ 10 min)
+    max_download_mb: int = Field(default=20, ge=1)  # bigger shared files are not downloaded
+    timeout_s: float = Field(
+        default=30.0, gt=0
+    )  # per Web API call; a timed-out post is not retried
+    ping_interval_s: float = Field(default=10.0, gt=0)  # Socket Mode liveness ping
