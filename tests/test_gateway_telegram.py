@@ -5,6 +5,7 @@ server, the real agent against the scripted model server — in process, and as 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -171,3 +172,33 @@ def test_pinch_gateway_killed_with_messages_queued_answers_each_once_after_resta
 
     counts = {t: sum(bool(re.search(rf"\b{t}\b", m.text)) for m in tg.sent) for t in texts}
     assert counts == dict.fromkeys(texts, 1)
+
+
+def test_the_owner_on_telegram_then_slack_continues_one_conversation(tmp_path: Path) -> None:
+    from channels.slack import SlackChannel
+    from tests.fakes.slack_server import FakeSlack
+    from tests.test_slack import slack_config
+
+    async def scenario() -> None:
+        with FakeModelServer() as server, FakeTelegram() as tg:
+            server.respond_with(responder(turn=echo))
+            async with FakeSlack() as slack:
+                rig = telegram_rig(tmp_path, server, tg)
+                rig.gateway.access.owners["slack"] = frozenset({"U0OWNER"})
+                rig.gateway.channels["slack"] = SlackChannel(
+                    slack_config(slack),
+                    inbox_dir=tmp_path / "workspace" / "inbox",
+                    state_dir=tmp_path / "state",
+                )
+                await rig.gateway.start()
+                await slack.wait_connected()
+                tg.push(tg.private_text("my locker code is 4711"))
+                await until(lambda: bool(bot_texts(tg, 111)), what="the Telegram answer")
+                await slack.push_event(slack.dm("what was my locker code?"))
+                await until(lambda: bool(slack.posted), what="the Slack answer")
+                await rig.gateway.idle()
+                await rig.close()
+        assert "4711" in json.dumps(server.requests[-1].body)
+        assert server.requests[-1].last_user_text() == "what was my locker code?"
+
+    asyncio.run(scenario())
