@@ -211,6 +211,11 @@ class Gateway:
         await self.write_heartbeat(stopping=True)
         self._records.shutdown(wait=True)
 
+    def cancel_turns(self) -> None:
+        """Cancel every running turn now (its messages stay queued for the next start)."""
+        for task in self._workers.values():
+            task.cancel()
+
     async def idle(self) -> None:
         """Wait until no session has a turn running or queued (for tests and benchmarks)."""
         while self._workers:
@@ -547,8 +552,15 @@ async def run_gateway(
             )
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
+
+            def on_signal() -> None:
+                if stop.is_set():  # a second Ctrl-C: don't wait out the grace period
+                    log.warning("Stopping now; interrupted turns are answered after the restart")
+                    gateway.cancel_turns()
+                stop.set()
+
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, on_signal)
             await gateway.start()
             health = await _start_health_server(settings, gateway)
             log.info("Gateway running with %s", ", ".join(channels))

@@ -186,3 +186,24 @@ def test_a_reply_finished_while_its_first_send_is_in_flight_is_sent_once() -> No
     channel = asyncio.run(scenario())
     assert channel.sends == 1
     assert channel.texts() == ["Hello there"]
+
+
+def test_cancelling_turns_while_stopping_ends_the_wait_at_once(tmp_path: Path) -> None:
+    async def scenario() -> float:
+        with FakeModelServer() as server:
+            server.respond_with(responder(turn=lambda r: text_reply("slow", delay_s=3.0)))
+            rig = make_rig(tmp_path, server)
+            await rig.gateway.start()
+            await rig.telegram.deliver(OWNER_TG, "one")
+            await until(lambda: bool(server.requests))
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            stopping = asyncio.ensure_future(rig.gateway.stop(grace_s=30))
+            await asyncio.sleep(0)
+            rig.gateway.cancel_turns()  # the second Ctrl-C
+            await stopping
+            assert rig.gateway.store.counts() == {"running": 1}  # queued again on restart
+            await rig.gateway.runtime.aclose()
+            return loop.time() - started
+
+    assert asyncio.run(scenario()) < 5
