@@ -20,7 +20,10 @@ Offline. Two parts, side by side in one run:
    window is a kill between the platform accepting a send and Pinch's commit of it),
    *out of order* (a conversation's replies covering its messages out of order); messages/s
    from the first post to the last reply; peak RSS of the gateway process. The second run kills
-   the gateway with SIGKILL `--kills` times, evenly through the run, restarting it at once.
+   the gateway with SIGKILL `--kills` times, restarting it at once: at evenly spaced times of
+   the first run's duration, or with `--kill-at reply` the moment a reply lands (the worst case:
+   inside the window between the platform accepting a send and Pinch recording it).
+   `--telegram` runs the real `pinch gateway` with the Telegram adapter against the fake Bot API.
 """
 
 from __future__ import annotations
@@ -249,11 +252,17 @@ def tally(platform: Platform, conversations: int, messages: int) -> dict[str, in
 
 
 def end_to_end(
-    conversations: int, messages: int, kills: int, home: Path, burst: bool, telegram: bool
+    conversations: int,
+    messages: int,
+    kills: int,
+    home: Path,
+    burst: bool,
+    telegram: bool,
+    kill_every: float | None = None,
 ) -> dict[str, float]:
     with FakeModelServer() as model, RelayServer() as relay, FakeTelegram() as tg:
         platform: Platform = TelegramPlatform(tg) if telegram else RelayPlatform(relay)
-        return _end_to_end(conversations, messages, kills, home, burst, model, platform)
+        return _end_to_end(conversations, messages, kills, home, burst, model, platform, kill_every)
 
 
 def _end_to_end(
@@ -264,6 +273,7 @@ def _end_to_end(
     burst: bool,
     model: FakeModelServer,
     platform: Platform,
+    kill_every: float | None,
 ) -> dict[str, float]:
     total = conversations * messages
     model.respond_with(responder(turn=echo))
@@ -289,10 +299,19 @@ def _end_to_end(
     started = time.perf_counter()
     killed = 0
     seen: set[str] = set()
+
+    def due(done_kills: int, answered: int, elapsed: float) -> bool:
+        """Kill number `done_kills + 1`: at evenly spaced times of the kill-free run (`kill_every`
+        seconds), or — the adversarial case — the moment a reply lands past an even share of the
+        messages (inside the window between the platform's acceptance and Pinch's record)."""
+        if kill_every is None:
+            return answered >= total * (done_kills + 1) / (kills + 1)
+        return elapsed >= kill_every * (done_kills + 1)
+
     while len(seen) < total:
         post_ready(seen)
         child.sample_rss()
-        if killed < kills and len(seen) >= total * (killed + 1) / (kills + 1):
+        if killed < kills and due(killed, len(seen), time.perf_counter() - started):
             child.kill()
             killed += 1
             child.start()
@@ -329,6 +348,12 @@ def main() -> None:
         action="store_true",
         help="run `pinch gateway` with the real Telegram adapter against the fake Bot API",
     )
+    parser.add_argument(
+        "--kill-at",
+        choices=("time", "reply"),
+        default="time",
+        help="kill at evenly spaced times (default) or right after a reply lands (worst case)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pinch-bench-gateway-"))
@@ -339,8 +364,17 @@ def main() -> None:
         for name, kills in (("no_kill", 0), ("kill_9", args.kills)):
             home = work / name
             home.mkdir()
+            every = None
+            if args.kill_at == "time" and kills:
+                every = results["no_kill"]["seconds"] / (kills + 1)
             results[name] = end_to_end(
-                args.conversations, args.messages, kills, home, args.burst, args.telegram
+                args.conversations,
+                args.messages,
+                kills,
+                home,
+                args.burst,
+                args.telegram,
+                every,
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)
