@@ -228,10 +228,16 @@ class Gateway:
 
     async def on_message(self, msg: InboundMessage) -> None:
         """The adapters' callback: returns once `msg` is stored (or deliberately dropped).
-        Never raises: a malformed message is logged in one line and skipped."""
+
+        A malformed message is logged in one line and skipped. Only when the database cannot
+        store it does this raise, so the adapter leaves it unconfirmed and the platform
+        delivers it again (the de-duplication makes that safe)."""
         try:
             await self._accept(msg)
         except Exception as exc:
+            if _is_storage_error(exc):
+                log.warning("Could not store an inbound message (%s); it stays unconfirmed", exc)
+                raise
             log.error("Skipped an inbound message that could not be handled: %r", exc)
 
     async def _accept(self, msg: InboundMessage) -> None:
@@ -404,6 +410,12 @@ class Gateway:
             except Exception as exc:
                 log.warning("Could not prune old queue records: %s", exc)
             await asyncio.sleep(PRUNE_EVERY_S)
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    """SQLite's errors (stdlib or pysqlite3 driver) and the database's own advice errors."""
+    module = type(exc).__module__
+    return isinstance(exc, MemoryError_) or module.startswith(("sqlite3", "pysqlite3"))
 
 
 def _write_atomically(tmp: Path, path: Path, text: str) -> None:

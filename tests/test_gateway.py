@@ -427,3 +427,33 @@ def test_two_people_collected_into_one_group_turn_are_each_named(tmp_path: Path)
 
     text = asyncio.run(scenario())
     assert "Ann: hi from Ann" in text and "Bob: hi from Bob" in text
+
+
+def test_a_message_the_database_cannot_store_is_left_for_the_platform_to_redeliver(
+    tmp_path: Path,
+) -> None:
+    from memory.errors import DatabaseError
+
+    async def scenario() -> list[str]:
+        with FakeModelServer() as server:
+            server.respond_with(responder(turn=echo))
+            rig = make_rig(tmp_path, server)
+            await rig.gateway.start()
+            msg = rig.telegram.inbound(OWNER_TG, "keep me")
+            store = rig.gateway.store
+            accept = store.accept
+
+            def locked(*args: object) -> None:
+                raise DatabaseError("The agent database is locked by another process")
+
+            store.accept = locked  # type: ignore[assignment,method-assign]
+            assert rig.telegram.handler is not None
+            with pytest.raises(DatabaseError):
+                await rig.telegram.handler(msg)
+            store.accept = accept  # type: ignore[method-assign]
+            await rig.telegram.handler(msg)  # the platform's redelivery
+            await rig.gateway.idle()
+            await rig.close()
+            return rig.telegram.texts()
+
+    assert asyncio.run(scenario()) == ["re: keep me"]
