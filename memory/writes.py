@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from memory.errors import WorkspaceError
-from memory.workspace import confine_path
+from memory.workspace import FileMissingError, confine_path, read_confined
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class WorkspaceWriter:
         rel = target.relative_to(self.workspace).as_posix()
         with _write_lock:
             for _ in range(_RETRIES):
-                before = _read_text(target, rel)
+                before = _read_text(self.workspace, rel)
                 data = _encode(change(before))
                 if _atomic_write(target, data, check=True, expect=before):
                     break
@@ -171,7 +171,11 @@ class WorkspaceWriter:
             log.warning("The on_written hook failed for %s", rel, exc_info=True)
 
     def _confine(self, raw: str) -> Path:
-        """The absolute path of a workspace-relative Markdown path, or WorkspaceError."""
+        """The absolute path of a workspace-relative Markdown path, or WorkspaceError.
+
+        A target with several hard links is refused (`confine_path`): it may be a file outside
+        the workspace, whose content the read–change–write would copy in.
+        """
         target, rel = confine_path(self.workspace, raw)
         if not rel.endswith(".md"):
             raise WorkspaceError(
@@ -185,11 +189,15 @@ class WorkspaceWriter:
 # ---- file operations ------------------------------------------------------------------------
 
 
-def _read_text(path: Path, rel: str) -> str | None:
-    """The file's text, None if it does not exist; refuses binary and non-UTF-8 files."""
+def _read_text(workspace: Path, rel: str) -> str | None:
+    """The file's text, None if it does not exist; refuses binary and non-UTF-8 files.
+
+    Opened without following links (`read_confined`): a file swapped for a symbolic link after
+    `_confine` checked it cannot bring outside content into the workspace.
+    """
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        data = read_confined(workspace, rel)
+    except FileMissingError:
         return None
     if b"\x00" in data:
         raise WorkspaceError(
