@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -63,12 +64,18 @@ def _open_index(settings: Settings) -> MemoryIndex:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pinch")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Pinch — a personal AI assistant that remembers, in plain Markdown files.
 
     Home: ~/.pinch (or $PINCH_HOME): config.toml, workspace/ (your memory files) and
     agents/<id>/agent.sqlite (the index, sessions and jobs).
     """
+    # Every file Pinch (or a library it drives: SQLite, the chat history) creates holds the
+    # owner's memory or chats: private to the owner whatever the shell's umask.
+    previous = os.umask(0o077)
+    os.umask(previous | 0o077)
+    ctx.call_on_close(lambda: os.umask(previous))
 
 
 @main.command()
@@ -79,14 +86,14 @@ def init() -> None:
 
     settings = _settings()
     created = initialise(settings, TEMPLATE_DIR)
-    if created:
-        for item in created:
-            click.echo(f"created {item}")
+    for item in created:
+        click.echo(item)
+    if any(item.startswith("created") for item in created):
         click.echo(
             f"\nPinch is set up. Your memory files are in {settings.workspace_dir}.\n"
             'Next: `pinch memory index`, then `pinch memory search "..."`.'
         )
-    else:
+    elif not created:
         click.echo(f"Already set up in {settings.home}; nothing changed.")
 
 

@@ -8,7 +8,9 @@ numpy. `Database.vector_backend` says which, and `pinch memory status` reports i
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from typing import Any
 
 from memory.errors import DatabaseError
 from memory.migrations import apply_migrations
+from memory.workspace import PRIVATE_FILE_MODE, make_private_dirs
 
 BUSY_TIMEOUT_S = 10.0  # how long a write waits for another process's write to finish
 
@@ -111,6 +114,22 @@ class Database:
             self.conn.close()
 
 
+def _make_private(path: Path) -> None:
+    """Create the database file 0600 if missing and tighten it and its -wal/-shm files.
+
+    SQLite gives the -wal and -shm files the mode of the database file, so a private database
+    keeps its journal private too.
+    """
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, PRIVATE_FILE_MODE))
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        # Not ours to change (another owner, a folder): SQLite's own error will say more.
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            st = name.stat()
+            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077:
+                os.chmod(name, PRIVATE_FILE_MODE)
+
+
 def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
     """Open (creating if needed) and migrate the agent database at `path`.
 
@@ -120,7 +139,8 @@ def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
     want_vec = vector_backend in ("auto", "sqlite-vec")
     driver, name = _load_driver(want_vec)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
+        _make_private(path)
     except OSError as exc:
         raise DatabaseError(
             f"Cannot create {path.parent}: {exc.strerror}. Check PINCH_HOME."

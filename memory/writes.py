@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Literal
 
 from memory.errors import WorkspaceError
-from memory.workspace import FileMissingError, confine_path, read_confined
+from memory.workspace import (
+    PRIVATE_FILE_MODE,
+    FileMissingError,
+    confine_path,
+    make_private_dirs,
+    read_confined,
+)
 
 log = logging.getLogger(__name__)
 
@@ -222,14 +228,13 @@ def _encode(text: str) -> bytes:
 
 
 def _new_file_mode() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    # Memory files hold the owner's life: readable by the owner only, whatever the umask.
+    return PRIVATE_FILE_MODE
 
 
 def _mkdirs(path: Path) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
     except OSError as exc:
         raise WorkspaceError(f"Cannot create the folder {path.parent}: {exc.strerror}.") from exc
 
