@@ -40,8 +40,42 @@ def friendly_errors(fn: F) -> F:
             _fail(str(exc))
         except KeyboardInterrupt:
             _fail("Interrupted; nothing was lost (the index keeps its last complete state).")
+        except Exception as exc:
+            advice = _database_damage(exc)
+            if advice is None:
+                raise
+            _fail(advice)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _database_damage(exc: Exception) -> str | None:
+    """Advice if `exc` is an SQLite error caused by a damaged database file, else None.
+
+    Damage shows up as many errors ("malformed", but also text that cannot be decoded), so an
+    unexpected SQLite error is checked against `PRAGMA quick_check` of the database.
+    """
+    if not type(exc).__module__.startswith(("sqlite3", "pysqlite3")):
+        return None
+    from memory.db import DatabaseCorruptError, corruption_advice, is_corruption, open_database
+
+    try:
+        path = _settings().database_path
+    except Exception:
+        return None
+    if is_corruption(exc):
+        return corruption_advice(path, str(exc))
+    try:
+        db = open_database(path)
+    except DatabaseCorruptError as damaged:
+        return str(damaged)
+    except Exception:
+        return None
+    try:
+        problems = db.quick_check()
+    finally:
+        db.close()
+    return corruption_advice(path, problems[0]) if problems else None
 
 
 def _settings() -> Settings:
@@ -139,6 +173,7 @@ def memory_status(deep: bool, as_json: bool) -> None:
     settings = _settings()
     idx = _open_index(settings)
     try:
+        idx.db.check_integrity()  # a damaged page is reported as such, not as odd numbers
         st = idx.status(deep=deep)
     finally:
         idx.close()
@@ -176,6 +211,8 @@ def memory_index(force: bool) -> None:
     idx = _open_index(settings)
     try:
         report = _sync_with_progress(idx, force)
+        # A sync touches only changed files' rows: damage elsewhere would go unnoticed.
+        idx.db.check_integrity()
     finally:
         idx.close()
     what = "rebuilt" if report.rebuilt else "updated"
@@ -263,7 +300,12 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
 
     settings = _settings()
     result = read_memory_lines(
-        settings.workspace_dir, path, from_line, lines, settings.memory.extra_paths
+        settings.workspace_dir,
+        path,
+        from_line,
+        lines,
+        settings.memory.extra_paths,
+        allow_hard_links=settings.memory.allow_hard_links,
     )
     if as_json:
         click.echo(json.dumps(asdict(result), ensure_ascii=False))
