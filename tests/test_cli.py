@@ -477,3 +477,24 @@ def test_memory_get_refuses_a_hard_link_to_an_outside_file(workspace: Path, tmp_
     assert result.exit_code == 1
     assert "hard link" in result.stderr and "allow_hard_links" in result.stderr
     assert "outside secret" not in result.output
+
+
+@pytest.mark.parametrize("command", [["init"], ["memory", "status"], ["memory", "index"]])
+def test_a_pinch_home_that_is_a_file_is_one_line_from_every_command(
+    tmp_path: Path, command: list[str]
+) -> None:
+    home = tmp_path / "home-file"
+    home.write_text("x")
+    result = CliRunner().invoke(main, command, env={"PINCH_HOME": str(home)})
+
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit)  # not a traceback
+    assert result.output.strip().count("\n") == 0 and "is a file, not a folder" in result.output
+
+
+def test_a_config_file_that_is_a_folder_is_one_line(pinch_home: Path) -> None:
+    (pinch_home / "config.toml").mkdir(parents=True)
+    result = pinch("memory", "status")
+
+    assert result.exit_code == 1
+    assert "is a folder" in result.stderr and len(result.stderr.strip().splitlines()) == 1
