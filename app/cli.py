@@ -157,6 +157,44 @@ def chat(session_name: str | None) -> None:
     sys.exit(asyncio.run(run_chat(settings, session=session_name)))
 
 
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option("--offline", is_flag=True, help="Skip the 1-token request to the model.")
+@click.option(
+    "--health",
+    is_flag=True,
+    help="Only: is the gateway alive? (fast; for a container HEALTHCHECK).",
+)
+def doctor(as_json: bool, offline: bool, health: bool) -> None:
+    """Check the installation: config, secrets, files, database, index, model, channels.
+
+    One line per check; exit status 1 if any fails. Secrets are shown as set/missing only.
+    """
+    from app.config import ConfigError, load_settings
+    from app.doctor import CheckResult, gateway_health, plugin_checks, run_checks
+
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        results = [CheckResult("config", False, " ".join(str(exc).split()))]
+    else:
+        if health:
+            problem = gateway_health(settings)
+            click.echo(f"unhealthy: {problem}" if problem else "healthy")
+            sys.exit(1 if problem else 0)
+        where = settings.config_path if settings.config_path.exists() else "defaults"
+        results = [CheckResult("config", True, f"valid ({where})")]
+        results += run_checks(settings, plugin_checks(settings), offline=offline)
+    ok = all(r.ok for r in results)
+    if as_json:
+        click.echo(json.dumps({"ok": ok, "checks": [r.to_dict() for r in results]}, indent=2))
+    else:
+        for r in results:
+            mark = click.style("ok  ", fg="green") if r.ok else click.style("FAIL", fg="red")
+            click.echo(f"{mark} {r.name:<10} {r.detail}")
+    sys.exit(0 if ok else 1)
+
+
 @main.group()
 def memory() -> None:
     """Index, search and read the memory files."""
