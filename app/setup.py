@@ -30,6 +30,7 @@ CONFIG_TEMPLATE = """\
 [memory]
 # preset = "pinch"                  # pinch | openclaw | keyword | vector
 # extra_paths = ["~/notes"]          # more Markdown files or folders to index
+# allow_hard_links = false          # true: also read/index files with several hard links
 
 [memory.embedding]
 # provider = "local"                # local (offline e5) | use | litellm | none
