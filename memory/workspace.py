@@ -236,21 +236,36 @@ def _open_error(rel: str, exc: OSError) -> WorkspaceError:
     return WorkspaceError(f"{rel} cannot be opened: {exc.strerror or exc}.")
 
 
-def _open_beneath(root: Path, parts: list[str], rel: str, allow_hard_links: bool) -> int:
-    """An O_RDONLY descriptor of root/parts, opened one component at a time with O_NOFOLLOW."""
+def _walk_folders(root: Path, folders: list[str], rel: str) -> int:
+    """A descriptor of root/folders, each folder opened relative to the one before, O_NOFOLLOW."""
     nofollow = getattr(os, "O_NOFOLLOW", 0)
     directory = getattr(os, "O_DIRECTORY", 0)
     try:
         fd = os.open(root, os.O_RDONLY | directory)
     except OSError as exc:
-        raise WorkspaceError(f"The workspace {root} cannot be opened: {exc.strerror}.") from exc
+        raise WorkspaceError(f"The folder {root} cannot be opened: {exc.strerror}.") from exc
     try:
-        for part in parts[:-1]:
+        for part in folders:
             next_fd = os.open(part, os.O_RDONLY | directory | nofollow, dir_fd=fd)
             os.close(fd)
             fd = next_fd
-        # O_NONBLOCK: a FIFO named *.md must not hang the open; it is refused below.
-        flags = os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    except OSError as exc:
+        os.close(fd)
+        raise _open_error(rel, exc) from exc
+    return fd
+
+
+def _open_beneath(root: Path, parts: list[str], rel: str, allow_hard_links: bool) -> int:
+    """An O_RDONLY descriptor of root/parts, opened one component at a time with O_NOFOLLOW."""
+    fd = _walk_folders(root, parts[:-1], rel)
+    # O_NONBLOCK: a FIFO named *.md must not hang the open; it is refused below.
+    flags = (
+        os.O_RDONLY
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_NOCTTY", 0)
+    )
+    try:
         file_fd = os.open(parts[-1], flags, dir_fd=fd)
     except OSError as exc:
         raise _open_error(rel, exc) from exc
@@ -264,6 +279,15 @@ def _open_beneath(root: Path, parts: list[str], rel: str, allow_hard_links: bool
         os.close(file_fd)
         raise _hard_link_refusal(rel)
     return file_fd
+
+
+def open_folder_confined(workspace: Path, rel: str) -> int:
+    """A descriptor of the folder holding the workspace file `rel` (already confined), opened one
+    component at a time with O_NOFOLLOW; WorkspaceError if a folder along the way is a link.
+
+    Writes go through this folder descriptor, so a folder swapped for a symbolic link after the
+    check cannot redirect them outside the workspace."""
+    return _walk_folders(workspace, rel.split("/")[:-1], rel)
 
 
 def open_confined(workspace: Path, raw: str, *, allow_hard_links: bool = False) -> int:

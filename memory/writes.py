@@ -20,7 +20,7 @@ import re
 import tempfile
 import threading
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import date, datetime, tzinfo
 from pathlib import Path
 from typing import Literal
@@ -31,6 +31,7 @@ from memory.workspace import (
     FileMissingError,
     confine_path,
     make_private_dirs,
+    open_folder_confined,
     read_confined,
 )
 
@@ -123,8 +124,11 @@ class WorkspaceWriter:
                 suffix = "" if n == 1 else f"-{n}"
                 rel = f"memory/{day.isoformat()}-{clean}{suffix}.md"
                 target = self._confine(rel)
-                if not target.exists() and _write_new(target, data):
-                    break
+                if target.exists():
+                    continue
+                with _pinned(self.workspace, target) as pinned:
+                    if _write_new(pinned, data):
+                        break
             else:
                 raise WorkspaceError(
                     f"Too many session notes named {clean!r} on {day}; use another slug."
@@ -136,8 +140,8 @@ class WorkspaceWriter:
         """Replace (or create) a Markdown file inside the workspace, atomically."""
         target = self._confine(rel_path)
         rel = target.relative_to(self.workspace).as_posix()
-        with _write_lock:
-            _atomic_write(target, _encode(text))
+        with _write_lock, _pinned(self.workspace, target) as pinned:
+            _atomic_write(pinned, _encode(text))
         self._written(rel)
         return rel
 
@@ -154,11 +158,11 @@ class WorkspaceWriter:
         """Read–change–write one file, retrying if it changed on disk while we worked."""
         target = self._confine(rel_path)
         rel = target.relative_to(self.workspace).as_posix()
-        with _write_lock:
+        with _write_lock, _pinned(self.workspace, target) as pinned:
             for _ in range(_RETRIES):
                 before = _read_text(self.workspace, rel)
                 data = _encode(change(before))
-                if _atomic_write(target, data, check=True, expect=before):
+                if _atomic_write(pinned, data, check=True, expect=before):
                     break
             else:
                 raise WorkspaceError(
@@ -193,6 +197,24 @@ class WorkspaceWriter:
 
 
 # ---- file operations ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _pinned(workspace: Path, target: Path) -> Iterator[Path]:
+    """`target` reached through a descriptor of its folder, opened without following links.
+
+    On Linux the folder is named `/proc/self/fd/N/`: it stays the folder that was checked even
+    if someone swaps it (or a parent) for a symbolic link meanwhile, so the temporary file and
+    the rename cannot land outside the workspace. Elsewhere, `target` itself.
+    """
+    _mkdirs(target)
+    rel = target.relative_to(workspace).as_posix()
+    fd = open_folder_confined(workspace, rel)
+    try:
+        proc = Path(f"/proc/self/fd/{fd}")
+        yield proc / target.name if proc.is_dir() else target
+    finally:
+        os.close(fd)
 
 
 def _read_text(workspace: Path, rel: str) -> str | None:
