@@ -186,9 +186,13 @@ def confine_path(workspace: Path, raw: str, *, allow_hard_links: bool = False) -
         encoded = [os.fsencode(p) for p in text.split("/")]
     except UnicodeError as exc:
         raise WorkspaceError(f"{shown!r} cannot be used as a file name here.") from exc
-    if len(os.fsencode(str(workspace))) + len(
-        text.encode("utf-8", "surrogateescape")
-    ) > MAX_PATH_BYTES or any(len(p) > MAX_COMPONENT_BYTES for p in encoded):
+    total = len(os.fsencode(str(workspace))) + len(os.fsencode(text))
+    if total > MAX_PATH_BYTES:
+        raise WorkspaceError(
+            f"{shown!r} is too long ({total:,} bytes with the workspace folder; at most "
+            f"{MAX_PATH_BYTES:,}); use a shorter path."
+        )
+    if any(len(p) > MAX_COMPONENT_BYTES for p in encoded):
         raise WorkspaceError(
             f"{shown!r} is too long for a file name ({MAX_COMPONENT_BYTES} bytes per folder or "
             "file name at most); use a shorter path."
