@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from channels.base import Channel
 
 MODEL_CHECK_TIMEOUT_S = 10.0
+CHANNEL_CHECK_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,20 @@ async def check_model(settings: Settings) -> CheckResult:
         if close is not None:
             await close()
     return CheckResult("model", True, f"{cfg.model} answered in {time.monotonic() - started:.1f} s")
+
+
+def channel_check(channel: Channel, *, timeout_s: float = CHANNEL_CHECK_TIMEOUT_S) -> Check:
+    """A doctor check from a channel adapter: its `check()` (getMe / auth.test), time-limited."""
+
+    async def check(settings: Settings) -> CheckResult:
+        try:
+            health = await asyncio.wait_for(channel.check(), timeout_s)
+        except TimeoutError:
+            return CheckResult(channel.name, False, f"no answer within {timeout_s:.0f} s")
+        return CheckResult(channel.name, health.ok, health.detail)
+
+    check.__name__ = channel.name or "channel"
+    return check
 
 
 def builtin_checks(*, offline: bool = False) -> list[Check]:

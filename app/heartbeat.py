@@ -2,9 +2,9 @@
 container HEALTHCHECK) knows the gateway is alive without talking to it.
 
 The gateway rewrites the file at least every 30 s (atomically, mode 0600) with JSON:
-`{"pid": 1234, "at": <unix time>, "channels": {"telegram": {"ok": true, "detail": "polling"}}}`.
-A heartbeat older than `MAX_AGE_S`, from a process that is gone, or with a channel whose `ok` is
-false means unhealthy.
+`{"pid": 1234, "at": <unix time>, "channels": {"telegram": {"ok": true, "detail": "polling"}}}`
+and optionally `"stopping": true` in its last beat. A heartbeat older than `MAX_AGE_S`, from a
+process that is gone, marked stopping, or with a channel whose `ok` is false means unhealthy.
 """
 
 from __future__ import annotations
@@ -18,14 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from channels.base import ChannelHealth
+
 HEARTBEAT_FILE = "gateway.heartbeat"
 MAX_AGE_S = 90.0  # three missed beats at the gateway's 30 s interval
-
-
-@dataclass(frozen=True)
-class ChannelHealth:
-    ok: bool
-    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -33,6 +29,7 @@ class Heartbeat:
     pid: int
     at: float  # unix time of the beat
     channels: Mapping[str, ChannelHealth] = field(default_factory=dict)
+    stopping: bool = False  # the gateway's last beat, written as it shuts down
 
 
 def heartbeat_path(home: Path) -> Path:
@@ -71,7 +68,9 @@ def read_heartbeat(home: Path) -> Heartbeat | None:
             str(name): ChannelHealth(bool(c.get("ok")), str(c.get("detail", "")))
             for name, c in dict(raw.get("channels") or {}).items()
         }
-        return Heartbeat(int(raw["pid"]), float(raw["at"]), channels)
+        return Heartbeat(
+            int(raw["pid"]), float(raw["at"]), channels, bool(raw.get("stopping", False))
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -93,6 +92,8 @@ def health_problem(beat: Heartbeat | None, *, now: float | None = None) -> str |
     age = (time.time() if now is None else now) - beat.at
     if age > MAX_AGE_S:
         return f"the gateway's last heartbeat is {age:.0f} s old (more than {MAX_AGE_S:.0f} s)"
+    if beat.stopping:
+        return "the gateway is shutting down"
     if not process_alive(beat.pid):
         return f"the gateway process {beat.pid} is gone"
     down = [

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -17,8 +18,9 @@ from click.testing import CliRunner, Result
 
 from app.cli import main
 from app.config import load_settings
-from app.doctor import CheckResult, run_checks
-from app.heartbeat import ChannelHealth, write_heartbeat
+from app.doctor import CheckResult, channel_check, run_checks
+from app.heartbeat import write_heartbeat
+from channels.base import Channel, ChannelHealth, MessageHandler, OutboundMessage, SentMessage
 from tests.fakes.local_server import LocalHTTPServer
 from tests.fakes.model_server import FakeModelServer, text_reply
 
@@ -195,6 +197,46 @@ def test_a_check_that_raises_is_a_failed_check_not_a_crash(home: Path) -> None:
     assert broken == CheckResult("broken", False, "the fake platform is down")
 
 
+class _QuietChannel(Channel):
+    """A channel adapter reporting a fixed health, or never answering its check."""
+
+    name = "telegram"
+
+    def __init__(self, health: ChannelHealth | None) -> None:
+        self.health = health
+
+    async def start(self, on_message: MessageHandler) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def send(self, message: OutboundMessage) -> list[SentMessage]:
+        return []
+
+    async def edit(self, sent: SentMessage, text: str) -> None: ...
+
+    async def typing(self, chat_id: str, thread_id: str | None = None) -> None: ...
+
+    async def check(self) -> ChannelHealth:
+        if self.health is None:
+            await asyncio.Event().wait()  # hangs
+        assert self.health is not None
+        return self.health
+
+
+def test_a_channel_adapter_becomes_a_check_by_its_name(home: Path) -> None:
+    checks = [channel_check(_QuietChannel(ChannelHealth(True, "getMe ok (@pinch_bot)")))]
+    [*_, result] = run_checks(load_settings(), checks, offline=True)
+
+    assert result == CheckResult("telegram", True, "getMe ok (@pinch_bot)")
+
+
+def test_a_channel_check_that_hangs_fails_after_its_timeout(home: Path) -> None:
+    checks = [channel_check(_QuietChannel(None), timeout_s=0.05)]
+    [*_, result] = run_checks(load_settings(), checks, offline=True)
+
+    assert not result.ok and "no answer" in result.detail
+
+
 # ---- --health ---------------------------------------------------------------------------------
 
 
@@ -233,6 +275,16 @@ def test_health_fails_when_the_gateway_process_is_gone(pinch_home: Path) -> None
     result = doctor("--health")
 
     assert result.exit_code == 1 and "gone" in result.output
+
+
+def test_health_fails_when_the_last_beat_says_the_gateway_is_stopping(pinch_home: Path) -> None:
+    pinch_home.mkdir()
+    (pinch_home / "gateway.heartbeat").write_text(
+        json.dumps({"pid": os.getpid(), "at": time.time(), "stopping": True, "channels": {}})
+    )
+    result = doctor("--health")
+
+    assert result.exit_code == 1 and "shutting down" in result.output
 
 
 def test_health_fails_when_a_channel_is_down(pinch_home: Path) -> None:
