@@ -25,6 +25,7 @@ BUSY_TIMEOUT_S = 10.0  # how long a write waits for another process's write to f
 # What SQLite says about a damaged file: "database disk image is malformed", "file is not a
 # database", "database corruption at line …", "malformed database schema".
 _CORRUPTION_WORDS = ("malformed", "not a database", "corrupt")
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 
 
 class DatabaseCorruptError(DatabaseError):
@@ -47,8 +48,13 @@ def is_corruption(exc: BaseException) -> bool:
     """True for SQLite's "the file is damaged" errors, from sqlite3 or pysqlite3."""
     if isinstance(exc, DatabaseCorruptError):
         return True
-    if not type(exc).__name__.endswith("DatabaseError") or isinstance(exc, DatabaseError):
-        return False
+    if isinstance(exc, DatabaseError) or not any(
+        c.__name__ == "DatabaseError" for c in type(exc).__mro__
+    ):
+        return False  # not from an SQLite driver
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+: SQLITE_CORRUPT, SQLITE_NOTADB
+    if isinstance(code, int) and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return True
     message = str(exc).lower()
     return any(word in message for word in _CORRUPTION_WORDS)
 
