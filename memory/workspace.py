@@ -319,23 +319,20 @@ def read_confined(
     return _read_fd(open_confined(workspace, raw, allow_hard_links=allow_hard_links), max_bytes)
 
 
-def read_memory_file(workspace: Path, f: MemoryFile, *, allow_hard_links: bool = False) -> bytes:
-    """The bytes of a discovered memory file, opened without following symbolic links.
+def open_memory_file(workspace: Path, f: MemoryFile, *, allow_hard_links: bool = False) -> int:
+    """A read-only descriptor of a discovered memory file, for the indexer; the caller closes it.
 
-    For the indexer: a file inside the workspace is opened component by component from the
-    workspace (`open_confined`); an extra path outside it from its own folder, which the
-    owner configured. Raises WorkspaceError (not a regular file, a link, gone, unreadable).
+    A file inside the workspace is opened component by component from the workspace
+    (`open_confined`); an extra path outside it from its own folder, which the owner configured.
+    Never follows a symbolic link, never blocks (FIFOs are refused), and refuses files with
+    several hard links unless `allow_hard_links`. Raises WorkspaceError (FileMissingError when
+    the file is gone) with a one-line reason.
     """
     try:
-        f.abs_path.relative_to(workspace)
-        inside = True
-    except ValueError:
-        inside = False
-    if inside:
         rel = f.abs_path.relative_to(workspace).as_posix()
-        return read_confined(workspace, rel, allow_hard_links=allow_hard_links)
-    fd = _open_beneath(f.abs_path.parent, [f.abs_path.name], f.rel_path, allow_hard_links)
-    return _read_fd(fd, None)
+    except ValueError:
+        return _open_beneath(f.abs_path.parent, [f.abs_path.name], f.rel_path, allow_hard_links)
+    return open_confined(workspace, rel, allow_hard_links=allow_hard_links)
 
 
 def resolve_memory_path(

@@ -22,8 +22,8 @@ from memory.workspace import (
     discover_memory_files,
     file_day,
     open_confined,
+    open_memory_file,
     read_confined,
-    read_memory_file,
     read_memory_lines,
 )
 from memory.writes import WorkspaceWriter
@@ -300,11 +300,28 @@ def test_a_hard_linked_file_is_not_discovered_for_indexing(hard_linked: Path) ->
     assert "memory/linked.md" in allowed
 
 
-def test_a_hard_linked_file_is_not_readable_by_the_indexers_reader(hard_linked: Path) -> None:
+def test_a_hard_linked_file_is_not_opened_for_the_indexer(hard_linked: Path) -> None:
     linked = MemoryFile("memory/linked.md", hard_linked / "memory/linked.md", "memory", "agent")
     with pytest.raises(WorkspaceError, match="hard link"):
-        read_memory_file(hard_linked, linked)
-    assert read_memory_file(hard_linked, linked, allow_hard_links=True) == b"the outside secret\n"
+        open_memory_file(hard_linked, linked)
+    fd = open_memory_file(hard_linked, linked, allow_hard_links=True)
+    with os.fdopen(fd, "rb") as fh:
+        assert fh.read() == b"the outside secret\n"
+
+
+def test_the_indexer_opens_extra_files_outside_the_workspace_but_no_link(
+    workspace: Path, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n")
+    (notes / "link.md").symlink_to(tmp_path / "outside-secret-2.md")
+    a = MemoryFile(str(notes / "a.md"), notes / "a.md", "extra", "owner")
+    link = MemoryFile(str(notes / "link.md"), notes / "link.md", "extra", "owner")
+    with os.fdopen(open_memory_file(workspace, a), "rb") as fh:
+        assert fh.read() == b"# A\n"
+    with pytest.raises(WorkspaceError, match="symbolic link"):
+        open_memory_file(workspace, link)
 
 
 def test_writes_refuse_a_hard_linked_target(hard_linked: Path, tmp_path: Path) -> None:
