@@ -184,7 +184,12 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
             sys.exit(1 if problem else 0)
         where = settings.config_path if settings.config_path.exists() else "defaults"
         results = [CheckResult("config", True, f"valid ({where})")]
-        results += run_checks(settings, plugin_checks(settings), offline=offline)
+        try:
+            extra = plugin_checks(settings)
+        except Exception as exc:  # a broken plug-in is one failed check, not a traceback
+            extra = []
+            results.append(CheckResult("channels", False, f"channel checks unavailable: {exc}"))
+        results += run_checks(settings, extra, offline=offline)
     ok = all(r.ok for r in results)
     if as_json:
         click.echo(json.dumps({"ok": ok, "checks": [r.to_dict() for r in results]}, indent=2))
