@@ -419,7 +419,10 @@ def _is_storage_error(exc: BaseException) -> bool:
 
 
 def _write_atomically(tmp: Path, path: Path, text: str) -> None:
-    tmp.write_text(text, encoding="utf-8")
+    """Write via a 0600 temporary file beside `path`, then rename (readers never see half)."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
     os.replace(tmp, path)
 
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from app.cli import main
 from app.gateway import GatewayOptions
+from app.heartbeat import health_problem, read_heartbeat
 from channels.config import SlackConfig, TelegramConfig
 from tests.agent_support import all_text, make_kit, responder, template_workspace
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
@@ -305,7 +306,9 @@ def test_the_heartbeat_file_reports_each_channel(tmp_path: Path, pinch_home: Pat
             await rig.gateway.start()
             await rig.gateway.write_heartbeat()
             data: dict[str, object] = json.loads(path.read_text())
+            assert health_problem(read_heartbeat(pinch_home)) is None  # `pinch doctor --health`
             await rig.close()
+            assert health_problem(read_heartbeat(pinch_home)) == "the gateway is shutting down"
             return data
 
     data = asyncio.run(scenario())
@@ -314,6 +317,7 @@ def test_the_heartbeat_file_reports_each_channel(tmp_path: Path, pinch_home: Pat
         "slack": {"ok": True, "detail": "fake platform"},
     }
     assert isinstance(data["pid"], int) and isinstance(data["at"], float)
+    assert (pinch_home / "gateway.heartbeat").stat().st_mode & 0o777 == 0o600
 
 
 def test_slack_groups_follow_their_own_allowlist(tmp_path: Path) -> None:
