@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from app.cli import main
@@ -202,3 +203,17 @@ def test_the_owner_on_telegram_then_slack_continues_one_conversation(tmp_path: P
         assert server.requests[-1].last_user_text() == "what was my locker code?"
 
     asyncio.run(scenario())
+
+
+def test_pinch_doctor_checks_the_telegram_channel_the_gateway_would_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with FakeTelegram() as tg:
+        monkeypatch.setenv("PINCH_TELEGRAM__BOT_TOKEN", tg.token)
+        monkeypatch.setenv("PINCH_TELEGRAM__API_BASE_URL", tg.url)
+        result = CliRunner().invoke(main, ["doctor", "--offline", "--json"])
+
+    checks = {c["name"]: c for c in json.loads(result.output)["checks"]}
+    assert checks["telegram"]["ok"] is True
+    assert "pinch_test_bot" in checks["telegram"]["detail"]
+    assert tg.token not in result.output
