@@ -25,7 +25,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +164,7 @@ class Gateway:
         self._draining = False
         self._background: list[asyncio.Task[None]] = []
         self._heartbeat_lock = asyncio.Lock()
+        self._spawned: set[asyncio.Task[None]] = set()
         # Delivery records get their own thread: queued behind a burst of inbound messages in
         # the shared pool, they would widen the window in which a kill means a second send.
         self._records = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pinch-delivery")
@@ -267,7 +268,20 @@ class Gateway:
             log.debug("Ignored a redelivered message on %s", msg.channel)
             return
         self._arrived[str(key)] = time.monotonic()
+        if str(key) not in self._workers:  # "typing…" at once, not after the collect window
+            self._spawn(self._type_once(msg))
         self._wake(str(key), collect=msg.channel not in self.options.no_collect_channels)
+
+    async def _type_once(self, msg: InboundMessage) -> None:
+        channel = self.channels.get(msg.channel)
+        if channel is not None:
+            with contextlib.suppress(Exception):
+                await channel.typing(msg.chat_id, msg.thread_id)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._spawned.add(task)  # a reference, so the task is not collected mid-way
+        task.add_done_callback(self._spawned.discard)
 
     # -- per-session workers -------------------------------------------------------------------
 

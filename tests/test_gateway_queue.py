@@ -207,3 +207,22 @@ def test_cancelling_turns_while_stopping_ends_the_wait_at_once(tmp_path: Path) -
             return loop.time() - started
 
     assert asyncio.run(scenario()) < 5
+
+
+def test_typing_shows_as_soon_as_a_message_is_queued_not_after_the_collect_window(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> int:
+        with FakeModelServer() as server:
+            server.respond_with(responder(turn=echo))
+            rig = make_rig(tmp_path, server, options=GatewayOptions(collect_window_s=5.0))
+            await rig.gateway.start()
+            await rig.telegram.deliver(OWNER_TG, "hello")
+            await until(lambda: rig.telegram.typing_calls > 0, timeout=1.0)
+            typed, answered = rig.telegram.typing_calls, bool(server.requests)
+            rig.gateway.cancel_turns()
+            await rig.close()
+            assert not answered  # still collecting
+            return typed
+
+    assert asyncio.run(scenario()) == 1
