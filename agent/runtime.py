@@ -25,8 +25,9 @@ from agent.compaction import CompactionError, Compactor, summary_block
 from agent.config import AgentConfig
 from agent.context import Context, ContextBuilder
 from agent.history import build_history, usage_record
+from agent.message_limit import fit_message
 from agent.model import ModelClient
-from agent.model_errors import ContextTooLongError
+from agent.model_errors import ContextTooLongError, cut_off_notice
 from agent.prompts import render
 from agent.session_hook import save_session_note
 from agent.tools import MemoryTools, ToolContext
@@ -197,6 +198,8 @@ class Agent:
         on_text: TextCallback | None,
         notices: Sequence[str] = (),
     ) -> AgentReply:
+        text, too_long = fit_message(text, self.config)  # cut once, before it is stored or sent
+        notices = [*notices, too_long] if too_long else notices
         session = await asyncio.to_thread(self.store.current, key)
         content = {"text": text}
         recalled = await self._recall(key, text)
@@ -222,6 +225,8 @@ class Agent:
         for round_ in range(rounds + 2):
             response = await self._complete(turn)
             await asyncio.to_thread(self._store_response, turn.session, response)
+            if response.cut_off:  # stored marked incomplete; the owner is told why
+                return _with_cut_off_notice(turn, response)
             if not response.tool_calls:
                 return response.text.strip() or EMPTY_ANSWER
             if round_ > rounds:
@@ -246,6 +251,8 @@ class Agent:
         try:
             return await self._call(turn, context)
         except ContextTooLongError as exc:
+            if len(context.history.turns) <= 1:
+                raise  # only this message: compacting or a new session cannot make it shorter
             log.info("The server found the prompt too long; compacting: %s", exc)
             context = await self._compact(turn, context)
             return await self._call(turn, context)
@@ -310,7 +317,10 @@ class Agent:
 
     def _store_response(self, session: Session, response: ModelResponse) -> None:
         usage = usage_record(response.usage, response.model)
-        self.store.append(session.id, "assistant", {"text": response.text}, usage)
+        content: dict[str, object] = {"text": response.text}
+        if response.cut_off:
+            content["incomplete"] = True
+        self.store.append(session.id, "assistant", content, usage)
         for call in response.tool_calls:
             content = {"id": call.id, "name": call.name, "input": dict(call.input)}
             self.store.append(session.id, "tool_call", content)
@@ -322,3 +332,11 @@ class Agent:
 
     def _reindex(self, rel_path: str) -> None:
         self.index.sync()
+
+
+def _with_cut_off_notice(turn: _Turn, response: ModelResponse) -> str:
+    """The partial answer and the notice saying it was cut off (streamed after the partial)."""
+    notice = cut_off_notice(response.cut_off or "")
+    if turn.on_text is not None:
+        turn.on_text("\n\n" + notice)
+    return f"{response.text.rstrip()}\n\n{notice}"
