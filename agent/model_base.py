@@ -130,7 +130,7 @@ class RetryingClient:
                 delay = self._retry_delay(error, exc, attempts)
                 if delay is None or loop.time() + delay >= deadline:
                     raise error from exc
-                log.warning("%s; retrying in %.1f s", error, delay)
+                log.info("%s; retrying in %.1f s", error, delay)
                 await asyncio.sleep(delay)
 
     def _cut_off(self, relay: StreamRelay, error: ModelError) -> ModelResponse:
