@@ -81,7 +81,8 @@ class ModelClient(Protocol):
         """Run one model call, passing each text delta to `on_text` as it streams in.
 
         Raises `ModelError` (see model_errors.py); cancelling the task cancels the call and
-        closes its connection.
+        closes its connection. When the answer breaks off after text reached `on_text`, returns
+        what arrived with `cut_off` set (the owner has seen it; asking again would repeat it).
         """
         ...
 

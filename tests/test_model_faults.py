@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from agent.message_limit import MAX_MESSAGE_CHARS, message_token_limit
-from agent.model import AnthropicClient, LiteLLMClient, ModelClient
+from agent.model import AnthropicClient, FallbackClient, LiteLLMClient, ModelClient
 from agent.model_errors import (
     BadResponseError,
     ContextTooLongError,
@@ -91,9 +91,10 @@ def complete(model: ModelClient, on_text: Any = None) -> Any:
         try:
             return await asyncio.wait_for(model.complete(ask(), on_text), GUARD_S)
         finally:
-            close = getattr(model, "aclose", None)
-            if close is not None:
-                await close()
+            for each in getattr(model, "clients", [model]):
+                close = getattr(each, "aclose", None)
+                if close is not None:
+                    await close()
 
     return asyncio.run(call())
 
@@ -116,6 +117,18 @@ def test_a_200_answer_that_is_not_the_api_is_one_line_of_advice_and_not_retried(
     assert "not the model API's format" in message
     assert "api_base" in message  # what to check
     assert len(server.requests) == 1  # the same server would answer the same way
+
+
+def test_a_fallback_model_answers_when_the_first_server_sends_a_web_page(
+    server: FakeModelServer,
+) -> None:
+    server.script(fault_reply("html"), text_reply("From the local model."))
+    chain = FallbackClient([client(server, "anthropic"), client(server, "openai")])
+
+    response = complete(chain)
+
+    assert response.text == "From the local model."
+    assert response.model == "openai/fake-model"
 
 
 # -- timeout_s bounds the whole call -------------------------------------------------------------
