@@ -211,8 +211,8 @@ class RetryingClient:
     def _unreadable(self, exc: Exception) -> str:
         if isinstance(exc, UnreadableResponseError):
             return str(exc)
-        detail = quote(str(exc), self._secrets())[:120]
-        return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+        root = list(_exception_chain(exc))[-1]  # litellm wraps the parser's error twice over
+        return f"the client library could not read it: {type(root).__name__}"
 
     def _retry_delay(self, error: ModelError, exc: Exception, attempts: int) -> float | None:
         """Seconds to wait before the next attempt, or None to give up now."""

@@ -49,8 +49,10 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:.*ReadOnly. qualifier:UserWarning"),
 ]
 
-Api = Literal["anthropic", "openai"]
-APIS: tuple[Api, ...] = ("anthropic", "openai")
+AgentApi = Literal["anthropic", "openai"]
+Api = AgentApi | Literal["ollama"]
+APIS: tuple[AgentApi, ...] = ("anthropic", "openai")  # what tests/agent_support can build
+CLIENT_APIS: tuple[Api, ...] = (*APIS, "ollama")
 KEY = "sk-test-fault-key-0123456789abcdef"
 UNREADABLE: tuple[Fault, ...] = ("html", "empty", "malformed_json", "garbage_stream")
 # A test that the old code would hang in fails after this long instead.
@@ -76,6 +78,8 @@ def client(server: FakeModelServer, api: Api, **options: Any) -> ModelClient:
     if api == "anthropic":
         options.setdefault("api_key", KEY)
         return AnthropicClient("claude-test", base_url=server.url, **options)
+    if api == "ollama":
+        return LiteLLMClient("ollama/llama3.2", api_base=server.url, **options)
     options.setdefault("api_key", KEY)
     return LiteLLMClient("openai/fake-model", api_base=server.openai_url, **options)
 
@@ -102,7 +106,7 @@ def complete(model: ModelClient, on_text: Any = None) -> Any:
 # -- answers that are not the API's ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", CLIENT_APIS)
 @pytest.mark.parametrize("fault", UNREADABLE)
 def test_a_200_answer_that_is_not_the_api_is_one_line_of_advice_and_not_retried(
     server: FakeModelServer, api: Api, fault: Fault
@@ -134,7 +138,7 @@ def test_a_fallback_model_answers_when_the_first_server_sends_a_web_page(
 # -- timeout_s bounds the whole call -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", CLIENT_APIS)
 def test_keep_alive_bytes_without_content_time_out_after_timeout_s(
     server: FakeModelServer, api: Api
 ) -> None:
@@ -161,7 +165,7 @@ def test_timeout_s_bounds_the_retries_and_their_waits_too(server: FakeModelServe
 # -- answers cut off mid-stream ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", CLIENT_APIS)
 def test_a_stream_cut_off_mid_answer_is_returned_marked_cut_off(
     server: FakeModelServer, api: Api
 ) -> None:
@@ -176,7 +180,7 @@ def test_a_stream_cut_off_mid_answer_is_returned_marked_cut_off(
     assert len(server.requests) == 1  # the owner has seen the text: not asked again
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", CLIENT_APIS)
 def test_a_cut_off_stream_nobody_was_shown_is_asked_again(
     server: FakeModelServer, api: Api
 ) -> None:
@@ -189,7 +193,7 @@ def test_a_cut_off_stream_nobody_was_shown_is_asked_again(
     assert len(server.requests) == 2
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", CLIENT_APIS)
 def test_an_answer_cut_off_by_the_deadline_is_kept_marked_cut_off(
     server: FakeModelServer, api: Api
 ) -> None:
@@ -242,7 +246,7 @@ def stored(kit: Any, kind: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_cut_off_answer_is_stored_marked_incomplete_and_the_owner_told(
-    tmp_path: Path, server: FakeModelServer, api: Api
+    tmp_path: Path, server: FakeModelServer, api: AgentApi
 ) -> None:
     kit = make_kit(tmp_path, server, api=api)
     server.script(fault_reply("cut_off", text="Your dentist appointment is on"))

@@ -408,7 +408,7 @@ class FakeModelServer(LocalHTTPServer):
             def _send_fault(self, api: Api, reply: Reply) -> None:
                 fault = reply.fault
                 if fault == "echo_key":
-                    sent = self.headers.get("x-api-key") or self.headers.get("Authorization", "")
+                    sent = self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
                     sent = sent.removeprefix("Bearer ")
                     message = f"Incorrect API key provided: {sent}. Check the key and try again."
                     self._send_error(api, replace(reply, error_message=message))
