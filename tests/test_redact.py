@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from agent.redact import REDACTED, is_secret_name, redact
 from app.cli import main
 from app.logging_setup import RedactingFilter, install_log_redaction
+from channels.config import SECRET_FIELDS
 
 TELEGRAM = "1234567890:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw0"
 
@@ -31,6 +32,12 @@ TELEGRAM = "1234567890:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw0"
 )
 def test_variables_named_like_secrets_are_secret(name: str) -> None:
     assert is_secret_name(name)
+
+
+def test_every_channel_secret_setting_is_a_secret_variable() -> None:
+    names = [f"PINCH_{s.upper()}__{f.upper()}" for s, fs in SECRET_FIELDS.items() for f in fs]
+
+    assert names and all(is_secret_name(name) for name in names)
 
 
 @pytest.mark.parametrize("name", ["PATH", "HOME", "PINCH_HOME", "PINCH_AGENT__MODEL"])
