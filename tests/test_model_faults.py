@@ -11,6 +11,7 @@ message is cut once before anything is sent.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from agent.model_errors import (
 )
 from agent.types import Message, ModelRequest
 from app.cli import main
+from memory.litellm_env import import_litellm
 from tests.agent_support import OWNER, make_kit, small_workspace
 from tests.fakes.model_server import (
     FakeModelServer,
@@ -57,6 +59,13 @@ KEY = "sk-test-fault-key-0123456789abcdef"
 UNREADABLE: tuple[Fault, ...] = ("html", "empty", "malformed_json", "garbage_stream")
 # A test that the old code would hang in fails after this long instead.
 GUARD_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def sdks() -> None:
+    """Both SDKs imported (seconds each), so that tests timing a call time only the call."""
+    importlib.import_module("anthropic")
+    import_litellm()
 
 
 @pytest.fixture
@@ -140,7 +149,7 @@ def test_a_fallback_model_answers_when_the_first_server_sends_a_web_page(
 
 @pytest.mark.parametrize("api", CLIENT_APIS)
 def test_keep_alive_bytes_without_content_time_out_after_timeout_s(
-    server: FakeModelServer, api: Api
+    server: FakeModelServer, api: Api, sdks: None
 ) -> None:
     server.script(fault_reply("keepalive_only", chunk_delay_s=0.05))
     started = time.monotonic()
@@ -151,7 +160,9 @@ def test_keep_alive_bytes_without_content_time_out_after_timeout_s(
     assert time.monotonic() - started < 1.5
 
 
-def test_timeout_s_bounds_the_retries_and_their_waits_too(server: FakeModelServer) -> None:
+def test_timeout_s_bounds_the_retries_and_their_waits_too(
+    server: FakeModelServer, sdks: None
+) -> None:
     server.respond_with(lambda request: error_reply(500, delay_s=0.3))
     started = time.monotonic()
 
@@ -197,13 +208,13 @@ def test_a_cut_off_stream_nobody_was_shown_is_asked_again(
 def test_an_answer_cut_off_by_the_deadline_is_kept_marked_cut_off(
     server: FakeModelServer, api: Api
 ) -> None:
-    server.script(text_reply("one two three four five six seven eight nine ten", chunk_delay_s=0.2))
+    server.script(text_reply(" ".join(["word"] * 20), chunk_delay_s=0.2))  # 4 s or more
     deltas: list[str] = []
 
-    response = complete(client(server, api, timeout_s=1.5), deltas.append)
+    response = complete(client(server, api, timeout_s=2.5), deltas.append)
 
     assert deltas and response.text == "".join(deltas)
-    assert response.cut_off == "it took longer than timeout_s = 1.5 s"
+    assert response.cut_off == "it took longer than timeout_s = 2.5 s"
 
 
 # -- secrets ------------------------------------------------------------------------------------
