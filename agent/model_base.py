@@ -204,7 +204,7 @@ class RetryingClient:
             )
         if status in (408, 409) or status >= 500:
             return ServerError(model=model, url=url, attempts=attempts, what=f"{status} {detail}")
-        if _is_context_overflow(exc, detail):
+        if status == 413 or _is_context_overflow(exc, detail):  # 413: the request is too large
             return ContextTooLongError(model=model, url=url, status=status, detail=detail)
         return RequestRefusedError(model=model, url=url, status=status, detail=detail)
 
@@ -266,7 +266,10 @@ def _is_context_overflow(exc: Exception, detail: str) -> bool:
     if type(exc).__name__ == "ContextWindowExceededError":
         return True
     lowered = detail.lower()
-    return "prompt is too long" in lowered or "context length" in lowered
+    return any(
+        phrase in lowered
+        for phrase in ("prompt is too long", "context length", "context size", "context window")
+    )
 
 
 def _retry_after(headers: Mapping[str, str] | None) -> float | None:

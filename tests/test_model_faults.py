@@ -326,6 +326,14 @@ def test_a_message_the_server_still_refuses_is_sent_once_stored_once_in_one_sess
     assert "context_window" in str(caught.value)  # the likely misconfiguration, named
 
 
+@pytest.mark.parametrize("api", APIS)
+def test_a_413_request_too_large_is_a_context_error(server: FakeModelServer, api: AgentApi) -> None:
+    server.respond_with(refuse_long_prompts(1, status=413))
+
+    with pytest.raises(ContextTooLongError):
+        complete(client(server, api))
+
+
 def test_a_message_longer_than_the_hard_cap_is_cut_whatever_the_window(
     tmp_path: Path, server: FakeModelServer
 ) -> None:

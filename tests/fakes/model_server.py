@@ -151,10 +151,13 @@ def refuse_long_prompts(
     max_chars: int, answer: Reply | None = None, *, status: int = 400
 ) -> Callable[[RecordedRequest], Reply]:
     """A responder for a server with a small context window: a request whose messages are longer
-    than `max_chars` gets `status` "prompt is too long"; any other gets `answer` ("OK.")."""
+    than `max_chars` gets `status` — 400 "prompt is too long", or 413 "Request exceeds the
+    maximum allowed number of bytes" as Anthropic words it; any other gets `answer` ("OK.")."""
 
     def respond(request: RecordedRequest) -> Reply:
         size = len(_canonical(request.body.get("messages", [])))
+        if size > max_chars and status == 413:
+            return error_reply(413, "Request exceeds the maximum allowed number of bytes.")
         if size > max_chars:
             tokens, limit = size // 4, max_chars // 4
             return error_reply(status, f"prompt is too long: {tokens} tokens > {limit} maximum")
