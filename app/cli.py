@@ -21,7 +21,10 @@ TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "workspace_template"
 
 
 def _fail(message: str) -> None:
-    click.secho(message, fg="red", err=True)
+    from agent.redact import redact
+    from app.terminal import printable
+
+    click.secho(printable(redact(message)), fg="red", err=True)
     sys.exit(1)
 
 
@@ -110,6 +113,10 @@ def main(ctx: click.Context) -> None:
     previous = os.umask(0o077)
     os.umask(previous | 0o077)
     ctx.call_on_close(lambda: os.umask(previous))
+
+    from app.logging_setup import install_log_redaction
+
+    install_log_redaction()  # no secret reaches the screen through a log record
 
 
 @main.command()
@@ -304,6 +311,8 @@ def memory_search(
     query: str, preset: str | None, max_results: int | None, min_score: float | None, as_json: bool
 ) -> None:
     """Search memory by meaning and by keyword."""
+    from app.terminal import printable
+
     settings = _settings()
     idx = _open_index(settings)
     try:
@@ -320,9 +329,10 @@ def memory_search(
     if not hits:
         click.echo("No matching memory found.")
         return
-    for h in hits:
-        click.secho(f"{h.path}:{h.start_line}-{h.end_line}  score {h.score:.2f}", bold=True)
-        for line in h.snippet.splitlines():
+    for h in hits:  # file names and snippets are the files' own bytes: no escape codes through
+        where = printable(f"{h.path}:{h.start_line}-{h.end_line}")
+        click.secho(f"{where}  score {h.score:.2f}", bold=True)
+        for line in printable(h.snippet).splitlines():
             click.echo(f"  {line}")
         click.echo()
 
