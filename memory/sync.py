@@ -187,6 +187,15 @@ class SyncPipeline:
         busy: LeaseHolder | None = None
         restarts = 0
         while True:
+            other = self.generations.live_rebuild() if wait else None
+            if other is not None and other.token != self.token:
+                # Whatever this run wrote to the live generation, the swap would throw away.
+                if waited is None and on_wait is not None:
+                    on_wait(other.describe())
+                waited = other.describe()
+                self._wait_for(other)
+                force = False  # the rebuild just finished is as fresh as ours would be
+                continue
             files = discover_memory_files(self.workspace, self.config.extra_paths)
             active = self.generations.active()
             if force or active is None or active[1] != identity:

@@ -547,7 +547,7 @@ def test_a_rebuild_lease_of_a_dead_process_is_taken_over(
         text=True,
         check=True,
     )
-    building = hold_lease(idx, pid=int(dead.stdout), beat=time.time())
+    hold_lease(idx, pid=int(dead.stdout), beat=time.time())
 
     report = idx.sync(force=True)
 
