@@ -202,6 +202,7 @@ class SyncPipeline:
                 got = self.generations.begin_rebuild(identity, self.token)
                 if isinstance(got, int):
                     report = self._rebuild(got, files, on_progress, rebuild_steps)
+                    self._catch_up(report)
                     break
                 if wait:
                     if waited is None and on_wait is not None:
@@ -258,6 +259,22 @@ class SyncPipeline:
             self.generations.abandon(generation, self.token)
             raise
         return report
+
+    def _catch_up(self, report: SyncReport) -> None:
+        """Index what changed while the rebuild ran (other processes wrote only to the old
+        generation, which the swap dropped): one incremental pass over the new one."""
+        assert report.generation is not None
+        files = discover_memory_files(self.workspace, self.config.extra_paths)
+        extra = SyncReport(report.generation, rebuilt=False)
+        try:
+            self._sync_generation(report.generation, files, extra, None, None)
+        except GenerationGone:
+            return  # yet another rebuild swapped in; it read the files after ours
+        report.files_indexed += [p for p in extra.files_indexed if p not in report.files_indexed]
+        report.files_removed += extra.files_removed
+        report.problems.update(extra.problems)
+        report.chunks_embedded += extra.chunks_embedded
+        report.chunks_from_cache += extra.chunks_from_cache
 
     @contextmanager
     def _writing(self, generation: int, token: str | None) -> Iterator[Any]:
