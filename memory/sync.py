@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import threading
 import time
@@ -59,13 +60,17 @@ class SyncReport:
 
 
 def shown_path(rel_path: str) -> str:
-    """The path as it can be stored and printed: bytes that are not UTF-8 become \\xNN."""
+    """The path as it can be stored and printed: bytes that are not UTF-8 and control
+    characters (which could drive a terminal) become \\xNN escapes."""
     try:
         rel_path.encode("utf-8")
-        return rel_path
+        text = rel_path
     except UnicodeEncodeError:
-        raw = rel_path.encode("utf-8", "surrogateescape")
-        return raw.decode("utf-8", "backslashreplace")
+        text = rel_path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def read_memory_file(path: Path, st: os.stat_result) -> tuple[str, str, str | None]:
@@ -120,8 +125,8 @@ _NOT_REGULAR = (
     "remove it or rename it so it does not end in .md"
 )
 _BAD_NAME = (
-    "skipped: the file name is not valid UTF-8; rename the file (e.g. with `mv`) to a name "
-    "in UTF-8, then run `pinch memory index`"
+    "skipped: the file name is not valid UTF-8 or holds control characters; rename the file "
+    "(e.g. with `mv`) to a plain UTF-8 name, then run `pinch memory index`"
 )
 
 

@@ -115,6 +115,19 @@ def test_a_file_name_that_is_not_utf8_is_reported_escaped_and_the_rest_indexed(
     assert sync_within(idx).problems.keys() == {BAD_NAME}  # still reported, nothing re-done
 
 
+def test_a_file_name_with_control_characters_is_reported_escaped(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    ws = make_workspace({**FILES, "memory/\x1b[31mred\nline.md": "Escape codes in a name.\n"})
+    idx = make_index(ws)
+
+    report = sync_within(idx)
+
+    assert "control characters" in report.problems["memory/\\x1b[31mred\\x0aline.md"]
+    assert sorted(report.files_indexed) == sorted(FILES)
+    assert all("\x1b" not in path for path in idx.status().problems)
+
+
 def test_a_renamed_bad_file_name_stops_being_reported(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
