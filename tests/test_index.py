@@ -26,6 +26,7 @@ from memory.config import ChunkingConfig, EmbeddingConfig, MemoryConfig
 from memory.embeddings import EmbeddingError
 from memory.errors import IndexingError, WorkspaceError
 from memory.index import MemoryIndex
+from memory.vectors import NumpyStore
 from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config, use_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -743,3 +744,60 @@ def test_the_numpy_backend_serves_vectors_where_sqlite_vec_cannot_load(
     assert (status.vector_backend, status.driver, status.degraded) == ("numpy", "sqlite3", None)
     # A paraphrase with no shared keyword: only the vectors can find it.
     assert idx.search("feline companion", preset="vector")[0].path == "MEMORY.md"
+
+
+# ---- injected parts -------------------------------------------------------------------------
+
+
+class BagOfLettersProvider:
+    """A tiny deterministic embedding (letter counts): enough to prove what the index uses."""
+
+    provider = "test"
+    model = "letters"
+    dimensions = 26
+    max_input_chars = None
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def embed_documents(self, texts: Any) -> np.ndarray:
+        self.embedded.extend(texts)
+        return np.vstack([self.embed_query(t) for t in texts])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        vec = np.zeros(26, dtype=np.float32)
+        for ch in text.lower():
+            if "a" <= ch <= "z":
+                vec[ord(ch) - 97] += 1
+        return vec / (float(np.linalg.norm(vec)) or 1.0)
+
+
+def test_an_injected_provider_and_vector_store_are_the_ones_used(
+    make_workspace: WorkspaceFactory, tmp_path: Path
+) -> None:
+    provider = BagOfLettersProvider()
+    made: list[int] = []
+
+    def numpy_store(dimensions: int) -> Any:
+        made.append(dimensions)
+        return NumpyStore(idx.db)
+
+    idx = MemoryIndex.open(
+        make_workspace(FILES),
+        tmp_path / "injected.sqlite",
+        keyword_config(),  # the settings say keyword-only; the injected provider wins
+        provider=provider,  # type: ignore[arg-type]
+        vector_store=numpy_store,
+    )
+    try:
+        idx.sync()
+        status = idx.status()
+        hits = idx.search("cat Tom sofa", preset="vector")
+    finally:
+        idx.close()
+
+    assert (status.provider, status.model, status.dimensions) == ("test", "letters", 26)
+    assert status.vector_backend == "numpy" and status.degraded is None
+    assert made == [26]
+    assert any("Tom" in text for text in provider.embedded)
+    assert hits and hits[0].path == "MEMORY.md"
