@@ -149,9 +149,10 @@ def memory_status(deep: bool, as_json: bool) -> None:
         click.secho(f"DEGRADED        {st.degraded}", fg="yellow")
     if st.rebuilding:
         click.secho(
-            f"rebuilding      by {st.rebuilding}; searches use the index above", fg="yellow"
+            f"rebuilding      by {st.rebuilding}; searches use the current index until it is done",
+            fg="yellow",
         )
-    if st.pending_rebuild:
+    elif st.pending_rebuild:
         click.secho(
             "pending         the index needs a (re)build: run `pinch memory index`", fg="yellow"
         )
