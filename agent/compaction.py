@@ -23,7 +23,7 @@ from datetime import date
 
 from agent.config import AgentConfig
 from agent.context import Context
-from agent.history import Turn, split_turns, usage_record
+from agent.history import Turn, sender_label, split_turns, usage_record
 from agent.model import ModelClient
 from agent.model_errors import ModelError
 from agent.prompts import render
@@ -224,8 +224,9 @@ def render_turns(turns: Sequence[Turn]) -> str:
     for turn in turns:
         for e in turn.events:
             c = e.content
-            if e.kind == "user":
-                lines.append(f"[#{e.seq}] Owner: {c.get('text', '')}")
+            if e.kind == "user":  # other people's and automations' words are not the owner's
+                who = sender_label(c.get("sender")).strip("[]") or "Owner"
+                lines.append(f"[#{e.seq}] {who}: {c.get('text', '')}")
             elif e.kind == "assistant" and c.get("text"):
                 lines.append(f"[#{e.seq}] Assistant: {c['text']}")
             elif e.kind == "tool_call":

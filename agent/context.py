@@ -8,7 +8,8 @@ prompt cache serves it.
 
 Bootstrap files are capped per file and in total; a file over its cap keeps its first 70 % and
 last 20 % around a marker naming the file to read in full. MEMORY.md and USER.md are loaded only
-in the owner's private sessions, never in group or channel sessions.
+in the owner's direct chats, and only the tools the session's policy offers are listed
+(agent/policy.py decides both).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from datetime import date
 from pathlib import Path
 
 from agent.history import History
+from agent.policy import OWNER_FILES, SessionPolicy, policy_for
 from agent.prompts import render
 from agent.types import ModelRequest, ToolSpec
 from memory.sessions import SessionKey
@@ -34,7 +36,7 @@ BOOTSTRAP_FILES = (
     "HEARTBEAT.md",
     "MEMORY.md",
 )
-PRIVATE_FILES = frozenset({"MEMORY.md", "USER.md"})
+PRIVATE_FILES = OWNER_FILES
 HEAD_SHARE, TAIL_SHARE = 0.7, 0.2
 MIN_FILE_BUDGET = 400  # below this, a file is named but not loaded
 
@@ -134,13 +136,16 @@ class ContextBuilder:
         *,
         today: date,
         timezone: str,
+        policy: SessionPolicy | None = None,
     ) -> Context:
-        """The context for `key`'s next request. `history.summary` is the rendered summary block."""
-        private = not key.is_group
-        instructions = render("system", group=key.is_group)
+        """The context for `key`'s next request (under `policy`, by default the owner's word in
+        `key`'s conversation). `history.summary` is the rendered summary block."""
+        policy = policy or policy_for(key)
+        tools = [t for t in tools if policy.offers(t.name)]
+        instructions = render("system", private=policy.owner_private, group=key.is_group)
         files = load_bootstrap(
             self.workspace,
-            private=private,
+            private=policy.owner_private,
             max_chars=self.max_chars,
             total_max_chars=self.total_max_chars,
         )

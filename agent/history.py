@@ -72,10 +72,41 @@ def split_turns(events: Iterable[TranscriptEvent]) -> list[Turn]:
 
 
 def user_blocks(content: dict) -> tuple[TextBlock, ...]:
-    """A stored user message as content blocks: recalled context first, then the owner's words."""
+    """A stored user message as content blocks: recalled context first, then the message.
+
+    A message from anyone but the owner (a `sender` in the stored content; none means the owner)
+    opens with who sent it, "[from Alice (telegram 555)]"; attachments follow as their paths."""
     recalled = content.get("recalled") or ""
     text = content.get("text") or ""
-    return tuple(TextBlock(t) for t in (recalled, text) if t)
+    label = sender_label(content.get("sender"))
+    files = [
+        f"[attached {_clean(str(a.get('kind') or 'file'))}: {_clean(str(a.get('path')), 300)}]"
+        for a in content.get("attachments") or ()
+        if isinstance(a, dict) and a.get("path")
+    ]
+    body = "\n".join(part for part in (label, text, *files) if part)
+    return tuple(TextBlock(t) for t in (recalled, body) if t)
+
+
+def sender_label(sender: object) -> str:
+    """How a non-owner sender is named in front of their message ("" for the owner)."""
+    if not isinstance(sender, dict) or sender.get("kind", "owner") == "owner":
+        return ""
+    name = _clean(str(sender.get("name") or ""))
+    ident = _clean(str(sender.get("id") or ""))
+    if sender.get("kind") == "automation":
+        return f"[automation: {name or ident or 'scheduled'}]"
+    if sender.get("kind") == "system":
+        return f"[system{': ' + name if name else ''}]"
+    where = " ".join(p for p in (_clean(str(sender.get("channel") or "")), ident) if p)
+    who = name or ident or "someone"
+    return f"[from {who} ({where})]" if where and where != who else f"[from {who}]"
+
+
+def _clean(text: str, limit: int = 64) -> str:
+    """A display name safe inside a label: one line, no brackets or control characters."""
+    kept = "".join(" " if (ch in "[]" or not ch.isprintable()) else ch for ch in text)
+    return " ".join(kept.split())[:limit]
 
 
 def events_to_messages(events: Iterable[TranscriptEvent]) -> list[Message]:

@@ -1,23 +1,35 @@
-"""The agent: one turn of conversation, from the owner's message to a durable reply.
+"""The agent: one turn of conversation, from a message to a durable reply.
 
-    agent = Agent(model=create_model_client(...), store=SessionStore(db), index=index,
-                  workspace=workspace, config=settings.agent)
-    reply = await agent.handle(SessionKey.owner_cli(), "What did we decide about the trip?")
+    runtime = await build_runtime(settings)            # app/wiring.py builds the Agent
+    request = AgentRequest(SessionKey.owner_main(), "What did we decide about the trip?")
+    async for event in runtime.agent.run(request):     # TextDelta… Notice… Final(reply)
+        ...
 
-A turn stores the owner's message before calling the model, then runs the tool loop — model
-call, tool calls, tool results, each stored as it happens — until the model answers without
-tools; the final answer is stored before `handle` returns it. When the context grows too big the
-memory flush and compaction run first (compaction.py); slash commands are answered without the
-model (commands.py). A restart resumes every session from the database.
+`Agent.run` (agent/requests.py documents the request and the events) is the way in. A turn
+stores the message — with who sent it, when that is not the owner — before calling the model,
+then runs the tool loop — model call, tool calls, tool results, each stored as it happens — until
+the model answers without tools; the final answer is stored before the `Final` event. When the
+context grows too big the memory flush and compaction run first (compaction.py); slash commands
+are answered without the model (commands.py). A restart resumes every session from the database.
+What a turn may see and do comes from its `SessionPolicy` (policy.py).
+
+`Agent.handle(key, text, on_text)` is the older, owner-only form with a synchronous callback,
+kept for tests and benchmarks.
+
+Ordering: messages of one session must be handled one at a time. The gateway's per-session
+queues own that order; `Agent` keeps a simple per-key lock only as a safety net for callers
+without a queue (the terminal chat, tests).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agent.clock import Clock, load_timezone
 from agent.commands import parse_command, run_command
@@ -27,9 +39,11 @@ from agent.context import Context, ContextBuilder
 from agent.history import build_history, usage_record
 from agent.model import ModelClient
 from agent.model_errors import ContextTooLongError
+from agent.policy import SessionPolicy, policy_for
 from agent.prompts import render
+from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
 from agent.session_hook import save_session_note
-from agent.tools import MemoryTools, ToolContext
+from agent.tools import MemoryTools, ToolContext, session_attachments
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
 from memory.index import IndexStatus, MemoryIndex
 from memory.sessions import Session, SessionKey, SessionStore
@@ -37,8 +51,12 @@ from memory.writes import WorkspaceWriter
 
 log = logging.getLogger(__name__)
 
+__all__ = ["Agent", "AgentReply", "AgentRequest", "AgentStatus"]
+
 TextCallback = Callable[[str], None]
+Emit = Callable[[AgentEvent], None]
 # Finds memory worth putting in front of a message (active memory); None when there is none.
+# Called only in the owner's direct chats (the policy's owner_private).
 Recall = Callable[[SessionKey, str], Awaitable[str | None]]
 
 RESET_NOTICE = (
@@ -51,18 +69,6 @@ TOOL_LIMIT_RESULT = (
     "Not run: this turn has used all its tool calls. Answer now with what you have, and say "
     "what is left undone."
 )
-
-
-@dataclass(frozen=True)
-class AgentReply:
-    """What to show the owner. `text` includes any notice (e.g. that a session was reset)."""
-
-    text: str
-    session_id: str
-    usage: Usage = field(default_factory=Usage)  # every model call of the turn, flush included
-    model: str | None = None  # the model that answered
-    command: str | None = None  # "/new", "/status", … when the message was a slash command
-    compacted: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,9 @@ class _Turn:
 
     key: SessionKey
     session: Session
-    user_content: dict[str, str]
-    on_text: TextCallback | None
+    user_content: dict[str, Any]
+    policy: SessionPolicy
+    emit: Emit
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
     compacted: bool = False
@@ -127,21 +134,52 @@ class Agent:
 
     # -- the public API ----------------------------------------------------------------------
 
+    async def run(self, request: AgentRequest) -> AsyncIterator[AgentEvent]:
+        """Answer `request`, yielding `TextDelta`s and `Notice`s as they come, `Final` last.
+
+        The turn runs in its own task, so a slow consumer never stalls the model stream (events
+        queue up). Raises the turn's `ModelError` (worded as advice) after the events before it;
+        everything stored up to then stays stored. Closing the iterator early, or cancelling
+        its consumer, cancels the turn.
+        """
+        queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()
+        task = asyncio.ensure_future(self._handle(request, queue.put_nowait))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            yield Final(task.result())
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
     async def handle(
         self, key: SessionKey, text: str, on_text: TextCallback | None = None
     ) -> AgentReply:
-        """Answer one message from `key`'s conversation; `on_text` receives the reply as it streams.
+        """The owner's message `text` in `key`'s conversation; `on_text` receives the reply (and
+        notices) as it streams. The older form of `run`, for the owner only."""
 
-        Messages of one conversation are handled one at a time. Raises `ModelError` (worded as
-        advice) when no model can answer; everything stored up to then stays stored.
-        """
+        def emit(event: AgentEvent) -> None:
+            if on_text is None:
+                return
+            if isinstance(event, TextDelta):
+                on_text(event.text)
+            elif isinstance(event, Notice):
+                on_text(event.text + "\n\n")
+
+        return await self._handle(AgentRequest(key, text), emit)
+
+    async def _handle(self, request: AgentRequest, emit: Emit) -> AgentReply:
+        key = request.key
         async with self._locks.setdefault(str(key), asyncio.Lock()):
-            command = parse_command(text)
+            command = parse_command(request.text)
             if command is None:
-                return await self._run_turn(key, text, on_text)
+                return await self._run_turn(request, request.text, emit)
             result = await run_command(self, key, command)
             if result.follow_up:  # "/new <message>": a fresh session, then the message
-                return await self._run_turn(key, result.follow_up, on_text, [result.text])
+                return await self._run_turn(request, result.follow_up, emit, [result.text])
             session = await asyncio.to_thread(self.store.current, key)
             return AgentReply(result.text, session.id, command=command.name)
 
@@ -151,6 +189,13 @@ class Agent:
         Returns the new session and the workspace path of the note (None if there was nothing
         to note)."""
         old = await asyncio.to_thread(self.store.current, key)
+        # The owner's memory/ takes no notes of other conversations: the index keeps them.
+        note = await self._session_note(old) if policy_for(key).writes_memory else None
+        await self.compactor.index_transcript(old)
+        new = await asyncio.to_thread(self.store.reset, key)
+        return new, note
+
+    async def _session_note(self, old: Session) -> str | None:
         note = None
         try:
             note = await save_session_note(
@@ -163,18 +208,16 @@ class Agent:
             )
         except Exception:  # the owner asked for a new session; a failed note must not stop it
             log.warning("Could not write the session note of %s", old.id, exc_info=True)
-        await self.compactor.index_transcript(old)
-        new = await asyncio.to_thread(self.store.reset, key)
-        return new, note
+        return note
 
     async def context(self, key: SessionKey) -> Context:
         """What `key`'s next request would contain, part by part (for /context)."""
         session = await asyncio.to_thread(self.store.current, key)
-        return await asyncio.to_thread(self._build_context, session)
+        return await asyncio.to_thread(self._build_context, session, policy_for(key))
 
     async def status(self, key: SessionKey) -> AgentStatus:
         session = await asyncio.to_thread(self.store.current, key)
-        context = await asyncio.to_thread(self._build_context, session)
+        context = await asyncio.to_thread(self._build_context, session, policy_for(key))
         totals = await asyncio.to_thread(self.store.usage_totals, session.id)
         index = await asyncio.to_thread(self.index.status)
         return AgentStatus(
@@ -192,20 +235,22 @@ class Agent:
 
     async def _run_turn(
         self,
-        key: SessionKey,
+        request: AgentRequest,
         text: str,
-        on_text: TextCallback | None,
+        emit: Emit,
         notices: Sequence[str] = (),
     ) -> AgentReply:
+        key = request.key
+        policy = policy_for(key, request.sender)
         session = await asyncio.to_thread(self.store.current, key)
-        content = {"text": text}
-        recalled = await self._recall(key, text)
+        content = user_content(request, text)
+        recalled = await self._recall(key, text) if policy.owner_private else None
         if recalled:
             content["recalled"] = render("recalled", text=recalled)
         await asyncio.to_thread(self.store.append, session.id, "user", content)
-        turn = _Turn(key, session, content, on_text, notices=list(notices))
-        if on_text is not None and notices:
-            on_text("\n\n".join(notices) + "\n\n")
+        turn = _Turn(key, session, content, policy, emit, notices=list(notices))
+        for notice in notices:
+            emit(Notice(notice))
         answer = await self._tool_loop(turn)
         text_out = "\n\n".join([*turn.notices, answer])
         return AgentReply(
@@ -240,7 +285,7 @@ class Agent:
 
     async def _complete(self, turn: _Turn) -> ModelResponse:
         """One model call for the turn, compacting first if the context is too big."""
-        context = await asyncio.to_thread(self._build_context, turn.session)
+        context = await asyncio.to_thread(self._build_context, turn.session, turn.policy)
         if self.compactor.needs_compaction(context):
             context = await self._compact(turn, context)
         try:
@@ -252,17 +297,21 @@ class Agent:
 
     async def _call(self, turn: _Turn, context: Context) -> ModelResponse:
         request = context.request(max_tokens=self.config.max_output_tokens)
-        response = await self.model.complete(request, turn.on_text)
+        response = await self.model.complete(request, lambda text: turn.emit(TextDelta(text)))
         turn.usage += response.usage
         turn.model = response.model
         return response
 
     async def _compact(self, turn: _Turn, context: Context) -> Context:
-        """Flush memory, then summarise (on failure: a fresh session); returns the new context."""
-        flush = await self.compactor.flush_memory(
-            turn.session, context, today=self.clock.now().date()
-        )
-        turn.usage += flush.usage
+        """Flush memory, then summarise (on failure: a fresh session); returns the new context.
+
+        Only the owner's direct chats flush into the owner's daily log; any other conversation
+        keeps its memory in its own transcript, which compaction indexes."""
+        if turn.policy.writes_memory:
+            flush = await self.compactor.flush_memory(
+                turn.session, context, today=self.clock.now().date()
+            )
+            turn.usage += flush.usage
         try:
             turn.session, usage = await self.compactor.compact(turn.session)
             turn.usage += usage
@@ -270,18 +319,20 @@ class Agent:
         except CompactionError as exc:
             log.warning("Compaction failed; starting a fresh session: %s", exc)
             await self._reset_after_failure(turn)
-        return await asyncio.to_thread(self._build_context, turn.session)
+        return await asyncio.to_thread(self._build_context, turn.session, turn.policy)
 
     async def _reset_after_failure(self, turn: _Turn) -> None:
         await self.compactor.index_transcript(turn.session)  # nothing said is lost to search
         turn.session = await asyncio.to_thread(self.store.reset, turn.key)
         await asyncio.to_thread(self.store.append, turn.session.id, "user", turn.user_content)
         turn.notices.append(RESET_NOTICE)
-        if turn.on_text is not None:
-            turn.on_text(RESET_NOTICE + "\n\n")
+        turn.emit(Notice(RESET_NOTICE))
 
     async def _run_tools(self, turn: _Turn, calls: Sequence[ToolCall], *, refuse: bool) -> None:
-        ctx = ToolContext(turn.key, turn.session.id)
+        attachments: frozenset[str] = frozenset()
+        if not turn.policy.owner_private:  # shared sessions may read what was sent to them
+            attachments = await asyncio.to_thread(session_attachments, self.store, turn.session.id)
+        ctx = ToolContext(turn.key, turn.session.id, turn.policy, attachments)
         if refuse:
             results = [ToolResult(c.id, TOOL_LIMIT_RESULT, is_error=True) for c in calls]
         else:
@@ -290,7 +341,7 @@ class Agent:
 
     # -- the transcript ----------------------------------------------------------------------
 
-    def _build_context(self, session: Session) -> Context:
+    def _build_context(self, session: Session, policy: SessionPolicy) -> Context:
         latest = self.store.latest_compaction(session.id)
         first_kept = int(latest.content["first_kept_seq"]) if latest else 0
         summary = (
@@ -306,6 +357,7 @@ class Agent:
             self.tools.specs,
             today=self.clock.now().date(),
             timezone=self.clock.zone_name,
+            policy=policy,
         )
 
     def _store_response(self, session: Session, response: ModelResponse) -> None:
@@ -322,3 +374,24 @@ class Agent:
 
     def _reindex(self, rel_path: str) -> None:
         self.index.sync()
+
+
+def user_content(request: AgentRequest, text: str) -> dict[str, Any]:
+    """The stored `user` event of a message: its text and, when it is not the owner's, who sent
+    it (no `sender` means the owner, as in transcripts from before senders were recorded)."""
+    content: dict[str, Any] = {"text": text}
+    if request.sender != "owner":
+        sender = {
+            "kind": request.sender,
+            "id": request.sender_id,
+            "name": request.sender_name,
+            "channel": request.key.channel,
+        }
+        content["sender"] = {k: v for k, v in sender.items() if v is not None}
+    if request.attachments:
+        content["attachments"] = [
+            {k: v for k, v in vars(a).items() if v is not None} for a in request.attachments
+        ]
+    if request.message_ids:
+        content["message_ids"] = list(request.message_ids)
+    return content

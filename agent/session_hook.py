@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from agent.clock import Clock
+from agent.history import sender_label
 from agent.model import ModelClient
 from agent.prompts import render
 from agent.types import Message, ModelRequest
 from memory.sessions import Session, SessionStore, TranscriptEvent
-from memory.writes import WorkspaceWriter
+from memory.writes import WorkspaceWriter, escape_markup
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,10 @@ def note_messages(
         if event.kind == "user" and text.startswith("/"):
             continue
         when = datetime.fromtimestamp(event.created_at, clock.tz).strftime("%H:%M")
-        picked.append(NoteMessage("Owner" if event.kind == "user" else "Assistant", text, when))
+        role = "Assistant"
+        if event.kind == "user":  # an automation's message is not the owner's word
+            role = sender_label(event.content.get("sender")).strip("[]") or "Owner"
+        picked.append(NoteMessage(role, escape_markup(text), when))
     return picked[-limit:]
 
 

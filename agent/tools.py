@@ -4,8 +4,9 @@ A tool that fails returns its failure to the model as a tool result with `is_err
 so the model can correct itself; nothing a tool does can crash a turn. Blocking work (searching,
 embedding, SQLite and file writes) runs in a worker thread, off the event loop.
 
-Privacy: in group sessions MEMORY.md and USER.md are neither searched, read nor written, and
-transcripts are readable only by the conversation they belong to.
+Privacy: every read, search and write asks the turn's `SessionPolicy` (agent/policy.py), carried
+in the `ToolContext`: outside the owner's direct chats no memory file is searched, read or
+written, and only the conversation's own transcript is found.
 """
 
 from __future__ import annotations
@@ -14,18 +15,18 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from agent.clock import Clock
-from agent.context import PRIVATE_FILES
+from agent.policy import SessionPolicy, policy_for
 from agent.types import ToolCall, ToolResult, ToolSpec
 from memory.errors import MemoryError_, WorkspaceError
 from memory.index import MemoryIndex
 from memory.sessions import SessionKey, SessionStore
 from memory.transcripts import read_transcript
-from memory.workspace import confine_path, read_memory_lines
+from memory.workspace import confine_path, read_confined, read_memory_lines
 from memory.writes import WorkspaceWriter
 
 log = logging.getLogger(__name__)
@@ -45,10 +46,16 @@ class ToolFailure(Exception):
 
 @dataclass(frozen=True)
 class ToolContext:
-    """Who is asking: the conversation a tool call belongs to."""
+    """Who is asking: the conversation a tool call belongs to, and what its turn may do."""
 
     key: SessionKey
     session_id: str
+    policy: SessionPolicy = field(default=None)  # type: ignore[assignment]  # set below
+    attachments: frozenset[str] = frozenset()  # files sent in this conversation (workspace paths)
+
+    def __post_init__(self) -> None:
+        if self.policy is None:  # the owner's word in `key`'s conversation
+            object.__setattr__(self, "policy", policy_for(self.key))
 
 
 ToolFunction = Callable[[ToolContext, Mapping[str, Any]], Awaitable[str]]
@@ -71,12 +78,23 @@ class ToolRegistry:
     async def call(
         self, call: ToolCall, ctx: ToolContext, *, allowed: frozenset[str] | None = None
     ) -> ToolResult:
-        """Run `call`; any failure becomes an error result. `allowed` limits which tools run."""
+        """Run `call`; any failure becomes an error result. Only tools in `ctx.policy` run,
+        and of those only the ones in `allowed` when given (the memory flush)."""
         tool = self._tools.get(call.name)
         try:
+            offered = [n for n in self._tools if ctx.policy.offers(n)]
             if tool is None:
+                raise ToolFailure(f"Unknown tool {call.name!r}. Available: {', '.join(offered)}.")
+            if not ctx.policy.offers(call.name):
                 raise ToolFailure(
-                    f"Unknown tool {call.name!r}. Available: {', '.join(self._tools)}."
+                    f"{call.name} is not available in this conversation: only the owner's direct "
+                    f"chat may use it. Available: {', '.join(offered)}."
+                )
+            if not ctx.policy.allows(call.name):
+                raise ToolFailure(
+                    f"{call.name} runs only on the owner's own message, not in an automated turn "
+                    "(it changes the owner's curated memory or acts for the owner). Note it with "
+                    "memory_append instead."
                 )
             if allowed is not None and call.name not in allowed:
                 raise ToolFailure(
@@ -237,9 +255,7 @@ class MemoryTools:
             max_results=max_results,
             min_score=None if min_score is None else float(min_score),
             now=self.clock.now().replace(tzinfo=None),
-            # A group recalls only its own conversation: the memory files hold the owner's
-            # private life (daily logs and session notes come from private chats too).
-            scopes=(ctx.key.memory_scope,) if ctx.key.is_group else ("", ctx.key.memory_scope),
+            filter=ctx.policy.search,
         )
         results = []
         for hit in hits:
@@ -273,6 +289,7 @@ class MemoryTools:
             int(args.get("from") or 1),
             _optional_int(args.get("lines")),
             self.index.config.extra_paths,
+            allow_hard_links=self.index.config.allow_hard_links,
         )
         r = result
         if not r.text:
@@ -281,20 +298,25 @@ class MemoryTools:
 
     async def transcript_read(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         count = min(_optional_int(args.get("lines")) or 40, 200)
+        path = str(args["path"]).strip()
+        session = await asyncio.to_thread(self.store.get, path.removeprefix(TRANSCRIPT_PREFIX))
+        # Only conversations the policy lets this one recall; any other reads as "no such".
+        scope = session.key.memory_scope if session is not None else None
         return await asyncio.to_thread(
             read_transcript,
             self.store,
-            str(args["path"]).strip(),
+            path,
             int(args.get("from") or 1),
             count,
-            scope=ctx.key.memory_scope,  # only this conversation's transcripts
+            scope=scope if scope in ctx.policy.transcript_scopes else ctx.key.memory_scope,
         )
 
     async def read_file(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         path = str(args["path"])
         self._refuse_private(ctx, path)
-        target = confined_path(self.workspace, path)
-        text = await asyncio.to_thread(_read_text_file, target, path)
+        text = await asyncio.to_thread(
+            _read_text_file, self.workspace, path, self.index.config.allow_hard_links
+        )
         lines = text.split("\n")
         start = int(args.get("from") or 1)
         count = _optional_int(args.get("lines")) or len(lines)
@@ -310,6 +332,8 @@ class MemoryTools:
     # -- writing memory ----------------------------------------------------------------------
 
     async def memory_append(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
+        if not ctx.policy.writes_memory:  # not offered there; refused all the same
+            raise ToolFailure(_NO_WRITES)
         text = str(args["text"]).strip()
         if not text:
             raise ToolFailure("Nothing to append: text is empty.")
@@ -317,11 +341,8 @@ class MemoryTools:
         return f"Appended to {rel}."
 
     async def remember(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
-        if ctx.key.is_group:
-            raise ToolFailure(
-                "remember is not available in group conversations: USER.md and MEMORY.md are the "
-                "owner's private files. Use memory_append, or ask the owner in a direct chat."
-            )
+        if not ctx.policy.writes_memory:
+            raise ToolFailure(_NO_WRITES)
         text = str(args["text"]).strip()
         if not text:
             raise ToolFailure("Nothing to remember: text is empty.")
@@ -337,12 +358,30 @@ class MemoryTools:
 
     @staticmethod
     def _refuse_private(ctx: ToolContext, path: str) -> None:
-        rel = PurePosixPath(path.strip()).as_posix()
-        if ctx.key.is_group and (rel in PRIVATE_FILES or rel.startswith("memory/")):
-            raise ToolFailure(
-                f"{path} is the owner's private memory and not readable in group chats; "
-                "here, memory_search covers this group's own conversation."
-            )
+        # Shared sessions read only the public bootstrap files and their own attachments; the
+        # path is confined (and any odd form of it refused) after this check.
+        if not ctx.policy.may_read_file(PurePosixPath(path.strip()).as_posix(), ctx.attachments):
+            raise ToolFailure(_NOT_HERE.format(path=path))
+
+
+def session_attachments(store: SessionStore, session_id: str) -> frozenset[str]:
+    """The workspace paths of the files sent in a session's conversation. Blocks (SQLite)."""
+    return frozenset(
+        str(a.get("path"))
+        for e in store.events(session_id, kinds=("user",))
+        for a in e.content.get("attachments") or ()
+        if isinstance(a, dict) and a.get("path")
+    )
+
+
+_NOT_HERE = (
+    "{path} is not readable in this conversation: only the owner's direct chat reads the "
+    "owner's memory and files. Here, memory_search covers this conversation's own history."
+)
+_NO_WRITES = (
+    "Not available in this conversation: only the owner's direct chat writes to the owner's "
+    "memory files. What is said here stays searchable in this conversation's own history."
+)
 
 
 def confined_path(workspace: Path, raw: str) -> Path:
@@ -353,10 +392,12 @@ def confined_path(workspace: Path, raw: str) -> Path:
         raise ToolFailure(str(exc)) from None
 
 
-def _read_text_file(target: Path, shown: str) -> str:
-    if not target.is_file():
-        raise ToolFailure(f"{shown} does not exist in the workspace (or is a folder).")
-    data = target.read_bytes()
+def _read_text_file(workspace: Path, shown: str, allow_hard_links: bool) -> str:
+    # Opened without following links at any step: a file swapped for a link cannot escape.
+    try:
+        data = read_confined(workspace, shown, allow_hard_links=allow_hard_links)
+    except WorkspaceError as exc:
+        raise ToolFailure(str(exc)) from None
     if b"\x00" in data[:8192]:
         raise ToolFailure(f"{shown} is a binary file; only text files can be read.")
     return data.decode("utf-8", errors="replace")

@@ -6,8 +6,9 @@ the running reply and returns to the prompt; at the prompt it clears the line; C
 With stdin or stdout not a terminal, each input line is one message and replies are plain text, so
 `echo "hello" | pinch chat` works in scripts.
 
-The chat uses the agent database the gateway uses, syncs the memory index on start and keeps it
-in step with edited files (MemoryWatcher) while it is open.
+The chat is built by `app.wiring.build_runtime`, like the gateway: the same agent database,
+the index synced on start and kept in step with edited files (MemoryWatcher) while it is open.
+Each line goes to the agent as an `AgentRequest` from the owner (`Agent.run`).
 """
 
 from __future__ import annotations
@@ -31,13 +32,12 @@ from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
-from agent.model import ModelClient, create_model_client, preload
 from agent.model_errors import ModelError
-from agent.runtime import Agent, AgentReply
+from agent.requests import AgentReply, AgentRequest, Notice, TextDelta
+from agent.runtime import Agent
+from app.wiring import Runtime, build_runtime
 from memory.errors import MemoryError_
-from memory.index import MemoryIndex
-from memory.sessions import SessionKey, SessionStore
-from memory.watch import MemoryWatcher
+from memory.sessions import SessionKey
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -53,68 +53,43 @@ def session_key(agent_id: str, name: str | None = None) -> SessionKey:
 
     A named session is a thread of the owner's direct chat: the same private context and memory
     scope, its own history."""
-    owner = SessionKey.owner_cli(agent_id)
+    owner = SessionKey.owner_main(agent_id)
     return replace(owner, thread_id=name) if name else owner
 
 
 async def run_chat(settings: Settings, *, session: str | None = None) -> int:
     """Run the chat until Ctrl-D or the end of input; returns the exit status."""
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
-    index = await asyncio.to_thread(
-        MemoryIndex.open, settings.workspace_dir, settings.database_path, settings.memory
-    )
-    model = create_model_client(
-        settings.agent.model,
-        fallbacks=settings.agent.fallback_models,
-        api_base=settings.agent.api_base,
-        timeout_s=settings.agent.timeout_s,
-        max_retries=settings.agent.max_retries,
-    )
-    watcher = MemoryWatcher(index)
-    # The SDK import takes seconds: done while the index syncs (and the owner types).
-    preloading = asyncio.ensure_future(_preload_quietly(model))
-    try:
-        agent = Agent(
-            model=model,
-            store=SessionStore(index.db),
-            index=index,
-            workspace=settings.workspace_dir,
-            config=settings.agent,
-        )
+    # The model SDK loads in the background while the index syncs (and the owner types).
+    async with await build_runtime(settings) as runtime:
         key = session_key(settings.agent_id, session)
         if interactive:
-            terminal = TerminalChat(agent, key, settings)
-            await terminal.sync_index()
-            watcher.start()
+            terminal = TerminalChat(runtime.agent, key, settings)
+            await terminal.sync_index(runtime)
+            runtime.watcher.start()
             return await terminal.run()
-        await _sync_index(index, _warn_plain)
-        watcher.start()
-        return await PipedChat(agent, key).run()
-    finally:
-        preloading.cancel()
-        watcher.stop()
-        await _close_model(model)
-        index.close()
+        await _sync_index(runtime, _warn_plain)
+        runtime.watcher.start()
+        return await PipedChat(runtime.agent, key).run()
 
 
-async def _sync_index(index: MemoryIndex, warn: Callable[[str], None]) -> None:
+async def _sync_index(runtime: Runtime, warn: Callable[[str], None]) -> None:
     try:
-        await asyncio.to_thread(index.sync)
+        await runtime.sync_index()
     except MemoryError_ as exc:  # chat still works; search serves the last complete index
         warn(f"The memory index could not be updated: {exc}")
 
 
-async def _preload_quietly(model: ModelClient) -> None:
-    with contextlib.suppress(Exception):  # the first reply imports it again, and says what failed
-        await preload(model)
-
-
-async def _close_model(model: ModelClient) -> None:
-    for client in getattr(model, "clients", [model]):  # a FallbackClient holds several
-        close = getattr(client, "aclose", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                await close()
+async def ask(agent: Agent, request: AgentRequest, on_text: Callable[[str], None]) -> AgentReply:
+    """Run `request`, handing streamed text (and notices) to `on_text`; returns the reply."""
+    async for event in agent.run(request):
+        if isinstance(event, TextDelta):
+            on_text(event.text)
+        elif isinstance(event, Notice):
+            on_text(event.text + "\n\n")
+        else:
+            return event.reply
+    raise RuntimeError("The agent's turn ended without a reply.")  # run() always ends in Final
 
 
 def shown_text(reply: AgentReply) -> str:
@@ -162,7 +137,7 @@ class PipedChat:
             sys.stdout.flush()
 
         try:
-            reply = await self.agent.handle(self.key, text, on_text=on_text)
+            reply = await ask(self.agent, AgentRequest(self.key, text), on_text)
         except ModelError as exc:
             if streamed:
                 print(flush=True)
@@ -185,9 +160,9 @@ class TerminalChat:
         self.settings = settings
         self.console = Console(highlight=False)
 
-    async def sync_index(self) -> None:
+    async def sync_index(self, runtime: Runtime) -> None:
         """Bring the memory index up to date, saying so when that takes a while."""
-        task = asyncio.ensure_future(_sync_index(self.agent.index, self._warn))
+        task = asyncio.ensure_future(_sync_index(runtime, self._warn))
         done, _ = await asyncio.wait({task}, timeout=SLOW_SYNC_S)
         if not done:
             with self.console.status("indexing memory…", spinner="dots"):
@@ -236,7 +211,7 @@ class TerminalChat:
 
     async def _answer(self, text: str) -> None:
         view = StreamingMarkdown(self.console)
-        task = asyncio.ensure_future(self.agent.handle(self.key, text, on_text=view.add))
+        task = asyncio.ensure_future(ask(self.agent, AgentRequest(self.key, text), view.add))
         interrupted = False
 
         def cancel() -> None:

@@ -31,6 +31,7 @@ from memory.db import Database, open_database
 from memory.embedcache import EmbeddingCache
 from memory.embeddings import EmbeddingError, EmbeddingProvider, create_provider
 from memory.errors import IndexingError
+from memory.filters import SearchFilter
 from memory.generations import STALE_LEASE_SECONDS, Generations, LeaseHolder
 from memory.presets import SearchPreset, get_preset
 from memory.rows import IndexRows, VecRow
@@ -45,7 +46,6 @@ from memory.sync import (
     shown_path,
 )
 from memory.vectors import NumpyStore, SqliteVecStore, VectorStore, drop_vec_table
-from memory.workspace import discover_memory_files
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -361,8 +361,14 @@ class MemoryIndex:
         min_score: float | None = None,
         now: datetime | None = None,
         scopes: Sequence[str] = ("",),
+        filter: SearchFilter | None = None,
     ) -> list[SearchHit]:
-        """Hybrid search of the active generation. An empty index is synced first."""
+        """Hybrid search of the active generation. An empty index is synced first.
+
+        `filter` (the agent's policy) replaces `scopes` and may also limit sources and origins.
+        """
+        if filter is not None:
+            scopes = filter.scopes
         chosen = (
             preset if isinstance(preset, SearchPreset) else get_preset(preset or self.config.preset)
         )
@@ -398,6 +404,7 @@ class MemoryIndex:
             min_score=min_score,
             now=now or datetime.now(),
             scopes=list(scopes),
+            admits=filter.admits if filter is not None else None,
         )
 
     def _embed_query(self, text: str) -> np.ndarray:
@@ -465,9 +472,7 @@ class MemoryIndex:
 
     def _dirty_files(self, generation: int | None) -> list[str]:
         if generation is None:
-            return [
-                f.rel_path for f in discover_memory_files(self.workspace, self.config.extra_paths)
-            ]
+            return [f.rel_path for f in self._pipeline.discover()]
         known = dict(
             (r[0], r[1])
             for r in self.db.execute(
@@ -475,12 +480,14 @@ class MemoryIndex:
             )
         )
         dirty = []
-        files = discover_memory_files(self.workspace, self.config.extra_paths)
+        files = self._pipeline.discover()
         for f in files:
             path = shown_path(f.rel_path)
             try:
                 st = os.lstat(f.abs_path)
-                _, h, _ = read_memory_file(f.abs_path, st)  # never blocks on a FIFO
+                _, h, _ = read_memory_file(  # never blocks on a FIFO
+                    self.workspace, f, st, allow_hard_links=self.config.allow_hard_links
+                )
             except (OSError, IndexingError):
                 dirty.append(path)
                 continue

@@ -340,6 +340,7 @@ def run_search(
     min_score: float | None,
     now: datetime,
     scopes: list[str],
+    admits: Callable[[str, str], bool] | None = None,
 ) -> list[SearchHit]:
     query = re.sub(r"\s+", " ", query).strip()
     if not re.search(r"\w", query):
@@ -383,6 +384,9 @@ def run_search(
 
     merged = merge_hybrid(vector, keyword, preset)
     cands = _load(db, list(merged))
+    if admits is not None:  # a SearchFilter's sources/origins (the scopes are applied above)
+        cands = {i: c for i, c in cands.items() if admits(c.source, c.origin)}
+        merged = {i: s for i, s in merged.items() if i in cands}
     v_best = max((v for _, v in vector), default=0.0)
     v_worst = min((v for _, v in vector), default=0.0)
     for cid, (v, kw) in merged.items():

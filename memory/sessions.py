@@ -23,6 +23,9 @@ from memory.db import Database
 from memory.errors import SessionError
 
 CHAT_TYPES = ("direct", "group", "channel")
+# The peer id of the owner's direct chats on every channel: the gateway maps each identity listed
+# in `[owners]` (and the terminal user) to it, so a key alone says whether a chat is the owner's.
+OWNER_PEER = "owner"
 EVENT_KINDS = frozenset(
     {"user", "assistant", "tool_call", "tool_result", "compaction", "command", "flush"}
 )
@@ -45,7 +48,7 @@ class SessionKey:
     agent_id: str  # "main"
     channel: str  # "cli" | "telegram" | "slack"
     chat_type: str  # "direct" | "group" | "channel"
-    peer_id: str  # the peer's user id for direct chats; the group/channel id otherwise
+    peer_id: str  # "owner", or another person's user id, in direct chats; else the chat's id
     thread_id: str | None = None
 
     def __post_init__(self) -> None:
@@ -85,6 +88,12 @@ class SessionKey:
         return self.chat_type in ("group", "channel")
 
     @property
+    def is_owner_direct(self) -> bool:
+        """The owner's own direct chat (any channel, any thread of it). Only these are private:
+        what the owner may see there is decided by agent/policy.py."""
+        return self.chat_type == "direct" and self.peer_id == OWNER_PEER
+
+    @property
     def memory_scope(self) -> str:
         """The search scope of this conversation's transcript chunks.
 
@@ -96,8 +105,20 @@ class SessionKey:
         return str(self)
 
     @classmethod
+    def owner_direct(cls, channel: str, agent_id: str = "main") -> SessionKey:
+        """The owner's direct chat on `channel` (`[gateway] owner_dm_scope = "per-channel"`)."""
+        return cls(agent_id, channel, "direct", OWNER_PEER)
+
+    @classmethod
+    def owner_main(cls, agent_id: str = "main") -> SessionKey:
+        """The ONE session the owner's direct chats on every channel share by default
+        (`owner_dm_scope = "main"`). It is the terminal's key, "main:cli:direct:owner", so the
+        conversations `pinch chat` stored before channels existed simply continue."""
+        return cls.owner_direct("cli", agent_id)
+
+    @classmethod
     def owner_cli(cls, agent_id: str = "main") -> SessionKey:
-        return cls(agent_id, "cli", "direct", "owner")
+        return cls.owner_main(agent_id)
 
 
 @dataclass(frozen=True)

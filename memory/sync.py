@@ -32,10 +32,10 @@ from memory.config import MemoryConfig
 from memory.db import Database
 from memory.embedcache import EmbeddingCache, ProgressCallback
 from memory.embeddings import EmbeddingProvider
-from memory.errors import IndexingError
+from memory.errors import IndexingError, WorkspaceError
 from memory.generations import GenerationGone, Generations, LeaseHolder
 from memory.rows import IndexRows, StoreFor
-from memory.workspace import MemoryFile, discover_memory_files
+from memory.workspace import MemoryFile, discover_memory_files, open_memory_file
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 LEASE_POLL_SECONDS = 0.2
@@ -73,35 +73,42 @@ def shown_path(rel_path: str) -> str:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def read_memory_file(path: Path, st: os.stat_result) -> tuple[str, str, str | None]:
+def read_memory_file(
+    workspace: Path, f: MemoryFile, st: os.stat_result, *, allow_hard_links: bool = False
+) -> tuple[str, str, str | None]:
     """(text, sha256 of the bytes, warning) of a regular file, or IndexingError with advice.
 
-    Opened without following a symlink and without blocking (a FIFO named *.md must never hang
-    the index), and checked again on the open descriptor: what was stat'ed is what is read.
+    Opened through `open_memory_file`: one path component at a time without following a
+    symbolic link, without blocking (a FIFO named *.md must never hang the index), hard links
+    refused unless allowed — and checked again on the open descriptor: what was stat'ed is what
+    is read.
     """
     if st.st_size > MAX_FILE_BYTES:
-        raise IndexingError(
-            f"skipped: {st.st_size / 1e6:.1f} MB is over the {MAX_FILE_BYTES // 2**20} MB "
-            "limit for one memory file; split it into smaller files"
-        )
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        raise _too_big(st.st_size)
     try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise IndexingError(_os_advice(exc)) from exc
+        fd = open_memory_file(workspace, f, allow_hard_links=allow_hard_links)
+    except WorkspaceError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno in _ADVISED:
+            raise IndexingError(_os_advice(cause)) from exc
+        raise IndexingError(f"skipped: {exc}") from exc
     try:
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode):
             raise IndexingError(_NOT_REGULAR)
-        chunks = []
+        if opened.st_size > MAX_FILE_BYTES:
+            raise _too_big(opened.st_size)
+        parts = []
+        size = 0
         while True:
             part = os.read(fd, 1 << 20)
             if not part:
                 break
-            chunks.append(part)
-            if sum(map(len, chunks)) > MAX_FILE_BYTES:
-                raise IndexingError("skipped: the file grew past the size limit while being read")
-        data = b"".join(chunks)
+            parts.append(part)
+            size += len(part)
+            if size > MAX_FILE_BYTES:
+                raise _too_big(size)
+        data = b"".join(parts)
     except OSError as exc:
         raise IndexingError(_os_advice(exc)) from exc
     finally:
@@ -120,6 +127,14 @@ def read_memory_file(path: Path, st: os.stat_result) -> tuple[str, str, str | No
         )
 
 
+def _too_big(size: int) -> IndexingError:
+    return IndexingError(
+        f"skipped: {size / 1e6:.1f} MB is over the {MAX_FILE_BYTES // 2**20} MB "
+        "limit for one memory file; split it into smaller files"
+    )
+
+
+_ADVISED = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM})
 _NOT_REGULAR = (
     "skipped: not a regular file (a FIFO, socket, device or folder named *.md); "
     "remove it or rename it so it does not end in .md"
@@ -201,7 +216,7 @@ class SyncPipeline:
                 self._wait_for(other)
                 force = False  # the rebuild just finished is as fresh as ours would be
                 continue
-            files = discover_memory_files(self.workspace, self.config.extra_paths)
+            files = self.discover()
             active = self.generations.active()
             if force or active is None or active[1] != identity:
                 got = self.generations.begin_rebuild(identity, self.token)
@@ -237,6 +252,12 @@ class SyncPipeline:
         report.seconds = time.monotonic() - started
         return report
 
+    def discover(self) -> list[MemoryFile]:
+        """The memory files to index (symbolic links and, unless allowed, hard links left out)."""
+        return discover_memory_files(
+            self.workspace, self.config.extra_paths, allow_hard_links=self.config.allow_hard_links
+        )
+
     def _wait_for(self, holder: LeaseHolder) -> None:
         while True:
             time.sleep(LEASE_POLL_SECONDS)
@@ -269,7 +290,7 @@ class SyncPipeline:
         """Index what changed while the rebuild ran (other processes wrote only to the old
         generation, which the swap dropped): one incremental pass over the new one."""
         assert report.generation is not None
-        files = discover_memory_files(self.workspace, self.config.extra_paths)
+        files = self.discover()
         extra = SyncReport(report.generation, rebuilt=False)
         try:
             self._sync_generation(report.generation, files, extra, None, None)
@@ -336,7 +357,9 @@ class SyncPipeline:
                 report.files_unchanged += 1
                 continue
             try:
-                text, file_hash, warning = read_memory_file(f.abs_path, st)
+                text, file_hash, warning = read_memory_file(
+                    self.workspace, f, st, allow_hard_links=self.config.allow_hard_links
+                )
             except IndexingError as exc:
                 problem(f, str(exc), st)
                 continue

@@ -179,6 +179,9 @@ def _entries(
         if event.kind in ("user", "assistant"):
             text, origin = _text_of(c.get("text")).strip(), "system"
             label = _LABELS[event.kind]
+            sender = c.get("sender") if event.kind == "user" else None
+            if isinstance(sender, dict) and sender.get("kind") == "person":
+                origin = "untrusted"  # another person's words: findable, never trusted
         elif event.kind == "tool_result" and not c.get("is_error"):
             name = str(c.get("name") or tool_names.get(str(c.get("tool_use_id")), ""))
             if name in UNINDEXED_TOOLS:

@@ -8,6 +8,11 @@
   owner in an editor) changed it meanwhile; a file that is not valid UTF-8 is refused, not
   rewritten with replacement characters; session notes never overwrite an existing file.
 
+- Unforgeable: text the agent writes (appends, facts, section names) cannot add structure the
+  index trusts — `<!-- … -->` markers (importance, observed/status) are removed and stray `<!--`
+  `-->` escaped, Markdown headings escaped, control characters and terminal escapes dropped
+  (`escape_markup`) — and one append or fact is at most 16 kB (`MAX_APPEND_BYTES`).
+
 Each successful write calls `on_written(rel_path)` (the agent re-indexes memory there).
 """
 
@@ -20,23 +25,34 @@ import re
 import tempfile
 import threading
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import date, datetime, tzinfo
 from pathlib import Path
 from typing import Literal
 
 from memory.errors import WorkspaceError
-from memory.workspace import confine_path
+from memory.workspace import (
+    PRIVATE_FILE_MODE,
+    FileMissingError,
+    confine_path,
+    make_private_dirs,
+    open_folder_confined,
+    read_confined,
+)
 
 log = logging.getLogger(__name__)
 
 FACT_FILES = ("USER.md", "MEMORY.md")
+MAX_APPEND_BYTES = 16 * 1024
 _RETRIES = 5
 _MARKER = re.compile(r"<!--\s*observed:[^>]*?status:\s*(active|superseded)\s*-->", re.IGNORECASE)
 _ANY_MARKER = re.compile(r"<!--\s*(?:observed:[^>]*?)?status:\s*\w+\s*-->", re.IGNORECASE)
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_TERMINAL_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.)?")
+_ATX_HEADING = re.compile(r"^([ \t]{0,3})(#{1,6})(?=[ \t]|$)", re.MULTILINE)
+_SETEXT_UNDERLINE = re.compile(r"^([ \t]{0,3})(=+|-{2,})[ \t]*$", re.MULTILINE)
 # One lock for the process: two writers must not interleave read-modify-write of one file.
 _write_lock = threading.RLock()
 
@@ -62,9 +78,10 @@ class WorkspaceWriter:
         The file is created with a "# YYYY-MM-DD" heading on the day's first entry. "Today" is
         in the owner's time zone (`now` without tzinfo is taken as the owner's local time).
         """
-        entry = text.strip("\n")
+        entry = escape_markup(text).strip("\n")
         if not entry.strip():
             raise WorkspaceError("Nothing to append: the text is empty.")
+        _check_size(entry, "note")
         day = self._today(now)
         rel = f"memory/{day.isoformat()}.md"
 
@@ -92,10 +109,13 @@ class WorkspaceWriter:
         """
         if target not in FACT_FILES:
             raise WorkspaceError(f"Facts go to USER.md or MEMORY.md, not {target!r}.")
-        # One bullet, one line; comments inside it could forge markers.
-        fact = " ".join(_COMMENT.sub("", text).split())
+        # One bullet, one line; markers and headings inside it could forge structure.
+        fact = " ".join(escape_markup(text).split())
         if not fact:
             raise WorkspaceError("Nothing to record: the fact is empty.")
+        _check_size(fact, "fact")
+        if section is not None:
+            section = " ".join(escape_markup(section).split()).lstrip("#\\ ")[:200] or None
         day = self._today(now).isoformat()
         line = f"- {fact} <!-- observed: {day} | status: active -->"
 
@@ -117,8 +137,11 @@ class WorkspaceWriter:
                 suffix = "" if n == 1 else f"-{n}"
                 rel = f"memory/{day.isoformat()}-{clean}{suffix}.md"
                 target = self._confine(rel)
-                if not target.exists() and _write_new(target, data):
-                    break
+                if target.exists():
+                    continue
+                with _pinned(self.workspace, target) as pinned:
+                    if _write_new(pinned, data):
+                        break
             else:
                 raise WorkspaceError(
                     f"Too many session notes named {clean!r} on {day}; use another slug."
@@ -130,8 +153,8 @@ class WorkspaceWriter:
         """Replace (or create) a Markdown file inside the workspace, atomically."""
         target = self._confine(rel_path)
         rel = target.relative_to(self.workspace).as_posix()
-        with _write_lock:
-            _atomic_write(target, _encode(text))
+        with _write_lock, _pinned(self.workspace, target) as pinned:
+            _atomic_write(pinned, _encode(text))
         self._written(rel)
         return rel
 
@@ -148,11 +171,11 @@ class WorkspaceWriter:
         """Read–change–write one file, retrying if it changed on disk while we worked."""
         target = self._confine(rel_path)
         rel = target.relative_to(self.workspace).as_posix()
-        with _write_lock:
+        with _write_lock, _pinned(self.workspace, target) as pinned:
             for _ in range(_RETRIES):
-                before = _read_text(target, rel)
+                before = _read_text(self.workspace, rel)
                 data = _encode(change(before))
-                if _atomic_write(target, data, check=True, expect=before):
+                if _atomic_write(pinned, data, check=True, expect=before):
                     break
             else:
                 raise WorkspaceError(
@@ -171,7 +194,11 @@ class WorkspaceWriter:
             log.warning("The on_written hook failed for %s", rel, exc_info=True)
 
     def _confine(self, raw: str) -> Path:
-        """The absolute path of a workspace-relative Markdown path, or WorkspaceError."""
+        """The absolute path of a workspace-relative Markdown path, or WorkspaceError.
+
+        A target with several hard links is refused (`confine_path`): it may be a file outside
+        the workspace, whose content the read–change–write would copy in.
+        """
         target, rel = confine_path(self.workspace, raw)
         if not rel.endswith(".md"):
             raise WorkspaceError(
@@ -182,14 +209,61 @@ class WorkspaceWriter:
         return target
 
 
+def escape_markup(text: str) -> str:
+    """Agent-written text made unable to forge structure in a memory file.
+
+    Comments (`<!-- importance: 5 -->`, `<!-- observed: … | status: … -->`) are removed and any
+    stray `<!--` / `-->` escaped; heading lines (`# …`, setext underlines) are escaped with a
+    backslash, so they show as text; terminal escape sequences and control characters other than
+    newline and tab are dropped (they would reach the owner's screen through search results).
+    """
+    text = _TERMINAL_ESCAPE.sub("", text.replace("\r\n", "\n"))
+    text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) != "Cc")
+    text = _COMMENT.sub("", text).replace("<!--", "&lt;!--").replace("-->", "--&gt;")
+    text = _ATX_HEADING.sub(r"\1\\\2", text)
+    return _SETEXT_UNDERLINE.sub(r"\1\\\2", text)
+
+
+def _check_size(text: str, what: str) -> None:
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_APPEND_BYTES:
+        raise WorkspaceError(
+            f"The {what} is {size:,} bytes; one write takes at most {MAX_APPEND_BYTES:,} bytes "
+            "(16 kB), and nothing was written. Keep the essentials, or split it into a few "
+            "shorter notes."
+        )
+
+
 # ---- file operations ------------------------------------------------------------------------
 
 
-def _read_text(path: Path, rel: str) -> str | None:
-    """The file's text, None if it does not exist; refuses binary and non-UTF-8 files."""
+@contextlib.contextmanager
+def _pinned(workspace: Path, target: Path) -> Iterator[Path]:
+    """`target` reached through a descriptor of its folder, opened without following links.
+
+    On Linux the folder is named `/proc/self/fd/N/`: it stays the folder that was checked even
+    if someone swaps it (or a parent) for a symbolic link meanwhile, so the temporary file and
+    the rename cannot land outside the workspace. Elsewhere, `target` itself.
+    """
+    _mkdirs(target)
+    rel = target.relative_to(workspace).as_posix()
+    fd = open_folder_confined(workspace, rel)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        proc = Path(f"/proc/self/fd/{fd}")
+        yield proc / target.name if proc.is_dir() else target
+    finally:
+        os.close(fd)
+
+
+def _read_text(workspace: Path, rel: str) -> str | None:
+    """The file's text, None if it does not exist; refuses binary and non-UTF-8 files.
+
+    Opened without following links (`read_confined`): a file swapped for a symbolic link after
+    `_confine` checked it cannot bring outside content into the workspace.
+    """
+    try:
+        data = read_confined(workspace, rel)
+    except FileMissingError:
         return None
     if b"\x00" in data:
         raise WorkspaceError(
@@ -214,14 +288,13 @@ def _encode(text: str) -> bytes:
 
 
 def _new_file_mode() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    # Memory files hold the owner's life: readable by the owner only, whatever the umask.
+    return PRIVATE_FILE_MODE
 
 
 def _mkdirs(path: Path) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
     except OSError as exc:
         raise WorkspaceError(f"Cannot create the folder {path.parent}: {exc.strerror}.") from exc
 

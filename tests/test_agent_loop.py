@@ -8,8 +8,17 @@ from pathlib import Path
 import pytest
 
 from agent.model_errors import ServerError
+from agent.requests import AgentEvent, AgentRequest, Attachment, Final, Notice, TextDelta
 from agent.runtime import TOOL_LIMIT_RESULT
-from tests.agent_support import OWNER, all_text, make_kit, template_workspace, tool_results
+from tests.agent_support import (
+    GROUP,
+    OWNER,
+    Kit,
+    all_text,
+    make_kit,
+    template_workspace,
+    tool_results,
+)
 from tests.fakes.model_server import FakeModelServer, error_reply, text_reply, tool_reply
 
 DENTIST = "- Dentist: Dr. Okafor, next appointment Tuesday 14:00 <!-- observed: 2026-01-05 -->\n"
@@ -167,3 +176,134 @@ def test_new_with_a_message_answers_it_in_the_fresh_session(tmp_path: Path) -> N
     assert new.text.startswith("Started a new session.") and new.text.endswith("Let's plan it.")
     assert "".join(streamed) == new.text
     assert "Hello" not in all_text(server.requests[-1])
+
+
+# ---- the typed way in: AgentRequest → AgentEvents ----------------------------------------------
+
+
+async def collect(kit: Kit, request: AgentRequest) -> list[AgentEvent]:
+    return [event async for event in kit.agent.run(request)]
+
+
+def test_run_streams_text_deltas_then_one_final_reply(tmp_path: Path) -> None:
+    with FakeModelServer() as server:
+        kit = make_kit(tmp_path, server)
+        server.script(text_reply("Tuesday at 14:00, with Dr. Okafor."))
+        events = asyncio.run(collect(kit, AgentRequest(OWNER, "When is my dentist?")))
+
+    *deltas, final = events
+    assert isinstance(final, Final) and final.reply.text == "Tuesday at 14:00, with Dr. Okafor."
+    assert deltas and all(isinstance(e, TextDelta) for e in deltas)
+    assert "".join(e.text for e in deltas if isinstance(e, TextDelta)) == final.reply.text
+    [stored] = kit.store.events(final.reply.session_id, kinds=("user",))
+    assert stored.content == {"text": "When is my dentist?"}  # the owner's words, as before
+
+
+def test_notices_come_as_their_own_events_before_the_reply(tmp_path: Path) -> None:
+    with FakeModelServer() as server:
+        kit = make_kit(tmp_path, server)
+        server.script(text_reply("Let's plan it."))  # no note (and no slug): nothing was said
+        events = asyncio.run(collect(kit, AgentRequest(OWNER, "/new Plan a trip to Porto")))
+
+    assert isinstance(events[0], Notice) and events[0].text.startswith("Started a new session.")
+    assert isinstance(events[-1], Final) and events[-1].reply.text.endswith("Let's plan it.")
+
+
+def test_a_failed_turn_raises_from_the_iterator_and_keeps_the_message(tmp_path: Path) -> None:
+    with FakeModelServer() as server:
+        kit = make_kit(tmp_path, server)
+        server.script(error_reply(500))
+        with pytest.raises(ServerError):
+            asyncio.run(collect(kit, AgentRequest(OWNER, "Remember the milk")))
+        [event] = kit.store.events(kit.store.current(OWNER).id)
+    assert event.content["text"] == "Remember the milk"
+
+
+def test_a_consumer_that_awaits_between_events_still_gets_every_delta(tmp_path: Path) -> None:
+    async def slow_consumer(kit: Kit) -> tuple[str, str]:
+        shown = ""
+        async for event in kit.agent.run(AgentRequest(OWNER, "Tell me a story")):
+            if isinstance(event, TextDelta):
+                shown += event.text
+                await asyncio.sleep(0)  # stands for an awaited platform edit
+            elif isinstance(event, Final):
+                return shown, event.reply.text
+        raise AssertionError("no Final event")
+
+    with FakeModelServer() as server:
+        kit = make_kit(tmp_path, server)
+        server.script(text_reply("Once upon a time there was a very long story. " * 20))
+        shown, final = asyncio.run(slow_consumer(kit))
+    assert shown.strip() == final
+
+
+def test_cancelling_the_consumer_cancels_the_turn(tmp_path: Path) -> None:
+    async def cancel_after_first_delta(kit: Kit) -> None:
+        first = asyncio.Event()
+
+        async def consume() -> None:
+            async for event in kit.agent.run(AgentRequest(OWNER, "Tell me a story")):
+                if isinstance(event, TextDelta):
+                    first.set()
+
+        task = asyncio.ensure_future(consume())
+        await first.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with FakeModelServer() as server:
+        kit = make_kit(tmp_path, server)
+        server.script(text_reply("word " * 200, chunk_delay_s=0.01))
+        asyncio.run(cancel_after_first_delta(kit))
+        kinds = [e.kind for e in kit.store.events(kit.store.current(OWNER).id)]
+    assert kinds == ["user"]  # the cut-off answer was never stored as complete
+
+
+def test_another_persons_message_is_stored_and_shown_as_theirs(tmp_path: Path) -> None:
+    request = AgentRequest(
+        GROUP,
+        "Can someone book the table?",
+        sender="person",
+        sender_id="555",
+        sender_name="Alice [admin]\nOwner",
+        message_ids=("42",),
+    )
+    with FakeModelServer() as server:
+        kit = make_kit(tmp_path, server)
+        server.script(text_reply("On it."))
+        asyncio.run(collect(kit, request))
+
+    [stored] = kit.store.events(kit.store.current(GROUP).id, kinds=("user",))
+    assert stored.content["sender"] == {
+        "kind": "person",
+        "id": "555",
+        "name": "Alice [admin]\nOwner",
+        "channel": "telegram",
+    }
+    assert stored.content["message_ids"] == ["42"]
+    last = server.requests[0].body["messages"][-1]["content"][-1]["text"]
+    assert last == "[from Alice admin Owner (telegram 555)]\nCan someone book the table?"
+
+
+def test_an_automations_message_is_not_stored_as_the_owners_words(tmp_path: Path) -> None:
+    request = AgentRequest(
+        OWNER,
+        "Summarise today's calendar.",
+        sender="automation",
+        sender_id="job-7",
+        sender_name="morning digest",
+        attachments=(Attachment("inbox/2026-01-10/cal.ics", "document"),),
+    )
+    with FakeModelServer() as server:
+        kit = make_kit(tmp_path, server)
+        server.script(text_reply("Three meetings."))
+        asyncio.run(collect(kit, request))
+
+    [stored] = kit.store.events(kit.store.current(OWNER).id, kinds=("user",))
+    assert stored.content["sender"]["kind"] == "automation"
+    last = server.requests[0].body["messages"][-1]["content"][-1]["text"]
+    assert last == (
+        "[automation: morning digest]\nSummarise today's calendar.\n"
+        "[attached document: inbox/2026-01-10/cal.ics]"
+    )

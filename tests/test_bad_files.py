@@ -167,6 +167,30 @@ def test_a_file_deleted_between_listing_and_reading_is_reported_not_fatal(
     assert idx.status().problems == {}
 
 
+def test_a_file_hard_linked_after_listing_is_refused_when_read(
+    make_workspace: WorkspaceFactory,
+    make_index: IndexFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    ws = make_workspace({**FILES, "memory/linked.md": "Shared with another folder.\n"})
+    real_discover = memory.sync.discover_memory_files
+
+    def list_then_link(*args: Any, **kwargs: Any) -> Any:
+        found = real_discover(*args, **kwargs)
+        if not (tmp_path / "outside.md").exists():  # a second name, outside the workspace
+            os.link(ws / "memory" / "linked.md", tmp_path / "outside.md")
+        return found
+
+    monkeypatch.setattr(memory.sync, "discover_memory_files", list_then_link)
+    idx = make_index(ws)
+
+    report = sync_within(idx)
+
+    assert "hard link" in report.problems["memory/linked.md"]
+    assert sorted(report.files_indexed) == sorted(FILES)
+
+
 def test_a_file_that_cannot_be_opened_is_reported_with_what_to_do(
     make_workspace: WorkspaceFactory, make_index: IndexFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

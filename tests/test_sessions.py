@@ -75,6 +75,18 @@ def test_owner_cli_key() -> None:
     assert str(SessionKey.owner_cli()) == "main:cli:direct:owner"
 
 
+def test_the_owners_main_key_is_the_terminal_key_so_old_conversations_continue() -> None:
+    assert SessionKey.owner_main() == SessionKey.owner_cli()
+    assert str(SessionKey.owner_direct("telegram")) == "main:telegram:direct:owner"
+
+
+def test_only_the_owner_peer_in_a_direct_chat_is_the_owners_direct_chat() -> None:
+    assert SessionKey.owner_direct("slack").is_owner_direct
+    assert SessionKey("main", "cli", "direct", "owner", "work").is_owner_direct  # a named thread
+    assert not SessionKey("main", "telegram", "direct", "555").is_owner_direct
+    assert not SessionKey("main", "telegram", "group", "owner").is_owner_direct
+
+
 # ---- sessions ---------------------------------------------------------------------------------
 
 

@@ -128,7 +128,8 @@ def test_remember_records_a_dated_active_fact_and_is_refused_in_groups(kit: Kit)
     user_md = (kit.workspace / "USER.md").read_text(encoding="utf-8")
     assert "- Prefers window seats <!-- observed: 2026-01-10 | status: active -->" in user_md
     refused = call(kit, "remember", GROUP, file="MEMORY.md", text="anything")
-    assert refused.is_error and "group" in refused.content
+    assert refused.is_error and "only the owner's direct chat" in refused.content
+    assert "anything" not in (kit.workspace / "MEMORY.md").read_text(encoding="utf-8")
 
 
 def test_current_time_is_in_the_owners_time_zone(kit: Kit) -> None:

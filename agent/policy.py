@@ -1,0 +1,101 @@
+"""Who may see and do what: the one place Pinch decides privacy and trust.
+
+The rule: ONLY the owner's direct sessions are private. A session key is the owner's when it is a
+direct chat with peer "owner" (`SessionKey.is_owner_direct`; the gateway maps every identity in
+`[owners]`, and the terminal user, to that peer). Every other session — a group, a channel, a
+thread in them, another person's direct chat — is *shared*: it sees its own conversation only
+and writes nothing into the owner's files.
+
+- The owner's direct chat, owner's message: MEMORY.md, USER.md, extra paths, daily logs and
+  session notes loaded and readable; recall over them and the owner's direct chats; every tool
+  (remember, memory_append), the memory flush and session notes on /new.
+- The owner's direct chat, automation or system message: the same, except `remember` (the
+  curated files change only on the owner's own word).
+- Any other session, anyone's message: no owner file, loaded or readable; recall over this
+  conversation's transcript only; no writes at all (no memory_append, flush or session note).
+
+Shared sessions may read the workspace's public bootstrap files (AGENTS.md, SOUL.md, …) and
+the attachments sent in their own conversation; their durable memory is their own transcript,
+which stays searchable in their own scope after compaction or /new.
+
+`policy_for(key, sender)` is asked by the context builder (what is loaded, which tools are
+offered), the tools (what is read, searched, written), the turn loop (memory flush) and /new
+(session notes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.requests import SenderKind
+from memory.filters import SearchFilter
+from memory.sessions import SessionKey
+
+# Loaded into every session's prompt, so readable everywhere.
+SHARED_FILES = frozenset({"AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "HEARTBEAT.md"})
+OWNER_FILES = frozenset({"MEMORY.md", "USER.md"})
+# Channels whose owner direct chats are the owner's "other conversations" when
+# `owner_dm_scope = "per-channel"` keeps one session per channel.
+OWNER_CHANNELS = ("cli", "telegram", "slack")
+
+# Shared sessions get only these (an allowlist: a tool added later is the owner's until it is
+# listed here). The owner's direct chats get every tool.
+SHARED_TOOLS = frozenset({"memory_search", "transcript_read", "read_file", "current_time"})
+# Tools that change the owner's curated files or act for the owner run only on the owner's own
+# message, never in an automated turn ("schedule" and "intent" arrive with automations).
+OWNER_WORD_TOOLS = frozenset({"remember", "schedule", "intent"})
+
+
+@dataclass(frozen=True)
+class SessionPolicy:
+    """What one turn may see and do."""
+
+    owner_private: bool  # owner files loaded and readable, owner recall, writes to memory
+    sender: SenderKind
+    search: SearchFilter  # what memory_search (and recall) may return
+    transcript_scopes: tuple[str, ...]  # conversations whose transcripts may be read
+
+    @property
+    def writes_memory(self) -> bool:
+        """The memory flush, session notes and memory_append may write the owner's files."""
+        return self.owner_private
+
+    def offers(self, tool: str) -> bool:
+        """Whether the model is shown `tool` (per session, so the prompt cache holds)."""
+        return self.owner_private or tool in SHARED_TOOLS
+
+    def allows(self, tool: str) -> bool:
+        """Whether `tool` may run in this turn (narrower than `offers` for automations)."""
+        return self.offers(tool) and (self.sender == "owner" or tool not in OWNER_WORD_TOOLS)
+
+    def may_read_file(self, rel_path: str, attachments: frozenset[str] = frozenset()) -> bool:
+        """Whether read_file may open workspace file `rel_path` ('/'-separated, confined).
+
+        `attachments` are the files sent in this conversation."""
+        return self.owner_private or rel_path in SHARED_FILES or rel_path in attachments
+
+
+def policy_for(key: SessionKey, sender: SenderKind = "owner") -> SessionPolicy:
+    """The policy of a turn in `key`'s conversation for a message from `sender`."""
+    if key.is_owner_direct and sender != "person":
+        owner_scopes = tuple(
+            dict.fromkeys(
+                [
+                    key.memory_scope,
+                    *(str(SessionKey.owner_direct(ch, key.agent_id)) for ch in OWNER_CHANNELS),
+                ]
+            )
+        )
+        return SessionPolicy(
+            owner_private=True,
+            sender=sender,
+            search=SearchFilter(("", *owner_scopes)),
+            transcript_scopes=owner_scopes,
+        )
+    own = (key.memory_scope,)
+    return SessionPolicy(
+        owner_private=False,
+        sender=sender,
+        search=SearchFilter(own, sources=frozenset({"sessions"})),
+        transcript_scopes=own,
+    )

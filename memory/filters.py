@@ -1,0 +1,39 @@
+"""What one search may see: a typed filter the agent's policy hands down to the memory index.
+
+    SearchFilter(scopes=("", "main:cli:direct:owner"))            # the owner's direct chat
+    SearchFilter(scopes=("main:telegram:group:-100",), sources=frozenset({"sessions"}))
+
+`scopes` is the privacy boundary and is applied inside the candidate queries (keyword and vector
+alike): '' is the owner's memory files (MEMORY.md, USER.md, memory/**, extra paths); any other
+scope is one conversation's transcript (`SessionKey.memory_scope`). `sources` ('memory',
+'extra', 'sessions') and `origins` ('owner', 'agent', 'untrusted', 'system') narrow further;
+None means any. memory/ decides nothing here: who may see what is the agent's policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SOURCES = frozenset({"memory", "extra", "sessions"})
+ORIGINS = frozenset({"owner", "agent", "untrusted", "system"})
+
+
+@dataclass(frozen=True)
+class SearchFilter:
+    scopes: tuple[str, ...]
+    sources: frozenset[str] | None = None
+    origins: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.scopes:
+            raise ValueError("A search filter needs at least one scope ('' = the memory files).")
+        if self.sources is not None and not self.sources <= SOURCES:
+            raise ValueError(f"Unknown sources {sorted(self.sources - SOURCES)}.")
+        if self.origins is not None and not self.origins <= ORIGINS:
+            raise ValueError(f"Unknown origins {sorted(self.origins - ORIGINS)}.")
+
+    def admits(self, source: str, origin: str) -> bool:
+        """Whether a chunk of `source` and `origin` (already inside the scopes) may be shown."""
+        return (self.sources is None or source in self.sources) and (
+            self.origins is None or origin in self.origins
+        )

@@ -1,0 +1,66 @@
+"""build_runtime: the one composition root the chat, the gateway and the scheduler share."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agent.requests import AgentRequest, Final
+from app.cli import TEMPLATE_DIR
+from app.config import Settings
+from app.setup import initialise
+from app.wiring import build_runtime
+from memory.sessions import SessionKey
+from tests.fakes.model_server import FakeModelServer, text_reply
+
+
+@pytest.fixture
+def settings(pinch_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    return Settings(
+        home=pinch_home,
+        agent={"model": "claude-test", "max_retries": 0, "timezone": "Europe/Berlin"},
+        memory={"embedding": {"provider": "none"}},
+    )
+
+
+def test_a_built_runtime_answers_from_the_configured_model_and_stores_the_turn(
+    settings: Settings,
+) -> None:
+    initialise(settings, TEMPLATE_DIR)
+
+    async def one_turn(url: str) -> tuple[str, int]:
+        configured = settings.model_copy(
+            update={"agent": settings.agent.model_copy(update={"api_base": url})}
+        )
+        async with await build_runtime(configured) as runtime:
+            await runtime.start()  # index synced, watcher running
+            events = [
+                e async for e in runtime.agent.run(AgentRequest(SessionKey.owner_main(), "Hi"))
+            ]
+            final = events[-1]
+            assert isinstance(final, Final)
+            stored = len(runtime.store.events(final.reply.session_id))
+            assert runtime.agent.clock.zone_name == "Europe/Berlin"
+            return final.reply.text, stored
+
+    with FakeModelServer(api_key="test-key") as server:
+        server.script(text_reply("Hello from the runtime."))
+        text, stored = asyncio.run(one_turn(server.url))
+    assert (text, stored) == ("Hello from the runtime.", 2)
+    assert settings.database_path.exists()
+
+
+def test_closing_a_runtime_twice_is_harmless_and_closes_the_database(settings: Settings) -> None:
+    initialise(settings, TEMPLATE_DIR)
+
+    async def open_and_close() -> None:
+        runtime = await build_runtime(settings)
+        await runtime.aclose()
+        await runtime.aclose()
+        with pytest.raises(Exception):  # noqa: B017 - any use of a closed database fails
+            runtime.index.db.execute("SELECT 1")
+
+    asyncio.run(open_and_close())
