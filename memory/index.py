@@ -213,9 +213,11 @@ class MemoryIndex:
 
     def _store_for_rows(self, dimensions: int | None) -> VectorStore | None:
         store = self._store(dimensions)
-        if store is None and self.db.vec_version and dimensions:
+        if store is None and dimensions:
             # No provider in this run, but the generation may have vectors: remove them too.
-            return SqliteVecStore(self.db, dimensions)
+            if self.db.vec_version:
+                return SqliteVecStore(self.db, dimensions)
+            return NumpyStore(self.db)
         return store
 
     def _drop_vectors(self, conn: Any, generation: int, dimensions: int | None) -> None:
