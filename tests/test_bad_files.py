@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -292,3 +293,16 @@ def test_chat_starts_and_answers_beside_bad_files(bad_home: Path, server: FakeMo
 
     assert done.exit_code == 0, done.output
     assert "Hello despite the odd files." in done.stdout
+
+
+def test_names_from_disk_with_percent_or_decomposed_accents_are_indexed(
+    make_index: IndexFactory, make_workspace: WorkspaceFactory
+) -> None:
+    # Names listed from the disk are not typed by anyone: "100%" and a macOS-style decomposed
+    # "café" are ordinary file names, not look-alike tricks.
+    decomposed = unicodedata.normalize("NFD", "memory/café.md")
+    ws = make_workspace({"memory/100%-done.md": "progress zebra\n", decomposed: "croissant\n"})
+    idx = make_index(ws)
+    idx.sync()
+    assert idx.search("zebra")
+    assert idx.search("croissant")
