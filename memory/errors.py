@@ -19,3 +19,7 @@ class IndexingError(MemoryError_):
 
 class SessionError(MemoryError_):
     """A session or transcript does not exist or cannot be used."""
+
+
+class IndexCorruptError(DatabaseError):
+    """The index inside the agent database is damaged (SQLite reports a malformed image)."""

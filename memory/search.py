@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from memory.db import Database
+from memory.errors import DatabaseError, IndexCorruptError
 from memory.presets import SearchPreset
 from memory.text import (
     fts_match_expression,
@@ -77,6 +78,53 @@ class _Candidate:
     passages: tuple[tuple[int, int, float], ...] = ()  # (start, end, vector score) of its passages
 
 
+# What SQLite says about a MATCH expression it cannot parse (as opposed to a database problem).
+_FTS_QUERY_ERRORS = (
+    "fts5: syntax error",
+    "fts5: parser stack overflow",
+    "unterminated string",
+    "unknown special query",
+    "fts5: column queries are not supported",
+    "no such column",
+)
+
+
+def is_fts_query_error(exc: BaseException) -> bool:
+    """True when `exc` is SQLite refusing a malformed FTS5 query, nothing worse."""
+    if type(exc).__name__ != "OperationalError":
+        return False
+    message = str(exc)
+    return any(m in message for m in _FTS_QUERY_ERRORS)
+
+
+def _is_sqlite_error(exc: BaseException) -> bool:
+    # sqlite3 and pysqlite3 each have their own DatabaseError class: match by module.
+    return any(
+        c.__name__ == "DatabaseError" and c.__module__.split(".")[0] in ("sqlite3", "pysqlite3")
+        for c in type(exc).__mro__
+    )
+
+
+def search_failure(db: Database, exc: BaseException) -> DatabaseError:
+    """The user-facing error for a database failure during a search."""
+    message = str(exc)
+    if any(m in message for m in ("malformed", "not a database", "corrupt")):
+        return IndexCorruptError(
+            f"The memory index in {db.path} is damaged ({message}); search cannot trust it. "
+            f"Your memory files are untouched: move the database aside (mv {db.path} "
+            f"{db.path}.broken) and run `pinch memory index` to rebuild it from them."
+        )
+    if "locked" in message or "busy" in message:
+        return DatabaseError(
+            f"The agent database {db.path} is locked by another process ({message}); "
+            "wait for it to finish (is `pinch memory index` running?) and search again."
+        )
+    return DatabaseError(
+        f"Searching the memory index in {db.path} failed ({message}); run `pinch memory "
+        "status`, and if it fails too rebuild the index with `pinch memory index --force`."
+    )
+
+
 def keyword_candidates(
     db: Database, generation: int, match: str, limit: int, scopes: list[str]
 ) -> list[tuple[int, float]]:
@@ -94,8 +142,10 @@ def keyword_candidates(
                 "ORDER BY r LIMIT ?",
                 (match, inner),
             )
-        except Exception:
-            return []  # a query FTS5 cannot parse finds nothing by keyword
+        except Exception as exc:
+            if is_fts_query_error(exc):
+                return []  # a query FTS5 cannot parse finds nothing by keyword
+            raise
         allowed = _in_scope(db, [int(i) for i, _ in ranked], generation, scopes)
         kept = [(int(i), float(r)) for i, r in ranked if int(i) in allowed]
         if len(kept) >= limit or len(ranked) < inner:
@@ -328,6 +378,45 @@ def _load(db: Database, ids: list[int]) -> dict[int, _Candidate]:
 
 
 def run_search(
+    db: Database,
+    generation: int,
+    query: str,
+    *,
+    preset: SearchPreset,
+    embed_query: Callable[[str], np.ndarray] | None,
+    store: VectorStore | None,
+    relevance_floor: float | None = None,
+    max_results: int | None,
+    min_score: float | None,
+    now: datetime,
+    scopes: list[str],
+) -> list[SearchHit]:
+    """`memory_search` over one generation, best hits first.
+
+    Raises `IndexCorruptError` when SQLite finds the index damaged and `DatabaseError` for any
+    other database failure: a broken index never looks like an empty answer.
+    """
+    try:
+        return _run_search(
+            db,
+            generation,
+            query,
+            preset=preset,
+            embed_query=embed_query,
+            store=store,
+            relevance_floor=relevance_floor,
+            max_results=max_results,
+            min_score=min_score,
+            now=now,
+            scopes=scopes,
+        )
+    except Exception as exc:
+        if _is_sqlite_error(exc):
+            raise search_failure(db, exc) from exc
+        raise
+
+
+def _run_search(
     db: Database,
     generation: int,
     query: str,
