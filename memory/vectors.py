@@ -80,7 +80,10 @@ def _add_codes(conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
         codes = binary_codes(np.vstack([r[3] for r in part]))
         conn.executemany(
             f"INSERT OR REPLACE INTO {table}(chunk_id, scope, code) VALUES (?, ?, ?)",
-            [(cid, scope, code.tobytes()) for (cid, _, scope, _), code in zip(part, codes)],
+            [
+                (cid, scope, code.tobytes())
+                for (cid, _, scope, _), code in zip(part, codes, strict=True)
+            ],
         )
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from memory.config import MemoryConfig
 from memory.db import open_database
-from memory.errors import DatabaseError, IndexCorruptError
+from memory.errors import IndexCorruptError
 from memory.index import MemoryIndex
 from memory.presets import PRESETS, get_preset
 from memory.search import SearchHit
