@@ -200,8 +200,22 @@ def chunk_vector_scores(
             best[cid] = sim if cid not in seen else max(best[cid], sim)
             seen.add(cid)
             passages.setdefault(cid, []).append((start, end, sim))
-    ranked = sorted(best.items(), key=lambda x: -x[1])
+    ranked = sorted(best.items(), key=lambda x: (-x[1], x[0]))
     return ranked, passages
+
+
+def _vector_side(
+    store: VectorStore,
+    embed_query: Callable[[str], np.ndarray],
+    query: str,
+    pool: int,
+    generation: int,
+    scopes: list[str],
+) -> tuple[list[tuple[int, float]], dict[int, list[tuple[int, int, float]]]]:
+    qvec = embed_query(query)
+    # Centroids find a wide pool cheaply; passages then score it exactly.
+    coarse = store.search(qvec, pool, generation, scopes)
+    return chunk_vector_scores(store.reader(), qvec, coarse)
 
 
 def merge_hybrid(
@@ -441,10 +455,14 @@ def _run_search(
         terms = openclaw_query_terms(query)
     else:
         terms = query_terms(query) or query_terms(query, drop_stopwords=False)
-    use_vectors = embed_query is not None and store is not None and preset.vector_weight > 0
-    # The model embeds the query in a worker thread while SQLite runs the keyword search:
-    # both release the GIL, so on two cores the embedding costs (almost) nothing extra.
-    pending_vector = _EMBEDDER.submit(embed_query, query) if use_vectors and embed_query else None
+    pending_vector = None
+    if embed_query is not None and store is not None and preset.vector_weight > 0:
+        # The vector side (embed the query, shortlist, re-score passages) runs in a worker
+        # thread on the store's own connection while SQLite runs the keyword search on the main
+        # one: the model and SQLite both release the GIL, so two cores work at once.
+        pending_vector = _EMBEDDER.submit(
+            _vector_side, store, embed_query, query, max(COARSE_POOL, pool), generation, scopes
+        )
     keyword: list[tuple[int, float]] = []
     if preset.keyword_weight > 0:
         match = fts_match_expression(terms, operator=preset.keyword_operator)
@@ -455,11 +473,8 @@ def _run_search(
     passages: dict[int, list[tuple[int, int, float]]] = {}
     vector_weight = preset.vector_weight
     keyword_weight = preset.keyword_weight
-    if pending_vector is not None and store is not None:
-        qvec = pending_vector.result()
-        # Centroids find a wide pool cheaply; passages then score it exactly.
-        coarse = store.search(qvec, max(COARSE_POOL, pool), generation, scopes)
-        vector, passages = chunk_vector_scores(db, qvec, coarse)
+    if pending_vector is not None:
+        vector, passages = pending_vector.result()
         vector = vector[:pool]
     elif keyword_weight == 0:
         # Vector-only preset without vectors (keyword-only index): fall back to keywords.
@@ -475,12 +490,14 @@ def _run_search(
     v_best = max((v for _, v in vector), default=0.0)
     v_worst = min((v for _, v in vector), default=0.0)
     for cid, (v, kw) in merged.items():
-        c = cands[cid]
+        c = cands.get(cid)
+        if c is None:
+            continue  # deleted by a write between the vector and the keyword reads
         c.vector_score, c.keyword_score = v, kw
         span = (v_best - v_worst) or 1.0
         c.passages = tuple((a, b, (x - v_worst) / span) for a, b, x in passages.get(cid, ()))
         c.score = vector_weight * v + keyword_weight * kw
-    ranked = sorted(cands.values(), key=lambda c: (-c.score, c.id))
+    ranked = sorted((cands[i] for i in merged if i in cands), key=lambda c: (-c.score, c.id))
     if preset.require_evidence and relevance_floor is not None:
         raw = dict(vector)
         ranked = [

@@ -12,6 +12,9 @@ Hamming distance, and their stored float centroids are re-scored exactly by cosi
 from __future__ import annotations
 
 import contextlib
+import importlib
+import threading
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -41,6 +44,9 @@ class VectorStore(Protocol):
         self, query: np.ndarray, k: int, generation: int, scopes: list[str]
     ) -> list[tuple[int, float]]:
         """Up to k (chunk_id, cosine similarity of its centroid) pairs, best first."""
+
+    def reader(self) -> Database:
+        """A read connection of its own, so vector reads run beside the keyword query."""
 
 
 # Above this many chunks a search re-scores only this many, chosen by their 1-bit codes.
@@ -93,6 +99,28 @@ def _delete_codes(conn: Any, generation: int, chunk_ids: list[int]) -> None:
         conn.executemany(f"DELETE FROM {table} WHERE chunk_id = ?", [(i,) for i in chunk_ids])
 
 
+def open_reader(db: Database) -> Database:
+    """A second, read-only connection to `db`'s file through the same driver.
+
+    SQLite releases Python's GIL while it works, so a search's vector reads on this connection
+    run on the other core while the keyword query runs on the main one.
+    """
+    driver = importlib.import_module(type(db.conn).__module__)
+    conn = driver.connect(str(db.path), isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute("PRAGMA query_only = ON")
+    return Database(db.path, conn, db.driver, db.sqlite_version, None)
+
+
+@dataclass(frozen=True)
+class _Codes:
+    key: tuple[int, str]
+    ids: np.ndarray  # int64 chunk ids, ascending
+    codes: np.ndarray  # (n, bytes) uint8
+    scope_of: np.ndarray  # int32 index into scope_ids
+    scope_ids: dict[str, int]
+
+
 class CodeIndex:
     """The 1-bit codes of one generation's centroids, in process; reloaded when the index
     changes (`meta.index_version`). Shared by both backends so they shortlist the same chunks.
@@ -100,63 +128,76 @@ class CodeIndex:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self._key: tuple[int, str] | None = None
-        self.ids = np.zeros(0, dtype=np.int64)
-        self.codes = np.zeros((0, 0), dtype=np.uint8)
-        self._scope_of = np.zeros(0, dtype=np.int32)
-        self._scope_ids: dict[str, int] = {}
+        self._reader: Database | None = None
+        self._reader_lock = threading.Lock()
+        self._codes: _Codes | None = None
 
     def invalidate(self) -> None:
-        self._key = None
+        self._codes = None
 
-    def load(self, generation: int) -> None:
-        version = self.db.execute("SELECT value FROM meta WHERE key = 'index_version'")
-        key = (generation, version[0][0] if version else "0")
-        if key == self._key:
-            return
-        table = codes_table(generation)
-        if self.db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)):
-            rows = self.db.execute(f"SELECT chunk_id, scope, code FROM {table} ORDER BY chunk_id")
-            codes = b"".join(r[2] for r in rows)
-        else:
-            # An index written before codes were stored: derive them from the centroids once
-            # per process (about 2 s at 100k chunks); a rebuild stores them.
-            rows = self.db.execute(
-                "SELECT id, scope, centroid FROM memory_chunks "
-                "WHERE generation = ? AND centroid IS NOT NULL ORDER BY id",
-                (generation,),
-            )
-            codes = b"".join(binary_codes(from_blob(r[2])).tobytes() for r in rows)
-        width = len(codes) // len(rows) if rows else 0
-        self.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        self.codes = np.frombuffer(codes, dtype=np.uint8).reshape(len(rows), width)
-        self._scope_ids = {}
-        self._scope_of = np.fromiter(
-            (self._scope_ids.setdefault(r[1], len(self._scope_ids)) for r in rows),
-            dtype=np.int32,
-            count=len(rows),
-        )
-        self._key = key
+    def reader(self) -> Database:
+        """The store's own read connection (opened on first use, shared by its searches)."""
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = open_reader(self.db)
+            return self._reader
+
+    def load(self, generation: int) -> _Codes:
+        db = self.reader()
+        with db.lock:  # one search loads, the others wait for its result
+            version = db.execute("SELECT value FROM meta WHERE key = 'index_version'")
+            key = (generation, version[0][0] if version else "0")
+            current = self._codes
+            if current is None or current.key != key:
+                current = self._codes = _read_codes(db, generation, key)
+            return current
 
     def shortlist(
         self, query: np.ndarray, k: int, generation: int, scopes: list[str]
     ) -> list[int] | None:
         """Up to k chunk ids of the scopes nearest the query by Hamming distance, or None when
         the scopes hold at most k chunks (search those exactly)."""
-        self.load(generation)
-        wanted = [self._scope_ids[s] for s in scopes if s in self._scope_ids]
-        mask = np.isin(self._scope_of, wanted)
-        count = int(mask.sum())
-        if count <= k:
+        c = self.load(generation)
+        mask = np.isin(c.scope_of, [c.scope_ids[s] for s in scopes if s in c.scope_ids])
+        if int(mask.sum()) <= k:
             return None
-        distance = np.bitwise_count(np.bitwise_xor(self.codes, binary_codes(query)[0])).sum(
-            axis=1, dtype=np.int32
+        distance = np.bitwise_count(np.bitwise_xor(c.codes, binary_codes(query)[0])).sum(
+            axis=1, dtype=np.int64
         )
-        distance = np.where(mask, distance, np.iinfo(np.int32).max)
-        top = np.argpartition(distance, k - 1)[:k]
-        # Ties at the cut go to the lower chunk id, the same on every backend.
-        top = top[np.lexsort((self.ids[top], distance[top]))]
-        return [int(i) for i in self.ids[top]]
+        # Ties go to the lower chunk id (ids are ascending), the same on every backend.
+        order = np.where(mask, distance, 1 << 20) * len(c.ids) + np.arange(len(c.ids))
+        top = np.argpartition(order, k - 1)[:k]
+        top = top[np.argsort(order[top])]
+        return [int(i) for i in c.ids[top]]
+
+
+def _read_codes(db: Database, generation: int, key: tuple[int, str]) -> _Codes:
+    table = codes_table(generation)
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)):
+        rows = db.execute(f"SELECT chunk_id, scope, code FROM {table} ORDER BY chunk_id")
+        blob = b"".join(r[2] for r in rows)
+    else:
+        # An index written before codes were stored: derive them from the centroids once per
+        # process (about 2 s at 100k chunks); the next rebuild stores them.
+        rows = db.execute(
+            "SELECT id, scope, centroid FROM memory_chunks "
+            "WHERE generation = ? AND centroid IS NOT NULL ORDER BY id",
+            (generation,),
+        )
+        blob = b"".join(binary_codes(from_blob(r[2])).tobytes() for r in rows)
+    width = len(blob) // len(rows) if rows else 0
+    scope_ids: dict[str, int] = {}
+    return _Codes(
+        key=key,
+        ids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+        codes=np.frombuffer(blob, dtype=np.uint8).reshape(len(rows), width),
+        scope_of=np.fromiter(
+            (scope_ids.setdefault(r[1], len(scope_ids)) for r in rows),
+            dtype=np.int32,
+            count=len(rows),
+        ),
+        scope_ids=scope_ids,
+    )
 
 
 def exact_scores(
@@ -236,6 +277,9 @@ class SqliteVecStore:
         self._ready.discard(generation)
         self.codes.invalidate()
 
+    def reader(self) -> Database:
+        return self.codes.reader()
+
     def count(self, generation: int) -> int:
         table = vec_table(generation)
         if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)):
@@ -250,7 +294,7 @@ class SqliteVecStore:
             return []
         shortlist = self.codes.shortlist(query, max(SHORTLIST, k), generation, scopes)
         if shortlist is not None:
-            return exact_scores(self.db, query, shortlist, generation, scopes)[:k]
+            return exact_scores(self.reader(), query, shortlist, generation, scopes)[:k]
         marks = ",".join("?" for _ in scopes)
         rows = self.db.execute(
             f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ? "
@@ -288,4 +332,7 @@ class NumpyStore:
         # Always filter by scope: conversation transcripts carry their own, and no search may
         # see another conversation's (not even one asking only for the shared scope '').
         shortlist = self.codes.shortlist(query, max(SHORTLIST, k), generation, scopes)
-        return exact_scores(self.db, query, shortlist, generation, scopes)[:k]
+        return exact_scores(self.reader(), query, shortlist, generation, scopes)[:k]
+
+    def reader(self) -> Database:
+        return self.codes.reader()
