@@ -24,6 +24,12 @@ class SearchPreset:
     # CJK split into bigrams. Joined with AND or OR.
     keyword_terms: Literal["openclaw", "pinch"] = "openclaw"
     keyword_operator: Literal["AND", "OR"] = "AND"
+    # OR-joined keywords only: a term in more than this share of the generation's chunks (and in
+    # more than search.COMMON_TERM_FLOOR of them) is left out of the FTS5 query, as long as a
+    # rarer term is left; it still counts when lines are scored. FTS5 ranks every row any term
+    # matches, so one very common word makes the keyword search rank a large part of the index
+    # for a term bm25 weighs at almost nothing.
+    keyword_common_share: float | None = None
     # 'weighted': w_v·cosine + w_k·(−r)/(1−r) on FTS5's bm25 rank r (OpenClaw);
     # 'normalized': each side divided by its best candidate, then weighted;
     # 'rrf': reciprocal rank fusion, 1 / (60 + rank) per side (scaled so rank 1 scores 1).
@@ -59,6 +65,7 @@ KEYWORD = SearchPreset(
     keyword_weight=1.0,
     keyword_terms="pinch",
     keyword_operator="OR",
+    keyword_common_share=0.05,
     fusion="normalized",
     min_score=0.0,
     snippet="focused",
@@ -86,6 +93,7 @@ PINCH = SearchPreset(
     min_candidates=40,
     keyword_terms="pinch",
     keyword_operator="OR",
+    keyword_common_share=0.05,
     fusion="normalized",
     line_rerank_weight=0.5,
     min_score=0.2,

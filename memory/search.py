@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
     from memory.vectors import VectorStore
 
+# Ranking this many rows costs FTS5 about a millisecond: below it no term is worth leaving out.
+COMMON_TERM_FLOOR = 2000
 COARSE_POOL = 100  # chunks the centroid index hands to passage re-scoring
 _EMBEDDER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embedding")
 
@@ -151,6 +153,50 @@ def keyword_candidates(
         if len(kept) >= limit or len(ranked) < inner:
             return kept[:limit]
         inner *= 8
+
+
+def prune_common_terms(db: Database, generation: int, terms: list[str], share: float) -> list[str]:
+    """`terms` without those found in more than `share` of the generation's chunks (and in more
+    than `COMMON_TERM_FLOOR`), keeping at least the rarest one; terms found nowhere are dropped
+    too (they cannot match)."""
+    if len(terms) < 2:
+        return terms
+    total = _chunk_count(db, generation)
+    counts = []
+    for term in terms:
+        match = fts_match_expression([term])
+        try:
+            (n,) = db.execute("SELECT count(*) FROM memory_fts WHERE memory_fts MATCH ?", (match,))[
+                0
+            ]
+        except Exception as exc:
+            if not is_fts_query_error(exc):
+                raise
+            n = 0
+        counts.append(int(n))
+    limit = max(share * total, COMMON_TERM_FLOOR)
+    kept = [t for t, n in zip(terms, counts, strict=True) if 0 < n <= limit]
+    if kept:
+        return kept
+    found = [(n, i) for i, n in enumerate(counts) if n > 0]
+    return [terms[min(found)[1]]] if found else []
+
+
+_chunk_counts: dict[tuple[str, int, str], int] = {}
+
+
+def _chunk_count(db: Database, generation: int) -> int:
+    """Chunks in the generation, remembered per index version (counting 100k rows takes ms)."""
+    version = db.execute("SELECT value FROM meta WHERE key = 'index_version'")
+    key = (str(db.path), generation, version[0][0] if version else "0")
+    if key not in _chunk_counts:
+        if len(_chunk_counts) > 64:
+            _chunk_counts.clear()
+        (n,) = db.execute("SELECT count(*) FROM memory_chunks WHERE generation = ?", (generation,))[
+            0
+        ]
+        _chunk_counts[key] = int(n)
+    return _chunk_counts[key]
 
 
 def _in_scope(db: Database, ids: list[int], generation: int, scopes: list[str]) -> set[int]:
@@ -465,7 +511,10 @@ def _run_search(
         )
     keyword: list[tuple[int, float]] = []
     if preset.keyword_weight > 0:
-        match = fts_match_expression(terms, operator=preset.keyword_operator)
+        fts_terms = terms
+        if preset.keyword_common_share is not None and preset.keyword_operator == "OR":
+            fts_terms = prune_common_terms(db, generation, terms, preset.keyword_common_share)
+        match = fts_match_expression(fts_terms, operator=preset.keyword_operator)
         if match:
             keyword = keyword_candidates(db, generation, match, pool, scopes)
 
