@@ -45,6 +45,9 @@ class SearchPreset:
     mmr_lambda: float | None = None
     snippet: Literal["head", "focused"] = "head"
     snippet_chars: int = 700
+    # Focused snippets pick lines scoring at least this share of the chunk's best line; the room
+    # left goes to the neighbours of those lines (where an answer to a matching line often is).
+    snippet_line_floor: float = 0.0
     # Drop hits with no query word in them whose vector similarity is below the embedding
     # model's relevance floor, so "nothing relevant" can be an empty answer.
     require_evidence: bool = False

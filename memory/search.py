@@ -161,20 +161,20 @@ def prune_common_terms(db: Database, generation: int, terms: list[str], share: f
     too (they cannot match)."""
     if len(terms) < 2:
         return terms
-    total = _chunk_count(db, generation)
+    limit = int(max(share * total_chunks(db, generation), COMMON_TERM_FLOOR))
     counts = []
     for term in terms:
-        match = fts_match_expression([term])
         try:
-            (n,) = db.execute("SELECT count(*) FROM memory_fts WHERE memory_fts MATCH ?", (match,))[
-                0
-            ]
+            # Counting stops past the limit: a common term's full count costs what it saves.
+            (n,) = db.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
+                (fts_match_expression([term]), limit + 1),
+            )[0]
         except Exception as exc:
             if not is_fts_query_error(exc):
                 raise
             n = 0
         counts.append(int(n))
-    limit = max(share * total, COMMON_TERM_FLOOR)
     kept = [t for t, n in zip(terms, counts, strict=True) if 0 < n <= limit]
     if kept:
         return kept
@@ -185,7 +185,7 @@ def prune_common_terms(db: Database, generation: int, terms: list[str], share: f
 _chunk_counts: dict[tuple[str, int, str], int] = {}
 
 
-def _chunk_count(db: Database, generation: int) -> int:
+def total_chunks(db: Database, generation: int) -> int:
     """Chunks in the generation, remembered per index version (counting 100k rows takes ms)."""
     version = db.execute("SELECT value FROM meta WHERE key = 'index_version'")
     key = (str(db.path), generation, version[0][0] if version else "0")
@@ -380,11 +380,12 @@ def head_snippet(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def focused_snippet(cand: _Candidate, limit: int) -> str:
+def focused_snippet(cand: _Candidate, limit: int, line_floor: float = 0.0) -> str:
     """The chunk's best-matching lines, in file order, within `limit` characters.
 
-    Lines are taken by how much query weight they cover; leftover room goes to their
-    neighbours (context). Skipped stretches show as "…" so the snippet never misleads.
+    Lines are taken by how much query weight they cover (only those scoring at least
+    `line_floor` × the best line); leftover room goes to their neighbours (context). Skipped
+    stretches show as "…" so the snippet never misleads.
     """
     lines = cand.text.split("\n")
     scores = cand.line_scores
@@ -399,8 +400,9 @@ def focused_snippet(cand: _Candidate, limit: int) -> str:
     def cost(i: int) -> int:
         return len(lines[i]) + 3  # newline plus a possible "…" line
 
+    floor = line_floor * scores[order[0]]
     for i in order:
-        if scores[i] <= 0:
+        if scores[i] <= 0 or scores[i] < floor:
             break
         if lines[i].strip() and size + cost(i) <= limit:
             picked.add(i)
@@ -580,7 +582,7 @@ def _run_search(
     hits = []
     for c in ranked:
         snippet = (
-            focused_snippet(c, preset.snippet_chars)
+            focused_snippet(c, preset.snippet_chars, preset.snippet_line_floor)
             if preset.snippet == "focused"
             else head_snippet(c.text, preset.snippet_chars)
         )
