@@ -279,15 +279,16 @@ def _read_matrix(db: Database, generation: int, key: tuple[int, str]) -> _Matrix
         scope_ids: dict[str, int] = {}
         vectors: np.ndarray | None = None
         i = 0
-        for cid, scope, blob in cursor:
-            if i == n:
-                break  # rows added since the count: the next version reads them
-            vec = from_blob(blob)
+        while i < n:
+            rows = cursor.fetchmany(min(4096, n - i))  # rows added since the count wait
+            if not rows:
+                break
+            block = from_blob(b"".join(r[2] for r in rows))
             if vectors is None:
-                vectors = np.empty((n, len(vec)), dtype=np.float32)
-            vectors[i] = vec
-            ids[i] = cid
-            scope_of[i] = scope_ids.setdefault(scope, len(scope_ids))
-            i += 1
+                vectors = np.empty((n, len(block) // len(rows)), dtype=np.float32)
+            vectors[i : i + len(rows)] = block.reshape(len(rows), -1)
+            ids[i : i + len(rows)] = [r[0] for r in rows]
+            scope_of[i : i + len(rows)] = [scope_ids.setdefault(r[1], len(scope_ids)) for r in rows]
+            i += len(rows)
     matrix = vectors[:i] if vectors is not None else np.zeros((0, 1), dtype=np.float32)
     return _Matrix(key, ids[:i], matrix, scope_of[:i], scope_ids)
