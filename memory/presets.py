@@ -45,9 +45,6 @@ class SearchPreset:
     mmr_lambda: float | None = None
     snippet: Literal["head", "focused"] = "head"
     snippet_chars: int = 700
-    # Focused snippets pick lines scoring at least this share of the chunk's best line; the room
-    # left goes to the neighbours of those lines (where an answer to a matching line often is).
-    snippet_line_floor: float = 0.0
     # Drop hits with no query word in them whose vector similarity is below the embedding
     # model's relevance floor, so "nothing relevant" can be an empty answer.
     require_evidence: bool = False
@@ -107,6 +104,9 @@ PINCH = SearchPreset(
     importance_weight=0.1,
     mmr_lambda=0.8,
     snippet="focused",
+    # LoCoMo dev, evidence turn inside the top-6 snippets (located anywhere in the hits: 92.8 %):
+    # 700 chars 85.5 %, 800 88.4 %, 900 89.6 %, 1,000 90.8 % (5.4k chars for 6 hits, was 3.8k).
+    snippet_chars=1000,
     line_follow_weight=0.5,
     require_evidence=True,
 )

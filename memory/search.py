@@ -380,12 +380,11 @@ def head_snippet(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def focused_snippet(cand: _Candidate, limit: int, line_floor: float = 0.0) -> str:
+def focused_snippet(cand: _Candidate, limit: int) -> str:
     """The chunk's best-matching lines, in file order, within `limit` characters.
 
-    Lines are taken by how much query weight they cover (only those scoring at least
-    `line_floor` × the best line); leftover room goes to their neighbours (context). Skipped
-    stretches show as "…" so the snippet never misleads.
+    Lines are taken by how much query weight they cover; leftover room goes to their
+    neighbours (context). Skipped stretches show as "…" so the snippet never misleads.
     """
     lines = cand.text.split("\n")
     scores = cand.line_scores
@@ -400,9 +399,8 @@ def focused_snippet(cand: _Candidate, limit: int, line_floor: float = 0.0) -> st
     def cost(i: int) -> int:
         return len(lines[i]) + 3  # newline plus a possible "…" line
 
-    floor = line_floor * scores[order[0]]
     for i in order:
-        if scores[i] <= 0 or scores[i] < floor:
+        if scores[i] <= 0:
             break
         if lines[i].strip() and size + cost(i) <= limit:
             picked.add(i)
@@ -582,7 +580,7 @@ def _run_search(
     hits = []
     for c in ranked:
         snippet = (
-            focused_snippet(c, preset.snippet_chars, preset.snippet_line_floor)
+            focused_snippet(c, preset.snippet_chars)
             if preset.snippet == "focused"
             else head_snippet(c.text, preset.snippet_chars)
         )
