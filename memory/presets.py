@@ -30,6 +30,9 @@ class SearchPreset:
     # matches, so one very common word makes the keyword search rank a large part of the index
     # for a term bm25 weighs at almost nothing.
     keyword_common_share: float | None = None
+    # FTS5 computes bm25 for every row a query matches: rank only the newest this many matching
+    # chunks (None: all). Only a query whose words are in thousands of chunks reaches it.
+    keyword_rank_cap: int | None = None
     # 'weighted': w_v·cosine + w_k·(−r)/(1−r) on FTS5's bm25 rank r (OpenClaw);
     # 'normalized': each side divided by its best candidate, then weighted;
     # 'rrf': reciprocal rank fusion, 1 / (60 + rank) per side (scaled so rank 1 scores 1).
@@ -66,6 +69,7 @@ KEYWORD = SearchPreset(
     keyword_terms="pinch",
     keyword_operator="OR",
     keyword_common_share=0.05,
+    keyword_rank_cap=3000,
     fusion="normalized",
     min_score=0.0,
     snippet="focused",
@@ -94,6 +98,7 @@ PINCH = SearchPreset(
     keyword_terms="pinch",
     keyword_operator="OR",
     keyword_common_share=0.05,
+    keyword_rank_cap=3000,
     fusion="normalized",
     line_rerank_weight=0.5,
     min_score=0.2,

@@ -128,21 +128,29 @@ def search_failure(db: Database, exc: BaseException) -> DatabaseError:
 
 
 def keyword_candidates(
-    db: Database, generation: int, match: str, limit: int, scopes: list[str]
+    db: Database,
+    generation: int,
+    match: str,
+    limit: int,
+    scopes: list[str],
+    rank_cap: int | None = None,
 ) -> list[tuple[int, float]]:
     """(chunk_id, bm25 rank) best first; rank is negative, lower is better.
 
     FTS5 ranks first and the generation/scope filter applies to its top rows (SQLite's planner
     would otherwise probe the FTS index once per chunk); the inner limit grows if the filter
-    leaves too few.
+    leaves too few. FTS5 computes bm25 for every row the expression matches: with `rank_cap`,
+    only the newest `rank_cap` matching rows are ranked (a keyword that common says little; the
+    vector side still sees every chunk), widened while the filter leaves too few.
     """
     inner = max(4 * limit, 200)
     while True:
         try:
+            boundary = _newest_rows_boundary(db, match, rank_cap) if rank_cap else None
             ranked = db.execute(
                 "SELECT rowid, bm25(memory_fts) AS r FROM memory_fts WHERE memory_fts MATCH ? "
-                "ORDER BY r LIMIT ?",
-                (match, inner),
+                "AND rowid >= ? ORDER BY r LIMIT ?",
+                (match, boundary or 0, inner),
             )
         except Exception as exc:
             if is_fts_query_error(exc):
@@ -150,36 +158,66 @@ def keyword_candidates(
             raise
         allowed = _in_scope(db, [int(i) for i, _ in ranked], generation, scopes)
         kept = [(int(i), float(r)) for i, r in ranked if int(i) in allowed]
-        if len(kept) >= limit or len(ranked) < inner:
+        if len(kept) >= limit or (len(ranked) < inner and boundary is None):
             return kept[:limit]
-        inner *= 8
+        if len(ranked) < inner and rank_cap:
+            rank_cap *= 8  # the newest rows were mostly out of scope: rank more of them
+        else:
+            inner *= 8
 
 
-def prune_common_terms(db: Database, generation: int, terms: list[str], share: float) -> list[str]:
-    """`terms` without those found in more than `share` of the generation's chunks (and in more
-    than `COMMON_TERM_FLOOR`), keeping at least the rarest one; terms found nowhere are dropped
-    too (they cannot match)."""
+def _newest_rows_boundary(db: Database, match: str, cap: int) -> int | None:
+    """The rowid of the `cap`-th newest row `match` finds, or None when it finds fewer."""
+    rows = db.execute(
+        "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? ORDER BY rowid DESC "
+        "LIMIT 1 OFFSET ?",
+        (match, cap - 1),
+    )
+    return int(rows[0][0]) if rows else None
+
+
+def common_term_match(db: Database, generation: int, terms: list[str], share: float) -> str | None:
+    """The OR-joined FTS5 expression for `terms` without the very common ones.
+
+    A term found in more than `share` of the generation's chunks (and in more than
+    `COMMON_TERM_FLOOR`) is left out while a rarer one remains; terms found nowhere are left out
+    too. When every term is that common, the chunks holding all of them (AND) are what bm25
+    would rank first anyway, and far fewer to rank; if none holds all, the rarest term alone.
+    """
     if len(terms) < 2:
-        return terms
+        return fts_match_expression(terms)
     limit = int(max(share * total_chunks(db, generation), COMMON_TERM_FLOOR))
-    counts = []
-    for term in terms:
-        try:
-            # Counting stops past the limit: a common term's full count costs what it saves.
-            (n,) = db.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
-                (fts_match_expression([term]), limit + 1),
-            )[0]
-        except Exception as exc:
-            if not is_fts_query_error(exc):
-                raise
-            n = 0
-        counts.append(int(n))
+    counts = [_match_count(db, fts_match_expression([t]), limit + 1) for t in terms]
     kept = [t for t, n in zip(terms, counts, strict=True) if 0 < n <= limit]
     if kept:
-        return kept
-    found = [(n, i) for i, n in enumerate(counts) if n > 0]
-    return [terms[min(found)[1]]] if found else []
+        return fts_match_expression(kept)
+    found = [t for t, n in zip(terms, counts, strict=True) if n > 0]
+    if not found:
+        return None
+    every = fts_match_expression(found, operator="AND")
+    if len(found) > 1 and every and _match_count(db, every, 1):
+        return every
+    # Counting stopped at the limit above: count the common terms in full to find the rarest.
+    return fts_match_expression(
+        [min(found, key=lambda t: _match_count(db, fts_match_expression([t]), None))]
+    )
+
+
+def _match_count(db: Database, match: str | None, limit: int | None) -> int:
+    """Rows of the FTS index `match` finds, counting stops at `limit` (a full count of a common
+    term costs about what leaving it out saves)."""
+    if not match:
+        return 0
+    try:
+        (n,) = db.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
+            (match, -1 if limit is None else limit),
+        )[0]
+    except Exception as exc:
+        if not is_fts_query_error(exc):
+            raise
+        return 0
+    return int(n)
 
 
 _chunk_counts: dict[tuple[str, int, str], int] = {}
@@ -511,12 +549,14 @@ def _run_search(
         )
     keyword: list[tuple[int, float]] = []
     if preset.keyword_weight > 0:
-        fts_terms = terms
         if preset.keyword_common_share is not None and preset.keyword_operator == "OR":
-            fts_terms = prune_common_terms(db, generation, terms, preset.keyword_common_share)
-        match = fts_match_expression(fts_terms, operator=preset.keyword_operator)
+            match = common_term_match(db, generation, terms, preset.keyword_common_share)
+        else:
+            match = fts_match_expression(terms, operator=preset.keyword_operator)
         if match:
-            keyword = keyword_candidates(db, generation, match, pool, scopes)
+            keyword = keyword_candidates(
+                db, generation, match, pool, scopes, preset.keyword_rank_cap
+            )
 
     vector: list[tuple[int, float]] = []
     passages: dict[int, list[tuple[int, int, float]]] = {}
