@@ -158,7 +158,8 @@ def keyword_candidates(
             raise
         allowed = _in_scope(db, [int(i) for i, _ in ranked], generation, scopes)
         kept = [(int(i), float(r)) for i, r in ranked if int(i) in allowed]
-        if len(kept) >= limit or (len(ranked) < inner and boundary is None):
+        filtered_out = len(kept) < len(ranked)
+        if len(kept) >= limit or (len(ranked) < inner and (boundary is None or not filtered_out)):
             return kept[:limit]
         if len(ranked) < inner and rank_cap:
             rank_cap *= 8  # the newest rows were mostly out of scope: rank more of them
@@ -176,17 +177,19 @@ def _newest_rows_boundary(db: Database, match: str, cap: int) -> int | None:
     return int(rows[0][0]) if rows else None
 
 
-def common_term_match(db: Database, generation: int, terms: list[str], share: float) -> str | None:
+def common_term_match(
+    db: Database, generation: int, terms: list[str], share: float, floor: int = 0
+) -> str | None:
     """The OR-joined FTS5 expression for `terms` without the very common ones.
 
-    A term found in more than `share` of the generation's chunks (and in more than
-    `COMMON_TERM_FLOOR`) is left out while a rarer one remains; terms found nowhere are left out
-    too. When every term is that common, the chunks holding all of them (AND) are what bm25
+    A term found in more than `share` of the generation's chunks (and in more than `floor`,
+    by default `COMMON_TERM_FLOOR`) is left out while a rarer one remains; terms found nowhere
+    are left out too. When every term is that common, the chunks holding all of them (AND) are what bm25
     would rank first anyway, and far fewer to rank; if none holds all, the rarest term alone.
     """
     if len(terms) < 2:
         return fts_match_expression(terms)
-    limit = int(max(share * total_chunks(db, generation), COMMON_TERM_FLOOR))
+    limit = int(max(share * total_chunks(db, generation), floor or COMMON_TERM_FLOOR))
     counts = [_match_count(db, fts_match_expression([t]), limit + 1) for t in terms]
     kept = [t for t, n in zip(terms, counts, strict=True) if 0 < n <= limit]
     if kept:

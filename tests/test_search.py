@@ -417,3 +417,56 @@ def test_a_query_fts5_cannot_parse_finds_nothing_by_keyword(keyword_index: Memor
     assert generation is not None
     assert keyword_candidates(keyword_index.db, generation[0], '"unclosed', 10, [""]) == []
     assert keyword_candidates(keyword_index.db, generation[0], "AND OR (", 10, [""]) == []
+
+
+# ---- very common words at scale -------------------------------------------------------------
+
+
+@pytest.fixture
+def common_words_index(make_workspace: WorkspaceFactory, make_index: IndexFactory) -> MemoryIndex:
+    files = {f"memory/note{i:02d}.md": f"Anna walked the dog, day {i}.\n" for i in range(20)}
+    files["memory/note20.md"] = "Anna saw a zeppelin over the dog park.\n"
+    idx = make_index(make_workspace(files), keyword_config())
+    idx.sync()
+    return idx
+
+
+def generation_of(idx: MemoryIndex) -> int:
+    active = idx.active_generation()
+    assert active is not None
+    return active[0]
+
+
+def test_a_very_common_word_is_left_out_of_the_keyword_query(
+    common_words_index: MemoryIndex,
+) -> None:
+    from memory.search import common_term_match
+
+    idx = common_words_index
+    match = common_term_match(idx.db, generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1)
+
+    assert match == '"zeppelin"'
+
+
+def test_when_every_word_is_common_the_chunks_holding_all_of_them_are_ranked(
+    common_words_index: MemoryIndex,
+) -> None:
+    from memory.search import common_term_match
+
+    idx = common_words_index
+    match = common_term_match(idx.db, generation_of(idx), ["anna", "dog"], 0.2, floor=1)
+
+    assert match == '"anna" AND "dog"'
+
+
+def test_the_rank_cap_ranks_only_the_newest_matching_chunks(
+    common_words_index: MemoryIndex,
+) -> None:
+    from memory.search import keyword_candidates
+
+    idx = common_words_index
+    newest = sorted(int(r[0]) for r in idx.db.execute("SELECT rowid FROM memory_fts"))[-3:]
+
+    found = keyword_candidates(idx.db, generation_of(idx), '"anna"', 10, [""], rank_cap=3)
+
+    assert sorted(i for i, _ in found) == newest
