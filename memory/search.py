@@ -184,8 +184,9 @@ def common_term_match(
 
     A term found in more than `share` of the generation's chunks (and in more than `floor`,
     by default `COMMON_TERM_FLOOR`) is left out while a rarer one remains; terms found nowhere
-    are left out too. When every term is that common, the chunks holding all of them (AND) are what bm25
-    would rank first anyway, and far fewer to rank; if none holds all, the rarest term alone.
+    are left out too. When every term is that common, the chunks holding all of them (AND) are
+    what bm25 would rank first anyway, and far fewer to rank; if none holds all, the rarest
+    term alone.
     """
     if len(terms) < 2:
         return fts_match_expression(terms)
