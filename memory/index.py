@@ -122,6 +122,8 @@ class MemoryIndex:
         return cls(db, workspace, config)
 
     def close(self) -> None:
+        for store in self._stores.values():
+            store.close()
         self.db.close()
 
     # ---- embedding provider -------------------------------------------------------------

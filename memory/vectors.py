@@ -53,6 +53,9 @@ class VectorStore(Protocol):
     def reader(self) -> Database:
         """A read connection of its own, so vector reads run beside the keyword query."""
 
+    def close(self) -> None:
+        """Close the read connection (the caller closes the main one)."""
+
 
 def vec_table(generation: int) -> str:
     return f"memory_vec_g{int(generation)}"
@@ -125,6 +128,12 @@ class _Reader:
                 self._conn = open_reader(self.db)
             return self._conn
 
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
 
 def _best_first(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return sorted(pairs, key=lambda p: (-p[1], p[0]))
@@ -173,6 +182,9 @@ class SqliteVecStore:
 
     def reader(self) -> Database:
         return self._reader.get()
+
+    def close(self) -> None:
+        self._reader.close()
 
     def count(self, generation: int) -> int:
         table = vec_table(generation)
@@ -230,6 +242,9 @@ class NumpyStore:
 
     def reader(self) -> Database:
         return self._reader.get()
+
+    def close(self) -> None:
+        self._reader.close()
 
     def _load(self, generation: int) -> _Matrix:
         db = self.reader()
