@@ -78,10 +78,18 @@ def _add_matrix_rows(conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) ->
     # Both backends write it, so an index built with one can be searched with the other.
     for gen in sorted({r[1] for r in rows}):
         table = matrix_table(gen)
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {table} "
-            "(chunk_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, vector BLOB NOT NULL)"
-        )
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
+            conn.execute(
+                f"CREATE TABLE {table} "
+                "(chunk_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, vector BLOB NOT NULL)"
+            )
+            # A generation indexed before this table existed: copy its vectors once, so the
+            # table always holds every chunk of the generation.
+            conn.execute(
+                f"INSERT INTO {table}(chunk_id, scope, vector) SELECT id, scope, centroid "
+                "FROM memory_chunks WHERE generation = ? AND centroid IS NOT NULL",
+                (gen,),
+            )
         conn.executemany(
             f"INSERT OR REPLACE INTO {table}(chunk_id, scope, vector) VALUES (?, ?, ?)",
             [(cid, scope, to_blob(vec)) for cid, g, scope, vec in rows if g == gen],

@@ -161,3 +161,20 @@ def test_deleted_chunks_are_no_longer_found(numpy_db: Database) -> None:
     found = {i for i, _ in store.search(vectors[0], 20, 1, [""])}
 
     assert found == set(ids[10:])
+
+
+def test_an_index_from_before_the_matrix_table_keeps_every_chunk_after_a_write(
+    numpy_db: Database,
+) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(6)
+    old = unit_rows(rng, 30)
+    old_ids = insert_chunks(numpy_db, store, old, [""] * 30)
+    with numpy_db.transaction() as conn:  # as written before the table existed
+        conn.execute(f"DROP TABLE {matrix_table(1)}")
+        bump_version(conn)
+
+    (new_id,) = insert_chunks(numpy_db, store, unit_rows(rng, 1), [""])
+
+    found = {i for i, _ in store.search(old[0], 100, 1, [""])}
+    assert found == {*old_ids, new_id}
