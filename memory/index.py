@@ -476,6 +476,8 @@ class MemoryIndex:
         elif self.db.vec_version and dims:
             # No provider in this run, but the generation may have vectors: remove them too.
             SqliteVecStore(self.db, dims).delete(conn, generation, ids)
+        elif dims:
+            NumpyStore(self.db).delete(conn, generation, ids)
         conn.executemany("DELETE FROM memory_units WHERE chunk_id = ?", [(i,) for i in ids])
         conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in ids])
 
