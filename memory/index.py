@@ -28,6 +28,7 @@ from memory.db import Database, open_database
 from memory.embeddings import EmbeddingError, EmbeddingProvider, create_provider
 from memory.errors import IndexingError
 from memory.filters import SearchFilter
+from memory.lineage import chunk_origins
 from memory.presets import SearchPreset, get_preset
 from memory.search import SearchHit, run_search
 from memory.text import fts_body
@@ -310,7 +311,9 @@ class MemoryIndex:
                 self._bump_version(conn)
             report.files_removed.append(path)
 
-        pending: list[tuple[MemoryFile, os.stat_result, str, list[Chunk], str | None]] = []
+        pending: list[
+            tuple[MemoryFile, os.stat_result, str, list[Chunk], str | None, list[str]]
+        ] = []
         for f in files:
             try:
                 st = f.abs_path.stat()
@@ -341,12 +344,15 @@ class MemoryIndex:
             chunks = chunk_markdown(
                 text, tokens=self.config.chunking.tokens, overlap=self.config.chunking.overlap
             )
-            pending.append((f, st, file_hash, chunks, warning))
+            # Each chunk takes the lowest origin among its lines (appended entries are marked).
+            spans = [(c.start_line, c.end_line) for c in chunks]
+            origins = chunk_origins(text, spans, f.origin)
+            pending.append((f, st, file_hash, chunks, warning, origins))
 
-        units = [u for _, _, _, chunks, _ in pending for c in chunks for u in split_units(c)]
+        units = [u for p in pending for c in p[3] for u in split_units(c)]
         vectors = self._embed_all(units, report, on_progress)
-        for f, st, file_hash, chunks, warning in pending:
-            self._write_file(generation, f, st, file_hash, chunks, vectors, warning)
+        for f, st, file_hash, chunks, warning, origins in pending:
+            self._write_file(generation, f, st, file_hash, chunks, vectors, warning, origins)
             report.files_indexed.append(f.rel_path)
             if self._owned_build == generation:
                 with self.db.transaction() as conn:
@@ -547,14 +553,15 @@ class MemoryIndex:
         chunks: list[Chunk],
         vectors: dict[str, np.ndarray],
         warning: str | None = None,
+        origins: Sequence[str] | None = None,  # per chunk; None: the file's default
     ) -> None:
         day = file_day(f.rel_path)
         store = self._store(self.provider.dimensions if self.provider else None)
         with self.db.transaction() as conn:
             self._delete_path(conn, generation, f.rel_path)
             vec_rows: list[tuple[int, int, str, np.ndarray]] = []
-            for c in chunks:
-                where = (f.rel_path, f.source, f.origin, "")
+            for i, c in enumerate(chunks):
+                where = (f.rel_path, f.source, origins[i] if origins else f.origin, "")
                 self._insert_chunk(
                     conn, generation, where, c, day, split_units(c), vectors, vec_rows
                 )
