@@ -43,9 +43,11 @@ from agent.policy import SessionPolicy, policy_for
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
 from agent.session_hook import save_session_note
-from agent.tools import MemoryTools, ToolContext, session_attachments
+from agent.tools import MemoryTools, ToolContext, TurnTaint, session_attachments
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
+from agent.web_fetch import WebFetcher
 from memory.index import IndexStatus, MemoryIndex
+from memory.lineage import record_session_note
 from memory.sessions import Session, SessionKey, SessionStore
 from memory.writes import WorkspaceWriter
 
@@ -96,6 +98,7 @@ class _Turn:
     model: str | None = None
     compacted: bool = False
     notices: list[str] = field(default_factory=list)
+    taint: TurnTaint = field(default_factory=TurnTaint)  # set once the turn reads outside text
 
 
 class Agent:
@@ -109,6 +112,7 @@ class Agent:
         config: AgentConfig | None = None,
         clock: Clock | None = None,
         recall: Recall | None = None,
+        fetcher: WebFetcher | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -120,7 +124,12 @@ class Agent:
         # Every write re-indexes memory; writes already run in worker threads.
         self.writer = WorkspaceWriter(workspace, on_written=self._reindex, tz=self.clock.tz)
         self.tools = MemoryTools(
-            workspace=workspace, index=index, store=store, writer=self.writer, clock=self.clock
+            workspace=workspace,
+            index=index,
+            store=store,
+            writer=self.writer,
+            clock=self.clock,
+            fetcher=fetcher,
         ).registry()
         self.context_builder = ContextBuilder(
             workspace,
@@ -208,6 +217,13 @@ class Agent:
             )
         except Exception:  # the owner asked for a new session; a failed note must not stop it
             log.warning("Could not write the session note of %s", old.id, exc_info=True)
+        if note is not None:  # lineage: `pinch memory forget` finds the note by its session
+            try:
+                await asyncio.to_thread(
+                    record_session_note, self.index.db, self.workspace, old.id, note
+                )
+            except Exception:
+                log.warning("Could not record the lineage of %s", note, exc_info=True)
         return note
 
     async def context(self, key: SessionKey) -> Context:
@@ -332,7 +348,7 @@ class Agent:
         attachments: frozenset[str] = frozenset()
         if not turn.policy.owner_private:  # shared sessions may read what was sent to them
             attachments = await asyncio.to_thread(session_attachments, self.store, turn.session.id)
-        ctx = ToolContext(turn.key, turn.session.id, turn.policy, attachments)
+        ctx = ToolContext(turn.key, turn.session.id, turn.policy, attachments, turn.taint)
         if refuse:
             results = [ToolResult(c.id, TOOL_LIMIT_RESULT, is_error=True) for c in calls]
         else:

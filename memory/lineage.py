@@ -29,8 +29,10 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from memory.chunking import hash_text
 from memory.db import Database
 
 TRUST_ORDER = ("owner", "agent", "system", "untrusted")  # most trusted first
@@ -214,3 +216,12 @@ class LineageStore:
 
     def forgotten_sessions(self) -> frozenset[str]:
         return frozenset(r[0] for r in self.db.execute("SELECT session_id FROM lineage_tombstones"))
+
+
+def record_session_note(db: Database, workspace: Path, session_id: str, rel_path: str) -> None:
+    """Record that `rel_path` (just written) is `session_id`'s note, with its content hash (a
+    note the owner edited afterwards is kept by `forget`)."""
+    text = (workspace / rel_path).read_bytes().decode("utf-8")
+    LineageStore(db).record(
+        session_id, "session_note", path=rel_path, detail={"hash": hash_text(text)}
+    )
