@@ -28,7 +28,7 @@ from memory.db import Database, open_database
 from memory.embeddings import EmbeddingError, EmbeddingProvider, create_provider
 from memory.errors import IndexingError
 from memory.filters import SearchFilter
-from memory.lineage import chunk_origins
+from memory.lineage import LineageStore, chunk_origins, redact_forgotten
 from memory.presets import SearchPreset, get_preset
 from memory.search import SearchHit, run_search
 from memory.text import fts_body
@@ -314,6 +314,7 @@ class MemoryIndex:
         pending: list[
             tuple[MemoryFile, os.stat_result, str, list[Chunk], str | None, list[str]]
         ] = []
+        forgotten = LineageStore(self.db).forgotten_sessions()  # `pinch memory forget`
         for f in files:
             try:
                 st = f.abs_path.stat()
@@ -341,6 +342,7 @@ class MemoryIndex:
                     )
                 report.files_unchanged += 1
                 continue
+            text = redact_forgotten(text, forgotten)
             chunks = chunk_markdown(
                 text, tokens=self.config.chunking.tokens, overlap=self.config.chunking.overlap
             )

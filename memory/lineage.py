@@ -106,6 +106,19 @@ def chunk_origins(text: str, spans: Iterable[tuple[int, int]], default: str) -> 
     return [span_origin(origins, start, end, default) for start, end in spans]
 
 
+def redact_forgotten(text: str, forgotten: frozenset[str]) -> str:
+    """`text` with the entries of forgotten sessions blanked (line numbers kept), so a restored
+    backup of a log cannot bring them back into the index."""
+    if not forgotten or "<!-- origin:" not in text:
+        return text
+    lines = text.split("\n")
+    for e in marked_entries(text):
+        if e.session_id in forgotten:
+            for i in range(e.start - 1, e.end):
+                lines[i] = ""
+    return "\n".join(lines)
+
+
 def strip_marker(line: str) -> str:
     """`line` without its trailing trusted marker."""
     m = MARKER.search(line)
@@ -148,6 +161,13 @@ LINEAGE_MIGRATIONS = [_l001_lineage]
 def apply_lineage_migrations(db: Database) -> list[str]:
     """Create or upgrade the lineage tables; returns the names applied now. Idempotent."""
     applied: list[str] = []
+    wanted = {m.__name__.lstrip("_") for m in LINEAGE_MIGRATIONS}
+    try:  # the common case, without a write transaction: everything applied already
+        if wanted <= {r[0] for r in db.execute("SELECT name FROM _lineage_migrations")}:
+            return applied
+    except Exception as exc:  # no such table yet (driver-specific OperationalError)
+        if "no such table" not in str(exc):
+            raise
     with db.transaction() as conn:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS _lineage_migrations "

@@ -22,6 +22,7 @@ from typing import Any
 from memory.chunking import chunk_markdown
 from memory.errors import SessionError
 from memory.index import MemoryIndex, VirtualChunk
+from memory.lineage import LineageStore
 from memory.sessions import Session, SessionStore, TranscriptEvent
 from memory.text import estimate_tokens
 
@@ -95,6 +96,8 @@ def index_transcript(
     scope = session.key.memory_scope
     if not scope:  # cannot happen with a valid SessionKey; never index into shared memory
         raise SessionError(f"Session {session.id} has no memory scope; not indexing it.")
+    if LineageStore(index.db).is_forgotten(session.id):
+        return  # `pinch memory forget` removed it; a late /new or compaction must not restore it
     with _index_lock:
         if index.active_generation() is None:
             index.sync()  # the first build replays every stored transcript, this one included
