@@ -131,8 +131,16 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
     sid = plan.session_id
     lineage = LineageStore(index.db)
     rows = lineage.of_session(sid)
+    outcomes: dict[str, list[ForgetItem]] = {}  # daily log -> entries removed or kept
+    for path in dict.fromkeys(r.path for r in rows if r.kind == "daily_entry" and r.path):
+        if _read(index, path) is not None:
+            outcomes[path] = []
+            writer.rewrite(path, _cutter(path, sid, _recorded(rows, path), outcomes[path]))
     done: list[ForgetItem] = []
     for item in plan.items:
+        if item.kind == "daily_entry":
+            done += outcomes.pop(item.path or "", [])
+            continue
         if item.kind == "session_note" and item.action == "remove" and item.path:
             hashes = {r.detail.get("hash") for r in rows if r.kind == "session_note"}
             text = _read(index, item.path)
@@ -142,16 +150,9 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
             if text is not None and not writer.remove_file(item.path, text):
                 done.append(_kept(item, "changed while forgetting; run forget again"))
                 continue
-        if item.kind != "daily_entry":
-            done.append(item)
-    for path in dict.fromkeys(r.path for r in rows if r.kind == "daily_entry" and r.path):
-        if _read(index, path) is None:
-            continue
-        recorded = _recorded(rows, path)
-        outcome: list[ForgetItem] = []
-
-        writer.rewrite(path, _cutter(path, sid, recorded, outcome))
-        done += outcome
+        done.append(item)
+    for items in outcomes.values():  # entries that appeared after the plan was made
+        done += items
     with index.db.transaction() as conn:
         for kind, remove in _REMOVERS.items():
             refs = [r.ref for r in rows if r.kind == kind and r.ref is not None]
