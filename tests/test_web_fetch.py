@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -28,10 +28,10 @@ PAGE = (
 
 
 class _Handler(BaseHTTPRequestHandler):
-    routes: dict[str, tuple[int, dict[str, str], bytes]] = {}
+    routes: ClassVar[dict[str, tuple[int, dict[str, str], bytes]]] = {}
     release = threading.Event()
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         if self.path == "/hang":
             self.release.wait(10)
         status, headers, body = self.routes.get(self.path, (404, {}, b"no"))
