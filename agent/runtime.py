@@ -39,7 +39,7 @@ from agent.context import Context, ContextBuilder
 from agent.history import build_history, usage_record
 from agent.model import ModelClient
 from agent.model_errors import ContextTooLongError
-from agent.policy import SessionPolicy, policy_for
+from agent.policy import TAINTING_TOOLS, SessionPolicy, policy_for
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
 from agent.session_hook import save_session_note
@@ -207,6 +207,7 @@ class Agent:
     async def _session_note(self, old: Session) -> str | None:
         note = None
         try:
+            tainted = await asyncio.to_thread(self._read_outside_content, old.id)
             note = await save_session_note(
                 old,
                 store=self.store,
@@ -214,6 +215,7 @@ class Agent:
                 model=self.model,
                 clock=self.clock,
                 slug_timeout_s=self.config.slug_timeout_s,
+                origin="untrusted" if tainted else None,  # it may repeat a fetched page
             )
         except Exception:  # the owner asked for a new session; a failed note must not stop it
             log.warning("Could not write the session note of %s", old.id, exc_info=True)
@@ -387,6 +389,10 @@ class Agent:
         for r in results:
             content = {"tool_use_id": r.tool_use_id, "content": r.content, "is_error": r.is_error}
             self.store.append(session.id, "tool_result", content)
+
+    def _read_outside_content(self, session_id: str) -> bool:
+        calls = self.store.events(session_id, kinds=("tool_call",))
+        return any(str(e.content.get("name")) in TAINTING_TOOLS for e in calls)
 
     def _reindex(self, rel_path: str) -> None:
         self.index.sync()

@@ -154,10 +154,22 @@ class WorkspaceWriter:
 
         return self._update(target, add)
 
-    def write_session_note(self, day: date, slug: str, body: str) -> str:
-        """Write memory/YYYY-MM-DD-<slug>.md; if it exists, -2, -3 … is added, never overwritten."""
+    def write_session_note(
+        self,
+        day: date,
+        slug: str,
+        body: str,
+        *,
+        origin: str | None = None,
+        session_id: str | None = None,
+    ) -> str:
+        """Write memory/YYYY-MM-DD-<slug>.md; if it exists, -2, -3 … is added, never overwritten.
+
+        With `origin` and `session_id`, every paragraph ends with the provenance marker."""
         clean = _slugify(slug)
         text = body if body.endswith("\n") else body + "\n"
+        if origin is not None and session_id is not None:
+            text = _mark_paragraphs(text, origin_marker(origin, session_id))
         data = _encode(text)
         with _write_lock:
             for n in range(1, 1000):
@@ -264,6 +276,17 @@ def escape_markup(text: str) -> str:
     text = _COMMENT.sub("", text).replace("<!--", "&lt;!--").replace("-->", "--&gt;")
     text = _ATX_HEADING.sub(r"\1\\\2", text)
     return _SETEXT_UNDERLINE.sub(r"\1\\\2", text)
+
+
+def _mark_paragraphs(text: str, marker: str) -> str:
+    """`marker` at the end of each paragraph's last line (not headings or comment lines)."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        last = i + 1 == len(lines) or not lines[i + 1].strip()
+        plain = not _HEADING.match(line) and not line.lstrip().startswith("<!--")
+        if line.strip() and last and plain:
+            lines[i] = line.rstrip() + " " + marker
+    return "\n".join(lines)
 
 
 def _check_size(text: str, what: str) -> None:

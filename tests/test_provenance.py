@@ -277,3 +277,28 @@ def test_the_trusted_filter_narrows_any_filter_to_trusted_origins() -> None:
     assert f.trusted().origins == {"owner"}
     assert SearchFilter(("",)).trusted().origins == TRUSTED_ORIGINS
     assert "untrusted" not in TRUSTED_ORIGINS
+
+
+def test_the_session_note_of_a_session_that_read_a_page_is_untrusted(
+    kit: tuple[Kit, FakeModelServer], web: PageServer
+) -> None:
+    k, model = kit
+    model.script(tool_reply("web_fetch", {"url": f"{web.url}/tips"}), text_reply(POISON))
+    asyncio.run(k.agent.handle(OWNER, "Read this."))
+    model.script(text_reply("tips"))  # the note's name
+    asyncio.run(k.agent.handle(OWNER, "/new"))
+    [note] = (k.workspace / "memory").glob("2026-01-10-*.md")
+    rel = note.relative_to(k.workspace).as_posix()
+    assert {e.origin for e in marked_entries(note.read_text())} == {"untrusted"}
+    assert origins_of(k, rel) == {"untrusted"}
+
+
+def test_the_session_note_of_an_ordinary_session_has_no_markers(
+    kit: tuple[Kit, FakeModelServer],
+) -> None:
+    k, model = kit
+    model.script(text_reply("Hello."), text_reply("greeting"))
+    asyncio.run(k.agent.handle(OWNER, "Hi."))
+    asyncio.run(k.agent.handle(OWNER, "/new"))
+    [note] = (k.workspace / "memory").glob("2026-01-10-*.md")
+    assert "origin:" not in note.read_text()
