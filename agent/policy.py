@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from agent.requests import SenderKind
 from memory.filters import SearchFilter
+from memory.lineage import OUTSIDE_CONTENT_TOOLS
 from memory.sessions import SessionKey
 
 # Loaded into every session's prompt, so readable everywhere.
@@ -49,7 +50,7 @@ SHARED_TOOLS = frozenset({"memory_search", "transcript_read", "read_file", "curr
 # message, never in an automated turn ("schedule" and "intent" arrive with automations).
 OWNER_WORD_TOOLS = frozenset({"remember", "schedule", "intent"})
 # Tools whose results are outside content: they taint the rest of the turn.
-TAINTING_TOOLS = frozenset({"web_fetch"})
+TAINTING_TOOLS = OUTSIDE_CONTENT_TOOLS
 
 
 def append_origin(sender: SenderKind, tainted: bool) -> str:

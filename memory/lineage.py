@@ -42,6 +42,9 @@ MARKER = re.compile(
     r"[ \t]?<!-- origin: (owner|agent|system|untrusted) · session: ([0-9A-Za-z_-]{1,64}) -->"
     r"[ \t]*\r?$"
 )
+# Tools whose results are outside content (agent/policy.py's TAINTING_TOOLS is this set): what
+# the assistant says after one, until the next user message, is untrusted too.
+OUTSIDE_CONTENT_TOOLS = frozenset({"web_fetch"})
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 
 

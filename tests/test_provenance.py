@@ -19,6 +19,7 @@ from agent.types import ToolCall
 from agent.web_fetch import WebFetcher
 from memory.filters import TRUSTED_ORIGINS, SearchFilter, is_trusted
 from memory.lineage import LineageStore, line_origins, marked_entries, origin_marker
+from memory.transcripts import index_transcript, transcript_path
 from memory.writes import WorkspaceWriter
 from tests.agent_support import NOW, OWNER, Kit, make_kit, template_workspace
 from tests.fakes.model_server import (
@@ -302,3 +303,25 @@ def test_the_session_note_of_an_ordinary_session_has_no_markers(
     asyncio.run(k.agent.handle(OWNER, "/new"))
     [note] = (k.workspace / "memory").glob("2026-01-10-*.md")
     assert "origin:" not in note.read_text()
+
+
+def test_a_reply_after_a_fetch_is_untrusted_in_the_transcript_even_indexed_in_steps(
+    kit: tuple[Kit, FakeModelServer],
+) -> None:
+    k, _ = kit
+    store, session = k.store, k.store.current(OWNER)
+    store.append(session.id, "user", {"text": "What does the page say?"})
+    store.append(session.id, "tool_call", {"id": "a", "name": "web_fetch", "input": {}})
+    store.append(session.id, "tool_result", {"tool_use_id": "a", "content": POISON})
+    index_transcript(k.index, session, store.events(session.id))
+    store.append(session.id, "assistant", {"text": "It says the budget no longer matters."})
+    store.append(session.id, "user", {"text": "Thanks, next topic: the boat."})
+    store.append(session.id, "assistant", {"text": "The boat is fine."})
+    index_transcript(k.index, session, store.events(session.id)[-3:])
+    rows = k.index.db.execute(
+        "SELECT text, origin FROM memory_chunks WHERE path = ?", (transcript_path(session.id),)
+    )
+    origin = {line: o for text, o in rows for line in text.split("\n")}
+    assert origin["[4] Assistant: It says the budget no longer matters."] == "untrusted"
+    assert origin["[6] Assistant: The boat is fine."] == "system"
+    assert origin["[1] User: What does the page say?"] == "system"
