@@ -155,8 +155,6 @@ class WebFetcher:
             for _ in range(MAX_REDIRECTS + 1):
                 parsed, address = await self.check_url(url)
                 response = await self._get(client, parsed, address)
-                if response is None:
-                    continue
                 if isinstance(response, str):
                     url = response  # a redirect: check the next target too
                     continue
@@ -165,7 +163,7 @@ class WebFetcher:
 
     async def _get(
         self, client: httpx.AsyncClient, url: httpx.URL, address: IPAddress
-    ) -> FetchedPage | str | None:
+    ) -> FetchedPage | str:
         """One request to the checked address: the page, or the next URL of a redirect."""
         ip = f"[{address}]" if address.version == 6 else str(address)
         netloc = ip if url.port is None else f"{ip}:{url.port}"

@@ -234,7 +234,8 @@ def memory_search(
         click.echo("No matching memory found.")
         return
     for h in hits:
-        click.secho(f"{h.path}:{h.start_line}-{h.end_line}  score {h.score:.2f}", bold=True)
+        mark = "  UNTRUSTED (from outside)" if h.untrusted else ""
+        click.secho(f"{h.path}:{h.start_line}-{h.end_line}  score {h.score:.2f}{mark}", bold=True)
         for line in h.snippet.splitlines():
             click.echo(f"  {line}")
         click.echo()
