@@ -420,6 +420,14 @@ class MemoryTools:
         text = str(args["text"]).strip()
         if not text:
             raise ToolFailure("Nothing to remember: text is empty.")
+        if ctx.taint.tainted or await asyncio.to_thread(self._context_tainted, ctx):
+            # A page read in this conversation could be speaking through the model: the curated
+            # files (trusted, loaded into every private session) change only without it.
+            raise ToolFailure(
+                "remember is unavailable while fetched web content is in this conversation (it "
+                "could be steering the request). Use memory_append (kept as untrusted), or the "
+                "owner can repeat it after /new, or edit USER.md/MEMORY.md by hand."
+            )
         rel = await asyncio.to_thread(
             self.writer.record_fact,
             args["file"],

@@ -21,7 +21,7 @@ from memory.filters import TRUSTED_ORIGINS, SearchFilter, is_trusted
 from memory.lineage import LineageStore, line_origins, marked_entries, origin_marker
 from memory.transcripts import index_transcript, transcript_path
 from memory.writes import WorkspaceWriter
-from tests.agent_support import NOW, OWNER, Kit, make_kit, template_workspace
+from tests.agent_support import NOW, OWNER, Kit, make_kit, template_workspace, tool_results
 from tests.fakes.model_server import (
     FakeModelServer,
     Reply,
@@ -325,3 +325,19 @@ def test_a_reply_after_a_fetch_is_untrusted_in_the_transcript_even_indexed_in_st
     assert origin["[4] Assistant: It says the budget no longer matters."] == "untrusted"
     assert origin["[6] Assistant: The boat is fine."] == "system"
     assert origin["[1] User: What does the page say?"] == "system"
+
+
+def test_remember_is_refused_while_a_fetched_page_is_in_the_conversation(
+    kit: tuple[Kit, FakeModelServer], web: PageServer
+) -> None:
+    k, model = kit
+    before = (k.workspace / "MEMORY.md").read_text()
+    model.script(
+        tool_reply("web_fetch", {"url": f"{web.url}/tips"}),
+        tool_reply("remember", {"file": "MEMORY.md", "text": POISON}),
+        text_reply("Done."),
+    )
+    asyncio.run(k.agent.handle(OWNER, "Read this page."))
+    [_, refused] = tool_results(model.requests[2])
+    assert refused["is_error"] and "remember is unavailable" in refused["content"]
+    assert (k.workspace / "MEMORY.md").read_text() == before
