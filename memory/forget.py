@@ -159,7 +159,14 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
             if refs:
                 remove(conn, refs)
         conn.execute("DELETE FROM transcript_events WHERE session_id = ?", (sid,))
-        conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+        conn.execute("SAVEPOINT forget_session")
+        try:
+            conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+        except Exception as exc:  # another table still points at it: keep the empty row
+            if "FOREIGN KEY" not in str(exc).upper():
+                raise
+            conn.execute("ROLLBACK TO forget_session")
+        conn.execute("RELEASE forget_session")
         summary = [
             {k: v for k, v in asdict(i).items() if v is not None and k != "action"}
             for i in done
