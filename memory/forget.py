@@ -39,6 +39,9 @@ from memory.writes import WorkspaceWriter
 Remover = Callable[[Any, list[str]], int]
 _REMOVERS: dict[str, Remover] = {}
 FILE_KINDS = frozenset({"session_note", "daily_entry"})
+UNRECORDED_NOTE = (
+    "written before Pinch recorded lineage, so it may hold your edits: delete it yourself"
+)
 
 
 def register_remover(kind: str, remove: Remover) -> None:
@@ -106,6 +109,12 @@ def plan_forget(index: MemoryIndex, ref: str) -> ForgetPlan:
     rows = lineage.of_session(sid)
     items: list[ForgetItem] = []
     items += _plan_notes(index, [r for r in rows if r.kind == "session_note"])
+    recorded_notes = {r.path for r in rows if r.kind == "session_note"}
+    items += [
+        ForgetItem("session_note", "keep", path, reason=UNRECORDED_NOTE)
+        for path in _notes_naming(index, sid)
+        if path not in recorded_notes
+    ]
     for path in dict.fromkeys(r.path for r in rows if r.kind == "daily_entry" and r.path):
         text = _read(index, path)
         if text is not None:
@@ -229,6 +238,21 @@ def _plan_notes(index: MemoryIndex, rows: list[LineageRow]) -> list[ForgetItem]:
         else:
             items.append(ForgetItem("session_note", "keep", r.path, reason="edited by hand"))
     return items
+
+
+def _notes_naming(index: MemoryIndex, sid: str) -> list[str]:
+    """Session notes whose header names `sid` (`<!-- session: ID | … -->` on line 2)."""
+    found = []
+    folder = index.workspace / "memory"
+    for note in sorted(folder.glob("????-??-??-*.md")) if folder.is_dir() else []:
+        try:
+            with note.open(encoding="utf-8", errors="replace") as fh:
+                head = [fh.readline() for _ in range(3)]
+        except OSError:
+            continue
+        if any(line.startswith(f"<!-- session: {sid} |") for line in head):
+            found.append(note.relative_to(index.workspace).as_posix())
+    return found
 
 
 def _recorded(rows: list[LineageRow], path: str) -> dict[str, int]:

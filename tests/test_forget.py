@@ -208,3 +208,16 @@ def test_the_command_prints_a_dry_run_as_json_then_forgets(pinch_home: Path) -> 
     assert out.exit_code == 0, out.output
     assert "Forgot session" in out.output and "removed  daily_entry" in out.output
     assert "Secret plan" not in log.read_text()
+
+
+def test_a_note_from_before_lineage_is_listed_as_kept_not_deleted(
+    kit: tuple[Kit, FakeModelServer],
+) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    k.index.db.execute("DELETE FROM lineage WHERE kind = 'session_note'")
+    [note] = (k.workspace / "memory").glob("*zeppelin*")
+    done = forget(k.index, k.agent.writer, plan_forget(k.index, sid))
+    [kept] = done.kept
+    assert kept.path == note.relative_to(k.workspace).as_posix() and note.exists()
+    assert "before Pinch recorded lineage" in (kept.reason or "")
