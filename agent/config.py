@@ -7,6 +7,8 @@ environment for configuration.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.model import DEFAULT_MODEL
@@ -35,3 +37,8 @@ class AgentConfig(BaseModel):
     bootstrap_max_chars: int = Field(default=20_000, ge=1_000)  # per bootstrap file
     bootstrap_total_max_chars: int = Field(default=60_000, ge=1_000)
     slug_timeout_s: float = Field(default=10.0, gt=0)  # session-note name; HHMM when slower
+    # Active Memory (agent/active_memory.py): "off" — nothing; "triggers" — trigger-tagged
+    # entries of MEMORY.md/USER.md only (no model call); "escalate" — and a deep recall
+    # sub-call when a message asks about the past; "always" — deep recall on every owner turn.
+    recall_mode: Literal["off", "triggers", "escalate", "always"] = "escalate"
+    recall_timeout_s: float = Field(default=8.0, gt=0, le=60)  # deep recall, hard limit

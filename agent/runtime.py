@@ -244,7 +244,9 @@ class Agent:
         policy = policy_for(key, request.sender)
         session = await asyncio.to_thread(self.store.current, key)
         content = user_content(request, text)
-        recalled = await self._recall(key, text) if policy.owner_private else None
+        # Only the owner's own words in the owner's direct chat (never automation or system).
+        recall = policy.owner_private and request.sender == "owner"
+        recalled = await self._recall(key, text) if recall else None
         if recalled:
             content["recalled"] = render("recalled", text=recalled)
         await asyncio.to_thread(self.store.append, session.id, "user", content)
