@@ -37,7 +37,6 @@ _I = re.IGNORECASE
 _EN_MEMORY = re.compile(
     r"\b(?:"
     r"(?:do|did|can|could|don'?t)\s+you\s+(?:still\s+)?(?:remember|recall)"
-    r"|remember\s+(?:when|the\s+time|that\s+time|the\s+name)"
     r"|remind\s+me\s+(?:what|when|where|who|how|which|of|about)"
     r"|what\s+did\s+(?:we|i|you)\s+(?:decide|say|agree|discuss|talk|plan|pick|choose|settle"
     r"|conclude|end\s+up|find)"
@@ -49,7 +48,7 @@ _EN_MEMORY = re.compile(
 )
 # Looking back, but only when asked ("Last time I drew a puppy…" is a story, not a question).
 _EN_BACK = re.compile(
-    r"\b(?:last\s+time|the\s+other\s+day|back\s+(?:then|when)|a\s+while\s+(?:ago|back)"
+    r"\b(?:remember\s+(?:when|the\s+time|that\s+time|the\s+name)|last\s+time|the\s+other\s+day|back\s+(?:then|when)|a\s+while\s+(?:ago|back)"
     r"|earlier|previously|ago|before"
     r"|(?:we|i|you)\s+(?:decided|agreed|discussed|talked\s+about|mentioned|settled\s+on"
     r"|promised|planned)"
@@ -58,10 +57,17 @@ _EN_BACK = re.compile(
     _I,
 )
 _ZH_MEMORY = re.compile(
-    r"上次|上回|上一次|之前|以前|先前|早先|那次|那时候|当时|记得|想起|回忆|提过|提到过|说过|讲过"
-    r"|聊过|谈过|告诉过|答应过|约好|决定了?什么|怎么决定|定下|去年|上周|上星期|上个月|上个星期"
-    r"|前几天|前天|昨天.*[吗呢？?]|最近一次|第一次.*[什么哪几]"
+    r"你(?:还)?记(?:得|不记得)|还记不记得|记不记得|提醒我|我们(?:是)?怎么决定|我们决定(?:了)?(?:什么|哪|要)"
+    r"|决定的是什么|(?:我|你)(?:之前|以前|上次)?(?:说|告诉|提)过(?:你|我)?.*[吗呢？?]"
+    r"|(?:什么|谁|哪)来着|我(?:跟|和)你说过"
 )
+_ZH_BACK = re.compile(
+    r"上次|上回|上一次|之前|以前|先前|那次|那时候|当时|记得|去年|上周|上星期|上个月|上个星期"
+    r"|前几天|前天|昨天|最近|说过|提过|聊过|谈过|答应过|约好"
+)
+_ZH_FIRST_SECOND_PERSON = re.compile(r"我|你|您|咱")
+_ZH_WH = re.compile(r"什么(?![都也])|谁|哪|几|多少|多久|怎么|为什么|为何|如何")
+_ZH_HABIT = re.compile(r"(?:为什么|为何).*(?:总是|老是|总|一直)")
 
 # 2–3. Questions.
 _EN_WH = re.compile(
@@ -94,6 +100,7 @@ _NOT_NAMES = frozenset(
 _CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:'s)?)\b")
 _ZH_QUESTION = re.compile(r"[？?]|[吗呢嘛]\s*$|什么|哪|谁|几|多少|多久|怎么|为什么|为何")
 _ZH_PAST = re.compile(r"了|过|曾经|曾|已经|那天|当初")
+_SENTENCES = re.compile(r"(?<=[.!?。！？])\s*")
 _ZH_ADVICE = re.compile(
     r"你觉得|你认为|怎么办|该怎么|应该|可以.*吗|能不能|可不可以|要不要|会不会|建议|帮我|给我|我想"
     r"|如果|我能|能.*吗|是什么东西"
@@ -101,13 +108,17 @@ _ZH_ADVICE = re.compile(
 
 
 def recall_intent(message: str) -> RecallIntent:
-    """Whether `message` asks about something in the past (see the module docstring)."""
+    """Whether `message` asks about something in the past (see the module docstring). Each
+    sentence is judged on its own: a story followed by an unrelated question is not recall."""
     text = " ".join(message.split())
     if not text:
         return RecallIntent(False, "empty")
-    if CJK_CHAR.search(text) and len(CJK_CHAR.findall(text)) * 2 >= len(text.replace(" ", "")):
-        return _chinese(text)
-    return _english(text)
+    cjk = CJK_CHAR.search(text) and len(CJK_CHAR.findall(text)) * 2 >= len(text.replace(" ", ""))
+    judge = _chinese if cjk else _english
+    verdicts = [judge(s) for s in _SENTENCES.split(text) if s.strip()]
+    return next(
+        (v for v in verdicts if v), verdicts[-1] if verdicts else RecallIntent(False, "empty")
+    )
 
 
 def _english(text: str) -> RecallIntent:
@@ -133,8 +144,13 @@ def _chinese(text: str) -> RecallIntent:
         return RecallIntent(True, "memory phrase")
     if not _ZH_QUESTION.search(text):
         return RecallIntent(False, "not a question")
+    if _ZH_BACK.search(text):
+        return RecallIntent(True, "question looking back")
     if _ZH_ADVICE.search(text):
         return RecallIntent(False, "asks for advice or action")
-    if _ZH_PAST.search(text):
+    someone_else = _ZH_WH.search(text) and not _ZH_FIRST_SECOND_PERSON.search(text)
+    if someone_else and not _ZH_HABIT.search(text):
+        return RecallIntent(True, "question about someone else")
+    if "我们" in text and _ZH_PAST.search(text):
         return RecallIntent(True, "question about the past")
     return RecallIntent(False, "question about the present")

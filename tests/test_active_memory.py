@@ -23,7 +23,7 @@ from tests.fakes.model_server import FakeModelServer, text_reply
 STRANGER = SessionKey("main", "telegram", "direct", "555")
 MEMORY = """# MEMORY.md
 ## Facts to keep
-- 2026-01-10: Anna is allergic to peanuts; order without nuts. <!-- trigger: Anna, allergy, peanuts -->
+- 2026-01-10: Anna is allergic to peanuts; no nuts. <!-- trigger: Anna, allergy, peanuts -->
 - 2025-10: the Kyoto trip, hotel near Gion. <!-- trigger: 京都, 旅行 -->
 """
 USER = """# USER.md
