@@ -9,7 +9,8 @@ Three ways to say yes, checked in order:
    "上次", "之前", "还记得", "说过" …);
 2. a question in the past ("When did…", "Where was…", "Did Anna…", "…去了哪里？");
 3. a question about a named person or their things ("What is Anna's favourite book?",
-   "How does Gina stay confident?") — what an assistant that remembers is asked most.
+   "How does Gina stay confident?"), or about the owner's own facts ("What's my locker code?",
+   "我的护照号码是多少？") — what an assistant that remembers is asked most.
 A question asking for advice or action ("should I…", "can you…", "what if…", "你觉得…",
 "怎么办") is not recall unless it has a memory phrase. Measured in bench/recall.py.
 """
@@ -67,6 +68,9 @@ _ZH_BACK = re.compile(
 )
 _ZH_FIRST_SECOND_PERSON = re.compile(r"我|你|您|咱")
 _ZH_WH = re.compile(r"什么(?![都也])|谁|哪|几|多少|多久|怎么|为什么|为何|如何")
+_ZH_OWN_FACT = re.compile(
+    r"(?:我|我们|咱们)的[^，。！？?]{0,12}(?:是什么|叫什么|是谁|是多少|在哪|是哪|几点|什么时候)"
+)
 _ZH_HABIT = re.compile(r"(?:为什么|为何).*(?:总是|老是|总|一直)")
 
 # 2–3. Questions.
@@ -96,6 +100,13 @@ _NOT_NAMES = frozenset(
     November December Christmas Easter Halloween Thanksgiving New Year Year's Eve Day OK Okay
     God English Chinese Math Maths TV
     """.split()  # noqa: SIM905
+)
+# "What's my locker code?", "Who is our plumber?", "Which medicine am I allergic to?"
+_EN_OWN_FACT = re.compile(
+    r"^\W*(?:what|when|where|who|which|how\s+(?:much|many|old|long))\b.*"
+    r"(?:\b(?:my|our)\s+\w+|\bam\s+i\b|\bdo\s+(?:i|we)\s+(?:have|own|keep|take|use|like"
+    r"|prefer|pay|owe))",
+    _I,
 )
 _CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:'s)?)\b")
 _ZH_QUESTION = re.compile(r"[？?]|[吗呢嘛]\s*$|什么|哪|谁|几|多少|多久|怎么|为什么|为何")
@@ -133,7 +144,14 @@ def _english(text: str) -> RecallIntent:
         return RecallIntent(False, "asks for advice or action")
     if _EN_PAST.search(text):
         return RecallIntent(True, "question about the past")
-    names = [w for w in _CAPITALISED.findall(text) if w.removesuffix("'s") not in _NOT_NAMES]
+    if _EN_OWN_FACT.search(text):
+        return RecallIntent(True, "question about the owner's own facts")
+    # A possessive names someone even when it is a family word ("Mum's favourite cake").
+    names = [
+        w
+        for w in _CAPITALISED.findall(text)
+        if w.endswith("'s") or w.removesuffix("'s") not in _NOT_NAMES
+    ]
     if names:
         return RecallIntent(True, "question about a named person")
     return RecallIntent(False, "question about the present")
@@ -151,6 +169,8 @@ def _chinese(text: str) -> RecallIntent:
     someone_else = _ZH_WH.search(text) and not _ZH_FIRST_SECOND_PERSON.search(text)
     if someone_else and not _ZH_HABIT.search(text):
         return RecallIntent(True, "question about someone else")
+    if _ZH_OWN_FACT.search(text):
+        return RecallIntent(True, "question about the owner's own facts")
     if "我们" in text and _ZH_PAST.search(text):
         return RecallIntent(True, "question about the past")
     return RecallIntent(False, "question about the present")
