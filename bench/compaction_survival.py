@@ -22,6 +22,12 @@ max_results = 6), and the fact counts as found when its sentence (case and white
 normalised) is inside one of the returned snippets — i.e. the model would read it. Only the
 transcript chunks that compaction indexes can answer: nothing else holds the facts.
 
+With `--active-memory escalate,always`, each question is then also asked as an owner turn in
+which the scripted model calls no tool, with Active Memory in that recall mode: found = the
+fact's sentence is in the recalled block in front of the message. The deep-recall sub-call is
+scripted to do the least a model could (search with the owner's words, answer with the two
+result lines sharing most words with them).
+
 Reported per embedding provider: turns, compactions, flushes (and how many stored anything),
 summary requests, session resets, how many facts had left the live context, the fraction found
 (target 100 %), and timings. Misses are listed with the top hit.
