@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 
 from agent.active_memory import ActiveMemory
+from agent.config import AgentConfig
 from agent.requests import AgentRequest, Final
+from app.cli import TEMPLATE_DIR
+from app.config import Settings
+from app.setup import initialise
+from app.wiring import build_runtime
 from memory.sessions import SessionKey
 from memory.triggers import STRONG_MATCH, TriggerFiles, TriggerIndex, parse_entries
 from tests.agent_support import GROUP, OWNER, Kit, all_text, make_kit, template_workspace
@@ -242,3 +247,29 @@ def test_called_directly_for_a_shared_session_it_recalls_nothing(tmp_path: Path)
         _, memory = recall_kit(tmp_path, server, recall_mode="always")
         assert asyncio.run(memory(GROUP, "Anna allergies peanuts, last time?")) is None
     assert server.requests == []
+
+
+def test_the_runtime_recalls_with_the_configured_mode_escalate_by_default(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PINCH_AGENT__RECALL_MODE")  # the test suite's default (conftest.py)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    settings = Settings(
+        home=pinch_home, agent={"model": "claude-test"}, memory={"embedding": {"provider": "none"}}
+    )
+    initialise(settings, TEMPLATE_DIR)
+
+    async def recall_of(settings: Settings) -> object:
+        async with await build_runtime(settings) as runtime:
+            return runtime.agent.recall
+
+    recall = asyncio.run(recall_of(settings))
+    assert isinstance(recall, ActiveMemory) and recall.config.recall_mode == "escalate"
+    recall = asyncio.run(
+        recall_of(
+            settings.model_copy(
+                update={"agent": AgentConfig(model="claude-test", recall_mode="off")}
+            )
+        )
+    )
+    assert isinstance(recall, ActiveMemory) and recall.config.recall_mode == "off"
