@@ -104,7 +104,7 @@ class RecallReport:
             "breaker-open": "paused after repeated timeouts (circuit breaker open)",
             "error": f"failed ({self.deep_reason}); replied without it",
         }[self.deep]
-        return f"Recall (last turn): {fast}; deep recall {deep}"
+        return f"Recall (your last message): {fast}; deep recall {deep}"
 
 
 class ActiveMemory:

@@ -56,7 +56,7 @@ __all__ = ["Agent", "AgentReply", "AgentRequest", "AgentStatus"]
 TextCallback = Callable[[str], None]
 Emit = Callable[[AgentEvent], None]
 # Finds memory worth putting in front of a message (active memory); None when there is none.
-# Called only in the owner's direct chats (the policy's owner_private).
+# Called only for the owner's own messages in the owner's direct chats (owner_private).
 Recall = Callable[[SessionKey, str], Awaitable[str | None]]
 
 RESET_NOTICE = (

@@ -207,7 +207,7 @@ def test_status_shows_what_recall_did_on_the_last_turn(tmp_path: Path) -> None:
         assert command is not None
         status = asyncio.run(run_command(kit.agent, OWNER, command)).text
     line = status.splitlines()[-1]
-    assert line.startswith("Recall (last turn): 0 trigger hit(s)")
+    assert line.startswith("Recall (your last message): 0 trigger hit(s)")
     assert "deep recall timed out after 0." in line and "replied without it" in line
 
 
