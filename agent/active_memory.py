@@ -142,7 +142,11 @@ class ActiveMemory:
         if mode == "off" or not policy_for(key).owner_private:
             return None
         started = self._now()
-        hits = await asyncio.to_thread(self.fast_hits, message)
+        try:
+            hits = await asyncio.to_thread(self.fast_hits, message)
+        except OSError:  # an unreadable MEMORY.md/USER.md must not also cost deep recall
+            log.warning("Could not read the trigger entries; skipping them", exc_info=True)
+            hits = []
         fast_ms = (self._now() - started) * 1000
         parts = [_render_hit(h) for h in hits]
         report = RecallReport(len(hits), fast_ms, "off")

@@ -273,3 +273,13 @@ def test_the_runtime_recalls_with_the_configured_mode_escalate_by_default(
         )
     )
     assert isinstance(recall, ActiveMemory) and recall.config.recall_mode == "off"
+
+
+def test_an_unreadable_memory_file_costs_the_triggers_only(tmp_path: Path) -> None:
+    with FakeModelServer() as server:
+        kit, memory = recall_kit(tmp_path, server, recall_mode="escalate")
+        (kit.workspace / "MEMORY.md").unlink()
+        (kit.workspace / "MEMORY.md").mkdir()  # reading it fails with an OSError
+        server.script(text_reply("Lisbon, in May."))
+        text = asyncio.run(memory(OWNER, "What did we decide about Lisbon?"))
+    assert text == "From a search of memory and past conversations: Lisbon, in May."
