@@ -43,7 +43,7 @@ from agent.policy import policy_for
 from agent.prompts import render
 from agent.recall_intent import recall_intent
 from agent.tools import ToolContext, ToolRegistry
-from agent.types import Message, ModelRequest
+from agent.types import Message, ModelRequest, Usage
 from memory.sessions import SessionKey, SessionStore
 from memory.triggers import STRONG_MATCH, TriggerFiles, TriggerHit
 
@@ -91,14 +91,17 @@ class RecallReport:
     deep: DeepOutcome
     deep_reason: str = ""  # why deep recall ran or was skipped
     deep_ms: float = 0.0
+    deep_tokens: int = 0  # prompt + output tokens of the sub-call's model calls that finished
 
     def describe(self) -> str:
         fast = f"{self.fast_hits} trigger hit(s) in {self.fast_ms:.1f} ms"
         deep = {
             "off": "off",
             "skipped": f"skipped ({self.deep_reason})",
-            "found": f"ran in {self.deep_ms / 1000:.1f} s, summary injected ({self.deep_reason})",
-            "none": f"ran in {self.deep_ms / 1000:.1f} s, nothing found ({self.deep_reason})",
+            "found": f"ran in {self.deep_ms / 1000:.1f} s, {self.deep_tokens:,} tokens, "
+            f"summary injected ({self.deep_reason})",
+            "none": f"ran in {self.deep_ms / 1000:.1f} s, {self.deep_tokens:,} tokens, "
+            f"nothing found ({self.deep_reason})",
             "cached": "answered from the 15 s cache",
             "timeout": f"timed out after {self.deep_ms / 1000:.1f} s; replied without it",
             "breaker-open": "paused after repeated timeouts (circuit breaker open)",
@@ -169,8 +172,13 @@ class ActiveMemory:
     async def _deep(
         self, key: SessionKey, message: str, report: RecallReport, *, strong: bool
     ) -> tuple[str | None, RecallReport]:
+        spent: list[Usage] = []
+
         def done(outcome: DeepOutcome, reason: str = "", ms: float = 0.0) -> RecallReport:
-            return dataclasses.replace(report, deep=outcome, deep_reason=reason, deep_ms=ms)
+            tokens = sum(u.prompt_tokens + u.output_tokens for u in spent)
+            return dataclasses.replace(
+                report, deep=outcome, deep_reason=reason, deep_ms=ms, deep_tokens=tokens
+            )
 
         if strong:
             return None, done("skipped", "a trigger matched strongly")
@@ -192,7 +200,7 @@ class ActiveMemory:
         self.deep_calls += 1
         try:
             async with asyncio.timeout(self.config.recall_timeout_s):
-                summary = await self._sub_call(key, message)
+                summary = await self._sub_call(key, message, spent)
         except TimeoutError:
             self._timeouts += 1
             if self._timeouts >= BREAKER_TIMEOUTS:
@@ -208,7 +216,7 @@ class ActiveMemory:
         outcome: DeepOutcome = "found" if summary else "none"
         return summary, done(outcome, reason, (self._now() - now) * 1000)
 
-    async def _sub_call(self, key: SessionKey, message: str) -> str | None:
+    async def _sub_call(self, key: SessionKey, message: str, spent: list[Usage]) -> str | None:
         session = await asyncio.to_thread(self.store.current, key)
         recent = await asyncio.to_thread(recent_turns, self.store, session.id)
         owner = policy_for(key)
@@ -224,6 +232,7 @@ class ActiveMemory:
                 tuple(messages), system, specs, DEEP_MAX_TOKENS, cache_prefix=False
             )
             response = await self.model.complete(request)
+            spent.append(response.usage)
             if not response.tool_calls:
                 return clean_summary(response.text)
             if round_ == DEEP_ROUNDS - 1:

@@ -82,6 +82,7 @@ def test_a_question_about_the_past_gets_one_sub_call_with_only_the_recall_tools(
     assert SUMMARY in turn and turn.index(SUMMARY) < turn.index(PAST)
     report = memory.last_turn(OWNER)
     assert report is not None and report.deep == "found" and memory.deep_calls == 1
+    assert report.deep_tokens > 0 and f"{report.deep_tokens:,} tokens" in report.describe()
 
 
 def test_a_hanging_sub_call_is_cut_off_and_the_reply_comes_within_the_timeout(
