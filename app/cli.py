@@ -364,6 +364,7 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
     """Print lines of a memory file (MEMORY.md, USER.md, memory/...)."""
     from dataclasses import asdict
 
+    from app.terminal import printable
     from memory.workspace import read_memory_lines
 
     settings = _settings()
@@ -377,10 +378,12 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
     )
     if as_json:
         click.echo(json.dumps(asdict(result), ensure_ascii=False))
-    elif result.text:
-        click.echo(result.text)
+    elif result.text:  # the file's own bytes: no escape codes through to the terminal
+        click.echo(printable(result.text))
     else:
-        click.secho(f"(no lines: {result.path} has {result.total_lines})", fg="yellow", err=True)
+        click.secho(
+            printable(f"(no lines: {result.path} has {result.total_lines})"), fg="yellow", err=True
+        )
 
 
 if __name__ == "__main__":
