@@ -80,7 +80,8 @@ def test_piped_chat_replies_carry_no_escape_sequences(
 
 def test_memory_get_prints_no_escape_sequences(home: Path) -> None:
     notes = home / "workspace" / "memory" / "2026-01-10.md"
-    notes.write_text(f"# 2026-01-10\n\n- Group message: dentist {HOSTILE} on Tuesday.\n")
+    hostile = HOSTILE.replace("\x00", "")  # a NUL would make the file binary, not readable
+    notes.write_text(f"# 2026-01-10\n\n- Group message: dentist {hostile} on Tuesday.\n")
 
     done = CliRunner().invoke(main, ["memory", "get", "memory/2026-01-10.md"])
 
