@@ -184,7 +184,25 @@ def _non_json_env_setting() -> str | None:
     for name, value in sorted(os.environ.items()):
         if not name.startswith("PINCH_"):
             continue
-        kind = typing.get_origin(_field_type(name[len("PINCH_") :].lower().split("__")))
+        path = name[len("PINCH_") :].lower().split("__")
+        field_type = _field_type(path)
+        if isinstance(field_type, type) and issubclass(field_type, BaseModel):
+            if _is_json(value):
+                continue
+            first = next(
+                (
+                    n
+                    for n, f in field_type.model_fields.items()
+                    if not (isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel))
+                ),
+                "name",
+            )
+            return (
+                f"{name}={value!r} is not valid here: [{'.'.join(path)}] is a table; set each "
+                f"of its settings in its own variable, e.g. {name}__{first.upper()}=..., "
+                "or the whole table as a JSON object."
+            )
+        kind = typing.get_origin(field_type)
         if kind not in (list, dict):
             continue
         try:
@@ -201,6 +219,14 @@ def _non_json_env_setting() -> str | None:
                 f"in the environment, e.g. {name}='{example}'."
             )
     return None
+
+
+def _is_json(value: str) -> bool:
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -224,7 +250,12 @@ def _validation_advice(exc: ValidationError) -> str:
             env += "__*"  # a check across several settings of one table
         message = err["msg"].removeprefix("Value error, ")
         if env in os.environ and typing.get_origin(_field_type(loc)) is list:
-            example = json.dumps([os.environ[env].strip() or "..."])
+            raw = os.environ[env].strip()
+            try:  # a JSON string ("notes") stands for the one item it holds
+                decoded = json.loads(raw)
+            except ValueError:
+                decoded = raw
+            example = json.dumps([decoded if isinstance(decoded, str) else raw or "..."])
             message += f"; in the environment a list is JSON: {env}='{example}'"
         lines.append(f"  {where}: {message} (set in {pinch_home() / 'config.toml'} or {env})")
     return "Invalid settings:\n" + "\n".join(lines)

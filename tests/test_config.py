@@ -207,6 +207,26 @@ def test_a_list_of_ids_from_the_environment_without_brackets_shows_the_expected_
     assert """PINCH_OWNERS__TELEGRAM='["111"]'""" in str(err.value)
 
 
+def test_a_list_from_the_environment_as_a_json_string_shows_the_plain_list(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_MEMORY__EXTRA_PATHS", '"notes"')  # JSON, but a string
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert """PINCH_MEMORY__EXTRA_PATHS='["notes"]'""" in str(err.value)
+
+
+def test_a_whole_table_set_from_the_environment_names_the_variable(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_MEMORY", "x")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert "PINCH_MEMORY='x'" in str(err.value)
+    assert "is a table" in str(err.value)
+    assert "PINCH_MEMORY__EXTRA_PATHS=" in str(err.value)
+
+
 def test_a_list_from_the_environment_in_json_is_accepted(
     pinch_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
