@@ -354,10 +354,10 @@ class SyncPipeline:
             prev = known.get(f.rel_path)
             # A second hard link changes no mtime: such a file is read (and refused) again.
             linked = st.st_nlink > 1 and not self.config.allow_hard_links
-            if prev and prev[1] == st.st_mtime and prev[2] == st.st_size and prev[3] is None:
-                if not linked:
-                    report.files_unchanged += 1
-                    continue
+            same = prev and prev[1] == st.st_mtime and prev[2] == st.st_size and prev[3] is None
+            if same and not linked:
+                report.files_unchanged += 1
+                continue
             try:
                 text, file_hash, warning = read_memory_file(
                     self.workspace, f, st, allow_hard_links=self.config.allow_hard_links
