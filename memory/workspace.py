@@ -142,6 +142,26 @@ def discover_memory_files(
     return files
 
 
+def extra_path_problems(workspace: Path, extra_paths: list[str] | None) -> dict[str, str]:
+    """{configured extra path: why nothing is indexed from it} for paths that are missing or are
+    symbolic links (never followed), so a typo or a linked folder is not ignored without a word."""
+    problems: dict[str, str] = {}
+    for raw in extra_paths or []:
+        base = Path(raw).expanduser()
+        base = base if base.is_absolute() else workspace / base
+        if base.is_symlink():
+            problems[raw] = (
+                f"skipped: {base} is a symbolic link, which Pinch does not follow; put the "
+                f"folder it points to ({os.path.realpath(base)}) in [memory] extra_paths instead"
+            )
+        elif not base.exists():
+            problems[raw] = (
+                f"skipped: {base} does not exist; fix the path in [memory] extra_paths "
+                "(relative paths are taken from the workspace)"
+            )
+    return problems
+
+
 def is_memory_path(rel_path: str) -> bool:
     return (
         rel_path in EVERGREEN_FILES
