@@ -141,6 +141,11 @@ class _TomlSource(PydanticBaseSettingsSource):
         return data
 
 
+# Names that hold a secret in any table of the file (none is a setting): API keys and the like
+# are read from the environment only.
+_SECRET_NAME = re.compile(r"(^|_)(api_?key|key|token|secret|password)$", re.IGNORECASE)
+
+
 def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
     for section, names in SECRET_FIELDS.items():
         table = data.get(section)
@@ -152,6 +157,17 @@ def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
                 raise ConfigError(
                     f"{path} sets [{section}] {name}, a secret: remove it from the file and set "
                     f"the environment variable {env} instead (secrets never live in config.toml)."
+                )
+    for section, table in data.items():
+        if not isinstance(table, dict):
+            continue
+        for name in table:
+            known = _field_type([section, name]) is not None
+            if not known and _SECRET_NAME.search(str(name)):
+                raise ConfigError(
+                    f"{path} sets [{section}] {name}, which looks like a secret: remove it from "
+                    "the file. API keys are read only from the environment, under the "
+                    "provider's name (ANTHROPIC_API_KEY, OPENAI_API_KEY, …)."
                 )
 
 

@@ -262,3 +262,14 @@ def test_a_small_window_with_a_matching_reserve_is_accepted(pinch_home: Path) ->
         pinch_home, "[agent]\ncontext_window = 8000\nreserve_floor = 2000\nsoft_threshold = 1000\n"
     )
     assert load_settings().agent.context_window == 8000
+
+
+def test_an_api_key_in_the_file_is_refused_as_a_secret_naming_the_environment(
+    pinch_home: Path,
+) -> None:
+    write_config(pinch_home, '[agent]\napi_key = "sk-ant-api03-abcdefghijklmnop"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    message = str(err.value)
+    assert "[agent] api_key" in message and "ANTHROPIC_API_KEY" in message
+    assert "sk-ant-api03" not in message
