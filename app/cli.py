@@ -220,6 +220,8 @@ def memory_status(deep: bool, as_json: bool) -> None:
     """What is indexed, with which model and vector backend, and what is wrong."""
     from dataclasses import asdict
 
+    from app.terminal import printable
+
     settings = _settings()
     idx = _open_index(settings)
     try:
@@ -227,8 +229,10 @@ def memory_status(deep: bool, as_json: bool) -> None:
         st = idx.status(deep=deep)
     finally:
         idx.close()
+    extra = _extra_path_problems(settings)
     if as_json:
-        click.echo(json.dumps(asdict(st), indent=2, ensure_ascii=False))
+        out = {**asdict(st), "extra_paths": extra}
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     click.echo(f"workspace       {st.workspace}")
     click.echo(f"database        {st.database} (SQLite {st.sqlite_version} via {st.driver})")
@@ -248,8 +252,8 @@ def memory_status(deep: bool, as_json: bool) -> None:
         click.secho(
             "pending         the index needs a (re)build: run `pinch memory index`", fg="yellow"
         )
-    for path, problem in st.problems.items():
-        click.secho(f"problem         {path}: {problem}", fg="yellow")
+    for path, problem in {**extra, **st.problems}.items():
+        click.secho(printable(f"problem         {path}: {problem}"), fg="yellow")
     if st.dirty_files is not None:
         if st.dirty_files:
             click.echo("changed since last index: " + ", ".join(st.dirty_files))
@@ -278,11 +282,18 @@ def memory_index(force: bool) -> None:
         f"{report.files_unchanged} unchanged, {len(report.files_removed)} removed; "
         f"{report.chunks_embedded} passages embedded, {report.chunks_from_cache} from cache."
     )
-    for path, problem in report.problems.items():
+    for path, problem in {**_extra_path_problems(settings), **report.problems}.items():
         click.secho(f"  {path}: {problem}", fg="yellow", err=True)
     degraded = idx.degraded_reason()
     if degraded:
         click.secho(f"Note: search is {degraded}.", fg="yellow", err=True)
+
+
+def _extra_path_problems(settings: Any) -> dict[str, str]:
+    """Configured extra paths that yield nothing (missing, or a symbolic link), with why."""
+    from memory.workspace import extra_path_problems
+
+    return extra_path_problems(settings.workspace_dir, settings.memory.extra_paths)
 
 
 def _already_indexing(who: str) -> None:
@@ -365,6 +376,7 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
     """Print lines of a memory file (MEMORY.md, USER.md, memory/...)."""
     from dataclasses import asdict
 
+    from app.terminal import printable
     from memory.workspace import read_memory_lines
 
     settings = _settings()
@@ -378,10 +390,12 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
     )
     if as_json:
         click.echo(json.dumps(asdict(result), ensure_ascii=False))
-    elif result.text:
-        click.echo(result.text)
+    elif result.text:  # the file's own bytes: no escape codes through to the terminal
+        click.echo(printable(result.text))
     else:
-        click.secho(f"(no lines: {result.path} has {result.total_lines})", fg="yellow", err=True)
+        click.secho(
+            printable(f"(no lines: {result.path} has {result.total_lines})"), fg="yellow", err=True
+        )
 
 
 @memory.command("forget")
