@@ -37,6 +37,7 @@ from agent.compaction import CompactionError, Compactor, summary_block
 from agent.config import AgentConfig
 from agent.context import Context, ContextBuilder
 from agent.history import build_history, usage_record
+from agent.intents import IntentTool, standing_intents_block
 from agent.model import ModelClient
 from agent.model_errors import ContextTooLongError
 from agent.policy import SessionPolicy, policy_for
@@ -46,6 +47,7 @@ from agent.session_hook import save_session_note
 from agent.tools import MemoryTools, ToolContext, session_attachments
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
 from memory.index import IndexStatus, MemoryIndex
+from memory.intents import IntentStore
 from memory.sessions import Session, SessionKey, SessionStore
 from memory.writes import WorkspaceWriter
 
@@ -119,9 +121,10 @@ class Agent:
         self.recall = recall
         # Every write re-indexes memory; writes already run in worker threads.
         self.writer = WorkspaceWriter(workspace, on_written=self._reindex, tz=self.clock.tz)
+        self.intents = IntentStore.open(index.db)  # standing intents: matched before replies
         self.tools = MemoryTools(
             workspace=workspace, index=index, store=store, writer=self.writer, clock=self.clock
-        ).registry()
+        ).registry(IntentTool(self.intents, self.clock).tool())
         self.context_builder = ContextBuilder(
             workspace,
             max_chars=self.config.bootstrap_max_chars,
@@ -245,8 +248,11 @@ class Agent:
         session = await asyncio.to_thread(self.store.current, key)
         content = user_content(request, text)
         recalled = await self._recall(key, text) if policy.owner_private else None
-        if recalled:
-            content["recalled"] = render("recalled", text=recalled)
+        blocks = [render("recalled", text=recalled)] if recalled else []
+        if intents := await self._standing_intents(request, text):
+            blocks.append(intents)
+        if blocks:
+            content["recalled"] = "\n\n".join(blocks)
         await asyncio.to_thread(self.store.append, session.id, "user", content)
         turn = _Turn(key, session, content, policy, emit, notices=list(notices))
         for notice in notices:
@@ -281,6 +287,17 @@ class Agent:
             return await self.recall(key, text)
         except Exception:  # recall is a bonus; the message is answered without it
             log.warning("Recall failed; answering without recalled context", exc_info=True)
+            return None
+
+    async def _standing_intents(self, request: AgentRequest, text: str) -> str | None:
+        # Matched in the message's own scope (memory/intents.py), whatever the policy.
+        now = self.clock.now().timestamp()
+        try:
+            return await asyncio.to_thread(
+                standing_intents_block, self.intents, request, text, now=now
+            )
+        except Exception:  # a reminder is a bonus; the message is answered without it
+            log.warning("Standing intents failed; answering without them", exc_info=True)
             return None
 
     async def _complete(self, turn: _Turn) -> ModelResponse:

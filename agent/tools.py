@@ -171,7 +171,8 @@ class MemoryTools:
         self.writer = writer
         self.clock = clock
 
-    def registry(self) -> ToolRegistry:
+    def registry(self, *more: Tool) -> ToolRegistry:
+        """The memory tools, then `more` (tools built elsewhere, e.g. the `intent` tool)."""
         s = _schema
         text = {"type": "string"}
         return ToolRegistry(
@@ -238,6 +239,7 @@ class MemoryTools:
                     ToolSpec("current_time", "Now, in the owner's time zone.", s()),
                     self.current_time,
                 ),
+                *more,
             ]
         )
 
