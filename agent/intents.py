@@ -71,7 +71,7 @@ def standing_intents_block(
 
 INTENT_SPEC = ToolSpec(
     "intent",
-    "Standing intents: act when a later message here mentions something (\"when Hangzhou "
+    'Standing intents: act when a later message here mentions something ("when Hangzhou '
     'comes up, remind me to…"). create: triggers are alternatives, each fires when all its '
     'words appear; scripts differ, so give each language, e.g. ["Hangzhou","杭州"]; do: what '
     "to do then. Defaults: at most 3 fires, 24 h apart, for 90 days. list; cancel by id.",

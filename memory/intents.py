@@ -86,7 +86,9 @@ def trigger_terms(entry: str) -> tuple[str, ...]:
     glue: list[str] = []
     for token in _tokens(entry):
         if CJK_CHAR.match(token):
-            found = [token] if len(token) == 1 else [token[i : i + 2] for i in range(len(token) - 1)]
+            found = (
+                [token] if len(token) == 1 else [token[i : i + 2] for i in range(len(token) - 1)]
+            )
             terms.extend(found)
         elif token in ENGLISH_STOPWORDS:
             glue.append(porter_stem(token))
@@ -367,7 +369,8 @@ class IntentStore:
         self, *, scope: IntentScope | None = None, include_ended: bool = False
     ) -> list[StandingIntent]:
         """Intents, oldest first: active ones (all, with `include_ended`), of `scope` if given."""
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if not include_ended:
             where.append("state IN ('armed', 'fired')")
         if scope is not None:

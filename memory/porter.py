@@ -97,9 +97,17 @@ _STEP3 = (
     ("ful", ""),
     ("ness", ""),
 )
-_STEP4 = (
-    "al ance ence er ic able ible ant ement ment ent ion ou ism ate iti ous ive ize"
-).split()
+# Longest first: the algorithm's table picks the longest matching suffix (-ement before -ment).
+_STEP4 = tuple(
+    sorted(
+        (
+            *("al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ement", "ment", "ent"),
+            *("ion", "ou", "ism", "ate", "iti", "ous", "ive", "ize"),
+        ),
+        key=len,
+        reverse=True,
+    )
+)
 
 
 def _step1ab(w: str) -> str:
@@ -127,8 +135,7 @@ def _step1ab(w: str) -> str:
 
 
 def _step4(w: str) -> str:
-    # Longest matching suffix first, as the algorithm's table is ordered by the penultimate letter.
-    for suffix in sorted(_STEP4, key=len, reverse=True):
+    for suffix in _STEP4:
         if w.endswith(suffix):
             stem = w[: -len(suffix)]
             if suffix == "ion" and not stem.endswith(("s", "t")):
