@@ -56,7 +56,9 @@ def standing_intents_block(
     """Fire the intents `text` triggers in `request`'s scope and return the block to inject
     (None when none fires). An intent another message fired a moment ago is left out."""
     lines: list[str] = []
-    for intent in store.candidates(request_scope(request), text, now=now):
+    # A few spares: another message may fire one first, or a line may not fit the budget.
+    found = store.candidates(request_scope(request), text, now=now, limit=3 * MAX_INJECTED)
+    for intent in found:
         if len(lines) == MAX_INJECTED:
             break
         line = intent_line(intent)

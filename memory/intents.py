@@ -393,10 +393,13 @@ class IntentStore:
 
     # -- matching ----------------------------------------------------------------------------
 
-    def candidates(self, scope: IntentScope, text: str, *, now: float) -> list[StandingIntent]:
+    def candidates(
+        self, scope: IntentScope, text: str, *, now: float, limit: int | None = None
+    ) -> list[StandingIntent]:
         """The intents that may fire for `text` said in `scope` now: in scope, active, not
         expired, out of cooldown, and with one trigger entry whose terms all appear. Most
-        specific (most terms matched) first. Reads only; `fire` records a fire."""
+        specific (most terms matched) first, oldest first among equals; the first `limit` only
+        when given. Reads only; `fire` records a fire."""
         terms = message_terms(text)
         if not terms:
             return []
@@ -432,12 +435,12 @@ class IntentStore:
                     matched[intent_id] = max(matched.get(intent_id, 0), len(needed))
             if scanned >= MAX_CANDIDATES:
                 break
-        if not matched:
+        best = sorted(matched, key=lambda i: (-matched[i], i))[:limit]
+        if not best:
             return []
-        marks = ",".join("?" * len(matched))
-        rows = self.db.execute(f"SELECT {_COLUMNS} FROM intents WHERE id IN ({marks})", [*matched])
-        found = [_intent(r) for r in rows]
-        return sorted(found, key=lambda i: (-matched[i.id], i.id))
+        marks = ",".join("?" * len(best))
+        rows = self.db.execute(f"SELECT {_COLUMNS} FROM intents WHERE id IN ({marks})", best)
+        return sorted((_intent(r) for r in rows), key=lambda i: best.index(i.id))
 
     def fire(self, intent_id: int, *, now: float, session_key: str, excerpt: str = "") -> bool:
         """Record one fire of `intent_id` if it may fire now; False if it may not (another
