@@ -55,17 +55,20 @@ def standing_intents_block(
 ) -> str | None:
     """Fire the intents `text` triggers in `request`'s scope and return the block to inject
     (None when none fires). An intent another message fired a moment ago is left out."""
-    lines: list[str] = []
     # A few spares: another message may fire one first, or a line may not fit the budget.
-    found = store.candidates(request_scope(request), text, now=now, limit=3 * MAX_INJECTED)
-    for intent in found:
-        if len(lines) == MAX_INJECTED:
+    spares = store.candidates(request_scope(request), text, now=now, limit=3 * MAX_INJECTED)
+    lines: list[str] = []
+    while spares and len(lines) < MAX_INJECTED:
+        chosen: dict[int, str] = {}
+        while spares and len(lines) + len(chosen) < MAX_INJECTED:
+            intent = spares.pop(0)
+            line = intent_line(intent)
+            if len(render("intents", lines=[*lines, *chosen.values(), line])) <= MAX_BLOCK_CHARS:
+                chosen[intent.id] = line
+        if not chosen:
             break
-        line = intent_line(intent)
-        if len(render("intents", lines=[*lines, line])) > MAX_BLOCK_CHARS:
-            continue
-        if store.fire(intent.id, now=now, session_key=str(request.key), excerpt=text):
-            lines.append(line)
+        fired = store.fire_all(list(chosen), now=now, session_key=str(request.key), excerpt=text)
+        lines.extend(chosen[i] for i in fired)
     return render("intents", lines=lines) if lines else None
 
 

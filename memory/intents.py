@@ -48,6 +48,7 @@ MAX_TERMS_PER_TRIGGER = 8
 MAX_ACTION_CHARS = 300  # three intents and their triggers always fit the 1,200-char block
 ACTIVE_STATES = ("armed", "fired")
 STATES = ("armed", "fired", "done", "cancelled", "expired")
+_ROWS = 16  # prefilter rowids per intent (> MAX_TRIGGERS)
 _QUERY_BATCH = 200  # message terms per FTS query (a pasted page has thousands)
 
 
@@ -171,12 +172,13 @@ def m001_intents(conn: Any) -> None:
             last_fired_at REAL,
             ended_at REAL
         );
-        CREATE INDEX intents_by_chat ON intents (agent_id, chat, state);
+        CREATE INDEX intents_by_chat ON intents (agent_id, chat, action);
         CREATE INDEX intents_by_expiry ON intents (state, expires_at);
         -- The prefilter: one row per trigger entry of an active intent, its normalised terms
-        -- space-separated (rows are deleted when the intent ends; the JSON above keeps them).
+        -- space-separated, rowid = intent id * 16 + entry number (so an intent's rows are one
+        -- rowid range). Rows are deleted when the intent ends; the JSON above keeps them.
         CREATE VIRTUAL TABLE intent_triggers USING fts5(
-            terms, intent_id UNINDEXED, tokenize = 'unicode61 remove_diacritics 0'
+            terms, tokenize = 'unicode61 remove_diacritics 0'
         );
         CREATE TABLE intent_fires (
             intent_id INTEGER NOT NULL REFERENCES intents(id) ON DELETE CASCADE,
@@ -314,8 +316,8 @@ class IntentStore:
             )
             intent_id = int(cursor.lastrowid)
             conn.executemany(
-                "INSERT INTO intent_triggers (terms, intent_id) VALUES (?, ?)",
-                [(" ".join(t), intent_id) for t in terms],
+                "INSERT INTO intent_triggers (rowid, terms) VALUES (?, ?)",
+                [(intent_id * _ROWS + n, " ".join(t)) for n, t in enumerate(terms)],
             )
         found = self.get(intent_id)
         assert found is not None
@@ -331,7 +333,7 @@ class IntentStore:
                 (now, intent_id),
             ).rowcount
             if changed:
-                conn.execute("DELETE FROM intent_triggers WHERE intent_id = ?", (intent_id,))
+                _drop_triggers(conn, intent_id)
         intent = self.get(intent_id)
         if intent is None:
             raise IntentError(
@@ -356,7 +358,7 @@ class IntentStore:
                     "UPDATE intents SET state = 'expired', ended_at = expires_at WHERE id = ?",
                     (intent_id,),
                 )
-                conn.execute("DELETE FROM intent_triggers WHERE intent_id = ?", (intent_id,))
+                _drop_triggers(conn, intent_id)
         return len(ids)
 
     # -- reading -----------------------------------------------------------------------------
@@ -408,8 +410,8 @@ class IntentStore:
         scanned = 0
         for start in range(0, len(ordered), _QUERY_BATCH):
             rows = self.db.execute(
-                "SELECT t.intent_id, t.terms FROM intent_triggers t "
-                "JOIN intents i ON i.id = t.intent_id "
+                "SELECT i.id, t.terms FROM intent_triggers t "
+                f"JOIN intents i ON i.id = t.rowid / {_ROWS} "
                 "WHERE intent_triggers MATCH ? AND i.agent_id = ? AND i.channel = ? "
                 "AND i.chat = ? AND i.sender_kind = ? "
                 "AND (i.sender_id IS NULL OR i.sender_id = ?) "
@@ -446,28 +448,42 @@ class IntentStore:
         """Record one fire of `intent_id` if it may fire now; False if it may not (another
         message fired it first, it is cooling down, used up, ended or expired). Atomic across
         threads and processes: of two messages at once, exactly one fires it."""
+        return bool(self.fire_all([intent_id], now=now, session_key=session_key, excerpt=excerpt))
+
+    def fire_all(
+        self, intent_ids: Sequence[int], *, now: float, session_key: str, excerpt: str = ""
+    ) -> list[int]:
+        """`fire` for several intents in one transaction; returns the ids that fired."""
+        fired: list[int] = []
         with self.db.transaction() as conn:
-            changed = conn.execute(
-                "UPDATE intents SET fire_count = fire_count + 1, last_fired_at = :now, "
-                "state = CASE WHEN fire_count + 1 >= max_fires THEN 'done' ELSE 'fired' END, "
-                "ended_at = CASE WHEN fire_count + 1 >= max_fires THEN :now ELSE NULL END "
-                "WHERE id = :id AND state IN ('armed', 'fired') AND fire_count < max_fires "
-                "AND (last_fired_at IS NULL OR last_fired_at <= :now - cooldown_s) "
-                "AND expires_at > :now",
-                {"now": now, "id": intent_id},
-            ).rowcount
-            if changed != 1:
-                return False
-            conn.execute(
-                "INSERT INTO intent_fires VALUES (?, ?, ?, ?)",
-                (intent_id, now, session_key, excerpt[:200]),
-            )
-            conn.execute(
-                "DELETE FROM intent_triggers WHERE intent_id = ? AND "
-                "(SELECT state FROM intents WHERE id = ?) = 'done'",
-                (intent_id, intent_id),
-            )
-        return True
+            for intent_id in intent_ids:
+                changed = conn.execute(
+                    "UPDATE intents SET fire_count = fire_count + 1, last_fired_at = :now, "
+                    "state = CASE WHEN fire_count + 1 >= max_fires THEN 'done' ELSE 'fired' END, "
+                    "ended_at = CASE WHEN fire_count + 1 >= max_fires THEN :now ELSE NULL END "
+                    "WHERE id = :id AND state IN ('armed', 'fired') AND fire_count < max_fires "
+                    "AND (last_fired_at IS NULL OR last_fired_at <= :now - cooldown_s) "
+                    "AND expires_at > :now",
+                    {"now": now, "id": intent_id},
+                ).rowcount
+                if changed != 1:
+                    continue
+                fired.append(intent_id)
+                conn.execute(
+                    "INSERT INTO intent_fires VALUES (?, ?, ?, ?)",
+                    (intent_id, now, session_key, excerpt[:200]),
+                )
+                state = conn.execute("SELECT state FROM intents WHERE id = ?", (intent_id,))
+                if state.fetchone()[0] == "done":
+                    _drop_triggers(conn, intent_id)
+        return fired
+
+
+def _drop_triggers(conn: Any, intent_id: int) -> None:
+    conn.execute(
+        "DELETE FROM intent_triggers WHERE rowid BETWEEN ? AND ?",
+        (intent_id * _ROWS, intent_id * _ROWS + _ROWS - 1),
+    )
 
 
 def _scope_values(scope: IntentScope) -> tuple[Any, ...]:

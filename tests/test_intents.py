@@ -317,3 +317,20 @@ def test_two_messages_at_once_fire_an_intent_once(tmp_path: Path) -> None:
     finally:
         for d in dbs:
             d.close()
+
+
+def test_ended_intents_leave_the_prefilter_and_keep_their_row(
+    store: IntentStore, db: Database
+) -> None:
+    done = hangzhou(store, "Hangzhou", "杭州", max_fires=1)
+    cancelled = store.create(OWNER, ["Lisbon"], "Pack the charger.", now=T0).id
+    expired = store.create(OWNER, ["Kyoto"], "Book the ryokan.", now=T0, expires_in_s=60).id
+    kept = store.create(OWNER, ["Berlin"], "Call Jonas.", now=T0).id
+    fires_for(store, OWNER, "Hangzhou", T0 + 1)
+    store.cancel(cancelled, now=T0 + 2)
+    store.expire_due(now=T0 + 120)
+
+    rows = {r[0] // 16 for r in db.execute("SELECT rowid FROM intent_triggers")}
+    assert rows == {kept}
+    states = {i.id: i.state for i in store.intents(include_ended=True)}
+    assert states == {done: "done", cancelled: "cancelled", expired: "expired", kept: "armed"}

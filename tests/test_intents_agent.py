@@ -8,15 +8,16 @@ import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from agent.intents import INTENT_SPEC, MAX_BLOCK_CHARS
+from agent.intents import INTENT_SPEC, MAX_BLOCK_CHARS, standing_intents_block
 from agent.requests import AgentRequest
 from app.cli import main
 from memory.db import open_database
-from memory.intents import IntentScope, IntentStore
+from memory.intents import IntentScope, IntentStore, StandingIntent
 from memory.text import estimate_tokens
 from tests.agent_support import GROUP, NOW, OWNER, Kit, make_kit, tool_results
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, text_reply, tool_reply
@@ -112,6 +113,24 @@ def test_at_most_three_intents_fire_in_one_block_within_the_budget(
     assert block.count("- #") == 3 and len(block) < MAX_BLOCK_CHARS
     fired = [i for i in ids if kit.agent.intents.fires(i)]
     assert fired == ids[:3]  # the other two stay armed for the next mention
+
+
+def test_an_intent_another_message_fired_first_is_left_out_for_a_spare(kit: Kit) -> None:
+    ids = [arm(kit, "Hangzhou", action=f"Task {n}.") for n in range(4)]
+    real = kit.agent.intents
+
+    class RacedStore(IntentStore):
+        def candidates(self, *args: Any, **kwargs: Any) -> list[StandingIntent]:
+            found = super().candidates(*args, **kwargs)
+            real.fire(ids[0], now=T, session_key="elsewhere")  # another message, just now
+            return found
+
+    request = AgentRequest(OWNER, "Hangzhou")
+    block = standing_intents_block(RacedStore(real.db), request, "Hangzhou", now=T)
+    assert block is not None
+    assert [n for n in range(4) if f"Task {n}." in block] == [1, 2, 3]
+    assert [f.session_key for f in real.fires(ids[0])] == ["elsewhere"]
+    assert all(real.fires(i)[0].session_key == str(OWNER) for i in ids[1:])
 
 
 # ---- privacy ------------------------------------------------------------------------------
