@@ -7,9 +7,16 @@ environment for configuration.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Self
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from agent.clock import load_timezone
 from agent.model import DEFAULT_MODEL
+
+# Below this many tokens between the system prompt and the flush threshold, every turn would
+# flush memory and compact; a window that small is a typo, refused at load.
+MIN_CONVERSATION_TOKENS = 2_000
 
 
 class AgentConfig(BaseModel):
@@ -35,3 +42,25 @@ class AgentConfig(BaseModel):
     bootstrap_max_chars: int = Field(default=20_000, ge=1_000)  # per bootstrap file
     bootstrap_total_max_chars: int = Field(default=60_000, ge=1_000)
     slug_timeout_s: float = Field(default=10.0, gt=0)  # session-note name; HHMM when slower
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, name: str | None) -> str | None:
+        # Checked at load, so every command (not only chat) refuses an unknown zone.
+        if name:
+            load_timezone(name)
+        return name or None
+
+    @model_validator(mode="after")
+    def _window_leaves_room(self) -> Self:
+        room = self.context_window - self.reserve_floor - self.soft_threshold
+        if room < MIN_CONVERSATION_TOKENS:
+            raise ValueError(
+                f"context_window = {self.context_window:,} leaves {room:,} tokens after "
+                f"reserve_floor ({self.reserve_floor:,}) and soft_threshold "
+                f"({self.soft_threshold:,}); at least {MIN_CONVERSATION_TOKENS:,} are needed or "
+                "every turn flushes and compacts. Raise context_window to at least "
+                f"{self.reserve_floor + self.soft_threshold + MIN_CONVERSATION_TOKENS:,} or lower "
+                "the other two"
+            )
+        return self

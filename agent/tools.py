@@ -26,7 +26,7 @@ from memory.errors import MemoryError_, WorkspaceError
 from memory.index import MemoryIndex
 from memory.sessions import SessionKey, SessionStore
 from memory.transcripts import read_transcript
-from memory.workspace import confine_path, read_memory_lines
+from memory.workspace import confine_path, read_confined, read_memory_lines
 from memory.writes import WorkspaceWriter
 
 log = logging.getLogger(__name__)
@@ -291,6 +291,7 @@ class MemoryTools:
             int(args.get("from") or 1),
             _optional_int(args.get("lines")),
             self.index.config.extra_paths,
+            allow_hard_links=self.index.config.allow_hard_links,
         )
         r = result
         if not r.text:
@@ -315,8 +316,9 @@ class MemoryTools:
     async def read_file(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         path = str(args["path"])
         self._refuse_private(ctx, path)
-        target = confined_path(self.workspace, path)
-        text = await asyncio.to_thread(_read_text_file, target, path)
+        text = await asyncio.to_thread(
+            _read_text_file, self.workspace, path, self.index.config.allow_hard_links
+        )
         lines = text.split("\n")
         start = int(args.get("from") or 1)
         count = _optional_int(args.get("lines")) or len(lines)
@@ -392,10 +394,12 @@ def confined_path(workspace: Path, raw: str) -> Path:
         raise ToolFailure(str(exc)) from None
 
 
-def _read_text_file(target: Path, shown: str) -> str:
-    if not target.is_file():
-        raise ToolFailure(f"{shown} does not exist in the workspace (or is a folder).")
-    data = target.read_bytes()
+def _read_text_file(workspace: Path, shown: str, allow_hard_links: bool) -> str:
+    # Opened without following links at any step: a file swapped for a link cannot escape.
+    try:
+        data = read_confined(workspace, shown, allow_hard_links=allow_hard_links)
+    except WorkspaceError as exc:
+        raise ToolFailure(str(exc)) from None
     if b"\x00" in data[:8192]:
         raise ToolFailure(f"{shown} is a binary file; only text files can be read.")
     return data.decode("utf-8", errors="replace")

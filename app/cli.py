@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -39,8 +40,42 @@ def friendly_errors(fn: F) -> F:
             _fail(str(exc))
         except KeyboardInterrupt:
             _fail("Interrupted; nothing was lost (the index keeps its last complete state).")
+        except Exception as exc:
+            advice = _database_damage(exc)
+            if advice is None:
+                raise
+            _fail(advice)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _database_damage(exc: Exception) -> str | None:
+    """Advice if `exc` is an SQLite error caused by a damaged database file, else None.
+
+    Damage shows up as many errors ("malformed", but also text that cannot be decoded), so an
+    unexpected SQLite error is checked against `PRAGMA quick_check` of the database.
+    """
+    if not type(exc).__module__.startswith(("sqlite3", "pysqlite3")):
+        return None
+    from memory.db import DatabaseCorruptError, corruption_advice, is_corruption, open_database
+
+    try:
+        path = _settings().database_path
+    except Exception:
+        return None
+    if is_corruption(exc):
+        return corruption_advice(path, str(exc))
+    try:
+        db = open_database(path)
+    except DatabaseCorruptError as damaged:
+        return str(damaged)
+    except Exception:
+        return None
+    try:
+        problems = db.quick_check()
+    finally:
+        db.close()
+    return corruption_advice(path, problems[0]) if problems else None
 
 
 def _settings() -> Settings:
@@ -63,12 +98,18 @@ def _open_index(settings: Settings) -> MemoryIndex:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pinch")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Pinch — a personal AI assistant that remembers, in plain Markdown files.
 
     Home: ~/.pinch (or $PINCH_HOME): config.toml, workspace/ (your memory files) and
     agents/<id>/agent.sqlite (the index, sessions and jobs).
     """
+    # Every file Pinch (or a library it drives: SQLite, the chat history) creates holds the
+    # owner's memory or chats: private to the owner whatever the shell's umask.
+    previous = os.umask(0o077)
+    os.umask(previous | 0o077)
+    ctx.call_on_close(lambda: os.umask(previous))
 
 
 @main.command()
@@ -79,14 +120,14 @@ def init() -> None:
 
     settings = _settings()
     created = initialise(settings, TEMPLATE_DIR)
-    if created:
-        for item in created:
-            click.echo(f"created {item}")
+    for item in created:
+        click.echo(item)
+    if any(item.startswith("created") for item in created):
         click.echo(
             f"\nPinch is set up. Your memory files are in {settings.workspace_dir}.\n"
             'Next: `pinch memory index`, then `pinch memory search "..."`.'
         )
-    else:
+    elif not created:
         click.echo(f"Already set up in {settings.home}; nothing changed.")
 
 
@@ -116,6 +157,49 @@ def chat(session_name: str | None) -> None:
     sys.exit(asyncio.run(run_chat(settings, session=session_name)))
 
 
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option("--offline", is_flag=True, help="Skip the 1-token request to the model.")
+@click.option(
+    "--health",
+    is_flag=True,
+    help="Only: is the gateway alive? (fast; for a container HEALTHCHECK).",
+)
+def doctor(as_json: bool, offline: bool, health: bool) -> None:
+    """Check the installation: config, secrets, files, database, index, model, channels.
+
+    One line per check; exit status 1 if any fails. Secrets are shown as set/missing only.
+    """
+    from app.config import ConfigError, load_settings
+    from app.doctor import CheckResult, gateway_health, plugin_checks, run_checks
+
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        results = [CheckResult("config", False, " ".join(str(exc).split()))]
+    else:
+        if health:
+            problem = gateway_health(settings)
+            click.echo(f"unhealthy: {problem}" if problem else "healthy")
+            sys.exit(1 if problem else 0)
+        where = settings.config_path if settings.config_path.exists() else "defaults"
+        results = [CheckResult("config", True, f"valid ({where})")]
+        try:
+            extra = plugin_checks(settings)
+        except Exception as exc:  # a broken plug-in is one failed check, not a traceback
+            extra = []
+            results.append(CheckResult("channels", False, f"channel checks unavailable: {exc}"))
+        results += run_checks(settings, extra, offline=offline)
+    ok = all(r.ok for r in results)
+    if as_json:
+        click.echo(json.dumps({"ok": ok, "checks": [r.to_dict() for r in results]}, indent=2))
+    else:
+        for r in results:
+            mark = click.style("ok  ", fg="green") if r.ok else click.style("FAIL", fg="red")
+            click.echo(f"{mark} {r.name:<10} {r.detail}")
+    sys.exit(0 if ok else 1)
+
+
 @main.group()
 def memory() -> None:
     """Index, search and read the memory files."""
@@ -132,6 +216,7 @@ def memory_status(deep: bool, as_json: bool) -> None:
     settings = _settings()
     idx = _open_index(settings)
     try:
+        idx.db.check_integrity()  # a damaged page is reported as such, not as odd numbers
         st = idx.status(deep=deep)
     finally:
         idx.close()
@@ -169,6 +254,8 @@ def memory_index(force: bool) -> None:
     idx = _open_index(settings)
     try:
         report = _sync_with_progress(idx, force)
+        # A sync touches only changed files' rows: damage elsewhere would go unnoticed.
+        idx.db.check_integrity()
     finally:
         idx.close()
     what = "rebuilt" if report.rebuilt else "updated"
@@ -256,7 +343,12 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
 
     settings = _settings()
     result = read_memory_lines(
-        settings.workspace_dir, path, from_line, lines, settings.memory.extra_paths
+        settings.workspace_dir,
+        path,
+        from_line,
+        lines,
+        settings.memory.extra_paths,
+        allow_hard_links=settings.memory.allow_hard_links,
     )
     if as_json:
         click.echo(json.dumps(asdict(result), ensure_ascii=False))

@@ -6,14 +6,21 @@ Secrets (API keys, bot tokens) come only from the environment, never from the fi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from agent.config import AgentConfig
 from channels.config import SECRET_FIELDS, SlackConfig, TelegramConfig
@@ -120,6 +127,16 @@ class _TomlSource(PydanticBaseSettingsSource):
             raise ConfigError(
                 f"{path} is not valid TOML: {exc}. Fix the file or move it aside."
             ) from None
+        except IsADirectoryError:
+            raise ConfigError(
+                f"{path} is a folder, not a file: move it aside; Pinch needs a TOML file there "
+                "(or none at all, for the defaults)."
+            ) from None
+        except OSError as exc:
+            raise ConfigError(
+                f"{path} cannot be read ({exc.strerror}): check its owner and mode "
+                f"(chmod 600 {path})."
+            ) from None
         _refuse_secrets_in_file(data, path)
         return data
 
@@ -138,16 +155,76 @@ def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
                 )
 
 
+def _check_home() -> None:
+    home = pinch_home()
+    if home.exists() and not home.is_dir():
+        raise ConfigError(
+            f"The Pinch home {home} is a file, not a folder: set PINCH_HOME to a folder (it "
+            "will be created) or move the file aside."
+        )
+
+
+def _field_type(path: list[str]) -> Any:
+    """The annotation of the setting at `path` (lower-case names), or None if there is none."""
+    model: Any = Settings
+    annotation: Any = None
+    for name in path:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        field = model.model_fields.get(name)
+        if field is None:
+            return None
+        annotation = field.annotation
+        model = annotation
+    return annotation
+
+
+def _non_json_env_setting() -> str | None:
+    """Advice for a PINCH_* variable that sets a list or table but is not JSON, else None."""
+    for name, value in sorted(os.environ.items()):
+        if not name.startswith("PINCH_"):
+            continue
+        kind = typing.get_origin(_field_type(name[len("PINCH_") :].lower().split("__")))
+        if kind not in (list, dict):
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            example = (
+                json.dumps([v.strip() for v in value.split(",") if v.strip()] or ["..."])
+                if kind is list
+                else '{"key": "value"}'
+            )
+            what = "a list" if kind is list else "a table"
+            return (
+                f"{name}={value!r} is not valid here: this setting is {what}, written as JSON "
+                f"in the environment, e.g. {name}='{example}'."
+            )
+    return None
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Settings from the file, the environment and `overrides`, or ConfigError with advice."""
+    _check_home()
     try:
         return Settings(**overrides)
+    except SettingsError as exc:
+        raise ConfigError(_non_json_env_setting() or f"Invalid settings: {exc}.") from None
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"])
-            env = "PINCH_" + "__".join(str(p) for p in err["loc"]).upper()
-            lines.append(
-                f"  {where}: {err['msg']} (set in {pinch_home() / 'config.toml'} or {env})"
-            )
-        raise ConfigError("Invalid settings:\n" + "\n".join(lines)) from None
+        raise ConfigError(_validation_advice(exc)) from None
+
+
+def _validation_advice(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        where = ".".join(loc)
+        env = "PINCH_" + "__".join(loc).upper()
+        if len(loc) == 1 and isinstance(_field_type(loc), type):
+            env += "__*"  # a check across several settings of one table
+        message = err["msg"].removeprefix("Value error, ")
+        if env in os.environ and typing.get_origin(_field_type(loc)) is list:
+            example = json.dumps([os.environ[env].strip() or "..."])
+            message += f"; in the environment a list is JSON: {env}='{example}'"
+        lines.append(f"  {where}: {message} (set in {pinch_home() / 'config.toml'} or {env})")
+    return "Invalid settings:\n" + "\n".join(lines)

@@ -1,12 +1,18 @@
-"""`pinch init`: the home, the workspace from the template, and the agent database."""
+"""`pinch init`: the home, the workspace from the template, and the agent database.
+
+Everything is private to the owner: folders 0700, files 0600, whatever the umask; a home that
+other users can read is tightened (and `pinch init` says so).
+"""
 
 from __future__ import annotations
 
-import shutil
+import os
+import stat
 from pathlib import Path
 
 from app.config import Settings
 from memory.db import open_database
+from memory.workspace import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_private_dirs
 
 CONFIG_TEMPLATE = """\
 # Pinch configuration. Environment variables PINCH_* override these values
@@ -24,6 +30,7 @@ CONFIG_TEMPLATE = """\
 [memory]
 # preset = "pinch"                  # pinch | openclaw | keyword | vector
 # extra_paths = ["~/notes"]          # more Markdown files or folders to index
+# allow_hard_links = false          # true: also read/index files with several hard links
 
 [memory.embedding]
 # provider = "local"                # local (offline e5) | use | litellm | none
@@ -31,27 +38,47 @@ CONFIG_TEMPLATE = """\
 """
 
 
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def tighten_home(home: Path) -> str | None:
+    """Make an existing home 0700 if group or others could enter it; say what changed."""
+    try:
+        mode = home.stat().st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(mode) or not mode & 0o077:
+        return None
+    os.chmod(home, PRIVATE_DIR_MODE)
+    return (
+        f"tightened {home} from {stat.filemode(mode)} to drwx------ "
+        "(other users could read your memory and chats)"
+    )
+
+
 def initialise(settings: Settings, template_dir: Path) -> list[str]:
-    """Create whatever is missing; return what was created (empty when nothing was)."""
+    """Create whatever is missing; return one line per thing created or changed (empty: none)."""
     created: list[str] = []
     home = settings.home
-    if not home.exists():
-        home.mkdir(parents=True)
-        created.append(str(home))
+    note = tighten_home(home)
+    if note:
+        created.append(note)
+    created += [str(d) + "/" for d in make_private_dirs(home)]
     if not settings.config_path.exists():
-        settings.config_path.write_text(CONFIG_TEMPLATE, encoding="utf-8")
+        _write_private(settings.config_path, CONFIG_TEMPLATE.encode("utf-8"))
         created.append(str(settings.config_path))
     ws = settings.workspace_dir
     for directory in (ws, ws / "memory"):
-        if not directory.exists():
-            directory.mkdir(parents=True)
-            created.append(str(directory) + "/")
+        created += [str(d) + "/" for d in make_private_dirs(directory)]
     for src in sorted(template_dir.glob("*.md")):
         dest = ws / src.name
         if not dest.exists():
-            shutil.copyfile(src, dest)
+            _write_private(dest, src.read_bytes())
             created.append(str(dest))
     if not settings.database_path.exists():
         open_database(settings.database_path).close()
         created.append(str(settings.database_path))
-    return created
+    return [item if item.startswith("tightened") else f"created {item}" for item in created]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
 SECRET_FIELDS = {
@@ -66,6 +66,17 @@ class TelegramConfig(_ChannelAccess):
     poll_timeout_s: int = Field(default=30, ge=0, le=50)  # getUpdates long-poll timeout
     poll_stall_s: float = Field(default=120.0, gt=0)  # rebuild polling after this long deaf
     max_download_mb: int = Field(default=20, ge=1)  # the Bot API's getFile limit is 20 MB
+    # An album arrives as one update per photo; parts this far apart still make one message.
+    media_group_wait_s: float = Field(default=1.0, gt=0, le=10)
+
+    @model_validator(mode="after")
+    def _stall_outlasts_a_poll(self) -> TelegramConfig:
+        if self.poll_stall_s <= self.poll_timeout_s:
+            raise ValueError(
+                f"poll_stall_s ({self.poll_stall_s:g}) must be longer than poll_timeout_s "
+                f"({self.poll_timeout_s}): a quiet long poll is not a stall"
+            )
+        return self
 
 
 class SlackConfig(_ChannelAccess):
@@ -79,3 +90,8 @@ class SlackConfig(_ChannelAccess):
     events_listen: str = "127.0.0.1"
     events_port: int = Field(default=3000, ge=1, le=65535)
     dedup_ttl_s: float = Field(default=3600.0, ge=600)  # outlives Slack's retries (≥ 10 min)
+    max_download_mb: int = Field(default=20, ge=1)  # bigger shared files are not downloaded
+    timeout_s: float = Field(
+        default=30.0, gt=0
+    )  # per Web API call; a timed-out post is not retried
+    ping_interval_s: float = Field(default=10.0, gt=0)  # Socket Mode liveness ping

@@ -53,6 +53,9 @@ class MemoryConfig(BaseModel):
     preset: str = "pinch"  # named search preset (see memory.presets)
     watch_debounce_ms: int = Field(default=1500, ge=50, le=60000)
     vector_backend: Literal["auto", "sqlite-vec", "numpy"] = "auto"
+    # A file with several hard links may be a file outside the workspace under a second name:
+    # such files are neither indexed nor read unless the owner made the links and says so here.
+    allow_hard_links: bool = False
 
     @field_validator("preset")
     @classmethod

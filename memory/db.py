@@ -8,7 +8,9 @@ numpy. `Database.vector_backend` says which, and `pinch memory status` reports i
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,8 +19,53 @@ from typing import Any
 
 from memory.errors import DatabaseError
 from memory.migrations import apply_migrations
+from memory.workspace import PRIVATE_FILE_MODE, make_private_dirs
 
 BUSY_TIMEOUT_S = 10.0  # how long a write waits for another process's write to finish
+# What SQLite says about a damaged file: "database disk image is malformed", "file is not a
+# database", "database corruption at line …", "malformed database schema".
+_CORRUPTION_WORDS = ("malformed", "not a database", "corrupt")
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
+class DatabaseCorruptError(DatabaseError):
+    """The agent database file is damaged; the message says what to do and what is lost."""
+
+
+def corruption_advice(path: Path | str, detail: str) -> str:
+    """One paragraph for a damaged database: what happened, what to do, what is lost."""
+    return (
+        f"The agent database {path} is damaged, not a valid SQLite database ({detail}). Your "
+        "memory files are safe. Move the "
+        f"database aside (mv {path} {path}.broken) and run `pinch memory index`: the index is "
+        "rebuilt from your files. Lost with the old file: conversation transcripts and chat "
+        "history not yet saved to memory files (try `sqlite3 FILE.broken .recover` to rescue "
+        "them) and the embedding cache (recomputed)."
+    )
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """True for SQLite's "the file is damaged" errors, from sqlite3 or pysqlite3."""
+    if isinstance(exc, DatabaseCorruptError):
+        return True
+    if isinstance(exc, DatabaseError) or not any(
+        c.__name__ == "DatabaseError" for c in type(exc).__mro__
+    ):
+        return False  # not from an SQLite driver
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+: SQLITE_CORRUPT, SQLITE_NOTADB
+    if isinstance(code, int) and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return True
+    message = str(exc).lower()
+    return any(word in message for word in _CORRUPTION_WORDS)
+
+
+def as_corruption(exc: BaseException, path: Path | str) -> DatabaseCorruptError | None:
+    """`exc` as a DatabaseCorruptError with advice if it reports a damaged file, else None."""
+    if isinstance(exc, DatabaseCorruptError):
+        return exc
+    if is_corruption(exc):
+        return DatabaseCorruptError(corruption_advice(path, str(exc)))
+    return None
 
 
 def _locked_message(path: Path) -> str:
@@ -86,29 +133,80 @@ class Database:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]:
-        """BEGIN IMMEDIATE … COMMIT (ROLLBACK on error), holding the process-level lock."""
+        """BEGIN IMMEDIATE … COMMIT (ROLLBACK on error), holding the process-level lock.
+
+        A damaged file surfaces as DatabaseCorruptError (with advice), whichever statement met it.
+        """
         with self.lock:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except Exception as exc:
                 if _is_busy(exc):
                     raise DatabaseError(_locked_message(self.path)) from exc
-                raise
+                raise self._corrupt_or(exc) from exc
             try:
                 yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
+            except BaseException as exc:
+                with contextlib.suppress(Exception):  # a damaged file may refuse this too
+                    self.conn.execute("ROLLBACK")
+                if isinstance(exc, Exception):
+                    raise self._corrupt_or(exc) from exc
                 raise
             else:
-                self.conn.execute("COMMIT")
+                try:
+                    self.conn.execute("COMMIT")
+                except Exception as exc:
+                    raise self._corrupt_or(exc) from exc
 
     def execute(self, sql: str, params: Any = ()) -> list[Any]:
+        """All rows of one statement; DatabaseCorruptError (with advice) if the file is damaged."""
         with self.lock:
-            return list(self.conn.execute(sql, params).fetchall())
+            try:
+                return list(self.conn.execute(sql, params).fetchall())
+            except Exception as exc:
+                raise self._corrupt_or(exc) from exc
+
+    def quick_check(self) -> list[str]:
+        """Problems `PRAGMA quick_check` finds (empty: the file is sound). Reads every page."""
+        with self.lock:
+            try:
+                rows = self.conn.execute("PRAGMA quick_check").fetchall()
+            except Exception as exc:
+                if is_corruption(exc):
+                    return [str(exc)]
+                raise
+        found = [str(r[0]) for r in rows]
+        return [] if found == ["ok"] else found
+
+    def check_integrity(self) -> None:
+        """Raise DatabaseCorruptError with advice if `quick_check` finds a problem."""
+        problems = self.quick_check()
+        if problems:
+            detail = problems[0] if len(problems) == 1 else f"{problems[0]}; +{len(problems) - 1}"
+            raise DatabaseCorruptError(corruption_advice(self.path, detail))
+
+    def _corrupt_or(self, exc: Exception) -> Exception:
+        return as_corruption(exc, self.path) or exc
 
     def close(self) -> None:
         with self.lock:
             self.conn.close()
+
+
+def _make_private(path: Path) -> None:
+    """Create the database file 0600 if missing and tighten it and its -wal/-shm files.
+
+    SQLite gives the -wal and -shm files the mode of the database file, so a private database
+    keeps its journal private too.
+    """
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, PRIVATE_FILE_MODE))
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        # Not ours to change (another owner, a folder): SQLite's own error will say more.
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            st = name.stat()
+            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077:
+                os.chmod(name, PRIVATE_FILE_MODE)
 
 
 def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
@@ -120,7 +218,8 @@ def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
     want_vec = vector_backend in ("auto", "sqlite-vec")
     driver, name = _load_driver(want_vec)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
+        _make_private(path)
     except OSError as exc:
         raise DatabaseError(
             f"Cannot create {path.parent}: {exc.strerror}. Check PINCH_HOME."
@@ -145,12 +244,8 @@ def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
         message = str(exc)
         if _is_busy(exc):
             raise DatabaseError(_locked_message(path)) from exc
-        if "not a database" in message or "malformed" in message:
-            raise DatabaseError(
-                f"{path} is not a valid SQLite database ({message}). Your memory files are "
-                f"untouched: move the file aside (mv {path} {path}.broken) and run "
-                "`pinch memory index` to rebuild the index from them."
-            ) from exc
+        if is_corruption(exc):
+            raise DatabaseCorruptError(corruption_advice(path, message)) from exc
         raise DatabaseError(f"Cannot open the agent database {path}: {message}") from exc
     version = conn.execute("SELECT sqlite_version()").fetchone()[0]
     return Database(path=path, conn=conn, driver=name, sqlite_version=version, vec_version=vec)

@@ -2,13 +2,18 @@
 
 Memory files are `MEMORY.md`, `USER.md`, `memory/**/*.md` and configured extra paths (files or
 folders of `.md` files). Symlinks are skipped when discovering and refused when reading, so no
-path can lead outside the workspace.
+path can lead outside the workspace. Reads open the file one path component at a time without
+following symbolic links (`open_confined`), so swapping a file for a link between the check and
+the read cannot escape either. A file with more than one hard link may be the same file as one
+outside the workspace: it is treated as outside unless `[memory] allow_hard_links = true`.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +21,38 @@ from pathlib import Path
 from memory.errors import WorkspaceError
 
 EVERGREEN_FILES = ("MEMORY.md", "USER.md")
+# Linux limits: one path component and a whole path. Checked before any system call, so an
+# over-long path is refused like any other bad path instead of failing with ENAMETOOLONG.
+MAX_COMPONENT_BYTES = 255
+MAX_PATH_BYTES = 4000
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:-[^/]*)?\.md$")
+
+
+# Everything Pinch creates is private to the owner: memory files and the database hold chats.
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+
+
+def make_private_dirs(path: Path) -> list[Path]:
+    """Create `path` and any missing parents with mode 0700; returns the folders created.
+
+    (`Path.mkdir(parents=True)` would give the parents the umask's mode, often 0755.)
+    """
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=PRIVATE_DIR_MODE)
+        except FileExistsError:
+            continue
+    return list(reversed(missing))
+
+
+class FileMissingError(WorkspaceError):
+    """The confined path is allowed but no file is there (yet)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +76,16 @@ def default_origin(rel_path: str) -> str:
     return "owner" if rel_path in EVERGREEN_FILES else "agent"
 
 
-def _walk_md(root: Path) -> list[Path]:
+def _hard_linked(path: Path) -> bool:
+    """True if `path` is a regular file with more than one name (maybe one outside)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+
+
+def _walk_md(root: Path, allow_hard_links: bool = False) -> list[Path]:
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(
@@ -48,15 +93,20 @@ def _walk_md(root: Path) -> list[Path]:
         )
         for name in sorted(filenames):
             p = Path(dirpath, name)
-            if name.endswith(".md") and not name.startswith(".") and not p.is_symlink():
+            visible = name.endswith(".md") and not name.startswith(".") and not p.is_symlink()
+            if visible and (allow_hard_links or not _hard_linked(p)):
                 found.append(p)
     return found
 
 
 def discover_memory_files(
-    workspace: Path, extra_paths: list[str] | None = None
+    workspace: Path, extra_paths: list[str] | None = None, *, allow_hard_links: bool = False
 ) -> list[MemoryFile]:
-    """All memory files, in a stable order. Raises WorkspaceError if the workspace is missing."""
+    """All memory files, in a stable order. Raises WorkspaceError if the workspace is missing.
+
+    Symbolic links are skipped, and so are files with several hard links unless
+    `allow_hard_links` (`[memory] allow_hard_links`).
+    """
     if not workspace.is_dir():
         raise WorkspaceError(
             f"The workspace {workspace} does not exist. Run `pinch init` to create it "
@@ -65,11 +115,11 @@ def discover_memory_files(
     files: list[MemoryFile] = []
     for name in EVERGREEN_FILES:
         p = workspace / name
-        if p.is_file() and not p.is_symlink():
+        if p.is_file() and not p.is_symlink() and (allow_hard_links or not _hard_linked(p)):
             files.append(MemoryFile(name, p, "memory", "owner"))
     mem_dir = workspace / "memory"
     if mem_dir.is_dir() and not mem_dir.is_symlink():
-        for p in _walk_md(mem_dir):
+        for p in _walk_md(mem_dir, allow_hard_links):
             rel = p.relative_to(workspace).as_posix()
             files.append(MemoryFile(rel, p, "memory", default_origin(rel)))
     seen = {f.rel_path for f in files}
@@ -78,7 +128,10 @@ def discover_memory_files(
         base = base if base.is_absolute() else workspace / base
         if base.is_symlink() or not base.exists():
             continue
-        candidates = [base] if base.is_file() else _walk_md(base)
+        if base.is_file():
+            candidates = [base] if allow_hard_links or not _hard_linked(base) else []
+        else:
+            candidates = _walk_md(base, allow_hard_links)
         for p in candidates:
             if p.suffix != ".md":
                 continue
@@ -100,61 +153,216 @@ def is_memory_path(rel_path: str) -> bool:
     )
 
 
-def confine_path(workspace: Path, raw: str) -> tuple[Path, str]:
+def _hard_link_refusal(rel: str) -> WorkspaceError:
+    return WorkspaceError(
+        f"{rel!r} has more than one hard link, so it may be a file outside the workspace; "
+        "Pinch treats it as outside. Copy it instead of linking it, or set "
+        "[memory] allow_hard_links = true in config.toml if you made the link yourself."
+    )
+
+
+def confine_path(workspace: Path, raw: str, *, allow_hard_links: bool = False) -> tuple[Path, str]:
     """(absolute path, '/'-separated relative path) of a workspace-relative path, or
     WorkspaceError saying why it may not be used.
 
     The one check every file access goes through: no absolute paths, `~`, drive letters,
     backslashes, `.`/`..`/empty segments, hidden files, control characters, percent-encoding or
-    Unicode look-alikes (NFKC-changed text), and no symbolic link anywhere along the path.
+    Unicode look-alikes (NFKC-changed text), no over-long names, no symbolic link anywhere along
+    the path, and no existing file with several hard links unless `allow_hard_links`.
+    This is a check of names; to read, use `open_confined`, which cannot race with a change on
+    disk between the check and the open.
     """
     if not raw or not raw.strip():
         raise WorkspaceError("A path is required, e.g. memory/2026-01-10.md or MEMORY.md.")
+    shown = raw if len(raw) <= 80 else raw[:60] + "…"
     if any(unicodedata.category(ch) == "Cc" for ch in raw):
-        raise WorkspaceError(f"{raw!r} contains control characters (such as a NUL byte).")
+        raise WorkspaceError(f"{shown!r} contains control characters (such as a NUL byte).")
     if "%" in raw or unicodedata.normalize("NFKC", raw) != raw:
         raise WorkspaceError(
-            f"{raw!r} contains encoded or look-alike characters; write the plain path."
+            f"{shown!r} contains encoded or look-alike characters; write the plain path."
         )
     text = raw.strip()
+    try:
+        encoded = [os.fsencode(p) for p in text.split("/")]
+    except UnicodeError as exc:
+        raise WorkspaceError(f"{shown!r} cannot be used as a file name here.") from exc
+    total = len(os.fsencode(str(workspace))) + len(os.fsencode(text))
+    if total > MAX_PATH_BYTES:
+        raise WorkspaceError(
+            f"{shown!r} is too long ({total:,} bytes with the workspace folder; at most "
+            f"{MAX_PATH_BYTES:,}); use a shorter path."
+        )
+    if any(len(p) > MAX_COMPONENT_BYTES for p in encoded):
+        raise WorkspaceError(
+            f"{shown!r} is too long for a file name ({MAX_COMPONENT_BYTES} bytes per folder or "
+            "file name at most); use a shorter path."
+        )
     if "\\" in text or text.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", text):
         raise WorkspaceError(
-            f"{raw!r} is not a workspace-relative path: use paths like memory/2026-01-10.md."
+            f"{shown!r} is not a workspace-relative path: use paths like memory/2026-01-10.md."
         )
     parts = text.split("/")
     if any(p in ("", ".", "..") for p in parts):
-        raise WorkspaceError(f"{raw!r} may not contain '..', '.' or empty segments.")
+        raise WorkspaceError(f"{shown!r} may not contain '..', '.' or empty segments.")
     if any(p.startswith(".") for p in parts):
-        raise WorkspaceError(f"{raw!r} names a hidden file or folder, which is not allowed.")
+        raise WorkspaceError(f"{shown!r} names a hidden file or folder, which is not allowed.")
     probe = workspace
-    for part in parts:
-        probe = probe / part
-        if probe.is_symlink():
-            raise WorkspaceError(f"{raw!r} goes through a symbolic link, which is not allowed.")
     try:
+        for part in parts:
+            probe = probe / part
+            if probe.is_symlink():
+                raise WorkspaceError(
+                    f"{shown!r} goes through a symbolic link, which is not allowed."
+                )
         probe.resolve().relative_to(workspace.resolve())
     except ValueError as exc:
-        raise WorkspaceError(f"{raw!r} is outside the workspace.") from exc
-    return probe, "/".join(parts)
+        raise WorkspaceError(f"{shown!r} is outside the workspace.") from exc
+    except OSError as exc:
+        raise WorkspaceError(f"{shown!r} cannot be used: {exc.strerror or exc}.") from exc
+    rel = "/".join(parts)
+    if not allow_hard_links and _hard_linked(probe):
+        raise _hard_link_refusal(rel)
+    return probe, rel
 
 
-def resolve_memory_path(workspace: Path, raw: str, extra_paths: list[str] | None = None) -> Path:
+def _open_error(rel: str, exc: OSError) -> WorkspaceError:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+        # O_NOFOLLOW met a symbolic link (ELOOP), or a folder along the way is a link/file.
+        return WorkspaceError(f"{rel!r} goes through a symbolic link, which is not allowed.")
+    if exc.errno == errno.ENOENT:
+        return FileMissingError(f"{rel} does not exist in the workspace.")
+    if exc.errno == errno.ENAMETOOLONG:
+        return WorkspaceError(f"{rel!r} is too long for a file name; use a shorter path.")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return WorkspaceError(
+            f"{rel} cannot be read: permission denied. Check its owner and mode (ls -l)."
+        )
+    return WorkspaceError(f"{rel} cannot be opened: {exc.strerror or exc}.")
+
+
+def _walk_folders(root: Path, folders: list[str], rel: str) -> int:
+    """A descriptor of root/folders, each folder opened relative to the one before, O_NOFOLLOW."""
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    directory = getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(root, os.O_RDONLY | directory)
+    except OSError as exc:
+        raise WorkspaceError(f"The folder {root} cannot be opened: {exc.strerror}.") from exc
+    try:
+        for part in folders:
+            next_fd = os.open(part, os.O_RDONLY | directory | nofollow, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+    except OSError as exc:
+        os.close(fd)
+        raise _open_error(rel, exc) from exc
+    return fd
+
+
+def _open_beneath(root: Path, parts: list[str], rel: str, allow_hard_links: bool) -> int:
+    """An O_RDONLY descriptor of root/parts, opened one component at a time with O_NOFOLLOW."""
+    fd = _walk_folders(root, parts[:-1], rel)
+    # O_NONBLOCK: a FIFO named *.md must not hang the open; it is refused below.
+    flags = (
+        os.O_RDONLY
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_NOCTTY", 0)
+    )
+    try:
+        file_fd = os.open(parts[-1], flags, dir_fd=fd)
+    except OSError as exc:
+        raise _open_error(rel, exc) from exc
+    finally:
+        os.close(fd)
+    st = os.fstat(file_fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(file_fd)
+        raise WorkspaceError(f"{rel} is not a regular file.")
+    if st.st_nlink > 1 and not allow_hard_links:
+        os.close(file_fd)
+        raise _hard_link_refusal(rel)
+    return file_fd
+
+
+def open_folder_confined(workspace: Path, rel: str) -> int:
+    """A descriptor of the folder holding the workspace file `rel` (already confined), opened one
+    component at a time with O_NOFOLLOW; WorkspaceError if a folder along the way is a link.
+
+    Writes go through this folder descriptor, so a folder swapped for a symbolic link after the
+    check cannot redirect them outside the workspace."""
+    return _walk_folders(workspace, rel.split("/")[:-1], rel)
+
+
+def open_confined(workspace: Path, raw: str, *, allow_hard_links: bool = False) -> int:
+    """A read-only file descriptor of the workspace file `raw` names, or WorkspaceError.
+
+    `raw` passes `confine_path`; then every folder and the file itself are opened relative to
+    the one before with O_NOFOLLOW, and the opened file must be a regular file with one link
+    (unless `allow_hard_links`). What is opened is what was checked: no swap of a file for a
+    symbolic link between the check and the read can lead outside. FIFOs and devices are
+    refused without blocking. The caller closes the descriptor.
+    """
+    _, rel = confine_path(workspace, raw, allow_hard_links=allow_hard_links)
+    return _open_beneath(workspace, rel.split("/"), rel, allow_hard_links)
+
+
+def _read_fd(fd: int, max_bytes: int | None) -> bytes:
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read() if max_bytes is None else fh.read(max_bytes)
+
+
+def read_confined(
+    workspace: Path, raw: str, *, allow_hard_links: bool = False, max_bytes: int | None = None
+) -> bytes:
+    """The bytes of the workspace file `raw` names, through `open_confined`."""
+    return _read_fd(open_confined(workspace, raw, allow_hard_links=allow_hard_links), max_bytes)
+
+
+def open_memory_file(workspace: Path, f: MemoryFile, *, allow_hard_links: bool = False) -> int:
+    """A read-only descriptor of a discovered memory file, for the indexer; the caller closes it.
+
+    A file inside the workspace is opened component by component from the workspace
+    (`open_confined`); an extra path outside it from its own folder, which the owner configured.
+    Never follows a symbolic link, never blocks (FIFOs are refused), and refuses files with
+    several hard links unless `allow_hard_links`. Raises WorkspaceError (FileMissingError when
+    the file is gone) with a one-line reason.
+    """
+    try:
+        rel = f.abs_path.relative_to(workspace).as_posix()
+    except ValueError:
+        return _open_beneath(f.abs_path.parent, [f.abs_path.name], f.rel_path, allow_hard_links)
+    return open_confined(workspace, rel, allow_hard_links=allow_hard_links)
+
+
+def resolve_memory_path(
+    workspace: Path,
+    raw: str,
+    extra_paths: list[str] | None = None,
+    *,
+    allow_hard_links: bool = False,
+) -> Path:
     """The file a memory path names, or WorkspaceError explaining why it is not allowed.
 
     Only `.md` files that are memory paths (MEMORY.md, USER.md, memory/**) or configured extra
     paths inside the workspace, through `confine_path`.
     """
-    target, rel = confine_path(workspace, raw)
+    target, rel = confine_path(workspace, raw, allow_hard_links=allow_hard_links)
     if not rel.endswith(".md"):
         raise WorkspaceError(f"{raw!r} is not a Markdown file: memory_get reads only .md files.")
-    allowed_extra = {
-        f.rel_path for f in discover_memory_files(workspace, extra_paths) if f.source == "extra"
-    }
-    if not is_memory_path(rel) and rel not in allowed_extra:
-        raise WorkspaceError(
-            f"{raw!r} is not a memory file: only MEMORY.md, USER.md, memory/**/*.md and "
-            "configured extra paths can be read."
-        )
+    if not is_memory_path(rel):
+        allowed_extra = {
+            f.rel_path
+            for f in discover_memory_files(
+                workspace, extra_paths, allow_hard_links=allow_hard_links
+            )
+            if f.source == "extra"
+        }
+        if rel not in allowed_extra:
+            raise WorkspaceError(
+                f"{raw!r} is not a memory file: only MEMORY.md, USER.md, memory/**/*.md and "
+                "configured extra paths can be read."
+            )
     return target
 
 
@@ -174,6 +382,8 @@ def read_memory_lines(
     lines: int | None = None,
     extra_paths: list[str] | None = None,
     max_chars: int = 20_000,
+    *,
+    allow_hard_links: bool = False,
 ) -> ReadResult:
     """`lines` lines of a memory file starting at 1-based `from_line`.
 
@@ -183,13 +393,16 @@ def read_memory_lines(
         raise WorkspaceError("from must be 1 or more (lines are numbered from 1).")
     if lines is not None and lines < 1:
         raise WorkspaceError("lines must be 1 or more.")
-    target = resolve_memory_path(workspace, raw_path, extra_paths)
+    target = resolve_memory_path(
+        workspace, raw_path, extra_paths, allow_hard_links=allow_hard_links
+    )
     rel = target.relative_to(workspace).as_posix()
-    if not target.exists():
-        raise WorkspaceError(f"{rel} does not exist. Use memory_search to find the right file.")
-    if not target.is_file():
-        raise WorkspaceError(f"{rel} is not a file.")
-    data = target.read_bytes()
+    try:
+        data = read_confined(workspace, rel, allow_hard_links=allow_hard_links)
+    except FileMissingError:
+        raise WorkspaceError(
+            f"{rel} does not exist. Use memory_search to find the right file."
+        ) from None
     if b"\x00" in data[:8192]:
         raise WorkspaceError(f"{rel} looks like a binary file, not Markdown; it cannot be read.")
     all_lines = data.decode("utf-8", errors="replace").split("\n")

@@ -25,13 +25,20 @@ import re
 import tempfile
 import threading
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import date, datetime, tzinfo
 from pathlib import Path
 from typing import Literal
 
 from memory.errors import WorkspaceError
-from memory.workspace import confine_path
+from memory.workspace import (
+    PRIVATE_FILE_MODE,
+    FileMissingError,
+    confine_path,
+    make_private_dirs,
+    open_folder_confined,
+    read_confined,
+)
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +137,11 @@ class WorkspaceWriter:
                 suffix = "" if n == 1 else f"-{n}"
                 rel = f"memory/{day.isoformat()}-{clean}{suffix}.md"
                 target = self._confine(rel)
-                if not target.exists() and _write_new(target, data):
-                    break
+                if target.exists():
+                    continue
+                with _pinned(self.workspace, target) as pinned:
+                    if _write_new(pinned, data):
+                        break
             else:
                 raise WorkspaceError(
                     f"Too many session notes named {clean!r} on {day}; use another slug."
@@ -143,8 +153,8 @@ class WorkspaceWriter:
         """Replace (or create) a Markdown file inside the workspace, atomically."""
         target = self._confine(rel_path)
         rel = target.relative_to(self.workspace).as_posix()
-        with _write_lock:
-            _atomic_write(target, _encode(text))
+        with _write_lock, _pinned(self.workspace, target) as pinned:
+            _atomic_write(pinned, _encode(text))
         self._written(rel)
         return rel
 
@@ -161,11 +171,11 @@ class WorkspaceWriter:
         """Read–change–write one file, retrying if it changed on disk while we worked."""
         target = self._confine(rel_path)
         rel = target.relative_to(self.workspace).as_posix()
-        with _write_lock:
+        with _write_lock, _pinned(self.workspace, target) as pinned:
             for _ in range(_RETRIES):
-                before = _read_text(target, rel)
+                before = _read_text(self.workspace, rel)
                 data = _encode(change(before))
-                if _atomic_write(target, data, check=True, expect=before):
+                if _atomic_write(pinned, data, check=True, expect=before):
                     break
             else:
                 raise WorkspaceError(
@@ -184,7 +194,11 @@ class WorkspaceWriter:
             log.warning("The on_written hook failed for %s", rel, exc_info=True)
 
     def _confine(self, raw: str) -> Path:
-        """The absolute path of a workspace-relative Markdown path, or WorkspaceError."""
+        """The absolute path of a workspace-relative Markdown path, or WorkspaceError.
+
+        A target with several hard links is refused (`confine_path`): it may be a file outside
+        the workspace, whose content the read–change–write would copy in.
+        """
         target, rel = confine_path(self.workspace, raw)
         if not rel.endswith(".md"):
             raise WorkspaceError(
@@ -223,11 +237,33 @@ def _check_size(text: str, what: str) -> None:
 # ---- file operations ------------------------------------------------------------------------
 
 
-def _read_text(path: Path, rel: str) -> str | None:
-    """The file's text, None if it does not exist; refuses binary and non-UTF-8 files."""
+@contextlib.contextmanager
+def _pinned(workspace: Path, target: Path) -> Iterator[Path]:
+    """`target` reached through a descriptor of its folder, opened without following links.
+
+    On Linux the folder is named `/proc/self/fd/N/`: it stays the folder that was checked even
+    if someone swaps it (or a parent) for a symbolic link meanwhile, so the temporary file and
+    the rename cannot land outside the workspace. Elsewhere, `target` itself.
+    """
+    _mkdirs(target)
+    rel = target.relative_to(workspace).as_posix()
+    fd = open_folder_confined(workspace, rel)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        proc = Path(f"/proc/self/fd/{fd}")
+        yield proc / target.name if proc.is_dir() else target
+    finally:
+        os.close(fd)
+
+
+def _read_text(workspace: Path, rel: str) -> str | None:
+    """The file's text, None if it does not exist; refuses binary and non-UTF-8 files.
+
+    Opened without following links (`read_confined`): a file swapped for a symbolic link after
+    `_confine` checked it cannot bring outside content into the workspace.
+    """
+    try:
+        data = read_confined(workspace, rel)
+    except FileMissingError:
         return None
     if b"\x00" in data:
         raise WorkspaceError(
@@ -252,14 +288,13 @@ def _encode(text: str) -> bytes:
 
 
 def _new_file_mode() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    # Memory files hold the owner's life: readable by the owner only, whatever the umask.
+    return PRIVATE_FILE_MODE
 
 
 def _mkdirs(path: Path) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
     except OSError as exc:
         raise WorkspaceError(f"Cannot create the folder {path.parent}: {exc.strerror}.") from exc
 

@@ -374,3 +374,127 @@ def test_memory_commands_on_a_home_never_set_up_say_to_run_init(tmp_path: Path) 
     assert result.exit_code == 1
     assert "pinch init" in result.output
     assert not home.exists()  # nothing was created behind the user's back
+
+
+# ---- a damaged database -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def damaged_home(pinch_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An indexed home (keyword-only, 40 notes) whose database has one 8 kB run of garbage."""
+    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "none")
+    assert pinch("init").exit_code == 0
+    words = [
+        "alpha",
+        "boat",
+        "sail",
+        "garden",
+        "tea",
+        "lisbon",
+        "anna",
+        "code",
+        "river",
+        "mountain",
+        "book",
+        "letter",
+    ]
+    for n in range(40):
+        lines = (" ".join(words[(n + i + k) % 12] for k in range(10)) for i in range(60))
+        text = f"# note {n}\n" + "".join(f"- {line}\n" for line in lines)
+        (pinch_home / "workspace" / "memory" / f"2026-01-{n % 28 + 1:02d}-n{n}.md").write_text(text)
+    assert pinch("memory", "index").exit_code == 0
+    db = pinch_home / "agents" / "main" / "agent.sqlite"
+    assert not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
+    size = db.stat().st_size
+    with db.open("r+b") as fh:  # two 4 kB pages in the middle of the file
+        fh.seek((size // 2) // 4096 * 4096)
+        fh.write(bytes((i * 7 + 3) % 256 for i in range(8192)))
+    return pinch_home
+
+
+def test_memory_status_reports_a_damaged_page_with_what_to_do(damaged_home: Path) -> None:
+    db = damaged_home / "agents" / "main" / "agent.sqlite"
+    result = pinch("memory", "status")
+
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "is damaged" in result.stderr and f"mv {db} {db}.broken" in result.stderr
+    assert "pinch memory index" in result.stderr and "transcripts" in result.stderr
+
+
+def test_memory_index_does_not_report_success_over_a_damaged_page(damaged_home: Path) -> None:
+    (damaged_home / "workspace" / "memory" / "2026-02-01.md").write_text("A new note.\n")
+    result = pinch("memory", "index")
+
+    assert result.exit_code == 1
+    assert "Index updated" not in result.output
+    assert "is damaged" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["memory", "status"], ["memory", "index"], ["memory", "search", "boat"]],
+    ids=["status", "index", "search"],
+)
+def test_a_damaged_database_header_is_reported_by_every_memory_command(
+    damaged_home: Path, command: list[str]
+) -> None:
+    db = damaged_home / "agents" / "main" / "agent.sqlite"
+    with db.open("r+b") as fh:  # the schema pages right after the header
+        fh.seek(4096)
+        fh.write(b"\xa5" * 8192)
+
+    result = pinch(*command)
+
+    assert result.exit_code == 1
+    assert "is damaged" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# ---- over-long paths ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["memory/" + "a" * 300 + ".md", "memory/" + "/".join(["d" * 200] * 25) + "/x.md"],
+    ids=["300-byte-name", "5000-byte-path"],
+)
+def test_memory_get_refuses_an_over_long_path_in_one_line(workspace: Path, path: str) -> None:
+    result = pinch("memory", "get", path)
+
+    assert result.exit_code == 1
+    assert "too long" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_memory_get_refuses_a_hard_link_to_an_outside_file(workspace: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.md"
+    secret.write_text("the outside secret\n")
+    os.link(secret, workspace / "memory" / "linked.md")
+
+    result = pinch("memory", "get", "memory/linked.md")
+
+    assert result.exit_code == 1
+    assert "hard link" in result.stderr and "allow_hard_links" in result.stderr
+    assert "outside secret" not in result.output
+
+
+@pytest.mark.parametrize("command", [["init"], ["memory", "status"], ["memory", "index"]])
+def test_a_pinch_home_that_is_a_file_is_one_line_from_every_command(
+    tmp_path: Path, command: list[str]
+) -> None:
+    home = tmp_path / "home-file"
+    home.write_text("x")
+    result = CliRunner().invoke(main, command, env={"PINCH_HOME": str(home)})
+
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit)  # not a traceback
+    assert result.output.strip().count("\n") == 0 and "is a file, not a folder" in result.output
+
+
+def test_a_config_file_that_is_a_folder_is_one_line(pinch_home: Path) -> None:
+    (pinch_home / "config.toml").mkdir(parents=True)
+    result = pinch("memory", "status")
+
+    assert result.exit_code == 1
+    assert "is a folder" in result.stderr and len(result.stderr.strip().splitlines()) == 1

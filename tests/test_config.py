@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,86 @@ def test_the_written_config_template_is_valid_and_all_defaults(pinch_home: Path)
     write_config(pinch_home, CONFIG_TEMPLATE)
 
     assert load_settings().memory == MemoryConfig()
+
+
+# ---- mistakes that used to end in a traceback or pass unnoticed ----------------------------
+
+
+def test_a_config_file_that_is_a_folder_is_one_clear_error(pinch_home: Path) -> None:
+    (pinch_home / "config.toml").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="is a folder, not a file"):
+        load_settings()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode")
+def test_an_unreadable_config_file_is_one_clear_error(pinch_home: Path) -> None:
+    write_config(pinch_home, "")
+    (pinch_home / "config.toml").chmod(0)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_settings()
+
+
+def test_a_pinch_home_that_is_a_file_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home-file"
+    home.write_text("not a folder")
+    monkeypatch.setenv("PINCH_HOME", str(home))
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        load_settings()
+
+
+def test_a_list_from_the_environment_that_is_not_json_shows_the_expected_form(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_MEMORY__EXTRA_PATHS", "notes")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert "PINCH_MEMORY__EXTRA_PATHS" in str(err.value)
+    assert """PINCH_MEMORY__EXTRA_PATHS='["notes"]'""" in str(err.value)
+
+
+def test_a_list_of_ids_from_the_environment_without_brackets_shows_the_expected_form(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_OWNERS__TELEGRAM", "111")  # valid JSON, but a number
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert """PINCH_OWNERS__TELEGRAM='["111"]'""" in str(err.value)
+
+
+def test_a_list_from_the_environment_in_json_is_accepted(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_MEMORY__EXTRA_PATHS", '["notes"]')
+    assert load_settings().memory.extra_paths == ["notes"]
+
+
+def test_an_unknown_time_zone_is_refused_at_load(pinch_home: Path) -> None:
+    write_config(pinch_home, '[agent]\ntimezone = "Mars/Olympus_Mons"\n')
+    with pytest.raises(ConfigError, match='Unknown time zone "Mars/Olympus_Mons"'):
+        load_settings()
+
+
+def test_a_known_time_zone_is_accepted(pinch_home: Path) -> None:
+    write_config(pinch_home, '[agent]\ntimezone = "Europe/Berlin"\n')
+    assert load_settings().agent.timezone == "Europe/Berlin"
+
+
+def test_a_context_window_smaller_than_the_reserve_is_refused_with_the_numbers(
+    pinch_home: Path,
+) -> None:
+    write_config(pinch_home, "[agent]\ncontext_window = 20000\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    message = str(err.value)
+    assert "context_window = 20,000" in message
+    assert "reserve_floor (20,000)" in message and "soft_threshold (4,000)" in message
+    assert "at least 26,000" in message
+
+
+def test_a_small_window_with_a_matching_reserve_is_accepted(pinch_home: Path) -> None:
+    write_config(
+        pinch_home, "[agent]\ncontext_window = 8000\nreserve_floor = 2000\nsoft_threshold = 1000\n"
+    )
+    assert load_settings().agent.context_window == 8000

@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import os
 import re
+import threading
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from agent.tools import ToolContext
+from agent.types import ToolCall
 from memory.errors import WorkspaceError
 from memory.workspace import (
+    MemoryFile,
     default_origin,
     discover_memory_files,
     file_day,
+    open_confined,
+    open_memory_file,
+    read_confined,
     read_memory_lines,
 )
+from memory.writes import WorkspaceWriter
+from tests.agent_support import OWNER, make_kit
 from tests.conftest import WorkspaceFactory
+from tests.fakes.model_server import FakeModelServer
 
 LOG = "".join(f"line {n}\n" for n in range(1, 11))
 
@@ -255,3 +269,242 @@ def test_refuses_when_the_memory_folder_itself_is_a_symlink(
 
     with pytest.raises(WorkspaceError, match="symbolic link"):
         read_memory_lines(ws, "memory/2026-01-10.md")
+
+
+# ---- hard links, the check-then-open race, over-long paths ----------------------------------
+
+
+@pytest.fixture
+def hard_linked(workspace: Path, tmp_path: Path) -> Path:
+    """memory/linked.md: a hard link to a secret file outside the workspace."""
+    secret = tmp_path / "outside-secret.md"
+    secret.write_text("the outside secret\n")
+    os.link(secret, workspace / "memory" / "linked.md")
+    return workspace
+
+
+def test_a_hard_link_to_an_outside_file_is_refused_by_memory_get(hard_linked: Path) -> None:
+    with pytest.raises(WorkspaceError, match="hard link"):
+        read_memory_lines(hard_linked, "memory/linked.md")
+
+
+def test_a_hard_link_is_readable_when_the_owner_allows_hard_links(hard_linked: Path) -> None:
+    result = read_memory_lines(hard_linked, "memory/linked.md", allow_hard_links=True)
+    assert result.text == "the outside secret"
+
+
+def test_a_hard_linked_file_is_not_discovered_for_indexing(hard_linked: Path) -> None:
+    plain = [f.rel_path for f in discover_memory_files(hard_linked)]
+    allowed = [f.rel_path for f in discover_memory_files(hard_linked, allow_hard_links=True)]
+    assert "memory/linked.md" not in plain
+    assert "memory/linked.md" in allowed
+
+
+def test_a_hard_linked_file_is_not_opened_for_the_indexer(hard_linked: Path) -> None:
+    linked = MemoryFile("memory/linked.md", hard_linked / "memory/linked.md", "memory", "agent")
+    with pytest.raises(WorkspaceError, match="hard link"):
+        open_memory_file(hard_linked, linked)
+    fd = open_memory_file(hard_linked, linked, allow_hard_links=True)
+    with os.fdopen(fd, "rb") as fh:
+        assert fh.read() == b"the outside secret\n"
+
+
+def test_the_indexer_opens_extra_files_outside_the_workspace_but_no_link(
+    workspace: Path, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n")
+    (notes / "link.md").symlink_to(tmp_path / "outside-secret-2.md")
+    a = MemoryFile(str(notes / "a.md"), notes / "a.md", "extra", "owner")
+    link = MemoryFile(str(notes / "link.md"), notes / "link.md", "extra", "owner")
+    with os.fdopen(open_memory_file(workspace, a), "rb") as fh:
+        assert fh.read() == b"# A\n"
+    with pytest.raises(WorkspaceError, match="symbolic link"):
+        open_memory_file(workspace, link)
+
+
+def test_writes_refuse_a_hard_linked_target(hard_linked: Path, tmp_path: Path) -> None:
+    writer = WorkspaceWriter(hard_linked)
+    with pytest.raises(WorkspaceError, match="hard link"):
+        writer.write_file("memory/linked.md", "overwritten\n")
+    os.link(tmp_path / "outside-secret.md", hard_linked / "USER.md.tmp-link")
+    os.replace(hard_linked / "USER.md.tmp-link", hard_linked / "USER.md")
+    with pytest.raises(WorkspaceError, match="hard link"):
+        writer.record_fact("USER.md", "likes tea")
+    assert (tmp_path / "outside-secret.md").read_text() == "the outside secret\n"
+
+
+def test_the_tools_refuse_a_hard_linked_file(hard_linked: Path, tmp_path: Path) -> None:
+    with FakeModelServer() as server:  # the tools never call the model
+        kit = make_kit(tmp_path, server, workspace=hard_linked)
+    try:
+        session = kit.store.current(OWNER)
+        ctx = ToolContext(OWNER, session.id)
+        for tool in ("memory_get", "read_file"):
+            call = ToolCall("toolu_1", tool, {"path": "memory/linked.md"})
+            result = asyncio.run(kit.agent.tools.call(call, ctx))
+            assert result.is_error and "hard link" in result.content, tool
+            assert "outside secret" not in result.content
+    finally:
+        kit.index.close()
+
+
+def test_open_confined_refuses_a_fifo_without_blocking(workspace: Path) -> None:
+    os.mkfifo(workspace / "memory" / "pipe.md")
+    with pytest.raises(WorkspaceError, match="not a regular file"):
+        open_confined(workspace, "memory/pipe.md")
+
+
+def test_open_confined_reads_a_nested_workspace_file(workspace: Path) -> None:
+    fd = open_confined(workspace, "memory/projects/garden.md")
+    try:
+        assert os.read(fd, 100) == b"# Garden\n"
+    finally:
+        os.close(fd)
+
+
+def test_swapping_a_file_and_a_symlink_never_lets_a_read_escape(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A second thread swaps memory/race.md between a file and a link to an outside file."""
+    secret = tmp_path / "race-secret.md"
+    secret.write_text("ESCAPED\n")
+    target = workspace / "memory" / "race.md"
+    as_file = workspace / "memory" / "race-file.tmp"
+    as_link = workspace / "memory" / "race-link.tmp"
+    target.write_text("inside\n")
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            as_file.write_text("inside\n")
+            os.replace(as_file, target)
+            as_link.unlink(missing_ok=True)
+            as_link.symlink_to(secret)
+            os.replace(as_link, target)
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    reads = escapes = 0
+    deadline = time.monotonic() + 2.0
+    try:
+        while time.monotonic() < deadline:
+            for read in (
+                lambda: read_memory_lines(workspace, "memory/race.md").text,
+                lambda: read_confined(workspace, "memory/race.md").decode(),
+            ):
+                try:
+                    text = read()
+                except WorkspaceError:
+                    continue
+                reads += 1
+                escapes += "ESCAPED" in text
+    finally:
+        stop.set()
+        swapper.join()
+    assert reads > 200
+    assert escapes == 0
+
+
+def test_a_folder_swapped_for_a_symlink_never_lets_a_read_escape(
+    workspace: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside-dir"
+    outside.mkdir()
+    (outside / "note.md").write_text("ESCAPED\n")
+    folder = workspace / "memory" / "swap"
+    folder.mkdir()
+    (folder / "note.md").write_text("inside\n")
+    link = workspace / "memory" / "swap-link.tmp"
+    link.symlink_to(outside)
+    parked = workspace / "memory" / "swap-parked.tmp"
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            os.rename(folder, parked)
+            os.rename(link, folder)
+            os.rename(folder, link)
+            os.rename(parked, folder)
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    reads = escapes = 0
+    deadline = time.monotonic() + 1.0
+    try:
+        while time.monotonic() < deadline:
+            try:
+                text = read_memory_lines(workspace, "memory/swap/note.md").text
+            except WorkspaceError:
+                continue
+            reads += 1
+            escapes += "ESCAPED" in text
+    finally:
+        stop.set()
+        swapper.join()
+    assert reads > 50
+    assert escapes == 0
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["memory/" + "a" * 300 + ".md", "/".join(["memory"] + ["d" * 200] * 25) + "/x.md"],
+    ids=["300-byte-name", "5000-byte-path"],
+)
+def test_an_over_long_path_is_refused_like_any_bad_path(workspace: Path, path: str) -> None:
+    with pytest.raises(WorkspaceError, match="too long"):
+        read_memory_lines(workspace, path)
+    with pytest.raises(WorkspaceError, match="too long"):
+        WorkspaceWriter(workspace).write_file(path, "x\n")
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two names atomically (renameat2 RENAME_EXCHANGE): neither is ever missing."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), rename_exchange) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _swap_folder_with_link(folder: Path, outside: Path, stop: threading.Event) -> None:
+    """Until `stop`: `folder` is alternately the real folder and a link to `outside`."""
+    link = folder.with_name(folder.name + "-link.tmp")
+    link.symlink_to(outside)
+    while not stop.is_set():
+        _exchange(folder, link)
+    if folder.is_symlink():
+        _exchange(folder, link)
+
+
+@pytest.mark.parametrize("folder", ["memory/swap", "memory"])
+def test_a_folder_swapped_for_a_symlink_never_lets_a_write_escape(
+    workspace: Path, tmp_path: Path, folder: str
+) -> None:
+    outside = tmp_path / "outside-target"
+    outside.mkdir()
+    (workspace / folder).mkdir(exist_ok=True)
+    writer = WorkspaceWriter(workspace)
+    stop = threading.Event()
+    swapper = threading.Thread(
+        target=_swap_folder_with_link, args=(workspace / folder, outside, stop)
+    )
+    swapper.start()
+    writes = 0
+    deadline = time.monotonic() + 1.0
+    try:
+        while time.monotonic() < deadline:
+            try:
+                if folder == "memory":
+                    writer.append_daily_log("a note", now=datetime(2026, 1, 11, 9, 0))
+                else:
+                    writer.write_file(f"{folder}/note.md", "# Note\n")
+            except WorkspaceError:
+                continue
+            writes += 1
+    finally:
+        stop.set()
+        swapper.join()
+    assert writes > 5
+    assert list(outside.iterdir()) == []
