@@ -121,7 +121,8 @@ class Agent:
         self.recall = recall
         # Every write re-indexes memory; writes already run in worker threads.
         self.writer = WorkspaceWriter(workspace, on_written=self._reindex, tz=self.clock.tz)
-        self.intents = IntentStore.open(index.db)  # standing intents: matched before replies
+        # Standing intents, matched before every reply (agent/intents.py).
+        self.intents = IntentStore.open(index.db, now=self.clock.now().timestamp())
         self.tools = MemoryTools(
             workspace=workspace, index=index, store=store, writer=self.writer, clock=self.clock
         ).registry(IntentTool(self.intents, self.clock).tool())

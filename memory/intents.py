@@ -259,9 +259,13 @@ class IntentStore:
         self.db = db
 
     @classmethod
-    def open(cls, db: Database) -> IntentStore:
+    def open(cls, db: Database, *, now: float | None = None) -> IntentStore:
+        """The store on `db`, its schema applied and intents past their expiry marked expired
+        (matching skips them anyway; this keeps the prefilter small)."""
         ensure_intent_schema(db)
-        return cls(db)
+        store = cls(db)
+        store.expire_due(now=time.time() if now is None else now)
+        return store
 
     # -- creating and ending -----------------------------------------------------------------
 

@@ -119,11 +119,18 @@ def test_intents_survive_reopening_the_database(tmp_path: Path) -> None:
     first.close()
     again = open_database(path, vector_backend="numpy")
     try:
-        assert [i.action for i in IntentStore.open(again).intents()] == [
+        assert [i.action for i in IntentStore.open(again, now=T0).intents()] == [
             "Remind the owner to confirm the return ticket."
         ]
     finally:
         again.close()
+
+
+def test_opening_the_store_marks_intents_past_their_expiry(db: Database) -> None:
+    intent_id = hangzhou(IntentStore.open(db, now=T0), expires_in_s=DAY_S)
+    reopened = IntentStore.open(db, now=T0 + DAY_S)
+    intent = reopened.get(intent_id)
+    assert intent is not None and intent.state == "expired"
 
 
 # ---- creating ---------------------------------------------------------------------------------
