@@ -411,10 +411,13 @@ def intents_list(show_all: bool, as_json: bool) -> None:
     for i in found:
         triggers = " / ".join(i.triggers)
         click.secho(
-            f"#{i.id}  {i.state}  fired {i.fire_count}/{i.max_fires}  on {triggers}", bold=True
+            f"#{i.id}  {i.state} ({i.fire_count} of {i.max_fires})  on {triggers}", bold=True
         )
         click.echo(f"  {i.action}")
-        click.echo(f"  in {i.scope.chat}, until {_when(i.expires_at, settings)}")
+        until = f"until {_when(i.expires_at, settings)}"
+        click.echo(
+            f"  in {i.scope.chat}, {until if i.active else 'ended ' + _when(i.ended_at, settings)}"
+        )
 
 
 @intents.command("show")
@@ -445,8 +448,8 @@ def intents_show(intent_id: int, as_json: bool) -> None:
     click.echo(f"  do:        {intent.action}")
     click.echo(f"  triggers:  {' / '.join(intent.triggers)} (all words of one must appear)")
     click.echo(f"  scope:     {intent.scope.chat}, messages from the {intent.scope.sender_kind}")
-    click.echo(f"  fired:     {intent.fire_count} of {intent.max_fires} times, ")
-    click.echo(f"             at least {intent.cooldown_s / 3600:g} h apart")
+    hours = intent.cooldown_s / 3600
+    click.echo(f"  fired:     {intent.fire_count} of {intent.max_fires} times, {hours:g} h apart")
     click.echo(f"  created:   {w(intent.created_at, settings)} by {intent.creator}")
     click.echo(f"  expires:   {w(intent.expires_at, settings)}")
     if intent.ended_at is not None:

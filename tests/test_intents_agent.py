@@ -232,7 +232,7 @@ def test_pinch_intents_lists_shows_and_cancels(cli_store: IntentStore) -> None:
     intent = cli_store.create(IntentScope.of(OWNER, "owner"), ["Hangzhou"], ACTION, now=now)
     cli_store.fire(intent.id, now=now, session_key=str(OWNER), excerpt="Hangzhou, finally")
 
-    assert f"#{intent.id}  fired  fired 1/3  on Hangzhou" in pinch("intents", "list")
+    assert f"#{intent.id}  fired (1 of 3)  on Hangzhou" in pinch("intents", "list")
     assert "Hangzhou, finally" in pinch("intents", "show", str(intent.id))
     assert "Cancelled standing intent" in pinch("intents", "cancel", str(intent.id))
     assert "No active standing intents." in pinch("intents", "list")
