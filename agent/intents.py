@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -99,9 +99,17 @@ class IntentTool:
     """The `intent` tool over one store. The policy offers it only in the owner's direct chats
     and runs it only on the owner's own message (agent/policy.py, OWNER_WORD_TOOLS)."""
 
-    def __init__(self, store: IntentStore, clock: Clock) -> None:
+    def __init__(
+        self,
+        store: IntentStore,
+        clock: Clock,
+        context_tainted: Callable[[ToolContext], bool] | None = None,
+    ) -> None:
+        """`context_tainted(ctx)` says whether fetched outside content is still in the
+        conversation (it blocks; run in a thread); the turn's own taint is checked as well."""
         self.store = store
         self.clock = clock
+        self.context_tainted = context_tainted
 
     def tool(self) -> Tool:
         return Tool(INTENT_SPEC, self.run)
@@ -110,6 +118,14 @@ class IntentTool:
         if not ctx.policy.owner_private or ctx.policy.sender != "owner":
             raise ToolFailure("Standing intents are set by the owner, in the owner's own chat.")
         scope = IntentScope.of(ctx.key, "owner")
+        if args["action"] != "list" and await self._tainted(ctx):
+            # A fetched page could be speaking through the model: an intent puts words in
+            # front of the owner's future messages, so it changes only without outside content.
+            raise ToolFailure(
+                "intent create/cancel is unavailable while fetched web content is in this "
+                "conversation (it could be steering the request). The owner can ask again "
+                "after /new, or use `pinch intents`."
+            )
         match args["action"]:
             case "create":
                 return await asyncio.to_thread(self._create, scope, args)
@@ -117,6 +133,13 @@ class IntentTool:
                 return await asyncio.to_thread(self._list, scope)
             case _:
                 return await asyncio.to_thread(self._cancel, args)
+
+    async def _tainted(self, ctx: ToolContext) -> bool:
+        if ctx.taint.tainted:
+            return True
+        if self.context_tainted is None:
+            return False
+        return await asyncio.to_thread(self.context_tainted, ctx)
 
     def _now(self) -> float:
         return self.clock.now().timestamp()

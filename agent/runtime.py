@@ -38,16 +38,19 @@ from agent.config import AgentConfig
 from agent.context import Context, ContextBuilder
 from agent.history import build_history, usage_record
 from agent.intents import IntentTool, standing_intents_block
+from agent.message_limit import fit_message
 from agent.model import ModelClient
-from agent.model_errors import ContextTooLongError
-from agent.policy import SessionPolicy, policy_for
+from agent.model_errors import ContextTooLongError, cut_off_notice
+from agent.policy import TAINTING_TOOLS, SessionPolicy, policy_for
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
 from agent.session_hook import save_session_note
-from agent.tools import MemoryTools, ToolContext, session_attachments
+from agent.tools import MemoryTools, ToolContext, TurnTaint, session_attachments
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
+from agent.web_fetch import WebFetcher
 from memory.index import IndexStatus, MemoryIndex
 from memory.intents import IntentStore
+from memory.lineage import record_session_note
 from memory.sessions import Session, SessionKey, SessionStore
 from memory.writes import WorkspaceWriter
 
@@ -98,6 +101,7 @@ class _Turn:
     model: str | None = None
     compacted: bool = False
     notices: list[str] = field(default_factory=list)
+    taint: TurnTaint = field(default_factory=TurnTaint)  # set once the turn reads outside text
 
 
 class Agent:
@@ -111,6 +115,7 @@ class Agent:
         config: AgentConfig | None = None,
         clock: Clock | None = None,
         recall: Recall | None = None,
+        fetcher: WebFetcher | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -123,9 +128,16 @@ class Agent:
         self.writer = WorkspaceWriter(workspace, on_written=self._reindex, tz=self.clock.tz)
         # Standing intents, matched before every reply (agent/intents.py).
         self.intents = IntentStore.open(index.db, now=self.clock.now().timestamp())
-        self.tools = MemoryTools(
-            workspace=workspace, index=index, store=store, writer=self.writer, clock=self.clock
-        ).registry(IntentTool(self.intents, self.clock).tool())
+        memory_tools = MemoryTools(
+            workspace=workspace,
+            index=index,
+            store=store,
+            writer=self.writer,
+            clock=self.clock,
+            fetcher=fetcher,
+        )
+        intent_tool = IntentTool(self.intents, self.clock, memory_tools._context_tainted)
+        self.tools = memory_tools.registry(intent_tool.tool())
         self.context_builder = ContextBuilder(
             workspace,
             max_chars=self.config.bootstrap_max_chars,
@@ -202,6 +214,7 @@ class Agent:
     async def _session_note(self, old: Session) -> str | None:
         note = None
         try:
+            tainted = await asyncio.to_thread(self._read_outside_content, old.id)
             note = await save_session_note(
                 old,
                 store=self.store,
@@ -209,9 +222,17 @@ class Agent:
                 model=self.model,
                 clock=self.clock,
                 slug_timeout_s=self.config.slug_timeout_s,
+                origin="untrusted" if tainted else None,  # it may repeat a fetched page
             )
         except Exception:  # the owner asked for a new session; a failed note must not stop it
             log.warning("Could not write the session note of %s", old.id, exc_info=True)
+        if note is not None:  # lineage: `pinch memory forget` finds the note by its session
+            try:
+                await asyncio.to_thread(
+                    record_session_note, self.index.db, self.workspace, old.id, note
+                )
+            except Exception:
+                log.warning("Could not record the lineage of %s", note, exc_info=True)
         return note
 
     async def context(self, key: SessionKey) -> Context:
@@ -246,6 +267,8 @@ class Agent:
     ) -> AgentReply:
         key = request.key
         policy = policy_for(key, request.sender)
+        text, too_long = fit_message(text, self.config)  # cut once, before it is stored or sent
+        notices = [*notices, too_long] if too_long else notices
         session = await asyncio.to_thread(self.store.current, key)
         content = user_content(request, text)
         recalled = await self._recall(key, text) if policy.owner_private else None
@@ -274,6 +297,8 @@ class Agent:
         for round_ in range(rounds + 2):
             response = await self._complete(turn)
             await asyncio.to_thread(self._store_response, turn.session, response)
+            if response.cut_off:  # stored marked incomplete; the owner is told why
+                return _with_cut_off_notice(turn, response)
             if not response.tool_calls:
                 return response.text.strip() or EMPTY_ANSWER
             if round_ > rounds:
@@ -309,6 +334,8 @@ class Agent:
         try:
             return await self._call(turn, context)
         except ContextTooLongError as exc:
+            if len(context.history.turns) <= 1:
+                raise  # only this message: compacting or a new session cannot make it shorter
             log.info("The server found the prompt too long; compacting: %s", exc)
             context = await self._compact(turn, context)
             return await self._call(turn, context)
@@ -350,7 +377,7 @@ class Agent:
         attachments: frozenset[str] = frozenset()
         if not turn.policy.owner_private:  # shared sessions may read what was sent to them
             attachments = await asyncio.to_thread(session_attachments, self.store, turn.session.id)
-        ctx = ToolContext(turn.key, turn.session.id, turn.policy, attachments)
+        ctx = ToolContext(turn.key, turn.session.id, turn.policy, attachments, turn.taint)
         if refuse:
             results = [ToolResult(c.id, TOOL_LIMIT_RESULT, is_error=True) for c in calls]
         else:
@@ -380,7 +407,10 @@ class Agent:
 
     def _store_response(self, session: Session, response: ModelResponse) -> None:
         usage = usage_record(response.usage, response.model)
-        self.store.append(session.id, "assistant", {"text": response.text}, usage)
+        content: dict[str, object] = {"text": response.text}
+        if response.cut_off:
+            content["incomplete"] = True
+        self.store.append(session.id, "assistant", content, usage)
         for call in response.tool_calls:
             content = {"id": call.id, "name": call.name, "input": dict(call.input)}
             self.store.append(session.id, "tool_call", content)
@@ -389,6 +419,10 @@ class Agent:
         for r in results:
             content = {"tool_use_id": r.tool_use_id, "content": r.content, "is_error": r.is_error}
             self.store.append(session.id, "tool_result", content)
+
+    def _read_outside_content(self, session_id: str) -> bool:
+        calls = self.store.events(session_id, kinds=("tool_call",))
+        return any(str(e.content.get("name")) in TAINTING_TOOLS for e in calls)
 
     def _reindex(self, rel_path: str) -> None:
         self.index.sync()
@@ -413,3 +447,10 @@ def user_content(request: AgentRequest, text: str) -> dict[str, Any]:
     if request.message_ids:
         content["message_ids"] = list(request.message_ids)
     return content
+
+
+def _with_cut_off_notice(turn: _Turn, response: ModelResponse) -> str:
+    """The partial answer and the notice saying it was cut off (streamed after the partial)."""
+    notice = cut_off_notice(response.cut_off or "")
+    turn.emit(TextDelta("\n\n" + notice))
+    return f"{response.text.rstrip()}\n\n{notice}"
