@@ -61,7 +61,7 @@ __all__ = ["Agent", "AgentReply", "AgentRequest", "AgentStatus"]
 TextCallback = Callable[[str], None]
 Emit = Callable[[AgentEvent], None]
 # Finds memory worth putting in front of a message (active memory); None when there is none.
-# Called only in the owner's direct chats (the policy's owner_private).
+# Called only for the owner's own messages in the owner's direct chats (owner_private).
 Recall = Callable[[SessionKey, str], Awaitable[str | None]]
 
 RESET_NOTICE = (
@@ -271,7 +271,9 @@ class Agent:
         notices = [*notices, too_long] if too_long else notices
         session = await asyncio.to_thread(self.store.current, key)
         content = user_content(request, text)
-        recalled = await self._recall(key, text) if policy.owner_private else None
+        # Only the owner's own words in the owner's direct chat (never automation or system).
+        recall = policy.owner_private and request.sender == "owner"
+        recalled = await self._recall(key, text) if recall else None
         blocks = [render("recalled", text=recalled)] if recalled else []
         if intents := await self._standing_intents(request, text):
             blocks.append(intents)

@@ -33,8 +33,8 @@ from typing import Any
 
 from memory.db import Database
 from memory.errors import MemoryError_
-from memory.migrations import _NoScriptCommit
 from memory.porter import porter_stem
+from memory.schema import MigrationSet, apply
 from memory.sessions import SessionKey
 from memory.text import CJK_CHAR, ENGLISH_STOPWORDS
 
@@ -192,33 +192,14 @@ def m001_intents(conn: Any) -> None:
 
 
 INTENT_MIGRATIONS: list[Callable[[Any], None]] = [m001_intents]
+INTENTS = MigrationSet("intents", INTENT_MIGRATIONS)
 
 
 def ensure_intent_schema(db: Database) -> list[str]:
-    """Apply pending INTENT_MIGRATIONS in order, each once (recorded in `intents_migrations`);
-    returns the names applied now. Safe to call from several processes at once."""
+    """Apply the intents' pending migrations (their own set, memory/schema.py); returns the
+    names applied now. Safe to call from several processes at once."""
     with db.lock:
-        conn = db.conn
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS intents_migrations "
-            "(name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
-        )
-        done = {row[0] for row in conn.execute("SELECT name FROM intents_migrations")}
-        applied: list[str] = []
-        for migration in INTENT_MIGRATIONS:
-            name = migration.__name__
-            if name in done:
-                continue
-            with db.transaction():
-                # Re-check under the write lock: another process may have just applied it.
-                if conn.execute(
-                    "SELECT 1 FROM intents_migrations WHERE name = ?", (name,)
-                ).fetchone():
-                    continue
-                migration(_NoScriptCommit(conn))
-                conn.execute("INSERT INTO intents_migrations VALUES (?, ?)", (name, time.time()))
-            applied.append(name)
-        return applied
+        return apply(db.conn, INTENTS)
 
 
 # ---- the store -----------------------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""The Porter stemmer (M. F. Porter, 1980), the algorithm SQLite's FTS5 `porter` tokenizer uses.
+"""The Porter stemmer (M.F. Porter, 1980, "An algorithm for suffix stripping"), as published.
 
-`porter_stem("connections") == porter_stem("connected") == "connect"`. Pure Python and cached:
-standing-intent matching stems every word of every message, and must stay well under a
-millisecond for a normal message.
+    porter_stem("allergies") == porter_stem("allergy") == "allergi"
+    porter_stem("deciding") == porter_stem("decided") == "decid"
+
+Input is one lowercase word; words of one or two letters come back unchanged. Used where two
+spellings of a word must meet (Active Memory's trigger terms against a message).
 """
 
 from __future__ import annotations
@@ -22,18 +24,14 @@ def _is_consonant(word: str, i: int) -> bool:
 
 
 def _measure(stem: str) -> int:
-    """m in [C](VC)^m[V]: the number of vowel-consonant sequences."""
-    m, i, n = 0, 0, len(stem)
-    while i < n and _is_consonant(stem, i):
-        i += 1
-    while i < n:
-        while i < n and not _is_consonant(stem, i):
-            i += 1
-        if i >= n:
-            break
-        while i < n and _is_consonant(stem, i):
-            i += 1
-        m += 1
+    """m in [C](VC){m}[V]: the number of vowel-consonant sequences."""
+    m = 0
+    prev_vowel = False
+    for i in range(len(stem)):
+        vowel = not _is_consonant(stem, i)
+        if prev_vowel and not vowel:
+            m += 1
+        prev_vowel = vowel
     return m
 
 
@@ -41,28 +39,29 @@ def _has_vowel(stem: str) -> bool:
     return any(not _is_consonant(stem, i) for i in range(len(stem)))
 
 
-def _double_consonant(word: str) -> bool:
+def _ends_double_consonant(word: str) -> bool:
     return len(word) >= 2 and word[-1] == word[-2] and _is_consonant(word, len(word) - 1)
 
 
-def _cvc(word: str) -> bool:
-    """Ends consonant-vowel-consonant, the last not w, x or y (e.g. -hop, -fil)."""
+def _ends_cvc(word: str) -> bool:
+    """Consonant-vowel-consonant at the end, the last not w, x or y (hop → hope)."""
+    if len(word) < 3:
+        return False
     n = len(word)
     return (
-        n >= 3
-        and _is_consonant(word, n - 1)
+        _is_consonant(word, n - 3)
         and not _is_consonant(word, n - 2)
-        and _is_consonant(word, n - 3)
+        and _is_consonant(word, n - 1)
         and word[-1] not in "wxy"
     )
 
 
-def _replace(word: str, rules: tuple[tuple[str, str], ...], min_measure: int) -> str:
-    for suffix, repl in rules:
-        if word.endswith(suffix):
-            stem = word[: -len(suffix)]
-            return stem + repl if _measure(stem) > min_measure else word
-    return word
+def _replace(word: str, suffix: str, repl: str, min_m: int) -> str | None:
+    """`word` with `suffix` replaced when the stem's measure > min_m; None if no suffix."""
+    if not word.endswith(suffix):
+        return None
+    stem = word[: len(word) - len(suffix)]
+    return stem + repl if _measure(stem) > min_m else word
 
 
 _STEP2 = (
@@ -71,7 +70,7 @@ _STEP2 = (
     ("enci", "ence"),
     ("anci", "ance"),
     ("izer", "ize"),
-    ("bli", "ble"),
+    ("abli", "able"),
     ("alli", "al"),
     ("entli", "ent"),
     ("eli", "e"),
@@ -86,7 +85,6 @@ _STEP2 = (
     ("aliti", "al"),
     ("iviti", "ive"),
     ("biliti", "ble"),
-    ("logi", "log"),
 )
 _STEP3 = (
     ("icate", "ic"),
@@ -97,17 +95,27 @@ _STEP3 = (
     ("ful", ""),
     ("ness", ""),
 )
-# Longest first: the algorithm's table picks the longest matching suffix (-ement before -ment).
-_STEP4 = tuple(
-    sorted(
-        (
-            *("al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ement", "ment", "ent"),
-            *("ion", "ou", "ism", "ate", "iti", "ous", "ive", "ize"),
-        ),
-        key=len,
-        reverse=True,
-    )
-)
+_STEP4 = [
+    "al",
+    "ance",
+    "ence",
+    "er",
+    "ic",
+    "able",
+    "ible",
+    "ant",
+    "ement",
+    "ment",
+    "ent",
+    "ion",
+    "ou",
+    "ism",
+    "ate",
+    "iti",
+    "ous",
+    "ive",
+    "ize",
+]
 
 
 def _step1ab(w: str) -> str:
@@ -126,16 +134,30 @@ def _step1ab(w: str) -> str:
             w = w[: -len(suffix)]
             if w.endswith(("at", "bl", "iz")):
                 return w + "e"
-            if _double_consonant(w) and w[-1] not in "lsz":
+            if _ends_double_consonant(w) and w[-1] not in "lsz":
                 return w[:-1]
-            if _measure(w) == 1 and _cvc(w):
+            if _measure(w) == 1 and _ends_cvc(w):
                 return w + "e"
             return w
     return w
 
 
+def _step1c(w: str) -> str:
+    if w.endswith("y") and _has_vowel(w[:-1]):
+        return w[:-1] + "i"
+    return w
+
+
+def _step_table(w: str, table: tuple[tuple[str, str], ...]) -> str:
+    for suffix, repl in table:
+        if w.endswith(suffix):
+            out = _replace(w, suffix, repl, 0)
+            return out if out is not None else w
+    return w
+
+
 def _step4(w: str) -> str:
-    for suffix in _STEP4:
+    for suffix in sorted(_STEP4, key=len, reverse=True):
         if w.endswith(suffix):
             stem = w[: -len(suffix)]
             if suffix == "ion" and not stem.endswith(("s", "t")):
@@ -144,22 +166,25 @@ def _step4(w: str) -> str:
     return w
 
 
-@lru_cache(maxsize=65536)
-def porter_stem(word: str) -> str:
-    """The Porter stem of a lowercase word; words of one or two letters are kept as they are."""
-    if len(word) <= 2 or not word.isascii() or not word.isalpha():
-        return word
-    w = _step1ab(word)
-    if w.endswith("y") and _has_vowel(w[:-1]):  # step 1c
-        w = w[:-1] + "i"
-    w = _replace(w, _STEP2, 0)
-    w = _replace(w, _STEP3, 0)
-    w = _step4(w)
-    if w.endswith("e"):  # step 5a
+def _step5(w: str) -> str:
+    if w.endswith("e"):
         stem = w[:-1]
         m = _measure(stem)
-        if m > 1 or (m == 1 and not _cvc(stem)):
+        if m > 1 or (m == 1 and not _ends_cvc(stem)):
             w = stem
-    if _measure(w) > 1 and _double_consonant(w) and w.endswith("l"):  # step 5b
+    if _measure(w) > 1 and _ends_double_consonant(w) and w.endswith("l"):
         w = w[:-1]
     return w
+
+
+@lru_cache(maxsize=65536)
+def porter_stem(word: str) -> str:
+    """The Porter stem of a lowercase word."""
+    if len(word) <= 2 or not word.isalpha():
+        return word
+    w = _step1ab(word)
+    w = _step1c(w)
+    w = _step_table(w, _STEP2)
+    w = _step_table(w, _STEP3)
+    w = _step4(w)
+    return _step5(w)

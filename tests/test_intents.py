@@ -108,8 +108,8 @@ def test_a_chinese_name_and_its_english_name_are_different_terms() -> None:
 def test_the_schema_is_applied_once_and_recorded(db: Database) -> None:
     assert ensure_intent_schema(db) == [m.__name__ for m in INTENT_MIGRATIONS]
     assert ensure_intent_schema(db) == []
-    names = [r[0] for r in db.execute("SELECT name FROM intents_migrations")]
-    assert names == ["m001_intents"]
+    rows = db.execute("SELECT name FROM schema_migrations WHERE owner = 'intents'")
+    assert [r[0] for r in rows] == ["m001_intents"]
 
 
 def test_intents_survive_reopening_the_database(tmp_path: Path) -> None:
