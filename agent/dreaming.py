@@ -33,6 +33,7 @@ from memory.dreaming import (
     WriteResult,
     acquire_lease,
     append_diary,
+    build_append,
     finish_run,
     gate,
     memory_entries,
@@ -194,7 +195,6 @@ async def _phases(
     run_id = None if report.dry_run else await asyncio.to_thread(start_run, db, "deep")
     before = await asyncio.to_thread(_read_text, workspace, MEMORY_FILE)
     entries = [line for _, line in memory_entries(before or "")]
-    size = len(before or "")
     for r in passing:
         if report.model_calls >= config.max_model_calls:
             report.skipped[r.candidate.key] = f"model call cap {config.max_model_calls} reached"
@@ -202,8 +202,11 @@ async def _phases(
         if report.tokens >= config.max_tokens:
             report.skipped[r.candidate.key] = f"token cap {config.max_tokens} reached"
             continue
-        line_len = len(r.candidate.text) + len(r.candidate.source) + 30
-        if size + line_len > budget_chars:
+        # Appending is the longest outcome (merging or superseding writes less): check that.
+        if (
+            len(build_append(before or "", [*report.decisions, Decision(r, "added")]))
+            > budget_chars
+        ):
             report.skipped[r.candidate.key] = f"MEMORY.md budget {budget_chars} chars reached"
             continue
         if model is None:
@@ -222,7 +225,6 @@ async def _phases(
         if any(d.target is not None and d.target == decision.target for d in report.decisions):
             decision = Decision(r, "added")  # one change per prior entry
         report.decisions.append(decision)
-        size += line_len
     if report.dry_run:
         return
     if report.decisions:

@@ -337,6 +337,7 @@ class WriteResult:
     pre_hash: str
     post_hash: str
     note: str = ""  # why a rewrite became an append
+    preimage_text: str = ""
 
 
 def content_hash(text: str | None) -> str:
@@ -374,7 +375,7 @@ def write_memory(
         if before_write is not None:
             before_write()
         if _atomic_write(pinned, text.encode("utf-8"), check=True, expect=before):
-            return WriteResult(mode, preimage, content_hash(pre), content_hash(text), note)
+            return WriteResult(mode, preimage, content_hash(pre), content_hash(text), note, pre)
         # Someone edited MEMORY.md since we read it: keep their text, add ours at the end.
         for _ in range(5):
             current = _read_text(workspace, MEMORY_FILE)
@@ -383,7 +384,12 @@ def write_memory(
             if _atomic_write(pinned, appended.encode("utf-8"), check=True, expect=current):
                 note = "MEMORY.md changed during the dream: appended instead of rewriting"
                 return WriteResult(
-                    "append", preimage, content_hash(current), content_hash(appended), note
+                    "append",
+                    preimage,
+                    content_hash(current),
+                    content_hash(appended),
+                    note,
+                    current or "",
                 )
     raise WorkspaceError("MEMORY.md kept changing during the dream; nothing was written.")
 
@@ -462,7 +468,7 @@ def finish_run(
     with db.transaction() as conn:
         conn.execute(
             "UPDATE dream_runs SET finished_at = ?, promoted = ?, model_calls = ?, tokens = ?, "
-            "mode = ?, preimage = ?, pre_hash = ?, post_hash = ? WHERE id = ?",
+            "mode = ?, preimage = ?, preimage_text = ?, pre_hash = ?, post_hash = ? WHERE id = ?",
             (
                 time.time(),
                 promoted,
@@ -470,6 +476,7 @@ def finish_run(
                 tokens,
                 write.mode if write else None,
                 write.preimage if write else None,
+                write.preimage_text if write else None,
                 write.pre_hash if write else None,
                 write.post_hash if write else None,
                 run_id,
@@ -483,15 +490,13 @@ def undo_last(db: Database, workspace: Path) -> str:
     Refused (WorkspaceError) when MEMORY.md changed since that dream wrote it."""
     apply_dreaming_migrations(db)
     rows = db.execute(
-        "SELECT id, preimage, post_hash FROM dream_runs WHERE preimage IS NOT NULL "
-        "AND undone_at IS NULL ORDER BY id DESC LIMIT 1"
+        "SELECT id, preimage, post_hash, preimage_text FROM dream_runs "
+        "WHERE preimage_text IS NOT NULL AND undone_at IS NULL ORDER BY id DESC LIMIT 1"
     )
     if not rows:
         raise WorkspaceError("There is no dream to undo.")
     run_id, preimage, post_hash = int(rows[0][0]), str(rows[0][1]), str(rows[0][2])
-    old = _read_text(workspace, preimage)
-    if old is None:
-        raise WorkspaceError(f"The saved copy {preimage} is gone; MEMORY.md was not changed.")
+    old = str(rows[0][3])
     target = workspace / MEMORY_FILE
     with _write_lock, _pinned(workspace, target) as pinned:
         current = _read_text(workspace, MEMORY_FILE)

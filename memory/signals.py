@@ -62,6 +62,7 @@ def _m002_runs(conn: Any) -> None:
             tokens INTEGER NOT NULL DEFAULT 0,
             mode TEXT,                 -- 'rewrite' | 'append' | NULL (nothing written)
             preimage TEXT,             -- workspace-relative copy of MEMORY.md before the write
+            preimage_text TEXT,        -- the same text, what undo restores
             pre_hash TEXT,
             post_hash TEXT,
             undone_at REAL
