@@ -33,11 +33,10 @@ from memory.db import Database
 from memory.errors import WorkspaceError
 from memory.signals import apply_dreaming_migrations, flush_signals
 from memory.text import estimate_tokens
-from memory.workspace import file_day
+from memory.workspace import DREAMS_FILE, file_day
 from memory.writes import _atomic_write, _pinned, _read_text, _write_lock, escape_markup
 
 MEMORY_FILE = "MEMORY.md"
-DREAMS_FILE = "DREAMS.md"
 PREIMAGE_DIR = "memory/.dreams"
 LEASE_NAME = "dream"
 TRUSTED_FOR_DREAMING = frozenset({"owner", "agent"})
