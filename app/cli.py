@@ -239,7 +239,12 @@ def memory_status(deep: bool, as_json: bool) -> None:
     click.echo(f"embedding cache {st.cache_entries} vectors")
     if st.degraded:
         click.secho(f"DEGRADED        {st.degraded}", fg="yellow")
-    if st.pending_rebuild:
+    if st.rebuilding:
+        click.secho(
+            f"rebuilding      by {st.rebuilding}; searches use the current index until it is done",
+            fg="yellow",
+        )
+    elif st.pending_rebuild:
         click.secho(
             "pending         the index needs a (re)build: run `pinch memory index`", fg="yellow"
         )
@@ -266,6 +271,8 @@ def memory_index(force: bool) -> None:
     finally:
         idx.close()
     what = "rebuilt" if report.rebuilt else "updated"
+    if report.waited_for:
+        what += f" after the other process's rebuild ({report.waited_for})"
     click.echo(
         f"Index {what} in {report.seconds:.1f}s: {len(report.files_indexed)} files indexed, "
         f"{report.files_unchanged} unchanged, {len(report.files_removed)} removed; "
@@ -278,9 +285,17 @@ def memory_index(force: bool) -> None:
         click.secho(f"Note: search is {degraded}.", fg="yellow", err=True)
 
 
+def _already_indexing(who: str) -> None:
+    click.secho(
+        f"Already indexing in another process ({who}); waiting for it to finish.",
+        fg="yellow",
+        err=True,
+    )
+
+
 def _sync_with_progress(idx: MemoryIndex, force: bool) -> Any:
     if not sys.stderr.isatty():
-        return idx.sync(force=force)
+        return idx.sync(force=force, wait=True, on_wait=_already_indexing)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     with Progress(
@@ -295,7 +310,7 @@ def _sync_with_progress(idx: MemoryIndex, force: bool) -> Any:
         def on_progress(done: int, total: int, path: str) -> None:
             bar.update(task, completed=done, total=total)
 
-        return idx.sync(force=force, on_progress=on_progress)
+        return idx.sync(force=force, on_progress=on_progress, wait=True, on_wait=_already_indexing)
 
 
 @memory.command("search")
