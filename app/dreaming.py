@@ -1,8 +1,9 @@
 """The nightly dream as a job: `run_dream(settings)` opens what it needs, dreams, closes.
 
-The scheduler registers `run_dream` as a managed job (id `DREAM_JOB_ID`, daily at
-`[dreaming] hour:minute` owner time); `pinch memory dream` calls `dream_once`. Both do nothing
-when `[dreaming] enabled = false`.
+The gateway's scheduler registers it with one call, `add_dream_job(aps, settings, zone)`: an
+APScheduler cron job with the explicit id `DREAM_JOB_ID`, daily at `[dreaming] hour:minute` in the
+owner's time zone (removed again when `[dreaming] enabled = false`). `pinch memory dream` calls
+`dream_once`. Both do nothing when dreaming is disabled.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from agent.model import ModelClient, create_model_client
 from memory.dreaming import DreamBusyError
 
 if TYPE_CHECKING:
+    from apscheduler.schedulers.base import BaseScheduler
+
     from app.config import Settings
 
 log = logging.getLogger(__name__)
@@ -72,3 +75,31 @@ async def run_dream(settings: Settings) -> None:
         log.exception("The nightly dream failed")
         return
     log.info("Nightly dream: %s promoted", report.promoted)
+
+
+def add_dream_job(aps: BaseScheduler, settings: Settings, zone: str) -> bool:
+    """Register (or replace) the nightly dream on `aps`; remove it if dreaming is disabled.
+
+    Returns whether the job is now scheduled. `coalesce` and `max_instances=1`: a machine that
+    slept through several nights dreams once, and never twice at the same time."""
+    from apscheduler.triggers.cron import CronTrigger
+
+    if not settings.dreaming.enabled:
+        if aps.get_job(DREAM_JOB_ID) is not None:
+            aps.remove_job(DREAM_JOB_ID)
+        return False
+    trigger = CronTrigger(
+        hour=settings.dreaming.hour, minute=settings.dreaming.minute, timezone=zone
+    )
+    aps.add_job(
+        run_dream,
+        trigger,
+        args=[settings],
+        id=DREAM_JOB_ID,
+        name="nightly dream",
+        replace_existing=True,
+        coalesce=True,
+        max_instances=1,
+        misfire_grace_time=6 * 3600,
+    )
+    return True

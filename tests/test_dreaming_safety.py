@@ -8,6 +8,7 @@ import sqlite3
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from click.testing import CliRunner, Result
@@ -16,7 +17,7 @@ from agent.context import load_bootstrap
 from agent.dreaming import dream
 from app.cli import main
 from app.config import load_settings
-from app.dreaming import dream_once, run_dream
+from app.dreaming import DREAM_JOB_ID, add_dream_job, dream_once, run_dream
 from memory.config import EmbeddingConfig, MemoryConfig
 from memory.dreaming import DreamingConfig
 from memory.index import MemoryIndex
@@ -244,3 +245,31 @@ def test_the_nightly_job_promotes_through_the_configured_workspace(
     assert (home / "workspace" / "DREAMS.md").exists()
     assert "restored" in pinch("memory", "dream", "--undo").output
     assert (home / "workspace" / "MEMORY.md").read_text(encoding="utf-8") == MEMORY
+
+
+# ---- the nightly job on a real APScheduler ----------------------------------------------------
+
+
+def test_the_nightly_job_is_registered_at_3_owner_time_with_its_own_id(home: Path) -> None:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    aps = BackgroundScheduler(timezone="UTC")
+    assert add_dream_job(aps, load_settings(), "Asia/Tokyo")
+    job = aps.get_job(DREAM_JOB_ID)
+    assert job is not None and job.func is run_dream
+    after = datetime(2026, 11, 5, 12, 0, tzinfo=ZoneInfo("Asia/Tokyo"))
+    fire = job.trigger.get_next_fire_time(None, after)
+    assert fire == datetime(2026, 11, 6, 3, 0, tzinfo=ZoneInfo("Asia/Tokyo"))
+    assert job.max_instances == 1 and job.coalesce
+
+
+def test_disabling_dreaming_removes_the_nightly_job(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    aps = BackgroundScheduler(timezone="UTC")
+    add_dream_job(aps, load_settings(), "UTC")
+    monkeypatch.setenv("PINCH_DREAMING__ENABLED", "false")
+    assert not add_dream_job(aps, load_settings(), "UTC")
+    assert aps.get_job(DREAM_JOB_ID) is None
