@@ -8,6 +8,7 @@ model is the scripted FakeModelServer behind the real anthropic SDK.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +30,7 @@ from memory.index import MemoryIndex
 from memory.search import SearchHit
 from memory.signals import record_recall
 from tests.agent_support import model_client
-from tests.fakes.model_server import FakeModelServer, text_reply
+from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 
 NOW = datetime(2026, 11, 5, 3, 0)
 LOG = "memory/2026-11-03.md"
@@ -388,3 +389,32 @@ def test_disabled_means_nothing_runs_and_nothing_is_written(index: MemoryIndex) 
     assert sorted(p.name for p in index.workspace.iterdir()) == ["MEMORY.md", "memory"]
     assert sorted(p.name for p in (index.workspace / "memory").iterdir()) == ["2026-11-03.md"]
     assert index.db.execute("SELECT count(*) FROM dream_runs")[0][0] == 0
+
+
+def test_a_dream_started_while_another_runs_is_refused(index: MemoryIndex) -> None:
+    recall(index, 3)
+    first_asked, second_tried = threading.Event(), threading.Event()
+
+    def slow(_request: RecordedRequest) -> Reply:
+        first_asked.set()
+        second_tried.wait(10)  # hold the first dream inside its model call
+        return ADDED
+
+    async def both(server: FakeModelServer) -> int:
+        config = DreamingConfig()
+        first = asyncio.create_task(
+            dream(index.db, index.workspace, model_client(server), config, budget_chars=20_000)
+        )
+        assert await asyncio.to_thread(first_asked.wait, 10)
+        try:
+            with pytest.raises(DreamBusyError, match="already running"):
+                await dream(index.db, index.workspace, None, config, budget_chars=20_000)
+        finally:
+            second_tried.set()
+        return (await first).promoted
+
+    with FakeModelServer() as server:
+        server.respond_with(slow)
+        assert asyncio.run(both(server)) == 1
+        assert len(server.requests) == 1
+    assert memory_text(index).count("window seats") == 1
