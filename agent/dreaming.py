@@ -16,7 +16,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -43,6 +43,7 @@ from memory.dreaming import (
     start_run,
     write_memory,
 )
+from memory.signals import prune_signals
 from memory.text import estimate_tokens
 from memory.writes import _read_text
 
@@ -227,6 +228,9 @@ async def _phases(
         report.decisions.append(decision)
     if report.dry_run:
         return
+    # Signals older than what a candidate can still be staged from are of no further use.
+    oldest = (now.date() - timedelta(days=2 * config.lookback_days)).isoformat()
+    await asyncio.to_thread(prune_signals, db, oldest)
     if report.decisions:
         report.write = await asyncio.to_thread(
             write_memory,

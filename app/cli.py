@@ -96,7 +96,12 @@ def _open_index(settings: Settings) -> MemoryIndex:
             f"There is no workspace at {settings.workspace_dir}: run `pinch init` first "
             "(or set PINCH_HOME / PINCH_WORKSPACE to where your memory files are)."
         )
-    return MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
+    index = MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
+    if not settings.dreaming.enabled:
+        from memory.signals import stop_recording
+
+        stop_recording(index.db)  # disabled means nothing is written for it, signals included
+    return index
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -125,11 +125,16 @@ def _pending(db: Database) -> deque[tuple[Any, ...]]:
     return found
 
 
+def stop_recording(db: Database) -> None:
+    """Record no signals through `db` from now on (`[dreaming] enabled = false`)."""
+    db._recall_off = True  # type: ignore[attr-defined]
+
+
 def record_recall(
     db: Database, query: str, hits: Sequence[SearchHit], *, now: datetime | None = None
 ) -> None:
     """Record that `hits` answered `query`. Never raises, never waits for a lock."""
-    if not hits:
+    if not hits or getattr(db, "_recall_off", False):
         return
     try:
         moment = now or datetime.now()
@@ -201,6 +206,13 @@ def _try_flush(db: Database, *, wait: bool) -> None:
                 conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
     finally:
         db.lock.release()
+
+
+def prune_signals(db: Database, before_day: str) -> int:
+    """Delete signals older than `before_day` (YYYY-MM-DD); returns how many went."""
+    apply_dreaming_migrations(db)
+    with db.transaction() as conn:
+        return int(conn.execute("DELETE FROM recall_signals WHERE day < ?", (before_day,)).rowcount)
 
 
 def forget_signals(db: Database, path: str) -> int:

@@ -418,3 +418,13 @@ def test_a_dream_started_while_another_runs_is_refused(index: MemoryIndex) -> No
         assert asyncio.run(both(server)) == 1
         assert len(server.requests) == 1
     assert memory_text(index).count("window seats") == 1
+
+
+def test_a_dream_prunes_signals_older_than_twice_the_lookback(index: MemoryIndex) -> None:
+    old = SearchHit(LOG, 3, 3, 0.9, "x", "memory", "agent")
+    record_recall(index.db, "long ago", [old], now=datetime(2026, 1, 1))
+    recall(index, 4)
+    with FakeModelServer([ADDED]) as server:
+        run(index, server)
+    days = {r[0] for r in index.db.execute("SELECT day FROM recall_signals")}
+    assert days == {"2026-11-01", "2026-11-02"}

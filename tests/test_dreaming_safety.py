@@ -273,3 +273,16 @@ def test_disabling_dreaming_removes_the_nightly_job(
     monkeypatch.setenv("PINCH_DREAMING__ENABLED", "false")
     assert not add_dream_job(aps, load_settings(), "UTC")
     assert aps.get_job(DREAM_JOB_ID) is None
+
+
+def test_disabled_dreaming_records_no_recall_signals(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_DREAMING__ENABLED", "false")
+    assert "window seats" in pinch("memory", "search", "window seats").output
+    db = sqlite3.connect(load_settings().database_path)
+    try:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+        assert "recall_signals" not in tables
+    finally:
+        db.close()
