@@ -41,7 +41,8 @@ PREIMAGE_DIR = "memory/.dreams"
 LEASE_NAME = "dream"
 TRUSTED_FOR_DREAMING = frozenset({"owner", "agent"})
 _UNTRUSTED_MARK = re.compile(r"<!--\s*origin:\s*(untrusted|system)\b")
-_SOURCE_MARK = re.compile(r"\s*<!-- source: [^>]*-->")
+_SESSION_MARK = re.compile(r"<!--\s*origin:\s*\w+\s*·\s*session:\s*([0-9A-Za-z_-]{1,64})\s*-->")
+_COMMENT = re.compile(r"\s*<!--.*?-->", re.DOTALL)  # markers: source, origin, observed
 _WORD = re.compile(r"[^\W_]{4,}", re.UNICODE)
 _STOP = frozenset(
     [
@@ -130,7 +131,7 @@ class Reinforced:
 
 
 def _normalise(text: str) -> str:
-    return " ".join(_SOURCE_MARK.sub("", text).lower().lstrip("-*+ ").split())
+    return " ".join(_COMMENT.sub("", text).lower().lstrip("-*+ ").split())
 
 
 def _file_origin(db: Database, path: str) -> str | None:
@@ -188,9 +189,12 @@ def stage_candidates(
         text = _read_text(workspace, rel)
         if text is None or (_UNTRUSTED_MARK.search(text) and origin is None):
             continue
+        automated = _automated_sessions(db, set(_SESSION_MARK.findall(text)))
         for start, end, body in _entries(text):
             if _UNTRUSTED_MARK.search(body):
                 continue
+            if automated and automated & set(_SESSION_MARK.findall(body)):
+                continue  # appended during a scheduled job, heartbeat or sub-agent turn
             norm = _normalise(body)
             if len(norm) < 12 or norm in known:
                 continue
@@ -200,6 +204,19 @@ def stage_candidates(
             seen.add(key)
             out.append(Candidate(key, rel, start, end, body.strip(), day))
     return out
+
+
+def _automated_sessions(db: Database, ids: set[str]) -> set[str]:
+    """Those of `ids` that are sessions of scheduled jobs, heartbeats or sub-agents."""
+    if not ids:
+        return set()
+    marks = ",".join("?" for _ in ids)
+    rows = db.execute(
+        f"SELECT id FROM sessions WHERE id IN ({marks}) AND (channel IN ('automation', "
+        "'heartbeat', 'subagent') OR thread_id LIKE 'job:%' OR thread_id LIKE 'subagent:%')",
+        tuple(ids),
+    )
+    return {str(r[0]) for r in rows}
 
 
 def _days_before(day: str, n: int) -> str:

@@ -428,3 +428,43 @@ def test_a_dream_prunes_signals_older_than_twice_the_lookback(index: MemoryIndex
         run(index, server)
     days = {r[0] for r in index.db.execute("SELECT day FROM recall_signals")}
     assert days == {"2026-11-01", "2026-11-02"}
+
+
+def test_lines_appended_during_scheduled_job_turns_are_not_staged(tmp_path: Path) -> None:
+    notes = (
+        "# 2026-11-03\n\n"
+        "- The owner prefers aisle seats. <!-- origin: agent · session: jobsession1 -->\n"
+        "- The owner prefers window seats. <!-- origin: agent · session: ownersession -->\n"
+    )
+    idx = open_index(tmp_path, {"MEMORY.md": MEMORY, LOG: notes})
+    try:
+        with idx.db.transaction() as conn:
+            for sid, key, channel, thread in (
+                ("jobsession1", "main:telegram:direct:owner:job:4", "telegram", "job:4"),
+                ("ownersession", "main:telegram:direct:owner", "telegram", None),
+            ):
+                conn.execute(
+                    "INSERT INTO sessions(id, key, agent_id, channel, chat_type, peer_id, "
+                    "thread_id, state, created_at) VALUES (?, ?, 'main', ?, 'direct', 'owner', "
+                    "?, 'current', 0)",
+                    (sid, key, channel, thread),
+                )
+        staged = [r.candidate.text for r in run(idx, phase="light", dry_run=True).candidates]
+        assert len(staged) == 1 and "window seats" in staged[0]
+    finally:
+        idx.close()
+
+
+def test_a_promoted_note_is_not_staged_again_the_next_night(tmp_path: Path) -> None:
+    notes = (
+        "# 2026-11-03\n\n- The owner prefers window seats. <!-- origin: agent · session: s1 -->\n"
+    )
+    idx = open_index(tmp_path, {"MEMORY.md": MEMORY, LOG: notes})
+    try:
+        recall(idx, 3)
+        with FakeModelServer([ADDED]) as server:
+            assert run(idx, server).promoted == 1
+        assert "<!-- origin" not in memory_text(idx)  # markers are not copied into MEMORY.md
+        assert run(idx, phase="light", dry_run=True).candidates == []
+    finally:
+        idx.close()
