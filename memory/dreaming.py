@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field
 
 from memory.db import Database
 from memory.errors import WorkspaceError
+from memory.lineage import LineageStore, redact_forgotten
 from memory.signals import apply_dreaming_migrations, flush_signals
 from memory.text import estimate_tokens
 from memory.workspace import DREAMS_FILE, file_day
@@ -176,6 +177,7 @@ def stage_candidates(
     if not mem_dir.is_dir():
         return out
     oldest = _days_before(today, lookback_days)
+    forgotten = LineageStore(db).forgotten_sessions()
     for p in sorted(mem_dir.glob("*.md")):
         if p.is_symlink() or not p.is_file():
             continue
@@ -189,6 +191,7 @@ def stage_candidates(
         text = _read_text(workspace, rel)
         if text is None or (_UNTRUSTED_MARK.search(text) and origin is None):
             continue
+        text = redact_forgotten(text, forgotten)  # a restored backup cannot bring them back
         automated = _automated_sessions(db, set(_SESSION_MARK.findall(text)))
         for start, end, body in _entries(text):
             if _UNTRUSTED_MARK.search(body):

@@ -50,6 +50,12 @@ class SearchHit:
     origin: str
     day: str | None = None
 
+    @property
+    def untrusted(self) -> bool:
+        """Outside text (a web page, another person's words): findable, never to be obeyed,
+        and never for Active Memory, deep recall or Dreaming (memory.filters.TRUSTED_ORIGINS)."""
+        return self.origin == "untrusted"
+
     def to_dict(self) -> dict[str, object]:
         return {
             "path": self.path,

@@ -27,6 +27,7 @@ from memory.dreaming import (
 )
 from memory.errors import WorkspaceError
 from memory.index import MemoryIndex
+from memory.lineage import LineageStore
 from memory.search import SearchHit
 from memory.signals import record_recall
 from tests.agent_support import model_client
@@ -466,5 +467,25 @@ def test_a_promoted_note_is_not_staged_again_the_next_night(tmp_path: Path) -> N
             assert run(idx, server).promoted == 1
         assert "<!-- origin" not in memory_text(idx)  # markers are not copied into MEMORY.md
         assert run(idx, phase="light", dry_run=True).candidates == []
+    finally:
+        idx.close()
+
+
+def test_entries_of_a_forgotten_session_are_never_staged(tmp_path: Path) -> None:
+    notes = (
+        "# 2026-11-03\n\n"
+        "- The owner prefers aisle seats. <!-- origin: agent · session: gone1 -->\n"
+        "- The owner prefers window seats. <!-- origin: agent · session: kept1 -->\n"
+    )
+    idx = open_index(tmp_path, {"MEMORY.md": MEMORY, LOG: notes})
+    try:
+        LineageStore(idx.db)  # its tables
+        with idx.db.transaction() as conn:  # what `pinch memory forget` leaves behind
+            conn.execute(
+                "INSERT INTO lineage_tombstones(session_id, forgotten_at, summary) "
+                "VALUES ('gone1', 0, '{}')"
+            )
+        staged = [r.candidate.text for r in run(idx, phase="light", dry_run=True).candidates]
+        assert len(staged) == 1 and "window seats" in staged[0]
     finally:
         idx.close()
