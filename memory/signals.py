@@ -7,8 +7,8 @@ the INSERT runs with a zero busy timeout, and if another process holds the write
 wait in a small bounded buffer for the next search (or `flush_signals`). Measured cost: well
 under a millisecond per search (tests/test_dreaming_signals.py).
 
-The tables belong to Dreaming and are created by their own ordered migration list
-(`apply_dreaming_migrations`), recorded in `_dreaming_migrations`, independent of the index's.
+The tables belong to Dreaming: their own ordered migration set `DREAMING` (owner "dreaming" in
+`schema_migrations`, memory/schema.py), applied on first use by `apply_dreaming_migrations`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from memory.schema import MigrationSet, apply
 
 if TYPE_CHECKING:
     from memory.db import Database
@@ -32,7 +34,7 @@ log = logging.getLogger(__name__)
 MAX_PENDING = 2_000  # rows kept while the database is busy; the oldest are dropped beyond
 
 
-def _m001_signals(conn: Any) -> None:
+def m001_signals(conn: Any) -> None:
     conn.execute(
         """CREATE TABLE IF NOT EXISTS recall_signals (
             id INTEGER PRIMARY KEY,
@@ -50,7 +52,7 @@ def _m001_signals(conn: Any) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS recall_signals_by_path ON recall_signals (path)")
 
 
-def _m002_runs(conn: Any) -> None:
+def m002_runs(conn: Any) -> None:
     conn.execute(
         """CREATE TABLE IF NOT EXISTS dream_runs (
             id INTEGER PRIMARY KEY,
@@ -77,31 +79,17 @@ def _m002_runs(conn: Any) -> None:
     )
 
 
-DREAMING_MIGRATIONS: list[Callable[[Any], None]] = [_m001_signals, _m002_runs]
+DREAMING = MigrationSet("dreaming", [m001_signals, m002_runs])
 
 
 def apply_dreaming_migrations(db: Database) -> list[str]:
-    """Apply Dreaming's pending migrations in order; return the names applied."""
-    applied: list[str] = []
+    """Apply Dreaming's pending migrations in order (`memory.schema`); return the names applied."""
     if getattr(db, "_dreaming_ready", False):
-        return applied
+        return []
     with db.lock:
-        db.conn.execute(
-            "CREATE TABLE IF NOT EXISTS _dreaming_migrations "
-            "(name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
-        )
-        for migration in DREAMING_MIGRATIONS:
-            name = migration.__name__.lstrip("_")
-            with db.transaction() as conn:
-                if conn.execute(
-                    "SELECT 1 FROM _dreaming_migrations WHERE name = ?", (name,)
-                ).fetchone():
-                    continue
-                migration(conn)
-                conn.execute("INSERT INTO _dreaming_migrations VALUES (?, ?)", (name, time.time()))
-            applied.append(name)
+        names = apply(db.conn, DREAMING)
         db._dreaming_ready = True  # type: ignore[attr-defined]
-    return applied
+    return names
 
 
 def query_hash(query: str) -> str:

@@ -95,7 +95,12 @@ def test_a_search_does_not_wait_while_another_process_writes(index: MemoryIndex)
 
 def test_dreaming_tables_have_their_own_migration_record(index: MemoryIndex) -> None:
     index.search("window seats")
-    names = [r[0] for r in index.db.execute("SELECT name FROM _dreaming_migrations")]
+    names = [
+        r[0]
+        for r in index.db.execute(
+            "SELECT name FROM schema_migrations WHERE owner = 'dreaming' ORDER BY name"
+        )
+    ]
     assert names == ["m001_signals", "m002_runs"]
 
 
