@@ -96,7 +96,12 @@ def _open_index(settings: Settings) -> MemoryIndex:
             f"There is no workspace at {settings.workspace_dir}: run `pinch init` first "
             "(or set PINCH_HOME / PINCH_WORKSPACE to where your memory files are)."
         )
-    return MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
+    index = MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
+    if not settings.dreaming.enabled:
+        from memory.signals import stop_recording
+
+        stop_recording(index.db)  # disabled means nothing is written for it, signals included
+    return index
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -396,6 +401,43 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
         click.secho(
             printable(f"(no lines: {result.path} has {result.total_lines})"), fg="yellow", err=True
         )
+
+
+@memory.command("dream")
+@click.option(
+    "--dry-run", is_flag=True, help="Show what would be promoted and why not; write nothing."
+)
+@click.option(
+    "--phase",
+    type=click.Choice(["light", "rem", "deep"]),
+    default="deep",
+    show_default=True,
+    help="Stop after this phase (light: staged notes; rem: recall figures; deep: the gate).",
+)
+@click.option("--undo", is_flag=True, help="Restore MEMORY.md as it was before the last dream.")
+@friendly_errors
+def memory_dream(dry_run: bool, phase: str, undo: bool) -> None:
+    """Consolidate often-recalled notes into MEMORY.md (what the nightly job does)."""
+    import asyncio
+
+    from app.dreaming import dream_once
+    from app.terminal import printable
+
+    settings = _settings()
+    if undo:
+        from memory.dreaming import undo_last
+
+        if not settings.dreaming.enabled:
+            _fail("Dreaming is disabled ([dreaming] enabled = false): nothing was done.")
+        idx = _open_index(settings)
+        try:
+            click.echo(undo_last(idx.db, settings.workspace_dir))
+        finally:
+            idx.close()
+        return
+    report = asyncio.run(dream_once(settings, phase=phase, dry_run=dry_run))  # type: ignore[arg-type]
+    for line in report.lines():
+        click.echo(printable(line))
 
 
 @memory.command("forget")

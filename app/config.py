@@ -25,6 +25,7 @@ from pydantic_settings import (
 from agent.config import AgentConfig
 from channels.config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.config import MemoryConfig
+from memory.dreaming import DreamingConfig
 
 
 class ConfigError(Exception):
@@ -75,6 +76,7 @@ class Settings(BaseSettings):
     slack: SlackConfig = SlackConfig()
     owners: OwnersConfig = OwnersConfig()
     gateway: GatewayConfig = GatewayConfig()
+    dreaming: DreamingConfig = DreamingConfig()
 
     @field_validator("agent_id")
     @classmethod

@@ -21,6 +21,7 @@ from pathlib import Path
 from memory.errors import WorkspaceError
 
 EVERGREEN_FILES = ("MEMORY.md", "USER.md")
+DREAMS_FILE = "DREAMS.md"  # the dream diary: for the owner to read, never indexed nor loaded
 # Linux limits: one path component and a whole path. Checked before any system call, so an
 # over-long path is refused like any other bad path instead of failing with ENAMETOOLONG.
 MAX_COMPONENT_BYTES = 255
@@ -136,7 +137,7 @@ def discover_memory_files(
                 rel = p.resolve().relative_to(workspace.resolve()).as_posix()
             except ValueError:
                 rel = p.resolve().as_posix()
-            if rel not in seen:
+            if rel not in seen and rel != DREAMS_FILE:  # Dreaming's diary is never a source
                 seen.add(rel)
                 files.append(MemoryFile(rel, p, "extra", "owner"))
     return files
