@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +94,74 @@ def test_both_backends_return_the_same_chunks_and_scores(vec_db: Database, tmp_p
         assert [i for i, _ in a] == [i for i, _ in b]
         assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-5)
     numpy_db.close()
+
+
+def test_the_in_memory_search_finds_what_the_vec0_knn_finds(vec_db: Database) -> None:
+    rng = np.random.default_rng(8)
+    store = SqliteVecStore(vec_db, DIMS)
+    insert_chunks(
+        vec_db, store, unit_rows(rng, 3000), ["" if i % 4 else "chat-a" for i in range(3000)]
+    )
+
+    for query in unit_rows(rng, 20):
+        for scopes in ([""], ["", "chat-a"]):
+            a = store.search(query, 200, 1, scopes)
+            b = store.search_vec0(query, 200, 1, scopes)
+            assert [i for i, _ in a] == [i for i, _ in b]
+            assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-5)
+
+
+def full_matrix_reads(store: VectorStore, run: Callable[[], object]) -> int:
+    """How many times `run` made the store read a whole matrix table."""
+    statements: list[str] = []
+    store.reader().conn.set_trace_callback(statements.append)
+    try:
+        run()
+    finally:
+        store.reader().conn.set_trace_callback(None)
+    return sum(1 for sql in statements if "ORDER BY chunk_id" in sql)
+
+
+@pytest.mark.parametrize("backend", ["sqlite-vec", "numpy"])
+def test_a_search_after_a_write_reads_only_the_changed_rows(
+    backend: str, vec_db: Database, numpy_db: Database
+) -> None:
+    db = vec_db if backend == "sqlite-vec" else numpy_db
+    store: VectorStore = SqliteVecStore(db, DIMS) if backend == "sqlite-vec" else NumpyStore(db)
+    rng = np.random.default_rng(9)
+    ids = insert_chunks(db, store, unit_rows(rng, 400), [""] * 400)
+    query = unit_rows(rng, 1)[0]
+    assert full_matrix_reads(store, lambda: store.search(query, 5, 1, [""])) == 1
+    target = unit_rows(rng, 1)
+    (new_id,) = insert_chunks(db, store, target, [""])
+    with db.transaction() as conn:
+        store.delete(conn, 1, ids[:50])
+        conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in ids[:50]])
+        bump_version(conn)
+
+    found: list[list[tuple[int, float]]] = []
+    reads = full_matrix_reads(store, lambda: found.append(store.search(target[0], 500, 1, [""])))
+
+    assert reads == 0
+    assert found[0][0] == (new_id, pytest.approx(1.0, abs=1e-5))
+    assert {i for i, _ in found[0]} == {*ids[50:], new_id}
+
+
+def test_a_reused_chunk_id_is_found_by_its_new_vector(numpy_db: Database) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(10)
+    ids = insert_chunks(numpy_db, store, unit_rows(rng, 20), [""] * 20)
+    store.search(unit_rows(rng, 1)[0], 5, 1, [""])
+    with numpy_db.transaction() as conn:  # SQLite hands the highest id out again
+        store.delete(conn, 1, ids[-1:])
+        conn.execute("DELETE FROM memory_chunks WHERE id = ?", (ids[-1],))
+        bump_version(conn)
+    target = unit_rows(rng, 1)
+    (again,) = insert_chunks(numpy_db, store, target, ["chat-a"])
+
+    assert again == ids[-1]
+    assert store.search(target[0], 1, 1, ["chat-a"]) == [(again, pytest.approx(1.0, abs=1e-5))]
+    assert again not in {i for i, _ in store.search(target[0], 20, 1, [""])}
 
 
 @pytest.mark.parametrize("backend", ["sqlite-vec", "numpy"])
