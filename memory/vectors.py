@@ -269,6 +269,7 @@ class _Matrix:
         self,
         key: tuple[int, str],
         seq: int | None,
+        n: int,
         ids: np.ndarray,
         vectors: np.ndarray,
         scope_of: np.ndarray,
@@ -276,12 +277,13 @@ class _Matrix:
     ) -> None:
         self.key = key  # (generation, index_version) it is current at
         self.seq = seq  # the change log's last seq it has seen; None: no log, re-read in full
-        self.n = len(ids)  # rows in use (some may be freed)
+        self.n = n  # rows in use (some may be freed); the arrays have room for more
         self.ids = ids  # int64 chunk ids
         self.vectors = vectors  # float32 (capacity, dimensions)
         self.scope_of = scope_of  # int32: index into scope_ids; -1 = a free row
         self.scope_ids = scope_ids
         self._row: dict[int, int] | None = None  # chunk id -> row, built on the first change
+        self._free: list[int] = []  # freed rows, used again before the arrays grow
 
     def row_of(self) -> dict[int, int]:
         if self._row is None:
@@ -293,10 +295,14 @@ class _Matrix:
         rows = self.row_of()
         i = rows.get(chunk_id)
         if i is None:
-            if self.n == len(self.ids):
-                self._grow()
-            i = rows[chunk_id] = self.n
-            self.n += 1
+            if self._free:  # a file's edit frees its old chunks' rows and adds new chunks
+                i = self._free.pop()
+            else:
+                if self.n == len(self.ids):
+                    self._grow()
+                i = self.n
+                self.n += 1
+            rows[chunk_id] = i
             self.ids[i] = chunk_id
         self.vectors[i] = vector
         self.scope_of[i] = self.scope_ids.setdefault(scope, len(self.scope_ids))
@@ -305,6 +311,7 @@ class _Matrix:
         i = self.row_of().pop(chunk_id, None)
         if i is not None:
             self.scope_of[i] = -1
+            self._free.append(i)
 
     def _grow(self) -> None:
         extra = max(64, len(self.ids) // 8)
@@ -510,8 +517,11 @@ def _read_matrix(conn: Any, generation: int, key: tuple[int, str]) -> _Matrix:
         sql, params = f"SELECT id, scope, centroid {where} ORDER BY id", (generation,)
     n = int(conn.execute(count_sql, params).fetchone()[0])
     cursor = conn.execute(sql, params)
-    ids = np.zeros(n, dtype=np.int64)
-    scope_of = np.full(n, -1, dtype=np.int32)
+    # Room for the chunks later writes add, so they need no copy of the whole matrix: pages
+    # of np.empty that are never written are never made resident.
+    room = n + max(256, n // 8)
+    ids = np.zeros(room, dtype=np.int64)
+    scope_of = np.full(room, -1, dtype=np.int32)
     scope_ids: dict[str, int] = {}
     vectors: np.ndarray | None = None
     i = 0
@@ -521,10 +531,10 @@ def _read_matrix(conn: Any, generation: int, key: tuple[int, str]) -> _Matrix:
             break
         block = from_blob(b"".join(r[2] for r in rows))
         if vectors is None:
-            vectors = np.empty((n, len(block) // len(rows)), dtype=np.float32)
+            vectors = np.empty((room, len(block) // len(rows)), dtype=np.float32)
         vectors[i : i + len(rows)] = block.reshape(len(rows), -1)
         ids[i : i + len(rows)] = [r[0] for r in rows]
         scope_of[i : i + len(rows)] = [scope_ids.setdefault(r[1], len(scope_ids)) for r in rows]
         i += len(rows)
     matrix = vectors if vectors is not None else np.zeros((0, 1), dtype=np.float32)
-    return _Matrix(key, seq, ids[:i], matrix[:i], scope_of[:i], scope_ids)
+    return _Matrix(key, seq, i, ids, matrix, scope_of, scope_ids)

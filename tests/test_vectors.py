@@ -275,3 +275,26 @@ def test_an_index_from_before_the_matrix_table_keeps_every_chunk_after_a_write(
 
     found = {i for i, _ in store.search(old[0], 100, 1, [""])}
     assert found == {*old_ids, new_id}
+
+
+def test_a_matrix_kept_current_through_many_writes_equals_one_read_afresh(
+    numpy_db: Database, tmp_path: Path
+) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(12)
+    live = insert_chunks(numpy_db, store, unit_rows(rng, 300), [""] * 300)
+    first_search(store, unit_rows(rng, 1)[0])
+    for _ in range(30):  # more rows added than the matrix had room for, and rows freed
+        gone = [live.pop(int(j)) for j in sorted(rng.choice(len(live), 10, False), reverse=True)]
+        with numpy_db.transaction() as conn:
+            store.delete(conn, 1, gone)
+            conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in gone])
+            bump_version(conn)
+        live += insert_chunks(numpy_db, store, unit_rows(rng, 30), ["", "chat-a"] * 15)
+        store.search(unit_rows(rng, 1)[0], 5, 1, [""])
+    afresh = NumpyStore(open_database(tmp_path / "agent.sqlite", vector_backend="numpy"))
+
+    for query in unit_rows(rng, 10):
+        for scopes in ([""], ["chat-a"], ["", "chat-a"]):
+            assert store.search(query, 50, 1, scopes) == afresh.search(query, 50, 1, scopes)
+    assert len(store.search(query, 10_000, 1, ["", "chat-a"])) == len(live) == 900
