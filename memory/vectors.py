@@ -84,6 +84,9 @@ def drop_vec_table(conn: Any, generation: int) -> None:
         conn.execute(f"DROP TABLE IF EXISTS {vec_table(generation)}")
 
 
+LOG_KEEP = 100_000  # change-log rows kept per generation (≈ 2 MB)
+
+
 def _log_changes(conn: Any, generation: int, chunk_ids: list[int]) -> None:
     """Record which chunks' vectors changed, so a search process holding the matrix in memory
     re-reads only those rows after a write (not 150 MB at 100k chunks)."""
@@ -93,6 +96,12 @@ def _log_changes(conn: Any, generation: int, chunk_ids: list[int]) -> None:
     )
     conn.executemany(
         f"INSERT INTO {log_table(generation)}(chunk_id) VALUES (?)", [(i,) for i in chunk_ids]
+    )
+    # Keep the log bounded: a reader further behind than this reads the whole matrix again.
+    conn.execute(
+        f"DELETE FROM {log_table(generation)} WHERE seq <= "
+        f"(SELECT max(seq) FROM {log_table(generation)}) - ?",
+        (LOG_KEEP,),
     )
 
 
@@ -442,6 +451,9 @@ def _apply_changes(conn: Any, generation: int, m: _Matrix, key: tuple[int, str])
     """`m` with the rows changed since its seq re-read; None when a full read is due."""
     seq = _last_seq(conn, generation)
     if seq is None or m.seq is None or seq < m.seq:  # the log was dropped and made again
+        return None
+    (oldest,) = conn.execute(f"SELECT min(seq) FROM {log_table(generation)}").fetchone()
+    if oldest is not None and oldest > m.seq + 1:  # changes it has not seen were pruned
         return None
     changed = [
         int(r[0])

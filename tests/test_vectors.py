@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memory import vectors
 from memory.db import Database, open_database
 from memory.vectors import NumpyStore, SqliteVecStore, VectorStore, matrix_table
 
@@ -298,3 +299,24 @@ def test_a_matrix_kept_current_through_many_writes_equals_one_read_afresh(
         for scopes in ([""], ["chat-a"], ["", "chat-a"]):
             assert store.search(query, 50, 1, scopes) == afresh.search(query, 50, 1, scopes)
     assert len(store.search(query, 10_000, 1, ["", "chat-a"])) == len(live) == 900
+
+
+def test_a_reader_behind_a_pruned_change_log_reads_the_matrix_again(
+    numpy_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vectors, "LOG_KEEP", 5)
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(13)
+    insert_chunks(numpy_db, store, unit_rows(rng, 100), [""] * 100)
+    first_search(store, unit_rows(rng, 1)[0])
+    targets = unit_rows(rng, 10)
+    added = [insert_chunks(numpy_db, store, targets[i : i + 1], [""])[0] for i in range(10)]
+    with numpy_db.transaction() as conn:
+        (kept,) = conn.execute(f"SELECT count(*) FROM {vectors.log_table(1)}").fetchone()
+
+    sql = reader_statements(store, lambda: store.search(targets[0], 1, 1, [""]))
+
+    assert kept <= 6
+    assert [s for s in sql if "ORDER BY chunk_id" in s]  # read in full: the log lost changes
+    for target, cid in zip(targets, added, strict=True):
+        assert store.search(target, 1, 1, [""])[0][0] == cid
