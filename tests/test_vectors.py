@@ -4,6 +4,7 @@ scope, and see writes. Real SQLite files, random unit vectors, no model."""
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -320,3 +321,40 @@ def test_a_reader_behind_a_pruned_change_log_reads_the_matrix_again(
     assert [s for s in sql if "ORDER BY chunk_id" in s]  # read in full: the log lost changes
     for target, cid in zip(targets, added, strict=True):
         assert store.search(target, 1, 1, [""])[0][0] == cid
+
+
+@pytest.mark.parametrize("backend", ["sqlite-vec", "numpy"])
+def test_searches_from_several_threads_during_writes_stay_exact(
+    backend: str, vec_db: Database, numpy_db: Database
+) -> None:
+    store = make_store(backend, vec_db, numpy_db)
+    db = vec_db if backend == "sqlite-vec" else numpy_db
+    rng = np.random.default_rng(14)
+    insert_chunks(db, store, unit_rows(rng, 400), [""] * 400)
+    queries = unit_rows(rng, 4)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def search_until_stopped(query: np.ndarray) -> None:
+        try:
+            while not stop.is_set():
+                store.search(query, 20, 1, [""])
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=search_until_stopped, args=(q,)) for q in queries]
+    for t in threads:
+        t.start()
+    added = [insert_chunks(db, store, unit_rows(rng, 5), [""] * 5) for _ in range(20)]
+    stop.set()
+    for t in threads:
+        t.join()
+    if isinstance(store, SqliteVecStore):
+        assert store.wait_loaded(10)
+
+    assert errors == []
+    assert len(store.search(queries[0], 1000, 1, [""])) == 400 + 5 * len(added)
+    fresh = NumpyStore(db)
+    for query in queries:
+        assert store.search(query, 20, 1, [""]) == fresh.search(query, 20, 1, [""])
+    fresh.close()
