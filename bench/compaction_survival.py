@@ -1,36 +1,48 @@
-"""Do facts survive compaction when nobody saves them? A 300-turn conversation, then 50 questions.
+"""Do facts survive compaction and /new when nobody saves them? 300 turns, then the questions.
 
     .venv/bin/python bench/compaction_survival.py                      # use and none
+    .venv/bin/python bench/compaction_survival.py --active-memory escalate,always
     .venv/bin/python bench/compaction_survival.py --embedding local    # slow: e5 on the CPU
     .venv/bin/python bench/compaction_survival.py --json
 
 Offline: the real `Agent` and `AnthropicClient` talk to the project's scripted model server on
 127.0.0.1, over a copy of `workspace_template/` and a fresh agent database per provider.
 
-The conversation: `--turns` owner messages (default 300); `--facts` of them (default 50, spread
-over the first 2/3 of the conversation, the rest filler) each state one distinct fact ("My
-locker code at the gym is 4471"), which the assistant merely acknowledges ("Got it."). Filler
-turns are generated chit-chat and requests with answers of 60-200 words. A small context window
-(default 12,000 tokens, reserve 2,000, soft 1,000: compaction at 9,000) makes the agent flush
-and compact many times. The scripted model is as unhelpful as it can be: every memory flush
-answers NO_REPLY (nothing is stored), every summary is the same short text with every section
-"- none" (everything is lost from the summary), no turn calls a tool.
+The conversation: `--turns` owner messages (default 300); `--facts` English facts (default 50)
+and `--zh-facts` Chinese ones (default 15), one per message, spread over the first 2/3 of the
+conversation, the rest filler. Each fact ("My locker code at the gym is 4471", "我对花生过敏") is
+said once and merely acknowledged ("Got it."). Filler turns are generated chit-chat and requests
+with answers of 60-200 words. A small context window (default 12,000 tokens, reserve 2,000, soft
+1,000: compaction at 9,000) makes the agent flush and compact many times, and the owner types
+`/new` `--resets` times (default 3): evenly spread, the last one after the final turn, so every
+question is asked in a fresh session that heard none of the facts (each /new writes a session
+note of the last 15 messages and indexes the session's transcript). The scripted model is as
+unhelpful as it can be: every memory flush answers NO_REPLY (nothing is stored), every summary is
+the same short text with every section "- none", no turn calls a tool.
 
-Then, for every fact, a natural question ("What's my gym locker code?") goes to `memory_search`
-exactly as the model's tool call would (`agent.tools.call`, the owner's session, default
-max_results = 6), and the fact counts as found when its sentence (case and whitespace
-normalised) is inside one of the returned snippets — i.e. the model would read it. Only the
-transcript chunks that compaction indexes can answer: nothing else holds the facts.
+Then every fact is asked for, in up to four question sets (`--questions`): `direct` ("What's my
+gym locker code?"), `paraphrase` ("Which digits open the cabinet where I stash things while
+working out?" — no content word in common with the fact, Porter-stemmed, stopwords aside;
+`check_paraphrases` refuses a run otherwise), and the same two for the Chinese facts (`zh-direct`,
+`zh-paraphrase`: no CJK bigram in common). Each question goes to `memory_search` exactly as the
+model's tool call would (`agent.tools.call`, the owner's session, default max_results = 6): the
+model searches with the question's words, as a real one would, and is never told the answer. A
+fact counts as found when its sentence (case and whitespace normalised) is inside one of the
+returned snippets — i.e. the model would read it.
 
 With `--active-memory escalate,always`, each question is then also asked as an owner turn in
 which the scripted model calls no tool, with Active Memory in that recall mode: found = the
 fact's sentence is in the recalled block in front of the message. The deep-recall sub-call is
-scripted to do the least a model could (search with the owner's words, answer with the two
-result lines sharing most words with them).
+scripted to do the least a model could: search with the owner's words, then answer with the
+owner's lines of the results, those sharing most words with the question first, then in the
+search's order, as many as fit in the 400-character summary. It understands nothing, so for a
+paraphrase the search's ranking alone decides; "seen" counts the facts that were at least in
+the results the sub-call read (what a reader that understands could have answered).
 
-Reported per embedding provider: turns, compactions, flushes (and how many stored anything),
-summary requests, session resets, how many facts had left the live context, the fraction found
-(target 100 %), and timings. Misses are listed with the top hit.
+Reported per embedding provider: turns, compactions, /new resets and session notes, flushes (and
+how many stored anything), summary requests, and per question set the found share with tools
+(target 100 %) and with Active Memory alone (target ≥ 80 %), and timings. Misses are listed
+with the top hit.
 """
 
 from __future__ import annotations
