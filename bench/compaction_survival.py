@@ -684,9 +684,9 @@ _OWNER_LINE = re.compile(r"^\s*(?:\[\d+\]\s*User\b|\*\*Owner\*\*)")
 def recall_reply(request: RecordedRequest) -> Reply:
     """The deep-recall sub-call of a model that does the least a model could: search with the
     owner's words, then answer with the owner's lines of the results (what the owner said is
-    what the owner asks about), those sharing most words with the question first, then in the
-    search's order, as many as fit in SUMMARY_CHARS. It understands nothing: a paraphrase shares
-    no word with its fact, so there the search's ranking alone decides what it answers."""
+    what the owner asks about; questions left out), those sharing most words with the question
+    first, then in the search's order, as many as fit in SUMMARY_CHARS. It understands nothing:
+    a paraphrase shares no word with its fact, so there the search's ranking alone decides."""
     messages = request.body.get("messages", [])
     first = messages[0]["content"]
     opening = first if isinstance(first, str) else first[-1]["text"]
@@ -703,7 +703,9 @@ def recall_reply(request: RecordedRequest) -> Reply:
         line.strip()
         for h in hits
         for line in str(h.get("snippet", "")).split("\n")
-        if _OWNER_LINE.match(line)
+        # A question states nothing (and the earlier question sets' own turns are in the
+        # transcript by now: answering with them would be answering the question with itself).
+        if _OWNER_LINE.match(line) and not line.rstrip().endswith(("?", "？"))
     ]
     scored = sorted(
         ((len(wanted & line_terms(line.lower())), -i, line) for i, line in enumerate(lines)),
