@@ -1,0 +1,417 @@
+"""The scheduler: runs the jobs of app/jobs.py on time, once, and says so when it could not.
+
+    scheduler = Scheduler(store, deliver=send, run_turn=turn, settings=AutomationSettings())
+    await scheduler.start()       # inside the running loop; arms every active job from the table
+    ...
+    await scheduler.stop()
+
+The jobs table is the truth; APScheduler 3.x (`AsyncIOScheduler`, in-memory store) is only the
+timer. Each job is armed as a one-shot date trigger with an explicit id and
+`replace_existing=True`, calling the module-level `fire_job(name, job_id)` with plain data, so a
+restart re-arms the same ids (no duplicates). `misfire_grace_time=None` and `coalesce=True` keep
+APScheduler from dropping a late job silently: lateness is decided here, by `misfire_grace_s`:
+
+- due and on time (or late by less than the grace) → run now; a run late by more than a minute
+  says so ("late by 2 h 10 min: Pinch was not running");
+- late by more than the grace → reported to its chat as missed, and the schedule moves on;
+- several runs missed while Pinch was down → one run (coalesced), never a burst;
+- each run is claimed in the database first (`UPDATE … WHERE next_run_utc = ? AND
+  state = 'active'`), so two schedulers on one database never both run it.
+
+Payloads: a reminder is delivered verbatim (no model call); a task runs one turn with
+`sender="automation"` in its own session (thread "job:<id>" of the owner's chat when the owner
+created it in their private chat — so it sees their memory — else a shared session of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from agent.requests import AgentRequest
+from app.jobs import (
+    ALERT_AFTER_FAILURES,
+    DISABLE_AFTER_FAILURES,
+    Job,
+    JobStore,
+    human_duration,
+    local_text,
+    next_run,
+)
+from channels.base import OutboundMessage
+from memory.sessions import OWNER_PEER, SessionKey
+
+log = logging.getLogger(__name__)
+
+Deliver = Callable[[OutboundMessage], Awaitable[None]]
+RunTurn = Callable[[AgentRequest], Awaitable[str]]  # one agent turn → the reply text
+Now = Callable[[], datetime]
+
+LATE_NOTE_S = 60.0  # later than this, a run says how late it is
+RESYNC_S = 30.0  # how often changes made by `pinch jobs` in another process are picked up
+NO_REPLY = (
+    "NO_REPLY"  # a task's answer that means "nothing to deliver" (already sent, or nothing new)
+)
+HEARTBEAT_OK = "HEARTBEAT_OK"
+
+_SCHEDULERS: dict[str, Scheduler] = {}
+
+
+async def fire_job(name: str, job_id: int) -> None:
+    """APScheduler's entry point (module-level, plain arguments): run job `job_id` if due."""
+    scheduler = _SCHEDULERS.get(name)
+    if scheduler is not None:
+        await scheduler.fire(job_id)
+
+
+async def resync_jobs(name: str) -> None:
+    scheduler = _SCHEDULERS.get(name)
+    if scheduler is not None:
+        await scheduler.resync()
+
+
+@dataclass(frozen=True)
+class AutomationSettings:
+    misfire_grace_s: float = 3600.0
+    agent_id: str = "main"
+    workspace: Path | None = None  # for HEARTBEAT.md
+    heartbeat_active_hours: tuple[int, int] | None = None  # minutes of the day, [start, end)
+    owner_tz: str = "UTC"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: JobStore,
+        *,
+        deliver: Deliver,
+        run_turn: RunTurn,
+        settings: AutomationSettings | None = None,
+        now: Now = _utcnow,
+        name: str = "pinch",
+    ) -> None:
+        self.store = store
+        self.deliver = deliver
+        self.run_turn = run_turn
+        self.settings = settings or AutomationSettings()
+        self.now = now
+        self.name = name
+        self._aps: AsyncIOScheduler | None = None
+        self._armed: dict[int, datetime] = {}
+        self._running: dict[int, asyncio.Task[None]] = {}
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the timer in the running loop and arm every active job from the table."""
+        asyncio.get_running_loop()  # AsyncIOScheduler.start() needs one: fail clearly here
+        _SCHEDULERS[self.name] = self
+        self._aps = AsyncIOScheduler(
+            timezone=UTC,
+            job_defaults={"misfire_grace_time": None, "coalesce": True, "max_instances": 1},
+        )
+        self._aps.start()
+        self._aps.add_job(
+            resync_jobs,
+            IntervalTrigger(seconds=RESYNC_S, timezone=UTC),
+            args=[self.name],
+            id="pinch-resync",
+            replace_existing=True,
+        )
+        await self.resync()
+
+    async def stop(self) -> None:
+        """Stop the timer and cancel runs in progress (their runs are recorded as cancelled)."""
+        if self._aps is not None:
+            self._aps.shutdown(wait=False)
+            self._aps = None
+        for task in list(self._running.values()):
+            task.cancel()
+        for task in list(self._running.values()):
+            with contextlib.suppress(BaseException):
+                await task
+        if _SCHEDULERS.get(self.name) is self:
+            del _SCHEDULERS[self.name]
+
+    @property
+    def armed_ids(self) -> list[str]:
+        """APScheduler's job ids (a test checks a restart arms no duplicates)."""
+        return [j.id for j in self._aps.get_jobs()] if self._aps else []
+
+    async def resync(self) -> None:
+        """Arm what the table says is due (jobs created, paused or resumed elsewhere)."""
+        jobs = await asyncio.to_thread(self.store.list, states=("active",))
+        active = {j.id for j in jobs}
+        for job in jobs:
+            if job.next_run_utc is not None and self._armed.get(job.id) != job.next_run_utc:
+                self.arm(job.id, job.next_run_utc)
+        for job_id in list(self._armed):
+            if job_id not in active:
+                self.disarm(job_id)
+
+    def arm(self, job_id: int, when: datetime) -> None:
+        self._armed[job_id] = when
+        if self._aps is None:
+            return
+        self._aps.add_job(
+            fire_job,
+            DateTrigger(run_date=when, timezone=UTC),
+            args=[self.name, job_id],
+            id=f"pinch-job-{job_id}",
+            replace_existing=True,
+        )
+
+    def disarm(self, job_id: int) -> None:
+        self._armed.pop(job_id, None)
+        if self._aps is not None:
+            with contextlib.suppress(Exception):
+                self._aps.remove_job(f"pinch-job-{job_id}")
+
+    async def cancel(self, job_id: int) -> Job | None:
+        """Cancel a job: nothing more fires; a run in progress is cancelled cleanly."""
+        job = await asyncio.to_thread(self.store.set_state, job_id, "cancelled", self.now())
+        self.disarm(job_id)
+        task = self._running.get(job_id)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        return job
+
+    # -- one run ---------------------------------------------------------------------------
+
+    async def fire(self, job_id: int) -> None:
+        """Run job `job_id` if it is due now (the timer's callback; tests call it directly)."""
+        if job_id in self._running:
+            return  # still running; it re-arms when done
+        task = asyncio.ensure_future(self._fire(job_id))
+        self._running[job_id] = task
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise
+        finally:
+            self._running.pop(job_id, None)
+
+    async def _fire(self, job_id: int) -> None:
+        now = self.now()
+        job = await asyncio.to_thread(self.store.get, job_id)
+        if job is None or job.state != "active" or job.next_run_utc is None:
+            self._armed.pop(job_id, None)
+            return
+        scheduled = job.next_run_utc
+        if scheduled > now:  # never early (a clock step, or re-armed meanwhile)
+            self.arm(job_id, scheduled)
+            return
+        # Coalesce: of the runs due by now, only the latest counts; the others are skipped.
+        latest, skipped = scheduled, 0
+        while True:
+            following = next_run(job.schedule, latest)
+            if following is None or following > now or skipped > 100_000:
+                break
+            latest, skipped = following, skipped + 1
+        late_by = (now - latest).total_seconds()
+        natural_next = next_run(job.schedule, now) if job.schedule.kind != "at" else None
+        run_id = await asyncio.to_thread(self.store.claim, job, scheduled, natural_next, now)
+        if run_id is None:
+            return  # another scheduler took it
+        missed = late_by > self.settings.misfire_grace_s
+        try:
+            if missed:
+                await self._report_missed(job, latest, late_by, skipped, natural_next, run_id)
+            else:
+                await self._run(job, latest, late_by, skipped, run_id)
+        finally:
+            fresh = await asyncio.to_thread(self.store.get, job_id)
+            if fresh and fresh.state == "active" and fresh.next_run_utc is not None:
+                self.arm(job_id, fresh.next_run_utc)
+            else:
+                self.disarm(job_id)
+
+    async def _report_missed(
+        self,
+        job: Job,
+        due: datetime,
+        late_by: float,
+        skipped: int,
+        nxt: datetime | None,
+        run_id: int,
+    ) -> None:
+        tz = job.schedule.tz
+        more = f" ({skipped + 1} runs missed)" if skipped else ""
+        moves = f" Next run: {local_text(nxt, tz)}." if nxt else ""
+        note = (
+            f"Missed{more}: {_label(job)} was due {local_text(due, tz)}; Pinch was not running "
+            f"and it is now {human_duration(late_by)} late, more than the "
+            f"{human_duration(self.settings.misfire_grace_s)} grace.{moves}"
+        )
+        log.warning("Job %s missed: late by %s", job.id, human_duration(late_by))
+        await asyncio.to_thread(self.store.finish_run, run_id, "missed", self.now(), late_by, note)
+        if job.schedule.kind == "at":
+            await asyncio.to_thread(self.store.mark_done, job.id)
+        with contextlib.suppress(Exception):
+            await self.deliver(_message(job, note))
+
+    async def _run(
+        self, job: Job, due: datetime, late_by: float, skipped: int, run_id: int
+    ) -> None:
+        note = None
+        if late_by > LATE_NOTE_S:
+            note = f"late by {human_duration(late_by)}: Pinch was not running"
+            if skipped:
+                note += f"; {skipped} earlier run(s) skipped"
+        status = "late" if note else "ok"
+        try:
+            text = await self._payload(job, note)
+            if text is not None:
+                await self.deliver(_message(job, text))
+        except asyncio.CancelledError:
+            await asyncio.to_thread(
+                self.store.finish_run, run_id, "cancelled", self.now(), late_by, "cancelled"
+            )
+            raise
+        except Exception as exc:
+            detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            log.warning("Job %s failed: %s", job.id, detail)
+            await asyncio.to_thread(
+                self.store.finish_run, run_id, "failed", self.now(), late_by, detail
+            )
+            await self._failed(job, detail)
+            return
+        await asyncio.to_thread(self.store.finish_run, run_id, status, self.now(), late_by, note)
+        await asyncio.to_thread(self.store.record_success, job.id, done=job.schedule.kind == "at")
+
+    async def _payload(self, job: Job, note: str | None) -> str | None:
+        """What to deliver for one run of `job` (None: nothing)."""
+        if job.payload == "reminder":
+            return job.text + (f"\n\n_({note})_" if note else "")
+        if job.payload == "heartbeat":
+            return await self._heartbeat(job)
+        request = AgentRequest(
+            task_session(job, self.settings.agent_id),
+            job.text,
+            sender="automation",
+            sender_id=f"job:{job.id}",
+            sender_name=f"job {job.id}",
+        )
+        reply = (await self.run_turn(request)).strip()
+        if not reply or reply == NO_REPLY:
+            return None  # the agent had nothing to say, or already said it
+        return reply + (f"\n\n_({note})_" if note else "")
+
+    async def _heartbeat(self, job: Job) -> str | None:
+        ws = self.settings.workspace
+        checklist = heartbeat_items(ws / "HEARTBEAT.md") if ws else ""
+        if not checklist:
+            return None  # no items: no model call
+        if not within_hours(
+            self.now(), self.settings.owner_tz, self.settings.heartbeat_active_hours
+        ):
+            return None
+        prompt = (
+            "Heartbeat: go through this checklist from HEARTBEAT.md. If nothing needs the "
+            f"owner's attention, answer exactly {HEARTBEAT_OK}.\n\n{checklist}"
+        )
+        key = SessionKey.owner_main(self.settings.agent_id)
+        reply = (
+            await self.run_turn(
+                AgentRequest(key, prompt, sender="automation", sender_id="heartbeat")
+            )
+        ).strip()
+        if not reply or HEARTBEAT_OK in reply:
+            return None
+        return reply
+
+    async def _failed(self, job: Job, detail: str) -> None:
+        updated = await asyncio.to_thread(self.store.record_failure, job.id, self.now())
+        if updated is None:
+            return
+        n = updated.consecutive_failures
+        text = None
+        if updated.state == "disabled":
+            text = (
+                f"{_label(job)} failed {n} times in a row and is now disabled ({detail}). "
+                f"`pinch jobs resume {job.id}` turns it back on."
+            )
+        elif n == ALERT_AFTER_FAILURES:
+            retry = (
+                local_text(updated.next_run_utc, job.schedule.tz) if updated.next_run_utc else "—"
+            )
+            text = (
+                f"{_label(job)} failed {n} times in a row ({detail}). Next try "
+                f"{retry}; it is disabled after {DISABLE_AFTER_FAILURES}."
+            )
+        if text:
+            with contextlib.suppress(Exception):
+                await self.deliver(_message(job, text))
+
+
+def task_session(job: Job, agent_id: str) -> SessionKey:
+    """The isolated session a task runs in: a thread of the owner's chat when the owner created
+    it there (so it may read their memory), else a shared session of its own."""
+    if job.owner_private:
+        return SessionKey(agent_id, job.target.channel, "direct", OWNER_PEER, f"job:{job.id}")
+    return SessionKey(agent_id, "automation", "channel", f"job-{job.id}")
+
+
+def _label(job: Job) -> str:
+    return f"Job #{job.id} ({job.schedule.describe()})"
+
+
+def _message(job: Job, text: str) -> OutboundMessage:
+    return OutboundMessage(job.target.channel, job.target.chat_id, text, job.target.thread_id)
+
+
+def heartbeat_items(path: Path) -> str:
+    """HEARTBEAT.md's checklist lines ('- …', '* …', '1. …'), or "" when it has none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+    items = []
+    for line in text.splitlines():
+        s = line.strip()
+        body = s[2:].strip() if s[:2] in ("- ", "* ", "+ ") else ""
+        if not body and s[:1].isdigit() and ". " in s[:4]:
+            body = s.split(". ", 1)[1].strip()
+        if body and body not in ("[ ]", "[x]"):
+            items.append(s)
+    return "\n".join(items)
+
+
+def within_hours(now: datetime, tz: str, hours: tuple[int, int] | None) -> bool:
+    if hours is None:
+        return True
+    from app.jobs import zone
+
+    local = now.astimezone(zone(tz))
+    minute = local.hour * 60 + local.minute
+    start, end = hours
+    return start <= minute < end if start <= end else (minute >= start or minute < end)
+
+
+def parse_active_hours(text: str) -> tuple[int, int]:
+    """'08:00-22:00' → minutes of the day (start, end)."""
+    try:
+        a, b = text.split("-")
+        ha, ma = (int(x) for x in a.strip().split(":"))
+        hb, mb = (int(x) for x in b.strip().split(":"))
+        if not (0 <= ha <= 24 and 0 <= hb <= 24 and 0 <= ma < 60 and 0 <= mb < 60):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f'"{text}" is not a range of hours: write e.g. "08:00-22:00".') from None
+    return ha * 60 + ma, hb * 60 + mb
