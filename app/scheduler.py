@@ -138,6 +138,7 @@ class Scheduler:
         if self._aps is not None:
             self._aps.shutdown(wait=False)
             self._aps = None
+        self._armed.clear()
         for task in list(self._running.values()):
             task.cancel()
         for task in list(self._running.values()):
