@@ -358,5 +358,9 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
         click.secho(f"(no lines: {result.path} has {result.total_lines})", fg="yellow", err=True)
 
 
+from app.jobs_cli import jobs  # noqa: E402  (its heavy imports happen inside the commands)
+
+main.add_command(jobs)
+
 if __name__ == "__main__":
     main()

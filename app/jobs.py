@@ -63,7 +63,7 @@ def zone(name: str) -> ZoneInfo:
 
 def human_duration(seconds: float) -> str:
     """'2 h 10 min', '45 s', '3 d 4 h'."""
-    s = int(round(seconds))
+    s = round(seconds)
     if s < 60:
         return f"{s} s"
     d, s = divmod(s, 86_400)
@@ -371,7 +371,7 @@ class JobStore:
         rows = self.db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE managed = ?", (name,))
         return _job(rows[0]) if rows else None
 
-    def list(self, *, states: tuple[str, ...] | None = None) -> list[Job]:
+    def jobs(self, *, states: tuple[str, ...] | None = None) -> list[Job]:
         if states:
             marks = ",".join("?" * len(states))
             rows = self.db.execute(
@@ -489,7 +489,8 @@ class JobStore:
     ) -> None:
         with self.db.transaction() as conn:
             conn.execute(
-                "UPDATE job_runs SET status = ?, finished = ?, late_by_s = ?, note = ? WHERE id = ?",
+                "UPDATE job_runs SET status = ?, finished = ?, late_by_s = ?, note = ? "
+                "WHERE id = ?",
                 (status, utc_text(now), late_by_s, note, run_id),
             )
 

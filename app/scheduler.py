@@ -30,25 +30,32 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from agent.requests import AgentRequest
+from agent.requests import AgentRequest, Final
 from app.jobs import (
     ALERT_AFTER_FAILURES,
     DISABLE_AFTER_FAILURES,
     Job,
     JobStore,
+    NewJob,
+    Schedule,
     human_duration,
     local_text,
     next_run,
+    parse_duration,
 )
 from channels.base import OutboundMessage
 from memory.sessions import OWNER_PEER, SessionKey
+
+if TYPE_CHECKING:
+    from app.wiring import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +161,7 @@ class Scheduler:
 
     async def resync(self) -> None:
         """Arm what the table says is due (jobs created, paused or resumed elsewhere)."""
-        jobs = await asyncio.to_thread(self.store.list, states=("active",))
+        jobs = await asyncio.to_thread(self.store.jobs, states=("active",))
         active = {j.id for j in jobs}
         for job in jobs:
             if job.next_run_utc is not None and self._armed.get(job.id) != job.next_run_utc:
@@ -416,3 +423,83 @@ def parse_active_hours(text: str) -> tuple[int, int]:
     except ValueError:
         raise ValueError(f'"{text}" is not a range of hours: write e.g. "08:00-22:00".') from None
     return ha * 60 + ma, hb * 60 + mb
+
+
+# -- wiring ------------------------------------------------------------------------------------
+
+
+def agent_turn(agent: Any) -> RunTurn:
+    """A `RunTurn` over `agent.run`: the stored reply text of one turn."""
+
+    async def run(request: AgentRequest) -> str:
+        text = ""
+        async for event in agent.run(request):
+            if isinstance(event, Final):
+                text = event.reply.text
+        return text
+
+    return run
+
+
+def add_schedule_tool(runtime: Runtime) -> JobStore:
+    """Offer the `schedule` tool in `runtime`'s agent (owner only, by policy); returns the store.
+
+    Jobs it creates are armed at once by the scheduler running in this process, if any."""
+    from app.schedule_tool import owner_route, schedule_tool
+
+    store = JobStore(runtime.index.db)
+    owners = runtime.settings.owners
+    tool = schedule_tool(
+        store,
+        zone=runtime.clock.zone_name,
+        route=owner_route({"telegram": owners.telegram, "slack": owners.slack}),
+        scheduler=lambda: _SCHEDULERS.get("pinch"),
+    )
+    runtime.agent.tools.add(tool)
+    return store
+
+
+def build_scheduler(runtime: Runtime, deliver: Deliver, *, now: Now = _utcnow) -> Scheduler:
+    """The gateway's scheduler over `runtime` (call `await scheduler.start()` in the loop).
+
+    Also creates, updates or cancels the managed heartbeat job from `[heartbeat]`."""
+    from app.schedule_tool import owner_route
+
+    settings = runtime.settings
+    store = JobStore(runtime.index.db)
+    zone_name = runtime.clock.zone_name
+    hb = settings.heartbeat
+    owners = settings.owners
+    main_key = SessionKey.owner_main(settings.agent_id)
+    target = owner_route({"telegram": owners.telegram, "slack": owners.slack})(main_key)
+    if hb.every and target is not None:
+        seconds = parse_duration(hb.every)
+        store.replace_managed(
+            NewJob(
+                Schedule("every", str(seconds), zone_name, now() + timedelta(seconds=seconds)),
+                "heartbeat",
+                "heartbeat",
+                target,
+                str(main_key),
+                owner_private=True,
+                managed="heartbeat",
+            ),
+            now(),
+        )
+    else:
+        if hb.every:
+            log.warning("The heartbeat needs an owner id in [owners] to deliver to; it is off.")
+        store.remove_managed("heartbeat")
+    return Scheduler(
+        store,
+        deliver=deliver,
+        run_turn=agent_turn(runtime.agent),
+        settings=AutomationSettings(
+            misfire_grace_s=settings.automations.misfire_grace_s,
+            agent_id=settings.agent_id,
+            workspace=settings.workspace_dir,
+            heartbeat_active_hours=parse_active_hours(hb.active_hours) if hb.active_hours else None,
+            owner_tz=zone_name,
+        ),
+        now=now,
+    )

@@ -53,8 +53,12 @@ class Harness:
         self.turns: list[AgentRequest] = []
         self.replies: list[str | BaseException] = []
         self.scheduler = Scheduler(
-            self.store, deliver=self.deliver, run_turn=self.turn, now=self.clock,
-            settings=AutomationSettings(**settings), name=f"test-{id(self)}",
+            self.store,
+            deliver=self.deliver,
+            run_turn=self.turn,
+            now=self.clock,
+            settings=AutomationSettings(**settings),
+            name=f"test-{id(self)}",
         )
 
     async def deliver(self, msg: OutboundMessage) -> None:
@@ -67,9 +71,17 @@ class Harness:
             raise reply
         return reply
 
-    def add(self, kind: str, spec: str, payload: str = "reminder", text: str = "check the "
-            "train tickets", *, anchor: datetime | None = None, private: bool = True,
-            tz: str = "Europe/Berlin") -> int:
+    def add(
+        self,
+        kind: str,
+        spec: str,
+        payload: str = "reminder",
+        text: str = "check the train tickets",
+        *,
+        anchor: datetime | None = None,
+        private: bool = True,
+        tz: str = "Europe/Berlin",
+    ) -> int:
         schedule = Schedule(kind, spec, tz, anchor or self.clock() + timedelta(hours=1))  # type: ignore[arg-type]
         job = self.store.create(
             NewJob(schedule, payload, text, CHAT, OWNER_KEY, owner_private=private),  # type: ignore[arg-type]
@@ -83,7 +95,9 @@ def texts(h: Harness) -> list[str]:
 
 
 @run
-async def test_a_reminder_is_delivered_verbatim_to_its_chat_without_a_model_call(tmp_path: Path) -> None:
+async def test_a_reminder_is_delivered_verbatim_to_its_chat_without_a_model_call(
+    tmp_path: Path,
+) -> None:
     h = Harness(tmp_path)
     job = h.add("at", "x")
     h.clock.advance(hours=1)
@@ -295,7 +309,9 @@ def test_heartbeat_items_are_the_list_lines_only(tmp_path: Path) -> None:
     path = tmp_path / "HEARTBEAT.md"
     path.write_text("# Heartbeat\n\nKeep this empty to skip.\n", encoding="utf-8")
     assert heartbeat_items(path) == ""
-    path.write_text("# Heartbeat\n- check the inbox folder\n1. any reminder due?\n", encoding="utf-8")
+    path.write_text(
+        "# Heartbeat\n- check the inbox folder\n1. any reminder due?\n", encoding="utf-8"
+    )
     assert heartbeat_items(path) == "- check the inbox folder\n1. any reminder due?"
 
 
@@ -332,8 +348,9 @@ async def test_heartbeat_outside_active_hours_makes_no_model_call(tmp_path: Path
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "HEARTBEAT.md").write_text("- anything urgent?\n", encoding="utf-8")
-    h = Harness(tmp_path, workspace=ws, heartbeat_active_hours=(8 * 60, 22 * 60),
-                owner_tz="Europe/Berlin")
+    h = Harness(
+        tmp_path, workspace=ws, heartbeat_active_hours=(8 * 60, 22 * 60), owner_tz="Europe/Berlin"
+    )
     h.clock.t = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)  # 23:00 Berlin
     job = h.add("every", "1800", "heartbeat", "heartbeat", anchor=h.clock.t + timedelta(minutes=30))
     h.clock.advance(minutes=30)

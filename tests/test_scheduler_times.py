@@ -112,7 +112,9 @@ def test_a_one_shot_has_no_run_after_its_instant() -> None:
 
 def test_a_time_without_an_offset_is_read_in_the_jobs_zone() -> None:
     now = datetime(2026, 12, 1, tzinfo=UTC)
-    assert parse_at("2026-12-02T09:00", "Europe/Berlin", now) == datetime(2026, 12, 2, 8, tzinfo=UTC)
+    assert parse_at("2026-12-02T09:00", "Europe/Berlin", now) == datetime(
+        2026, 12, 2, 8, tzinfo=UTC
+    )
     assert parse_at("2026-12-02 09:00+00:00", "Europe/Berlin", now) == datetime(
         2026, 12, 2, 9, tzinfo=UTC
     )
