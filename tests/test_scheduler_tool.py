@@ -73,7 +73,7 @@ def test_a_reminder_is_confirmed_with_its_zone_and_goes_to_the_owners_chat(
 
 
 def test_a_weekday_task_is_stored_as_cron_in_the_owners_zone(tmp_path: Path) -> None:
-    store, tool = make(tmp_path)
+    _, tool = make(tmp_path)
     reply = call(
         tool,
         OWNER,
