@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -51,7 +51,7 @@ from app.jobs import (
     next_run,
     parse_duration,
 )
-from channels.base import OutboundMessage
+from channels.base import Channel, OutboundMessage
 from memory.sessions import OWNER_PEER, SessionKey
 
 if TYPE_CHECKING:
@@ -503,3 +503,32 @@ def build_scheduler(runtime: Runtime, deliver: Deliver, *, now: Now = _utcnow) -
         ),
         now=now,
     )
+
+
+def deliver_via(channels: Mapping[str, Channel]) -> Deliver:
+    """A `Deliver` over the gateway's running channels. A channel that is not running raises,
+    so the run counts as failed and is retried with backoff."""
+
+    async def deliver(message: OutboundMessage) -> None:
+        channel = channels.get(message.channel)
+        if channel is None:
+            raise RuntimeError(
+                f"no {message.channel} channel is running to deliver to; configure it "
+                "or cancel the job"
+            )
+        await channel.send(message)
+
+    return deliver
+
+
+async def start_automations(runtime: Runtime, channels: Mapping[str, Channel]) -> Scheduler | None:
+    """Build and start the scheduler in the running gateway (None when `[automations]` is off).
+
+    The gateway calls this after its channels started and `await scheduler.stop()` before
+    stopping them; its one-gateway lock keeps a second process from running jobs (each run is
+    also claimed in the database)."""
+    if not runtime.settings.automations.enabled:
+        return None
+    scheduler = await asyncio.to_thread(build_scheduler, runtime, deliver_via(channels))
+    await scheduler.start()
+    return scheduler
