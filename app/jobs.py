@@ -436,20 +436,19 @@ class JobStore:
         job = self.get(job_id)
         if job is None:
             return None
-        nxt = job.next_run_utc
+        nxt, anchor = job.next_run_utc, job.schedule.anchor_utc
         if state == "active" and job.state != "active":
-            nxt = (
-                next_run(job.schedule, now)
-                if job.schedule.kind != "at"
-                else job.schedule.anchor_utc
-            )
-            if job.schedule.kind == "at" and nxt is not None and nxt < now:
-                nxt = now  # a paused one-shot that came due runs when resumed
+            if job.schedule.kind != "at":
+                nxt = next_run(job.schedule, now)
+            else:
+                # A one-shot resumed after its time runs now, on time (not "missed").
+                nxt = anchor = max(anchor, now)
         with self.db.transaction() as conn:
             conn.execute(
-                "UPDATE jobs SET state = ?, next_run_utc = ?, consecutive_failures = "
+                "UPDATE jobs SET state = ?, next_run_utc = ?, anchor_utc = ?, "
+                "consecutive_failures = "
                 "CASE WHEN ? = 'active' THEN 0 ELSE consecutive_failures END WHERE id = ?",
-                (state, utc_text(nxt) if nxt else None, state, job_id),
+                (state, utc_text(nxt) if nxt else None, utc_text(anchor), state, job_id),
             )
         return self.get(job_id)
 
@@ -457,9 +456,10 @@ class JobStore:
         """Make an active or paused job due at `now` (pinch jobs run)."""
         with self.db.transaction() as conn:
             conn.execute(
-                "UPDATE jobs SET next_run_utc = ?, state = 'active' WHERE id = ? "
-                "AND state IN ('active', 'paused')",
-                (utc_text(now), job_id),
+                "UPDATE jobs SET next_run_utc = ?, state = 'active', "
+                "anchor_utc = CASE WHEN kind = 'at' THEN ? ELSE anchor_utc END "
+                "WHERE id = ? AND state IN ('active', 'paused')",
+                (utc_text(now), utc_text(now), job_id),
             )
         return self.get(job_id)
 
@@ -523,6 +523,24 @@ class JobStore:
                 (failures, utc_text(until), utc_text(nxt), state, state, job_id),
             )
         return self.get(job_id)
+
+    def release(self, job_id: int, due: datetime) -> None:
+        """Make an interrupted one-shot due again at `due` (it runs at the next start)."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE jobs SET next_run_utc = ? WHERE id = ? AND state = 'active'",
+                (utc_text(due), job_id),
+            )
+
+    def close_interrupted_runs(self, now: datetime) -> int:
+        """Mark runs a stopped process left 'running' as cancelled; returns how many."""
+        with self.db.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE job_runs SET status = 'cancelled', finished = ?, "
+                "note = 'interrupted: Pinch stopped during the run' WHERE status = 'running'",
+                (utc_text(now),),
+            )
+            return int(cur.rowcount)
 
     def mark_done(self, job_id: int) -> None:
         with self.db.transaction() as conn:

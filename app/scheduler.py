@@ -64,6 +64,7 @@ RunTurn = Callable[[AgentRequest], Awaitable[str]]  # one agent turn → the rep
 Now = Callable[[], datetime]
 
 LATE_NOTE_S = 60.0  # later than this, a run says how late it is
+RUN_LEASE_S = 600.0  # a one-shot claimed by a process that died mid-run is retried after this
 RESYNC_S = 30.0  # how often changes made by `pinch jobs` in another process are picked up
 NO_REPLY = (
     "NO_REPLY"  # a task's answer that means "nothing to deliver" (already sent, or nothing new)
@@ -119,6 +120,7 @@ class Scheduler:
         self._aps: AsyncIOScheduler | None = None
         self._armed: dict[int, datetime] = {}
         self._running: dict[int, asyncio.Task[None]] = {}
+        self._stopping = False
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -126,6 +128,9 @@ class Scheduler:
         """Start the timer in the running loop and arm every active job from the table."""
         asyncio.get_running_loop()  # AsyncIOScheduler.start() needs one: fail clearly here
         _SCHEDULERS[self.name] = self
+        self._stopping = False
+        # Runs left 'running' by a process that died: the one-gateway lock says none is live.
+        await asyncio.to_thread(self.store.close_interrupted_runs, self.now())
         self._aps = AsyncIOScheduler(
             timezone=UTC,
             job_defaults={"misfire_grace_time": None, "coalesce": True, "max_instances": 1},
@@ -141,7 +146,9 @@ class Scheduler:
         await self.resync()
 
     async def stop(self) -> None:
-        """Stop the timer and cancel runs in progress (their runs are recorded as cancelled)."""
+        """Stop the timer and cancel runs in progress (recorded as cancelled; an interrupted
+        one-shot stays due, so the next start runs it, with a note saying how late)."""
+        self._stopping = True
         if self._aps is not None:
             self._aps.shutdown(wait=False)
             self._aps = None
@@ -232,8 +239,13 @@ class Scheduler:
             if following is None or following > now or skipped > 100_000:
                 break
             latest, skipped = following, skipped + 1
+        if job.schedule.kind == "at" and job.consecutive_failures == 0:
+            latest = min(latest, job.schedule.anchor_utc)  # a lease ran out: late since its time
         late_by = (now - latest).total_seconds()
-        natural_next = next_run(job.schedule, now) if job.schedule.kind != "at" else None
+        if job.schedule.kind == "at":  # a lease: retried if this process dies mid-run
+            natural_next: datetime | None = now + timedelta(seconds=RUN_LEASE_S)
+        else:
+            natural_next = next_run(job.schedule, now)
         run_id = await asyncio.to_thread(self.store.claim, job, scheduled, natural_next, now)
         if run_id is None:
             return  # another scheduler took it
@@ -261,7 +273,7 @@ class Scheduler:
     ) -> None:
         tz = job.schedule.tz
         more = f" ({skipped + 1} runs missed)" if skipped else ""
-        moves = f" Next run: {local_text(nxt, tz)}." if nxt else ""
+        moves = f" Next run: {local_text(nxt, tz)}." if nxt and job.schedule.kind != "at" else ""
         note = (
             f"Missed{more}: {_label(job)} was due {local_text(due, tz)}; Pinch was not running "
             f"and it is now {human_duration(late_by)} late, more than the "
@@ -288,9 +300,12 @@ class Scheduler:
             if text is not None:
                 await self.deliver(_message(job, text))
         except asyncio.CancelledError:
+            why = "interrupted: Pinch stopped" if self._stopping else "cancelled"
             await asyncio.to_thread(
-                self.store.finish_run, run_id, "cancelled", self.now(), late_by, "cancelled"
+                self.store.finish_run, run_id, "cancelled", self.now(), late_by, why
             )
+            if self._stopping and job.schedule.kind == "at":
+                await asyncio.to_thread(self.store.release, job.id, due)
             raise
         except Exception as exc:
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__

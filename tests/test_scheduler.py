@@ -356,3 +356,75 @@ async def test_heartbeat_outside_active_hours_makes_no_model_call(tmp_path: Path
     h.clock.advance(minutes=30)
     await h.scheduler.fire(job)
     assert h.turns == []
+
+
+@run
+async def test_a_one_shot_interrupted_by_a_stop_runs_at_the_next_start(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    job = h.add("at", "x", "task", "slow")
+    started = asyncio.Event()
+
+    async def slow(request: AgentRequest) -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    h.scheduler.run_turn = slow
+    h.clock.advance(hours=1)
+    firing = asyncio.ensure_future(h.scheduler.fire(job))
+    await started.wait()
+    await h.scheduler.stop()
+    await firing
+    assert h.store.runs(job)[0].note == "interrupted: Pinch stopped"
+    assert h.store.get(job).next_run_utc == T0 + timedelta(hours=1)  # type: ignore[union-attr]
+    h2 = Harness(tmp_path, h.clock)  # the restart, five minutes later
+    h2.replies = ["done at last"]
+    h.clock.advance(minutes=5)
+    await h2.scheduler.fire(job)
+    assert texts(h2) == ["done at last\n\n_(late by 5 min: Pinch was not running)_"]
+
+
+@run
+async def test_a_one_shot_whose_process_died_mid_run_is_retried_after_the_lease(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    job = h.add("at", "x")
+    h.clock.advance(hours=1)
+    j = h.store.get(job)
+    assert j is not None and j.next_run_utc is not None
+    # The dead process claimed the run (a lease) and never finished it.
+    assert h.store.claim(j, j.next_run_utc, h.clock() + timedelta(minutes=10), h.clock())
+    h2 = Harness(tmp_path, h.clock)
+    await h2.scheduler.start()
+    await h2.scheduler.stop()
+    assert h2.store.runs(job)[0].status == "cancelled"  # the stale 'running' row is closed
+    await h2.scheduler.fire(job)
+    assert h2.sent == []  # not before the lease ends
+    h.clock.advance(minutes=10)
+    await h2.scheduler.fire(job)
+    assert texts(h2) == ["check the train tickets\n\n_(late by 10 min: Pinch was not running)_"]
+
+
+@run
+async def test_a_one_shot_resumed_after_its_time_runs_on_resume_not_missed(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    job = h.add("at", "x")
+    h.store.set_state(job, "paused", h.clock())
+    h.clock.advance(hours=5)
+    h.store.set_state(job, "active", h.clock())
+    await h.scheduler.fire(job)
+    assert texts(h) == ["check the train tickets"]
+
+
+@run
+async def test_run_now_runs_a_future_one_shot_once_and_on_time(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    job = h.add("at", "x")
+    h.store.run_now(job, h.clock())
+    await h.scheduler.fire(job)
+    h.clock.advance(hours=2)
+    await h.scheduler.fire(job)
+    assert texts(h) == ["check the train tickets"]
