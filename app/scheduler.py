@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
@@ -72,6 +75,7 @@ NO_REPLY = (
 HEARTBEAT_OK = "HEARTBEAT_OK"
 
 _SCHEDULERS: dict[str, Scheduler] = {}
+_T = TypeVar("_T")
 
 
 async def fire_job(name: str, job_id: int) -> None:
@@ -121,6 +125,7 @@ class Scheduler:
         self._armed: dict[int, datetime] = {}
         self._running: dict[int, asyncio.Task[None]] = {}
         self._stopping = False
+        self._executor: ThreadPoolExecutor | None = None
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -130,7 +135,7 @@ class Scheduler:
         _SCHEDULERS[self.name] = self
         self._stopping = False
         # Runs left 'running' by a process that died: the one-gateway lock says none is live.
-        await asyncio.to_thread(self.store.close_interrupted_runs, self.now())
+        await self._db(self.store.close_interrupted_runs, self.now())
         self._aps = AsyncIOScheduler(
             timezone=UTC,
             job_defaults={"misfire_grace_time": None, "coalesce": True, "max_instances": 1},
@@ -160,6 +165,9 @@ class Scheduler:
                 await task
         if _SCHEDULERS.get(self.name) is self:
             del _SCHEDULERS[self.name]
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
     @property
     def armed_ids(self) -> list[str]:
@@ -168,7 +176,7 @@ class Scheduler:
 
     async def resync(self) -> None:
         """Arm what the table says is due (jobs created, paused or resumed elsewhere)."""
-        jobs = await asyncio.to_thread(self.store.jobs, states=("active",))
+        jobs = await self._db(self.store.jobs, states=("active",))
         active = {j.id for j in jobs}
         for job in jobs:
             if job.next_run_utc is not None and self._armed.get(job.id) != job.next_run_utc:
@@ -197,7 +205,7 @@ class Scheduler:
 
     async def cancel(self, job_id: int) -> Job | None:
         """Cancel a job: nothing more fires; a run in progress is cancelled cleanly."""
-        job = await asyncio.to_thread(self.store.set_state, job_id, "cancelled", self.now())
+        job = await self._db(self.store.set_state, job_id, "cancelled", self.now())
         self.disarm(job_id)
         task = self._running.get(job_id)
         if task is not None:
@@ -224,14 +232,39 @@ class Scheduler:
 
     async def _fire(self, job_id: int) -> None:
         now = self.now()
-        job = await asyncio.to_thread(self.store.get, job_id)
-        if job is None or job.state != "active" or job.next_run_utc is None:
+        claimed = await self._db(self._claim_due, job_id, now)
+        if claimed is None:
             self._armed.pop(job_id, None)
             return
-        scheduled = job.next_run_utc
-        if scheduled > now:  # never early (a clock step, or re-armed meanwhile)
-            self.arm(job_id, scheduled)
+        if isinstance(claimed, datetime):  # not due yet: never early
+            self.arm(job_id, claimed)
             return
+        job, latest, late_by, skipped, natural_next, run_id = claimed
+        missed = late_by > self.settings.misfire_grace_s
+        try:
+            if missed:
+                await self._report_missed(job, latest, late_by, skipped, natural_next, run_id)
+            else:
+                await self._run(job, latest, late_by, skipped, run_id)
+        finally:
+            fresh = await self._db(self.store.get, job_id)
+            if fresh and fresh.state == "active" and fresh.next_run_utc is not None:
+                self.arm(job_id, fresh.next_run_utc)
+            else:
+                self.disarm(job_id)
+
+    def _claim_due(
+        self, job_id: int, now: datetime
+    ) -> tuple[Job, datetime, float, int, datetime | None, int] | datetime | None:
+        """In the database thread: if job `job_id` is due at `now`, claim the run and return
+        (job, the run it stands for, lateness in s, runs skipped, next run, run id); when it is
+        not due yet, its next run; None when there is nothing to do (or another claimed it)."""
+        job = self.store.get(job_id)
+        if job is None or job.state != "active" or job.next_run_utc is None:
+            return None
+        scheduled = job.next_run_utc
+        if scheduled > now:  # a clock step, or re-armed meanwhile
+            return scheduled
         # Coalesce: of the runs due by now, only the latest counts; the others are skipped.
         latest, skipped = scheduled, 0
         while True:
@@ -246,21 +279,18 @@ class Scheduler:
             natural_next: datetime | None = now + timedelta(seconds=RUN_LEASE_S)
         else:
             natural_next = next_run(job.schedule, now)
-        run_id = await asyncio.to_thread(self.store.claim, job, scheduled, natural_next, now)
+        run_id = self.store.claim(job, scheduled, natural_next, now)
         if run_id is None:
-            return  # another scheduler took it
-        missed = late_by > self.settings.misfire_grace_s
-        try:
-            if missed:
-                await self._report_missed(job, latest, late_by, skipped, natural_next, run_id)
-            else:
-                await self._run(job, latest, late_by, skipped, run_id)
-        finally:
-            fresh = await asyncio.to_thread(self.store.get, job_id)
-            if fresh and fresh.state == "active" and fresh.next_run_utc is not None:
-                self.arm(job_id, fresh.next_run_utc)
-            else:
-                self.disarm(job_id)
+            return None  # another scheduler took it
+        return job, latest, late_by, skipped, natural_next, run_id
+
+    async def _db(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """Run blocking database work on the scheduler's own thread: queued behind the agent's
+        work in the shared pool, a due job would wait for a busy conversation's writes."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pinch-jobs")
+        call = functools.partial(fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     async def _report_missed(
         self,
@@ -280,9 +310,9 @@ class Scheduler:
             f"{human_duration(self.settings.misfire_grace_s)} grace.{moves}"
         )
         log.warning("Job %s missed: late by %s", job.id, human_duration(late_by))
-        await asyncio.to_thread(self.store.finish_run, run_id, "missed", self.now(), late_by, note)
+        await self._db(self.store.finish_run, run_id, "missed", self.now(), late_by, note)
         if job.schedule.kind == "at":
-            await asyncio.to_thread(self.store.mark_done, job.id)
+            await self._db(self.store.mark_done, job.id)
         with contextlib.suppress(Exception):
             await self.deliver(_message(job, note))
 
@@ -301,22 +331,18 @@ class Scheduler:
                 await self.deliver(_message(job, text))
         except asyncio.CancelledError:
             why = "interrupted: Pinch stopped" if self._stopping else "cancelled"
-            await asyncio.to_thread(
-                self.store.finish_run, run_id, "cancelled", self.now(), late_by, why
-            )
+            await self._db(self.store.finish_run, run_id, "cancelled", self.now(), late_by, why)
             if self._stopping and job.schedule.kind == "at":
-                await asyncio.to_thread(self.store.release, job.id, due)
+                await self._db(self.store.release, job.id, due)
             raise
         except Exception as exc:
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
             log.warning("Job %s failed: %s", job.id, detail)
-            await asyncio.to_thread(
-                self.store.finish_run, run_id, "failed", self.now(), late_by, detail
-            )
+            await self._db(self.store.finish_run, run_id, "failed", self.now(), late_by, detail)
             await self._failed(job, detail)
             return
-        await asyncio.to_thread(self.store.finish_run, run_id, status, self.now(), late_by, note)
-        await asyncio.to_thread(self.store.record_success, job.id, done=job.schedule.kind == "at")
+        await self._db(self.store.finish_run, run_id, status, self.now(), late_by, note)
+        await self._db(self.store.record_success, job.id, done=job.schedule.kind == "at")
 
     async def _payload(self, job: Job, note: str | None) -> str | None:
         """What to deliver for one run of `job` (None: nothing)."""
@@ -355,12 +381,12 @@ class Scheduler:
                 AgentRequest(key, prompt, sender="automation", sender_id="heartbeat")
             )
         ).strip()
-        if not reply or HEARTBEAT_OK in reply:
+        if not reply or HEARTBEAT_OK in reply or reply == NO_REPLY:
             return None
         return reply
 
     async def _failed(self, job: Job, detail: str) -> None:
-        updated = await asyncio.to_thread(self.store.record_failure, job.id, self.now())
+        updated = await self._db(self.store.record_failure, job.id, self.now())
         if updated is None:
             return
         n = updated.consecutive_failures
@@ -405,6 +431,7 @@ def heartbeat_items(path: Path) -> str:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return ""
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)  # commented-out items are no items
     items = []
     for line in text.splitlines():
         s = line.strip()

@@ -428,3 +428,9 @@ async def test_run_now_runs_a_future_one_shot_once_and_on_time(tmp_path: Path) -
     h.clock.advance(hours=2)
     await h.scheduler.fire(job)
     assert texts(h) == ["check the train tickets"]
+
+
+def test_heartbeat_items_inside_comments_do_not_count(tmp_path: Path) -> None:
+    path = tmp_path / "HEARTBEAT.md"
+    path.write_text("# Heartbeat\n<!--\n- an idea for later\n-->\n", encoding="utf-8")
+    assert heartbeat_items(path) == ""

@@ -1,0 +1,73 @@
+"""start_automations over a built runtime: the schedule tool, the managed heartbeat, a real
+agent turn delivered through the real Telegram adapter."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from app.cli import TEMPLATE_DIR
+from app.config import Settings
+from app.scheduler import start_automations
+from app.setup import initialise
+from app.wiring import build_runtime
+from tests.fakes.model_server import FakeModelServer, text_reply
+from tests.fakes.telegram_server import FakeTelegram
+from tests.telegram_support import running
+
+
+@pytest.fixture
+def settings(pinch_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    return Settings(
+        home=pinch_home,
+        agent={"model": "claude-test", "max_retries": 0, "timezone": "Europe/Berlin"},
+        memory={"embedding": {"provider": "none"}},
+        owners={"telegram": ["111"]},
+        heartbeat={"every": "30m", "active_hours": None},
+    )
+
+
+def test_the_heartbeat_runs_a_turn_and_delivers_to_the_owner_on_telegram(
+    settings: Settings, tmp_path: Path
+) -> None:
+    initialise(settings, TEMPLATE_DIR)
+
+    async def scenario(model_url: str, tg: FakeTelegram) -> list[str]:
+        configured = settings.model_copy(
+            update={"agent": settings.agent.model_copy(update={"api_base": model_url})}
+        )
+        async with (
+            await build_runtime(configured) as runtime,
+            running(tg, tmp_path) as (
+                channel,
+                _,
+            ),
+        ):
+            assert any(s.name == "schedule" for s in runtime.agent.tools.specs)
+            ids = []
+            for _ in range(2):  # a restart keeps one heartbeat job
+                scheduler = await start_automations(runtime, {"telegram": channel})
+                assert scheduler is not None
+                ids.append(sorted(scheduler.armed_ids))
+                await scheduler.stop()
+            assert ids[0] == ids[1] == ["pinch-job-1", "pinch-resync"]
+            scheduler = await start_automations(runtime, {"telegram": channel})
+            assert scheduler is not None
+            [job] = scheduler.store.jobs()
+            assert job.managed == "heartbeat" and job.schedule.spec == "1800"
+            scheduler.store.run_now(job.id, datetime.now(UTC))
+            await scheduler.fire(job.id)
+            await scheduler.stop()
+        return [m.text for m in tg.sent]
+
+    with FakeModelServer(api_key="test-key") as server, FakeTelegram() as tg:
+        server.script(text_reply("An invoice in inbox/ is due today."))
+        sent = asyncio.run(scenario(server.url, tg))
+        [call] = tg.calls_to("sendMessage")
+    assert sent == ["An invoice in inbox/ is due today."]
+    assert str(call.params["chat_id"]) == "111"
+    assert "Open TODOs" in server.requests[0].last_user_text()  # HEARTBEAT.md's checklist
