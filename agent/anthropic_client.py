@@ -30,6 +30,7 @@ from agent.model_base import (
     IncompleteStreamError,
     RetryingClient,
     TextCallback,
+    UnreadableResponseError,
 )
 
 # -- Anthropic ---------------------------------------------------------------------------------
@@ -109,13 +110,21 @@ class AnthropicClient(RetryingClient):
             )
         return self._sdk
 
+    async def _prepare(self) -> None:
+        await self._client()
+
     async def _attempt(self, request: ModelRequest, on_text: TextCallback) -> ModelResponse:
         client = await self._client()
         params = anthropic_params(request, self._api_model)
+        events = 0
         async with client.messages.stream(**params) as stream:
             async for event in stream:
+                events += 1
                 if event.type == "text":
                     on_text(event.text)
+            if events == 0:  # the SDK would fail an assertion: say what came instead
+                kind = stream.response.headers.get("content-type") or "no content type"
+                raise UnreadableResponseError(f"no Messages API events in the answer ({kind})")
             final = await stream.get_final_message()
         if final.stop_reason is None:
             raise IncompleteStreamError

@@ -4,15 +4,21 @@ through litellm, imported lazily and offline-safe; messages and tools in the Ope
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
 import os
+import re
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from agent.model_base import OLLAMA_URL, IncompleteStreamError, RetryingClient, TextCallback
+from agent.model_base import (
+    OLLAMA_URL,
+    IncompleteStreamError,
+    RetryingClient,
+    TextCallback,
+    UnreadableResponseError,
+)
 from agent.model_errors import MissingKeyError
 from agent.types import (
     Message,
@@ -24,9 +30,12 @@ from agent.types import (
     ToolSpec,
     Usage,
 )
+from memory.litellm_env import import_litellm
 
 log = logging.getLogger(__name__)
 
+# "litellm.BadRequestError: OpenAIException - " in front of what the server said
+_LITELLM_PREFIXES = re.compile(r"^(?:litellm\.\w+: )+(?:\w+Exception - )?")
 _OPENAI_STOP_REASONS: dict[str | None, StopReason] = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
@@ -36,16 +45,6 @@ _OPENAI_STOP_REASONS: dict[str | None, StopReason] = {
 }
 
 
-def _import_litellm() -> Any:
-    # Without these, importing litellm fetches its model price list from GitHub.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-    os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
-    litellm: Any = importlib.import_module("litellm")
-    litellm.suppress_debug_info = True  # else every error prints a "Give Feedback" banner
-    return litellm
-
-
 async def _litellm() -> Any:
     """The litellm module, imported off the event loop the first time (it takes seconds)."""
     import sys
@@ -53,7 +52,7 @@ async def _litellm() -> Any:
     module = sys.modules.get("litellm")
     if module is not None and getattr(module, "suppress_debug_info", False):
         return module
-    return await asyncio.to_thread(_import_litellm)
+    return await asyncio.to_thread(import_litellm)
 
 
 class LiteLLMClient(RetryingClient):
@@ -104,6 +103,9 @@ class LiteLLMClient(RetryingClient):
             raise MissingKeyError(missing, model=self.model)
         return await super().complete(request, on_text)
 
+    async def _prepare(self) -> None:
+        await _litellm()
+
     async def _attempt(self, request: ModelRequest, on_text: TextCallback) -> ModelResponse:
         litellm = await _litellm()
         api_key = self._api_key
@@ -131,10 +133,21 @@ class LiteLLMClient(RetryingClient):
                 collected.add(chunk, on_text)
         finally:
             await stream.aclose()
+        # litellm makes up a final "stop" chunk when the server sent none: ask what it received.
+        if getattr(stream, "chunks", None) == []:
+            raise UnreadableResponseError("no chat completion events in the answer")
+        if hasattr(stream, "received_finish_reason"):
+            received = stream.received_finish_reason or getattr(
+                stream, "intermittent_finish_reason", None
+            )
+            if received is None:
+                raise IncompleteStreamError
         return collected.response(self.model)
 
     def _http_failure(self, exc: Exception) -> tuple[int, str, Mapping[str, str]] | None:
         status = getattr(exc, "status_code", None)
+        if type(exc).__name__ == "MidStreamFallbackError":
+            return None  # litellm says 500 for a stream it could not read: not an HTTP error
         if not isinstance(status, int) or status < 400:
             return None
         headers = getattr(exc, "litellm_response_headers", None)
@@ -142,7 +155,7 @@ class LiteLLMClient(RetryingClient):
             response = getattr(exc, "response", None)
             headers = getattr(response, "headers", None)
         detail = str(getattr(exc, "message", "") or exc)
-        return status, detail, headers or {}
+        return status, _LITELLM_PREFIXES.sub("", detail), headers or {}
 
     def _key_source(self) -> str:
         return "api_key" if self._api_key else f"{self._provider.upper()}_API_KEY"

@@ -6,8 +6,10 @@
 - `create_model_client`: picks among them from the configured model names.
 
 All of them stream: `on_text` receives each text delta as it arrives, and `complete` returns the
-whole response at the end. Failures surface as `ModelError`s worded as advice (model_errors.py);
-retries and error recognition live in model_base.py.
+whole response at the end. Failures surface as `ModelError`s worded as advice (model_errors.py),
+including answers that are not the API's at all (`BadResponseError`); `timeout_s` bounds each
+client's whole call, retries included; an answer that breaks off after text has streamed comes
+back with `cut_off` set instead of an error. Retries and error recognition live in model_base.py.
 Both SDKs are imported on first use, in a worker thread: they take seconds to import.
 """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import random
 import time
@@ -13,6 +14,7 @@ from typing import Protocol
 
 from agent.model_errors import (
     AuthenticationFailedError,
+    BadResponseError,
     ContextTooLongError,
     ModelError,
     ModelTimeoutError,
@@ -21,12 +23,9 @@ from agent.model_errors import (
     ServerError,
     ServerUnreachableError,
     UnknownModelError,
-    redact,
+    quote,
 )
-from agent.types import (
-    ModelRequest,
-    ModelResponse,
-)
+from agent.types import ModelRequest, ModelResponse, Usage
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +45,33 @@ TextCallback = Callable[[str], None]
 
 
 class StreamRelay:
-    """Passes text deltas on to `on_text` and remembers whether any went out: once the owner has
-    seen text, a retry or a fallback model would repeat it."""
+    """Passes text deltas on to `on_text`, keeps them (the partial answer, should the stream break
+    off) and remembers whether any reached someone who shows them: once the owner has seen
+    text, a retry or a fallback model would repeat it."""
 
     def __init__(self, on_text: TextCallback | None) -> None:
         self.on_text = on_text
-        self.streamed = False
+        self.parts: list[str] = []
+        self.callback_error: BaseException | None = None  # raised by `on_text` itself
+        # A relay handing text to a relay that shows nothing shows nothing either.
+        self.shows = on_text is not None and getattr(on_text, "shows", True)
+
+    @property
+    def streamed(self) -> bool:
+        return self.shows and bool(self.parts)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
 
     def __call__(self, text: str) -> None:
-        self.streamed = True
+        self.parts.append(text)
         if self.on_text is not None:
-            self.on_text(text)
+            try:
+                self.on_text(text)
+            except BaseException as exc:
+                self.callback_error = exc
+                raise
 
 
 class ModelClient(Protocol):
@@ -66,13 +81,18 @@ class ModelClient(Protocol):
         """Run one model call, passing each text delta to `on_text` as it streams in.
 
         Raises `ModelError` (see model_errors.py); cancelling the task cancels the call and
-        closes its connection.
+        closes its connection. When the answer breaks off after text reached `on_text`, returns
+        what arrived with `cut_off` set (the owner has seen it; asking again would repeat it).
         """
         ...
 
 
 class IncompleteStreamError(Exception):
     """The stream ended without the provider's end-of-message marker."""
+
+
+class UnreadableResponseError(Exception):
+    """A 200 answer without a single event of the API (a web page, an empty body, …)."""
 
 
 class RetryingClient:
@@ -87,23 +107,47 @@ class RetryingClient:
     async def complete(
         self, request: ModelRequest, on_text: TextCallback | None = None
     ) -> ModelResponse:
+        """The whole call — every attempt, the waits between them, connecting and streaming —
+        ends within `timeout_s` (ModelTimeoutError). An answer that breaks off after its first
+        words reached `on_text` is returned marked `cut_off`, never retried."""
         self._check_key()
+        await self._prepare()  # importing an SDK takes seconds: not counted against timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
         attempts = 0
         while True:
             attempts += 1
             relay = StreamRelay(on_text)
             try:
-                return await self._attempt(request, relay)
+                async with asyncio.timeout_at(deadline):
+                    return await self._attempt(request, relay)
             except Exception as exc:
+                if relay.callback_error is not None:
+                    raise  # the caller's own callback failed: not the model's doing
                 error = self._translate(exc, attempts)
-                if error is None:
-                    raise
-                # After text has reached the caller, a second attempt would repeat it.
-                delay = None if relay.streamed else self._retry_delay(error, exc, attempts)
-                if delay is None:
+                if relay.streamed:
+                    # After text has reached the owner, a second attempt would repeat it.
+                    return self._cut_off(relay, error)
+                delay = self._retry_delay(error, exc, attempts)
+                if delay is None or loop.time() + delay >= deadline:
                     raise error from exc
-                log.warning("%s; retrying in %.1f s", error, delay)
+                log.info("%s; retrying in %.1f s", error, delay)
                 await asyncio.sleep(delay)
+
+    def _cut_off(self, relay: StreamRelay, error: ModelError) -> ModelResponse:
+        if isinstance(error, ModelTimeoutError):
+            reason = f"it took longer than timeout_s = {self.timeout_s:g} s"
+        elif isinstance(error, BadResponseError):
+            reason = "the model's server sent something unreadable"
+        elif isinstance(error, ServerError) and not error.broken_stream:
+            reason = "the model's server reported an error"
+        else:
+            reason = "the connection to the model ended early"
+        log.info("An answer of %s was cut off: %s", self.model, error)
+        return ModelResponse(relay.text, (), "other", Usage(), self.model, cut_off=reason)
+
+    async def _prepare(self) -> None:
+        """Import what `_attempt` needs (before the deadline starts)."""
 
     def _check_key(self) -> None:
         """Raise `MissingKeyError` if the provider needs a key that is not set."""
@@ -121,23 +165,32 @@ class RetryingClient:
     def _secrets(self) -> list[str | None]:
         return []
 
-    def _translate(self, exc: Exception, attempts: int) -> ModelError | None:
-        """The `ModelError` for a library exception; None when `exc` is a bug, not a failure."""
+    def _translate(self, exc: Exception, attempts: int) -> ModelError:
+        """The `ModelError` for what the call raised. Anything not recognised as a transport or
+        HTTP failure happened while reading the answer, so it is reported as an unreadable one
+        (with the details in the debug log)."""
         model, url = self.model, self.url
         chain = list(_exception_chain(exc))
         if any(_is_timeout(e) for e in chain):
             return ModelTimeoutError(model=model, url=url, timeout_s=self.timeout_s)
         if isinstance(exc, IncompleteStreamError) or any(_is_broken_stream(e) for e in chain):
-            return ServerError(model=model, url=url, attempts=attempts, what="the stream broke off")
+            return ServerError(
+                model=model, url=url, attempts=attempts, what="the stream broke off", broken=True
+            )
         if any(_is_connection_error(e) for e in chain):
             refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
             reason = "connection refused" if refused else "connection failed"
             return ServerUnreachableError(model=model, url=url, reason=reason)
         failure = self._http_failure(exc)
         if failure is None:
-            return None
+            log.debug("Unreadable answer from %s", url, exc_info=True)
+            if any(isinstance(e, json.JSONDecodeError) for e in chain):
+                what = "its content is not valid JSON"
+            else:
+                what = self._unreadable(exc)
+            return BadResponseError(model=model, url=url, what=what)
         status, detail, headers = failure
-        detail = redact(detail, self._secrets())
+        detail = quote(detail, self._secrets())
         if status in (401, 403):
             return AuthenticationFailedError(
                 model=model, url=url, status=status, key_source=self._key_source()
@@ -151,9 +204,15 @@ class RetryingClient:
             )
         if status in (408, 409) or status >= 500:
             return ServerError(model=model, url=url, attempts=attempts, what=f"{status} {detail}")
-        if _is_context_overflow(exc, detail):
+        if status == 413 or _is_context_overflow(exc, detail):  # 413: the request is too large
             return ContextTooLongError(model=model, url=url, status=status, detail=detail)
         return RequestRefusedError(model=model, url=url, status=status, detail=detail)
+
+    def _unreadable(self, exc: Exception) -> str:
+        if isinstance(exc, UnreadableResponseError):
+            return str(exc)
+        root = list(_exception_chain(exc))[-1]  # litellm wraps the parser's error twice over
+        return f"the client library could not read it: {type(root).__name__}"
 
     def _retry_delay(self, error: ModelError, exc: Exception, attempts: int) -> float | None:
         """Seconds to wait before the next attempt, or None to give up now."""
@@ -207,7 +266,10 @@ def _is_context_overflow(exc: Exception, detail: str) -> bool:
     if type(exc).__name__ == "ContextWindowExceededError":
         return True
     lowered = detail.lower()
-    return "prompt is too long" in lowered or "context length" in lowered
+    return any(
+        phrase in lowered
+        for phrase in ("prompt is too long", "context length", "context size", "context window")
+    )
 
 
 def _retry_after(headers: Mapping[str, str] | None) -> float | None:

@@ -1,7 +1,8 @@
 """Errors a model call can end in, each worded as advice: what went wrong, what to set.
 
 `str(error)` is one line fit to show the owner. No message carries an API key: server text is
-quoted only for refused requests, and then with any configured key blanked out.
+quoted (`quote`) through agent.redact, which blanks every configured key and anything shaped like
+one.
 
 `transient` says whether the same request may succeed later or at another provider (rate limits,
 server errors, timeouts, unreachable servers): a client retries the first three and a
@@ -11,6 +12,10 @@ unknown model, a refused request) need the owner to change something; retrying o
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from agent.redact import redact
+
 CONFIG_PATH = "~/.pinch/config.toml"
 _OTHER_MODEL_HINT = f'choose another model with model = "ollama/llama3.2" in {CONFIG_PATH}'
 
@@ -19,7 +24,7 @@ class ModelError(Exception):
     transient = False
 
     def __init__(self, message: str, *, model: str) -> None:
-        super().__init__(message)
+        super().__init__(redact(message))  # whatever a subclass quotes, no key gets through
         self.model = model
 
 
@@ -63,6 +68,32 @@ class RequestRefusedError(ModelError):
 class ContextTooLongError(RequestRefusedError):
     """The prompt exceeds the model's context window: compact the history and try again."""
 
+    def __init__(self, *, model: str, url: str, status: int, detail: str) -> None:
+        ModelError.__init__(
+            self,
+            f"{url} refused the request to {model} as too long ({status}: {detail}): send a "
+            "shorter message or start a new session with /new, and check that context_window "
+            f"in {CONFIG_PATH} is no bigger than the model's real window",
+            model=model,
+        )
+        self.detail = detail
+
+
+class BadResponseError(ModelError):
+    """A 200 answer that is not the API's: a web page, an empty body, broken JSON, an event
+    stream of something else. Usually api_base points at the wrong server (or a proxy's page);
+    a fallback model is tried, the same server is not asked again."""
+
+    transient = True
+
+    def __init__(self, *, model: str, url: str, what: str) -> None:
+        super().__init__(
+            f"{url} answered {model} with something that is not the model API's format "
+            f"({what}): check that api_base in {CONFIG_PATH} is the model API itself (not a "
+            "web page or a proxy), or try again later",
+            model=model,
+        )
+
 
 class RateLimitedError(ModelError):
     transient = True
@@ -82,12 +113,15 @@ class ServerError(ModelError):
 
     transient = True
 
-    def __init__(self, *, model: str, url: str, attempts: int, what: str) -> None:
+    def __init__(
+        self, *, model: str, url: str, attempts: int, what: str, broken: bool = False
+    ) -> None:
         super().__init__(
             f"{url} failed for {model} ({what}, after {_attempts(attempts)}): the provider is "
             f"having trouble; try again later, or add fallbacks = [...] in {CONFIG_PATH}",
             model=model,
         )
+        self.broken_stream = broken  # the stream ended early, rather than reporting an error
 
 
 class ServerUnreachableError(ModelError):
@@ -107,8 +141,8 @@ class ModelTimeoutError(ModelError):
 
     def __init__(self, *, model: str, url: str, timeout_s: float) -> None:
         super().__init__(
-            f"{model} at {url} sent nothing for {timeout_s:g} s: try again, or raise "
-            f"timeout_s in {CONFIG_PATH}",
+            f"{model} at {url} did not finish answering within timeout_s = {timeout_s:g} s: "
+            f"try again, or raise timeout_s in {CONFIG_PATH}",
             model=model,
         )
 
@@ -117,10 +151,13 @@ def _attempts(n: int) -> str:
     return "1 attempt" if n == 1 else f"{n} attempts"
 
 
-def redact(text: str, secrets: list[str | None]) -> str:
-    """`text` with every secret blanked out, on one line of at most 300 characters."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    line = " ".join(text.split())
+def quote(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """A server's `text` fit to show inside an error: secrets blanked (agent.redact), on one
+    line of at most 300 characters."""
+    line = " ".join(redact(text, secrets).split())
     return line if len(line) <= 300 else line[:297] + "..."
+
+
+def cut_off_notice(reason: str) -> str:
+    """What the owner reads after an answer that stopped early (`reason`: why)."""
+    return f'(The answer was cut off: {reason}. Ask again, or say "go on", for the rest.)'

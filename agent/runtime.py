@@ -37,8 +37,9 @@ from agent.compaction import CompactionError, Compactor, summary_block
 from agent.config import AgentConfig
 from agent.context import Context, ContextBuilder
 from agent.history import build_history, usage_record
+from agent.message_limit import fit_message
 from agent.model import ModelClient
-from agent.model_errors import ContextTooLongError
+from agent.model_errors import ContextTooLongError, cut_off_notice
 from agent.policy import SessionPolicy, policy_for
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
@@ -242,6 +243,8 @@ class Agent:
     ) -> AgentReply:
         key = request.key
         policy = policy_for(key, request.sender)
+        text, too_long = fit_message(text, self.config)  # cut once, before it is stored or sent
+        notices = [*notices, too_long] if too_long else notices
         session = await asyncio.to_thread(self.store.current, key)
         content = user_content(request, text)
         recalled = await self._recall(key, text) if policy.owner_private else None
@@ -267,6 +270,8 @@ class Agent:
         for round_ in range(rounds + 2):
             response = await self._complete(turn)
             await asyncio.to_thread(self._store_response, turn.session, response)
+            if response.cut_off:  # stored marked incomplete; the owner is told why
+                return _with_cut_off_notice(turn, response)
             if not response.tool_calls:
                 return response.text.strip() or EMPTY_ANSWER
             if round_ > rounds:
@@ -291,6 +296,8 @@ class Agent:
         try:
             return await self._call(turn, context)
         except ContextTooLongError as exc:
+            if len(context.history.turns) <= 1:
+                raise  # only this message: compacting or a new session cannot make it shorter
             log.info("The server found the prompt too long; compacting: %s", exc)
             context = await self._compact(turn, context)
             return await self._call(turn, context)
@@ -362,7 +369,10 @@ class Agent:
 
     def _store_response(self, session: Session, response: ModelResponse) -> None:
         usage = usage_record(response.usage, response.model)
-        self.store.append(session.id, "assistant", {"text": response.text}, usage)
+        content: dict[str, object] = {"text": response.text}
+        if response.cut_off:
+            content["incomplete"] = True
+        self.store.append(session.id, "assistant", content, usage)
         for call in response.tool_calls:
             content = {"id": call.id, "name": call.name, "input": dict(call.input)}
             self.store.append(session.id, "tool_call", content)
@@ -395,3 +405,10 @@ def user_content(request: AgentRequest, text: str) -> dict[str, Any]:
     if request.message_ids:
         content["message_ids"] = list(request.message_ids)
     return content
+
+
+def _with_cut_off_notice(turn: _Turn, response: ModelResponse) -> str:
+    """The partial answer and the notice saying it was cut off (streamed after the partial)."""
+    notice = cut_off_notice(response.cut_off or "")
+    turn.emit(TextDelta("\n\n" + notice))
+    return f"{response.text.rstrip()}\n\n{notice}"

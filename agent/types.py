@@ -123,13 +123,18 @@ class ModelResponse:
     """What one call produced. `model` names the configured model that answered (with a
     `FallbackClient`, not necessarily the first). `stop_reason` uses Anthropic's vocabulary for
     every provider (OpenAI's "stop" is "end_turn", "tool_calls" is "tool_use", "length" is
-    "max_tokens")."""
+    "max_tokens").
+
+    `cut_off` is set when the answer stopped early after its first words had already streamed
+    to the owner (the connection ended, the deadline passed): it says why, `text` is what
+    arrived, and `tool_calls` is empty (a half-received call is never run)."""
 
     text: str
     tool_calls: tuple[ToolCall, ...]
     stop_reason: StopReason
     usage: Usage
     model: str
+    cut_off: str | None = None
 
     def to_message(self) -> Message:
         """The assistant message to append to the history."""

@@ -21,7 +21,10 @@ TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "workspace_template"
 
 
 def _fail(message: str) -> None:
-    click.secho(message, fg="red", err=True)
+    from agent.redact import redact
+    from app.terminal import printable
+
+    click.secho(printable(redact(message)), fg="red", err=True)
     sys.exit(1)
 
 
@@ -110,6 +113,10 @@ def main(ctx: click.Context) -> None:
     previous = os.umask(0o077)
     os.umask(previous | 0o077)
     ctx.call_on_close(lambda: os.umask(previous))
+
+    from app.logging_setup import install_log_redaction
+
+    install_log_redaction()  # no secret reaches the screen through a log record
 
 
 @main.command()
@@ -232,7 +239,12 @@ def memory_status(deep: bool, as_json: bool) -> None:
     click.echo(f"embedding cache {st.cache_entries} vectors")
     if st.degraded:
         click.secho(f"DEGRADED        {st.degraded}", fg="yellow")
-    if st.pending_rebuild:
+    if st.rebuilding:
+        click.secho(
+            f"rebuilding      by {st.rebuilding}; searches use the current index until it is done",
+            fg="yellow",
+        )
+    elif st.pending_rebuild:
         click.secho(
             "pending         the index needs a (re)build: run `pinch memory index`", fg="yellow"
         )
@@ -259,6 +271,8 @@ def memory_index(force: bool) -> None:
     finally:
         idx.close()
     what = "rebuilt" if report.rebuilt else "updated"
+    if report.waited_for:
+        what += f" after the other process's rebuild ({report.waited_for})"
     click.echo(
         f"Index {what} in {report.seconds:.1f}s: {len(report.files_indexed)} files indexed, "
         f"{report.files_unchanged} unchanged, {len(report.files_removed)} removed; "
@@ -271,9 +285,17 @@ def memory_index(force: bool) -> None:
         click.secho(f"Note: search is {degraded}.", fg="yellow", err=True)
 
 
+def _already_indexing(who: str) -> None:
+    click.secho(
+        f"Already indexing in another process ({who}); waiting for it to finish.",
+        fg="yellow",
+        err=True,
+    )
+
+
 def _sync_with_progress(idx: MemoryIndex, force: bool) -> Any:
     if not sys.stderr.isatty():
-        return idx.sync(force=force)
+        return idx.sync(force=force, wait=True, on_wait=_already_indexing)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     with Progress(
@@ -288,7 +310,7 @@ def _sync_with_progress(idx: MemoryIndex, force: bool) -> Any:
         def on_progress(done: int, total: int, path: str) -> None:
             bar.update(task, completed=done, total=total)
 
-        return idx.sync(force=force, on_progress=on_progress)
+        return idx.sync(force=force, on_progress=on_progress, wait=True, on_wait=_already_indexing)
 
 
 @memory.command("search")
@@ -304,6 +326,8 @@ def memory_search(
     query: str, preset: str | None, max_results: int | None, min_score: float | None, as_json: bool
 ) -> None:
     """Search memory by meaning and by keyword."""
+    from app.terminal import printable
+
     settings = _settings()
     idx = _open_index(settings)
     try:
@@ -320,9 +344,10 @@ def memory_search(
     if not hits:
         click.echo("No matching memory found.")
         return
-    for h in hits:
-        click.secho(f"{h.path}:{h.start_line}-{h.end_line}  score {h.score:.2f}", bold=True)
-        for line in h.snippet.splitlines():
+    for h in hits:  # file names and snippets are the files' own bytes: no escape codes through
+        where = printable(f"{h.path}:{h.start_line}-{h.end_line}")
+        click.secho(f"{where}  score {h.score:.2f}", bold=True)
+        for line in printable(h.snippet).splitlines():
             click.echo(f"  {line}")
         click.echo()
 

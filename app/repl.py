@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -33,14 +34,18 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from agent.model_errors import ModelError
+from agent.redact import redact
 from agent.requests import AgentReply, AgentRequest, Notice, TextDelta
 from agent.runtime import Agent
+from app.terminal import printable
 from app.wiring import Runtime, build_runtime
 from memory.errors import MemoryError_
 from memory.sessions import SessionKey
 
 if TYPE_CHECKING:
     from app.config import Settings
+
+log = logging.getLogger(__name__)
 
 EXIT_COMMANDS = frozenset({"/exit", "/quit"})
 SLOW_SYNC_S = 0.3  # show "indexing memory…" only when the start-up sync takes longer than this
@@ -98,16 +103,29 @@ def shown_text(reply: AgentReply) -> str:
 
 
 def _warn_plain(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    print(printable(redact(message)), file=sys.stderr, flush=True)
+
+
+def _problem(exc: Exception) -> str:
+    """One line for a failed message: our own errors are worded as advice; anything else says
+    what it was (the chat goes on; the transcript has everything stored before it)."""
+    if isinstance(exc, (ModelError, MemoryError_)):
+        return str(exc)
+    log.debug("A message failed", exc_info=True)
+    detail = " ".join(str(exc).split())[:300]
+    return f"Something went wrong ({type(exc).__name__}): {detail}"
 
 
 # -- scripts and pipes -------------------------------------------------------------------------
 
 
 class PipedChat:
-    """One message per input line, replies as plain text on stdout, errors on stderr.
+    """One message per input line, replies as plain text on stdout, errors on stderr: one line
+    per failed message, and the chat goes on with the next line (every message is stored).
 
-    The exit status is 1 if any message could not be answered, so scripts notice."""
+    The exit status is 1 if any message could not be answered, so scripts notice; an answer that
+    was cut off still counts as answered (its notice is part of the reply on stdout). Replies are
+    printed without control characters or escape sequences (app.terminal.printable)."""
 
     def __init__(self, agent: Agent, key: SessionKey) -> None:
         self.agent = agent
@@ -133,17 +151,17 @@ class PipedChat:
         def on_text(delta: str) -> None:
             nonlocal streamed
             streamed = True
-            sys.stdout.write(delta)
+            sys.stdout.write(printable(delta))
             sys.stdout.flush()
 
         try:
             reply = await ask(self.agent, AgentRequest(self.key, text), on_text)
-        except ModelError as exc:
+        except Exception as exc:
             if streamed:
                 print(flush=True)
-            _warn_plain(str(exc))
+            _warn_plain(_problem(exc))
             return False
-        print("" if streamed else shown_text(reply), flush=True)
+        print("" if streamed else printable(shown_text(reply)), flush=True)
         print(flush=True)
         return True
 
@@ -227,15 +245,13 @@ class TerminalChat:
             except asyncio.CancelledError:
                 if not interrupted:
                     raise
-            except (ModelError, MemoryError_) as exc:  # worded as advice
-                error = str(exc)
             except Exception as exc:  # keep the chat alive; the transcript has what was stored
-                error = f"Something went wrong ({type(exc).__name__}): {exc}"
+                error = _problem(exc)
         if view.text:
             view.print_final(dim=reply is None)
         elif reply is not None:
             if reply.command:  # command output is laid out in lines, not Markdown
-                self.console.print(Text(shown_text(reply)))
+                self.console.print(Text(printable(shown_text(reply))))
             else:
                 view.print_markdown(reply.text)
         if interrupted:
@@ -245,7 +261,7 @@ class TerminalChat:
         self.console.print()
 
     def _warn(self, message: str) -> None:
-        self.console.print(Text(message, style="red"))
+        self.console.print(Text(printable(redact(message)), style="red"))
 
 
 @contextlib.contextmanager
@@ -308,14 +324,14 @@ class StreamingMarkdown:
         self.live.stop()
 
     def add(self, delta: str) -> None:
-        self.text += delta
+        self.text += printable(delta)
         self.live.update(_Tail(Markdown(self.text)))
 
     def print_final(self, *, dim: bool = False) -> None:
         self.print_markdown(self.text, dim=dim)
 
     def print_markdown(self, text: str, *, dim: bool = False) -> None:
-        self.console.print(Markdown(text), style="dim" if dim else None)
+        self.console.print(Markdown(printable(text)), style="dim" if dim else None)
 
 
 @dataclass

@@ -30,23 +30,31 @@ def is_heading(line: str) -> bool:
 
 
 def _split_long_line(line: str, max_tokens: int) -> list[str]:
-    """Cut one over-long line into pieces of at most ~max_tokens, at spaces where possible."""
+    """Cut one over-long line into pieces of at most ~max_tokens, at spaces where possible.
+
+    Linear in the line's length: a piece within budget is at most `window` characters long
+    (4 characters per token at best), so each cut looks only at that window, never the rest.
+    """
+    window = 4 * max_tokens + 3
     pieces: list[str] = []
-    rest = line
-    while estimate_tokens(rest) > max_tokens:
+    start = 0
+    while True:
+        left = len(line) - start
+        if left <= window and estimate_tokens(line[start:]) <= max_tokens:
+            break
         # Binary-search the longest prefix within budget (CJK makes chars/token vary).
-        lo, hi = 1, len(rest)
+        lo, hi = 1, min(left, window)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if estimate_tokens(rest[:mid]) <= max_tokens:
+            if estimate_tokens(line[start : start + mid]) <= max_tokens:
                 lo = mid
             else:
                 hi = mid - 1
-        cut = rest.rfind(" ", lo // 2, lo)
-        cut = cut if cut > 0 else lo
-        pieces.append(rest[:cut])
-        rest = rest[cut:]
-    pieces.append(rest)
+        space = line.rfind(" ", start + lo // 2, start + lo)
+        cut = space - start if space - start > 0 else lo
+        pieces.append(line[start : start + cut])
+        start += cut
+    pieces.append(line[start:])
     return pieces
 
 
@@ -70,9 +78,11 @@ def chunk_markdown(content: str, *, tokens: int = 400, overlap: int = 80) -> lis
     """Chunks of about `tokens` tokens, consecutive chunks sharing about `overlap` tokens.
 
     Breaks early at a Markdown heading once a chunk is half full, never ends a chunk on a bare
-    heading, and merges heading-only chunks into the content that follows.
+    heading, and merges heading-only chunks into the content that follows. A leading byte-order
+    mark is dropped. Linear in the text's length, however long its lines.
     """
     overlap = min(overlap, tokens // 2)
+    content = content.removeprefix("\ufeff")  # a byte-order mark is not text
     groups: list[list[tuple[int, str]]] = []
     current: list[tuple[int, str, int]] = []  # (line_no, text, tokens)
     current_tokens = 0

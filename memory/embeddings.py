@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memory.config import EmbeddingConfig
+from memory.litellm_env import import_litellm
 
 log = logging.getLogger(__name__)
 
@@ -474,18 +475,13 @@ class LiteLLMProvider:
 
 
 def _import_litellm() -> Any:
-    # Without these litellm fetches its model price list from the internet at import time.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
     try:
-        import litellm
+        return import_litellm()  # offline settings, shared with the model client
     except ImportError as exc:
         raise EmbeddingError(
             f"The litellm embedding provider needs the litellm package ({exc}): reinstall "
             f"Pinch's dependencies (scripts/setup.sh), {_FALLBACK_ADVICE}"
         ) from exc
-    litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banner on every error
-    return litellm
 
 
 def _field(item: Any, name: str) -> Any:

@@ -142,12 +142,39 @@ def m005_source_warnings(conn: Any) -> None:
     conn.executescript("ALTER TABLE memory_sources ADD COLUMN warning TEXT;")
 
 
+def m006_one_active_generation(conn: Any) -> None:
+    """At most one active index generation, enforced by the schema, and the rebuild lease: the
+    one process allowed to build a new generation (pid + host + heartbeat, taken over only when
+    stale). Older versions could leave several generations active; the newest keeps serving and
+    the others are retired (the next sync drops their rows)."""
+    conn.executescript(
+        """
+        UPDATE memory_generations SET state = 'retired'
+            WHERE state = 'active'
+            AND id != (SELECT max(id) FROM memory_generations WHERE state = 'active');
+        CREATE UNIQUE INDEX memory_generations_one_active ON memory_generations (state)
+            WHERE state = 'active';
+        DELETE FROM meta WHERE key LIKE 'build:%';
+        CREATE TABLE memory_rebuild_lease (
+            id INTEGER PRIMARY KEY CHECK (id = 1),  -- one lease per database
+            generation INTEGER NOT NULL,            -- the generation being built
+            token TEXT NOT NULL,                    -- which MemoryIndex in that process
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            heartbeat_at REAL NOT NULL
+        );
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
     m003_memory_units,
     m004_passage_vectors,
     m005_source_warnings,
+    m006_one_active_generation,
 ]
 
 

@@ -332,7 +332,10 @@ def open_memory_file(workspace: Path, f: MemoryFile, *, allow_hard_links: bool =
         rel = f.abs_path.relative_to(workspace).as_posix()
     except ValueError:
         return _open_beneath(f.abs_path.parent, [f.abs_path.name], f.rel_path, allow_hard_links)
-    return open_confined(workspace, rel, allow_hard_links=allow_hard_links)
+    # The name came from listing the disk, not from a person or the model: no look-alike or
+    # percent check (they would skip "100%.md" or a macOS decomposed "café.md"); the walk below
+    # still follows no link and opens only a regular file.
+    return _open_beneath(workspace, rel.split("/"), rel, allow_hard_links)
 
 
 def resolve_memory_path(

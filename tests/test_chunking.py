@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 
 from memory.chunking import chunk_markdown, hash_text, is_heading
 from memory.text import estimate_tokens
@@ -200,3 +201,31 @@ def test_importance_marker_is_recorded_on_its_chunk() -> None:
 
     assert chunk.importance == 5  # the highest marker inside wins
     assert chunk_markdown("No marker here.\n")[0].importance is None
+
+
+def test_a_leading_byte_order_mark_is_dropped() -> None:
+    (chunk,) = chunk_markdown("\ufeff# Notes\nA fact.\n")
+
+    assert chunk.text == "# Notes\nA fact."
+    assert chunk.hash == hash_text("# Notes\nA fact.")
+
+
+def test_a_one_megabyte_line_chunks_in_linear_time() -> None:
+    # The old cutter re-measured the whole rest of the line for every piece: 1 MB took ~4-14 s.
+    line = " ".join(itertools.islice(itertools.cycle(WORDS), 200_000))
+    assert len(line) > 1_000_000
+
+    started = time.perf_counter()
+    chunks = chunk_markdown(line + "\n")
+    elapsed = time.perf_counter() - started
+
+    assert elapsed < 2.0, f"{elapsed:.1f} s"
+    assert all(estimate_tokens(c.text) <= 400 for c in chunks)
+
+
+def test_pieces_of_a_long_line_cover_it_once_without_overlap_inside_a_chunk() -> None:
+    line = " ".join(f"w{i}" for i in range(3000))
+
+    chunks = chunk_markdown(line + "\n", tokens=100, overlap=0)
+
+    assert "".join(c.text.replace("\n", "") for c in chunks) == line

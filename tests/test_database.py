@@ -218,3 +218,45 @@ def test_an_uncreatable_folder_is_reported(tmp_path: Path) -> None:
 
     with pytest.raises(DatabaseError, match=r"Cannot create.*PINCH_HOME"):
         open_database(blocker / "agents" / "agent.sqlite")
+
+
+# ---- one active generation ------------------------------------------------------------------
+
+
+def add_generation(conn: Any, state: str) -> int:
+    cur = conn.execute(
+        "INSERT INTO memory_generations(identity, state, dimensions, created_at) "
+        "VALUES ('{}', ?, NULL, 0)",
+        (state,),
+    )
+    return int(cur.lastrowid)
+
+
+def test_the_schema_allows_one_active_generation(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "agent.sqlite")
+    add_generation(db.conn, "active")
+
+    with pytest.raises(Exception, match="UNIQUE constraint failed"):
+        add_generation(db.conn, "active")
+
+    add_generation(db.conn, "building")  # beside it: fine
+    db.close()
+
+
+def test_migrating_keeps_the_newest_of_several_active_generations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What three parallel first indexes left behind before the schema forbade it.
+    conn = connect_raw(tmp_path / "agent.sqlite")
+    before = [m for m in MIGRATIONS if m.__name__ < "m006"]
+    monkeypatch.setattr(migrations, "MIGRATIONS", before)
+    apply_migrations(conn)
+    ids = [add_generation(conn, "active") for _ in range(3)]
+    conn.execute("INSERT INTO meta(key, value) VALUES ('build:9', '{}')")
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS)
+
+    apply_migrations(conn)
+
+    states = conn.execute("SELECT id, state FROM memory_generations ORDER BY id").fetchall()
+    assert states == [(ids[0], "retired"), (ids[1], "retired"), (ids[2], "active")]
+    assert conn.execute("SELECT count(*) FROM meta WHERE key LIKE 'build:%'").fetchone() == (0,)

@@ -6,7 +6,6 @@ on one tiny chunk, the real local e5 model (384 dimensions).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -22,10 +21,12 @@ import numpy as np
 import pytest
 
 import memory.index
+import memory.sync
 from memory.config import ChunkingConfig, EmbeddingConfig, MemoryConfig
 from memory.embeddings import EmbeddingError
 from memory.errors import IndexingError, WorkspaceError
 from memory.index import MemoryIndex
+from memory.vectors import NumpyStore
 from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config, use_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,8 +50,9 @@ def generations(idx: MemoryIndex) -> list[tuple[int, str]]:
     return [(r[0], r[1]) for r in idx.db.execute("SELECT id, state FROM memory_generations")]
 
 
-def build_keys(idx: MemoryIndex) -> list[str]:
-    return [r[0] for r in idx.db.execute("SELECT key FROM meta WHERE key LIKE 'build:%'")]
+def leases(idx: MemoryIndex) -> list[int]:
+    """Generations a rebuild lease is held for."""
+    return [r[0] for r in idx.db.execute("SELECT generation FROM memory_rebuild_lease")]
 
 
 def vec_rows(idx: MemoryIndex, dimensions: int) -> int:
@@ -70,7 +72,7 @@ def assert_consistent(idx: MemoryIndex) -> None:
     active = idx.active_generation()
     assert active is not None
     assert generations(idx) == [(active[0], "active")]
-    assert build_keys(idx) == []
+    assert leases(idx) == []
     chunks = count(idx, "SELECT count(*) FROM memory_chunks")
     assert (
         count(idx, "SELECT count(*) FROM memory_chunks WHERE generation = ?", active[0]) == chunks
@@ -429,20 +431,25 @@ def test_a_rebuild_that_fails_midway_leaves_the_old_index_serving(
 
 KILLED_REBUILD = textwrap.dedent(
     """
-    import sys, time
+    import contextlib, sys, time
     from pathlib import Path
     from memory.config import EmbeddingConfig, MemoryConfig
     from memory.index import MemoryIndex
+    from memory.sync import SyncPipeline
 
     ws, db, marker = map(Path, sys.argv[1:4])
-    real_write = MemoryIndex._write_file
+    real_writing = SyncPipeline._writing
 
-    def write_then_hang(self, *args, **kwargs):
-        real_write(self, *args, **kwargs)
-        marker.write_text("one file written")
-        time.sleep(60)
+    @contextlib.contextmanager
+    def write_then_hang(self, generation, token):
+        with real_writing(self, generation, token) as conn:
+            yield conn
+        sql = "SELECT count(*) FROM memory_chunks WHERE generation = ?"
+        if self.db.execute(sql, (generation,))[0][0]:
+            marker.write_text("one file written")
+            time.sleep(60)
 
-    MemoryIndex._write_file = write_then_hang
+    SyncPipeline._writing = write_then_hang
     idx = MemoryIndex.open(ws, db, MemoryConfig(embedding=EmbeddingConfig(provider="none")))
     idx.sync(force=True)
     """
@@ -472,10 +479,9 @@ def test_a_killed_rebuild_is_cleaned_up_by_the_next_sync(
     # The killed process left a half-built generation, owned by a dead pid.
     building = [g for g, state in generations(idx) if state == "building"]
     assert len(building) == 1
-    owner = json.loads(
-        idx.db.execute("SELECT value FROM meta WHERE key = ?", (f"build:{building[0]}",))[0][0]
-    )
-    assert owner["pid"] == rebuild.pid
+    assert idx.db.execute("SELECT pid, generation FROM memory_rebuild_lease") == [
+        (rebuild.pid, building[0])
+    ]
     assert count(idx, "SELECT count(*) FROM memory_chunks WHERE generation = ?", building[0]) > 0
     # The old index still serves meanwhile.
     assert snapshot(idx, "hiking Alps") == before
@@ -487,26 +493,36 @@ def test_a_killed_rebuild_is_cleaned_up_by_the_next_sync(
     assert snapshot(idx, "hiking Alps") == before
 
 
+def hold_lease(idx: MemoryIndex, *, pid: int, beat: float, host: str | None = None) -> int:
+    """A 'building' generation and its rebuild lease, as another process would leave them."""
+    with idx.db.transaction() as conn:
+        cur = conn.execute(
+            "INSERT INTO memory_generations(identity, state, dimensions, created_at) "
+            "VALUES ('{}', 'building', NULL, ?)",
+            (beat,),
+        )
+        building = int(cur.lastrowid)
+        conn.execute(
+            "INSERT INTO memory_rebuild_lease(id, generation, token, pid, host, started_at, "
+            "heartbeat_at) VALUES (1, ?, 'other', ?, ?, ?, ?)",
+            (building, pid, host or socket.gethostname(), beat, beat),
+        )
+    return building
+
+
 def test_a_rebuild_running_in_another_live_process_is_left_alone(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
     idx = make_index(make_workspace(FILES))
     idx.sync()
-    with idx.db.transaction() as conn:
-        cur = conn.execute(
-            "INSERT INTO memory_generations(identity, state, dimensions, created_at) "
-            "VALUES ('{}', 'building', NULL, ?)",
-            (time.time(),),
-        )
-        building = cur.lastrowid
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "at": time.time()}
-        conn.execute(
-            "INSERT INTO meta(key, value) VALUES (?, ?)", (f"build:{building}", json.dumps(owner))
-        )
+    building = hold_lease(idx, pid=os.getpid(), beat=time.time())
 
-    idx.sync()
+    report = idx.sync(force=True)
 
     assert (building, "building") in generations(idx)
+    assert leases(idx) == [building]
+    assert report.busy == f"pid {os.getpid()} on {socket.gethostname()}"
+    assert not report.rebuilt
 
 
 def test_a_rebuild_whose_heartbeat_stopped_long_ago_is_cleaned_up(
@@ -514,21 +530,29 @@ def test_a_rebuild_whose_heartbeat_stopped_long_ago_is_cleaned_up(
 ) -> None:
     idx = make_index(make_workspace(FILES))
     idx.sync()
-    stale = time.time() - memory.index.STALE_BUILD_SECONDS - 60
-    with idx.db.transaction() as conn:
-        cur = conn.execute(
-            "INSERT INTO memory_generations(identity, state, dimensions, created_at) "
-            "VALUES ('{}', 'building', NULL, ?)",
-            (stale,),
-        )
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "at": stale}
-        conn.execute(
-            "INSERT INTO meta(key, value) VALUES (?, ?)",
-            (f"build:{cur.lastrowid}", json.dumps(owner)),
-        )
+    hold_lease(idx, pid=os.getpid(), beat=time.time() - memory.index.STALE_LEASE_SECONDS - 60)
 
     idx.sync()
 
+    assert_consistent(idx)
+
+
+def test_a_rebuild_lease_of_a_dead_process_is_taken_over(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    idx = make_index(make_workspace(FILES))
+    idx.sync()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    hold_lease(idx, pid=int(dead.stdout), beat=time.time())
+
+    report = idx.sync(force=True)
+
+    assert report.rebuilt and report.busy is None
     assert_consistent(idx)
 
 
@@ -603,7 +627,7 @@ def test_a_file_that_turns_binary_keeps_its_last_good_chunks(
 def test_a_file_over_the_size_limit_is_skipped_with_advice(
     make_workspace: WorkspaceFactory, make_index: IndexFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory.index, "MAX_FILE_BYTES", 1000)
+    monkeypatch.setattr(memory.sync, "MAX_FILE_BYTES", 1000)
     idx = make_index(make_workspace({**FILES, "memory/huge.md": "all work and no play\n" * 100}))
 
     report = idx.sync()
@@ -720,3 +744,60 @@ def test_the_numpy_backend_serves_vectors_where_sqlite_vec_cannot_load(
     assert (status.vector_backend, status.driver, status.degraded) == ("numpy", "sqlite3", None)
     # A paraphrase with no shared keyword: only the vectors can find it.
     assert idx.search("feline companion", preset="vector")[0].path == "MEMORY.md"
+
+
+# ---- injected parts -------------------------------------------------------------------------
+
+
+class BagOfLettersProvider:
+    """A tiny deterministic embedding (letter counts): enough to prove what the index uses."""
+
+    provider = "test"
+    model = "letters"
+    dimensions = 26
+    max_input_chars = None
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def embed_documents(self, texts: Any) -> np.ndarray:
+        self.embedded.extend(texts)
+        return np.vstack([self.embed_query(t) for t in texts])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        vec = np.zeros(26, dtype=np.float32)
+        for ch in text.lower():
+            if "a" <= ch <= "z":
+                vec[ord(ch) - 97] += 1
+        return vec / (float(np.linalg.norm(vec)) or 1.0)
+
+
+def test_an_injected_provider_and_vector_store_are_the_ones_used(
+    make_workspace: WorkspaceFactory, tmp_path: Path
+) -> None:
+    provider = BagOfLettersProvider()
+    made: list[int] = []
+
+    def numpy_store(dimensions: int) -> Any:
+        made.append(dimensions)
+        return NumpyStore(idx.db)
+
+    idx = MemoryIndex.open(
+        make_workspace(FILES),
+        tmp_path / "injected.sqlite",
+        keyword_config(),  # the settings say keyword-only; the injected provider wins
+        provider=provider,  # type: ignore[arg-type]
+        vector_store=numpy_store,
+    )
+    try:
+        idx.sync()
+        status = idx.status()
+        hits = idx.search("cat Tom sofa", preset="vector")
+    finally:
+        idx.close()
+
+    assert (status.provider, status.model, status.dimensions) == ("test", "letters", 26)
+    assert status.vector_backend == "numpy" and status.degraded is None
+    assert made == [26]
+    assert any("Tom" in text for text in provider.embedded)
+    assert hits and hits[0].path == "MEMORY.md"

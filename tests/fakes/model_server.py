@@ -15,6 +15,14 @@ exact shape of the real APIs: Anthropic SSE events message_start … message_sto
 `data: {chunk}` lines ending `data: [DONE]`, Ollama JSON lines ending `"done": true`, with tool
 calls and usage.
 
+Faults a real server or a proxy in front of it produces are scripted with `fault_reply(kind)`:
+"html" (a 200 web page), "empty" (a 200 with no body), "malformed_json" (a 200 cut inside its
+JSON), "garbage_stream" (a 200 event stream of events that are not the API's), "keepalive_only"
+(a 200 stream of SSE comments every `chunk_delay_s`, never any content, until the client leaves),
+"cut_off" (the answer's first words, then a clean end without the final event / finish_reason),
+and "echo_key" (a 400 whose message repeats the key the client sent). `refuse_long_prompts`
+answers like a server with a small context window.
+
 Each request takes the next `Reply` from the script; `server.respond_with(fn)` answers instead with
 `fn(request)` for replies that depend on what was sent. An exhausted script answers 400 so a test
 that sends one request too many fails loudly rather than retrying.
@@ -38,13 +46,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
 
 from tests.fakes.local_server import LocalHTTPServer
 
 Api = Literal["anthropic", "openai", "ollama"]
+Fault = Literal[
+    "html", "empty", "malformed_json", "garbage_stream", "keepalive_only", "cut_off", "echo_key"
+]
 
 _SECRET_HEADERS = {"authorization", "x-api-key", "api-key"}
 _CACHE_LOOKBACK_BLOCKS = 20
@@ -105,6 +116,7 @@ class Reply:
     chunk_delay_s: float = 0.0  # between streamed events (lets a test cancel mid-stream)
     fail_mid_stream: bool = False  # stream the text, then an error event / a broken connection
     output_tokens: int | None = None  # default: estimated from the text and tool inputs
+    fault: Fault | None = None  # answer with this fault instead (see the module docstring)
 
 
 def text_reply(text: str, **options: Any) -> Reply:
@@ -126,6 +138,32 @@ def error_reply(
     if retry_after is not None:
         headers["retry-after"] = f"{retry_after:g}"
     return Reply(status=status, error_message=message, headers=headers, **options)
+
+
+def fault_reply(fault: Fault, text: str = "The answer starts here and", **options: Any) -> Reply:
+    """A reply with `fault`; `text` is what a "cut_off" stream sends before it ends."""
+    if fault == "echo_key":
+        options.setdefault("status", 400)
+    return Reply(text=text, fault=fault, **options)
+
+
+def refuse_long_prompts(
+    max_chars: int, answer: Reply | None = None, *, status: int = 400
+) -> Callable[[RecordedRequest], Reply]:
+    """A responder for a server with a small context window: a request whose messages are longer
+    than `max_chars` gets `status` — 400 "prompt is too long", or 413 "Request exceeds the
+    maximum allowed number of bytes" as Anthropic words it; any other gets `answer` ("OK.")."""
+
+    def respond(request: RecordedRequest) -> Reply:
+        size = len(_canonical(request.body.get("messages", [])))
+        if size > max_chars and status == 413:
+            return error_reply(413, "Request exceeds the maximum allowed number of bytes.")
+        if size > max_chars:
+            tokens, limit = size // 4, max_chars // 4
+            return error_reply(status, f"prompt is too long: {tokens} tokens > {limit} maximum")
+        return answer or text_reply("OK.")
+
+    return respond
 
 
 @dataclass(frozen=True)
@@ -311,7 +349,9 @@ class FakeModelServer(LocalHTTPServer):
                 reply = server._next_reply(request)
                 if reply.delay_s and server._closing.wait(reply.delay_s):
                     return
-                if reply.status >= 400:
+                if reply.fault is not None and reply.fault != "cut_off":
+                    self._send_fault(api, reply)
+                elif reply.status >= 400:
                     self._send_error(api, reply)
                 elif api == "anthropic":
                     _AnthropicReply(server, self, request, reply).send()
@@ -367,6 +407,43 @@ class FakeModelServer(LocalHTTPServer):
                     error = {"message": message, "type": kind, "param": None, "code": code}
                     payload = {"error": error}
                 self._send_json(reply.status, payload, reply.headers)
+
+            def _send_fault(self, api: Api, reply: Reply) -> None:
+                fault = reply.fault
+                if fault == "echo_key":
+                    sent = self.headers.get("x-api-key") or self.headers.get("Authorization") or ""
+                    sent = sent.removeprefix("Bearer ")
+                    message = f"Incorrect API key provided: {sent}. Check the key and try again."
+                    self._send_error(api, replace(reply, error_message=message))
+                elif fault == "html":
+                    page = b"<!DOCTYPE html><html><body><h1>Welcome to nginx!</h1></body></html>"
+                    self._send_raw(200, "text/html", page)
+                elif fault == "empty":
+                    self._send_raw(200, "application/json", b"")
+                elif fault == "malformed_json":
+                    cut = b'{"id": "msg_fake_0001", "type": "message", "content": [{"type": "te'
+                    self._send_raw(200, "application/json", cut)
+                elif fault == "garbage_stream":
+                    garbage = [
+                        b"event: message_start\ndata: {not json at all\n\n",
+                        b"data: \x01\x02 binary garbage \xff\n\n",
+                        b"event: content_block_delta\ndata: [1, 2, 3]\n\n",
+                        b'data: {"unexpected": true}\n\n',
+                    ]
+                    self.send_stream(reply.headers, iter(garbage), reply.chunk_delay_s)
+                elif fault == "keepalive_only":
+                    beats = itertools.repeat(b": keep-alive\n\n")
+                    self.send_stream(reply.headers, beats, reply.chunk_delay_s or 0.1)
+
+            def _send_raw(self, status: int, content_type: str, raw: bytes) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def _send_json(
                 self, status: int, payload: Mapping[str, Any], headers: Mapping[str, str] = {}
@@ -548,9 +625,11 @@ class _AnthropicReply:
             yield _event("content_block_start", index=index, content_block=block)
             for delta in deltas:
                 yield _event("content_block_delta", index=index, delta=delta)
-            if self.reply.fail_mid_stream:
+            if self.reply.fail_mid_stream or self.reply.fault == "cut_off":
                 break
             yield _event("content_block_stop", index=index)
+        if self.reply.fault == "cut_off":
+            return  # the stream ends cleanly, without message_delta / message_stop
         if self.reply.fail_mid_stream:
             yield _event("error", error={"type": "overloaded_error", "message": "Overloaded"})
             return
@@ -647,8 +726,8 @@ class _OpenAIReply:
         yield self.chunk({"role": "assistant", "content": ""})
         for piece in _text_pieces(self.reply.text):
             yield self.chunk({"content": piece})
-        if self.reply.fail_mid_stream:
-            return  # the connection drops without a finish_reason or [DONE]
+        if self.reply.fail_mid_stream or self.reply.fault == "cut_off":
+            return  # the stream ends (or the connection drops) without finish_reason or [DONE]
         for index, call in enumerate(self.tool_calls()):
             function = call["function"]
             head = {"index": index, "id": call["id"], "type": "function"}
@@ -706,7 +785,7 @@ class _OllamaReply:
             self.handler._send_json(200, self.line(message, done=True), self.reply.headers)
             return
         lines = [self.line({"content": p}) for p in _text_pieces(self.reply.text)]
-        if not self.reply.fail_mid_stream:
+        if not self.reply.fail_mid_stream and self.reply.fault != "cut_off":
             if calls:
                 lines.append(self.line({"content": "", **calls}))
             lines.append(self.line({"content": ""}, done=True))

@@ -1,0 +1,62 @@
+"""The one redaction of secrets: every error Pinch prints and every log record pass through
+`redact` before they reach a screen or a file.
+
+What counts as a secret:
+- the value of any environment variable whose name ends in _API_KEY, _KEY, _TOKEN, _SECRET or
+  _PASSWORD, or that starts with PINCH_ and contains TOKEN (ANTHROPIC_API_KEY, OPENAI_API_KEY,
+  PINCH_TELEGRAM__BOT_TOKEN, …), whatever it looks like;
+- `extra` values a caller passes (a key given in code rather than the environment);
+- anything shaped like a provider credential, configured or not: `sk-…` / `sk-ant-…` keys,
+  Slack `xox…-` / `xapp-` tokens, Telegram bot tokens (`123456:ABC…`), Google `AIza…` keys, and
+  the value after `Bearer `.
+
+Values shorter than 8 characters are not replaced (a variable set to "1" would blank every 1).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+REDACTED = "[redacted]"
+MIN_SECRET_CHARS = 8
+
+_SECRET_NAME_SUFFIXES = ("_API_KEY", "_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+_CREDENTIAL_PATTERNS = re.compile(
+    r"|".join(
+        [
+            r"\bsk-(?:ant-)?[A-Za-z0-9_\-]{12,}",  # Anthropic, OpenAI (sk-proj-…) and look-alikes
+            r"\bxox[abposr]-[A-Za-z0-9\-]{8,}",  # Slack bot / user / app-level tokens
+            r"\bxapp-[A-Za-z0-9\-]{8,}",
+            r"\b\d{6,12}:[A-Za-z0-9_\-]{30,}",  # Telegram bot token
+            r"\bAIza[0-9A-Za-z_\-]{30,}",  # Google API key
+        ]
+    )
+)
+_BEARER = re.compile(r"(\bBearer\s+)[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable called `name` holds a secret."""
+    upper = name.upper()
+    return upper.endswith(_SECRET_NAME_SUFFIXES) or (
+        upper.startswith("PINCH_") and "TOKEN" in upper
+    )
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The secret values in `environ` (default: the process environment), longest first."""
+    env = os.environ if environ is None else environ
+    values = {v for k, v in env.items() if is_secret_name(k) and len(v) >= MIN_SECRET_CHARS}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact(text: str, extra: Iterable[str | None] = ()) -> str:
+    """`text` with every secret (see the module docstring) replaced by "[redacted]"."""
+    values = {v for v in extra if v and len(v) >= MIN_SECRET_CHARS}
+    values.update(secret_values())
+    for value in sorted(values, key=len, reverse=True):  # a longer secret may contain a shorter
+        text = text.replace(value, REDACTED)
+    text = _CREDENTIAL_PATTERNS.sub(REDACTED, text)
+    return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)

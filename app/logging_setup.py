@@ -1,0 +1,47 @@
+"""Logging that never shows a secret: every record is redacted (agent.redact) before any handler
+writes it, its traceback included.
+
+`install_log_redaction()` puts the filter on the handlers that exist (and on Python's last-resort
+handler, which prints warnings when nothing is configured, as in `pinch chat`); a process that adds
+handlers later (the gateway) adds `RedactingFilter()` to each, or calls this again afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agent.redact import redact
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites a record's message, arguments and traceback with the secrets blanked out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "_pinch_redacted", False):
+            return True  # already done by another handler's filter
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed format string: the handler reports it as usual
+            return True
+        record.msg, record.args = redact(message), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+            record.exc_info = None  # else a formatter could render the raw traceback again
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        record._pinch_redacted = True
+        return True
+
+
+def install_log_redaction(logger: logging.Logger | None = None) -> None:
+    """Add a `RedactingFilter` to every handler of `logger` (default: the root logger) and to the
+    last-resort handler; calling it twice adds nothing twice."""
+    target = logger or logging.getLogger()
+    handlers = list(target.handlers)
+    if logging.lastResort is not None:
+        handlers.append(logging.lastResort)
+    for handler in handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
