@@ -138,7 +138,10 @@ class Scheduler:
         await self._db(self.store.close_interrupted_runs, self.now())
         self._aps = AsyncIOScheduler(
             timezone=UTC,
-            job_defaults={"misfire_grace_time": None, "coalesce": True, "max_instances": 1},
+            # max_instances > 1: a run re-arms its job (same id) before its callback returns;
+            # with 1, APScheduler would skip a next run that is already due. `fire` itself
+            # never runs one job twice at once.
+            job_defaults={"misfire_grace_time": None, "coalesce": True, "max_instances": 4},
         )
         self._aps.start()
         self._aps.add_job(
@@ -229,6 +232,14 @@ class Scheduler:
                 raise
         finally:
             self._running.pop(job_id, None)
+        # Re-armed only now, outside the run: a timer callback arriving while the run was
+        # still registered would have been dropped by the check above.
+        if not self._stopping:
+            fresh = await self._db(self.store.get, job_id)
+            if fresh and fresh.state == "active" and fresh.next_run_utc is not None:
+                self.arm(job_id, fresh.next_run_utc)
+            else:
+                self.disarm(job_id)
 
     async def _fire(self, job_id: int) -> None:
         now = self.now()
@@ -240,18 +251,10 @@ class Scheduler:
             self.arm(job_id, claimed)
             return
         job, latest, late_by, skipped, natural_next, run_id = claimed
-        missed = late_by > self.settings.misfire_grace_s
-        try:
-            if missed:
-                await self._report_missed(job, latest, late_by, skipped, natural_next, run_id)
-            else:
-                await self._run(job, latest, late_by, skipped, run_id)
-        finally:
-            fresh = await self._db(self.store.get, job_id)
-            if fresh and fresh.state == "active" and fresh.next_run_utc is not None:
-                self.arm(job_id, fresh.next_run_utc)
-            else:
-                self.disarm(job_id)
+        if late_by > self.settings.misfire_grace_s:
+            await self._report_missed(job, latest, late_by, skipped, natural_next, run_id)
+        else:
+            await self._run(job, latest, late_by, skipped, run_id)
 
     def _claim_due(
         self, job_id: int, now: datetime

@@ -434,3 +434,30 @@ def test_heartbeat_items_inside_comments_do_not_count(tmp_path: Path) -> None:
     path = tmp_path / "HEARTBEAT.md"
     path.write_text("# Heartbeat\n<!--\n- an idea for later\n-->\n", encoding="utf-8")
     assert heartbeat_items(path) == ""
+
+
+@run
+async def test_a_run_due_again_when_the_previous_one_ends_is_not_skipped_by_the_timer(
+    tmp_path: Path,
+) -> None:
+    # APScheduler's max_instances=1 would skip it: the job re-arms inside its own callback.
+    h = Harness(tmp_path, clock=Clock(datetime.now(UTC)))
+    h.scheduler.now = lambda: datetime.now(UTC)
+    job = h.add("every", "3600", "task", "t", anchor=datetime.now(UTC) + timedelta(seconds=0.1))
+    second = asyncio.Event()
+
+    async def turn(request: AgentRequest) -> str:
+        h.turns.append(request)
+        if len(h.turns) == 1:
+            h.store.run_now(job, datetime.now(UTC))  # `pinch jobs run` during the first run
+        else:
+            second.set()
+        return "ok"
+
+    h.scheduler.run_turn = turn
+    await h.scheduler.start()
+    try:
+        await asyncio.wait_for(second.wait(), 5)
+    finally:
+        await h.scheduler.stop()
+    assert len(h.turns) == 2
