@@ -140,7 +140,10 @@ def _change(verb: str, state: str | None = None) -> Callable[[JobStore, int], No
             if updated.state == "active" and updated.next_run_utc
             else ""
         )
-        click.echo(f"Job #{job_id} {verb}{nxt}. A running gateway picks this up within 30 s.")
+        click.echo(
+            f"Job #{job_id} ({updated.schedule.describe()}) {verb}{nxt}. "
+            "A running gateway picks this up within 30 s."
+        )
 
     return command
 

@@ -95,7 +95,7 @@ def schedule_tool(
                 await sched.cancel(job_id)
             else:
                 await asyncio.to_thread(store.set_state, job_id, "cancelled", now())
-            return f"Cancelled job #{job_id} ({job.schedule.describe()})."
+            return f"Cancelled job #{job_id} ({job.schedule.describe()}; times in {zone})."
         if action != "create":
             raise ToolFailure('action must be "create", "list" or "cancel".')
         job = await asyncio.to_thread(_create, store, ctx, args, zone, route, now())

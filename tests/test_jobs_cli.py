@@ -55,17 +55,17 @@ def test_show_and_history_show_the_runs_with_their_lateness() -> None:
 
 def test_pause_resume_cancel_change_the_state_and_say_so() -> None:
     add_job()
-    assert "Job #1 paused." in pinch("pause", "1")
+    assert 'Job #1 (cron "0 9 * * *" in Europe/Berlin) paused.' in pinch("pause", "1")
     assert "paused" in pinch("list")
     out = pinch("resume", "1")
-    assert "Job #1 resumed; next run" in out and "Europe/Berlin" in out
-    assert "Job #1 cancelled." in pinch("cancel", "1")
+    assert "resumed; next run" in out and "09:00 CET (Europe/Berlin)" in out
+    assert "Europe/Berlin) cancelled." in pinch("cancel", "1")
     assert "cancelled" in pinch("list", "--all")
 
 
 def test_run_makes_the_job_due_now() -> None:
     add_job()
-    assert "Job #1 will run now; next run" in pinch("run", "1")
+    assert "will run now; next run" in pinch("run", "1")
 
 
 def test_an_unknown_job_is_one_line_of_advice() -> None:
