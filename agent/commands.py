@@ -1,7 +1,7 @@
 """Slash commands: answered by the agent itself, stored as `command` events, not sent to the model.
 
 /new, /reset   start a fresh session (the old one becomes a note in memory/, and stays searchable)
-/status        model, context size, compactions, usage, memory index state
+/status        model, context size, compactions, usage, memory index state, last recall
 /context list  what the next request contains, one line per part, in tokens
 /context detail  the same per bootstrap file, tool schema and turn
 /help          this list
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
+from agent.active_memory import ActiveMemory
 from agent.context import render_context
 from memory.sessions import SessionKey
 
@@ -62,7 +63,10 @@ async def run_command(agent: Agent, key: SessionKey, command: Command) -> Comman
         saved = f" The last one is saved in {note}." if note else ""
         return CommandResult(f"Started a new session.{saved}", command.argument or None)
     if command.name == "/status":
-        return CommandResult(render_status(await agent.status(key), agent.clock.tz))
+        text = render_status(await agent.status(key), agent.clock.tz)
+        if isinstance(agent.recall, ActiveMemory) and (report := agent.recall.last_turn(key)):
+            text += "\n" + report.describe()
+        return CommandResult(text)
     if command.name == "/context":
         mode = command.argument.lower() or "list"
         if mode not in ("list", "detail"):

@@ -7,7 +7,7 @@ environment for configuration.
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -42,6 +42,11 @@ class AgentConfig(BaseModel):
     bootstrap_max_chars: int = Field(default=20_000, ge=1_000)  # per bootstrap file
     bootstrap_total_max_chars: int = Field(default=60_000, ge=1_000)
     slug_timeout_s: float = Field(default=10.0, gt=0)  # session-note name; HHMM when slower
+    # Active Memory (agent/active_memory.py): "off" — nothing; "triggers" — trigger-tagged
+    # entries of MEMORY.md/USER.md only (no model call); "escalate" — and a deep recall
+    # sub-call when a message asks about the past; "always" — deep recall on every owner turn.
+    recall_mode: Literal["off", "triggers", "escalate", "always"] = "escalate"
+    recall_timeout_s: float = Field(default=8.0, gt=0, le=60)  # deep recall, hard limit
 
     @field_validator("timezone")
     @classmethod

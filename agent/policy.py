@@ -18,6 +18,10 @@ Shared sessions may read the workspace's public bootstrap files (AGENTS.md, SOUL
 the attachments sent in their own conversation; their durable memory is their own transcript,
 which stays searchable in their own scope after compaction or /new.
 
+Trust: tools in TAINTING_TOOLS bring outside content (web_fetch); after one runs, the rest of
+the turn is *tainted* and whatever the agent appends is stored as `untrusted` (`append_origin`).
+web_fetch is not in SHARED_TOOLS, so only the owner's direct chats are offered it.
+
 `policy_for(key, sender)` is asked by the context builder (what is loaded, which tools are
 offered), the tools (what is read, searched, written), the turn loop (memory flush) and /new
 (session notes).
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 
 from agent.requests import SenderKind
 from memory.filters import SearchFilter
+from memory.lineage import OUTSIDE_CONTENT_TOOLS
 from memory.sessions import SessionKey
 
 # Loaded into every session's prompt, so readable everywhere.
@@ -44,6 +49,16 @@ SHARED_TOOLS = frozenset({"memory_search", "transcript_read", "read_file", "curr
 # Tools that change the owner's curated files or act for the owner run only on the owner's own
 # message, never in an automated turn ("schedule" and "intent" arrive with automations).
 OWNER_WORD_TOOLS = frozenset({"remember", "schedule", "intent"})
+# Tools whose results are outside content: they taint the rest of the turn.
+TAINTING_TOOLS = OUTSIDE_CONTENT_TOOLS
+
+
+def append_origin(sender: SenderKind, tainted: bool) -> str:
+    """The origin of what the agent appends in a turn: untrusted once the turn read outside
+    content; 'agent' on the owner's word; 'system' in automated turns."""
+    if tainted:
+        return "untrusted"
+    return "agent" if sender == "owner" else "system"
 
 
 @dataclass(frozen=True)

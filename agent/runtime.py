@@ -40,13 +40,15 @@ from agent.history import build_history, usage_record
 from agent.message_limit import fit_message
 from agent.model import ModelClient
 from agent.model_errors import ContextTooLongError, cut_off_notice
-from agent.policy import SessionPolicy, policy_for
+from agent.policy import TAINTING_TOOLS, SessionPolicy, policy_for
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
 from agent.session_hook import save_session_note
-from agent.tools import MemoryTools, ToolContext, session_attachments
+from agent.tools import MemoryTools, ToolContext, TurnTaint, session_attachments
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
+from agent.web_fetch import WebFetcher
 from memory.index import IndexStatus, MemoryIndex
+from memory.lineage import record_session_note
 from memory.sessions import Session, SessionKey, SessionStore
 from memory.writes import WorkspaceWriter
 
@@ -57,7 +59,7 @@ __all__ = ["Agent", "AgentReply", "AgentRequest", "AgentStatus"]
 TextCallback = Callable[[str], None]
 Emit = Callable[[AgentEvent], None]
 # Finds memory worth putting in front of a message (active memory); None when there is none.
-# Called only in the owner's direct chats (the policy's owner_private).
+# Called only for the owner's own messages in the owner's direct chats (owner_private).
 Recall = Callable[[SessionKey, str], Awaitable[str | None]]
 
 RESET_NOTICE = (
@@ -97,6 +99,7 @@ class _Turn:
     model: str | None = None
     compacted: bool = False
     notices: list[str] = field(default_factory=list)
+    taint: TurnTaint = field(default_factory=TurnTaint)  # set once the turn reads outside text
 
 
 class Agent:
@@ -110,6 +113,7 @@ class Agent:
         config: AgentConfig | None = None,
         clock: Clock | None = None,
         recall: Recall | None = None,
+        fetcher: WebFetcher | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -121,7 +125,12 @@ class Agent:
         # Every write re-indexes memory; writes already run in worker threads.
         self.writer = WorkspaceWriter(workspace, on_written=self._reindex, tz=self.clock.tz)
         self.tools = MemoryTools(
-            workspace=workspace, index=index, store=store, writer=self.writer, clock=self.clock
+            workspace=workspace,
+            index=index,
+            store=store,
+            writer=self.writer,
+            clock=self.clock,
+            fetcher=fetcher,
         ).registry()
         self.context_builder = ContextBuilder(
             workspace,
@@ -199,6 +208,7 @@ class Agent:
     async def _session_note(self, old: Session) -> str | None:
         note = None
         try:
+            tainted = await asyncio.to_thread(self._read_outside_content, old.id)
             note = await save_session_note(
                 old,
                 store=self.store,
@@ -206,9 +216,17 @@ class Agent:
                 model=self.model,
                 clock=self.clock,
                 slug_timeout_s=self.config.slug_timeout_s,
+                origin="untrusted" if tainted else None,  # it may repeat a fetched page
             )
         except Exception:  # the owner asked for a new session; a failed note must not stop it
             log.warning("Could not write the session note of %s", old.id, exc_info=True)
+        if note is not None:  # lineage: `pinch memory forget` finds the note by its session
+            try:
+                await asyncio.to_thread(
+                    record_session_note, self.index.db, self.workspace, old.id, note
+                )
+            except Exception:
+                log.warning("Could not record the lineage of %s", note, exc_info=True)
         return note
 
     async def context(self, key: SessionKey) -> Context:
@@ -247,7 +265,9 @@ class Agent:
         notices = [*notices, too_long] if too_long else notices
         session = await asyncio.to_thread(self.store.current, key)
         content = user_content(request, text)
-        recalled = await self._recall(key, text) if policy.owner_private else None
+        # Only the owner's own words in the owner's direct chat (never automation or system).
+        recall = policy.owner_private and request.sender == "owner"
+        recalled = await self._recall(key, text) if recall else None
         if recalled:
             content["recalled"] = render("recalled", text=recalled)
         await asyncio.to_thread(self.store.append, session.id, "user", content)
@@ -339,7 +359,7 @@ class Agent:
         attachments: frozenset[str] = frozenset()
         if not turn.policy.owner_private:  # shared sessions may read what was sent to them
             attachments = await asyncio.to_thread(session_attachments, self.store, turn.session.id)
-        ctx = ToolContext(turn.key, turn.session.id, turn.policy, attachments)
+        ctx = ToolContext(turn.key, turn.session.id, turn.policy, attachments, turn.taint)
         if refuse:
             results = [ToolResult(c.id, TOOL_LIMIT_RESULT, is_error=True) for c in calls]
         else:
@@ -381,6 +401,10 @@ class Agent:
         for r in results:
             content = {"tool_use_id": r.tool_use_id, "content": r.content, "is_error": r.is_error}
             self.store.append(session.id, "tool_result", content)
+
+    def _read_outside_content(self, session_id: str) -> bool:
+        calls = self.store.events(session_id, kinds=("tool_call",))
+        return any(str(e.content.get("name")) in TAINTING_TOOLS for e in calls)
 
     def _reindex(self, rel_path: str) -> None:
         self.index.sync()

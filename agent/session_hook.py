@@ -82,8 +82,12 @@ async def save_session_note(
     model: ModelClient,
     clock: Clock,
     slug_timeout_s: float = 10.0,
+    origin: str | None = None,
 ) -> str | None:
-    """Write the session's note and return its workspace path, or None if it had no messages."""
+    """Write the session's note and return its workspace path, or None if it had no messages.
+
+    With `origin` (e.g. "untrusted" for a session that read web pages), each paragraph is
+    marked with it and the session id."""
     events = await asyncio.to_thread(store.events, session.id)
     messages = note_messages(events, clock)
     if not messages:
@@ -100,5 +104,7 @@ async def save_session_note(
         messages=messages,
     )
     return await asyncio.to_thread(
-        writer.write_session_note, now.date(), slug, body.rstrip() + "\n"
+        lambda: writer.write_session_note(
+            now.date(), slug, body.rstrip() + "\n", origin=origin, session_id=session.id
+        )
     )

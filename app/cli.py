@@ -346,7 +346,8 @@ def memory_search(
         return
     for h in hits:  # file names and snippets are the files' own bytes: no escape codes through
         where = printable(f"{h.path}:{h.start_line}-{h.end_line}")
-        click.secho(f"{where}  score {h.score:.2f}", bold=True)
+        mark = "  UNTRUSTED (from outside)" if h.untrusted else ""
+        click.secho(f"{where}  score {h.score:.2f}{mark}", bold=True)
         for line in printable(h.snippet).splitlines():
             click.echo(f"  {line}")
         click.echo()
@@ -381,6 +382,61 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
         click.echo(result.text)
     else:
         click.secho(f"(no lines: {result.path} has {result.total_lines})", fg="yellow", err=True)
+
+
+@memory.command("forget")
+@click.option(
+    "--session",
+    "ref",
+    required=True,
+    metavar="ID|KEY",
+    help="A session id, or a session key (then its latest session).",
+)
+@click.option("--dry-run", is_flag=True, help="List exactly what would go; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@friendly_errors
+def memory_forget(ref: str, dry_run: bool, as_json: bool) -> None:
+    """Remove everything one session left in memory, and keep it from coming back."""
+    from memory.forget import forget, plan_forget
+    from memory.writes import WorkspaceWriter
+
+    settings = _settings()
+    idx = _open_index(settings)
+    try:
+        plan = plan_forget(idx, ref)
+        if not dry_run:
+            plan = forget(idx, WorkspaceWriter(settings.workspace_dir), plan)
+    finally:
+        idx.close()
+    if as_json:
+        click.echo(json.dumps(plan.to_dict(), indent=2, ensure_ascii=False))
+        return
+    verb = "Forgot" if plan.done else "Would forget"
+    click.secho(
+        f"{verb} session {plan.session_id} ({plan.session_key or 'key unknown'}):", bold=True
+    )
+    for item in plan.items:
+        where = item.path or ""
+        if item.lines:
+            where += f" lines {item.lines}"
+        what = f"{item.kind} ×{item.count}" if item.count != 1 else item.kind
+        if item.action == "keep":
+            click.secho(f"  kept     {what} {where} ({item.reason})", fg="yellow")
+        else:
+            click.echo(f"  {'removed' if plan.done else 'remove '}  {what} {where}".rstrip())
+    if not plan.items:
+        click.echo("  nothing attributable to it is left")
+    if plan.kept:
+        click.secho(
+            "Kept items were edited by hand after Pinch wrote them: remove them yourself if "
+            "you want them gone.",
+            fg="yellow",
+        )
+    if plan.done:
+        click.echo(
+            "Backups, copies of the workspace and what a model provider already received are "
+            "not erased by this."
+        )
 
 
 from app.jobs_cli import jobs  # noqa: E402  (its heavy imports happen inside the commands)

@@ -26,6 +26,8 @@ CONFIG_TEMPLATE = """\
 # model = "claude-sonnet-5-5"        # or "ollama/llama3.2", "openai/gpt-4.1-mini", ...
 # fallback_models = []
 # api_base = "http://localhost:11434"
+# recall_mode = "escalate"           # off | triggers | escalate | always (Active Memory)
+# recall_timeout_s = 8               # deep recall's hard limit; the reply never waits longer
 
 [memory]
 # preset = "pinch"                  # pinch | openclaw | keyword | vector

@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agent.active_memory import ActiveMemory
 from agent.clock import Clock, load_timezone
 from agent.model import ModelClient, create_model_client, preload
 from agent.runtime import Agent
@@ -107,6 +108,13 @@ async def build_runtime(
             workspace=settings.workspace_dir,
             config=settings.agent,
             clock=clock,
+        )
+        agent.recall = ActiveMemory(
+            model=model,
+            store=store,
+            tools=agent.tools,
+            workspace=agent.workspace,
+            config=settings.agent,
         )
     except BaseException:
         index.close()

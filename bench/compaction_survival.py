@@ -22,6 +22,12 @@ max_results = 6), and the fact counts as found when its sentence (case and white
 normalised) is inside one of the returned snippets — i.e. the model would read it. Only the
 transcript chunks that compaction indexes can answer: nothing else holds the facts.
 
+With `--active-memory escalate,always`, each question is then also asked as an owner turn in
+which the scripted model calls no tool, with Active Memory in that recall mode: found = the
+fact's sentence is in the recalled block in front of the message. The deep-recall sub-call is
+scripted to do the least a model could (search with the owner's words, answer with the two
+result lines sharing most words with them).
+
 Reported per embedding provider: turns, compactions, flushes (and how many stored anything),
 summary requests, session resets, how many facts had left the live context, the fraction found
 (target 100 %), and timings. Misses are listed with the top hit.
@@ -49,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from rich.console import Console
 from rich.table import Table
 
+from agent.active_memory import DEEP_ROUNDS, SUMMARY_CHARS, ActiveMemory
 from agent.clock import Clock
 from agent.config import AgentConfig
 from agent.model import AnthropicClient
@@ -59,7 +66,14 @@ from agent.types import ToolCall
 from memory.config import EmbeddingConfig, MemoryConfig
 from memory.index import MemoryIndex
 from memory.sessions import SessionKey, SessionStore
-from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
+from memory.text import line_terms, query_terms, stem_term
+from tests.fakes.model_server import (
+    FakeModelServer,
+    RecordedRequest,
+    Reply,
+    text_reply,
+    tool_reply,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "workspace_template"
@@ -402,9 +416,13 @@ class ScriptedModel:
         self.summary_instructions = render("summary")
         # The flush prompt's first line carries no date.
         self.flush_opening = render("flush", today=date(2000, 1, 1)).split("\n", 1)[0]
-        self.counts = {"turn": 0, "flush": 0, "summary": 0, "unknown": 0}
+        self.recall_instructions = render("recall", rounds=DEEP_ROUNDS - 1, max_chars=SUMMARY_CHARS)
+        self.counts = {"turn": 0, "flush": 0, "summary": 0, "recall": 0, "unknown": 0}
 
     def __call__(self, request: RecordedRequest) -> Reply:
+        if request.system_text() == self.recall_instructions:
+            self.counts["recall"] += 1
+            return recall_reply(request)
         if request.system_text() == self.summary_instructions:
             self.counts["summary"] += 1
             return text_reply(LOSSY_SUMMARY)
@@ -418,6 +436,82 @@ class ScriptedModel:
             return text_reply("Sorry, I lost the thread there.")
         self.counts["turn"] += 1
         return text_reply(answer)
+
+
+def recall_reply(request: RecordedRequest) -> Reply:
+    """The deep-recall sub-call of a model that does the least a model could: search with the
+    owner's words, then answer with the two result lines sharing most words with them."""
+    messages = request.body.get("messages", [])
+    first = messages[0]["content"]
+    opening = first if isinstance(first, str) else first[-1]["text"]
+    question = opening.rsplit("The owner's newest message:\n", 1)[-1].strip()
+    results = [
+        block["content"]
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for block in m["content"]
+        if block.get("type") == "tool_result"
+    ]
+    if not results:
+        return tool_reply("memory_search", {"query": question})
+    content = results[-1]
+    raw = content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
+    try:
+        hits = json.loads(raw).get("results", [])
+    except json.JSONDecodeError:
+        hits = []
+    wanted = {stem_term(t) for t in query_terms(question)}
+    lines = [line for h in hits for line in str(h.get("snippet", "")).split("\n")]
+    scored = sorted(
+        ((len(wanted & line_terms(line.lower())), -i, line) for i, line in enumerate(lines)),
+        reverse=True,
+    )
+    best = [line.strip() for score, _, line in scored[:2] if score > 0]
+    return text_reply(" / ".join(best)[:SUMMARY_CHARS] if best else "NONE")
+
+
+async def ask_with_active_memory(
+    agent: Agent, store: SessionStore, model: ScriptedModel, turns: Sequence[Turn], mode: str
+) -> Result:
+    """Each fact's question as an owner turn, the model calling no tool in it: is the fact in
+    the recalled block Active Memory put in front of the message?"""
+    memory = ActiveMemory(
+        model=agent.model,
+        store=store,
+        tools=agent.tools,
+        workspace=agent.workspace,
+        config=agent.config.model_copy(update={"recall_mode": mode}),
+    )
+    agent.recall = memory
+    rows = []
+    for turn in turns:
+        if turn.fact is None:
+            continue
+        fact = FACTS[turn.fact]
+        model.answers[fact.question] = "OK."
+        await agent.handle(OWNER, fact.question)
+        session = store.current(OWNER)
+        asked = store.events(session.id, kinds=("user",))[-1].content
+        report = memory.last_turn(OWNER)
+        rows.append(
+            {
+                "question": fact.question,
+                "found": _normalise(fact.text) in _normalise(str(asked.get("recalled") or "")),
+                "deep": report.deep if report else None,
+            }
+        )
+    agent.recall = None
+    found = sum(1 for r in rows if r["found"])
+    deep: dict[str, int] = {}
+    for r in rows:
+        deep[str(r["deep"])] = deep.get(str(r["deep"]), 0) + 1
+    return {
+        "mode": mode,
+        "found": found,
+        "found_share": found / len(rows) if rows else 0.0,
+        "deep": deep,
+        "misses": [r["question"] for r in rows if not r["found"]],
+    }
 
 
 # ---- one run -----------------------------------------------------------------------------------
@@ -466,9 +560,46 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
             resets += reply.text.startswith(RESET_NOTICE)
             if n % 50 == 0:
                 log(f"  [{provider}] turn {n}/{len(turns)}")
+        talk_s = time.perf_counter() - started
+        rows, _, _, sessions, events, flushes, search_s = await _search_facts(agent, store, turns)
+        active_memory = []
+        for mode in args.active_memory:
+            log(f"  [{provider}] asking with Active Memory, recall_mode {mode}")
+            active_memory.append(await ask_with_active_memory(agent, store, model, turns, mode))
         await client.aclose()
-    talk_s = time.perf_counter() - started
+    index.close()
 
+    found = sum(1 for r in rows if r["found"])
+    away = [r for r in rows if not r["in_live_context"]]
+    return {
+        "embedding": provider,
+        "turns": len(turns),
+        "requests": dict(model.counts),
+        "compactions": sum(1 for e in events if e.kind == "compaction"),
+        "compacted_turns": compacted_turns,
+        "flushes": len(flushes),
+        "flushes_that_stored": sum(1 for e in flushes if e.content.get("appended")),
+        "resets": resets,
+        "sessions": len(sessions),
+        "facts": len(rows),
+        "facts_compacted_away": len(away),
+        "found": found,
+        "found_share": found / len(rows) if rows else 0.0,
+        "found_compacted_away": sum(1 for r in away if r["found"]),
+        "found_at_1": sum(1 for r in rows if r["rank"] == 1),
+        "index_s": round(index_s, 2),
+        "talk_s": round(talk_s, 2),
+        "search_ms": round(1000 * search_s / max(len(rows), 1), 1),
+        "total_s": round(index_s + talk_s + search_s, 2),
+        "enough_compactions": sum(1 for e in events if e.kind == "compaction") >= MIN_COMPACTIONS,
+        "misses": [r for r in rows if not r["found"]],
+        "facts_detail": rows,
+        "active_memory": active_memory,
+    }
+
+
+async def _search_facts(agent: Agent, store: SessionStore, turns: Sequence[Turn]) -> Any:
+    """Every fact's question through memory_search, as the model's tool call would run it."""
     sessions = store.history(OWNER)
     events = [e for s in sessions for e in store.events(s.id, kinds=("flush", "compaction"))]
     flushes = [e for e in events if e.kind == "flush"]
@@ -507,34 +638,7 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
             }
         )
     search_s = time.perf_counter() - searched
-    index.close()
-
-    found = sum(1 for r in rows if r["found"])
-    away = [r for r in rows if not r["in_live_context"]]
-    return {
-        "embedding": provider,
-        "turns": len(turns),
-        "requests": dict(model.counts),
-        "compactions": sum(1 for e in events if e.kind == "compaction"),
-        "compacted_turns": compacted_turns,
-        "flushes": len(flushes),
-        "flushes_that_stored": sum(1 for e in flushes if e.content.get("appended")),
-        "resets": resets,
-        "sessions": len(sessions),
-        "facts": len(rows),
-        "facts_compacted_away": len(away),
-        "found": found,
-        "found_share": found / len(rows) if rows else 0.0,
-        "found_compacted_away": sum(1 for r in away if r["found"]),
-        "found_at_1": sum(1 for r in rows if r["rank"] == 1),
-        "index_s": round(index_s, 2),
-        "talk_s": round(talk_s, 2),
-        "search_ms": round(1000 * search_s / max(len(rows), 1), 1),
-        "total_s": round(index_s + talk_s + search_s, 2),
-        "enough_compactions": sum(1 for e in events if e.kind == "compaction") >= MIN_COMPACTIONS,
-        "misses": [r for r in rows if not r["found"]],
-        "facts_detail": rows,
-    }
+    return rows, live, current, sessions, events, flushes, search_s
 
 
 # ---- output -----------------------------------------------------------------------------------
@@ -602,8 +706,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--reserve-floor", type=int, default=2_000)
     parser.add_argument("--soft-threshold", type=int, default=1_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--active-memory",
+        default="",
+        help="comma-separated recall modes (escalate, always): afterwards, ask each question as "
+        "an owner turn in which the model calls no tool, and count the facts Active Memory put "
+        "in front of it",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = parser.parse_args(argv)
+    args.active_memory = [m.strip() for m in args.active_memory.split(",") if m.strip()]
     if not 1 <= args.facts <= len(FACTS):
         parser.error(f"--facts must be between 1 and {len(FACTS)}")
     providers = [p.strip() for p in args.embedding.split(",") if p.strip()]
@@ -629,6 +741,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     console = Console()
     console.print(summary_table(results))
+    for r in results:
+        for am in r.get("active_memory", []):
+            console.print(
+                f"[{r['embedding']}] Active Memory alone, recall_mode {am['mode']}: found "
+                f"{am['found']}/{r['facts']} = {am['found_share']:.0%}; deep recall {am['deep']}"
+            )
     for r in results:
         if r.get("misses"):
             console.print(misses_table(r))

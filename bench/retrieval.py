@@ -76,6 +76,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--locomo", type=Path, default=DATA / "locomo_dev.json", help="LoCoMo JSON")
     p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help='an extra preset for this run: NAME=BASE:field=json,... ("p2=pinch:mmr_lambda=null")',
+    )
+    p.add_argument(
         "--madial",
         type=Path,
         action="append",
@@ -250,8 +256,23 @@ def run_madial(args: argparse.Namespace, folder: Path, run: BenchRun, console: C
         index.close()
 
 
+def register_variant(spec: str) -> str:
+    """`name=base:field=value,...` → a preset `name` (base with those fields; JSON values) added
+    to PRESETS for this run, so a change can be measured beside the preset it changes."""
+    name, _, rest = spec.partition("=")
+    base, _, fields = rest.partition(":")
+    changes = {}
+    for item in filter(None, fields.split(",")):
+        key, _, value = item.partition("=")
+        changes[key.strip()] = json.loads(value)
+    PRESETS[name.strip()] = PRESETS[base.strip()].with_overrides(name=name.strip(), **changes)
+    return name.strip()
+
+
 def run_benchmarks(args: argparse.Namespace, console: Console) -> BenchRun:
+    variants = [register_variant(v) for v in args.variant]
     names = [n.strip() for n in args.presets.split(",")] if args.presets else list(PRESETS)
+    names += [v for v in variants if v not in names]
     unknown = [n for n in names if n not in PRESETS]
     if unknown:
         raise SystemExit(f"Unknown preset(s) {', '.join(unknown)}; known: {', '.join(PRESETS)}")

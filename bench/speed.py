@@ -152,7 +152,7 @@ def scale_files(chunks: int, tokens: int, overlap: int) -> tuple[dict[str, str],
     Returns the files, the exact chunk count, and the distinct texts the index embeds for them
     (the passages `split_units` cuts each chunk into), to prime the embedding cache with.
     """
-    source = TextSource(chunks)
+    source = TextSource(chunks, rich=True)
     first = date(2022, 1, 1)
     files: dict[str, str] = {}
     count = 0
@@ -229,7 +229,7 @@ def search_latency(spec: Result) -> Result:
     """Time searches of an index built by `build_scale`, query embedding by the real model."""
     workspace, db_path = _scale_paths(spec)
     index = _open(workspace, db_path, "local", spec["backend"])
-    source = TextSource(99)
+    source = TextSource(99, rich=True)
     queries = [source.question() for _ in range(spec["queries"] + 1)]
     timings: list[float] = []
     deadline = time.perf_counter() + spec["budget_s"]

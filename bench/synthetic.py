@@ -2,6 +2,14 @@
 
 Everything is drawn from a seeded `random.Random`, so a given seed always yields the same bytes
 (and therefore the same chunk hashes, which keeps the embedding cache warm between runs).
+
+Two vocabularies. The small one (the default; the chat log of the indexing-throughput scenario)
+has ~80 content words, so at 100k chunks every query word would sit in 5–30 % of all chunks —
+far denser than real notes, and it makes FTS5 rank tens of thousands of rows per query. The rich
+one (`TextSource(seed, rich=True)`, used for the 1k/10k/100k search-latency corpora) draws people,
+places, projects, foods and things from a few thousand names built from word lists, each with
+Zipf-like weights (a few close people and places come up all the time, most rarely), so
+a query word's document frequency spreads the way it does in a real journal.
 """
 
 from __future__ import annotations
@@ -71,22 +79,322 @@ QUESTIONS = [
 ]
 
 
-class TextSource:
-    """Sentences, dialogue and questions drawn from a seeded generator."""
+FIRST_NAMES = [
+    "Anna",
+    "Ben",
+    "Chloe",
+    "Dev",
+    "Elena",
+    "Farid",
+    "Grace",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Karim",
+    "Lena",
+    "Marco",
+    "Nadia",
+    "Oskar",
+    "Priya",
+    "Quentin",
+    "Rosa",
+    "Sven",
+    "Tara",
+    "Umar",
+    "Vera",
+    "Wes",
+    "Xenia",
+    "Yusuf",
+    "Zoe",
+    "Aiko",
+    "Bruno",
+    "Carmen",
+    "Dmitri",
+    "Emil",
+    "Fatima",
+    "Goran",
+    "Hana",
+    "Ivan",
+    "Julia",
+    "Kenji",
+    "Lars",
+    "Mina",
+    "Nils",
+    "Olga",
+    "Pablo",
+    "Rhea",
+    "Samir",
+    "Tomas",
+    "Ursula",
+    "Viktor",
+    "Wanda",
+    "Yara",
+    "Zane",
+    "Amir",
+    "Beatriz",
+    "Colm",
+    "Dalia",
+    "Eitan",
+    "Freya",
+    "Gustav",
+    "Helga",
+    "Idris",
+    "Jana",
+    "Kofi",
+    "Leila",
+    "Mateo",
+    "Noor",
+    "Orla",
+    "Pavel",
+    "Rania",
+    "Stefan",
+    "Thea",
+    "Ulrich",
+    "Valentina",
+    "Willem",
+    "Yasmin",
+    "Ziggy",
+    "Agnes",
+    "Bilal",
+    "Cora",
+    "Diego",
+    "Esme",
+]
+SURNAMES = [
+    "Novak",
+    "Schmidt",
+    "Tanaka",
+    "Okafor",
+    "Rossi",
+    "Silva",
+    "Haddad",
+    "Kowalski",
+    "Jensen",
+    "Moreau",
+    "Ivanova",
+    "Park",
+    "Nguyen",
+    "Costa",
+    "Berg",
+    "Fischer",
+    "Sato",
+    "Mensah",
+    "Ricci",
+    "Duarte",
+]
+CITIES = [
+    "Lisbon",
+    "Kyoto",
+    "Berlin",
+    "Oslo",
+    "Porto",
+    "Lyon",
+    "Seville",
+    "Krakow",
+    "Tallinn",
+    "Ghent",
+    "Bergen",
+    "Nagoya",
+    "Busan",
+    "Hanoi",
+    "Quito",
+    "Cusco",
+    "Tbilisi",
+    "Yerevan",
+    "Riga",
+    "Vilnius",
+    "Bruges",
+    "Utrecht",
+    "Aarhus",
+    "Turku",
+    "Bologna",
+    "Split",
+    "Sarajevo",
+    "Plovdiv",
+    "Izmir",
+    "Tangier",
+    "Accra",
+    "Nairobi",
+    "Mombasa",
+    "Durban",
+    "Perth",
+    "Hobart",
+    "Nelson",
+    "Halifax",
+    "Quebec",
+    "Boise",
+]
+VENUES = [
+    "bakery",
+    "library",
+    "clinic",
+    "gym",
+    "pool",
+    "market",
+    "studio",
+    "garage",
+    "cafe",
+    "bistro",
+    "museum",
+    "park",
+    "harbour",
+    "station",
+    "dentist",
+    "barber",
+    "florist",
+    "hardware-store",
+    "bookshop",
+    "cinema",
+]
+PROJECT_OWNERS = [
+    "garden",
+    "kitchen",
+    "attic",
+    "garage",
+    "balcony",
+    "bathroom",
+    "basement",
+    "hallway",
+    "office",
+    "nursery",
+    "cellar",
+    "porch",
+]
+PROJECT_WORKS = [
+    "shed",
+    "renovation",
+    "shelves",
+    "paint-job",
+    "flooring",
+    "lighting",
+    "insulation",
+    "plumbing",
+    "wiring",
+    "tiling",
+    "curtains",
+]
+TASKS = [
+    "tax-return",
+    "grant-application",
+    "thesis-chapter",
+    "quarterly-report",
+    "wedding-toast",
+    "photo-album",
+    "half-marathon",
+    "visa-renewal",
+    "insurance-claim",
+    "job-application",
+    "conference-talk",
+    "novel-draft",
+    "podcast-episode",
+    "board-game",
+    "lease-renewal",
+    "pension-forms",
+]
+FOOD_WORDS = [
+    "ramen",
+    "lentil-soup",
+    "sourdough",
+    "green-curry",
+    "tacos",
+    "dumplings",
+    "paella",
+    "risotto",
+    "falafel",
+    "pho",
+    "bibimbap",
+    "moussaka",
+    "ceviche",
+    "goulash",
+    "shakshuka",
+    "laksa",
+    "pierogi",
+    "tagine",
+    "gnocchi",
+    "borscht",
+    "jollof",
+    "injera",
+    "arepas",
+    "katsu",
+]
+OBJECTS = [
+    "passport",
+    "bike-lock",
+    "umbrella",
+    "laptop-charger",
+    "library-card",
+    "car-keys",
+    "headphones",
+    "tripod",
+    "thermos",
+    "yoga-mat",
+    "sunglasses",
+    "wallet",
+    "drill",
+    "stapler",
+    "kettle",
+    "backpack",
+    "raincoat",
+    "harmonica",
+    "telescope",
+    "sketchbook",
+]
+COLOURS = ["blue", "red", "green", "black", "grey", "yellow", "old", "new", "spare", "small"]
 
-    def __init__(self, seed: int) -> None:
+
+def _zipf_weights(n: int) -> list[float]:
+    return [1.0 / (rank + 1) for rank in range(n)]
+
+
+class _Vocabulary:
+    """Names with Zipf-like weights, built once per seed so every run draws the same ones."""
+
+    def __init__(self, rng: random.Random) -> None:
+        def shuffled(items: list[str]) -> list[str]:
+            out = list(items)
+            rng.shuffle(out)
+            return out
+
+        words = lambda xs: [x.replace("-", " ") for x in xs]  # noqa: E731
+        self.people = shuffled([f"{f} {s}" for f in FIRST_NAMES for s in SURNAMES][:1600])
+        self.people = [p.split()[0] if i < 60 else p for i, p in enumerate(self.people)]
+        self.places = shuffled([f"the {c} {v}" for c in CITIES for v in words(VENUES)] + CITIES)
+        self.projects = shuffled(
+            [f"the {o} {w}" for o in PROJECT_OWNERS for w in words(PROJECT_WORKS)]
+            + [f"the {t}" for t in words(TASKS)]
+        )
+        self.foods = shuffled(words(FOOD_WORDS))
+        self.things = shuffled([f"{c} {o}" for c in COLOURS for o in words(OBJECTS)])
+        self.weights = {
+            name: _zipf_weights(len(getattr(self, name)))
+            for name in ("people", "places", "projects", "foods", "things")
+        }
+
+    def pick(self, rng: random.Random, kind: str) -> str:
+        return rng.choices(getattr(self, kind), weights=self.weights[kind])[0]
+
+
+class TextSource:
+    """Sentences, dialogue and questions drawn from a seeded generator; `rich` selects the
+    large vocabulary (see the module docstring)."""
+
+    def __init__(self, seed: int, *, rich: bool = False) -> None:
         self.rng = random.Random(seed)
+        self.vocabulary = _Vocabulary(random.Random(1)) if rich else None
 
     def _slots(self) -> dict[str, object]:
         r = self.rng
+        v = self.vocabulary
         person, person2 = r.sample(PEOPLE, 2)
+        if v is not None:
+            person, person2 = v.pick(r, "people"), v.pick(r, "people")
         return {
             "person": person,
             "person2": person2,
-            "place": r.choice(PLACES),
-            "project": r.choice(PROJECTS),
-            "food": r.choice(FOODS),
-            "thing": r.choice(THINGS),
+            "place": v.pick(r, "places") if v else r.choice(PLACES),
+            "project": v.pick(r, "projects") if v else r.choice(PROJECTS),
+            "food": v.pick(r, "foods") if v else r.choice(FOODS),
+            "thing": v.pick(r, "things") if v else r.choice(THINGS),
             "weekday": r.choice(WEEKDAYS),
             "hour": r.randint(7, 21),
             "minute": r.choice([0, 15, 30, 45, 5, 50]),

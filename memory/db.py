@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memory.errors import DatabaseError
+from memory.errors import DatabaseCorruptError, DatabaseError
 from memory.migrations import apply_migrations
 from memory.workspace import PRIVATE_FILE_MODE, make_private_dirs
 
@@ -26,10 +26,6 @@ BUSY_TIMEOUT_S = 10.0  # how long a write waits for another process's write to f
 # database", "database corruption at line …", "malformed database schema".
 _CORRUPTION_WORDS = ("malformed", "not a database", "corrupt")
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
-
-
-class DatabaseCorruptError(DatabaseError):
-    """The agent database file is damaged; the message says what to do and what is lost."""
 
 
 def corruption_advice(path: Path | str, detail: str) -> str:

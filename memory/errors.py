@@ -19,3 +19,11 @@ class IndexingError(MemoryError_):
 
 class SessionError(MemoryError_):
     """A session or transcript does not exist or cannot be used."""
+
+
+class DatabaseCorruptError(DatabaseError):
+    """The agent database file is damaged; the message says what to do and what is lost."""
+
+
+# The search side's name for the same failure: one class, so one handler catches both.
+IndexCorruptError = DatabaseCorruptError

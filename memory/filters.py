@@ -8,6 +8,10 @@ alike): '' is the owner's memory files (MEMORY.md, USER.md, memory/**, extra pat
 scope is one conversation's transcript (`SessionKey.memory_scope`). `sources` ('memory',
 'extra', 'sessions') and `origins` ('owner', 'agent', 'untrusted', 'system') narrow further;
 None means any. memory/ decides nothing here: who may see what is the agent's policy.
+
+Untrusted text (fetched pages, other people's words, notes written during a turn that read
+them) stays searchable but must never reach Active Memory, deep-recall summaries or Dreaming:
+those search with `TRUSTED_ORIGINS` (`filter.trusted()`, or `is_trusted(hit.origin)`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,13 @@ from dataclasses import dataclass
 
 SOURCES = frozenset({"memory", "extra", "sessions"})
 ORIGINS = frozenset({"owner", "agent", "untrusted", "system"})
+# What may surface by itself or be consolidated: everything but 'untrusted'.
+TRUSTED_ORIGINS = frozenset({"owner", "agent", "system"})
+
+
+def is_trusted(origin: str) -> bool:
+    """Whether text of `origin` may enter Active Memory, deep recall or Dreaming."""
+    return origin in TRUSTED_ORIGINS
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,11 @@ class SearchFilter:
             raise ValueError(f"Unknown sources {sorted(self.sources - SOURCES)}.")
         if self.origins is not None and not self.origins <= ORIGINS:
             raise ValueError(f"Unknown origins {sorted(self.origins - ORIGINS)}.")
+
+    def trusted(self) -> SearchFilter:
+        """This filter narrowed to trusted origins (for recall and Dreaming)."""
+        origins = TRUSTED_ORIGINS if self.origins is None else self.origins & TRUSTED_ORIGINS
+        return SearchFilter(self.scopes, self.sources, origins)
 
     def admits(self, source: str, origin: str) -> bool:
         """Whether a chunk of `source` and `origin` (already inside the scopes) may be shown."""

@@ -164,6 +164,8 @@ class MemoryIndex:
         return cls(db, workspace, config, provider=provider, vector_store=vector_store)
 
     def close(self) -> None:
+        for store in self._stores.values():
+            store.close()
         self.db.close()
 
     # ---- embedding provider and vector store ----------------------------------------------

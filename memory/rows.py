@@ -102,13 +102,14 @@ class IndexRows:
         vectors: dict[str, np.ndarray],
         store: VectorStore | None,
         warning: str | None = None,
+        origins: Sequence[str] | None = None,  # per chunk; None: the file's default
     ) -> None:
         """Replace a file's rows with its new chunks."""
         day = file_day(f.rel_path)
         self.delete_path(conn, generation, f.rel_path)
         vec_rows: list[VecRow] = []
-        for c in chunks:
-            where = (f.rel_path, f.source, f.origin, "")
+        for i, c in enumerate(chunks):
+            where = (f.rel_path, f.source, origins[i] if origins else f.origin, "")
             self.insert_chunk(conn, generation, where, c, day, split_units(c), vectors, vec_rows)
         if store is not None and vec_rows:
             store.add(conn, vec_rows)

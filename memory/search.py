@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memory.db import Database
+from memory.db import Database, as_corruption
+from memory.errors import DatabaseError
 from memory.presets import SearchPreset
 from memory.text import (
     fts_match_expression,
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 
     from memory.vectors import VectorStore
 
+# Ranking this many rows costs FTS5 about a millisecond: below it no term is worth leaving out.
+COMMON_TERM_FLOOR = 2000
 COARSE_POOL = 100  # chunks the centroid index hands to passage re-scoring
 _EMBEDDER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embedding")
 
@@ -46,6 +49,12 @@ class SearchHit:
     source: str
     origin: str
     day: str | None = None
+
+    @property
+    def untrusted(self) -> bool:
+        """Outside text (a web page, another person's words): findable, never to be obeyed,
+        and never for Active Memory, deep recall or Dreaming (memory.filters.TRUSTED_ORIGINS)."""
+        return self.origin == "untrusted"
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -77,30 +86,162 @@ class _Candidate:
     passages: tuple[tuple[int, int, float], ...] = ()  # (start, end, vector score) of its passages
 
 
+# What SQLite says about a MATCH expression it cannot parse (as opposed to a database problem).
+_FTS_QUERY_ERRORS = (
+    "fts5: syntax error",
+    "fts5: parser stack overflow",
+    "unterminated string",
+    "unknown special query",
+    "fts5: column queries are not supported",
+    "no such column",
+)
+
+
+def is_fts_query_error(exc: BaseException) -> bool:
+    """True when `exc` is SQLite refusing a malformed FTS5 query, nothing worse."""
+    if type(exc).__name__ != "OperationalError":
+        return False
+    message = str(exc)
+    return any(m in message for m in _FTS_QUERY_ERRORS)
+
+
+def _is_sqlite_error(exc: BaseException) -> bool:
+    # sqlite3 and pysqlite3 each have their own DatabaseError class: match by module.
+    return any(
+        c.__name__ == "DatabaseError" and c.__module__.split(".")[0] in ("sqlite3", "pysqlite3")
+        for c in type(exc).__mro__
+    )
+
+
+def search_failure(db: Database, exc: BaseException) -> DatabaseError:
+    """The user-facing error for a database failure during a search."""
+    message = str(exc)
+    damaged = as_corruption(exc, db.path)
+    if damaged is not None:
+        return damaged
+    if "locked" in message or "busy" in message:
+        return DatabaseError(
+            f"The agent database {db.path} is locked by another process ({message}); "
+            "wait for it to finish (is `pinch memory index` running?) and search again."
+        )
+    return DatabaseError(
+        f"Searching the memory index in {db.path} failed ({message}); run `pinch memory "
+        "status`, and if it fails too rebuild the index with `pinch memory index --force`."
+    )
+
+
 def keyword_candidates(
-    db: Database, generation: int, match: str, limit: int, scopes: list[str]
+    db: Database,
+    generation: int,
+    match: str,
+    limit: int,
+    scopes: list[str],
+    rank_cap: int | None = None,
 ) -> list[tuple[int, float]]:
     """(chunk_id, bm25 rank) best first; rank is negative, lower is better.
 
     FTS5 ranks first and the generation/scope filter applies to its top rows (SQLite's planner
     would otherwise probe the FTS index once per chunk); the inner limit grows if the filter
-    leaves too few.
+    leaves too few. FTS5 computes bm25 for every row the expression matches: with `rank_cap`,
+    only the newest `rank_cap` matching rows are ranked (a keyword that common says little; the
+    vector side still sees every chunk), widened while the filter leaves too few.
     """
     inner = max(4 * limit, 200)
     while True:
         try:
+            boundary = _newest_rows_boundary(db, match, rank_cap) if rank_cap else None
             ranked = db.execute(
                 "SELECT rowid, bm25(memory_fts) AS r FROM memory_fts WHERE memory_fts MATCH ? "
-                "ORDER BY r LIMIT ?",
-                (match, inner),
+                "AND rowid >= ? ORDER BY r LIMIT ?",
+                (match, boundary or 0, inner),
             )
-        except Exception:
-            return []  # a query FTS5 cannot parse finds nothing by keyword
+        except Exception as exc:
+            if is_fts_query_error(exc):
+                return []  # a query FTS5 cannot parse finds nothing by keyword
+            raise
         allowed = _in_scope(db, [int(i) for i, _ in ranked], generation, scopes)
         kept = [(int(i), float(r)) for i, r in ranked if int(i) in allowed]
-        if len(kept) >= limit or len(ranked) < inner:
+        filtered_out = len(kept) < len(ranked)
+        if len(kept) >= limit or (len(ranked) < inner and (boundary is None or not filtered_out)):
             return kept[:limit]
-        inner *= 8
+        if len(ranked) < inner and rank_cap:
+            rank_cap *= 8  # the newest rows were mostly out of scope: rank more of them
+        else:
+            inner *= 8
+
+
+def _newest_rows_boundary(db: Database, match: str, cap: int) -> int | None:
+    """The rowid of the `cap`-th newest row `match` finds, or None when it finds fewer."""
+    rows = db.execute(
+        "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? ORDER BY rowid DESC "
+        "LIMIT 1 OFFSET ?",
+        (match, cap - 1),
+    )
+    return int(rows[0][0]) if rows else None
+
+
+def common_term_match(
+    db: Database, generation: int, terms: list[str], share: float, floor: int = 0
+) -> str | None:
+    """The OR-joined FTS5 expression for `terms` without the very common ones.
+
+    A term found in more than `share` of the generation's chunks (and in more than `floor`,
+    by default `COMMON_TERM_FLOOR`) is left out while a rarer one remains; terms found nowhere
+    are left out too. When every term is that common, the chunks holding all of them (AND) are
+    what bm25 would rank first anyway, and far fewer to rank; if none holds all, the rarest
+    term alone.
+    """
+    if len(terms) < 2:
+        return fts_match_expression(terms)
+    limit = int(max(share * total_chunks(db, generation), floor or COMMON_TERM_FLOOR))
+    counts = [_match_count(db, fts_match_expression([t]), limit + 1) for t in terms]
+    kept = [t for t, n in zip(terms, counts, strict=True) if 0 < n <= limit]
+    if kept:
+        return fts_match_expression(kept)
+    found = [t for t, n in zip(terms, counts, strict=True) if n > 0]
+    if not found:
+        return None
+    every = fts_match_expression(found, operator="AND")
+    if len(found) > 1 and every and _match_count(db, every, 1):
+        return every
+    # Counting stopped at the limit above: count the common terms in full to find the rarest.
+    return fts_match_expression(
+        [min(found, key=lambda t: _match_count(db, fts_match_expression([t]), None))]
+    )
+
+
+def _match_count(db: Database, match: str | None, limit: int | None) -> int:
+    """Rows of the FTS index `match` finds, counting stops at `limit` (a full count of a common
+    term costs about what leaving it out saves)."""
+    if not match:
+        return 0
+    try:
+        (n,) = db.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
+            (match, -1 if limit is None else limit),
+        )[0]
+    except Exception as exc:
+        if not is_fts_query_error(exc):
+            raise
+        return 0
+    return int(n)
+
+
+_chunk_counts: dict[tuple[str, int, str], int] = {}
+
+
+def total_chunks(db: Database, generation: int) -> int:
+    """Chunks in the generation, remembered per index version (counting 100k rows takes ms)."""
+    version = db.execute("SELECT value FROM meta WHERE key = 'index_version'")
+    key = (str(db.path), generation, version[0][0] if version else "0")
+    if key not in _chunk_counts:
+        if len(_chunk_counts) > 64:
+            _chunk_counts.clear()
+        (n,) = db.execute("SELECT count(*) FROM memory_chunks WHERE generation = ?", (generation,))[
+            0
+        ]
+        _chunk_counts[key] = int(n)
+    return _chunk_counts[key]
 
 
 def _in_scope(db: Database, ids: list[int], generation: int, scopes: list[str]) -> set[int]:
@@ -150,8 +291,22 @@ def chunk_vector_scores(
             best[cid] = sim if cid not in seen else max(best[cid], sim)
             seen.add(cid)
             passages.setdefault(cid, []).append((start, end, sim))
-    ranked = sorted(best.items(), key=lambda x: -x[1])
+    ranked = sorted(best.items(), key=lambda x: (-x[1], x[0]))
     return ranked, passages
+
+
+def _vector_side(
+    store: VectorStore,
+    embed_query: Callable[[str], np.ndarray],
+    query: str,
+    pool: int,
+    generation: int,
+    scopes: list[str],
+) -> tuple[list[tuple[int, float]], dict[int, list[tuple[int, int, float]]]]:
+    qvec = embed_query(query)
+    # Centroids find a wide pool cheaply; passages then score it exactly.
+    coarse = store.search(qvec, pool, generation, scopes)
+    return chunk_vector_scores(store.reader(), qvec, coarse)
 
 
 def merge_hybrid(
@@ -342,6 +497,47 @@ def run_search(
     scopes: list[str],
     admits: Callable[[str, str], bool] | None = None,
 ) -> list[SearchHit]:
+    """`memory_search` over one generation, best hits first.
+
+    Raises `IndexCorruptError` when SQLite finds the index damaged and `DatabaseError` for any
+    other database failure: a broken index never looks like an empty answer.
+    """
+    try:
+        return _run_search(
+            db,
+            generation,
+            query,
+            preset=preset,
+            embed_query=embed_query,
+            store=store,
+            relevance_floor=relevance_floor,
+            max_results=max_results,
+            min_score=min_score,
+            now=now,
+            scopes=scopes,
+            admits=admits,
+        )
+    except Exception as exc:
+        if _is_sqlite_error(exc):
+            raise search_failure(db, exc) from exc
+        raise
+
+
+def _run_search(
+    db: Database,
+    generation: int,
+    query: str,
+    *,
+    preset: SearchPreset,
+    embed_query: Callable[[str], np.ndarray] | None,
+    store: VectorStore | None,
+    relevance_floor: float | None = None,
+    max_results: int | None,
+    min_score: float | None,
+    now: datetime,
+    scopes: list[str],
+    admits: Callable[[str, str], bool] | None = None,
+) -> list[SearchHit]:
     query = re.sub(r"\s+", " ", query).strip()
     if not re.search(r"\w", query):
         return []  # nothing to look for: punctuation or whitespace only
@@ -353,25 +549,31 @@ def run_search(
         terms = openclaw_query_terms(query)
     else:
         terms = query_terms(query) or query_terms(query, drop_stopwords=False)
-    use_vectors = embed_query is not None and store is not None and preset.vector_weight > 0
-    # The model embeds the query in a worker thread while SQLite runs the keyword search:
-    # both release the GIL, so on two cores the embedding costs (almost) nothing extra.
-    pending_vector = _EMBEDDER.submit(embed_query, query) if use_vectors and embed_query else None
+    pending_vector = None
+    if embed_query is not None and store is not None and preset.vector_weight > 0:
+        # The vector side (embed the query, shortlist, re-score passages) runs in a worker
+        # thread on the store's own connection while SQLite runs the keyword search on the main
+        # one: the model and SQLite both release the GIL, so two cores work at once.
+        pending_vector = _EMBEDDER.submit(
+            _vector_side, store, embed_query, query, max(COARSE_POOL, pool), generation, scopes
+        )
     keyword: list[tuple[int, float]] = []
     if preset.keyword_weight > 0:
-        match = fts_match_expression(terms, operator=preset.keyword_operator)
+        if preset.keyword_common_share is not None and preset.keyword_operator == "OR":
+            match = common_term_match(db, generation, terms, preset.keyword_common_share)
+        else:
+            match = fts_match_expression(terms, operator=preset.keyword_operator)
         if match:
-            keyword = keyword_candidates(db, generation, match, pool, scopes)
+            keyword = keyword_candidates(
+                db, generation, match, pool, scopes, preset.keyword_rank_cap
+            )
 
     vector: list[tuple[int, float]] = []
     passages: dict[int, list[tuple[int, int, float]]] = {}
     vector_weight = preset.vector_weight
     keyword_weight = preset.keyword_weight
-    if pending_vector is not None and store is not None:
-        qvec = pending_vector.result()
-        # Centroids find a wide pool cheaply; passages then score it exactly.
-        coarse = store.search(qvec, max(COARSE_POOL, pool), generation, scopes)
-        vector, passages = chunk_vector_scores(db, qvec, coarse)
+    if pending_vector is not None:
+        vector, passages = pending_vector.result()
         vector = vector[:pool]
     elif keyword_weight == 0:
         # Vector-only preset without vectors (keyword-only index): fall back to keywords.
@@ -390,12 +592,14 @@ def run_search(
     v_best = max((v for _, v in vector), default=0.0)
     v_worst = min((v for _, v in vector), default=0.0)
     for cid, (v, kw) in merged.items():
-        c = cands[cid]
+        c = cands.get(cid)
+        if c is None:
+            continue  # deleted by a write between the vector and the keyword reads
         c.vector_score, c.keyword_score = v, kw
         span = (v_best - v_worst) or 1.0
         c.passages = tuple((a, b, (x - v_worst) / span) for a, b, x in passages.get(cid, ()))
         c.score = vector_weight * v + keyword_weight * kw
-    ranked = sorted(cands.values(), key=lambda c: (-c.score, c.id))
+    ranked = sorted((cands[i] for i in merged if i in cands), key=lambda c: (-c.score, c.id))
     if preset.require_evidence and relevance_floor is not None:
         raw = dict(vector)
         ranked = [

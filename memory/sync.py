@@ -34,6 +34,7 @@ from memory.embedcache import EmbeddingCache, ProgressCallback
 from memory.embeddings import EmbeddingProvider
 from memory.errors import IndexingError, WorkspaceError
 from memory.generations import GenerationGone, Generations, LeaseHolder
+from memory.lineage import LineageStore, chunk_origins, redact_forgotten
 from memory.rows import IndexRows, StoreFor
 from memory.workspace import MemoryFile, discover_memory_files, open_memory_file
 
@@ -339,7 +340,10 @@ class SyncPipeline:
                 mtime, size = (st.st_mtime, st.st_size) if st is not None else (0.0, 0)
                 self.rows.record_problem(conn, generation, where, mtime, size, message)
 
-        pending: list[tuple[MemoryFile, os.stat_result, str, list[Chunk], str | None]] = []
+        pending: list[
+            tuple[MemoryFile, os.stat_result, str, list[Chunk], str | None, list[str]]
+        ] = []
+        forgotten = LineageStore(self.db).forgotten_sessions()  # `pinch memory forget`
         for f in files:
             if shown_path(f.rel_path) != f.rel_path:
                 problem(f, _BAD_NAME)
@@ -370,19 +374,23 @@ class SyncPipeline:
                     self.rows.touch_source(conn, generation, f.rel_path, st)
                 report.files_unchanged += 1
                 continue
+            text = redact_forgotten(text, forgotten)
             chunks = chunk_markdown(
                 text, tokens=self.config.chunking.tokens, overlap=self.config.chunking.overlap
             )
-            pending.append((f, st, file_hash, chunks, warning))
+            # Each chunk takes the lowest origin among its lines (appended entries are marked).
+            spans = [(c.start_line, c.end_line) for c in chunks]
+            origins = chunk_origins(text, spans, f.origin)
+            pending.append((f, st, file_hash, chunks, warning, origins))
 
-        units = [u for _, _, _, chunks, _ in pending for c in chunks for u in split_units(c)]
+        units = [u for p in pending for c in p[3] for u in split_units(c)]
         vectors = self.embed(units, report, on_progress, generation, token)
         p = self._provider()
         store = self._store_for(p.dimensions if p else None)
-        for f, st, file_hash, chunks, warning in pending:
+        for f, st, file_hash, chunks, warning, origins in pending:
             with self._writing(generation, token) as conn:
                 self.rows.write_file(
-                    conn, generation, f, st, file_hash, chunks, vectors, store, warning
+                    conn, generation, f, st, file_hash, chunks, vectors, store, warning, origins
                 )
                 self.generations.bump_version(conn)
             report.files_indexed.append(f.rel_path)

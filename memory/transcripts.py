@@ -22,6 +22,7 @@ from typing import Any
 from memory.chunking import chunk_markdown
 from memory.errors import SessionError
 from memory.index import MemoryIndex, VirtualChunk
+from memory.lineage import OUTSIDE_CONTENT_TOOLS, LineageStore
 from memory.sessions import Session, SessionStore, TranscriptEvent
 from memory.text import estimate_tokens
 
@@ -95,6 +96,8 @@ def index_transcript(
     scope = session.key.memory_scope
     if not scope:  # cannot happen with a valid SessionKey; never index into shared memory
         raise SessionError(f"Session {session.id} has no memory scope; not indexing it.")
+    if LineageStore(index.db).is_forgotten(session.id):
+        return  # `pinch memory forget` removed it; a late /new or compaction must not restore it
     with _index_lock:
         if index.active_generation() is None:
             index.sync()  # the first build replays every stored transcript, this one included
@@ -113,7 +116,8 @@ def index_transcript(
         if any(b != a + 1 for a, b in itertools.pairwise(seqs)):
             last = new[-1].seq  # the caller may index only up to a point (compaction)
             new = [e for e in store.events(session.id, after_seq=watermark) if e.seq <= last]
-        entries = _entries(new, _tool_names(store, session.id, new), _budget(index))
+        names = _tool_names(store, session.id, new)
+        entries = _entries(new, names, _budget(index), _tainted_before(store, session.id, new))
         if not entries:
             return
         kept = [_Entry(c.start_line, c.end_line, c.text, c.origin, c.day) for c in tail]
@@ -168,20 +172,48 @@ def _tool_names(
     return names
 
 
+def _tainted_before(
+    store: SessionStore, session_id: str, events: Sequence[TranscriptEvent]
+) -> bool:
+    """Whether the turn `events` start in had already read outside content."""
+    if not events:
+        return False
+    earlier = [
+        e for e in store.events(session_id, kinds=("user", "tool_call")) if e.seq < events[0].seq
+    ]
+    tainted = False
+    for e in earlier:
+        tainted = e.kind != "user" and (
+            tainted or str(e.content.get("name")) in OUTSIDE_CONTENT_TOOLS
+        )
+    return tainted
+
+
 def _entries(
-    events: Iterable[TranscriptEvent], tool_names: dict[str, str], budget: int
+    events: Iterable[TranscriptEvent],
+    tool_names: dict[str, str],
+    budget: int,
+    tainted: bool = False,
 ) -> list[_Entry]:
-    """Searchable lines of the events; one over-long message becomes several entries."""
+    """Searchable lines of the events; one over-long message becomes several entries.
+
+    `tainted`: the first event is in a turn that already read outside content."""
     out: list[_Entry] = []
     for event in events:
         day = datetime.fromtimestamp(event.created_at).date().isoformat()
         c = event.content
+        if event.kind == "user":
+            tainted = False
+        elif event.kind == "tool_call" and str(c.get("name")) in OUTSIDE_CONTENT_TOOLS:
+            tainted = True
         if event.kind in ("user", "assistant"):
             text, origin = _text_of(c.get("text")).strip(), "system"
             label = _LABELS[event.kind]
             sender = c.get("sender") if event.kind == "user" else None
             if isinstance(sender, dict) and sender.get("kind") == "person":
                 origin = "untrusted"  # another person's words: findable, never trusted
+            if event.kind == "assistant" and tainted:
+                origin = "untrusted"  # may repeat the page it just read
         elif event.kind == "tool_result" and not c.get("is_error"):
             name = str(c.get("name") or tool_names.get(str(c.get("tool_use_id")), ""))
             if name in UNINDEXED_TOOLS:

@@ -26,11 +26,13 @@ import tempfile
 import threading
 import unicodedata
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import date, datetime, tzinfo
 from pathlib import Path
 from typing import Literal
 
 from memory.errors import WorkspaceError
+from memory.lineage import origin_marker
 from memory.workspace import (
     PRIVATE_FILE_MODE,
     FileMissingError,
@@ -57,6 +59,16 @@ _SETEXT_UNDERLINE = re.compile(r"^([ \t]{0,3})(=+|-{2,})[ \t]*$", re.MULTILINE)
 _write_lock = threading.RLock()
 
 
+@dataclass(frozen=True)
+class AppendedEntry:
+    path: str  # workspace path of the log
+    text: str  # the entry as written, marker included
+
+    @property
+    def lines(self) -> int:
+        return self.text.count("\n") + 1
+
+
 class WorkspaceWriter:
     """Writes memory files inside one workspace. Every method blocks (file I/O)."""
 
@@ -72,16 +84,38 @@ class WorkspaceWriter:
 
     # ---- the write paths --------------------------------------------------------------------
 
-    def append_daily_log(self, text: str, *, now: datetime | None = None) -> str:
+    def append_daily_log(
+        self,
+        text: str,
+        *,
+        now: datetime | None = None,
+        origin: str | None = None,
+        session_id: str | None = None,
+    ) -> str:
         """Append a line or paragraph to today's log, memory/YYYY-MM-DD.md; returns that path.
 
         The file is created with a "# YYYY-MM-DD" heading on the day's first entry. "Today" is
         in the owner's time zone (`now` without tzinfo is taken as the owner's local time).
+        With `origin` and `session_id`, the entry ends with the provenance marker
+        (memory/lineage.py), added after escaping so the agent's text cannot forge one.
         """
+        return self.append_daily_entry(text, now=now, origin=origin, session_id=session_id).path
+
+    def append_daily_entry(
+        self,
+        text: str,
+        *,
+        now: datetime | None = None,
+        origin: str | None = None,
+        session_id: str | None = None,
+    ) -> AppendedEntry:
+        """`append_daily_log`, returning the entry exactly as written (for lineage)."""
         entry = escape_markup(text).strip("\n")
         if not entry.strip():
             raise WorkspaceError("Nothing to append: the text is empty.")
         _check_size(entry, "note")
+        if origin is not None and session_id is not None:
+            entry = entry.rstrip() + " " + origin_marker(origin, session_id)
         day = self._today(now)
         rel = f"memory/{day.isoformat()}.md"
 
@@ -90,7 +124,7 @@ class WorkspaceWriter:
                 return f"# {day.isoformat()}\n\n{entry}\n"
             return _append_block(current, entry)
 
-        return self._update(rel, add)
+        return AppendedEntry(self._update(rel, add), entry)
 
     def record_fact(
         self,
@@ -127,10 +161,22 @@ class WorkspaceWriter:
 
         return self._update(target, add)
 
-    def write_session_note(self, day: date, slug: str, body: str) -> str:
-        """Write memory/YYYY-MM-DD-<slug>.md; if it exists, -2, -3 … is added, never overwritten."""
+    def write_session_note(
+        self,
+        day: date,
+        slug: str,
+        body: str,
+        *,
+        origin: str | None = None,
+        session_id: str | None = None,
+    ) -> str:
+        """Write memory/YYYY-MM-DD-<slug>.md; if it exists, -2, -3 … is added, never overwritten.
+
+        With `origin` and `session_id`, every paragraph ends with the provenance marker."""
         clean = _slugify(slug)
         text = body if body.endswith("\n") else body + "\n"
+        if origin is not None and session_id is not None:
+            text = _mark_paragraphs(text, origin_marker(origin, session_id))
         data = _encode(text)
         with _write_lock:
             for n in range(1, 1000):
@@ -157,6 +203,29 @@ class WorkspaceWriter:
             _atomic_write(pinned, _encode(text))
         self._written(rel)
         return rel
+
+    def rewrite(self, rel_path: str, change: Callable[[str | None], str]) -> str:
+        """Read–change–write `rel_path` atomically; `change` may run again if the file changed
+        on disk meanwhile (an editor), so it must work on whatever text it is given."""
+        return self._update(rel_path, change)
+
+    def remove_file(self, rel_path: str, expect: str) -> bool:
+        """Delete `rel_path` only if it still holds exactly `expect`; False if it changed."""
+        target = self._confine(rel_path)
+        rel = target.relative_to(self.workspace).as_posix()
+        with _write_lock:
+            if _read_text(self.workspace, rel) != expect:
+                return False
+            try:
+                with _pinned(self.workspace, target) as pinned:  # no link swap can redirect it
+                    pinned.unlink()
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise WorkspaceError(f"Could not remove {rel}: {exc.strerror or exc}.") from exc
+            _fsync_dir(target.parent)
+        self._written(rel)
+        return True
 
     # ---- helpers ----------------------------------------------------------------------------
 
@@ -222,6 +291,17 @@ def escape_markup(text: str) -> str:
     text = _COMMENT.sub("", text).replace("<!--", "&lt;!--").replace("-->", "--&gt;")
     text = _ATX_HEADING.sub(r"\1\\\2", text)
     return _SETEXT_UNDERLINE.sub(r"\1\\\2", text)
+
+
+def _mark_paragraphs(text: str, marker: str) -> str:
+    """`marker` at the end of each paragraph's last line (not headings or comment lines)."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        last = i + 1 == len(lines) or not lines[i + 1].strip()
+        plain = not _HEADING.match(line) and not line.lstrip().startswith("<!--")
+        if line.strip() and last and plain:
+            lines[i] = line.rstrip() + " " + marker
+    return "\n".join(lines)
 
 
 def _check_size(text: str, what: str) -> None:

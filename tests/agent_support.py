@@ -16,6 +16,7 @@ from agent.clock import Clock
 from agent.config import AgentConfig
 from agent.model import AnthropicClient, LiteLLMClient, ModelClient
 from agent.runtime import Agent
+from agent.web_fetch import WebFetcher
 from memory.config import EmbeddingConfig, MemoryConfig
 from memory.index import MemoryIndex
 from memory.sessions import SessionKey, SessionStore
@@ -94,6 +95,7 @@ def make_kit(
     api: Api = "anthropic",
     memory: MemoryConfig | None = None,
     db_name: str = "agent.sqlite",
+    fetcher: WebFetcher | None = None,
     **config: Any,
 ) -> Kit:
     """A fresh Agent object on `tmp_path/db_name`; calling it twice simulates a restart."""
@@ -108,6 +110,7 @@ def make_kit(
         workspace=workspace,
         config=AgentConfig(model="claude-test", **config),
         clock=fixed_clock(),
+        fetcher=fetcher,
     )
     return Kit(agent, server, index, store, workspace)
 

@@ -1,7 +1,8 @@
 """Shared fixtures: an isolated Pinch home, workspace factories, and memory indexes on real
 SQLite files in tmp_path.
 
-Every test runs with PINCH_HOME in its own tmp_path and no other PINCH_* variable set, so no
+Every test runs with PINCH_HOME in its own tmp_path and no other PINCH_* variable set (but
+PINCH_AGENT__RECALL_MODE=triggers: no deep-recall model call unless a test asks for one), so no
 test can read or write the developer's ~/.pinch.
 """
 
@@ -30,6 +31,9 @@ def pinch_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             monkeypatch.delenv(name)
     home = tmp_path / "pinch-home"
     monkeypatch.setenv("PINCH_HOME", str(home))
+    # Deep recall adds a model call before a reply that looks back; tests scripting a model's
+    # replies for other features would see it eat one. Tests of recall set the mode themselves.
+    monkeypatch.setenv("PINCH_AGENT__RECALL_MODE", "triggers")
     return home
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from memory.config import MemoryConfig
+from memory.db import open_database
+from memory.errors import IndexCorruptError
 from memory.index import MemoryIndex
 from memory.presets import PRESETS, get_preset
 from memory.search import SearchHit
@@ -49,11 +52,30 @@ def keyword_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemoryIn
     idx.close()
 
 
-@pytest.fixture(scope="module")
+def sqlite_vec_loads() -> bool:
+    """Whether this Python's SQLite can load sqlite-vec (pysqlite3 wheels exist for x86_64)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        db = open_database(Path(tmp) / "probe.sqlite")
+        try:
+            return db.vec_version is not None
+        finally:
+            db.close()
+
+
+def require_backend(backend: str) -> None:
+    if backend == "sqlite-vec" and not sqlite_vec_loads():
+        pytest.skip("sqlite-vec cannot be loaded by this Python's SQLite")
+
+
+# Every hybrid test runs on both vector backends; numpy always, sqlite-vec where it loads.
+@pytest.fixture(scope="module", params=["sqlite-vec", "numpy"])
 def hybrid_index(
-    tmp_path_factory: pytest.TempPathFactory, use_model: None
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, use_model: None
 ) -> Iterator[MemoryIndex]:
-    idx = build(tmp_path_factory.mktemp("hybrid"), CORPUS, use_config())
+    require_backend(request.param)
+    root = tmp_path_factory.mktemp("hybrid")
+    idx = build(root, CORPUS, use_config(vector_backend=request.param))
+    assert idx.vector_backend == request.param
     yield idx
     idx.close()
 
@@ -160,7 +182,7 @@ def test_log_hits_come_from_the_agent_with_their_day(keyword_index: MemoryIndex)
     assert (hit.origin, hit.day) == ("agent", "2025-12-24")
 
 
-def test_snippets_are_at_most_700_characters(
+def test_snippets_stay_within_the_presets_limit(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
     long_line = "The observatory telescope needs recalibration before the eclipse. " * 40
@@ -169,11 +191,11 @@ def test_snippets_are_at_most_700_characters(
     idx = make_index(ws, keyword_config())
     idx.sync()
 
-    for preset in PRESETS:  # focused (pinch, keyword) and head (openclaw, vector) snippets
-        hits = idx.search("telescope", preset=preset, min_score=0, now=NOW)
-        assert hits, preset
-        assert all(len(h.snippet) <= 700 for h in hits), preset
-    assert max(len(h.snippet) for h in hits) > 600  # the limit was actually reached
+    for name, preset in PRESETS.items():  # focused (pinch, keyword), head (openclaw, vector)
+        hits = idx.search("telescope", preset=name, min_score=0, now=NOW)
+        assert hits, name
+        assert all(len(h.snippet) <= preset.snippet_chars for h in hits), name
+        assert max(len(h.snippet) for h in hits) > preset.snippet_chars - 100, name
 
 
 def test_max_results_is_respected(keyword_index: MemoryIndex, hybrid_index: MemoryIndex) -> None:
@@ -218,20 +240,26 @@ def test_vectors_find_a_paraphrase_with_no_shared_keyword(hybrid_index: MemoryIn
 
 
 def test_sqlite_vec_and_numpy_backends_give_the_same_results(
-    hybrid_index: MemoryIndex, make_index: IndexFactory
+    tmp_path: Path, make_workspace: WorkspaceFactory, use_model: None
 ) -> None:
-    numpy = make_index(hybrid_index.workspace, use_config(vector_backend="numpy"))
-    numpy.sync()
-    assert (hybrid_index.vector_backend, numpy.vector_backend) == ("sqlite-vec", "numpy")
+    require_backend("sqlite-vec")
+    ws = make_workspace(CORPUS)
+    vec = MemoryIndex.open(ws, tmp_path / "agent.sqlite", use_config(vector_backend="sqlite-vec"))
+    vec.sync()
+    # The same database file, searched through the other backend.
+    numpy = MemoryIndex.open(ws, tmp_path / "agent.sqlite", use_config(vector_backend="numpy"))
+    assert (vec.vector_backend, numpy.vector_backend) == ("sqlite-vec", "numpy")
 
-    for query in ["what drink does Anna like", "蓝色"]:
-        for preset in ("pinch", "vector"):
-            a = hybrid_index.search(query, preset=preset, min_score=0, now=NOW)
+    for query in ["what drink does Anna like", "蓝色", "feline companion", "helmet"]:
+        for preset in sorted(PRESETS):
+            a = vec.search(query, preset=preset, min_score=0, now=NOW)
             b = numpy.search(query, preset=preset, min_score=0, now=NOW)
             assert [(h.path, h.start_line, h.end_line) for h in a] == [
                 (h.path, h.start_line, h.end_line) for h in b
             ], (query, preset)
             assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+    vec.close()
+    numpy.close()
 
 
 # ---- ranking --------------------------------------------------------------------------------
@@ -350,3 +378,95 @@ def test_hit_lines_and_snippets_match_the_files(hybrid_index: MemoryIndex) -> No
         lines = (ws / hit.path).read_text().split("\n")
         chunk = "\n".join(lines[hit.start_line - 1 : hit.end_line])
         assert all(line in chunk for line in hit.snippet.split("\n"))
+
+
+# ---- a damaged or busy database is an error, never "no hits" ---------------------------------
+
+
+def damage_table(db_path: Path, table: str) -> None:
+    """Overwrite the root page of `table` in a closed database file with garbage."""
+    db = open_database(db_path)
+    (root,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,))[0]
+    (page_size,) = db.execute("PRAGMA page_size")[0]
+    db.close()  # the last connection checkpoints the WAL into the file
+    with db_path.open("r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(b"\xff" * page_size)
+
+
+def test_a_damaged_keyword_index_raises_instead_of_finding_nothing(
+    tmp_path: Path, make_workspace: WorkspaceFactory
+) -> None:
+    ws = make_workspace({"MEMORY.md": "- The blue umbrella is in the hallway cupboard.\n" * 50})
+    idx = MemoryIndex.open(ws, tmp_path / "agent.sqlite", keyword_config())
+    idx.sync()
+    assert idx.search("umbrella", now=NOW)
+    idx.close()
+    damage_table(tmp_path / "agent.sqlite", "memory_fts_data")
+
+    idx = MemoryIndex.open(ws, tmp_path / "agent.sqlite", keyword_config())
+    with pytest.raises(IndexCorruptError, match=r"damaged.*pinch memory index"):
+        idx.search("umbrella", now=NOW)
+    idx.close()
+
+
+def test_a_query_fts5_cannot_parse_finds_nothing_by_keyword(keyword_index: MemoryIndex) -> None:
+    from memory.search import keyword_candidates
+
+    generation = keyword_index.active_generation()
+    assert generation is not None
+    assert keyword_candidates(keyword_index.db, generation[0], '"unclosed', 10, [""]) == []
+    assert keyword_candidates(keyword_index.db, generation[0], "AND OR (", 10, [""]) == []
+
+
+# ---- very common words at scale -------------------------------------------------------------
+
+
+@pytest.fixture
+def common_words_index(make_workspace: WorkspaceFactory, make_index: IndexFactory) -> MemoryIndex:
+    files = {f"memory/note{i:02d}.md": f"Anna walked the dog, day {i}.\n" for i in range(20)}
+    files["memory/note20.md"] = "Anna saw a zeppelin over the dog park.\n"
+    idx = make_index(make_workspace(files), keyword_config())
+    idx.sync()
+    return idx
+
+
+def generation_of(idx: MemoryIndex) -> int:
+    active = idx.active_generation()
+    assert active is not None
+    return active[0]
+
+
+def test_a_very_common_word_is_left_out_of_the_keyword_query(
+    common_words_index: MemoryIndex,
+) -> None:
+    from memory.search import common_term_match
+
+    idx = common_words_index
+    match = common_term_match(idx.db, generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1)
+
+    assert match == '"zeppelin"'
+
+
+def test_when_every_word_is_common_the_chunks_holding_all_of_them_are_ranked(
+    common_words_index: MemoryIndex,
+) -> None:
+    from memory.search import common_term_match
+
+    idx = common_words_index
+    match = common_term_match(idx.db, generation_of(idx), ["anna", "dog"], 0.2, floor=1)
+
+    assert match == '"anna" AND "dog"'
+
+
+def test_the_rank_cap_ranks_only_the_newest_matching_chunks(
+    common_words_index: MemoryIndex,
+) -> None:
+    from memory.search import keyword_candidates
+
+    idx = common_words_index
+    newest = sorted(int(r[0]) for r in idx.db.execute("SELECT rowid FROM memory_fts"))[-3:]
+
+    found = keyword_candidates(idx.db, generation_of(idx), '"anna"', 10, [""], rank_cap=3)
+
+    assert sorted(i for i, _ in found) == newest

@@ -231,12 +231,11 @@ def test_tool_results_are_untrusted_and_memory_tool_results_skipped(index: Memor
     chunks = chunks_of(index, transcript_path(session.id))
     assert [(s, e, origin) for s, e, _, origin in chunks] == [
         (1, 1, "system"),
-        (3, 3, "untrusted"),
-        (7, 7, "system"),
+        (3, 7, "untrusted"),  # the reply after a fetched page may repeat it: packed with it
     ]
-    tool_text = chunks[1][2]
+    tool_text, reply = chunks[1][2].split("\n")
     assert tool_text.startswith("[3] Tool result (web_fetch): Ferry 9:15")
-    assert len(tool_text) < 560
+    assert len(tool_text) < 560 and reply.startswith("[7] Assistant:")
     assert "MEMORY-ECHO" not in "".join(t for _, _, t, _ in chunks)
 
 

@@ -1,0 +1,312 @@
+"""Forgetting one session: everything attributable to it by lineage, removed, and a tombstone.
+
+    plan = plan_forget(index, "3f2a…")        # or a session key: its latest session
+    forget(index, writer, plan)               # `pinch memory forget --session … [--dry-run]`
+
+What goes (each item of the plan says where):
+- its session notes (memory/YYYY-MM-DD-<slug>.md recorded when /new wrote them), deleted — unless
+  the file changed since, then kept and reported (the owner's edits are never removed);
+- the daily-log entries appended during it (marker `<!-- origin: … · session: ID -->` and a
+  lineage row with the entry's line count and hash), cut out of the log atomically — unless the
+  entry's text changed since, then kept and reported; lines around them are untouched;
+- its transcript (events and session row) and its transcript chunks in the index;
+- lineage rows other parts recorded for it (recall signals, dreaming candidates, preimages):
+  removed, and their own rows too when the part registered a remover (`register_remover`);
+- then a tombstone (lineage_tombstones): re-indexing skips entries still marked with the
+  session (a restored backup), transcript indexing skips it, Dreaming checks `is_forgotten`.
+
+What it cannot erase: text the owner edited by hand (kept, reported), backups and copies of the
+workspace or database, and what a model provider already received.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memory.chunking import hash_text
+from memory.errors import SessionError, WorkspaceError
+from memory.index import MemoryIndex
+from memory.lineage import LineageRow, LineageStore, marked_entries
+from memory.sessions import Session, SessionKey, SessionStore
+from memory.transcripts import transcript_path
+from memory.writes import WorkspaceWriter
+
+# kind -> remover(conn, refs) for lineage kinds kept in other tables; returns rows removed.
+Remover = Callable[[Any, list[str]], int]
+_REMOVERS: dict[str, Remover] = {}
+FILE_KINDS = frozenset({"session_note", "daily_entry"})
+UNRECORDED_NOTE = (
+    "written before Pinch recorded lineage, so it may hold your edits: delete it yourself"
+)
+
+
+def register_remover(kind: str, remove: Remover) -> None:
+    """Let `forget` delete your rows: `remove(conn, refs)` runs inside its transaction with the
+    `ref`s of the session's lineage rows of `kind`."""
+    _REMOVERS[kind] = remove
+
+
+@dataclass(frozen=True)
+class ForgetItem:
+    kind: str  # session_note | daily_entry | transcript_events | index_chunks | <lineage kind>
+    action: str  # "remove" | "keep"
+    path: str | None = None
+    lines: str | None = None  # "12-14" for daily entries
+    count: int = 1
+    reason: str | None = None  # why kept
+
+
+@dataclass(frozen=True)
+class ForgetPlan:
+    session_id: str
+    session_key: str | None
+    items: tuple[ForgetItem, ...] = field(default_factory=tuple)
+    done: bool = False  # False: a dry run (nothing changed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def kept(self) -> list[ForgetItem]:
+        return [i for i in self.items if i.action == "keep"]
+
+
+def find_session(store: SessionStore, ref: str) -> Session:
+    """The session `ref` names: a session id, or a session key (its latest session)."""
+    ref = ref.strip().removeprefix("sessions/")
+    session = store.get(ref)
+    if session is not None:
+        return session
+    try:
+        key = SessionKey.parse(ref)
+    except ValueError:
+        key = None
+    history = store.history(key) if key is not None else []
+    if not history:
+        raise SessionError(
+            f"No session {ref!r} in this agent database. Give a session id (from a search hit "
+            "sessions/<id>, or the header of a session note) or a session key such as "
+            "main:cli:direct:owner."
+        )
+    return history[-1]
+
+
+def plan_forget(index: MemoryIndex, ref: str) -> ForgetPlan:
+    """Exactly what `forget` would remove (and keep) for the session `ref`. Changes nothing."""
+    store = SessionStore(index.db)
+    lineage = LineageStore(index.db)
+    try:
+        session: Session | None = find_session(store, ref)
+    except SessionError:
+        if not lineage.of_session(ref):
+            raise
+        session = None  # transcript gone already; lineage (files) remains
+    sid = session.id if session else ref
+    rows = lineage.of_session(sid)
+    items: list[ForgetItem] = []
+    items += _plan_notes(index, [r for r in rows if r.kind == "session_note"])
+    recorded_notes = {r.path for r in rows if r.kind == "session_note"}
+    items += [
+        ForgetItem("session_note", "keep", path, reason=UNRECORDED_NOTE)
+        for path in _notes_naming(index, sid)
+        if path not in recorded_notes
+    ]
+    for path in dict.fromkeys(r.path for r in rows if r.kind == "daily_entry" and r.path):
+        text = _read(index, path)
+        if text is not None:
+            items += _entries_plan(path, text, sid, _recorded(rows, path))[1]
+    events = len(store.events(sid)) if session else 0
+    if events:
+        items.append(ForgetItem("transcript_events", "remove", count=events))
+    chunks = _chunk_count(index, transcript_path(sid))
+    if chunks:
+        items.append(ForgetItem("index_chunks", "remove", transcript_path(sid), count=chunks))
+    others: dict[str, int] = {}
+    for r in rows:
+        if r.kind not in FILE_KINDS:
+            others[r.kind] = others.get(r.kind, 0) + 1
+    items += [ForgetItem(kind, "remove", count=n) for kind, n in sorted(others.items())]
+    key = str(session.key) if session else None
+    return ForgetPlan(sid, key, tuple(items))
+
+
+def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> ForgetPlan:
+    """Carry out `plan` (from `plan_forget`): files rewritten atomically, rows deleted, the
+    tombstone recorded, the index synced. Returns what was actually done."""
+    sid = plan.session_id
+    lineage = LineageStore(index.db)
+    rows = lineage.of_session(sid)
+    outcomes: dict[str, list[ForgetItem]] = {}  # daily log -> entries removed or kept
+    for path in dict.fromkeys(r.path for r in rows if r.kind == "daily_entry" and r.path):
+        if _read(index, path) is not None:
+            outcomes[path] = []
+            writer.rewrite(path, _cutter(path, sid, _recorded(rows, path), outcomes[path]))
+    done: list[ForgetItem] = []
+    for item in plan.items:
+        if item.kind == "daily_entry":
+            done += outcomes.pop(item.path or "", [])
+            continue
+        if item.kind == "session_note" and item.action == "remove" and item.path:
+            hashes = {r.detail.get("hash") for r in rows if r.kind == "session_note"}
+            text = _read(index, item.path)
+            if text is not None and hash_text(text) not in hashes:
+                done.append(_kept(item, "edited by hand"))
+                continue
+            if text is not None and not writer.remove_file(item.path, text):
+                done.append(_kept(item, "changed while forgetting; run forget again"))
+                continue
+        done.append(item)
+    for items in outcomes.values():  # entries that appeared after the plan was made
+        done += items
+    with index.db.transaction() as conn:
+        for kind, remove in _REMOVERS.items():
+            refs = [r.ref for r in rows if r.kind == kind and r.ref is not None]
+            if refs:
+                remove(conn, refs)
+        conn.execute("DELETE FROM transcript_events WHERE session_id = ?", (sid,))
+        conn.execute("SAVEPOINT forget_session")
+        try:
+            conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+        except Exception as exc:  # another table still points at it: keep the empty row
+            if "FOREIGN KEY" not in str(exc).upper():
+                raise
+            conn.execute("ROLLBACK TO forget_session")
+        conn.execute("RELEASE forget_session")
+        summary = [
+            {k: v for k, v in asdict(i).items() if v is not None and k != "action"}
+            for i in done
+            if i.action == "remove"
+        ]
+        conn.execute(
+            "INSERT OR REPLACE INTO lineage_tombstones VALUES (?, ?, ?, ?)",
+            (sid, plan.session_key, time.time(), json.dumps(summary)),
+        )
+        # Keep the rows of what stayed (edited by hand): they still say where it came from.
+        kept = {i.path for i in done if i.action == "keep" and i.path}
+        for r in rows:
+            if r.path is None or r.path not in kept:
+                conn.execute("DELETE FROM lineage WHERE id = ?", (r.id,))
+    if index.active_generation() is not None:
+        index.delete_virtual(transcript_path(sid))
+    index.sync()
+    return ForgetPlan(sid, plan.session_key, tuple(done), done=True)
+
+
+def _cutter(
+    path: str, sid: str, recorded: dict[str, int], outcome: list[ForgetItem]
+) -> Callable[[str | None], str]:
+    """The change `rewrite` applies (maybe more than once); `outcome` holds the last run's."""
+
+    def cut(text: str | None) -> str:
+        new, items = _entries_plan(path, text or "", sid, recorded)
+        outcome[:] = items
+        return new
+
+    return cut
+
+
+# ---- files -----------------------------------------------------------------------------------
+
+
+def _read(index: MemoryIndex, rel: str) -> str | None:
+    try:
+        return (index.workspace / rel).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkspaceError(f"Cannot read {rel} ({exc}); nothing was forgotten.") from exc
+
+
+def _kept(item: ForgetItem, reason: str) -> ForgetItem:
+    return ForgetItem(item.kind, "keep", item.path, item.lines, item.count, reason)
+
+
+def _plan_notes(index: MemoryIndex, rows: list[LineageRow]) -> list[ForgetItem]:
+    items = []
+    for r in rows:
+        if r.path is None:
+            continue
+        text = _read(index, r.path)
+        if text is None:
+            continue
+        if hash_text(text) == r.detail.get("hash"):
+            items.append(ForgetItem("session_note", "remove", r.path))
+        else:
+            items.append(ForgetItem("session_note", "keep", r.path, reason="edited by hand"))
+    return items
+
+
+def _notes_naming(index: MemoryIndex, sid: str) -> list[str]:
+    """Session notes whose header names `sid` (`<!-- session: ID | … -->` on line 2)."""
+    found = []
+    folder = index.workspace / "memory"
+    for note in sorted(folder.glob("????-??-??-*.md")) if folder.is_dir() else []:
+        try:
+            with note.open(encoding="utf-8", errors="replace") as fh:
+                head = [fh.readline() for _ in range(3)]
+        except OSError:
+            continue
+        if any(line.startswith(f"<!-- session: {sid} |") for line in head):
+            found.append(note.relative_to(index.workspace).as_posix())
+    return found
+
+
+def _recorded(rows: list[LineageRow], path: str) -> dict[str, int]:
+    """hash -> line count of the entries the session appended to `path`."""
+    return {
+        str(r.detail.get("hash")): int(r.detail.get("lines", 1))
+        for r in rows
+        if r.kind == "daily_entry" and r.path == path
+    }
+
+
+def _entries_plan(
+    path: str, text: str, sid: str, recorded: dict[str, int]
+) -> tuple[str, list[ForgetItem]]:
+    """`text` without the session's unchanged entries, and what was removed or kept."""
+    nl = "\r\n" if "\r\n" in text else "\n"
+    lines = text.replace("\r\n", "\n").split("\n")
+    drop: set[int] = set()  # 0-based line indexes
+    items: list[ForgetItem] = []
+    for entry in marked_entries("\n".join(lines)):
+        if entry.session_id != sid:
+            continue
+        end = entry.end - 1
+        span = None
+        for entry_hash, count in recorded.items():
+            start = end - count + 1
+            if start >= 0 and hash_text("\n".join(lines[start : end + 1])) == entry_hash:
+                span = (start, end)
+                break
+        if span is None:
+            where = f"{entry.start}-{entry.end}"
+            items.append(ForgetItem("daily_entry", "keep", path, where, reason="edited by hand"))
+            continue
+        drop.update(range(span[0], span[1] + 1))
+        items.append(ForgetItem("daily_entry", "remove", path, f"{span[0] + 1}-{span[1] + 1}"))
+    for start in [i for i in sorted(drop) if i - 1 not in drop]:
+        end = start
+        while end + 1 in drop:
+            end += 1
+        # The blank line that separated the entry from what came before goes with it, unless
+        # another paragraph follows the entry (then it still separates the two).
+        after_blank = end + 1 >= len(lines) or not lines[end + 1].strip()
+        if start > 0 and not lines[start - 1].strip() and after_blank:
+            drop.add(start - 1)
+    if not drop:
+        return text, items
+    return nl.join(line for i, line in enumerate(lines) if i not in drop), items
+
+
+def _chunk_count(index: MemoryIndex, path: str) -> int:
+    active = index.active_generation()
+    if active is None:
+        return 0
+    rows = index.db.execute(
+        "SELECT count(*) FROM memory_chunks WHERE generation = ? AND path = ?", (active[0], path)
+    )
+    return int(rows[0][0])

@@ -1,0 +1,223 @@
+"""Forgetting a session: its notes, its daily-log entries, its transcript and its chunks go; the
+owner's own lines stay; a tombstone keeps re-indexing from bringing any of it back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from app.cli import main
+from app.config import load_settings
+from memory.chunking import hash_text
+from memory.forget import forget, plan_forget
+from memory.index import MemoryIndex
+from memory.lineage import LineageStore
+from memory.sessions import SessionStore
+from memory.transcripts import transcript_path
+from memory.writes import WorkspaceWriter
+from tests.agent_support import OWNER, Kit, make_kit, responder, template_workspace
+from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply, tool_reply
+
+DAY = "memory/2026-01-10.md"
+OWNER_LINES = "# 2026-01-10\n\n- Owner: dentist moved to Thursday.\n"
+
+
+def _turns(*replies: Reply) -> Callable[[RecordedRequest], Reply]:
+    queue = list(replies)
+
+    def turn(request: RecordedRequest) -> Reply:
+        return queue.pop(0) if queue else text_reply("Ok.")
+
+    return responder(turn=turn, slug=text_reply("zeppelin trip"))
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> Iterator[tuple[Kit, FakeModelServer]]:
+    with FakeModelServer() as model:
+        ws = template_workspace(tmp_path, **{DAY: OWNER_LINES})
+        kit = make_kit(tmp_path, model, workspace=ws)
+        yield kit, model
+    kit.index.close()
+
+
+def chat(kit: Kit, model: FakeModelServer, text: str, *replies: Reply) -> str:
+    """One owner turn with scripted replies; returns the session id it ran in."""
+    model.respond_with(_turns(*replies))
+    return asyncio.run(kit.agent.handle(OWNER, text)).session_id
+
+
+def forgettable_session(kit: Kit, model: FakeModelServer) -> str:
+    """A session that appended two entries (around an owner's line), then ended with /new."""
+    sid = chat(
+        kit,
+        model,
+        "Plan the zeppelin trip to Friedrichshafen.",
+        tool_reply("memory_append", {"text": "- Zeppelin trip: leave at 07:10."}),
+        text_reply("Noted the zeppelin departure."),
+    )
+    log = kit.workspace / DAY
+    log.write_text(log.read_text() + "\n- Owner: call the bank.\n")  # by hand, mid-session
+    chat(
+        kit,
+        model,
+        "Also the hotel.",
+        tool_reply("memory_append", {"text": "Zeppelin hotel: Seehotel,\nroom 12."}),
+        text_reply("Hotel noted."),
+    )
+    asyncio.run(kit.agent.handle(OWNER, "/new"))
+    return sid
+
+
+def found(kit: Kit, words: str) -> list[str]:
+    hits = kit.index.search(words, max_results=50, scopes=("", OWNER.memory_scope))
+    return [f"{h.path}: {h.snippet}" for h in hits if "eppelin" in h.snippet]
+
+
+def test_forget_leaves_nothing_of_the_session_to_search_or_reindex(
+    kit: tuple[Kit, FakeModelServer],
+) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    assert found(k, "zeppelin")  # in the log, the session note and the transcript
+    forget(k.index, k.agent.writer, plan_forget(k.index, sid))
+    assert found(k, "zeppelin") == []
+    k.index.sync(force=True)  # a full re-index replays files and transcripts
+    assert found(k, "zeppelin") == []
+    assert k.store.get(sid) is None and k.store.events(sid) == []
+    assert not list((k.workspace / "memory").glob("*zeppelin*"))
+
+
+def test_the_owners_own_lines_in_the_same_log_survive(kit: tuple[Kit, FakeModelServer]) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    forget(k.index, k.agent.writer, plan_forget(k.index, sid))
+    assert (k.workspace / DAY).read_text() == (
+        "# 2026-01-10\n\n- Owner: dentist moved to Thursday.\n\n- Owner: call the bank.\n"
+    )
+
+
+def test_a_dry_run_lists_exactly_what_goes_and_changes_nothing(
+    kit: tuple[Kit, FakeModelServer],
+) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    before = {p: p.read_bytes() for p in (k.workspace / "memory").iterdir()}
+    plan = plan_forget(k.index, sid)
+    assert {p: p.read_bytes() for p in (k.workspace / "memory").iterdir()} == before
+    assert k.store.get(sid) is not None
+    [note] = [p.relative_to(k.workspace).as_posix() for p in before if "zeppelin" in p.name]
+    events = len(k.store.events(sid))
+    chunks = k.index.db.execute(
+        "SELECT count(*) FROM memory_chunks WHERE path = ?", (transcript_path(sid),)
+    )[0][0]
+    listed = [(i.kind, i.action, i.path, i.lines, i.count) for i in plan.items]
+    assert listed == [
+        ("session_note", "remove", note, None, 1),
+        ("daily_entry", "remove", DAY, "4-4", 1),
+        ("daily_entry", "remove", DAY, "8-9", 1),
+        ("transcript_events", "remove", None, None, events),
+        ("index_chunks", "remove", transcript_path(sid), None, chunks),
+    ]
+    done = forget(k.index, k.agent.writer, plan)
+    assert [(i.kind, i.action, i.path, i.lines, i.count) for i in done.items] == listed
+
+
+def test_other_sessions_entries_stay(kit: tuple[Kit, FakeModelServer]) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    chat(k, model, "Note the ferry.", tool_reply("memory_append", {"text": "- Ferry at 9."}))
+    forget(k.index, k.agent.writer, plan_forget(k.index, sid))
+    assert "- Ferry at 9. <!-- origin: agent · session: " in (k.workspace / DAY).read_text()
+
+
+def test_an_entry_the_owner_edited_is_kept_and_reported(kit: tuple[Kit, FakeModelServer]) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    log = k.workspace / DAY
+    log.write_text(log.read_text().replace("leave at 07:10", "leave at 07:30 (mine now)"))
+    done = forget(k.index, k.agent.writer, plan_forget(k.index, sid))
+    [kept] = done.kept
+    assert (kept.kind, kept.path, kept.reason) == ("daily_entry", DAY, "edited by hand")
+    assert "07:30 (mine now)" in log.read_text() and "Seehotel" not in log.read_text()
+
+
+def test_a_session_note_the_owner_edited_is_kept(kit: tuple[Kit, FakeModelServer]) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    [note] = (k.workspace / "memory").glob("*zeppelin*")
+    note.write_text(note.read_text() + "\nMy own thoughts on it.\n")
+    done = forget(k.index, k.agent.writer, plan_forget(k.index, sid))
+    assert note.exists() and [i.kind for i in done.kept] == ["session_note"]
+
+
+def test_a_restored_backup_does_not_bring_forgotten_entries_back(
+    kit: tuple[Kit, FakeModelServer],
+) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    log = k.workspace / DAY
+    backup = log.read_text()
+    forget(k.index, k.agent.writer, plan_forget(k.index, sid))
+    log.write_text(backup)
+    k.index.sync(force=True)
+    assert [h for h in found(k, "zeppelin") if h.startswith(DAY)] == []
+    assert LineageStore(k.index.db).is_forgotten(sid)
+    assert k.index.search("call the bank")  # the owner's lines are still indexed
+
+
+def test_a_session_key_names_its_latest_session(kit: tuple[Kit, FakeModelServer]) -> None:
+    k, model = kit
+    forgettable_session(k, model)
+    sid = chat(k, model, "Note it.", tool_reply("memory_append", {"text": "- Latest."}))
+    assert plan_forget(k.index, str(OWNER)).session_id == sid
+
+
+def test_an_unknown_session_is_explained(kit: tuple[Kit, FakeModelServer]) -> None:
+    k, _ = kit
+    with pytest.raises(Exception, match="No session 'nope'"):
+        plan_forget(k.index, "nope")
+
+
+def test_the_command_prints_a_dry_run_as_json_then_forgets(pinch_home: Path) -> None:
+    runner = CliRunner()
+    env = {"PINCH_MEMORY__EMBEDDING__PROVIDER": "none"}
+    assert runner.invoke(main, ["init"], env=env).exit_code == 0
+    settings = load_settings()
+    index = MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
+    sid = SessionStore(index.db).current(OWNER).id
+    entry = WorkspaceWriter(settings.workspace_dir).append_daily_entry(
+        "- Secret plan.", origin="agent", session_id=sid
+    )
+    detail = {"hash": hash_text(entry.text), "lines": 1}
+    LineageStore(index.db).record(sid, "daily_entry", path=entry.path, detail=detail)
+    index.close()
+    log = settings.workspace_dir / entry.path
+
+    args = ["memory", "forget", "--session", sid]
+    dry = runner.invoke(main, [*args, "--dry-run", "--json"], env=env)
+    assert dry.exit_code == 0, dry.output
+    plan = json.loads(dry.output)
+    assert plan["done"] is False and [i["kind"] for i in plan["items"]] == ["daily_entry"]
+    assert "Secret plan" in log.read_text()
+    out = runner.invoke(main, args, env=env)
+    assert out.exit_code == 0, out.output
+    assert "Forgot session" in out.output and "removed  daily_entry" in out.output
+    assert "Secret plan" not in log.read_text()
+
+
+def test_a_note_from_before_lineage_is_listed_as_kept_not_deleted(
+    kit: tuple[Kit, FakeModelServer],
+) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    k.index.db.execute("DELETE FROM lineage WHERE kind = 'session_note'")
+    [note] = (k.workspace / "memory").glob("*zeppelin*")
+    done = forget(k.index, k.agent.writer, plan_forget(k.index, sid))
+    [kept] = done.kept
+    assert kept.path == note.relative_to(k.workspace).as_posix() and note.exists()
+    assert "before Pinch recorded lineage" in (kept.reason or "")

@@ -1,0 +1,180 @@
+"""The vector stores: sqlite-vec and numpy find the same chunks with the same scores, filter by
+scope, and see writes. Real SQLite files, random unit vectors, no model."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memory.db import Database, open_database
+from memory.vectors import NumpyStore, SqliteVecStore, VectorStore, matrix_table
+
+DIMS = 32
+
+
+def sqlite_vec_loads() -> bool:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = open_database(Path(tmp) / "probe.sqlite")
+        try:
+            return db.vec_version is not None
+        finally:
+            db.close()
+
+
+def unit_rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    m = rng.standard_normal((n, DIMS)).astype(np.float32)
+    return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+def insert_chunks(
+    db: Database, store: VectorStore, vectors: np.ndarray, scopes: list[str], generation: int = 1
+) -> list[int]:
+    """Chunks with these centroids, written the way the index writes them; returns their ids."""
+    rows = []
+    with db.transaction() as conn:
+        conn.execute(
+            "INSERT OR IGNORE INTO memory_generations(id, identity, state, dimensions, created_at) "
+            "VALUES (?, '{}', 'active', ?, ?)",
+            (generation, DIMS, time.time()),
+        )
+        for vec, scope in zip(vectors, scopes, strict=True):
+            cur = conn.execute(
+                "INSERT INTO memory_chunks(generation, path, source, origin, scope, start_line, "
+                "end_line, hash, text, centroid) VALUES (?, 'f.md', 'memory', 'owner', ?, 1, 1, "
+                "'h', 'text', ?)",
+                (generation, scope, vec.astype("<f4").tobytes()),
+            )
+            rows.append((int(cur.lastrowid), generation, scope, vec))
+        store.add(conn, rows)
+        bump_version(conn)
+    return [r[0] for r in rows]
+
+
+def bump_version(conn: object) -> None:
+    conn.execute(  # type: ignore[attr-defined]
+        "INSERT INTO meta(key, value) VALUES ('index_version', '1') ON CONFLICT(key) "
+        "DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT)"
+    )
+
+
+@pytest.fixture
+def vec_db(tmp_path: Path) -> Iterator[Database]:
+    if not sqlite_vec_loads():
+        pytest.skip("sqlite-vec cannot be loaded by this Python's SQLite")
+    db = open_database(tmp_path / "agent.sqlite")
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def numpy_db(tmp_path: Path) -> Iterator[Database]:
+    db = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
+    yield db
+    db.close()
+
+
+def test_both_backends_return_the_same_chunks_and_scores(vec_db: Database, tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    vectors = unit_rows(rng, 3000)
+    scopes = ["" if i % 3 else "chat-a" for i in range(3000)]
+    vec_store = SqliteVecStore(vec_db, DIMS)
+    insert_chunks(vec_db, vec_store, vectors, scopes)
+    # The same file searched through numpy, on a connection without the extension.
+    numpy_db = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
+    numpy_store = NumpyStore(numpy_db)
+
+    for query in unit_rows(rng, 20):
+        a = vec_store.search(query, 50, 1, [""])
+        b = numpy_store.search(query, 50, 1, [""])
+        assert [i for i, _ in a] == [i for i, _ in b]
+        assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-5)
+    numpy_db.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite-vec", "numpy"])
+def test_a_search_never_returns_another_scope(
+    backend: str, vec_db: Database, numpy_db: Database
+) -> None:
+    db = vec_db if backend == "sqlite-vec" else numpy_db
+    store: VectorStore = SqliteVecStore(db, DIMS) if backend == "sqlite-vec" else NumpyStore(db)
+    rng = np.random.default_rng(1)
+    vectors = unit_rows(rng, 200)
+    ids = insert_chunks(db, store, vectors, ["chat-a"] * 100 + ["chat-b"] * 100)
+
+    hits = store.search(vectors[150], 300, 1, ["chat-a"])
+
+    assert len(hits) == 100
+    assert {i for i, _ in hits} == set(ids[:100])
+
+
+def test_numpy_sees_chunks_added_after_its_first_search(numpy_db: Database) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(2)
+    insert_chunks(numpy_db, store, unit_rows(rng, 10), [""] * 10)
+    store.search(unit_rows(rng, 1)[0], 5, 1, [""])
+    # Written through another store object (another process would do the same).
+    target = unit_rows(rng, 1)
+    (new_id,) = insert_chunks(numpy_db, NumpyStore(numpy_db), target, [""])
+
+    (best, score) = store.search(target[0], 1, 1, [""])[0]
+
+    assert best == new_id and score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_numpy_without_its_matrix_table_reads_the_centroids(numpy_db: Database) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(3)
+    insert_chunks(numpy_db, store, unit_rows(rng, 50), [""] * 50)
+    query = unit_rows(rng, 1)[0]
+    before = store.search(query, 10, 1, [""])
+    # An index written before the matrix table existed.
+    with numpy_db.transaction() as conn:
+        conn.execute(f"DROP TABLE {matrix_table(1)}")
+        bump_version(conn)
+
+    assert NumpyStore(numpy_db).search(query, 10, 1, [""]) == before
+
+
+def test_equal_scores_come_back_lowest_chunk_id_first(numpy_db: Database) -> None:
+    store = NumpyStore(numpy_db)
+    same = np.tile(unit_rows(np.random.default_rng(4), 1), (5, 1))
+    ids = insert_chunks(numpy_db, store, same, [""] * 5)
+
+    assert [i for i, _ in store.search(same[0], 3, 1, [""])] == ids[:3]
+
+
+def test_deleted_chunks_are_no_longer_found(numpy_db: Database) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(5)
+    vectors = unit_rows(rng, 20)
+    ids = insert_chunks(numpy_db, store, vectors, [""] * 20)
+    with numpy_db.transaction() as conn:
+        store.delete(conn, 1, ids[:10])
+        conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in ids[:10]])
+        bump_version(conn)
+
+    found = {i for i, _ in store.search(vectors[0], 20, 1, [""])}
+
+    assert found == set(ids[10:])
+
+
+def test_an_index_from_before_the_matrix_table_keeps_every_chunk_after_a_write(
+    numpy_db: Database,
+) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(6)
+    old = unit_rows(rng, 30)
+    old_ids = insert_chunks(numpy_db, store, old, [""] * 30)
+    with numpy_db.transaction() as conn:  # as written before the table existed
+        conn.execute(f"DROP TABLE {matrix_table(1)}")
+        bump_version(conn)
+
+    (new_id,) = insert_chunks(numpy_db, store, unit_rows(rng, 1), [""])
+
+    found = {i for i, _ in store.search(old[0], 100, 1, [""])}
+    assert found == {*old_ids, new_id}
