@@ -49,10 +49,12 @@ from app.jobs import (
     JobStore,
     NewJob,
     Schedule,
+    ScheduleError,
     human_duration,
     local_text,
     next_run,
     parse_duration,
+    zone,
 )
 from channels.base import Channel, OutboundMessage
 from memory.sessions import OWNER_PEER, SessionKey
@@ -449,8 +451,6 @@ def heartbeat_items(path: Path) -> str:
 def within_hours(now: datetime, tz: str, hours: tuple[int, int] | None) -> bool:
     if hours is None:
         return True
-    from app.jobs import zone
-
     local = now.astimezone(zone(tz))
     minute = local.hour * 60 + local.minute
     start, end = hours
@@ -486,6 +486,21 @@ def agent_turn(agent: Any) -> RunTurn:
     return run
 
 
+def owner_zone(runtime: Runtime) -> str:
+    """The IANA name of the owner's zone; "UTC" (logged) when the machine's zone has none."""
+    name = runtime.clock.zone_name
+    try:
+        zone(name)
+    except ScheduleError:
+        log.warning(
+            'The local time zone "%s" has no IANA name; jobs use UTC. Set [agent] timezone '
+            '(e.g. "Europe/Berlin") for times in your zone.',
+            name,
+        )
+        return "UTC"
+    return name
+
+
 def add_schedule_tool(runtime: Runtime) -> JobStore:
     """Offer the `schedule` tool in `runtime`'s agent (owner only, by policy); returns the store.
 
@@ -496,7 +511,7 @@ def add_schedule_tool(runtime: Runtime) -> JobStore:
     owners = runtime.settings.owners
     tool = schedule_tool(
         store,
-        zone=runtime.clock.zone_name,
+        zone=owner_zone(runtime),
         route=owner_route({"telegram": owners.telegram, "slack": owners.slack}),
         scheduler=lambda: _SCHEDULERS.get("pinch"),
     )
@@ -512,7 +527,7 @@ def build_scheduler(runtime: Runtime, deliver: Deliver, *, now: Now = _utcnow) -
 
     settings = runtime.settings
     store = JobStore(runtime.index.db)
-    zone_name = runtime.clock.zone_name
+    zone_name = owner_zone(runtime)
     hb = settings.heartbeat
     owners = settings.owners
     main_key = SessionKey.owner_main(settings.agent_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,3 +72,15 @@ def test_the_heartbeat_runs_a_turn_and_delivers_to_the_owner_on_telegram(
     assert sent == ["An invoice in inbox/ is due today."]
     assert str(call.params["chat_id"]) == "111"
     assert "Open TODOs" in server.requests[0].last_user_text()  # HEARTBEAT.md's checklist
+
+
+def test_a_machine_zone_without_an_iana_name_falls_back_to_utc_for_jobs() -> None:
+    from types import SimpleNamespace
+
+    from app.scheduler import owner_zone
+
+    def runtime(name: str) -> Any:
+        return SimpleNamespace(clock=SimpleNamespace(zone_name=name))
+
+    assert owner_zone(runtime("Europe/Berlin")) == "Europe/Berlin"
+    assert owner_zone(runtime("XYZT")) == "UTC"
