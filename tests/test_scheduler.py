@@ -461,3 +461,27 @@ async def test_a_run_due_again_when_the_previous_one_ends_is_not_skipped_by_the_
     finally:
         await h.scheduler.stop()
     assert len(h.turns) == 2
+
+
+@run
+async def test_a_job_whose_timer_fires_over_a_second_late_still_runs(tmp_path: Path) -> None:
+    # APScheduler's default misfire_grace_time=1 would drop it silently.
+    import time as _time
+
+    delivered = asyncio.Event()
+    h = Harness(tmp_path, clock=Clock(datetime.now(UTC)))
+    h.scheduler.now = lambda: datetime.now(UTC)
+
+    async def deliver(msg: OutboundMessage) -> None:
+        h.sent.append(msg)
+        delivered.set()
+
+    h.scheduler.deliver = deliver
+    job = h.add("at", "x", anchor=datetime.now(UTC) + timedelta(seconds=0.1))
+    await h.scheduler.start()
+    try:
+        _time.sleep(1.3)  # the event loop is blocked (a busy process) past the due time + 1 s
+        await asyncio.wait_for(delivered.wait(), 5)
+    finally:
+        await h.scheduler.stop()
+    assert h.store.runs(job)[0].late_by_s > 1.0
