@@ -494,6 +494,30 @@ class JobStore:
                 (status, utc_text(now), late_by_s, note, run_id),
             )
 
+    def complete_run(
+        self,
+        run_id: int,
+        job_id: int,
+        status: str,
+        now: datetime,
+        late_by_s: float,
+        note: str | None,
+        *,
+        done: bool,
+    ) -> None:
+        """Record a successful run and reset the job's failures, in one transaction."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE job_runs SET status = ?, finished = ?, late_by_s = ?, note = ? "
+                "WHERE id = ?",
+                (status, utc_text(now), late_by_s, note, run_id),
+            )
+            conn.execute(
+                "UPDATE jobs SET consecutive_failures = 0, backoff_until = NULL, "
+                "state = CASE WHEN ? AND state = 'active' THEN 'done' ELSE state END WHERE id = ?",
+                (int(done), job_id),
+            )
+
     def record_success(self, job_id: int, *, done: bool) -> None:
         with self.db.transaction() as conn:
             conn.execute(

@@ -346,8 +346,20 @@ class Scheduler:
             await self._db(self.store.finish_run, run_id, "failed", self.now(), late_by, detail)
             await self._failed(job, detail)
             return
-        await self._db(self.store.finish_run, run_id, status, self.now(), late_by, note)
-        await self._db(self.store.record_success, job.id, done=job.schedule.kind == "at")
+        # Delivered: a stop arriving now must not undo that (a one-shot released as "due"
+        # would be delivered again after the restart), so the record is one shielded write.
+        await asyncio.shield(
+            self._db(
+                self.store.complete_run,
+                run_id,
+                job.id,
+                status,
+                self.now(),
+                late_by,
+                note,
+                done=job.schedule.kind == "at",
+            )
+        )
 
     async def _payload(self, job: Job, note: str | None) -> str | None:
         """What to deliver for one run of `job` (None: nothing)."""

@@ -484,4 +484,29 @@ async def test_a_job_whose_timer_fires_over_a_second_late_still_runs(tmp_path: P
         await asyncio.wait_for(delivered.wait(), 5)
     finally:
         await h.scheduler.stop()
-    assert h.store.runs(job)[0].late_by_s > 1.0
+    started = h.store.runs(job)[0].started
+    assert (
+        started is not None and (started - h.store.runs(job)[0].scheduled_for).total_seconds() > 1
+    )
+
+
+@run
+async def test_a_stop_right_after_delivery_does_not_make_a_one_shot_due_again(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    job = h.add("at", "x")
+    delivered = asyncio.Event()
+
+    async def deliver(msg: OutboundMessage) -> None:
+        h.sent.append(msg)
+        delivered.set()
+
+    h.scheduler.deliver = deliver
+    h.clock.advance(hours=1)
+    firing = asyncio.ensure_future(h.scheduler.fire(job))
+    await delivered.wait()
+    await h.scheduler.stop()  # cancels the run while it records its success
+    await firing
+    assert h.store.get(job).state == "done"  # type: ignore[union-attr]
+    assert [r.status for r in h.store.runs(job)] == ["ok"]
