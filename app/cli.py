@@ -439,6 +439,94 @@ def memory_forget(ref: str, dry_run: bool, as_json: bool) -> None:
         )
 
 
+# -- the gateway and who may use it ------------------------------------------------------------
+
+
+@main.command()
+@friendly_errors
+def gateway() -> None:
+    """Run every configured channel (Telegram, Slack) and the memory watcher until stopped.
+
+    A channel starts when its token is set (PINCH_TELEGRAM__BOT_TOKEN, PINCH_SLACK__BOT_TOKEN
+    and PINCH_SLACK__APP_TOKEN). SIGTERM or Ctrl-C lets running replies finish
+    ([gateway] shutdown_grace_s); queued messages are answered after the next start.
+    """
+    import asyncio
+
+    from app.gateway import GatewayError, configure_logging, run_gateway
+    from app.setup import initialise
+
+    settings = _settings()
+    if not settings.workspace_dir.exists():
+        initialise(settings, TEMPLATE_DIR)
+    configure_logging(settings)
+    try:
+        sys.exit(asyncio.run(run_gateway(settings, note=lambda line: click.echo(line, err=True))))
+    except GatewayError as exc:
+        _fail(str(exc))
+
+
+@main.group()
+def pairing() -> None:
+    """Approve or reject people who asked to talk to Pinch (their pairing codes)."""
+
+
+def _pairing_store(settings: Settings) -> Any:
+    from app.access import PairingStore
+    from memory.db import open_database
+
+    return PairingStore(open_database(settings.database_path, vector_backend="numpy"))
+
+
+@pairing.command("list")
+@friendly_errors
+def pairing_list() -> None:
+    """Pending pairing codes (valid for an hour) and the people already approved."""
+    import time
+
+    store = _pairing_store(_settings())
+    try:
+        pending, approved = store.pending(), store.approved()
+    finally:
+        store.db.close()
+    if not pending:
+        click.echo("No pending pairing requests.")
+    for req in pending:
+        minutes = max(0, int((req.expires_at - time.time()) // 60))
+        who = f"{req.sender_id} ({req.sender_name})" if req.sender_name else req.sender_id
+        click.echo(f"{req.code}  {req.channel} user {who}, expires in {minutes} min")
+    for channel, sender_id, name, _at in approved:
+        who = f"{sender_id} ({name})" if name else sender_id
+        click.echo(f"approved  {channel} user {who}")
+
+
+@pairing.command("approve")
+@click.argument("code")
+@friendly_errors
+def pairing_approve(code: str) -> None:
+    """Let the person who got CODE send direct messages (groups have their own allowlists)."""
+    store = _pairing_store(_settings())
+    try:
+        req = store.decide(code, approve=True)
+    finally:
+        store.db.close()
+    who = f"{req.sender_id} ({req.sender_name})" if req.sender_name else req.sender_id
+    click.echo(f"Approved {req.channel} user {who}: their next message will be answered.")
+
+
+@pairing.command("reject")
+@click.argument("code")
+@friendly_errors
+def pairing_reject(code: str) -> None:
+    """Refuse CODE's request; the person can ask again after an hour."""
+    store = _pairing_store(_settings())
+    try:
+        req = store.decide(code, approve=False)
+    finally:
+        store.db.close()
+    click.echo(f"Rejected the request of {req.channel} user {req.sender_id}.")
+
+
 from app.jobs_cli import jobs  # noqa: E402  (its heavy imports happen inside the commands)
 
 main.add_command(jobs)

@@ -6,9 +6,10 @@ database and one migrated from any earlier version end with the same schema.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
+
+from memory.schema import MigrationSet, apply
 
 
 def m001_memory_index(conn: Any) -> None:
@@ -179,49 +180,12 @@ MIGRATIONS: list[Callable[[Any], None]] = [
 
 
 def apply_migrations(conn: Any) -> list[str]:
-    """Apply pending migrations in order, each in its own transaction; return their names."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
-    )
-    done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
-    applied: list[str] = []
-    for migration in MIGRATIONS:
-        name = migration.__name__
-        if name in done:
-            continue
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # Re-check under the write lock: another process may have just applied it.
-            if conn.execute("SELECT 1 FROM _migrations WHERE name = ?", (name,)).fetchone():
-                conn.execute("ROLLBACK")
-                continue
-            migration(_NoScriptCommit(conn))
-            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        applied.append(name)
-    return applied
+    """Apply the memory set's pending migrations in order, each in its own transaction; return
+    their names. (The memory set is one of several in the database: see memory/schema.py.)"""
+    return apply(conn, memory_set())
 
 
-class _NoScriptCommit:
-    """Run a migration's executescript statements inside the caller's transaction.
-
-    `executescript` would COMMIT first; splitting on ';' is safe for our own DDL (no triggers).
-    """
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    def executescript(self, script: str) -> None:
-        for statement in _split_sql(script):
-            self._conn.execute(statement)
-
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        return self._conn.execute(sql, params)
-
-
-def _split_sql(script: str) -> list[str]:
-    lines = [line.split("--", 1)[0] for line in script.splitlines()]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+def memory_set() -> MigrationSet:
+    """The memory index's migration set. Databases made before migration sets recorded these in
+    `_migrations`, which stays readable and up to date."""
+    return MigrationSet("memory", MIGRATIONS, legacy_table="_migrations")

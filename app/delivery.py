@@ -1,0 +1,128 @@
+"""Streaming a reply to a chat: one message, edited as text arrives, split when it grows long.
+
+    stream = ReplyStream(channel, target, on_sent=record)   # target: an OutboundMessage ("" text)
+    stream.feed("Hel"); stream.feed("lo")                   # synchronous, from the model stream
+    await stream.finish("Hello")                           # the final text, authoritative
+
+The first text is sent as soon as it arrives; later text edits that message at most every
+`channel.min_edit_interval_s`. When the text passes `channel.max_message_chars`, the full
+message is left as it is and the rest continues in a new one (split at a paragraph or line
+break when there is one). `on_sent(part, sent)` is awaited right after the platform accepts each
+new message, so the caller can record it at once. `resume` takes messages a previous run of the
+same turn already sent: they are edited instead of sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+
+from channels.base import Channel, OutboundMessage, SentMessage
+
+log = logging.getLogger(__name__)
+
+OnSent = Callable[[int, SentMessage], Awaitable[None]]
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """`text` in pieces of at most `limit` characters, cut at a paragraph, line or space break
+    in the second half of a piece when there is one."""
+    pieces: list[str] = []
+    while len(text) > limit:
+        cut = -1
+        for sep in ("\n\n", "\n", " "):
+            cut = text.rfind(sep, limit // 2, limit)
+            if cut > 0:
+                break
+        if cut <= 0:
+            cut = limit
+        pieces.append(text[:cut].rstrip())
+        text = text[cut:].lstrip()
+    pieces.append(text)
+    return pieces
+
+
+class ReplyStream:
+    def __init__(
+        self,
+        channel: Channel,
+        target: OutboundMessage,
+        *,
+        on_sent: OnSent | None = None,
+        resume: Sequence[SentMessage] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.channel = channel
+        self.target = target
+        self.on_sent = on_sent
+        self.sent: list[SentMessage] = list(resume)
+        self.shown: list[str] = ["" for _ in resume]  # what each sent message shows now
+        self.text = ""
+        self.clock = clock
+        self._changed = asyncio.Event()
+        self._last_push = float("-inf")
+        self._pusher: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    def feed(self, delta: str) -> None:
+        """Add streamed text (safe to call from a synchronous callback on the event loop)."""
+        if not delta:
+            return
+        self.text += delta
+        self._changed.set()
+        if self._pusher is None:
+            self._pusher = asyncio.ensure_future(self._push_loop())
+
+    async def finish(self, final_text: str | None = None) -> list[SentMessage]:
+        """Show `final_text` (or everything fed) in full; returns the messages it occupies."""
+        if self._pusher is not None:
+            self._pusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._pusher
+        if final_text is not None:
+            self.text = final_text
+        await self._push()
+        return self.sent
+
+    async def cancel(self) -> None:
+        if self._pusher is not None:
+            self._pusher.cancel()
+
+    async def _push_loop(self) -> None:
+        interval = self.channel.min_edit_interval_s
+        while True:
+            await self._changed.wait()
+            wait = self._last_push + interval - self.clock()
+            if self.sent and wait > 0:  # the first message goes out at once
+                await asyncio.sleep(wait)
+            self._changed.clear()
+            try:
+                # Shielded: cancelling the loop (finish) must not cut a send in half — the
+                # platform may have accepted it, and we'd not know its id and send it again.
+                await asyncio.shield(self._push())
+            except Exception as exc:  # the final push tries again; a failed edit is no reason
+                log.warning("Could not update the streamed reply: %s", exc)  # to stop streaming
+
+    async def _push(self) -> None:
+        async with self._lock:
+            text = self.text.strip()
+            if not text:
+                return
+            pieces = split_text(text, self.channel.max_message_chars)
+            for part, piece in enumerate(pieces):
+                if part < len(self.sent):
+                    if self.shown[part] != piece:
+                        await self.channel.edit(self.sent[part], piece)
+                        self.shown[part] = piece
+                    continue
+                sent = await self.channel.send(replace(self.target, text=piece))
+                for extra in sent:  # an adapter may split further; keep every part
+                    self.sent.append(extra)
+                    self.shown.append(piece if len(sent) == 1 else "")
+                    if self.on_sent is not None:
+                        await self.on_sent(len(self.sent) - 1, extra)
+            self._last_push = self.clock()

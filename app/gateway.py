@@ -1,0 +1,623 @@
+"""`pinch gateway`: every configured channel, the memory watcher and the agent in one process.
+
+A message goes: adapter → `Gateway.on_message` → access check (app/access.py; unknown senders
+cost no model call) → session key (app/routing.py) → de-duplicated and queued durably in the
+agent database (app/queue.py, committed before the adapter acknowledges it) → the session's
+worker: one turn at a time per session, sessions in parallel up to `max_concurrent_turns`,
+messages that arrive while a turn runs collected into the next one (`collect_window_ms`) → the
+agent (app/turns.py) → the reply streamed by editing one message (app/delivery.py), each sent
+message recorded right after the platform accepted it.
+
+SIGTERM/SIGINT drains: running turns get `shutdown_grace_s` to finish, queued messages stay
+queued and are answered after the restart. One gateway per data directory (an OS lock on
+<home>/agents/<id>/gateway.lock). A heartbeat file <home>/gateway.heartbeat says every 15 s
+which channels are healthy (`pinch doctor --health` reads it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import importlib
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from agent.model_errors import ModelError
+from agent.requests import Attachment
+from app.access import Access, PairingStore
+from app.delivery import ReplyStream
+from app.queue import Batch, GatewayStore
+from app.routing import session_key_for
+from app.turns import Runtime, TurnRequest, TurnResult, open_runtime, run_turn
+from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
+from memory.errors import MemoryError_
+from memory.sessions import SessionKey
+
+if TYPE_CHECKING:
+    from app.config import Settings
+
+log = logging.getLogger("pinch.gateway")
+
+TYPING_EVERY_S = 4.0  # platforms show "typing…" for about 5 s
+HEARTBEAT_EVERY_S = 15.0
+PRUNE_EVERY_S = 300.0
+DELIVERY_ATTEMPTS = 3
+TurnRunner = Callable[[Runtime, TurnRequest, Callable[[str], None]], Awaitable[TurnResult]]
+
+
+class GatewayError(Exception):
+    """The gateway cannot start; the message says why and what to do."""
+
+
+# -- one gateway per data directory ------------------------------------------------------------
+
+
+def acquire_lock(path: Path) -> IO[str]:
+    """Hold an exclusive OS lock on `path` for the life of the process (released by the OS even
+    on kill -9). Raises GatewayError when another gateway holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until the process exits
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        pid = handle.read().strip() or "unknown"
+        handle.close()
+        raise GatewayError(
+            f"Another Pinch gateway is already running for this data directory (pid {pid}, "
+            f"lock {path}); stop it first — one gateway per PINCH_HOME."
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+# -- secrets never reach the log ---------------------------------------------------------------
+
+
+class SecretFilter(logging.Filter):
+    """Replaces each known secret (bot tokens, API keys) in a log record with "[redacted]"."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__()
+        self.secrets = [s for s in secrets if s and len(s) >= 6]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.secrets:
+            return True
+        message = record.getMessage()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        redacted = message
+        for secret in self.secrets:
+            redacted = redacted.replace(secret, "[redacted]")
+        if record.exc_text:
+            for secret in self.secrets:
+                record.exc_text = record.exc_text.replace(secret, "[redacted]")
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+def settings_secrets(settings: Settings) -> list[str]:
+    found = []
+    for section in (settings.telegram, settings.slack):
+        for value in section.__dict__.values():
+            secret = getattr(value, "get_secret_value", None)
+            if secret is not None:
+                found.append(str(secret()))
+    for name, value in os.environ.items():
+        if name.endswith(("_API_KEY", "_TOKEN", "_SECRET")):
+            found.append(value)
+    return found
+
+
+# -- the gateway -------------------------------------------------------------------------------
+
+
+@dataclass
+class GatewayOptions:
+    agent_id: str = "main"
+    owner_dm_scope: str = "main"
+    collect_window_s: float = 1.5
+    max_concurrent_turns: int = 4
+    dedup_ttl_s: float = 3600.0
+    heartbeat_path: Path | None = None
+    heartbeat_every_s: float = HEARTBEAT_EVERY_S
+    typing_every_s: float = TYPING_EVERY_S
+    no_collect_channels: frozenset[str] = field(default_factory=lambda: frozenset({"cli"}))
+
+
+class Gateway:
+    def __init__(
+        self,
+        *,
+        runtime: Runtime,
+        channels: Mapping[str, Channel],
+        store: GatewayStore,
+        access: Access,
+        options: GatewayOptions | None = None,
+        turn_runner: TurnRunner = run_turn,
+    ) -> None:
+        self.runtime = runtime
+        self.channels = dict(channels)
+        self.store = store
+        self.access = access
+        self.options = options or GatewayOptions()
+        self.turn_runner = turn_runner
+        self.health: dict[str, ChannelHealth] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._dirty: set[str] = set()
+        self._arrived: dict[str, float] = {}
+        self._slots = asyncio.Semaphore(self.options.max_concurrent_turns)
+        self._draining = False
+        self._background: list[asyncio.Task[None]] = []
+        self._heartbeat_lock = asyncio.Lock()
+        self._spawned: set[asyncio.Task[None]] = set()
+        # Delivery records get their own thread: queued behind a burst of inbound messages in
+        # the shared pool, they would widen the window in which a kill means a second send.
+        self._records = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pinch-delivery")
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Requeue interrupted turns, start every channel (one failing is reported, not fatal)
+        and the workers of sessions with queued messages."""
+        recovered = await asyncio.to_thread(self.store.recover)
+        if recovered:
+            log.info("Resuming %d message(s) interrupted by the last stop", recovered)
+        for name, channel in list(self.channels.items()):
+            try:
+                await channel.start(self.on_message)
+                self.health[name] = ChannelHealth(True, "started")
+                log.info("%s: started", name)
+            except Exception as exc:
+                self.health[name] = ChannelHealth(False, f"could not start: {exc}")
+                log.error("%s: could not start: %s", name, exc)
+        for key in await asyncio.to_thread(self.store.pending_sessions):
+            self._wake(key)
+        self._background.append(asyncio.ensure_future(self._heartbeat_loop()))
+        self._background.append(asyncio.ensure_future(self._prune_loop()))
+
+    async def stop(self, grace_s: float) -> None:
+        """Let running turns finish for up to `grace_s`, then cancel what is left (it stays
+        queued) and stop the channels."""
+        self._draining = True
+        running = [task for task in self._workers.values() if not task.done()]
+        if running:
+            log.info("Stopping: waiting up to %.0f s for %d running turn(s)", grace_s, len(running))
+            _, pending = await asyncio.wait(running, timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        for name, channel in self.channels.items():
+            try:
+                await asyncio.wait_for(channel.stop(), timeout=10)
+            except Exception as exc:
+                log.warning("%s: did not stop cleanly: %s", name, exc)
+        await self.write_heartbeat(stopping=True)
+        self._records.shutdown(wait=True)
+
+    def cancel_turns(self) -> None:
+        """Cancel every running turn now (its messages stay queued for the next start)."""
+        for task in self._workers.values():
+            task.cancel()
+
+    async def idle(self) -> None:
+        """Wait until no session has a turn running or queued (for tests and benchmarks)."""
+        while self._workers:
+            await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
+
+    async def _record(self, fn: Callable[..., None], *args: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._records, fn, *args)
+
+    # -- inbound -----------------------------------------------------------------------------
+
+    async def on_message(self, msg: InboundMessage) -> None:
+        """The adapters' callback: returns once `msg` is stored (or deliberately dropped).
+
+        A malformed message is logged in one line and skipped. Only when the database cannot
+        store it does this raise, so the adapter leaves it unconfirmed and the platform
+        delivers it again (the de-duplication makes that safe)."""
+        try:
+            await self._accept(msg)
+        except Exception as exc:
+            if _is_storage_error(exc):
+                log.warning("Could not store an inbound message (%s); it stays unconfirmed", exc)
+                raise
+            log.error("Skipped an inbound message that could not be handled: %r", exc)
+
+    async def _accept(self, msg: InboundMessage) -> None:
+        if not isinstance(msg, InboundMessage):
+            raise TypeError(f"not an InboundMessage: {type(msg).__name__}")
+        decision = await asyncio.to_thread(self.access.check, msg)
+        if decision.action == "ignore":
+            log.debug("Ignored a message on %s: %s", msg.channel, decision.reason)
+            return
+        if decision.action == "reply":
+            channel = self.channels.get(msg.channel)
+            if channel is not None and await asyncio.to_thread(self.store.first_sight, msg):
+                await channel.send(
+                    OutboundMessage(msg.channel, msg.chat_id, decision.text, msg.thread_id)
+                )
+            return
+        key = session_key_for(
+            msg,
+            agent_id=self.options.agent_id,
+            is_owner=decision.role == "owner",
+            owner_dm_scope="per-channel"
+            if self.options.owner_dm_scope == "per-channel"
+            else "main",
+        )
+        queued = await asyncio.to_thread(self.store.accept, msg, str(key), decision.role)
+        if queued is None:
+            log.debug("Ignored a redelivered message on %s", msg.channel)
+            return
+        self._arrived[str(key)] = time.monotonic()
+        if str(key) not in self._workers:  # "typing…" at once, not after the collect window
+            self._spawn(self._type_once(msg))
+        self._wake(str(key), collect=msg.channel not in self.options.no_collect_channels)
+
+    async def _type_once(self, msg: InboundMessage) -> None:
+        channel = self.channels.get(msg.channel)
+        if channel is not None:
+            with contextlib.suppress(Exception):
+                await channel.typing(msg.chat_id, msg.thread_id)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._spawned.add(task)  # a reference, so the task is not collected mid-way
+        task.add_done_callback(self._spawned.discard)
+
+    # -- per-session workers -------------------------------------------------------------------
+
+    def _wake(self, key: str, collect: bool = True) -> None:
+        self._dirty.add(key)
+        if key in self._workers or self._draining:
+            return
+        self._workers[key] = asyncio.ensure_future(self._session_worker(key, collect))
+
+    async def _session_worker(self, key: str, collect: bool) -> None:
+        failed = False
+        try:
+            await self._work_on(key, collect)
+        except Exception:
+            failed = True
+            log.exception("The queue of %s stalled; it resumes with its next message", key)
+        finally:
+            # Synchronously, with no await in between: a message accepted after the last
+            # `next_batch` found nothing has set `_dirty` and gets a new worker.
+            del self._workers[key]
+            if key in self._dirty and not self._draining and not failed:
+                self._wake(key, collect)
+
+    async def _work_on(self, key: str, collect: bool) -> None:
+        while not self._draining:
+            if collect:
+                await self._settle(key)
+            async with self._slots:
+                if self._draining:
+                    return
+                self._dirty.discard(key)
+                batch = await asyncio.to_thread(self.store.next_batch, key)
+                if batch is None:
+                    if key in self._dirty:
+                        continue
+                    return
+                if not await self._run_batch(batch):
+                    return
+
+    async def _settle(self, key: str) -> None:
+        """Wait until the session's newest message is `collect_window_s` old."""
+        window = self.options.collect_window_s
+        while True:
+            wait = self._arrived.get(key, 0.0) + window - time.monotonic()
+            if wait <= 0:
+                return
+            await asyncio.sleep(wait)
+
+    async def _run_batch(self, batch: Batch) -> bool:
+        last = batch.messages[-1].message
+        channel = self.channels.get(last.channel)
+        if channel is None:
+            # Left claimed: the next start (with the channel configured) answers it.
+            log.warning("No %s channel runs; its messages wait for a restart", last.channel)
+            return False
+        key = SessionKey.parse(batch.session_key)
+        request = turn_request(key, batch)
+        resume = await asyncio.to_thread(self.store.deliveries, batch.turn_id)
+
+        async def record(part: int, sent: SentMessage) -> None:
+            await self._record(self.store.record_delivery, batch.turn_id, part, sent)
+
+        stream = ReplyStream(
+            channel,
+            OutboundMessage(last.channel, last.chat_id, "", last.thread_id),
+            on_sent=record,
+            resume=resume,
+        )
+        typing = asyncio.ensure_future(self._keep_typing(channel, last))
+        final: str | None
+        try:
+            result = await self.turn_runner(self.runtime, request, stream.feed)
+            final = None if result.silent else result.text
+        except (ModelError, MemoryError_) as exc:  # worded as advice
+            final = str(exc)
+        except asyncio.CancelledError:
+            await stream.cancel()
+            raise
+        except Exception as exc:
+            log.exception("A turn of %s failed", batch.session_key)
+            final = f"Something went wrong ({type(exc).__name__}); try again, or see the log."
+        finally:
+            typing.cancel()
+        if final is not None:
+            await self._deliver(stream, final)
+        else:
+            await stream.cancel()
+        await self._record(self.store.finish, batch.turn_id)
+        return True
+
+    async def _deliver(self, stream: ReplyStream, final: str) -> None:
+        for attempt in range(DELIVERY_ATTEMPTS):
+            try:
+                await stream.finish(final)
+                return
+            except Exception as exc:
+                log.warning("Could not deliver a reply (attempt %d): %s", attempt + 1, exc)
+                await asyncio.sleep(2**attempt)
+        log.error("Gave up delivering a reply after %d attempts", DELIVERY_ATTEMPTS)
+
+    async def _keep_typing(self, channel: Channel, msg: InboundMessage) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                await channel.typing(msg.chat_id, msg.thread_id)
+            await asyncio.sleep(self.options.typing_every_s)
+
+    # -- health and housekeeping ---------------------------------------------------------------
+
+    async def write_heartbeat(self, *, stopping: bool = False) -> None:
+        path = self.options.heartbeat_path
+        if path is None:
+            return
+        for name, channel in self.channels.items():
+            try:
+                self.health[name] = await asyncio.wait_for(channel.check(), timeout=10)
+            except Exception as exc:
+                self.health[name] = ChannelHealth(False, f"health check failed: {exc}")
+        data: dict[str, Any] = {
+            "pid": os.getpid(),
+            "at": time.time(),
+            "stopping": stopping,
+            "channels": {n: {"ok": h.ok, "detail": h.detail} for n, h in self.health.items()},
+        }
+        tmp = path.with_name(path.name + ".tmp")
+        async with self._heartbeat_lock:  # the loop and a final write must not share the tmp file
+            await asyncio.to_thread(_write_atomically, tmp, path, json.dumps(data))
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            try:
+                await self.write_heartbeat()
+            except Exception as exc:
+                log.warning("Could not write the heartbeat file: %s", exc)
+            await asyncio.sleep(self.options.heartbeat_every_s)
+
+    async def _prune_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.store.prune, self.options.dedup_ttl_s)
+            except Exception as exc:
+                log.warning("Could not prune old queue records: %s", exc)
+            await asyncio.sleep(PRUNE_EVERY_S)
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    """SQLite's errors (stdlib or pysqlite3 driver) and the database's own advice errors."""
+    module = type(exc).__module__
+    return isinstance(exc, MemoryError_) or module.startswith(("sqlite3", "pysqlite3"))
+
+
+def _write_atomically(tmp: Path, path: Path, text: str) -> None:
+    """Write via a 0600 temporary file beside `path`, then rename (readers never see half)."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def turn_request(key: SessionKey, batch: Batch) -> TurnRequest:
+    """One turn's request: the batch's messages in order (with the paths of saved attachments),
+    from the owner only if every one of them is the owner's. Several people's messages collected
+    in one group turn are each prefixed with their sender's name."""
+    messages = [q.message for q in batch.messages]
+    senders = {m.sender_id for m in messages}
+    parts = []
+    attachments: list[Attachment] = []
+    for msg in messages:
+        text = msg.text
+        for item in msg.attachments:
+            if item.path:
+                attachments.append(Attachment(item.path, item.kind, item.file_name))
+            else:
+                text += f"\n[{item.kind} not saved: {item.error or 'unavailable'}]"
+        if len(senders) > 1:
+            text = f"{msg.sender_name or msg.sender_id}: {text}"
+        if text.strip():
+            parts.append(text.strip())
+    owner = all(q.sender_role == "owner" for q in batch.messages)
+    last = messages[-1]
+    return TurnRequest(
+        key,
+        "\n\n".join(parts),
+        "owner" if owner else "person",
+        sender_id=None if owner or len(senders) > 1 else last.sender_id,
+        sender_name=None if owner or len(senders) > 1 else last.sender_name,
+        attachments=tuple(attachments),
+        message_ids=tuple(m.dedup_key for m in messages),
+        resumed=batch.resumed,
+    )
+
+
+# -- running it --------------------------------------------------------------------------------
+
+
+def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str, Channel]:
+    """The channels whose tokens are set; a one-line note for each that is skipped."""
+    wanted = {
+        "telegram": (
+            "channels.telegram",
+            "TelegramChannel",
+            settings.telegram,
+            settings.telegram.bot_token,
+            "PINCH_TELEGRAM__BOT_TOKEN",
+        ),
+        "slack": (
+            "channels.slack",
+            "SlackChannel",
+            settings.slack,
+            settings.slack.bot_token,
+            "PINCH_SLACK__BOT_TOKEN",
+        ),
+    }
+    found: dict[str, Channel] = {}
+    for name, (module, cls, config, token, env) in wanted.items():
+        if token is None:
+            note(f"{name}: skipped (no token; set {env} to run it)")
+            continue
+        try:
+            factory = getattr(importlib.import_module(module), cls)
+            found[name] = factory(
+                config,
+                inbox_dir=settings.workspace_dir / "inbox",
+                state_dir=settings.home / "state",
+            )
+        except Exception as exc:
+            note(f"{name}: skipped ({type(exc).__name__}: {exc})")
+    return found
+
+
+def options_from(settings: Settings) -> GatewayOptions:
+    return GatewayOptions(
+        agent_id=settings.agent_id,
+        owner_dm_scope=settings.gateway.owner_dm_scope,
+        collect_window_s=settings.gateway.collect_window_ms / 1000,
+        max_concurrent_turns=settings.gateway.max_concurrent_turns,
+        dedup_ttl_s=settings.slack.dedup_ttl_s,
+        heartbeat_path=settings.home / "gateway.heartbeat",
+    )
+
+
+def configure_logging(settings: Settings, level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(SecretFilter(settings_secrets(settings)))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level)
+    for noisy in (
+        "httpx",
+        "httpx2",
+        "httpcore",
+        "anthropic",
+        "telegram",
+        "slack_bolt",
+        "slack_sdk",
+        "aiohttp.access",
+    ):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+async def run_gateway(
+    settings: Settings,
+    *,
+    extra_channels: Mapping[str, Channel] | None = None,
+    note: Callable[[str], None] = print,
+) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit status. Raises GatewayError when it cannot
+    start (another gateway, no channel)."""
+    lock = acquire_lock(settings.agent_dir / "gateway.lock")
+    try:
+        channels = build_channels(settings, note)
+        channels.update(extra_channels or {})
+        if not channels:
+            raise GatewayError(
+                "No channel to run: set PINCH_TELEGRAM__BOT_TOKEN or PINCH_SLACK__BOT_TOKEN "
+                "(and PINCH_SLACK__APP_TOKEN), then start `pinch gateway` again."
+            )
+        runtime = await open_runtime(settings)
+        try:
+            try:
+                await runtime.sync_index()
+            except MemoryError_ as exc:  # answering still works from the last complete index
+                log.warning("The memory index could not be updated: %s", exc)
+            runtime.watcher.start()
+            db = runtime.index.db
+            access = Access(
+                owners={"telegram": settings.owners.telegram, "slack": settings.owners.slack},
+                channels={"telegram": settings.telegram, "slack": settings.slack},
+                pairing=PairingStore(db),
+            )
+            gateway = Gateway(
+                runtime=runtime,
+                channels=channels,
+                store=GatewayStore(db),
+                access=access,
+                options=options_from(settings),
+            )
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+
+            def on_signal() -> None:
+                if stop.is_set():  # a second Ctrl-C: don't wait out the grace period
+                    log.warning("Stopping now; interrupted turns are answered after the restart")
+                    gateway.cancel_turns()
+                stop.set()
+
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, on_signal)
+            await gateway.start()
+            health = await _start_health_server(settings, gateway)
+            log.info("Gateway running with %s", ", ".join(channels))
+            await stop.wait()
+            await gateway.stop(settings.gateway.shutdown_grace_s)
+            if health is not None:
+                await health.cleanup()
+        finally:
+            await runtime.aclose()
+    finally:
+        lock.close()
+    return 0
+
+
+async def _start_health_server(settings: Settings, gateway: Gateway) -> Any:
+    """GET /healthz on [gateway] health_port: 200 when every channel is healthy, else 503."""
+    if settings.gateway.health_port is None:
+        return None
+    from aiohttp import web
+
+    async def healthz(_request: web.Request) -> web.Response:
+        channels = {n: {"ok": h.ok, "detail": h.detail} for n, h in gateway.health.items()}
+        ok = all(h.ok for h in gateway.health.values())
+        return web.json_response({"ok": ok, "channels": channels}, status=200 if ok else 503)
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, settings.gateway.health_listen, settings.gateway.health_port).start()
+    return runner
