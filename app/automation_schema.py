@@ -1,15 +1,14 @@
 """The automation tables of the agent database: jobs and their runs.
 
-Kept as an ordered list of named migrations with its own record table
-(`automation_migrations`), so it never reorders the memory index's list; switch to the shared
-migration sets (memory/schema.py) once those are on main.
+Their own migration set ("automations", memory/schema.py): append a migration to the list,
+never edit or reorder one that has shipped.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
+
+from memory.schema import MigrationSet, apply
 
 
 def a001_jobs_and_runs(conn: Any) -> None:
@@ -53,50 +52,9 @@ def a001_jobs_and_runs(conn: Any) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[Any], None]] = [a001_jobs_and_runs]
+AUTOMATIONS = MigrationSet("automations", [a001_jobs_and_runs])
 
 
 def apply_automation_migrations(conn: Any) -> list[str]:
     """Apply the pending automation migrations in order, each in one transaction; return names."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS automation_migrations (name TEXT PRIMARY KEY, applied_at REAL)"
-    )
-    names: list[str] = []
-    for migration in MIGRATIONS:
-        name = migration.__name__
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if conn.execute(
-                "SELECT 1 FROM automation_migrations WHERE name = ?", (name,)
-            ).fetchone():
-                conn.execute("ROLLBACK")
-                continue
-            for statement in _statements(migration):
-                conn.execute(statement)
-            conn.execute("INSERT INTO automation_migrations VALUES (?, ?)", (name, time.time()))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        names.append(name)
-    return names
-
-
-class _Collect:
-    """Collects a migration's script so it runs inside our transaction (executescript commits)."""
-
-    def __init__(self) -> None:
-        self.scripts: list[str] = []
-
-    def executescript(self, script: str) -> None:
-        self.scripts.append(script)
-
-
-def _statements(migration: Callable[[Any], None]) -> list[str]:
-    collect = _Collect()
-    migration(collect)
-    out: list[str] = []
-    for script in collect.scripts:
-        lines = [ln.split("--", 1)[0] for ln in script.splitlines()]
-        out += [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
-    return out
+    return apply(conn, AUTOMATIONS)

@@ -84,3 +84,35 @@ def test_a_machine_zone_without_an_iana_name_falls_back_to_utc_for_jobs() -> Non
 
     assert owner_zone(runtime("Europe/Berlin")) == "Europe/Berlin"
     assert owner_zone(runtime("XYZT")) == "UTC"
+
+
+def test_a_reminder_asked_for_in_a_slack_dm_is_delivered_to_that_dm(tmp_path: Path) -> None:
+    from app.jobs import Target
+    from app.scheduler import add_schedule_tool
+    from tests.fakes.model_server import tool_reply
+    from tests.gateway_support import OWNER_SLACK, make_rig
+
+    async def scenario(server: FakeModelServer) -> list[str]:
+        rig = make_rig(tmp_path, server)
+        store = add_schedule_tool(rig.gateway.runtime)
+        await rig.gateway.start()
+        await rig.slack.deliver(OWNER_SLACK, "remind me in 20 minutes to stretch", chat_id="D9")
+        await rig.gateway.idle()
+        [job] = store.jobs()
+        assert job.target == Target("slack", "D9")  # the chat that asked, not a guess
+        scheduler = await start_automations(rig.gateway.runtime, rig.gateway.channels)
+        assert scheduler is not None
+        store.run_now(job.id, datetime.now(UTC))
+        await scheduler.fire(job.id)
+        await scheduler.stop()
+        await rig.close()
+        return rig.slack.texts("D9")
+
+    with FakeModelServer() as server:
+        server.script(
+            tool_reply("schedule", {"action": "create", "text": "Stretch!", "when": "20m"}),
+            text_reply("Reminder set."),
+        )
+        texts = asyncio.run(scenario(server))
+    assert texts[-1] == "Stretch!"
+    assert "Reminder set." in texts
