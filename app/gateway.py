@@ -597,9 +597,9 @@ async def run_gateway(
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal)
             await gateway.start()
-            scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
             health = await _start_health_server(settings, gateway)
             log.info("Gateway running with %s", ", ".join(channels))
+            scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
             await stop.wait()
             if scheduler is not None:
                 await scheduler.stop()
