@@ -99,6 +99,11 @@ class ToolRegistry:
     def specs(self) -> tuple[ToolSpec, ...]:
         return tuple(t.spec for t in self._tools.values())
 
+    def add(self, tool: Tool) -> None:
+        """Offer one more tool (e.g. `schedule`, added where its store is built); the policy
+        still decides per turn who is offered and allowed it."""
+        self._tools[tool.spec.name] = tool
+
     async def call(
         self, call: ToolCall, ctx: ToolContext, *, allowed: frozenset[str] | None = None
     ) -> ToolResult:

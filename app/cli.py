@@ -699,5 +699,9 @@ def intents_cancel(intent_id: int) -> None:
     click.echo(f"Cancelled standing intent #{intent.id} ({intent.action}).")
 
 
+from app.jobs_cli import jobs  # noqa: E402  (its heavy imports happen inside the commands)
+
+main.add_command(jobs)
+
 if __name__ == "__main__":
     main()

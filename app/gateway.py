@@ -35,8 +35,11 @@ from agent.model_errors import ModelError
 from agent.requests import Attachment
 from app.access import Access, PairingStore
 from app.delivery import ReplyStream
+from app.jobs import Target
 from app.queue import Batch, GatewayStore
 from app.routing import session_key_for
+from app.schedule_tool import current_target
+from app.scheduler import start_automations
 from app.turns import Runtime, TurnRequest, TurnResult, open_runtime, run_turn
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
 from memory.errors import MemoryError_
@@ -352,6 +355,8 @@ class Gateway:
         )
         typing = asyncio.ensure_future(self._keep_typing(channel, last))
         final: str | None
+        # The schedule tool delivers a job's results to the chat this turn answers.
+        target = current_target.set(Target(last.channel, last.chat_id, last.thread_id))
         try:
             result = await self.turn_runner(self.runtime, request, stream.feed)
             final = None if result.silent else result.text
@@ -365,6 +370,7 @@ class Gateway:
             final = f"Something went wrong ({type(exc).__name__}); try again, or see the log."
         finally:
             typing.cancel()
+            current_target.reset(target)
         if final is not None:
             await self._deliver(stream, final)
         else:
@@ -593,7 +599,10 @@ async def run_gateway(
             await gateway.start()
             health = await _start_health_server(settings, gateway)
             log.info("Gateway running with %s", ", ".join(channels))
+            scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
             await stop.wait()
+            if scheduler is not None:
+                await scheduler.stop()
             await gateway.stop(settings.gateway.shutdown_grace_s)
             if health is not None:
                 await health.cleanup()

@@ -122,7 +122,7 @@ async def build_runtime(
     except BaseException:
         index.close()
         raise
-    return Runtime(
+    runtime = Runtime(
         settings=settings,
         index=index,
         store=store,
@@ -132,6 +132,11 @@ async def build_runtime(
         clock=clock,
         _preloading=asyncio.ensure_future(_preload_quietly(model)),
     )
+    if settings.automations.enabled:
+        from app.scheduler import add_schedule_tool
+
+        await asyncio.to_thread(add_schedule_tool, runtime)  # creates the jobs tables
+    return runtime
 
 
 async def _preload_quietly(model: ModelClient) -> None:

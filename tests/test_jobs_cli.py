@@ -1,0 +1,74 @@
+"""`pinch jobs`: list, show, run, pause, resume, cancel, history."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from click.testing import CliRunner
+
+from app.cli import main
+from app.config import load_settings
+from app.jobs import JobStore, NewJob, Schedule, Target
+from memory.db import open_database
+
+
+def add_job() -> int:
+    settings = load_settings()
+    store = JobStore(open_database(settings.database_path, vector_backend="numpy"))
+    now = datetime.now(UTC)
+    job = store.create(
+        NewJob(
+            Schedule("cron", "0 9 * * *", "Europe/Berlin", now),
+            "reminder",
+            "check the train tickets",
+            Target("telegram", "111"),
+            "main:telegram:direct:owner",
+            owner_private=True,
+        ),
+        now,
+    )
+    run_id = store.claim(job, job.next_run_utc, job.next_run_utc + timedelta(days=1), now)  # type: ignore[arg-type,operator]
+    assert run_id is not None
+    store.finish_run(run_id, "late", now, 7800, "late by 2 h 10 min: Pinch was not running")
+    store.db.close()
+    return job.id
+
+
+def pinch(*args: str) -> str:
+    result = CliRunner().invoke(main, ["jobs", *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_list_shows_the_schedule_and_next_run_in_the_jobs_zone() -> None:
+    add_job()
+    out = pinch("list")
+    assert '#1 active reminder cron "0 9 * * *" in Europe/Berlin' in out
+    assert "09:00 CET (Europe/Berlin)" in out
+
+
+def test_show_and_history_show_the_runs_with_their_lateness() -> None:
+    add_job()
+    assert "late, late by 2 h 10 min" in pinch("show", "1")
+    assert "late, late by 2 h 10 min" in pinch("history")
+
+
+def test_pause_resume_cancel_change_the_state_and_say_so() -> None:
+    add_job()
+    assert 'Job #1 (cron "0 9 * * *" in Europe/Berlin) paused.' in pinch("pause", "1")
+    assert "paused" in pinch("list")
+    out = pinch("resume", "1")
+    assert "resumed; next run" in out and "09:00 CET (Europe/Berlin)" in out
+    assert "Europe/Berlin) cancelled." in pinch("cancel", "1")
+    assert "cancelled" in pinch("list", "--all")
+
+
+def test_run_makes_the_job_due_now() -> None:
+    add_job()
+    assert "will run now; next run" in pinch("run", "1")
+
+
+def test_an_unknown_job_is_one_line_of_advice() -> None:
+    pinch("list")
+    result = CliRunner().invoke(main, ["jobs", "show", "9"])
+    assert result.exit_code == 1 and "There is no job #9" in result.output

@@ -1,0 +1,94 @@
+"""Scheduled messages reach real Telegram and Slack adapters (against their fake servers)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from agent.requests import AgentRequest
+from app.jobs import JobStore, NewJob, Schedule, Target
+from app.scheduler import Scheduler, deliver_via
+from memory.db import open_database
+from tests.fakes.telegram_server import FakeTelegram
+from tests.telegram_support import running as telegram_running
+from tests.test_slack import running as slack_running
+
+T0 = datetime(2026, 12, 1, 7, tzinfo=UTC)
+
+
+def run(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    @functools.wraps(test)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(asyncio.wait_for(test(*args, **kwargs), 30))
+
+    return wrapper
+
+
+async def no_turn(request: AgentRequest) -> str:
+    raise AssertionError("a reminder makes no model call")
+
+
+def due_reminder(tmp_path: Path, target: Target) -> tuple[JobStore, int]:
+    store = JobStore(open_database(tmp_path / "agent.sqlite", vector_backend="numpy"))
+    job = store.create(
+        NewJob(
+            Schedule("at", "x", "Europe/Berlin", T0 + timedelta(hours=1)),
+            "reminder",
+            "**check** the train tickets",
+            target,
+            "main:telegram:direct:owner",
+            True,
+        ),
+        T0,
+    )
+    return store, job.id
+
+
+@run
+async def test_a_reminder_reaches_the_telegram_chat_that_asked(tmp_path: Path) -> None:
+    store, job = due_reminder(tmp_path, Target("telegram", "111"))
+    with FakeTelegram() as tg:
+        async with telegram_running(tg, tmp_path) as (channel, _):
+            scheduler = Scheduler(
+                store,
+                deliver=deliver_via({"telegram": channel}),
+                run_turn=no_turn,
+                now=lambda: T0 + timedelta(hours=1),
+            )
+            await scheduler.fire(job)
+        [call] = tg.calls_to("sendMessage")
+    assert str(call.params["chat_id"]) == "111"
+    assert tg.sent[-1].text == "check the train tickets"  # the Markdown rendered by the adapter
+    assert store.runs(job)[0].status == "ok"
+
+
+@run
+async def test_a_reminder_reaches_the_slack_thread_that_asked(tmp_path: Path) -> None:
+    store, job = due_reminder(tmp_path, Target("slack", "C42", "171.2"))
+    async with slack_running(tmp_path) as (slack, channel, _):
+        scheduler = Scheduler(
+            store,
+            deliver=deliver_via({"slack": channel}),
+            run_turn=no_turn,
+            now=lambda: T0 + timedelta(hours=1),
+        )
+        await scheduler.fire(job)
+        [call] = slack.calls_to("chat.postMessage")
+    assert call.params["channel"] == "C42" and call.params["thread_ts"] == "171.2"
+    assert "check" in str(call.params["text"])
+
+
+@run
+async def test_a_reminder_for_a_channel_not_running_fails_and_is_retried(tmp_path: Path) -> None:
+    store, job = due_reminder(tmp_path, Target("slack", "C42"))
+    scheduler = Scheduler(
+        store, deliver=deliver_via({}), run_turn=no_turn, now=lambda: T0 + timedelta(hours=1)
+    )
+    await scheduler.fire(job)
+    assert store.runs(job)[0].status == "failed"
+    assert "no slack channel is running" in (store.runs(job)[0].note or "")
+    assert store.get(job).next_run_utc == T0 + timedelta(hours=1, seconds=30)  # type: ignore[union-attr]

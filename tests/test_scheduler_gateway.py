@@ -1,0 +1,118 @@
+"""start_automations over a built runtime: the schedule tool, the managed heartbeat, a real
+agent turn delivered through the real Telegram adapter."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.cli import TEMPLATE_DIR
+from app.config import Settings
+from app.scheduler import start_automations
+from app.setup import initialise
+from app.wiring import build_runtime
+from tests.fakes.model_server import FakeModelServer, text_reply
+from tests.fakes.telegram_server import FakeTelegram
+from tests.telegram_support import running
+
+
+@pytest.fixture
+def settings(pinch_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    return Settings(
+        home=pinch_home,
+        agent={"model": "claude-test", "max_retries": 0, "timezone": "Europe/Berlin"},
+        memory={"embedding": {"provider": "none"}},
+        owners={"telegram": ["111"]},
+        heartbeat={"every": "30m", "active_hours": None},
+    )
+
+
+def test_the_heartbeat_runs_a_turn_and_delivers_to_the_owner_on_telegram(
+    settings: Settings, tmp_path: Path
+) -> None:
+    initialise(settings, TEMPLATE_DIR)
+
+    async def scenario(model_url: str, tg: FakeTelegram) -> list[str]:
+        configured = settings.model_copy(
+            update={"agent": settings.agent.model_copy(update={"api_base": model_url})}
+        )
+        async with (
+            await build_runtime(configured) as runtime,
+            running(tg, tmp_path) as (
+                channel,
+                _,
+            ),
+        ):
+            assert any(s.name == "schedule" for s in runtime.agent.tools.specs)
+            ids = []
+            for _ in range(2):  # a restart keeps one heartbeat job
+                scheduler = await start_automations(runtime, {"telegram": channel})
+                assert scheduler is not None
+                ids.append(sorted(scheduler.armed_ids))
+                await scheduler.stop()
+            assert ids[0] == ids[1] == ["pinch-job-1", "pinch-resync"]
+            scheduler = await start_automations(runtime, {"telegram": channel})
+            assert scheduler is not None
+            [job] = scheduler.store.jobs()
+            assert job.managed == "heartbeat" and job.schedule.spec == "1800"
+            scheduler.store.run_now(job.id, datetime.now(UTC))
+            await scheduler.fire(job.id)
+            await scheduler.stop()
+        return [m.text for m in tg.sent]
+
+    with FakeModelServer(api_key="test-key") as server, FakeTelegram() as tg:
+        server.script(text_reply("An invoice in inbox/ is due today."))
+        sent = asyncio.run(scenario(server.url, tg))
+        [call] = tg.calls_to("sendMessage")
+    assert sent == ["An invoice in inbox/ is due today."]
+    assert str(call.params["chat_id"]) == "111"
+    assert "Open TODOs" in server.requests[0].last_user_text()  # HEARTBEAT.md's checklist
+
+
+def test_a_machine_zone_without_an_iana_name_falls_back_to_utc_for_jobs() -> None:
+    from types import SimpleNamespace
+
+    from app.scheduler import owner_zone
+
+    def runtime(name: str) -> Any:
+        return SimpleNamespace(clock=SimpleNamespace(zone_name=name))
+
+    assert owner_zone(runtime("Europe/Berlin")) == "Europe/Berlin"
+    assert owner_zone(runtime("XYZT")) == "UTC"
+
+
+def test_a_reminder_asked_for_in_a_slack_dm_is_delivered_to_that_dm(tmp_path: Path) -> None:
+    from app.jobs import Target
+    from app.scheduler import add_schedule_tool
+    from tests.fakes.model_server import tool_reply
+    from tests.gateway_support import OWNER_SLACK, make_rig
+
+    async def scenario(server: FakeModelServer) -> list[str]:
+        rig = make_rig(tmp_path, server)
+        store = add_schedule_tool(rig.gateway.runtime)
+        await rig.gateway.start()
+        await rig.slack.deliver(OWNER_SLACK, "remind me in 20 minutes to stretch", chat_id="D9")
+        await rig.gateway.idle()
+        [job] = store.jobs()
+        assert job.target == Target("slack", "D9")  # the chat that asked, not a guess
+        scheduler = await start_automations(rig.gateway.runtime, rig.gateway.channels)
+        assert scheduler is not None
+        store.run_now(job.id, datetime.now(UTC))
+        await scheduler.fire(job.id)
+        await scheduler.stop()
+        await rig.close()
+        return rig.slack.texts("D9")
+
+    with FakeModelServer() as server:
+        server.script(
+            tool_reply("schedule", {"action": "create", "text": "Stretch!", "when": "20m"}),
+            text_reply("Reminder set."),
+        )
+        texts = asyncio.run(scenario(server))
+    assert texts[-1] == "Stretch!"
+    assert "Reminder set." in texts

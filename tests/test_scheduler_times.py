@@ -1,0 +1,140 @@
+"""When jobs run: cron on wall-clock time across DST, intervals, one-shot times, backoff."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from app.jobs import (
+    Schedule,
+    ScheduleError,
+    backoff_s,
+    cron_trigger,
+    human_duration,
+    next_run,
+    parse_at,
+    parse_duration,
+)
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def runs(spec: str, tz: str, start: datetime, n: int) -> list[str]:
+    """The next `n` runs after `start` (a local wall time), as local 'YYYY-MM-DD HH:MM±hh:mm'."""
+    zone = ZoneInfo(tz)
+    schedule = Schedule("cron", spec, tz, EPOCH)
+    at = start.replace(tzinfo=zone).astimezone(UTC)
+    out = []
+    for _ in range(n):
+        nxt = next_run(schedule, at)
+        assert nxt is not None
+        out.append(nxt.astimezone(zone).isoformat(sep=" ", timespec="minutes"))
+        at = nxt
+    return out
+
+
+@pytest.mark.parametrize(
+    ("tz", "before_spring", "before_fall"),
+    [
+        ("Europe/Berlin", datetime(2026, 3, 28, 12), datetime(2026, 10, 24, 12)),
+        ("America/New_York", datetime(2026, 3, 7, 12), datetime(2026, 10, 31, 12)),
+    ],
+)
+def test_a_nine_oclock_cron_stays_at_nine_local_across_both_dst_changes(
+    tz: str, before_spring: datetime, before_fall: datetime
+) -> None:
+    for start in (before_spring, before_fall):
+        assert [r[11:16] for r in runs("0 9 * * *", tz, start, 3)] == ["09:00"] * 3
+
+
+def test_a_time_skipped_by_spring_forward_runs_once_when_the_gap_ends_berlin() -> None:
+    assert runs("30 2 * * *", "Europe/Berlin", datetime(2026, 3, 28, 12), 3) == [
+        "2026-03-29 03:00+02:00",
+        "2026-03-30 02:30+02:00",
+        "2026-03-31 02:30+02:00",
+    ]
+
+
+def test_a_time_skipped_by_spring_forward_runs_once_when_the_gap_ends_new_york() -> None:
+    assert runs("30 2 * * *", "America/New_York", datetime(2026, 3, 7, 12), 2) == [
+        "2026-03-08 03:00-04:00",
+        "2026-03-09 02:30-04:00",
+    ]
+
+
+def test_a_time_repeated_by_fall_back_runs_once_at_its_first_occurrence_berlin() -> None:
+    assert runs("30 2 * * *", "Europe/Berlin", datetime(2026, 10, 24, 12), 2) == [
+        "2026-10-25 02:30+02:00",
+        "2026-10-26 02:30+01:00",
+    ]
+
+
+def test_a_time_repeated_by_fall_back_runs_once_at_its_first_occurrence_new_york() -> None:
+    assert runs("30 1 * * *", "America/New_York", datetime(2026, 10, 31, 12), 2) == [
+        "2026-11-01 01:30-04:00",
+        "2026-11-02 01:30-05:00",
+    ]
+
+
+def test_during_the_repeated_hour_the_run_already_done_is_not_run_again() -> None:
+    zone = ZoneInfo("Europe/Berlin")
+    schedule = Schedule("cron", "30 2 * * *", "Europe/Berlin", EPOCH)
+    second_pass = datetime(2026, 10, 25, 2, 10, tzinfo=zone, fold=1)  # 02:10 CET, after 02:30 CEST
+    nxt = next_run(schedule, second_pass)
+    assert nxt is not None
+    assert nxt.astimezone(zone).isoformat(timespec="minutes") == "2026-10-26T02:30+01:00"
+
+
+def test_crontab_weekday_numbers_mean_sunday_zero_not_apschedulers_monday_zero() -> None:
+    # 2026-12-04 is a Friday: "1-5" (Mon–Fri) next runs on Monday the 7th, not Saturday.
+    assert runs("30 8 * * 1-5", "Europe/Berlin", datetime(2026, 12, 4, 12), 1) == [
+        "2026-12-07 08:30+01:00"
+    ]
+    assert runs("0 10 * * 0", "Europe/Berlin", datetime(2026, 12, 4, 12), 1) == [
+        "2026-12-06 10:00+01:00"  # Sunday
+    ]
+
+
+def test_an_interval_counts_elapsed_time_from_its_first_run() -> None:
+    schedule = Schedule("every", "1800", "Europe/Berlin", EPOCH)
+    assert next_run(schedule, EPOCH) == EPOCH + timedelta(minutes=30)
+    assert next_run(schedule, EPOCH + timedelta(minutes=31)) == EPOCH + timedelta(minutes=60)
+    assert next_run(schedule, EPOCH - timedelta(seconds=1)) == EPOCH
+
+
+def test_a_one_shot_has_no_run_after_its_instant() -> None:
+    schedule = Schedule("at", "x", "UTC", EPOCH)
+    assert next_run(schedule, EPOCH - timedelta(seconds=1)) == EPOCH
+    assert next_run(schedule, EPOCH) is None
+
+
+def test_a_time_without_an_offset_is_read_in_the_jobs_zone() -> None:
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    assert parse_at("2026-12-02T09:00", "Europe/Berlin", now) == datetime(
+        2026, 12, 2, 8, tzinfo=UTC
+    )
+    assert parse_at("2026-12-02 09:00+00:00", "Europe/Berlin", now) == datetime(
+        2026, 12, 2, 9, tzinfo=UTC
+    )
+    assert parse_at("20m", "Europe/Berlin", now) == now + timedelta(minutes=20)
+
+
+def test_durations_and_bad_schedules_read_as_advice() -> None:
+    assert parse_duration("1h30m") == 5400
+    with pytest.raises(ScheduleError, match="20m"):
+        parse_duration("soon")
+    with pytest.raises(ScheduleError, match="5 fields"):
+        cron_trigger("* * *")
+    with pytest.raises(ScheduleError, match="ISO time"):
+        parse_at("tomorrow-ish", "UTC", EPOCH)
+
+
+def test_backoff_steps_then_stays_at_an_hour() -> None:
+    assert [backoff_s(n) for n in range(1, 8)] == [30, 60, 300, 900, 3600, 3600, 3600]
+
+
+def test_lateness_reads_in_hours_and_minutes() -> None:
+    assert human_duration(2 * 3600 + 10 * 60 + 5) == "2 h 10 min"
+    assert human_duration(45) == "45 s"
