@@ -55,7 +55,8 @@ def test_the_heartbeat_runs_a_turn_and_delivers_to_the_owner_on_telegram(
                 assert scheduler is not None
                 ids.append(sorted(scheduler.armed_ids))
                 await scheduler.stop()
-            assert ids[0] == ids[1] == ["pinch-job-1", "pinch-resync"]
+            # the heartbeat, the resync timer and the nightly dream, once each after a restart
+            assert ids[0] == ids[1] == ["pinch-job-1", "pinch-resync", "pinch:dreaming"]
             scheduler = await start_automations(runtime, {"telegram": channel})
             assert scheduler is not None
             [job] = scheduler.store.jobs()
