@@ -29,6 +29,15 @@ from typing import Any
 
 from memory.chunking import hash_text
 from memory.errors import SessionError, WorkspaceError
+from memory.forget_dreams import (
+    Attributed,
+    Span,
+    attributed,
+    count_signals,
+    delete_signals,
+    forget_dreams,
+    plan_dreams,
+)
 from memory.index import MemoryIndex
 from memory.lineage import LineageRow, LineageStore, marked_entries
 from memory.sessions import Session, SessionKey, SessionStore
@@ -119,6 +128,7 @@ def plan_forget(index: MemoryIndex, ref: str) -> ForgetPlan:
         text = _read(index, path)
         if text is not None:
             items += _entries_plan(path, text, sid, _recorded(rows, path))[1]
+    texts = {p: _read(index, p) for p in dict.fromkeys(i.path for i in items if i.path)}
     events = len(store.events(sid)) if session else 0
     if events:
         items.append(ForgetItem("transcript_events", "remove", count=events))
@@ -130,6 +140,13 @@ def plan_forget(index: MemoryIndex, ref: str) -> ForgetPlan:
         if r.kind not in FILE_KINDS:
             others[r.kind] = others.get(r.kind, 0) + 1
     items += [ForgetItem(kind, "remove", count=n) for kind, n in sorted(others.items())]
+    spans = _spans(sid, items)
+    items += [
+        ForgetItem("recall_signals", "remove", path, count=n)
+        for path, n in count_signals(index.db, spans).items()
+    ]
+    found = plan_dreams(index.db, index.workspace, _attributed(texts, spans))
+    items += [ForgetItem(f.kind, f.action, f.path, f.lines, f.count, f.reason) for f in found]
     key = str(session.key) if session else None
     return ForgetPlan(sid, key, tuple(items))
 
@@ -140,6 +157,8 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
     sid = plan.session_id
     lineage = LineageStore(index.db)
     rows = lineage.of_session(sid)
+    # What Dreaming cited is the text and line numbers before the cut: read them first.
+    texts = {r.path: _read(index, r.path) for r in rows if r.kind in FILE_KINDS and r.path}
     outcomes: dict[str, list[ForgetItem]] = {}  # daily log -> entries removed or kept
     for path in dict.fromkeys(r.path for r in rows if r.kind == "daily_entry" and r.path):
         if _read(index, path) is not None:
@@ -150,6 +169,8 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
         if item.kind == "daily_entry":
             done += outcomes.pop(item.path or "", [])
             continue
+        if item.kind in _DREAM_KINDS:
+            continue  # recomputed below from what was actually removed
         if item.kind == "session_note" and item.action == "remove" and item.path:
             hashes = {r.detail.get("hash") for r in rows if r.kind == "session_note"}
             text = _read(index, item.path)
@@ -162,7 +183,13 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
         done.append(item)
     for items in outcomes.values():  # entries that appeared after the plan was made
         done += items
+    spans = _spans(sid, done)
+    signals = count_signals(index.db, spans)
+    done += [ForgetItem("recall_signals", "remove", p, count=n) for p, n in signals.items()]
+    found = forget_dreams(index.db, index.workspace, writer, _attributed(texts, spans))
+    done += [ForgetItem(f.kind, f.action, f.path, f.lines, f.count, f.reason) for f in found]
     with index.db.transaction() as conn:
+        delete_signals(conn, spans)
         for kind, remove in _REMOVERS.items():
             refs = [r.ref for r in rows if r.kind == kind and r.ref is not None]
             if refs:
@@ -194,6 +221,35 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
         index.delete_virtual(transcript_path(sid))
     index.sync()
     return ForgetPlan(sid, plan.session_key, tuple(done), done=True)
+
+
+_DREAM_KINDS = frozenset(
+    {"recall_signals", "memory_entry", "dream_preimage", "dream_preimage_db", "dream_report"}
+)
+
+
+def _spans(sid: str, items: list[ForgetItem]) -> list[Span]:
+    """What is being removed, as file spans: the entries cut, notes deleted, the transcript."""
+    spans = [Span(transcript_path(sid))]
+    for i in items:
+        if i.action != "remove" or not i.path:
+            continue
+        if i.kind == "session_note":
+            spans.append(Span(i.path))
+        elif i.kind == "daily_entry" and i.lines:
+            first, _, last = i.lines.partition("-")
+            spans.append(Span(i.path, int(first), int(last or first)))
+    return spans
+
+
+def _attributed(texts: dict[str, str | None], spans: list[Span]) -> list[Attributed]:
+    """Dreaming's entries (as it cited them) inside `spans`, from the texts before the cut."""
+    out: list[Attributed] = []
+    for path in dict.fromkeys(s.path for s in spans):
+        text = texts.get(path)
+        if text is not None:
+            out += attributed(path, text, spans)
+    return out
 
 
 def _cutter(
