@@ -37,6 +37,7 @@ from memory.forget_dreams import (
     delete_signals,
     forget_dreams,
     plan_dreams,
+    shift_signals,
 )
 from memory.index import MemoryIndex
 from memory.lineage import LineageRow, LineageStore, marked_entries
@@ -160,10 +161,12 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
     # What Dreaming cited is the text and line numbers before the cut: read them first.
     texts = {r.path: _read(index, r.path) for r in rows if r.kind in FILE_KINDS and r.path}
     outcomes: dict[str, list[ForgetItem]] = {}  # daily log -> entries removed or kept
+    cut_lines: dict[str, set[int]] = {}  # daily log -> its lines removed (1-based, before)
     for path in dict.fromkeys(r.path for r in rows if r.kind == "daily_entry" and r.path):
         if _read(index, path) is not None:
-            outcomes[path] = []
-            writer.rewrite(path, _cutter(path, sid, _recorded(rows, path), outcomes[path]))
+            outcomes[path], cut_lines[path] = [], set()
+            cutter = _cutter(path, sid, _recorded(rows, path), outcomes[path], cut_lines[path])
+            writer.rewrite(path, cutter)
     done: list[ForgetItem] = []
     for item in plan.items:
         if item.kind == "daily_entry":
@@ -190,6 +193,8 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
     done += [ForgetItem(f.kind, f.action, f.path, f.lines, f.count, f.reason) for f in found]
     with index.db.transaction() as conn:
         delete_signals(conn, spans)
+        for path, lines in cut_lines.items():
+            shift_signals(conn, path, lines)
         for kind, remove in _REMOVERS.items():
             refs = [r.ref for r in rows if r.kind == kind and r.ref is not None]
             if refs:
@@ -253,16 +258,20 @@ def _attributed(texts: dict[str, str | None], spans: list[Span]) -> list[Attribu
 
 
 def _cutter(
-    path: str, sid: str, recorded: dict[str, int], outcome: list[ForgetItem]
+    path: str, sid: str, recorded: dict[str, int], outcome: list[ForgetItem], cut: set[int]
 ) -> Callable[[str | None], str]:
-    """The change `rewrite` applies (maybe more than once); `outcome` holds the last run's."""
+    """The change `rewrite` applies (maybe more than once); `outcome` and `cut` (the lines
+    removed, 1-based) hold the last run's."""
 
-    def cut(text: str | None) -> str:
-        new, items = _entries_plan(path, text or "", sid, recorded)
+    def change(text: str | None) -> str:
+        dropped: set[int] = set()
+        new, items = _entries_plan(path, text or "", sid, recorded, dropped)
         outcome[:] = items
+        cut.clear()
+        cut.update(i + 1 for i in dropped)
         return new
 
-    return cut
+    return change
 
 
 # ---- files -----------------------------------------------------------------------------------
@@ -321,9 +330,10 @@ def _recorded(rows: list[LineageRow], path: str) -> dict[str, int]:
 
 
 def _entries_plan(
-    path: str, text: str, sid: str, recorded: dict[str, int]
+    path: str, text: str, sid: str, recorded: dict[str, int], dropped: set[int] | None = None
 ) -> tuple[str, list[ForgetItem]]:
-    """`text` without the session's unchanged entries, and what was removed or kept."""
+    """`text` without the session's unchanged entries, and what was removed or kept; the
+    removed lines' indexes (0-based) are added to `dropped`."""
     nl = "\r\n" if "\r\n" in text else "\n"
     lines = text.replace("\r\n", "\n").split("\n")
     drop: set[int] = set()  # 0-based line indexes
@@ -355,6 +365,8 @@ def _entries_plan(
             drop.add(start - 1)
     if not drop:
         return text, items
+    if dropped is not None:
+        dropped.update(drop)
     return nl.join(line for i, line in enumerate(lines) if i not in drop), items
 
 

@@ -20,6 +20,7 @@ the tombstone keeps Light from staging a forgotten session's entries again).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,26 @@ def delete_signals(conn: Any, spans: Sequence[Span]) -> int:
         return 0
     where, args = _signal_where(spans)
     return int(conn.execute(f"DELETE FROM recall_signals WHERE {where}", tuple(args)).rowcount)
+
+
+def shift_signals(conn: Any, path: str, removed: set[int]) -> None:
+    """Move the signals of `path` up past `removed` lines (1-based, before the cut), so each
+    still covers the lines it was recorded for (REM counts signals by line)."""
+    if not removed:
+        return
+    cut = sorted(removed)
+    rows = conn.execute(
+        "SELECT id, start_line, end_line FROM recall_signals WHERE path = ? AND end_line > ?",
+        (path, cut[0]),
+    ).fetchall()
+    for row_id, start, end in rows:
+        new_start = int(start) - bisect_left(cut, int(start))
+        new_end = max(new_start, int(end) - bisect_right(cut, int(end)))
+        if (new_start, new_end) != (start, end):
+            conn.execute(
+                "UPDATE recall_signals SET start_line = ?, end_line = ? WHERE id = ?",
+                (new_start, new_end, int(row_id)),
+            )
 
 
 # ---- MEMORY.md, preimages, DREAMS.md ----------------------------------------------------------

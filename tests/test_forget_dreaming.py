@@ -125,6 +125,16 @@ def test_forget_removes_the_sessions_recall_signals_and_keeps_the_owners(world: 
     assert world.signals() == [(3, 3), (3, 3)]
 
 
+def test_signals_below_the_cut_move_up_with_their_lines(world: World) -> None:
+    log = world.workspace / LOG
+    log.write_text(log.read_text() + "\n- The owner's passport expires in March.\n")  # line 6
+    world.recall(6, times=2)
+    world.forget()
+    [(start, end), _] = world.signals()
+    assert (start, end) == (5, 5)
+    assert "passport" in log.read_text().splitlines()[start - 1]
+
+
 def test_the_dry_run_counts_the_recall_signals_that_would_go(world: World) -> None:
     world.recall(4)
     world.recall(3, times=2)
