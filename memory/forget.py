@@ -10,8 +10,11 @@ What goes (each item of the plan says where):
   lineage row with the entry's line count and hash), cut out of the log atomically — unless the
   entry's text changed since, then kept and reported; lines around them are untouched;
 - its transcript (events and session row) and its transcript chunks in the index;
-- lineage rows other parts recorded for it (recall signals, dreaming candidates, preimages):
-  removed, and their own rows too when the part registered a remover (`register_remover`);
+- its recall signals (on the entries cut, its notes, its transcript; those below a cut move up)
+  and what Dreaming made of its entries — MEMORY.md lines promoted from them, the same lines in
+  the preimages, DREAMS.md lines quoting them (memory/forget_dreams.py);
+- lineage rows other parts recorded for it: removed, and their own rows too when the part
+  registered a remover (`register_remover`);
 - then a tombstone (lineage_tombstones): re-indexing skips entries still marked with the
   session (a restored backup), transcript indexing skips it, Dreaming checks `is_forgotten`.
 

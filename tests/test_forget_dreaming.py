@@ -27,7 +27,7 @@ from memory.config import EmbeddingConfig, MemoryConfig
 from memory.dreaming import DreamingConfig, undo_last
 from memory.forget import ForgetPlan, forget, plan_forget
 from memory.index import MemoryIndex
-from memory.lineage import LineageStore
+from memory.lineage import LineageStore, record_session_note
 from memory.search import SearchHit
 from memory.sessions import SessionStore
 from memory.signals import record_recall
@@ -156,6 +156,22 @@ def test_forget_removes_the_memory_entry_dreaming_promoted_from_the_session(worl
     memory = world.read("MEMORY.md")
     assert "zeppelin" not in memory.lower()
     assert memory.startswith(MEMORY)  # the owner's entries stay
+
+
+def test_a_promotion_from_the_sessions_note_is_removed_with_the_note(world: World) -> None:
+    note = "memory/2026-11-03-zeppelin.md"
+    text = f"# Zeppelin trip\n<!-- session: {world.sid} | main:cli:direct:owner -->\n\n"
+    (world.workspace / note).write_text(text + "- The zeppelin hotel is the Seehotel, room 12.\n")
+    record_session_note(world.index.db, world.workspace, world.sid, note)
+    world.index.sync()
+    for q in range(4):
+        hit = SearchHit(note, 4, 4, 0.9, "x", "memory", "agent")
+        record_recall(world.index.db, f"hotel {q}", [hit], now=datetime(2026, 11, 3 + q % 2))
+    assert world.dream().promoted == 1
+    assert f"<!-- source: {note}#L4 -->" in world.read("MEMORY.md")
+    world.forget()
+    assert "Seehotel" not in world.read("MEMORY.md")
+    assert not (world.workspace / note).exists()
 
 
 def test_a_promoted_entry_the_owner_edited_is_kept_and_reported(world: World) -> None:
