@@ -192,20 +192,25 @@ def _preimage_files(workspace: Path) -> list[str]:
     return [f"{PREIMAGE_DIR}/{p.name}" for p in sorted(folder.glob("MEMORY-*.md")) if p.is_file()]
 
 
-def plan_dreams(db: Database, workspace: Path, entries: Sequence[Attributed]) -> list[DreamFinding]:
-    """What Dreaming holds of `entries`: MEMORY.md lines, preimages, diary lines. Reads only."""
-    if not entries:
-        return []
+def _memory_findings(memory: str, entries: Sequence[Attributed]) -> list[DreamFinding]:
     wanted = {a.memory_line for a in entries}
     sources = [f"<!-- source: {a.source} -->" for a in entries]
-    out: list[DreamFinding] = []
-    memory = _read_text(workspace, MEMORY_FILE) or ""
+    out = []
     for i, line in enumerate(memory.split("\n"), start=1):
         if line.rstrip() in wanted:
             out.append(DreamFinding("memory_entry", "remove", MEMORY_FILE, str(i)))
         elif any(s in line for s in sources):
             reason = "edited by hand, or merged into an entry that was there before"
             out.append(DreamFinding("memory_entry", "keep", MEMORY_FILE, str(i), reason=reason))
+    return out
+
+
+def plan_dreams(db: Database, workspace: Path, entries: Sequence[Attributed]) -> list[DreamFinding]:
+    """What Dreaming holds of `entries`: MEMORY.md lines, preimages, diary lines. Reads only."""
+    if not entries:
+        return []
+    wanted = {a.memory_line for a in entries}
+    out = _memory_findings(_read_text(workspace, MEMORY_FILE) or "", entries)
     for rel in _preimage_files(workspace):
         n = _without(_read_hidden(workspace, rel) or "", wanted)[1]
         if n:
@@ -235,19 +240,21 @@ def forget_dreams(
         return done
     wanted = {a.memory_line for a in entries}
     if any(f.kind == "memory_entry" and f.action == "remove" for f in done):
-        before: list[str | None] = []
+        swap: list[str] = []  # (before, after) of the write that happened (cut may run again)
 
         def cut(text: str | None) -> str:
-            before[:] = [text]
-            return _without(text or "", wanted)[0]
+            swap[:] = [text or "", _without(text or "", wanted)[0]]
+            return swap[1]
 
         writer.rewrite(MEMORY_FILE, cut)
-        after = _read_text(workspace, MEMORY_FILE)
+        # What was actually removed or kept is what the text on disk held at the swap.
+        done = [f for f in done if f.kind != "memory_entry"]
+        done = _memory_findings(swap[0], entries) + done
         # The last dream's undo still works: it checks MEMORY.md against what the dream wrote.
         with db.transaction() as conn:
             conn.execute(
                 "UPDATE dream_runs SET post_hash = ? WHERE post_hash = ?",
-                (content_hash(after), content_hash(before[0] if before else None)),
+                (content_hash(swap[1]), content_hash(swap[0])),
             )
     for f in done:
         if f.kind == "dream_preimage" and f.path:
