@@ -476,6 +476,10 @@ def memory_forget(ref: str, dry_run: bool, as_json: bool) -> None:
         if item.lines:
             where += f" lines {item.lines}"
         what = f"{item.kind} ×{item.count}" if item.count != 1 else item.kind
+        if item.kind == "recall_signals":
+            what = f"{item.count} recall signals on"
+        elif item.kind == "dream_preimage_db":
+            what = f"{item.count} pre-dream copies of MEMORY.md kept for undo (in the database)"
         if item.action == "keep":
             click.secho(f"  kept     {what} {where} ({item.reason})", fg="yellow")
         else:

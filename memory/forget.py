@@ -10,8 +10,11 @@ What goes (each item of the plan says where):
   lineage row with the entry's line count and hash), cut out of the log atomically — unless the
   entry's text changed since, then kept and reported; lines around them are untouched;
 - its transcript (events and session row) and its transcript chunks in the index;
-- lineage rows other parts recorded for it (recall signals, dreaming candidates, preimages):
-  removed, and their own rows too when the part registered a remover (`register_remover`);
+- its recall signals (on the entries cut, its notes, its transcript; those below a cut move up)
+  and what Dreaming made of its entries — MEMORY.md lines promoted from them, the same lines in
+  the preimages, DREAMS.md lines quoting them (memory/forget_dreams.py);
+- lineage rows other parts recorded for it: removed, and their own rows too when the part
+  registered a remover (`register_remover`);
 - then a tombstone (lineage_tombstones): re-indexing skips entries still marked with the
   session (a restored backup), transcript indexing skips it, Dreaming checks `is_forgotten`.
 
@@ -29,6 +32,16 @@ from typing import Any
 
 from memory.chunking import hash_text
 from memory.errors import SessionError, WorkspaceError
+from memory.forget_dreams import (
+    Attributed,
+    Span,
+    attributed,
+    count_signals,
+    delete_signals,
+    forget_dreams,
+    plan_dreams,
+    shift_signals,
+)
 from memory.index import MemoryIndex
 from memory.lineage import LineageRow, LineageStore, marked_entries
 from memory.sessions import Session, SessionKey, SessionStore
@@ -119,6 +132,7 @@ def plan_forget(index: MemoryIndex, ref: str) -> ForgetPlan:
         text = _read(index, path)
         if text is not None:
             items += _entries_plan(path, text, sid, _recorded(rows, path))[1]
+    texts = {p: _read(index, p) for p in dict.fromkeys(i.path for i in items if i.path)}
     events = len(store.events(sid)) if session else 0
     if events:
         items.append(ForgetItem("transcript_events", "remove", count=events))
@@ -130,6 +144,13 @@ def plan_forget(index: MemoryIndex, ref: str) -> ForgetPlan:
         if r.kind not in FILE_KINDS:
             others[r.kind] = others.get(r.kind, 0) + 1
     items += [ForgetItem(kind, "remove", count=n) for kind, n in sorted(others.items())]
+    spans = _spans(sid, items)
+    items += [
+        ForgetItem("recall_signals", "remove", path, count=n)
+        for path, n in count_signals(index.db, spans).items()
+    ]
+    found = plan_dreams(index.db, index.workspace, _attributed(texts, spans))
+    items += [ForgetItem(f.kind, f.action, f.path, f.lines, f.count, f.reason) for f in found]
     key = str(session.key) if session else None
     return ForgetPlan(sid, key, tuple(items))
 
@@ -140,16 +161,22 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
     sid = plan.session_id
     lineage = LineageStore(index.db)
     rows = lineage.of_session(sid)
+    # What Dreaming cited is the text and line numbers before the cut: read them first.
+    texts = {r.path: _read(index, r.path) for r in rows if r.kind in FILE_KINDS and r.path}
     outcomes: dict[str, list[ForgetItem]] = {}  # daily log -> entries removed or kept
+    cut_lines: dict[str, set[int]] = {}  # daily log -> its lines removed (1-based, before)
     for path in dict.fromkeys(r.path for r in rows if r.kind == "daily_entry" and r.path):
         if _read(index, path) is not None:
-            outcomes[path] = []
-            writer.rewrite(path, _cutter(path, sid, _recorded(rows, path), outcomes[path]))
+            outcomes[path], cut_lines[path] = [], set()
+            cutter = _cutter(path, sid, _recorded(rows, path), outcomes[path], cut_lines[path])
+            writer.rewrite(path, cutter)
     done: list[ForgetItem] = []
     for item in plan.items:
         if item.kind == "daily_entry":
             done += outcomes.pop(item.path or "", [])
             continue
+        if item.kind in _DREAM_KINDS:
+            continue  # recomputed below from what was actually removed
         if item.kind == "session_note" and item.action == "remove" and item.path:
             hashes = {r.detail.get("hash") for r in rows if r.kind == "session_note"}
             text = _read(index, item.path)
@@ -162,7 +189,15 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
         done.append(item)
     for items in outcomes.values():  # entries that appeared after the plan was made
         done += items
+    spans = _spans(sid, done)
+    signals = count_signals(index.db, spans)
+    done += [ForgetItem("recall_signals", "remove", p, count=n) for p, n in signals.items()]
+    found = forget_dreams(index.db, index.workspace, writer, _attributed(texts, spans))
+    done += [ForgetItem(f.kind, f.action, f.path, f.lines, f.count, f.reason) for f in found]
     with index.db.transaction() as conn:
+        delete_signals(conn, spans)
+        for path, lines in cut_lines.items():
+            shift_signals(conn, path, lines)
         for kind, remove in _REMOVERS.items():
             refs = [r.ref for r in rows if r.kind == kind and r.ref is not None]
             if refs:
@@ -196,17 +231,50 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
     return ForgetPlan(sid, plan.session_key, tuple(done), done=True)
 
 
-def _cutter(
-    path: str, sid: str, recorded: dict[str, int], outcome: list[ForgetItem]
-) -> Callable[[str | None], str]:
-    """The change `rewrite` applies (maybe more than once); `outcome` holds the last run's."""
+_DREAM_KINDS = frozenset(
+    {"recall_signals", "memory_entry", "dream_preimage", "dream_preimage_db", "dream_report"}
+)
 
-    def cut(text: str | None) -> str:
-        new, items = _entries_plan(path, text or "", sid, recorded)
+
+def _spans(sid: str, items: list[ForgetItem]) -> list[Span]:
+    """What is being removed, as file spans: the entries cut, notes deleted, the transcript."""
+    spans = [Span(transcript_path(sid))]
+    for i in items:
+        if i.action != "remove" or not i.path:
+            continue
+        if i.kind == "session_note":
+            spans.append(Span(i.path))
+        elif i.kind == "daily_entry" and i.lines:
+            first, _, last = i.lines.partition("-")
+            spans.append(Span(i.path, int(first), int(last or first)))
+    return spans
+
+
+def _attributed(texts: dict[str, str | None], spans: list[Span]) -> list[Attributed]:
+    """Dreaming's entries (as it cited them) inside `spans`, from the texts before the cut."""
+    out: list[Attributed] = []
+    for path in dict.fromkeys(s.path for s in spans):
+        text = texts.get(path)
+        if text is not None:
+            out += attributed(path, text, spans)
+    return out
+
+
+def _cutter(
+    path: str, sid: str, recorded: dict[str, int], outcome: list[ForgetItem], cut: set[int]
+) -> Callable[[str | None], str]:
+    """The change `rewrite` applies (maybe more than once); `outcome` and `cut` (the lines
+    removed, 1-based) hold the last run's."""
+
+    def change(text: str | None) -> str:
+        dropped: set[int] = set()
+        new, items = _entries_plan(path, text or "", sid, recorded, dropped)
         outcome[:] = items
+        cut.clear()
+        cut.update(i + 1 for i in dropped)
         return new
 
-    return cut
+    return change
 
 
 # ---- files -----------------------------------------------------------------------------------
@@ -265,9 +333,10 @@ def _recorded(rows: list[LineageRow], path: str) -> dict[str, int]:
 
 
 def _entries_plan(
-    path: str, text: str, sid: str, recorded: dict[str, int]
+    path: str, text: str, sid: str, recorded: dict[str, int], dropped: set[int] | None = None
 ) -> tuple[str, list[ForgetItem]]:
-    """`text` without the session's unchanged entries, and what was removed or kept."""
+    """`text` without the session's unchanged entries, and what was removed or kept; the
+    removed lines' indexes (0-based) are added to `dropped`."""
     nl = "\r\n" if "\r\n" in text else "\n"
     lines = text.replace("\r\n", "\n").split("\n")
     drop: set[int] = set()  # 0-based line indexes
@@ -299,6 +368,8 @@ def _entries_plan(
             drop.add(start - 1)
     if not drop:
         return text, items
+    if dropped is not None:
+        dropped.update(drop)
     return nl.join(line for i, line in enumerate(lines) if i not in drop), items
 
 

@@ -18,8 +18,9 @@ down to the marker's line. Lines outside any entry take the file's default origi
 Lineage table (agent database, own migration list, `apply_lineage_migrations`): one row per thing
 a session caused — `session_note`, `daily_entry`, and kinds other parts add (`recall_signal`,
 `dream_candidate`, `preimage`: give `ref` your own row id and `pinch memory forget` lists and
-removes the lineage rows; call `is_forgotten()` before promoting anything). Tombstones record
-forgotten sessions so re-indexing and Dreaming never bring them back.
+removes the lineage rows; call `is_forgotten()` before promoting anything). Recall signals and
+Dreaming's promotions need no rows: forget finds them by path and line (memory/forget_dreams.py).
+Tombstones record forgotten sessions so re-indexing and Dreaming never bring them back.
 """
 
 from __future__ import annotations
