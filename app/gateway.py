@@ -35,6 +35,7 @@ from agent.model_errors import ModelError
 from agent.requests import Attachment
 from app.access import Access, PairingStore
 from app.delivery import ReplyStream
+from app.logging_setup import RedactingFilter, install_log_redaction
 from app.queue import Batch, GatewayStore
 from app.routing import session_key_for
 from app.turns import Runtime, TurnRequest, TurnResult, open_runtime, run_turn
@@ -86,40 +87,15 @@ def acquire_lock(path: Path) -> IO[str]:
 # -- secrets never reach the log ---------------------------------------------------------------
 
 
-class SecretFilter(logging.Filter):
-    """Replaces each known secret (bot tokens, API keys) in a log record with "[redacted]"."""
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        super().__init__()
-        self.secrets = [s for s in secrets if s and len(s) >= 6]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self.secrets:
-            return True
-        message = record.getMessage()
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        redacted = message
-        for secret in self.secrets:
-            redacted = redacted.replace(secret, "[redacted]")
-        if record.exc_text:
-            for secret in self.secrets:
-                record.exc_text = record.exc_text.replace(secret, "[redacted]")
-        if redacted != message:
-            record.msg, record.args = redacted, None
-        return True
-
-
 def settings_secrets(settings: Settings) -> list[str]:
+    """The channel tokens in the settings (config.toml as well as the environment), which
+    `agent.redact` cannot know on its own."""
     found = []
     for section in (settings.telegram, settings.slack):
         for value in section.__dict__.values():
             secret = getattr(value, "get_secret_value", None)
             if secret is not None:
                 found.append(str(secret()))
-    for name, value in os.environ.items():
-        if name.endswith(("_API_KEY", "_TOKEN", "_SECRET")):
-            found.append(value)
     return found
 
 
@@ -525,10 +501,11 @@ def options_from(settings: Settings) -> GatewayOptions:
 def configure_logging(settings: Settings, level: int = logging.INFO) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(SecretFilter(settings_secrets(settings)))
+    handler.addFilter(RedactingFilter(settings_secrets(settings)))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level)
+    install_log_redaction()  # handlers added before this one (and Python's last resort)
     for noisy in (
         "httpx",
         "httpx2",
