@@ -24,10 +24,11 @@ import json
 import logging
 import os
 import signal
+import socket
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -36,10 +37,11 @@ from agent.requests import Attachment
 from app.access import Access, PairingStore
 from app.delivery import ReplyStream
 from app.logging_setup import RedactingFilter, install_log_redaction
-from app.queue import Batch, GatewayStore
+from app.queue import Batch, GatewayStore, LeaseHolder, this_process
 from app.routing import session_key_for
 from app.turns import Runtime, TurnRequest, TurnResult, open_runtime, run_turn
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
+from channels.cli import TurnAware, TurnOutcome
 from memory.errors import MemoryError_
 from memory.sessions import SessionKey
 
@@ -52,6 +54,8 @@ TYPING_EVERY_S = 4.0  # platforms show "typing…" for about 5 s
 HEARTBEAT_EVERY_S = 15.0
 PRUNE_EVERY_S = 300.0
 DELIVERY_ATTEMPTS = 3
+LEASE_STALE_S = 30.0  # a session lease not renewed for this long is free (its holder hung)
+LEASE_POLL_S = 0.5  # how often a turn waiting for another process's turn looks again
 TurnRunner = Callable[[Runtime, TurnRequest, Callable[[str], None]], Awaitable[TurnResult]]
 
 
@@ -113,6 +117,8 @@ class GatewayOptions:
     heartbeat_every_s: float = HEARTBEAT_EVERY_S
     typing_every_s: float = TYPING_EVERY_S
     no_collect_channels: frozenset[str] = field(default_factory=lambda: frozenset({"cli"}))
+    lease_stale_s: float = LEASE_STALE_S
+    lease_poll_s: float = LEASE_POLL_S
 
 
 class Gateway:
@@ -144,6 +150,10 @@ class Gateway:
         # Delivery records get their own thread: queued behind a burst of inbound messages in
         # the shared pool, they would widen the window in which a kill means a second send.
         self._records = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pinch-delivery")
+        self._turns: dict[str, asyncio.Future[TurnResult]] = {}
+        self._cancelled: set[str] = set()
+        # This process, as the holder of session leases (one turn per session across processes).
+        self.holder = this_process("", f"{socket.gethostname()}:{os.getpid()}:{id(self):x}")
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -313,6 +323,20 @@ class Gateway:
             # Left claimed: the next start (with the channel configured) answers it.
             log.warning("No %s channel runs; its messages wait for a restart", last.channel)
             return False
+        me = replace(self.holder, channel=last.channel)
+        await self._lease(batch.session_key, me, channel, last)
+        renew = asyncio.ensure_future(self._renew_lease(batch.session_key, me))
+        try:
+            await self._answer(batch, channel, last)
+        finally:
+            renew.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(
+                    asyncio.to_thread(self.store.release_lease, batch.session_key, me)
+                )
+        return True
+
+    async def _answer(self, batch: Batch, channel: Channel, last: InboundMessage) -> None:
         key = SessionKey.parse(batch.session_key)
         request = turn_request(key, batch)
         resume = await asyncio.to_thread(self.store.deliveries, batch.turn_id)
@@ -327,26 +351,83 @@ class Gateway:
             resume=resume,
         )
         typing = asyncio.ensure_future(self._keep_typing(channel, last))
-        final: str | None
+        turn = asyncio.ensure_future(self.turn_runner(self.runtime, request, stream.feed))
+        self._turns[batch.session_key] = turn
+        outcome: TurnOutcome
         try:
-            result = await self.turn_runner(self.runtime, request, stream.feed)
-            final = None if result.silent else result.text
+            result = await turn
+            if result.silent:
+                outcome = TurnOutcome("silent", result.text, result.command)
+            else:
+                outcome = TurnOutcome("answered", result.text, result.command)
         except (ModelError, MemoryError_) as exc:  # worded as advice
-            final = str(exc)
+            outcome = TurnOutcome("failed", str(exc))
         except asyncio.CancelledError:
-            await stream.cancel()
-            raise
+            me = asyncio.current_task()
+            if batch.session_key not in self._cancelled or (me is not None and me.cancelling()):
+                await stream.cancel()
+                raise
+            outcome = TurnOutcome("cancelled", stream.text)  # the owner's Ctrl-C: answered
         except Exception as exc:
             log.exception("A turn of %s failed", batch.session_key)
-            final = f"Something went wrong ({type(exc).__name__}); try again, or see the log."
+            text = f"Something went wrong ({type(exc).__name__}); try again, or see the log."
+            outcome = TurnOutcome("failed", text)
         finally:
             typing.cancel()
-        if final is not None:
-            await self._deliver(stream, final)
-        else:
+            self._turns.pop(batch.session_key, None)
+            self._cancelled.discard(batch.session_key)
+        if isinstance(channel, TurnAware):
+            await stream.cancel()  # the channel presents the turn's end itself
+            await channel.turn_done(last.chat_id, outcome)
+        elif outcome.kind == "silent":
             await stream.cancel()
+        elif outcome.kind == "cancelled":
+            if outcome.text.strip():
+                await self._deliver(stream, outcome.text + "\n\n(cancelled)")
+            else:
+                await stream.cancel()
+        else:
+            await self._deliver(stream, outcome.text)
         await self._record(self.store.finish, batch.turn_id)
+
+    def cancel_turn(self, session_key: str) -> bool:
+        """Cancel the running turn of `session_key` (the owner's Ctrl-C): what streamed so far
+        is its answer and its messages are not run again. False when no turn of it runs here."""
+        turn = self._turns.get(session_key)
+        if turn is None or turn.done():
+            return False
+        self._cancelled.add(session_key)
+        turn.cancel()
         return True
+
+    async def _lease(
+        self, session_key: str, me: LeaseHolder, channel: Channel, last: InboundMessage
+    ) -> None:
+        """Wait until no other process runs a turn of this session (`pinch chat` and `pinch
+        gateway` share the owner's main session). Polled: the other process can't signal us."""
+        told = False
+        while True:
+            other = await asyncio.to_thread(
+                self.store.acquire_lease, session_key, me, self.options.lease_stale_s
+            )
+            if other is None:
+                return
+            if not told and isinstance(channel, TurnAware):
+                told = True
+                where = other.channel.capitalize() if other.channel != "cli" else "another terminal"
+                with contextlib.suppress(Exception):
+                    await channel.waiting(
+                        last.chat_id, f"waiting for a reply on {where} to finish…"
+                    )
+            await asyncio.sleep(self.options.lease_poll_s)
+
+    async def _renew_lease(self, session_key: str, me: LeaseHolder) -> None:
+        while True:
+            await asyncio.sleep(self.options.lease_stale_s / 3)
+            try:
+                await asyncio.to_thread(self.store.renew_lease, session_key, me)
+            except Exception as exc:
+                log.warning("Could not renew the lease of %s: %s", session_key, exc)
 
     async def _deliver(self, stream: ReplyStream, final: str) -> None:
         for attempt in range(DELIVERY_ATTEMPTS):

@@ -127,7 +127,8 @@ class GatewayStore:
         """After a restart: turns that were running are queued again (keeping their grouping,
         so the reply they began is edited, not repeated). Returns how many messages."""
         with self.db.transaction() as conn:
-            cur = conn.execute("UPDATE inbound_queue SET state = 'queued' WHERE state = 'running' "
+            cur = conn.execute(
+                "UPDATE inbound_queue SET state = 'queued' WHERE state = 'running' "
                 "AND claimant IS ?",
                 (self.claimant,),
             )
