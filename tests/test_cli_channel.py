@@ -296,3 +296,15 @@ def test_piped_exit_status_is_one_when_a_message_got_no_answer(tmp_path: Path) -
             return status
 
     assert asyncio.run(scenario()) == 1
+
+
+def test_a_closed_terminals_unanswered_message_is_pruned_by_the_gateway(tmp_path: Path) -> None:
+    with FakeModelServer() as server:
+        db = make_kit(tmp_path, server, db_name=DB_NAME).index.db
+        GatewayStore(db, claimant="cli-gone").accept(cli_message("hi"), OWNER_MAIN, "owner")
+        with db.transaction() as conn:  # the terminal closed an hour ago without an answer
+            conn.execute("UPDATE inbound_queue SET received_at = received_at - 3600")
+
+        GatewayStore(db).prune(dedup_ttl_s=600)
+
+        assert GatewayStore(db, claimant="cli-gone").counts() == {}

@@ -238,3 +238,45 @@ def test_ctrl_c_cancels_the_running_reply_and_ctrl_d_exits(
 
     assert terminal.wait() == 0
     assert server.requests[1].last_user_text().endswith("and now?")
+
+
+# ---- the chat is the gateway's cli channel ------------------------------------------------------
+
+
+def test_piped_help_lists_the_chats_own_keys() -> None:
+    done = chat("/help\n")
+
+    assert done.exit_code == 0, done.output
+    assert "/status" in done.stdout
+    assert "/exit     leave the chat" in done.stdout
+
+
+def test_the_chat_runs_beside_a_running_gateway(server: FakeModelServer, home: Path) -> None:
+    from app.config import load_settings
+    from app.gateway import acquire_lock
+
+    server.script(text_reply("Hello beside the gateway."))
+    lock = acquire_lock(load_settings().agent_dir / "gateway.lock")  # as `pinch gateway` holds it
+    try:
+        done = run_pinch_chat("hello\n")
+    finally:
+        lock.close()
+
+    assert done.returncode == 0, done.stderr
+    assert "Hello beside the gateway." in done.stdout
+
+
+def test_a_chat_message_goes_through_the_gateways_durable_queue(
+    server: FakeModelServer, home: Path
+) -> None:
+    import sqlite3
+
+    from app.config import load_settings
+
+    server.script(text_reply("Queued and answered."))
+    assert chat("hello\n").exit_code == 0
+
+    with contextlib.closing(sqlite3.connect(load_settings().agent_dir / "agent.sqlite")) as db:
+        rows = db.execute("SELECT channel, state, claimant FROM inbound_queue").fetchall()
+    [(channel, state, claimant)] = rows
+    assert (channel, state) == ("cli", "done") and claimant.startswith("cli-")
