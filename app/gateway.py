@@ -8,6 +8,14 @@ messages that arrive while a turn runs collected into the next one (`collect_win
 agent (app/turns.py) → the reply streamed by editing one message (app/delivery.py), each sent
 message recorded right after the platform accepted it.
 
+One turn per session across processes: `pinch chat` runs this same machinery with only the `cli`
+channel (app/repl.py), beside or without `pinch gateway`. Each process claims only its own queue
+rows (`GatewayStore(claimant=…)`), and a turn first takes the session's lease in the database
+(`session_leases`; free when its holder's heartbeat is old or its process gone), so the owner's
+main session is never written by two processes at once: the second turn waits, and a channel
+that presents turns itself (`channels.cli.TurnAware`) is told "waiting for a reply on Telegram
+to finish…". `cancel_turn(key)` is the terminal's Ctrl-C.
+
 SIGTERM/SIGINT drains: running turns get `shutdown_grace_s` to finish, queued messages stay
 queued and are answered after the restart. One gateway per data directory (an OS lock on
 <home>/agents/<id>/gateway.lock). A heartbeat file <home>/gateway.heartbeat says every 15 s
@@ -152,6 +160,7 @@ class Gateway:
         self._records = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pinch-delivery")
         self._turns: dict[str, asyncio.Future[TurnResult]] = {}
         self._cancelled: set[str] = set()
+        self._leasing: set[str] = set()
         # This process, as the holder of session leases (one turn per session across processes).
         self.holder = this_process("", f"{socket.gethostname()}:{os.getpid()}:{id(self):x}")
 
@@ -226,6 +235,7 @@ class Gateway:
                 log.warning("Could not store an inbound message (%s); it stays unconfirmed", exc)
                 raise
             log.error("Skipped an inbound message that could not be handled: %r", exc)
+            await self._not_answered(msg, f"Skipped: {type(exc).__name__}; see the log.")
 
     async def _accept(self, msg: InboundMessage) -> None:
         if not isinstance(msg, InboundMessage):
@@ -233,6 +243,7 @@ class Gateway:
         decision = await asyncio.to_thread(self.access.check, msg)
         if decision.action == "ignore":
             log.debug("Ignored a message on %s: %s", msg.channel, decision.reason)
+            await self._not_answered(msg, f"Not answered: {decision.reason}.")
             return
         if decision.action == "reply":
             channel = self.channels.get(msg.channel)
@@ -252,11 +263,19 @@ class Gateway:
         queued = await asyncio.to_thread(self.store.accept, msg, str(key), decision.role)
         if queued is None:
             log.debug("Ignored a redelivered message on %s", msg.channel)
+            await self._not_answered(msg, "Not answered: the same message was queued before.")
             return
         self._arrived[str(key)] = time.monotonic()
         if str(key) not in self._workers:  # "typing…" at once, not after the collect window
             self._spawn(self._type_once(msg))
         self._wake(str(key), collect=msg.channel not in self.options.no_collect_channels)
+
+    async def _not_answered(self, msg: InboundMessage, why: str) -> None:
+        """A channel waiting for each message's turn (the terminal) learns there will be none."""
+        channel = self.channels.get(getattr(msg, "channel", ""))
+        if isinstance(channel, TurnAware):
+            with contextlib.suppress(Exception):
+                await channel.turn_done(msg.chat_id, TurnOutcome("failed", why))
 
     async def _type_once(self, msg: InboundMessage) -> None:
         channel = self.channels.get(msg.channel)
@@ -324,7 +343,12 @@ class Gateway:
             log.warning("No %s channel runs; its messages wait for a restart", last.channel)
             return False
         me = replace(self.holder, channel=last.channel)
-        await self._lease(batch.session_key, me, channel, last)
+        if not await self._lease(batch.session_key, me, channel, last):  # Ctrl-C while waiting
+            self._cancelled.discard(batch.session_key)
+            if isinstance(channel, TurnAware):
+                await channel.turn_done(last.chat_id, TurnOutcome("cancelled", ""))
+            await self._record(self.store.finish, batch.turn_id)
+            return True
         renew = asyncio.ensure_future(self._renew_lease(batch.session_key, me))
         try:
             await self._answer(batch, channel, last)
@@ -393,6 +417,9 @@ class Gateway:
     def cancel_turn(self, session_key: str) -> bool:
         """Cancel the running turn of `session_key` (the owner's Ctrl-C): what streamed so far
         is its answer and its messages are not run again. False when no turn of it runs here."""
+        if session_key in self._leasing:  # still waiting for another process's turn
+            self._cancelled.add(session_key)
+            return True
         turn = self._turns.get(session_key)
         if turn is None or turn.done():
             return False
@@ -402,24 +429,30 @@ class Gateway:
 
     async def _lease(
         self, session_key: str, me: LeaseHolder, channel: Channel, last: InboundMessage
-    ) -> None:
+    ) -> bool:
         """Wait until no other process runs a turn of this session (`pinch chat` and `pinch
-        gateway` share the owner's main session). Polled: the other process can't signal us."""
+        gateway` share the owner's main session), then hold its lease. Polled: the other
+        process cannot signal this one. False when `cancel_turn` gave up the wait."""
         told = False
-        while True:
-            other = await asyncio.to_thread(
-                self.store.acquire_lease, session_key, me, self.options.lease_stale_s
-            )
-            if other is None:
-                return
-            if not told and isinstance(channel, TurnAware):
-                told = True
-                where = other.channel.capitalize() if other.channel != "cli" else "another terminal"
-                with contextlib.suppress(Exception):
-                    await channel.waiting(
-                        last.chat_id, f"waiting for a reply on {where} to finish…"
-                    )
-            await asyncio.sleep(self.options.lease_poll_s)
+        self._leasing.add(session_key)
+        try:
+            while session_key not in self._cancelled:
+                other = await asyncio.to_thread(
+                    self.store.acquire_lease, session_key, me, self.options.lease_stale_s
+                )
+                if other is None:
+                    return True
+                if not told and isinstance(channel, TurnAware):
+                    told = True
+                    where = "another terminal" if other.channel == "cli" else other.channel.title()
+                    with contextlib.suppress(Exception):
+                        await channel.waiting(
+                            last.chat_id, f"waiting for a reply on {where} to finish…"
+                        )
+                await asyncio.sleep(self.options.lease_poll_s)
+            return False
+        finally:
+            self._leasing.discard(session_key)
 
     async def _renew_lease(self, session_key: str, me: LeaseHolder) -> None:
         while True:

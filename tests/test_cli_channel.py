@@ -308,3 +308,41 @@ def test_a_closed_terminals_unanswered_message_is_pruned_by_the_gateway(tmp_path
         GatewayStore(db).prune(dedup_ttl_s=600)
 
         assert GatewayStore(db, claimant="cli-gone").counts() == {}
+
+
+def test_ctrl_c_while_waiting_for_telegrams_reply_gives_up_the_wait(tmp_path: Path) -> None:
+    async def scenario() -> tuple[list[TurnOutcome], dict[str, int]]:
+        started, gate = asyncio.Event(), asyncio.Event()
+
+        async def gated(
+            rt: Runtime, req: TurnRequest, on_text: Callable[[str], None]
+        ) -> TurnResult:
+            started.set()
+            await gate.wait()
+            return await run_turn(rt, req, on_text)
+
+        with FakeModelServer() as server:
+            server.respond_with(responder(turn=echo))
+            rig = make_rig(tmp_path, server, turn_runner=gated)
+            io = ScriptedIO()
+            chat, channel = chat_gateway(rig.gateway.runtime, io)
+            await rig.gateway.start()
+            await chat.start()
+            await rig.telegram.deliver(OWNER_TG, "hello from telegram")
+            await started.wait()
+            await io.lines.put("never mind")
+            await io.until(lambda: bool(io.statuses))
+            channel.on_cancel()
+            await io.until(lambda: bool(io.outcomes))
+            gate.set()
+            await rig.gateway.idle()
+            await io.lines.put(None)
+            await channel.finished()
+            await chat.stop(5)
+            counts = chat.store.counts()
+            await rig.close()
+            return io.outcomes, counts
+
+    outcomes, counts = asyncio.run(scenario())
+    assert outcomes == [TurnOutcome("cancelled", "")]
+    assert counts == {"done": 2}  # Telegram's message answered, the terminal's given up
