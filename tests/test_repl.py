@@ -332,3 +332,16 @@ def test_the_chat_waits_while_another_process_writes_the_main_session(
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_help_in_the_terminal_lists_the_chats_own_keys(terminal: Terminal) -> None:
+    terminal.expect("Ctrl-D exits")
+    terminal.expect("›")
+
+    terminal.send("/help\r")
+    terminal.expect("/status")
+    terminal.expect("/exit     leave the chat")
+    terminal.expect("›")
+    terminal.send("/exit\r")
+
+    assert terminal.wait() == 0
