@@ -37,6 +37,7 @@ from agent.compaction import CompactionError, Compactor, summary_block
 from agent.config import AgentConfig
 from agent.context import Context, ContextBuilder
 from agent.history import build_history, usage_record
+from agent.intents import IntentTool, standing_intents_block
 from agent.message_limit import fit_message
 from agent.model import ModelClient
 from agent.model_errors import ContextTooLongError, cut_off_notice
@@ -48,6 +49,7 @@ from agent.tools import MemoryTools, ToolContext, TurnTaint, session_attachments
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
 from agent.web_fetch import WebFetcher
 from memory.index import IndexStatus, MemoryIndex
+from memory.intents import IntentStore
 from memory.lineage import record_session_note
 from memory.sessions import Session, SessionKey, SessionStore
 from memory.writes import WorkspaceWriter
@@ -124,14 +126,18 @@ class Agent:
         self.recall = recall
         # Every write re-indexes memory; writes already run in worker threads.
         self.writer = WorkspaceWriter(workspace, on_written=self._reindex, tz=self.clock.tz)
-        self.tools = MemoryTools(
+        # Standing intents, matched before every reply (agent/intents.py).
+        self.intents = IntentStore.open(index.db, now=self.clock.now().timestamp())
+        memory_tools = MemoryTools(
             workspace=workspace,
             index=index,
             store=store,
             writer=self.writer,
             clock=self.clock,
             fetcher=fetcher,
-        ).registry()
+        )
+        intent_tool = IntentTool(self.intents, self.clock, memory_tools._context_tainted)
+        self.tools = memory_tools.registry(intent_tool.tool())
         self.context_builder = ContextBuilder(
             workspace,
             max_chars=self.config.bootstrap_max_chars,
@@ -268,8 +274,11 @@ class Agent:
         # Only the owner's own words in the owner's direct chat (never automation or system).
         recall = policy.owner_private and request.sender == "owner"
         recalled = await self._recall(key, text) if recall else None
-        if recalled:
-            content["recalled"] = render("recalled", text=recalled)
+        blocks = [render("recalled", text=recalled)] if recalled else []
+        if intents := await self._standing_intents(request, text):
+            blocks.append(intents)
+        if blocks:
+            content["recalled"] = "\n\n".join(blocks)
         await asyncio.to_thread(self.store.append, session.id, "user", content)
         turn = _Turn(key, session, content, policy, emit, notices=list(notices))
         for notice in notices:
@@ -306,6 +315,17 @@ class Agent:
             return await self.recall(key, text)
         except Exception:  # recall is a bonus; the message is answered without it
             log.warning("Recall failed; answering without recalled context", exc_info=True)
+            return None
+
+    async def _standing_intents(self, request: AgentRequest, text: str) -> str | None:
+        # Matched in the message's own scope (memory/intents.py), whatever the policy.
+        now = self.clock.now().timestamp()
+        try:
+            return await asyncio.to_thread(
+                standing_intents_block, self.intents, request, text, now=now
+            )
+        except Exception:  # a reminder is a bonus; the message is answered without it
+            log.warning("Standing intents failed; answering without them", exc_info=True)
             return None
 
     async def _complete(self, turn: _Turn) -> ModelResponse:

@@ -200,7 +200,8 @@ class MemoryTools:
         self.fetcher = fetcher or WebFetcher()
         self.lineage = LineageStore(index.db)
 
-    def registry(self) -> ToolRegistry:
+    def registry(self, *more: Tool) -> ToolRegistry:
+        """The memory tools, then `more` (tools built elsewhere, e.g. the `intent` tool)."""
         s = _schema
         text = {"type": "string"}
         return ToolRegistry(
@@ -276,6 +277,7 @@ class MemoryTools:
                     ),
                     self.web_fetch,
                 ),
+                *more,
             ]
         )
 

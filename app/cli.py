@@ -96,7 +96,12 @@ def _open_index(settings: Settings) -> MemoryIndex:
             f"There is no workspace at {settings.workspace_dir}: run `pinch init` first "
             "(or set PINCH_HOME / PINCH_WORKSPACE to where your memory files are)."
         )
-    return MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
+    index = MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
+    if not settings.dreaming.enabled:
+        from memory.signals import stop_recording
+
+        stop_recording(index.db)  # disabled means nothing is written for it, signals included
+    return index
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -220,6 +225,8 @@ def memory_status(deep: bool, as_json: bool) -> None:
     """What is indexed, with which model and vector backend, and what is wrong."""
     from dataclasses import asdict
 
+    from app.terminal import printable
+
     settings = _settings()
     idx = _open_index(settings)
     try:
@@ -227,8 +234,10 @@ def memory_status(deep: bool, as_json: bool) -> None:
         st = idx.status(deep=deep)
     finally:
         idx.close()
+    extra = _extra_path_problems(settings)
     if as_json:
-        click.echo(json.dumps(asdict(st), indent=2, ensure_ascii=False))
+        out = {**asdict(st), "extra_paths": extra}
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     click.echo(f"workspace       {st.workspace}")
     click.echo(f"database        {st.database} (SQLite {st.sqlite_version} via {st.driver})")
@@ -248,8 +257,8 @@ def memory_status(deep: bool, as_json: bool) -> None:
         click.secho(
             "pending         the index needs a (re)build: run `pinch memory index`", fg="yellow"
         )
-    for path, problem in st.problems.items():
-        click.secho(f"problem         {path}: {problem}", fg="yellow")
+    for path, problem in {**extra, **st.problems}.items():
+        click.secho(printable(f"problem         {path}: {problem}"), fg="yellow")
     if st.dirty_files is not None:
         if st.dirty_files:
             click.echo("changed since last index: " + ", ".join(st.dirty_files))
@@ -278,11 +287,18 @@ def memory_index(force: bool) -> None:
         f"{report.files_unchanged} unchanged, {len(report.files_removed)} removed; "
         f"{report.chunks_embedded} passages embedded, {report.chunks_from_cache} from cache."
     )
-    for path, problem in report.problems.items():
+    for path, problem in {**_extra_path_problems(settings), **report.problems}.items():
         click.secho(f"  {path}: {problem}", fg="yellow", err=True)
     degraded = idx.degraded_reason()
     if degraded:
         click.secho(f"Note: search is {degraded}.", fg="yellow", err=True)
+
+
+def _extra_path_problems(settings: Any) -> dict[str, str]:
+    """Configured extra paths that yield nothing (missing, or a symbolic link), with why."""
+    from memory.workspace import extra_path_problems
+
+    return extra_path_problems(settings.workspace_dir, settings.memory.extra_paths)
 
 
 def _already_indexing(who: str) -> None:
@@ -365,6 +381,7 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
     """Print lines of a memory file (MEMORY.md, USER.md, memory/...)."""
     from dataclasses import asdict
 
+    from app.terminal import printable
     from memory.workspace import read_memory_lines
 
     settings = _settings()
@@ -378,10 +395,49 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
     )
     if as_json:
         click.echo(json.dumps(asdict(result), ensure_ascii=False))
-    elif result.text:
-        click.echo(result.text)
+    elif result.text:  # the file's own bytes: no escape codes through to the terminal
+        click.echo(printable(result.text))
     else:
-        click.secho(f"(no lines: {result.path} has {result.total_lines})", fg="yellow", err=True)
+        click.secho(
+            printable(f"(no lines: {result.path} has {result.total_lines})"), fg="yellow", err=True
+        )
+
+
+@memory.command("dream")
+@click.option(
+    "--dry-run", is_flag=True, help="Show what would be promoted and why not; write nothing."
+)
+@click.option(
+    "--phase",
+    type=click.Choice(["light", "rem", "deep"]),
+    default="deep",
+    show_default=True,
+    help="Stop after this phase (light: staged notes; rem: recall figures; deep: the gate).",
+)
+@click.option("--undo", is_flag=True, help="Restore MEMORY.md as it was before the last dream.")
+@friendly_errors
+def memory_dream(dry_run: bool, phase: str, undo: bool) -> None:
+    """Consolidate often-recalled notes into MEMORY.md (what the nightly job does)."""
+    import asyncio
+
+    from app.dreaming import dream_once
+    from app.terminal import printable
+
+    settings = _settings()
+    if undo:
+        from memory.dreaming import undo_last
+
+        if not settings.dreaming.enabled:
+            _fail("Dreaming is disabled ([dreaming] enabled = false): nothing was done.")
+        idx = _open_index(settings)
+        try:
+            click.echo(undo_last(idx.db, settings.workspace_dir))
+        finally:
+            idx.close()
+        return
+    report = asyncio.run(dream_once(settings, phase=phase, dry_run=dry_run))  # type: ignore[arg-type]
+    for line in report.lines():
+        click.echo(printable(line))
 
 
 @memory.command("forget")
@@ -525,6 +581,122 @@ def pairing_reject(code: str) -> None:
     finally:
         store.db.close()
     click.echo(f"Rejected the request of {req.channel} user {req.sender_id}.")
+
+
+# ---- standing intents ----------------------------------------------------------------------
+
+
+@main.group()
+def intents() -> None:
+    """Standing intents: what Pinch does when something is mentioned ("when someone mentions
+    Hangzhou, remind me to confirm the return ticket"). Create them by asking in your chat."""
+
+
+def _intent_store(settings: Settings) -> Any:
+    from memory.db import open_database
+    from memory.intents import IntentStore
+
+    if not settings.database_path.exists():
+        raise ValueError("There is no agent database yet: run `pinch init` or `pinch chat` first.")
+    return IntentStore.open(open_database(settings.database_path))
+
+
+def _when(ts: float | None, settings: Settings) -> str:
+    from datetime import datetime
+
+    from agent.clock import load_timezone
+
+    if ts is None:
+        return "never"
+    return f"{datetime.fromtimestamp(ts, load_timezone(settings.agent.timezone)):%Y-%m-%d %H:%M}"
+
+
+@intents.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Also done, cancelled and expired ones.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@friendly_errors
+def intents_list(show_all: bool, as_json: bool) -> None:
+    """List standing intents (active ones unless --all)."""
+    import time
+    from dataclasses import asdict
+
+    settings = _settings()
+    store = _intent_store(settings)
+    try:
+        store.expire_due(now=time.time())
+        found = store.intents(include_ended=show_all)
+    finally:
+        store.db.close()
+    if as_json:
+        click.echo(json.dumps([asdict(i) for i in found], indent=2, ensure_ascii=False))
+        return
+    if not found:
+        click.echo("No standing intents." if show_all else "No active standing intents.")
+        return
+    for i in found:
+        triggers = " / ".join(i.triggers)
+        click.secho(
+            f"#{i.id}  {i.state} ({i.fire_count} of {i.max_fires})  on {triggers}", bold=True
+        )
+        click.echo(f"  {i.action}")
+        until = f"until {_when(i.expires_at, settings)}"
+        click.echo(
+            f"  in {i.scope.chat}, {until if i.active else 'ended ' + _when(i.ended_at, settings)}"
+        )
+
+
+@intents.command("show")
+@click.argument("intent_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@friendly_errors
+def intents_show(intent_id: int, as_json: bool) -> None:
+    """Show one standing intent and every time it fired."""
+    import time
+    from dataclasses import asdict
+
+    settings = _settings()
+    store = _intent_store(settings)
+    try:
+        store.expire_due(now=time.time())
+        intent = store.get(intent_id)
+        fires = store.fires(intent_id) if intent else []
+    finally:
+        store.db.close()
+    if intent is None:
+        raise ValueError(f"There is no standing intent #{intent_id}: `pinch intents list --all`.")
+    if as_json:
+        out = {**asdict(intent), "fires": [asdict(f) for f in fires]}
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    w = _when
+    click.secho(f"#{intent.id}  {intent.state}", bold=True)
+    click.echo(f"  do:        {intent.action}")
+    click.echo(f"  triggers:  {' / '.join(intent.triggers)} (all words of one must appear)")
+    click.echo(f"  scope:     {intent.scope.chat}, messages from the {intent.scope.sender_kind}")
+    hours = intent.cooldown_s / 3600
+    click.echo(f"  fired:     {intent.fire_count} of {intent.max_fires} times, {hours:g} h apart")
+    click.echo(f"  created:   {w(intent.created_at, settings)} by {intent.creator}")
+    click.echo(f"  expires:   {w(intent.expires_at, settings)}")
+    if intent.ended_at is not None:
+        click.echo(f"  ended:     {w(intent.ended_at, settings)} ({intent.state})")
+    for f in fires:
+        click.echo(f"  fired at {w(f.fired_at, settings)} in {f.session_key}: {f.excerpt[:80]}")
+
+
+@intents.command("cancel")
+@click.argument("intent_id", metavar="ID", type=int)
+@friendly_errors
+def intents_cancel(intent_id: int) -> None:
+    """Cancel a standing intent (it stays in the history)."""
+    import time
+
+    settings = _settings()
+    store = _intent_store(settings)
+    try:
+        intent = store.cancel(intent_id, now=time.time())
+    finally:
+        store.db.close()
+    click.echo(f"Cancelled standing intent #{intent.id} ({intent.action}).")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pydantic_settings import (
 from agent.config import AgentConfig
 from channels.config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.config import MemoryConfig
+from memory.dreaming import DreamingConfig
 
 
 class ConfigError(Exception):
@@ -75,6 +76,7 @@ class Settings(BaseSettings):
     slack: SlackConfig = SlackConfig()
     owners: OwnersConfig = OwnersConfig()
     gateway: GatewayConfig = GatewayConfig()
+    dreaming: DreamingConfig = DreamingConfig()
 
     @field_validator("agent_id")
     @classmethod
@@ -141,6 +143,11 @@ class _TomlSource(PydanticBaseSettingsSource):
         return data
 
 
+# Names that hold a secret in any table of the file (none is a setting): API keys and the like
+# are read from the environment only.
+_SECRET_NAME = re.compile(r"(^|_)(api_?key|key|token|secret|password)$", re.IGNORECASE)
+
+
 def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
     for section, names in SECRET_FIELDS.items():
         table = data.get(section)
@@ -152,6 +159,17 @@ def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
                 raise ConfigError(
                     f"{path} sets [{section}] {name}, a secret: remove it from the file and set "
                     f"the environment variable {env} instead (secrets never live in config.toml)."
+                )
+    for section, table in data.items():
+        if not isinstance(table, dict):
+            continue
+        for name in table:
+            known = _field_type([section, name]) is not None
+            if not known and _SECRET_NAME.search(str(name)):
+                raise ConfigError(
+                    f"{path} sets [{section}] {name}, which looks like a secret: remove it from "
+                    "the file. API keys are read only from the environment, under the "
+                    "provider's name (ANTHROPIC_API_KEY, OPENAI_API_KEY, …)."
                 )
 
 
@@ -184,7 +202,25 @@ def _non_json_env_setting() -> str | None:
     for name, value in sorted(os.environ.items()):
         if not name.startswith("PINCH_"):
             continue
-        kind = typing.get_origin(_field_type(name[len("PINCH_") :].lower().split("__")))
+        path = name[len("PINCH_") :].lower().split("__")
+        field_type = _field_type(path)
+        if isinstance(field_type, type) and issubclass(field_type, BaseModel):
+            if _is_json(value):
+                continue
+            first = next(
+                (
+                    n
+                    for n, f in field_type.model_fields.items()
+                    if not (isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel))
+                ),
+                "name",
+            )
+            return (
+                f"{name}={value!r} is not valid here: [{'.'.join(path)}] is a table; set each "
+                f"of its settings in its own variable, e.g. {name}__{first.upper()}=..., "
+                "or the whole table as a JSON object."
+            )
+        kind = typing.get_origin(field_type)
         if kind not in (list, dict):
             continue
         try:
@@ -201,6 +237,14 @@ def _non_json_env_setting() -> str | None:
                 f"in the environment, e.g. {name}='{example}'."
             )
     return None
+
+
+def _is_json(value: str) -> bool:
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -224,7 +268,12 @@ def _validation_advice(exc: ValidationError) -> str:
             env += "__*"  # a check across several settings of one table
         message = err["msg"].removeprefix("Value error, ")
         if env in os.environ and typing.get_origin(_field_type(loc)) is list:
-            example = json.dumps([os.environ[env].strip() or "..."])
+            raw = os.environ[env].strip()
+            try:  # a JSON string ("notes") stands for the one item it holds
+                decoded = json.loads(raw)
+            except ValueError:
+                decoded = raw
+            example = json.dumps([decoded if isinstance(decoded, str) else raw or "..."])
             message += f"; in the environment a list is JSON: {env}='{example}'"
         lines.append(f"  {where}: {message} (set in {pinch_home() / 'config.toml'} or {env})")
     return "Invalid settings:\n" + "\n".join(lines)

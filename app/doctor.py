@@ -89,9 +89,9 @@ def check_secrets(settings: Settings) -> CheckResult:
 
 
 def check_file_modes(settings: Settings) -> CheckResult:
-    """The home and the database are private to the owner."""
+    """The home, the workspace (which may lie outside it) and the database are private."""
     loose = []
-    for path in (settings.home, settings.database_path):
+    for path in dict.fromkeys((settings.home, settings.workspace_dir, settings.database_path)):
         try:
             mode = path.stat().st_mode
         except FileNotFoundError:
@@ -102,7 +102,7 @@ def check_file_modes(settings: Settings) -> CheckResult:
         return CheckResult(
             "file modes", False, "; ".join(loose) + " — run `pinch init` to make them private"
         )
-    return CheckResult("file modes", True, "home and database are private (0700 / 0600)")
+    return CheckResult("file modes", True, "home, workspace and database are private (0700 / 0600)")
 
 
 def check_database(settings: Settings) -> CheckResult:

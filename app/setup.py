@@ -47,7 +47,8 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def tighten_home(home: Path) -> str | None:
-    """Make an existing home 0700 if group or others could enter it; say what changed."""
+    """Make an existing home (or workspace) folder 0700 if group or others could enter it; say
+    what changed."""
     try:
         mode = home.stat().st_mode
     except FileNotFoundError:
@@ -65,9 +66,11 @@ def initialise(settings: Settings, template_dir: Path) -> list[str]:
     """Create whatever is missing; return one line per thing created or changed (empty: none)."""
     created: list[str] = []
     home = settings.home
-    note = tighten_home(home)
-    if note:
-        created.append(note)
+    # The workspace may be a folder of the owner's outside the home: it holds the memory too.
+    for folder in dict.fromkeys((home, settings.workspace_dir)):
+        note = tighten_home(folder)
+        if note:
+            created.append(note)
     created += [str(d) + "/" for d in make_private_dirs(home)]
     if not settings.config_path.exists():
         _write_private(settings.config_path, CONFIG_TEMPLATE.encode("utf-8"))

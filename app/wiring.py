@@ -28,6 +28,7 @@ from agent.runtime import Agent
 from memory.errors import MemoryError_
 from memory.index import MemoryIndex
 from memory.sessions import SessionStore
+from memory.signals import stop_recording
 from memory.watch import MemoryWatcher
 
 if TYPE_CHECKING:
@@ -100,6 +101,8 @@ async def build_runtime(
             max_retries=settings.agent.max_retries,
         )
         clock = clock or Clock(load_timezone(settings.agent.timezone))
+        if not settings.dreaming.enabled:
+            stop_recording(index.db)  # no recall signals are kept for a disabled Dreaming
         store = SessionStore(index.db)
         agent = Agent(
             model=model,

@@ -56,8 +56,28 @@ class LeaseHolder:
         except ProcessLookupError:
             return False
         except PermissionError:
-            return True
-        return True
+            pass
+        # A pid is reused (a restarted container gets the same one): a process that started
+        # after the lease was taken is not its holder.
+        began = _process_start(self.pid)
+        return began is None or began <= self.started_at + _START_SLACK_SECONDS
+
+
+# /proc/stat's boot time is whole seconds, and a process takes its lease after starting; the
+# margin also absorbs a small clock step between the lease and now.
+_START_SLACK_SECONDS = 5.0
+
+
+def _process_start(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), or None where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as fh:
+            boot = next(float(line.split()[1]) for line in fh if line.startswith(b"btime "))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 class Generations:

@@ -36,6 +36,7 @@ from memory.generations import STALE_LEASE_SECONDS, Generations, LeaseHolder
 from memory.presets import SearchPreset, get_preset
 from memory.rows import IndexRows, VecRow
 from memory.search import SearchHit, run_search
+from memory.signals import record_recall
 from memory.sync import (
     MAX_FILE_BYTES,
     ProgressCallback,
@@ -396,7 +397,7 @@ class MemoryIndex:
             # compared with this model's queries, so search it by keyword until rebuilt.
             provider = None
         store = self._store(identity.get("dimensions")) if provider else None
-        return run_search(
+        hits = run_search(
             self.db,
             generation,
             query,
@@ -410,6 +411,8 @@ class MemoryIndex:
             scopes=list(scopes),
             admits=filter.admits if filter is not None else None,
         )
+        record_recall(self.db, query, hits, now=now)  # Dreaming's signals; never blocks
+        return hits
 
     def _embed_query(self, text: str) -> np.ndarray:
         """The query's vector, remembered for the last few queries (agents repeat themselves)."""

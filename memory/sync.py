@@ -254,10 +254,9 @@ class SyncPipeline:
         return report
 
     def discover(self) -> list[MemoryFile]:
-        """The memory files to index (symbolic links and, unless allowed, hard links left out)."""
-        return discover_memory_files(
-            self.workspace, self.config.extra_paths, allow_hard_links=self.config.allow_hard_links
-        )
+        """The memory files to index (symbolic links left out; files with several hard links
+        listed, and refused when read unless allowed, so they are reported)."""
+        return discover_memory_files(self.workspace, self.config.extra_paths)
 
     def _wait_for(self, holder: LeaseHolder) -> None:
         while True:
@@ -357,7 +356,10 @@ class SyncPipeline:
                 problem(f, _NOT_REGULAR, st)
                 continue
             prev = known.get(f.rel_path)
-            if prev and prev[1] == st.st_mtime and prev[2] == st.st_size and prev[3] is None:
+            # A second hard link changes no mtime: such a file is read (and refused) again.
+            linked = st.st_nlink > 1 and not self.config.allow_hard_links
+            same = prev and prev[1] == st.st_mtime and prev[2] == st.st_size and prev[3] is None
+            if same and not linked:
                 report.files_unchanged += 1
                 continue
             try:

@@ -1,11 +1,13 @@
 """Vector stores over the chunks of one index generation: sqlite-vec, or numpy.
 
 Both find a chunk by its centroid (the mean of its passages' vectors) and search exactly, so the
-two return the same chunks for the same index. sqlite-vec keeps nothing in process (brute-force
-KNN over its vec0 table); numpy holds one float32 matrix of the generation's centroids (1.5 kB a
-chunk: 150 MB at 100k) and multiplies by it (~10 ms at 100k). That matrix is read from a compact
-table of its own, `memory_matrix_g<N>` (≈0.4 s at 100k chunks; reading the centroids out of
-`memory_chunks`, whose rows hold the text too, takes 2 s).
+two return the same chunks for the same index. Both search the same way: one float32 matrix of
+the generation's centroids held in process (1.5 kB a chunk: 150 MB at 100k) and multiplied by
+the query (~10 ms at 100k; sqlite-vec's own vec0 KNN, a brute-force scan, takes 60-160 ms and is
+kept as `SqliteVecStore.search_vec0`). The matrix is read in full once from a compact table of
+its own, `memory_matrix_g<N>` (≈0.4 s at 100k chunks idle), then kept current through a change
+log, `memory_matrix_log_g<N>`: after a write a search re-reads only the chunks the log names.
+The sqlite-vec backend still writes its vec0 table (an index stays searchable by older code).
 
 Measured at 100k chunks and not adopted: a float16 matrix (numpy has no float16 BLAS: 125 ms a
 query), sqlite-vec's `bit[384]` KNN (~150 ms with k = 1,000), and a 1-bit code shortlist with
@@ -17,13 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 
 from memory.db import Database
+
+log = logging.getLogger(__name__)
 
 
 def to_blob(vector: np.ndarray) -> bytes:
@@ -65,18 +70,45 @@ def matrix_table(generation: int) -> str:
     return f"memory_matrix_g{int(generation)}"
 
 
+def log_table(generation: int) -> str:
+    return f"memory_matrix_log_g{int(generation)}"
+
+
 def drop_vec_table(conn: Any, generation: int) -> None:
     """Drop a generation's vector tables. Without the extension loaded the vec0 table cannot be
     dropped and stays until a run that can load sqlite-vec (searches never read a retired
     generation)."""
     conn.execute(f"DROP TABLE IF EXISTS {matrix_table(generation)}")
+    conn.execute(f"DROP TABLE IF EXISTS {log_table(generation)}")
     with contextlib.suppress(Exception):
         conn.execute(f"DROP TABLE IF EXISTS {vec_table(generation)}")
+
+
+LOG_KEEP = 100_000  # change-log rows kept per generation (≈ 2 MB)
+
+
+def _log_changes(conn: Any, generation: int, chunk_ids: list[int]) -> None:
+    """Record which chunks' vectors changed, so a search process holding the matrix in memory
+    re-reads only those rows after a write (not 150 MB at 100k chunks)."""
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {log_table(generation)} "
+        "(seq INTEGER PRIMARY KEY AUTOINCREMENT, chunk_id INTEGER NOT NULL)"
+    )
+    conn.executemany(
+        f"INSERT INTO {log_table(generation)}(chunk_id) VALUES (?)", [(i,) for i in chunk_ids]
+    )
+    # Keep the log bounded: a reader further behind than this reads the whole matrix again.
+    conn.execute(
+        f"DELETE FROM {log_table(generation)} WHERE seq <= "
+        f"(SELECT max(seq) FROM {log_table(generation)}) - ?",
+        (LOG_KEEP,),
+    )
 
 
 def _add_matrix_rows(conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
     # Both backends write it, so an index built with one can be searched with the other.
     for gen in sorted({r[1] for r in rows}):
+        _log_changes(conn, gen, [r[0] for r in rows if r[1] == gen])
         table = matrix_table(gen)
         if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
             conn.execute(
@@ -100,6 +132,7 @@ def _delete_matrix_rows(conn: Any, generation: int, chunk_ids: list[int]) -> Non
     table = matrix_table(generation)
     if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
         conn.executemany(f"DELETE FROM {table} WHERE chunk_id = ?", [(i,) for i in chunk_ids])
+        _log_changes(conn, generation, chunk_ids)
 
 
 def open_reader(db: Database) -> Database:
@@ -158,6 +191,7 @@ class SqliteVecStore:
         self.dimensions = dimensions
         self._ready: set[int] = set()
         self._reader = _Reader(db)
+        self._cache = _MatrixCache(self._reader)
 
     def _ensure(self, conn: Any, generation: int) -> str:
         table = vec_table(generation)
@@ -187,6 +221,7 @@ class SqliteVecStore:
     def drop_generation(self, conn: Any, generation: int) -> None:
         drop_vec_table(conn, generation)
         self._ready.discard(generation)
+        self._cache.forget()
 
     def reader(self) -> Database:
         return self._reader.get()
@@ -203,6 +238,25 @@ class SqliteVecStore:
     def search(
         self, query: np.ndarray, k: int, generation: int, scopes: list[str]
     ) -> list[tuple[int, float]]:
+        # The vec0 KNN is a brute-force scan of its table (60-160 ms at 100k chunks); the same
+        # exact search over the centroids held in memory takes ~10 ms. Until they are read
+        # (in the background), vec0 answers.
+        return self._cache.search(
+            query,
+            k,
+            generation,
+            scopes,
+            fallback=lambda: self.search_vec0(query, k, generation, scopes),
+        )
+
+    def wait_loaded(self, timeout: float) -> bool:
+        """Wait until the centroid matrix read in the background is ready (tests, benchmarks)."""
+        return self._cache.wait_loaded(timeout)
+
+    def search_vec0(
+        self, query: np.ndarray, k: int, generation: int, scopes: list[str]
+    ) -> list[tuple[int, float]]:
+        """The same search through sqlite-vec's own KNN (nothing held in process)."""
         db = self.reader() if self.reader().vec_version else self.db
         table = vec_table(generation)
         if not db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)):
@@ -216,37 +270,237 @@ class SqliteVecStore:
         return _best_first([(int(uid), 1.0 - float(dist)) for uid, dist in rows])
 
 
-@dataclass(frozen=True)
 class _Matrix:
-    key: tuple[int, str]  # (generation, index_version) it was read at
-    ids: np.ndarray  # int64 chunk ids, ascending
-    vectors: np.ndarray  # float32 (n, dimensions)
-    scope_of: np.ndarray  # int32: index into scope_ids
-    scope_ids: dict[str, int]
+    """A generation's centroids in memory: rows in no particular order (a freed row has scope
+    -1 and is never returned), with room to grow so a write changes rows in place."""
+
+    def __init__(
+        self,
+        key: tuple[int, str],
+        seq: int | None,
+        n: int,
+        ids: np.ndarray,
+        vectors: np.ndarray,
+        scope_of: np.ndarray,
+        scope_ids: dict[str, int],
+    ) -> None:
+        self.key = key  # (generation, index_version) it is current at
+        self.seq = seq  # the change log's last seq it has seen; None: no log, re-read in full
+        self.n = n  # rows in use (some may be freed); the arrays have room for more
+        self.ids = ids  # int64 chunk ids
+        self.vectors = vectors  # float32 (capacity, dimensions)
+        self.scope_of = scope_of  # int32: index into scope_ids; -1 = a free row
+        self.scope_ids = scope_ids
+        self._row: dict[int, int] | None = None  # chunk id -> row, built on the first change
+        self._free: list[int] = []  # freed rows, used again before the arrays grow
+
+    def row_of(self) -> dict[int, int]:
+        if self._row is None:
+            live = np.flatnonzero(self.scope_of[: self.n] >= 0)
+            self._row = dict(zip(self.ids[live].tolist(), live.tolist(), strict=True))
+        return self._row
+
+    def put(self, chunk_id: int, scope: str, vector: np.ndarray) -> None:
+        rows = self.row_of()
+        i = rows.get(chunk_id)
+        if i is None:
+            if self._free:  # a file's edit frees its old chunks' rows and adds new chunks
+                i = self._free.pop()
+            else:
+                if self.n == len(self.ids):
+                    self._grow()
+                i = self.n
+                self.n += 1
+            rows[chunk_id] = i
+            self.ids[i] = chunk_id
+        self.vectors[i] = vector
+        self.scope_of[i] = self.scope_ids.setdefault(scope, len(self.scope_ids))
+
+    def remove(self, chunk_id: int) -> None:
+        i = self.row_of().pop(chunk_id, None)
+        if i is not None:
+            self.scope_of[i] = -1
+            self._free.append(i)
+
+    def _grow(self) -> None:
+        extra = max(64, len(self.ids) // 8)
+        self.ids = np.concatenate([self.ids, np.zeros(extra, dtype=np.int64)])
+        self.scope_of = np.concatenate([self.scope_of, np.full(extra, -1, dtype=np.int32)])
+        pad = np.zeros((extra, self.vectors.shape[1]), dtype=np.float32)
+        self.vectors = np.concatenate([self.vectors, pad])
+
+    def search(self, query: np.ndarray, k: int, scopes: list[str]) -> list[tuple[int, float]]:
+        if not self.n:
+            return []
+        sims = self.vectors[: self.n] @ np.asarray(query, dtype=np.float32)
+        # Always filter: conversation transcripts carry their own scope, and no search may
+        # see another conversation's (not even one asking only for the shared scope '').
+        wanted = [self.scope_ids[s] for s in scopes if s in self.scope_ids]
+        sims = np.where(np.isin(self.scope_of[: self.n], wanted), sims, -np.inf)
+        k = min(k, len(sims))
+        top = np.argpartition(-sims, k - 1)[:k]
+        return _best_first(
+            [(int(self.ids[i]), float(sims[i])) for i in top.tolist() if np.isfinite(sims[i])]
+        )
+
+
+# Past this share of a generation's chunks changed, reading the whole matrix again is cheaper.
+_REFRESH_SHARE = 0.25
+
+
+class _MatrixCache:
+    """Exact cosine search in process over a generation's centroid matrix, read in full once and
+    then kept current: after a write (any write bumps the index version) only the chunks the
+    change log names are read again."""
+
+    def __init__(self, reader: _Reader) -> None:
+        self._reader = reader
+        self._matrix: _Matrix | None = None
+        self._lock = threading.Lock()  # a refresh changes rows in place: not during a search
+        self._loading: threading.Thread | None = None
+
+    def forget(self) -> None:
+        with self._lock:
+            self._matrix = None
+
+    def search(
+        self,
+        query: np.ndarray,
+        k: int,
+        generation: int,
+        scopes: list[str],
+        fallback: Callable[[], list[tuple[int, float]]] | None = None,
+    ) -> list[tuple[int, float]]:
+        """Search the matrix, reading it first if it is not current. With a `fallback`, a full
+        read (≈0.4-2 s at 100k chunks) happens in a background thread instead, and this search
+        (and any until the read is done) is answered by the fallback."""
+        db = self._reader.get()
+        with self._lock:
+            with db.lock:
+                current = _current_matrix(db, generation, self._matrix, full=fallback is None)
+            if current is not None:
+                self._matrix = current
+                return current.search(query, k, scopes)
+            if self._loading is None:
+                self._loading = threading.Thread(
+                    target=self._load, args=(generation,), name="vector-matrix", daemon=True
+                )
+                self._loading.start()
+        assert fallback is not None
+        return fallback()
+
+    def _load(self, generation: int) -> None:
+        try:
+            db = open_reader(self._reader.db)  # not the reader: searches go on meanwhile
+            try:
+                with db.lock:
+                    loaded = _current_matrix(db, generation, None, full=True)
+            finally:
+                db.close()
+            with self._lock:
+                self._matrix = loaded  # if already stale, the next search brings it up to date
+        except Exception:  # the fallback keeps answering; the next search tries again
+            log.exception("reading the vector matrix failed")
+        finally:
+            with self._lock:
+                self._loading = None
+
+    def wait_loaded(self, timeout: float) -> bool:
+        """Wait for a background read to finish (for tests and benchmarks)."""
+        loading = self._loading
+        if loading is not None:
+            loading.join(timeout)
+        return self._loading is None
+
+
+def _current_matrix(
+    db: Database, generation: int, cached: _Matrix | None, *, full: bool
+) -> _Matrix | None:
+    """`cached` brought up to date with the index, or read in full (None if that is due and
+    `full` is false); the caller holds `db.lock`."""
+    conn = db.conn
+    version = conn.execute("SELECT value FROM meta WHERE key = 'index_version'").fetchone()
+    key = (generation, version[0] if version else "0")
+    if cached is not None and cached.key == key:
+        return cached
+    conn.execute("BEGIN")  # one snapshot: the log's last seq and the rows it covers
+    try:
+        if cached is not None and cached.key[0] == generation and cached.seq is not None:
+            refreshed = _apply_changes(conn, generation, cached, key)
+            if refreshed is not None:
+                return refreshed
+        return _read_matrix(conn, generation, key) if full else None
+    finally:
+        conn.execute("COMMIT")
+
+
+def _table_exists(conn: Any, name: str) -> bool:
+    return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone())
+
+
+def _last_seq(conn: Any, generation: int) -> int | None:
+    if not (
+        _table_exists(conn, log_table(generation)) and _table_exists(conn, matrix_table(generation))
+    ):
+        return None
+    (seq,) = conn.execute(f"SELECT coalesce(max(seq), 0) FROM {log_table(generation)}").fetchone()
+    return int(seq)
+
+
+def _apply_changes(conn: Any, generation: int, m: _Matrix, key: tuple[int, str]) -> _Matrix | None:
+    """`m` with the rows changed since its seq re-read; None when a full read is due."""
+    seq = _last_seq(conn, generation)
+    if seq is None or m.seq is None or seq < m.seq:  # the log was dropped and made again
+        return None
+    (oldest,) = conn.execute(f"SELECT min(seq) FROM {log_table(generation)}").fetchone()
+    if oldest is not None and oldest > m.seq + 1:  # changes it has not seen were pruned
+        return None
+    changed = [
+        int(r[0])
+        for r in conn.execute(
+            f"SELECT DISTINCT chunk_id FROM {log_table(generation)} WHERE seq > ?", (m.seq,)
+        )
+    ]
+    if len(changed) > _REFRESH_SHARE * m.n:  # (an empty matrix does not know its width)
+        return None
+    found = {}
+    table = matrix_table(generation)
+    for i in range(0, len(changed), 500):
+        part = changed[i : i + 500]
+        marks = ",".join("?" for _ in part)
+        for cid, scope, blob in conn.execute(
+            f"SELECT chunk_id, scope, vector FROM {table} WHERE chunk_id IN ({marks})", part
+        ):
+            found[int(cid)] = (scope, from_blob(blob))
+    for cid in changed:
+        if cid in found:
+            m.put(cid, *found[cid])
+        else:
+            m.remove(cid)
+    m.key, m.seq = key, seq
+    return m
 
 
 class NumpyStore:
-    """Exact cosine search in process over the generation's centroid matrix, read once per
-    index version (any write bumps it) on the store's own connection."""
+    """Exact cosine search in process over the generation's centroid matrix (see
+    `_MatrixCache`), on the store's own connection."""
 
     name = "numpy"
 
     def __init__(self, db: Database) -> None:
         self.db = db
         self._reader = _Reader(db)
-        self._matrix: _Matrix | None = None
+        self._cache = _MatrixCache(self._reader)
 
     def add(self, conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
         _add_matrix_rows(conn, rows)
-        self._matrix = None
 
     def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
         _delete_matrix_rows(conn, generation, chunk_ids)
-        self._matrix = None
 
     def drop_generation(self, conn: Any, generation: int) -> None:
         drop_vec_table(conn, generation)
-        self._matrix = None
+        self._cache.forget()
 
     def reader(self) -> Database:
         return self._reader.get()
@@ -254,64 +508,45 @@ class NumpyStore:
     def close(self) -> None:
         self._reader.close()
 
-    def _load(self, generation: int) -> _Matrix:
-        db = self.reader()
-        with db.lock:  # one search reads the matrix, the others wait for it
-            version = db.execute("SELECT value FROM meta WHERE key = 'index_version'")
-            key = (generation, version[0][0] if version else "0")
-            current = self._matrix
-            if current is None or current.key != key:
-                current = self._matrix = _read_matrix(db, generation, key)
-            return current
-
     def search(
         self, query: np.ndarray, k: int, generation: int, scopes: list[str]
     ) -> list[tuple[int, float]]:
-        m = self._load(generation)
-        if not len(m.ids):
-            return []
-        sims = m.vectors @ np.asarray(query, dtype=np.float32)
-        # Always filter: conversation transcripts carry their own scope, and no search may
-        # see another conversation's (not even one asking only for the shared scope '').
-        wanted = [m.scope_ids[s] for s in scopes if s in m.scope_ids]
-        sims = np.where(np.isin(m.scope_of, wanted), sims, -np.inf)
-        k = min(k, len(sims))
-        top = np.argpartition(-sims, k - 1)[:k]
-        return _best_first(
-            [(int(m.ids[i]), float(sims[i])) for i in top.tolist() if np.isfinite(sims[i])]
-        )
+        return self._cache.search(query, k, generation, scopes)
 
 
-def _read_matrix(db: Database, generation: int, key: tuple[int, str]) -> _Matrix:
+def _read_matrix(conn: Any, generation: int, key: tuple[int, str]) -> _Matrix:
     """Stream the generation's centroids into one preallocated float32 matrix (no second copy:
     the peak is the matrix itself)."""
     table = matrix_table(generation)
     params: tuple[Any, ...] = ()
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)):
+    seq = _last_seq(conn, generation)
+    if _table_exists(conn, table):
         count_sql = f"SELECT count(*) FROM {table}"
         sql = f"SELECT chunk_id, scope, vector FROM {table} ORDER BY chunk_id"
     else:  # an index written before the matrix table existed: slower, same result
         where = "FROM memory_chunks WHERE generation = ? AND centroid IS NOT NULL"
         count_sql = f"SELECT count(*) {where}"
         sql, params = f"SELECT id, scope, centroid {where} ORDER BY id", (generation,)
-    with db.lock:
-        n = int(db.conn.execute(count_sql, params).fetchone()[0])
-        cursor = db.conn.execute(sql, params)
-        ids = np.zeros(n, dtype=np.int64)
-        scope_of = np.zeros(n, dtype=np.int32)
-        scope_ids: dict[str, int] = {}
-        vectors: np.ndarray | None = None
-        i = 0
-        while i < n:
-            rows = cursor.fetchmany(min(4096, n - i))  # rows added since the count wait
-            if not rows:
-                break
-            block = from_blob(b"".join(r[2] for r in rows))
-            if vectors is None:
-                vectors = np.empty((n, len(block) // len(rows)), dtype=np.float32)
-            vectors[i : i + len(rows)] = block.reshape(len(rows), -1)
-            ids[i : i + len(rows)] = [r[0] for r in rows]
-            scope_of[i : i + len(rows)] = [scope_ids.setdefault(r[1], len(scope_ids)) for r in rows]
-            i += len(rows)
-    matrix = vectors[:i] if vectors is not None else np.zeros((0, 1), dtype=np.float32)
-    return _Matrix(key, ids[:i], matrix, scope_of[:i], scope_ids)
+    n = int(conn.execute(count_sql, params).fetchone()[0])
+    cursor = conn.execute(sql, params)
+    # Room for the chunks later writes add, so they need no copy of the whole matrix: pages
+    # of np.empty that are never written are never made resident.
+    room = n + max(256, n // 8)
+    ids = np.zeros(room, dtype=np.int64)
+    scope_of = np.full(room, -1, dtype=np.int32)
+    scope_ids: dict[str, int] = {}
+    vectors: np.ndarray | None = None
+    i = 0
+    while i < n:
+        rows = cursor.fetchmany(min(4096, n - i))
+        if not rows:
+            break
+        block = from_blob(b"".join(r[2] for r in rows))
+        if vectors is None:
+            vectors = np.empty((room, len(block) // len(rows)), dtype=np.float32)
+        vectors[i : i + len(rows)] = block.reshape(len(rows), -1)
+        ids[i : i + len(rows)] = [r[0] for r in rows]
+        scope_of[i : i + len(rows)] = [scope_ids.setdefault(r[1], len(scope_ids)) for r in rows]
+        i += len(rows)
+    matrix = vectors if vectors is not None else np.zeros((0, 1), dtype=np.float32)
+    return _Matrix(key, seq, i, ids, matrix, scope_of, scope_ids)

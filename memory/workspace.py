@@ -21,6 +21,7 @@ from pathlib import Path
 from memory.errors import WorkspaceError
 
 EVERGREEN_FILES = ("MEMORY.md", "USER.md")
+DREAMS_FILE = "DREAMS.md"  # the dream diary: for the owner to read, never indexed nor loaded
 # Linux limits: one path component and a whole path. Checked before any system call, so an
 # over-long path is refused like any other bad path instead of failing with ENAMETOOLONG.
 MAX_COMPONENT_BYTES = 255
@@ -85,7 +86,7 @@ def _hard_linked(path: Path) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
 
 
-def _walk_md(root: Path, allow_hard_links: bool = False) -> list[Path]:
+def _walk_md(root: Path) -> list[Path]:
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(
@@ -93,19 +94,19 @@ def _walk_md(root: Path, allow_hard_links: bool = False) -> list[Path]:
         )
         for name in sorted(filenames):
             p = Path(dirpath, name)
-            visible = name.endswith(".md") and not name.startswith(".") and not p.is_symlink()
-            if visible and (allow_hard_links or not _hard_linked(p)):
+            if name.endswith(".md") and not name.startswith(".") and not p.is_symlink():
                 found.append(p)
     return found
 
 
 def discover_memory_files(
-    workspace: Path, extra_paths: list[str] | None = None, *, allow_hard_links: bool = False
+    workspace: Path, extra_paths: list[str] | None = None
 ) -> list[MemoryFile]:
     """All memory files, in a stable order. Raises WorkspaceError if the workspace is missing.
 
-    Symbolic links are skipped, and so are files with several hard links unless
-    `allow_hard_links` (`[memory] allow_hard_links`).
+    Symbolic links are skipped. Files with several hard links are listed: opening them
+    (`open_memory_file`) refuses them unless `allow_hard_links` (`[memory] allow_hard_links`), so
+    the indexer reports each with what to do instead of leaving it out without a word.
     """
     if not workspace.is_dir():
         raise WorkspaceError(
@@ -115,11 +116,11 @@ def discover_memory_files(
     files: list[MemoryFile] = []
     for name in EVERGREEN_FILES:
         p = workspace / name
-        if p.is_file() and not p.is_symlink() and (allow_hard_links or not _hard_linked(p)):
+        if p.is_file() and not p.is_symlink():
             files.append(MemoryFile(name, p, "memory", "owner"))
     mem_dir = workspace / "memory"
     if mem_dir.is_dir() and not mem_dir.is_symlink():
-        for p in _walk_md(mem_dir, allow_hard_links):
+        for p in _walk_md(mem_dir):
             rel = p.relative_to(workspace).as_posix()
             files.append(MemoryFile(rel, p, "memory", default_origin(rel)))
     seen = {f.rel_path for f in files}
@@ -128,10 +129,7 @@ def discover_memory_files(
         base = base if base.is_absolute() else workspace / base
         if base.is_symlink() or not base.exists():
             continue
-        if base.is_file():
-            candidates = [base] if allow_hard_links or not _hard_linked(base) else []
-        else:
-            candidates = _walk_md(base, allow_hard_links)
+        candidates = [base] if base.is_file() else _walk_md(base)
         for p in candidates:
             if p.suffix != ".md":
                 continue
@@ -139,10 +137,30 @@ def discover_memory_files(
                 rel = p.resolve().relative_to(workspace.resolve()).as_posix()
             except ValueError:
                 rel = p.resolve().as_posix()
-            if rel not in seen:
+            if rel not in seen and rel != DREAMS_FILE:  # Dreaming's diary is never a source
                 seen.add(rel)
                 files.append(MemoryFile(rel, p, "extra", "owner"))
     return files
+
+
+def extra_path_problems(workspace: Path, extra_paths: list[str] | None) -> dict[str, str]:
+    """{configured extra path: why nothing is indexed from it} for paths that are missing or are
+    symbolic links (never followed), so a typo or a linked folder is not ignored without a word."""
+    problems: dict[str, str] = {}
+    for raw in extra_paths or []:
+        base = Path(raw).expanduser()
+        base = base if base.is_absolute() else workspace / base
+        if base.is_symlink():
+            problems[raw] = (
+                f"skipped: {base} is a symbolic link, which Pinch does not follow; put the "
+                f"folder it points to ({os.path.realpath(base)}) in [memory] extra_paths instead"
+            )
+        elif not base.exists():
+            problems[raw] = (
+                f"skipped: {base} does not exist; fix the path in [memory] extra_paths "
+                "(relative paths are taken from the workspace)"
+            )
+    return problems
 
 
 def is_memory_path(rel_path: str) -> bool:
@@ -355,11 +373,7 @@ def resolve_memory_path(
         raise WorkspaceError(f"{raw!r} is not a Markdown file: memory_get reads only .md files.")
     if not is_memory_path(rel):
         allowed_extra = {
-            f.rel_path
-            for f in discover_memory_files(
-                workspace, extra_paths, allow_hard_links=allow_hard_links
-            )
-            if f.source == "extra"
+            f.rel_path for f in discover_memory_files(workspace, extra_paths) if f.source == "extra"
         }
         if rel not in allowed_extra:
             raise WorkspaceError(

@@ -192,6 +192,35 @@ def test_a_file_hard_linked_after_listing_is_refused_when_read(
     assert sorted(report.files_indexed) == sorted(FILES)
 
 
+def test_a_hard_linked_file_is_reported_with_what_to_do_not_silently_left_out(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, tmp_path: Path
+) -> None:
+    # e.g. a backup tool that snapshots with hard links (cp -al, rsnapshot) on the same disk
+    ws = make_workspace(FILES)
+    os.link(ws / "MEMORY.md", tmp_path / "backup-MEMORY.md")
+    idx = make_index(ws)
+
+    report = sync_within(idx)
+
+    assert "allow_hard_links" in report.problems["MEMORY.md"]
+    assert "allow_hard_links" in idx.status().problems["MEMORY.md"]
+    assert sorted(report.files_indexed) == ["USER.md", "memory/2026-01-10.md"]
+
+
+def test_an_indexed_file_that_gains_a_hard_link_is_reported(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, tmp_path: Path
+) -> None:
+    ws = make_workspace(FILES)
+    idx = make_index(ws)
+    sync_within(idx)
+    os.link(ws / "USER.md", tmp_path / "second-name.md")  # the mtime does not change
+
+    report = sync_within(idx)
+
+    assert "hard link" in report.problems["USER.md"]
+    assert "hard link" in idx.status().problems["USER.md"]
+
+
 def test_a_file_that_cannot_be_opened_is_reported_with_what_to_do(
     make_workspace: WorkspaceFactory, make_index: IndexFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

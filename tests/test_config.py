@@ -207,6 +207,26 @@ def test_a_list_of_ids_from_the_environment_without_brackets_shows_the_expected_
     assert """PINCH_OWNERS__TELEGRAM='["111"]'""" in str(err.value)
 
 
+def test_a_list_from_the_environment_as_a_json_string_shows_the_plain_list(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_MEMORY__EXTRA_PATHS", '"notes"')  # JSON, but a string
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert """PINCH_MEMORY__EXTRA_PATHS='["notes"]'""" in str(err.value)
+
+
+def test_a_whole_table_set_from_the_environment_names_the_variable(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_MEMORY", "x")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert "PINCH_MEMORY='x'" in str(err.value)
+    assert "is a table" in str(err.value)
+    assert "PINCH_MEMORY__EXTRA_PATHS=" in str(err.value)
+
+
 def test_a_list_from_the_environment_in_json_is_accepted(
     pinch_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -242,3 +262,14 @@ def test_a_small_window_with_a_matching_reserve_is_accepted(pinch_home: Path) ->
         pinch_home, "[agent]\ncontext_window = 8000\nreserve_floor = 2000\nsoft_threshold = 1000\n"
     )
     assert load_settings().agent.context_window == 8000
+
+
+def test_an_api_key_in_the_file_is_refused_as_a_secret_naming_the_environment(
+    pinch_home: Path,
+) -> None:
+    write_config(pinch_home, '[agent]\napi_key = "sk-ant-api03-abcdefghijklmnop"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    message = str(err.value)
+    assert "[agent] api_key" in message and "ANTHROPIC_API_KEY" in message
+    assert "sk-ant-api03" not in message

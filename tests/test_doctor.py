@@ -167,6 +167,18 @@ def test_a_too_open_home_fails_the_file_modes_check(home: Path) -> None:
     assert lines(result)["file modes"].startswith("FAIL") and "pinch init" in result.output
 
 
+def test_a_too_open_workspace_outside_the_home_fails_the_file_modes_check(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = tmp_path / "notes-vault"
+    workspace.mkdir(mode=0o755)
+    os.chmod(workspace, 0o755)
+    monkeypatch.setenv("PINCH_WORKSPACE", str(workspace))
+    result = doctor("--offline")
+
+    assert lines(result)["file modes"].startswith("FAIL") and str(workspace) in result.output
+
+
 def test_an_invalid_config_is_one_failed_check(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PINCH_AGENT__TIMEZONE", "Mars/Olympus_Mons")
     result = doctor()

@@ -192,7 +192,7 @@ def test_async_embedding_leaves_the_event_loop_free() -> None:
     e5 = LocalE5Provider(batch_size=16)
     texts = [f"{BLUE_ZH} {TAX_EN} {i}" for i in range(6)]
 
-    async def main() -> tuple[float, float, np.ndarray]:
+    async def main() -> tuple[float, int, np.ndarray]:
         ticks: list[float] = []
 
         async def tick() -> None:
@@ -206,12 +206,15 @@ def test_async_embedding_leaves_the_event_loop_free() -> None:
         vectors = await embed_documents_async(e5, texts)
         took = time.perf_counter() - started
         ticker.cancel()
-        edges = [started, *(t for t in ticks if t >= started), started + took]
-        return took, float(np.diff(edges).max()), vectors
+        # A loop blocked by the embedding cannot tick until it returns: zero ticks inside.
+        # Counting ticks (not the longest gap between them) keeps the test true on a loaded
+        # machine, where the scheduler may park the loop's thread for tens of milliseconds.
+        inside = sum(1 for t in ticks if started < t < started + took)
+        return took, inside, vectors
 
-    took, longest_gap, vectors = asyncio.run(main())
-    assert took > 0.1  # long enough that a blocked loop would show
-    assert longest_gap < took / 2, (took, longest_gap)
+    took, inside, vectors = asyncio.run(main())
+    assert took > 0.05  # long enough for a free loop to tick several times
+    assert inside >= 3, (took, inside)
     np.testing.assert_allclose(vectors, e5.embed_documents(texts), atol=1e-6)
 
 

@@ -85,6 +85,19 @@ def test_init_tightens_a_too_open_existing_home_and_says_so(pinch_home: Path) ->
     assert "tightened" in output and str(pinch_home) in output
 
 
+def test_init_tightens_a_too_open_workspace_outside_the_home_and_says_so(
+    pinch_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = tmp_path / "notes-vault"  # an existing folder of the owner's, not in the home
+    workspace.mkdir(mode=0o755)
+    monkeypatch.setenv("PINCH_WORKSPACE", str(workspace))
+
+    output = init()
+
+    assert mode(workspace) == 0o700
+    assert f"tightened {workspace}" in output
+
+
 def test_memory_writes_create_private_files_and_folders(tmp_path: Path) -> None:
     ws = tmp_path / "workspace"
     ws.mkdir(mode=0o700)

@@ -157,7 +157,7 @@ def test_keep_alive_bytes_without_content_time_out_after_timeout_s(
     with pytest.raises(ModelTimeoutError, match=r"within timeout_s = 0\.5 s"):
         complete(client(server, api, timeout_s=0.5))
 
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 3.0  # without the deadline: as long as the server beats
 
 
 def test_timeout_s_bounds_the_retries_and_their_waits_too(
@@ -169,7 +169,7 @@ def test_timeout_s_bounds_the_retries_and_their_waits_too(
     with pytest.raises(ModelError):
         complete(client(server, "anthropic", timeout_s=1.0, max_retries=5))
 
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 2.5  # five retries with their waits would take > 6 s
     assert len(server.requests) < 6
 
 

@@ -76,3 +76,15 @@ def test_piped_chat_replies_carry_no_escape_sequences(
     assert done.exit_code == 0, done.output
     assert "Here: red evil done." in done.stdout
     assert not any(ch in done.stdout for ch in "\x1b\x9b\x07\x08\x00\r\u202e")
+
+
+def test_memory_get_prints_no_escape_sequences(home: Path) -> None:
+    notes = home / "workspace" / "memory" / "2026-01-10.md"
+    hostile = HOSTILE.replace("\x00", "")  # a NUL would make the file binary, not readable
+    notes.write_text(f"# 2026-01-10\n\n- Group message: dentist {hostile} on Tuesday.\n")
+
+    done = CliRunner().invoke(main, ["memory", "get", "memory/2026-01-10.md"])
+
+    assert done.exit_code == 0, done.output
+    assert "dentist red evil on Tuesday." in done.stdout
+    assert not any(ch in done.stdout for ch in "\x1b\x9b\x07\x08\x00\r\u202e")

@@ -4,13 +4,15 @@ scope, and see writes. Real SQLite files, random unit vectors, no model."""
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from memory import vectors
 from memory.db import Database, open_database
 from memory.vectors import NumpyStore, SqliteVecStore, VectorStore, matrix_table
 
@@ -96,6 +98,103 @@ def test_both_backends_return_the_same_chunks_and_scores(vec_db: Database, tmp_p
     numpy_db.close()
 
 
+def test_the_in_memory_search_finds_what_the_vec0_knn_finds(vec_db: Database) -> None:
+    rng = np.random.default_rng(8)
+    store = SqliteVecStore(vec_db, DIMS)
+    insert_chunks(
+        vec_db, store, unit_rows(rng, 3000), ["" if i % 4 else "chat-a" for i in range(3000)]
+    )
+    first_search(store, unit_rows(rng, 1)[0])  # the matrix is read: later searches use it
+
+    for query in unit_rows(rng, 20):
+        for scopes in ([""], ["", "chat-a"]):
+            a = store.search(query, 200, 1, scopes)
+            b = store.search_vec0(query, 200, 1, scopes)
+            assert [i for i, _ in a] == [i for i, _ in b]
+            assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-5)
+
+
+def reader_statements(store: VectorStore, run: Callable[[], object]) -> list[str]:
+    """The SQL `run` made the store execute on its read connection."""
+    statements: list[str] = []
+    store.reader().conn.set_trace_callback(statements.append)
+    try:
+        run()
+    finally:
+        store.reader().conn.set_trace_callback(None)
+    return statements
+
+
+def make_store(backend: str, vec_db: Database, numpy_db: Database) -> VectorStore:
+    if backend == "sqlite-vec":
+        return SqliteVecStore(vec_db, DIMS)
+    return NumpyStore(numpy_db)
+
+
+def first_search(store: VectorStore, query: np.ndarray) -> None:
+    store.search(query, 5, 1, [""])
+    if isinstance(store, SqliteVecStore):
+        assert store.wait_loaded(10)
+
+
+@pytest.mark.parametrize("backend", ["sqlite-vec", "numpy"])
+def test_a_search_after_a_write_reads_only_the_changed_rows(
+    backend: str, vec_db: Database, numpy_db: Database
+) -> None:
+    store = make_store(backend, vec_db, numpy_db)
+    db = vec_db if backend == "sqlite-vec" else numpy_db
+    rng = np.random.default_rng(9)
+    ids = insert_chunks(db, store, unit_rows(rng, 400), [""] * 400)
+    first_search(store, unit_rows(rng, 1)[0])
+    target = unit_rows(rng, 1)
+    (new_id,) = insert_chunks(db, store, target, [""])
+    with db.transaction() as conn:
+        store.delete(conn, 1, ids[:50])
+        conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in ids[:50]])
+        bump_version(conn)
+
+    found: list[list[tuple[int, float]]] = []
+    sql = reader_statements(store, lambda: found.append(store.search(target[0], 500, 1, [""])))
+
+    assert not [s for s in sql if "ORDER BY chunk_id" in s or "MATCH" in s]  # no full read
+    assert found[0][0] == (new_id, pytest.approx(1.0, abs=1e-5))
+    assert {i for i, _ in found[0]} == {*ids[50:], new_id}
+
+
+def test_sqlite_vec_answers_through_vec0_while_the_matrix_is_read(vec_db: Database) -> None:
+    rng = np.random.default_rng(11)
+    store = SqliteVecStore(vec_db, DIMS)
+    insert_chunks(vec_db, store, unit_rows(rng, 500), [""] * 500)
+    query = unit_rows(rng, 1)[0]
+
+    first: list[list[tuple[int, float]]] = []
+    first_sql = reader_statements(store, lambda: first.append(store.search(query, 20, 1, [""])))
+    assert store.wait_loaded(10)
+    later: list[list[tuple[int, float]]] = []
+    later_sql = reader_statements(store, lambda: later.append(store.search(query, 20, 1, [""])))
+
+    assert [s for s in first_sql if "MATCH" in s]
+    assert not [s for s in later_sql if "MATCH" in s]
+    assert [i for i, _ in first[0]] == [i for i, _ in later[0]]
+
+
+def test_a_reused_chunk_id_is_found_by_its_new_vector(numpy_db: Database) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(10)
+    ids = insert_chunks(numpy_db, store, unit_rows(rng, 20), [""] * 20)
+    store.search(unit_rows(rng, 1)[0], 5, 1, [""])
+    with numpy_db.transaction() as conn:  # SQLite hands the highest id out again
+        store.delete(conn, 1, ids[-1:])
+        conn.execute("DELETE FROM memory_chunks WHERE id = ?", (ids[-1],))
+        bump_version(conn)
+    target = unit_rows(rng, 1)
+    (again,) = insert_chunks(numpy_db, store, target, ["chat-a"])
+
+    assert again == ids[-1]
+    assert store.search(target[0], 1, 1, ["chat-a"]) == [(again, pytest.approx(1.0, abs=1e-5))]
+    assert again not in {i for i, _ in store.search(target[0], 20, 1, [""])}
+
+
 @pytest.mark.parametrize("backend", ["sqlite-vec", "numpy"])
 def test_a_search_never_returns_another_scope(
     backend: str, vec_db: Database, numpy_db: Database
@@ -178,3 +277,84 @@ def test_an_index_from_before_the_matrix_table_keeps_every_chunk_after_a_write(
 
     found = {i for i, _ in store.search(old[0], 100, 1, [""])}
     assert found == {*old_ids, new_id}
+
+
+def test_a_matrix_kept_current_through_many_writes_equals_one_read_afresh(
+    numpy_db: Database, tmp_path: Path
+) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(12)
+    live = insert_chunks(numpy_db, store, unit_rows(rng, 300), [""] * 300)
+    first_search(store, unit_rows(rng, 1)[0])
+    for _ in range(30):  # more rows added than the matrix had room for, and rows freed
+        gone = [live.pop(int(j)) for j in sorted(rng.choice(len(live), 10, False), reverse=True)]
+        with numpy_db.transaction() as conn:
+            store.delete(conn, 1, gone)
+            conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in gone])
+            bump_version(conn)
+        live += insert_chunks(numpy_db, store, unit_rows(rng, 30), ["", "chat-a"] * 15)
+        store.search(unit_rows(rng, 1)[0], 5, 1, [""])
+    afresh = NumpyStore(open_database(tmp_path / "agent.sqlite", vector_backend="numpy"))
+
+    for query in unit_rows(rng, 10):
+        for scopes in ([""], ["chat-a"], ["", "chat-a"]):
+            assert store.search(query, 50, 1, scopes) == afresh.search(query, 50, 1, scopes)
+    assert len(store.search(query, 10_000, 1, ["", "chat-a"])) == len(live) == 900
+
+
+def test_a_reader_behind_a_pruned_change_log_reads_the_matrix_again(
+    numpy_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vectors, "LOG_KEEP", 5)
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(13)
+    insert_chunks(numpy_db, store, unit_rows(rng, 100), [""] * 100)
+    first_search(store, unit_rows(rng, 1)[0])
+    targets = unit_rows(rng, 10)
+    added = [insert_chunks(numpy_db, store, targets[i : i + 1], [""])[0] for i in range(10)]
+    with numpy_db.transaction() as conn:
+        (kept,) = conn.execute(f"SELECT count(*) FROM {vectors.log_table(1)}").fetchone()
+
+    sql = reader_statements(store, lambda: store.search(targets[0], 1, 1, [""]))
+
+    assert kept <= 6
+    assert [s for s in sql if "ORDER BY chunk_id" in s]  # read in full: the log lost changes
+    for target, cid in zip(targets, added, strict=True):
+        assert store.search(target, 1, 1, [""])[0][0] == cid
+
+
+@pytest.mark.parametrize("backend", ["sqlite-vec", "numpy"])
+def test_searches_from_several_threads_during_writes_stay_exact(
+    backend: str, vec_db: Database, numpy_db: Database
+) -> None:
+    store = make_store(backend, vec_db, numpy_db)
+    db = vec_db if backend == "sqlite-vec" else numpy_db
+    rng = np.random.default_rng(14)
+    insert_chunks(db, store, unit_rows(rng, 400), [""] * 400)
+    queries = unit_rows(rng, 4)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def search_until_stopped(query: np.ndarray) -> None:
+        try:
+            while not stop.is_set():
+                store.search(query, 20, 1, [""])
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=search_until_stopped, args=(q,)) for q in queries]
+    for t in threads:
+        t.start()
+    added = [insert_chunks(db, store, unit_rows(rng, 5), [""] * 5) for _ in range(20)]
+    stop.set()
+    for t in threads:
+        t.join()
+    if isinstance(store, SqliteVecStore):
+        assert store.wait_loaded(10)
+
+    assert errors == []
+    assert len(store.search(queries[0], 1000, 1, [""])) == 400 + 5 * len(added)
+    fresh = NumpyStore(db)
+    for query in queries:
+        assert store.search(query, 20, 1, [""]) == fresh.search(query, 20, 1, [""])
+    fresh.close()

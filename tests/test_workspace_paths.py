@@ -293,11 +293,10 @@ def test_a_hard_link_is_readable_when_the_owner_allows_hard_links(hard_linked: P
     assert result.text == "the outside secret"
 
 
-def test_a_hard_linked_file_is_not_discovered_for_indexing(hard_linked: Path) -> None:
-    plain = [f.rel_path for f in discover_memory_files(hard_linked)]
-    allowed = [f.rel_path for f in discover_memory_files(hard_linked, allow_hard_links=True)]
-    assert "memory/linked.md" not in plain
-    assert "memory/linked.md" in allowed
+def test_a_hard_linked_file_is_listed_for_the_indexer_to_refuse_and_report(
+    hard_linked: Path,
+) -> None:
+    assert "memory/linked.md" in [f.rel_path for f in discover_memory_files(hard_linked)]
 
 
 def test_a_hard_linked_file_is_not_opened_for_the_indexer(hard_linked: Path) -> None:

@@ -34,7 +34,7 @@ CODE_WORD = re.compile(r"code word is ([A-Z]{4,})")
 
 
 def answer(request: RecordedRequest) -> Reply:
-    last = request.last_user_text
+    last = request.last_user_text()
     if "code word?" in last:
         found = CODE_WORD.search(json.dumps(request.body.get("messages", [])))
         return text_reply(

@@ -1,0 +1,166 @@
+"""Compare two trees' search speed on the same database, alternating, on a busy machine.
+
+    python bench/speed_compare.py latency --old /tmp/old-tree --out bench/out/speed --rounds 4
+    python bench/speed_compare.py write --old /tmp/old-tree \
+        --db bench/out/speed/scale-100000/index-sqlite-vec.sqlite
+
+`--old` is a checkout of the code to compare with (e.g. `git archive <commit> | tar -x -C DIR`),
+given this tree's `bench/speed.py` so both report the same fields. `latency` runs
+`bench/speed.py --worker latency` from each tree on the scale index `bench/speed.py` built under
+`--out` (both backends; the order swaps every round) and prints each run and the medians.
+`write` times the vector store alone on `--db` (a sqlite-vec index: both backends can read it):
+the first search, warm searches, and the first search after each of 5 one-chunk writes; the
+chunks it adds are deleted again at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parents[1]
+FIELDS = ["p50_ms", "p95_ms", "steady_p50_ms", "steady_p95_ms", "first_query_ms", "peak_mb"]
+
+
+def latency(old: Path, out: Path, rounds: int, chunks: int, queries: int) -> None:
+    trees = {"old": old, "new": HERE}
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in range(rounds):
+        for backend in ("sqlite-vec", "numpy"):
+            for name in ("old", "new") if r % 2 == 0 else ("new", "old"):
+                spec = {
+                    "chunks": chunks,
+                    "backend": backend,
+                    "out": str(out),
+                    "fresh": False,
+                    "queries": queries,
+                    "preset": "pinch",
+                    "budget_s": 300,
+                }
+                with tempfile.TemporaryDirectory() as tmp:
+                    result = Path(tmp) / "result.json"
+                    script = trees[name] / "bench" / "speed.py"
+                    cmd = [sys.executable, str(script), "--worker", "latency"]
+                    cmd += ["--spec", json.dumps(spec), "--result", str(result)]
+                    if subprocess.run(cmd, check=False).returncode != 0:
+                        print(f"round {r} {name} {backend}: failed", flush=True)
+                        continue
+                    data = json.loads(result.read_text(encoding="utf-8"))
+                print(r, name, backend, {k: data.get(k) for k in FIELDS}, flush=True)
+                runs.setdefault((name, backend), []).append(data)
+    print("medians:")
+    for (name, backend), ds in sorted(runs.items()):
+        medians = {k: round(statistics.median(d[k] for d in ds if k in d), 1) for k in FIELDS}
+        print(f"  {name} {backend}: {medians}")
+
+
+def write_worker(db_path: Path, backend: str) -> dict[str, Any]:
+    """Runs with the compared tree first on sys.path (see `main`)."""
+    import numpy as np
+
+    from memory.db import open_database
+    from memory.vectors import NumpyStore, SqliteVecStore
+
+    db = open_database(db_path, vector_backend=backend)
+    store: Any = SqliteVecStore(db, 384) if backend == "sqlite-vec" else NumpyStore(db)
+    rng = np.random.default_rng(0)
+
+    def unit() -> Any:
+        v = rng.standard_normal(384).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+    def timed(query: Any) -> tuple[float, list[tuple[int, float]]]:
+        started = time.perf_counter()
+        hits = store.search(query, 100, 1, [""])
+        return 1000 * (time.perf_counter() - started), hits
+
+    bump = (
+        "UPDATE meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) "
+        "WHERE key = 'index_version'"
+    )
+    first, _ = timed(unit())
+    if hasattr(store, "wait_loaded"):
+        store.wait_loaded(120)
+    warm = [timed(unit())[0] for _ in range(5)]
+    after, added = [], []
+    for _ in range(5):
+        vec = unit()
+        with db.transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO memory_chunks(generation, path, source, origin, scope, start_line, "
+                "end_line, hash, text, centroid) VALUES (1, 'bench-write.md', 'memory', 'owner', "
+                "'', 1, 1, 'h', 'text', ?)",
+                (vec.astype("<f4").tobytes(),),
+            )
+            added.append(int(cur.lastrowid))
+            store.add(conn, [(added[-1], 1, "", vec)])
+            conn.execute(bump)
+        ms, hits = timed(vec)
+        assert hits[0][0] == added[-1], "the chunk just written was not found first"
+        after.append(ms)
+    with db.transaction() as conn:
+        store.delete(conn, 1, added)
+        conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(c,) for c in added])
+        conn.execute(bump)
+    store.close()
+    db.close()
+    return {
+        "first_ms": round(first),
+        "warm_median_ms": round(statistics.median(warm), 1),
+        "after_write_median_ms": round(statistics.median(after), 1),
+        "after_write_max_ms": round(max(after), 1),
+    }
+
+
+def write(old: Path, db_path: Path, rounds: int) -> None:
+    for r in range(rounds):
+        for backend in ("numpy", "sqlite-vec"):
+            for name, tree in (
+                (("old", old), ("new", HERE))
+                if r % 2 == 0
+                else (
+                    ("new", HERE),
+                    ("old", old),
+                )
+            ):
+                cmd = [sys.executable, __file__, "write-worker", "--tree", str(tree)]
+                cmd += ["--db", str(db_path), "--backend", backend]
+                proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+                line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "failed"
+                print(r, name, backend, line, flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=["latency", "write", "write-worker"])
+    p.add_argument("--old", type=Path)
+    p.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, default=HERE / "bench" / "out" / "speed")
+    p.add_argument("--db", type=Path)
+    p.add_argument("--backend", default="numpy", help=argparse.SUPPRESS)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--chunks", type=int, default=100_000)
+    p.add_argument("--queries", type=int, default=30)
+    args = p.parse_args()
+    if args.what == "write-worker":
+        sys.path.insert(0, str(args.tree))
+        print(json.dumps(write_worker(args.db, args.backend)))
+    elif args.old is None:
+        p.error("--old is required")
+    elif args.what == "latency":
+        latency(args.old, args.out, args.rounds, args.chunks, args.queries)
+    else:
+        if args.db is None:
+            p.error("--db is required")
+        write(args.old, args.db, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
