@@ -69,13 +69,21 @@ _ZH_BACK = re.compile(
 _ZH_FIRST_SECOND_PERSON = re.compile(r"我|你|您|咱")
 _ZH_WH = re.compile(r"什么(?![都也])|谁|哪|几|多少|多久|怎么|为什么|为何|如何")
 _ZH_OWN_FACT = re.compile(
-    r"(?:我|我们|咱们)的[^，。！？?]{0,12}(?:是什么|叫什么|是谁|是多少|在哪|是哪|几点|什么时候)"
+    r"(?:我|我们|咱们)的[^，。！？?]{0,12}(?:是什么|叫什么|是谁|是多少|在哪|是哪|几点|几号|哪天"
+    r"|什么时候)"
+    # "我健身房储物柜的密码是多少？", "我对什么过敏？", "我最喜欢哪家餐厅？": the owner (not
+    # wanting, able or about to do something), a question word (not 为什么/怎么, which ask for
+    # reasons and ways), a question mark, no 吗/呢, not ending on a movement still to come (去/来)
+    r"|(?:我|咱)(?!们?(?:要|可以|该|会|能|想|还))[^，。！？?可该能猜]{0,12}?"
+    r"(?:(?<!为)什么(?![都也])|哪|几(?:点|号|月|年|岁)|多少|谁(?!都))[^，。！？?吗呢]{0,6}"
+    r"(?<![去来走])[？?]"
 )
 _ZH_HABIT = re.compile(r"(?:为什么|为何).*(?:总是|老是|总|一直)")
 
 # 2–3. Questions.
 _EN_WH = re.compile(
-    r"^\W*(?:so|and|but|hey|ok|okay|oh|um)?\W*(when|what|where|who|whom|whose|which|how|why|did|was|were|had|has|have|is|are|does|do|would|could)\b",
+    r"^\W*(?:so|and|but|hey|ok|okay|oh|um)?\W*(?:(?:until|till|since|by|from|on|at|in|for|to)\s+)?"
+    r"(when|what|where|who|whom|whose|which|how|why|did|was|were|had|has|have|is|are|does|do|would|could)\b",
     _I,
 )
 _EN_PAST = re.compile(
@@ -102,10 +110,22 @@ _NOT_NAMES = frozenset(
     """.split()  # noqa: SIM905
 )
 # "What's my locker code?", "Who is our plumber?", "Which medicine am I allergic to?"
+_EN_OWN_FACT_START = re.compile(
+    r"^\W*(?:(?:until|till|since|by|from|on|at|in|for|to)\s+)?"
+    r"(?:what|when|where|who|which|how\s+(?:much|many|old|long|does|do|is|are))\b",
+    _I,
+)
 _EN_OWN_FACT = re.compile(
-    r"^\W*(?:what|when|where|who|which|how\s+(?:much|many|old|long))\b.*"
+    _EN_OWN_FACT_START.pattern + r".*"
     r"(?:\b(?:my|our)\s+\w+|\bam\s+i\b|\bdo\s+(?:i|we)\s+(?:have|own|keep|take|use|like"
     r"|prefer|pay|owe))",
+    _I,
+)
+# …and, in a sentence that ends with "?", the owner as the one who does or undergoes something:
+# "…where I stash things while working out?", "Which antibiotic gives me a bad reaction?"
+_EN_OWN_FIRST_PERSON = re.compile(
+    r"\b(?:i|we)\s+(?!should\b|shall\b|can\b|could\b|will\b|would\b|going\b|need\s+to\b)"
+    r"[a-z]+|\b(?:me|us)\b|\b(?:i'?m|we'?re)\s+(?!going\b)[a-z]+",
     _I,
 )
 _CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:'s)?)\b")
@@ -113,7 +133,7 @@ _ZH_QUESTION = re.compile(r"[？?]|[吗呢嘛]\s*$|什么|哪|谁|几|多少|多
 _ZH_PAST = re.compile(r"了|过|曾经|曾|已经|那天|当初")
 _SENTENCES = re.compile(r"(?<=[.!?。！？])\s*")
 _ZH_ADVICE = re.compile(
-    r"你觉得|你认为|怎么办|该怎么|应该|可以.*吗|能不能|可不可以|要不要|会不会|建议|帮我|给我|我想"
+    r"你觉得|你猜|你认为|怎么办|该怎么|应该|可以.*吗|能不能|可不可以|要不要|会不会|建议|帮我|给我|我想"
     r"|如果|我能|能.*吗|是什么东西"
 )
 
@@ -144,7 +164,11 @@ def _english(text: str) -> RecallIntent:
         return RecallIntent(False, "asks for advice or action")
     if _EN_PAST.search(text):
         return RecallIntent(True, "question about the past")
-    if _EN_OWN_FACT.search(text):
+    if _EN_OWN_FACT.search(text) or (
+        text.rstrip().endswith("?")
+        and _EN_OWN_FACT_START.match(text)
+        and _EN_OWN_FIRST_PERSON.search(text)
+    ):
         return RecallIntent(True, "question about the owner's own facts")
     # A possessive names someone even when it is a family word ("Mum's favourite cake").
     names = [

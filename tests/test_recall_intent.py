@@ -25,6 +25,16 @@ LOOKING_BACK = [
     "你还记得我们的旅行计划吗？",
     "卡罗琳什么时候去了支持小组？",
     "我们决定了什么？",
+    # The owner's facts asked without "my <noun>" (bench/compaction_survival.py's paraphrases)
+    "Until when is my travel document valid?",
+    "Which digits open the cabinet where I stash things while working out?",
+    "Which antibiotic gives me a bad reaction?",
+    "How does my colleague like his espresso drink served?",
+    "Who looks after the greenery while we're on holiday?",
+    "我健身房储物柜的密码是多少？",
+    "我对什么过敏？",
+    "我是什么血型？",
+    "我们的停车位是几号？",
 ]
 NOT_LOOKING_BACK = [
     "Write a haiku about rain.",
@@ -39,6 +49,13 @@ NOT_LOOKING_BACK = [
     "你觉得我应该怎么办？",
     "我可以做些什么来帮助奶奶吗？",
     "今天天气真好！",
+    "Really? I absolutely love ice cream! When are we going?",
+    "When addition and subtraction are mixed together, I just get confused.",
+    "真的吗？我超级喜欢吃冰淇淋的！我们什么时候去？",
+    "你猜我最喜欢什么动物？",
+    "我做错了什么吗？",
+    "我们可以画什么？",
+    "我不知道该看哪个动画片，好多都看起来很好玩。",
 ]
 
 
