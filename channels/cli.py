@@ -98,6 +98,9 @@ class ChatIO(Protocol):
     def status(self, text: str) -> None:
         """A line about the wait (another channel's reply in progress)."""
 
+    def started(self) -> None:
+        """The turn has begun after a wait (the wait's line can go)."""
+
     def end(self, outcome: TurnOutcome, streamed: str) -> bool:
         """Present the turn's end; False when the message got no answer."""
 
@@ -117,6 +120,7 @@ class CliChannel(Channel):
         self._done: asyncio.Event | None = None
         self._outcome: TurnOutcome | None = None
         self._shown = ""
+        self._waited = False
 
     # -- the Channel interface ------------------------------------------------------------
 
@@ -137,7 +141,11 @@ class CliChannel(Channel):
         self._show(text)
 
     async def typing(self, chat_id: str, thread_id: str | None = None) -> None:
-        return None  # the reply view shows a spinner until the first words
+        # The reply view shows a spinner until the first words; the gateway types once a turn
+        # runs, so after a wait for another process's turn the wait's line gives way.
+        if self._waited:
+            self._waited = False
+            self.io.started()
 
     async def check(self) -> ChannelHealth:
         return ChannelHealth(True, "terminal")
@@ -150,6 +158,7 @@ class CliChannel(Channel):
             self._done.set()
 
     async def waiting(self, chat_id: str, text: str) -> None:
+        self._waited = True
         self.io.status(text)
 
     # -- the chat -------------------------------------------------------------------------
@@ -191,6 +200,7 @@ class CliChannel(Channel):
     async def _exchange(self, on_message: MessageHandler, text: str) -> bool:
         """Hand one message to the gateway and wait for its turn to end."""
         self._done, self._outcome, self._shown = asyncio.Event(), None, ""
+        self._waited = False
         with self.io.begin(self.on_cancel):
             try:
                 await on_message(self.message(text))
@@ -233,6 +243,9 @@ class PipedIO:
 
     def status(self, text: str) -> None:
         print(self.clean(text), file=sys.stderr, flush=True)
+
+    def started(self) -> None:
+        return None
 
     def end(self, outcome: TurnOutcome, streamed: str) -> bool:
         if outcome.kind in ("failed", "cancelled"):
@@ -314,6 +327,10 @@ class TerminalIO:
     def status(self, text: str) -> None:
         if self._view is not None:
             self._view.waiting(text)
+
+    def started(self) -> None:
+        if self._view is not None and not self._view.text:
+            self._view.waiting("thinking…")
 
     def end(self, outcome: TurnOutcome, streamed: str) -> bool:
         view = self._view

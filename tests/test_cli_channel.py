@@ -62,6 +62,10 @@ class ScriptedIO:
         self.statuses.append(text)
         self.changed.set()
 
+    def started(self) -> None:
+        self.statuses.append("(turn started)")
+        self.changed.set()
+
     def end(self, outcome: TurnOutcome, streamed: str) -> bool:
         self.outcomes.append(outcome)
         self.changed.set()
@@ -242,7 +246,7 @@ def test_the_terminal_waits_for_a_telegram_reply_on_the_same_session(tmp_path: P
             return io, list(server.requests)
 
     io, requests = asyncio.run(scenario())
-    assert io.statuses == ["waiting for a reply on Telegram to finish…"]
+    assert io.statuses == ["waiting for a reply on Telegram to finish…", "(turn started)"]
     assert [r.last_user_text() for r in requests][-1].endswith("what is my locker code?")
     assert "4711" in all_text(requests[-1])  # after Telegram's turn, in the same session
     assert io.outcomes[0].kind == "answered"
