@@ -8,6 +8,14 @@ messages that arrive while a turn runs collected into the next one (`collect_win
 agent (app/turns.py) → the reply streamed by editing one message (app/delivery.py), each sent
 message recorded right after the platform accepted it.
 
+One turn per session across processes: `pinch chat` runs this same machinery with only the `cli`
+channel (app/repl.py), beside or without `pinch gateway`. Each process claims only its own queue
+rows (`GatewayStore(claimant=…)`), and a turn first takes the session's lease in the database
+(`session_leases`; free when its holder's heartbeat is old or its process gone), so the owner's
+main session is never written by two processes at once: the second turn waits, and a channel
+that presents turns itself (`channels.cli.TurnAware`) is told "waiting for a reply on Telegram
+to finish…". `cancel_turn(key)` is the terminal's Ctrl-C.
+
 SIGTERM/SIGINT drains: running turns get `shutdown_grace_s` to finish, queued messages stay
 queued and are answered after the restart. One gateway per data directory (an OS lock on
 <home>/agents/<id>/gateway.lock). A heartbeat file <home>/gateway.heartbeat says every 15 s
@@ -24,10 +32,11 @@ import json
 import logging
 import os
 import signal
+import socket
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -36,12 +45,14 @@ from agent.requests import Attachment
 from app.access import Access, PairingStore
 from app.delivery import ReplyStream
 from app.jobs import Target
-from app.queue import Batch, GatewayStore
+from app.logging_setup import RedactingFilter, install_log_redaction
+from app.queue import Batch, GatewayStore, LeaseHolder, this_process
 from app.routing import session_key_for
 from app.schedule_tool import current_target
 from app.scheduler import start_automations
 from app.turns import Runtime, TurnRequest, TurnResult, open_runtime, run_turn
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
+from channels.cli import TurnAware, TurnOutcome
 from memory.errors import MemoryError_
 from memory.sessions import SessionKey
 
@@ -54,6 +65,8 @@ TYPING_EVERY_S = 4.0  # platforms show "typing…" for about 5 s
 HEARTBEAT_EVERY_S = 15.0
 PRUNE_EVERY_S = 300.0
 DELIVERY_ATTEMPTS = 3
+LEASE_STALE_S = 30.0  # a session lease not renewed for this long is free (its holder hung)
+LEASE_POLL_S = 0.5  # how often a turn waiting for another process's turn looks again
 TurnRunner = Callable[[Runtime, TurnRequest, Callable[[str], None]], Awaitable[TurnResult]]
 
 
@@ -89,40 +102,15 @@ def acquire_lock(path: Path) -> IO[str]:
 # -- secrets never reach the log ---------------------------------------------------------------
 
 
-class SecretFilter(logging.Filter):
-    """Replaces each known secret (bot tokens, API keys) in a log record with "[redacted]"."""
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        super().__init__()
-        self.secrets = [s for s in secrets if s and len(s) >= 6]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self.secrets:
-            return True
-        message = record.getMessage()
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        redacted = message
-        for secret in self.secrets:
-            redacted = redacted.replace(secret, "[redacted]")
-        if record.exc_text:
-            for secret in self.secrets:
-                record.exc_text = record.exc_text.replace(secret, "[redacted]")
-        if redacted != message:
-            record.msg, record.args = redacted, None
-        return True
-
-
 def settings_secrets(settings: Settings) -> list[str]:
+    """The channel tokens in the settings (config.toml as well as the environment), which
+    `agent.redact` cannot know on its own."""
     found = []
     for section in (settings.telegram, settings.slack):
         for value in section.__dict__.values():
             secret = getattr(value, "get_secret_value", None)
             if secret is not None:
                 found.append(str(secret()))
-    for name, value in os.environ.items():
-        if name.endswith(("_API_KEY", "_TOKEN", "_SECRET")):
-            found.append(value)
     return found
 
 
@@ -140,6 +128,8 @@ class GatewayOptions:
     heartbeat_every_s: float = HEARTBEAT_EVERY_S
     typing_every_s: float = TYPING_EVERY_S
     no_collect_channels: frozenset[str] = field(default_factory=lambda: frozenset({"cli"}))
+    lease_stale_s: float = LEASE_STALE_S
+    lease_poll_s: float = LEASE_POLL_S
 
 
 class Gateway:
@@ -171,6 +161,11 @@ class Gateway:
         # Delivery records get their own thread: queued behind a burst of inbound messages in
         # the shared pool, they would widen the window in which a kill means a second send.
         self._records = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pinch-delivery")
+        self._turns: dict[str, asyncio.Future[TurnResult]] = {}
+        self._cancelled: set[str] = set()
+        self._leasing: set[str] = set()
+        # This process, as the holder of session leases (one turn per session across processes).
+        self.holder = this_process("", f"{socket.gethostname()}:{os.getpid()}:{id(self):x}")
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -243,6 +238,7 @@ class Gateway:
                 log.warning("Could not store an inbound message (%s); it stays unconfirmed", exc)
                 raise
             log.error("Skipped an inbound message that could not be handled: %r", exc)
+            await self._not_answered(msg, f"Skipped: {type(exc).__name__}; see the log.")
 
     async def _accept(self, msg: InboundMessage) -> None:
         if not isinstance(msg, InboundMessage):
@@ -250,6 +246,7 @@ class Gateway:
         decision = await asyncio.to_thread(self.access.check, msg)
         if decision.action == "ignore":
             log.debug("Ignored a message on %s: %s", msg.channel, decision.reason)
+            await self._not_answered(msg, f"Not answered: {decision.reason}.")
             return
         if decision.action == "reply":
             channel = self.channels.get(msg.channel)
@@ -269,11 +266,19 @@ class Gateway:
         queued = await asyncio.to_thread(self.store.accept, msg, str(key), decision.role)
         if queued is None:
             log.debug("Ignored a redelivered message on %s", msg.channel)
+            await self._not_answered(msg, "Not answered: the same message was queued before.")
             return
         self._arrived[str(key)] = time.monotonic()
         if str(key) not in self._workers:  # "typing…" at once, not after the collect window
             self._spawn(self._type_once(msg))
         self._wake(str(key), collect=msg.channel not in self.options.no_collect_channels)
+
+    async def _not_answered(self, msg: InboundMessage, why: str) -> None:
+        """A channel waiting for each message's turn (the terminal) learns there will be none."""
+        channel = self.channels.get(getattr(msg, "channel", ""))
+        if isinstance(channel, TurnAware):
+            with contextlib.suppress(Exception):
+                await channel.turn_done(msg.chat_id, TurnOutcome("failed", why))
 
     async def _type_once(self, msg: InboundMessage) -> None:
         channel = self.channels.get(msg.channel)
@@ -340,6 +345,25 @@ class Gateway:
             # Left claimed: the next start (with the channel configured) answers it.
             log.warning("No %s channel runs; its messages wait for a restart", last.channel)
             return False
+        me = replace(self.holder, channel=last.channel)
+        if not await self._lease(batch.session_key, me, channel, last):  # Ctrl-C while waiting
+            self._cancelled.discard(batch.session_key)
+            if isinstance(channel, TurnAware):
+                await channel.turn_done(last.chat_id, TurnOutcome("cancelled", ""))
+            await self._record(self.store.finish, batch.turn_id)
+            return True
+        renew = asyncio.ensure_future(self._renew_lease(batch.session_key, me))
+        try:
+            await self._answer(batch, channel, last)
+        finally:
+            renew.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(
+                    asyncio.to_thread(self.store.release_lease, batch.session_key, me)
+                )
+        return True
+
+    async def _answer(self, batch: Batch, channel: Channel, last: InboundMessage) -> None:
         key = SessionKey.parse(batch.session_key)
         request = turn_request(key, batch)
         resume = await asyncio.to_thread(self.store.deliveries, batch.turn_id)
@@ -354,29 +378,96 @@ class Gateway:
             resume=resume,
         )
         typing = asyncio.ensure_future(self._keep_typing(channel, last))
-        final: str | None
-        # The schedule tool delivers a job's results to the chat this turn answers.
+        # The schedule tool delivers a job's results to the chat this turn answers (set before
+        # the turn's task is created: the task runs in a copy of this context).
         target = current_target.set(Target(last.channel, last.chat_id, last.thread_id))
+        turn = asyncio.ensure_future(self.turn_runner(self.runtime, request, stream.feed))
+        self._turns[batch.session_key] = turn
+        outcome: TurnOutcome
         try:
-            result = await self.turn_runner(self.runtime, request, stream.feed)
-            final = None if result.silent else result.text
+            result = await turn
+            if result.silent:
+                outcome = TurnOutcome("silent", result.text, result.command)
+            else:
+                outcome = TurnOutcome("answered", result.text, result.command)
         except (ModelError, MemoryError_) as exc:  # worded as advice
-            final = str(exc)
+            outcome = TurnOutcome("failed", str(exc))
         except asyncio.CancelledError:
-            await stream.cancel()
-            raise
+            me = asyncio.current_task()
+            if batch.session_key not in self._cancelled or (me is not None and me.cancelling()):
+                await stream.cancel()
+                raise
+            outcome = TurnOutcome("cancelled", stream.text)  # the owner's Ctrl-C: answered
         except Exception as exc:
             log.exception("A turn of %s failed", batch.session_key)
-            final = f"Something went wrong ({type(exc).__name__}); try again, or see the log."
+            text = f"Something went wrong ({type(exc).__name__}); try again, or see the log."
+            outcome = TurnOutcome("failed", text)
         finally:
             typing.cancel()
             current_target.reset(target)
-        if final is not None:
-            await self._deliver(stream, final)
-        else:
+            self._turns.pop(batch.session_key, None)
+            self._cancelled.discard(batch.session_key)
+        if isinstance(channel, TurnAware):
+            await stream.cancel()  # the channel presents the turn's end itself
+            await channel.turn_done(last.chat_id, outcome)
+        elif outcome.kind == "silent":
             await stream.cancel()
+        elif outcome.kind == "cancelled":
+            if outcome.text.strip():
+                await self._deliver(stream, outcome.text + "\n\n(cancelled)")
+            else:
+                await stream.cancel()
+        else:
+            await self._deliver(stream, outcome.text)
         await self._record(self.store.finish, batch.turn_id)
+
+    def cancel_turn(self, session_key: str) -> bool:
+        """Cancel the running turn of `session_key` (the owner's Ctrl-C): what streamed so far
+        is its answer and its messages are not run again. False when no turn of it runs here."""
+        if session_key in self._leasing:  # still waiting for another process's turn
+            self._cancelled.add(session_key)
+            return True
+        turn = self._turns.get(session_key)
+        if turn is None or turn.done():
+            return False
+        self._cancelled.add(session_key)
+        turn.cancel()
         return True
+
+    async def _lease(
+        self, session_key: str, me: LeaseHolder, channel: Channel, last: InboundMessage
+    ) -> bool:
+        """Wait until no other process runs a turn of this session (`pinch chat` and `pinch
+        gateway` share the owner's main session), then hold its lease. Polled: the other
+        process cannot signal this one. False when `cancel_turn` gave up the wait."""
+        told = False
+        self._leasing.add(session_key)
+        try:
+            while session_key not in self._cancelled:
+                other = await asyncio.to_thread(
+                    self.store.acquire_lease, session_key, me, self.options.lease_stale_s
+                )
+                if other is None:
+                    return True
+                if not told and isinstance(channel, TurnAware):
+                    told = True
+                    where = "another terminal" if other.channel == "cli" else other.channel.title()
+                    with contextlib.suppress(Exception):
+                        await channel.waiting(
+                            last.chat_id, f"waiting for a reply on {where} to finish…"
+                        )
+                await asyncio.sleep(self.options.lease_poll_s)
+            return False
+        finally:
+            self._leasing.discard(session_key)
+
+    async def _renew_lease(self, session_key: str, me: LeaseHolder) -> None:
+        while True:
+            await asyncio.sleep(self.options.lease_stale_s / 3)
+            try:
+                await asyncio.to_thread(self.store.renew_lease, session_key, me)
+            except Exception as exc:
+                log.warning("Could not renew the lease of %s: %s", session_key, exc)
 
     async def _deliver(self, stream: ReplyStream, final: str) -> None:
         for attempt in range(DELIVERY_ATTEMPTS):
@@ -531,10 +622,11 @@ def options_from(settings: Settings) -> GatewayOptions:
 def configure_logging(settings: Settings, level: int = logging.INFO) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(SecretFilter(settings_secrets(settings)))
+    handler.addFilter(RedactingFilter(settings_secrets(settings)))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level)
+    install_log_redaction()  # handlers added before this one (and Python's last resort)
     for noisy in (
         "httpx",
         "httpx2",

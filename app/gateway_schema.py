@@ -76,4 +76,25 @@ def g001_gateway_tables(conn: Any) -> None:
     )
 
 
-GATEWAY = MigrationSet("gateway", [g001_gateway_tables])
+def g002_claimants_and_session_leases(conn: Any) -> None:
+    conn.executescript(
+        """
+        -- The process-local channel instance that alone may answer a queued message (a
+        -- `pinch chat` terminal); NULL: the gateway's channels (Telegram, Slack).
+        ALTER TABLE inbound_queue ADD COLUMN claimant TEXT;
+        -- Which process is running a turn of a session now: one turn per session across
+        -- processes (`pinch gateway` and `pinch chat` share the owner's main session). A lease
+        -- whose heartbeat is old, or whose holder process is gone, is free.
+        CREATE TABLE session_leases (
+            session_key TEXT PRIMARY KEY,
+            holder TEXT NOT NULL,                  -- the process's instance id
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            channel TEXT NOT NULL,                 -- whose message the running turn answers
+            heartbeat_at REAL NOT NULL
+        ) WITHOUT ROWID;
+        """
+    )
+
+
+GATEWAY = MigrationSet("gateway", [g001_gateway_tables, g002_claimants_and_session_leases])

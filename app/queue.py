@@ -8,6 +8,10 @@ Every method is one short SQLite transaction; the gateway calls them in a worker
     store.record_delivery(batch.turn_id, 0, sent)  # right after the platform accepted it
     store.finish(batch.turn_id)                    # the turn is answered: never run again
 
+A store with a `claimant` (the terminal of one `pinch chat` process) queues and claims only its
+own messages; the gateway's store (claimant None) never claims them. Turns of one session are
+serialised across processes by a lease (`acquire_lease` / `renew_lease` / `release_lease`).
+
 A message is in the queue from `accept` until `finish`; a kill between the two only means the
 turn runs again after the restart, editing the reply it already sent (`deliveries`) instead of
 sending another.
@@ -16,6 +20,8 @@ sending another.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -46,6 +52,30 @@ class Batch:
     resumed: bool = False  # claimed before, by a gateway that stopped before answering
 
 
+@dataclass(frozen=True)
+class LeaseHolder:
+    """Who holds a session's lease: a process (by instance id) answering a message on `channel`."""
+
+    holder: str
+    pid: int
+    host: str
+    channel: str
+
+
+def this_process(channel: str, instance: str) -> LeaseHolder:
+    return LeaseHolder(instance, os.getpid(), socket.gethostname(), channel)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
 def message_to_json(msg: InboundMessage) -> str:
     return json.dumps(asdict(msg), ensure_ascii=False)
 
@@ -57,8 +87,9 @@ def message_from_json(text: str) -> InboundMessage:
 
 
 class GatewayStore:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, claimant: str | None = None) -> None:
         self.db = db
+        self.claimant = claimant
         with db.lock:
             apply(db.conn, GATEWAY)
 
@@ -77,8 +108,8 @@ class GatewayStore:
                 return None
             cur = conn.execute(
                 "INSERT INTO inbound_queue (session_key, channel, sender_role, message, state, "
-                "received_at) VALUES (?, ?, ?, ?, 'queued', ?)",
-                (session_key, msg.channel, sender_role, message_to_json(msg), now),
+                "received_at, claimant) VALUES (?, ?, ?, ?, 'queued', ?, ?)",
+                (session_key, msg.channel, sender_role, message_to_json(msg), now, self.claimant),
             )
             return int(cur.lastrowid)
 
@@ -96,20 +127,26 @@ class GatewayStore:
         """After a restart: turns that were running are queued again (keeping their grouping,
         so the reply they began is edited, not repeated). Returns how many messages."""
         with self.db.transaction() as conn:
-            cur = conn.execute("UPDATE inbound_queue SET state = 'queued' WHERE state = 'running'")
+            cur = conn.execute(
+                "UPDATE inbound_queue SET state = 'queued' WHERE state = 'running' "
+                "AND claimant IS ?",
+                (self.claimant,),
+            )
             return int(cur.rowcount)
 
     def pending_sessions(self) -> list[str]:
         rows = self.db.execute(
             "SELECT session_key, min(id) FROM inbound_queue WHERE state = 'queued' "
-            "GROUP BY session_key ORDER BY min(id)"
+            "AND claimant IS ? GROUP BY session_key ORDER BY min(id)",
+            (self.claimant,),
         )
         return [row[0] for row in rows]
 
     def has_queued(self, session_key: str) -> bool:
         rows = self.db.execute(
-            "SELECT 1 FROM inbound_queue WHERE state = 'queued' AND session_key = ? LIMIT 1",
-            (session_key,),
+            "SELECT 1 FROM inbound_queue WHERE state = 'queued' AND session_key = ? "
+            "AND claimant IS ? LIMIT 1",
+            (session_key, self.claimant),
         )
         return bool(rows)
 
@@ -119,8 +156,8 @@ class GatewayStore:
         with self.db.transaction() as conn:
             rows = conn.execute(
                 "SELECT id, sender_role, message, turn_id FROM inbound_queue "
-                "WHERE state = 'queued' AND session_key = ? ORDER BY id",
-                (session_key,),
+                "WHERE state = 'queued' AND session_key = ? AND claimant IS ? ORDER BY id",
+                (session_key, self.claimant),
             ).fetchall()
             if not rows:
                 return None
@@ -190,7 +227,52 @@ class GatewayStore:
             conn.execute(
                 "DELETE FROM inbound_queue WHERE state = 'done' AND done_at < ?", (cutoff,)
             )
+            # A closed terminal's unanswered messages: nobody else may answer them.
+            conn.execute(
+                "DELETE FROM inbound_queue WHERE claimant IS NOT NULL AND claimant IS NOT ? "
+                "AND state != 'done' AND received_at < ?",
+                (self.claimant, cutoff),
+            )
 
     def counts(self) -> dict[str, int]:
         rows = self.db.execute("SELECT state, count(*) FROM inbound_queue GROUP BY state")
         return {r[0]: int(r[1]) for r in rows}
+
+    # -- one turn per session across processes ----------------------------------------------
+
+    def acquire_lease(
+        self, session_key: str, me: LeaseHolder, stale_s: float
+    ) -> LeaseHolder | None:
+        """Take (or renew) `session_key`'s lease for `me`; returns the other holder instead
+        when a live process holds it (its heartbeat newer than `stale_s`, its pid alive)."""
+        now = time.time()
+        with self.db.transaction() as conn:
+            row = conn.execute(
+                "SELECT holder, pid, host, channel, heartbeat_at FROM session_leases "
+                "WHERE session_key = ?",
+                (session_key,),
+            ).fetchone()
+            if row is not None and row[0] != me.holder:
+                other = LeaseHolder(row[0], int(row[1]), row[2], row[3])
+                dead = other.host == me.host and not _alive(other.pid)
+                if not dead and row[4] > now - stale_s:
+                    return other
+            conn.execute(
+                "INSERT OR REPLACE INTO session_leases VALUES (?, ?, ?, ?, ?, ?)",
+                (session_key, me.holder, me.pid, me.host, me.channel, now),
+            )
+        return None
+
+    def renew_lease(self, session_key: str, me: LeaseHolder) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE session_leases SET heartbeat_at = ? WHERE session_key = ? AND holder = ?",
+                (time.time(), session_key, me.holder),
+            )
+
+    def release_lease(self, session_key: str, me: LeaseHolder) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(
+                "DELETE FROM session_leases WHERE session_key = ? AND holder = ?",
+                (session_key, me.holder),
+            )

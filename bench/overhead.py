@@ -9,7 +9,8 @@ Offline: the Anthropic SDK talks to the project's scripted model server on 127.0
 
 The system prompt (instructions, workspace bootstrap files, runtime block) and the tool schemas
 of the first request of a fresh session, built by the real `Agent` over a copy of
-`workspace_template/`, for the owner's private chat and for a group chat (no MEMORY.md, no
+`workspace_template/`, for the owner's private chat on each channel (cli, telegram, slack: the
+runtime block carries that channel's formatting hint) and for a group chat (no MEMORY.md, no
 USER.md). Each part is the exact text the Anthropic client sends (`anthropic_params`): each
 system block's text, and each tool as `json.dumps({"name", "description", "input_schema"})`.
 Counted with Pinch's own estimate (`/context`, ~4 chars a token, CJK-aware) and three real
@@ -87,6 +88,10 @@ MODEL = "claude-bench"
 NOW = datetime(2026, 3, 14, 9, 30, tzinfo=UTC)
 OWNER = SessionKey.owner_cli()
 GROUP = SessionKey("main", "telegram", "group", "-100200")
+# The owner's direct chat on each channel (`owner_dm_scope = "per-channel"`): each runtime block
+# carries that channel's formatting hint. OWNER is the terminal's (cli) key.
+OWNER_TELEGRAM = SessionKey.owner_direct("telegram")
+OWNER_SLACK = SessionKey.owner_direct("slack")
 TARGET_TOKENS = 3_000
 TARGET_SHARE = 0.80
 CACHE_LOOKBACK_BLOCKS = 20
@@ -585,6 +590,8 @@ async def run() -> tuple[dict[str, Result], Result, list[str]]:
             agent, client = make_agent(root / "fixed", server)
             overhead = {
                 "private": await fixed_overhead(agent, OWNER, counters),
+                "private telegram": await fixed_overhead(agent, OWNER_TELEGRAM, counters),
+                "private slack": await fixed_overhead(agent, OWNER_SLACK, counters),
                 "group": await fixed_overhead(agent, GROUP, counters),
             }
             await client.inner.aclose()

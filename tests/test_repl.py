@@ -238,3 +238,110 @@ def test_ctrl_c_cancels_the_running_reply_and_ctrl_d_exits(
 
     assert terminal.wait() == 0
     assert server.requests[1].last_user_text().endswith("and now?")
+
+
+# ---- the chat is the gateway's cli channel ------------------------------------------------------
+
+
+def test_piped_help_lists_the_chats_own_keys() -> None:
+    done = chat("/help\n")
+
+    assert done.exit_code == 0, done.output
+    assert "/status" in done.stdout
+    assert "/exit     leave the chat" in done.stdout
+
+
+def test_the_chat_runs_beside_a_running_gateway(server: FakeModelServer, home: Path) -> None:
+    from app.config import load_settings
+    from app.gateway import acquire_lock
+
+    server.script(text_reply("Hello beside the gateway."))
+    lock = acquire_lock(load_settings().agent_dir / "gateway.lock")  # as `pinch gateway` holds it
+    try:
+        done = chat("hello\n")  # flock: a second open of the lock file would be refused here too
+    finally:
+        lock.close()
+
+    assert done.exit_code == 0, done.output
+    assert "Hello beside the gateway." in done.stdout
+
+
+def test_a_chat_message_goes_through_the_gateways_durable_queue(
+    server: FakeModelServer, home: Path
+) -> None:
+    import sqlite3
+
+    from app.config import load_settings
+
+    server.script(text_reply("Queued and answered."))
+    assert chat("hello\n").exit_code == 0
+
+    with contextlib.closing(sqlite3.connect(load_settings().agent_dir / "agent.sqlite")) as db:
+        rows = db.execute("SELECT channel, state, claimant FROM inbound_queue").fetchall()
+    [(channel, state, claimant)] = rows
+    assert (channel, state) == ("cli", "done") and claimant.startswith("cli-")
+
+
+HOLD_THE_MAIN_SESSION = """
+import sys
+from app.config import load_settings
+from app.queue import GatewayStore, this_process
+from memory.db import open_database
+from memory.sessions import SessionKey
+
+store = GatewayStore(open_database(load_settings().database_path, vector_backend="numpy"))
+me = this_process("telegram", "a-gateway")
+store.acquire_lease(str(SessionKey.owner_main("main")), me, stale_s=30)
+print("held", flush=True)
+sys.stdin.readline()
+store.release_lease(str(SessionKey.owner_main("main")), me)
+"""
+
+
+def test_the_chat_waits_while_another_process_writes_the_main_session(
+    server: FakeModelServer,
+) -> None:
+    server.script(text_reply("Your turn now."))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_MAIN_SESSION],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    chat = None
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        chat = subprocess.Popen(
+            [str(PINCH), "chat"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert chat.stdin is not None and chat.stderr is not None
+        chat.stdin.write("hello\n")
+        chat.stdin.flush()
+        assert chat.stderr.readline() == "waiting for a reply on Telegram to finish…\n"
+        assert server.requests == []
+        holder.communicate("done\n", timeout=20)  # the Telegram reply is finished
+        chat.stdin.close()
+        assert chat.wait(timeout=30) == 0
+        assert chat.stdout is not None and "Your turn now." in chat.stdout.read()
+    finally:
+        for process in (holder, chat):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def test_help_in_the_terminal_lists_the_chats_own_keys(terminal: Terminal) -> None:
+    terminal.expect("Ctrl-D exits")
+    terminal.expect("›")
+
+    terminal.send("/help\r")
+    terminal.expect("/status")
+    terminal.expect("/exit     leave the chat")
+    terminal.expect("›")
+    terminal.send("/exit\r")
+
+    assert terminal.wait() == 0
