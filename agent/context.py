@@ -137,6 +137,7 @@ class ContextBuilder:
         today: date,
         timezone: str,
         policy: SessionPolicy | None = None,
+        channel: str | None = None,
     ) -> Context:
         """The context for `key`'s next request (under `policy`, by default the owner's word in
         `key`'s conversation). `history.summary` is the rendered summary block."""
@@ -151,7 +152,11 @@ class ContextBuilder:
         )
         chat_type = key.chat_type if key.thread_id is None else f"{key.chat_type} thread"
         runtime = render(
-            "runtime", today=today, timezone=timezone, channel=key.channel, chat_type=chat_type
+            "runtime",
+            today=today,
+            timezone=timezone,
+            channel=channel or key.channel,
+            chat_type=chat_type,
         )
         system = (
             (instructions, render("bootstrap", files=files), runtime)

@@ -59,6 +59,9 @@ class AgentRequest:
     sender_name: str | None = None  # display name
     attachments: tuple[Attachment, ...] = ()
     message_ids: tuple[str, ...] = ()  # the platform's ids of the message(s) answered
+    # The channel the message arrived on, when it differs from the session's (the owner's one
+    # main session is keyed "cli" but answers Telegram and Slack too): picks the format hint.
+    channel: str | None = None
 
     def __post_init__(self) -> None:
         if self.sender not in SENDER_KINDS:

@@ -102,6 +102,7 @@ class _Turn:
     compacted: bool = False
     notices: list[str] = field(default_factory=list)
     taint: TurnTaint = field(default_factory=TurnTaint)  # set once the turn reads outside text
+    channel: str | None = None  # where the message arrived, for the format hint
 
 
 class Agent:
@@ -280,7 +281,9 @@ class Agent:
         if blocks:
             content["recalled"] = "\n\n".join(blocks)
         await asyncio.to_thread(self.store.append, session.id, "user", content)
-        turn = _Turn(key, session, content, policy, emit, notices=list(notices))
+        turn = _Turn(
+            key, session, content, policy, emit, notices=list(notices), channel=request.channel
+        )
         for notice in notices:
             emit(Notice(notice))
         answer = await self._tool_loop(turn)
@@ -330,7 +333,9 @@ class Agent:
 
     async def _complete(self, turn: _Turn) -> ModelResponse:
         """One model call for the turn, compacting first if the context is too big."""
-        context = await asyncio.to_thread(self._build_context, turn.session, turn.policy)
+        context = await asyncio.to_thread(
+            self._build_context, turn.session, turn.policy, turn.channel
+        )
         if self.compactor.needs_compaction(context):
             context = await self._compact(turn, context)
         try:
@@ -366,7 +371,7 @@ class Agent:
         except CompactionError as exc:
             log.warning("Compaction failed; starting a fresh session: %s", exc)
             await self._reset_after_failure(turn)
-        return await asyncio.to_thread(self._build_context, turn.session, turn.policy)
+        return await asyncio.to_thread(self._build_context, turn.session, turn.policy, turn.channel)
 
     async def _reset_after_failure(self, turn: _Turn) -> None:
         await self.compactor.index_transcript(turn.session)  # nothing said is lost to search
@@ -388,7 +393,9 @@ class Agent:
 
     # -- the transcript ----------------------------------------------------------------------
 
-    def _build_context(self, session: Session, policy: SessionPolicy) -> Context:
+    def _build_context(
+        self, session: Session, policy: SessionPolicy, channel: str | None = None
+    ) -> Context:
         latest = self.store.latest_compaction(session.id)
         first_kept = int(latest.content["first_kept_seq"]) if latest else 0
         summary = (
@@ -405,6 +412,7 @@ class Agent:
             today=self.clock.now().date(),
             timezone=self.clock.zone_name,
             policy=policy,
+            channel=channel,
         )
 
     def _store_response(self, session: Session, response: ModelResponse) -> None:

@@ -566,6 +566,7 @@ def turn_request(key: SessionKey, batch: Batch) -> TurnRequest:
         sender_name=None if owner or len(senders) > 1 else last.sender_name,
         attachments=tuple(attachments),
         message_ids=tuple(m.dedup_key for m in messages),
+        channel=last.channel,
         resumed=batch.resumed,
     )
 

@@ -43,6 +43,7 @@ class TurnRequest:
     attachments: tuple[Attachment, ...] = ()
     # The platform ids of the message(s) answered; they identify the turn in the transcript.
     message_ids: tuple[str, ...] = ()
+    channel: str | None = None  # where the messages arrived (the reply's format)
     # The same messages were handed to the agent before a restart: what it stored then is used
     # (the user message is not stored twice; a stored final answer is returned as it is).
     resumed: bool = False
@@ -80,6 +81,7 @@ async def run_turn(
         sender_name=request.sender_name,
         attachments=request.attachments,
         message_ids=request.message_ids,
+        channel=request.channel,
     )
     async for event in runtime.agent.run(agent_request):
         if isinstance(event, TextDelta):

@@ -307,3 +307,21 @@ def test_an_automations_message_is_not_stored_as_the_owners_words(tmp_path: Path
         "[automation: morning digest]\nSummarise today's calendar.\n"
         "[attached document: inbox/2026-01-10/cal.ics]"
     )
+
+
+def test_the_format_hint_follows_the_channel_the_message_arrived_on(tmp_path: Path) -> None:
+    # The owner's one main session is keyed "cli", but a message from Telegram is answered
+    # with Telegram's formatting in mind.
+    with FakeModelServer() as server:
+        kit = make_kit(tmp_path, server)
+        server.script(text_reply("From Telegram."), text_reply("From the terminal."))
+
+        async def ask(text: str, channel: str | None) -> None:
+            async for _ in kit.agent.run(AgentRequest(OWNER, text, channel=channel)):
+                pass
+
+        asyncio.run(ask("hi from my phone", "telegram"))
+        asyncio.run(ask("hi from the terminal", None))
+    telegram, terminal = (r.system_text() for r in server.requests)
+    assert "Telegram shows a Markdown subset" in telegram
+    assert "a terminal rendering full Markdown" in terminal
