@@ -491,9 +491,13 @@ def test_a_folder_swapped_for_a_symlink_never_lets_a_write_escape(
     )
     swapper.start()
     writes = 0
-    deadline = time.monotonic() + 1.0
+    started = time.monotonic()
     try:
-        while time.monotonic() < deadline:
+        # At least 1 s of racing and at least 6 writes that got through (a busy machine may
+        # need longer for those), at most 15 s.
+        while time.monotonic() - started < 1.0 or (
+            writes <= 5 and time.monotonic() - started < 15.0
+        ):
             try:
                 if folder == "memory":
                     writer.append_daily_log("a note", now=datetime(2026, 1, 11, 9, 0))
