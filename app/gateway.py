@@ -400,7 +400,10 @@ class Gateway:
             outcome = TurnOutcome("cancelled", stream.text)  # the owner's Ctrl-C: answered
         except Exception as exc:
             log.exception("A turn of %s failed", batch.session_key)
-            text = f"Something went wrong ({type(exc).__name__}); try again, or see the log."
+            text = (
+                f"Something went wrong ({type(exc).__name__}); try again, or see the log "
+                "(chat.log in the Pinch home for the terminal, else the gateway's output)."
+            )
             outcome = TurnOutcome("failed", text)
         finally:
             typing.cancel()

@@ -18,9 +18,11 @@ status is 1 if any message got no answer.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -57,6 +59,16 @@ async def run_chat(settings: Settings, *, session: str | None = None) -> int:
     """Run the chat until Ctrl-D or the end of input; returns the exit status."""
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     console = Console(highlight=False)
+    restore_logging = _log_to_file(settings.home / "chat.log")
+    try:
+        return await _run_chat(settings, session, interactive, console)
+    finally:
+        restore_logging()
+
+
+async def _run_chat(
+    settings: Settings, session: str | None, interactive: bool, console: Console
+) -> int:
     # The model SDK loads in the background while the index syncs (and the owner types).
     async with await build_runtime(settings) as runtime:
         io: ChatIO
@@ -127,3 +139,30 @@ async def _sync_with_status(runtime: Runtime, console: Console) -> None:
 
 def _warn_plain(message: str) -> None:
     print(printable(redact(message)), file=sys.stderr, flush=True)
+
+
+def _log_to_file(path: Path) -> Callable[[], None]:
+    """Send the chat's log records (tracebacks included) to `path`, redacted, instead of the
+    terminal, where Python's last-resort handler would print them between replies; errors the
+    owner must see are printed by the chat itself, in one line. Returns the undo."""
+    from app.logging_setup import RedactingFilter, install_log_redaction
+
+    root = logging.getLogger()
+    try:
+        handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError:
+        return lambda: None  # no log file: the last-resort handler prints, redacted
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter())
+    level = root.level
+    root.addHandler(handler)
+    if level == logging.NOTSET or level > logging.INFO:
+        root.setLevel(logging.INFO)
+    install_log_redaction()
+
+    def undo() -> None:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        handler.close()
+
+    return undo
