@@ -8,6 +8,7 @@ numpy. `Database.vector_backend` says which, and `pinch memory status` reports i
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import stat
@@ -76,21 +77,30 @@ def _is_busy(exc: Exception) -> bool:
 
 
 def _load_driver(want_extensions: bool) -> tuple[Any, str]:
-    """The DB-API module to use: stdlib sqlite3 if it can load extensions, else pysqlite3."""
-    if want_extensions:
-        probe = sqlite3.connect(":memory:")
-        try:
-            if hasattr(probe, "enable_load_extension"):
-                return sqlite3, "sqlite3"
-        finally:
-            probe.close()
-        try:
-            import pysqlite3.dbapi2 as pysqlite3
+    """The DB-API module to use: stdlib sqlite3 if it can load extensions, else pysqlite3.
 
-            return pysqlite3, "pysqlite3"
-        except ImportError:
-            pass
-    return sqlite3, "sqlite3"
+    One SQLite library per process, whatever the caller wants: two copies of SQLite in one
+    process don't see each other's POSIX locks on the same file (closing one library's
+    descriptor drops the other's locks), which can let another process write under a reader
+    or, for writers, damage the database. `want_extensions` is kept for callers' clarity."""
+    del want_extensions
+    return _process_driver()
+
+
+@functools.cache
+def _process_driver() -> tuple[Any, str]:
+    probe = sqlite3.connect(":memory:")
+    try:
+        if hasattr(probe, "enable_load_extension"):
+            return sqlite3, "sqlite3"
+    finally:
+        probe.close()
+    try:
+        import pysqlite3.dbapi2 as pysqlite3
+
+        return pysqlite3, "pysqlite3"
+    except ImportError:
+        return sqlite3, "sqlite3"
 
 
 def _try_load_vec(conn: Any) -> str | None:

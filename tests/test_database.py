@@ -260,3 +260,14 @@ def test_migrating_keeps_the_newest_of_several_active_generations(
     states = conn.execute("SELECT id, state FROM memory_generations ORDER BY id").fetchall()
     assert states == [(ids[0], "retired"), (ids[1], "retired"), (ids[2], "active")]
     assert conn.execute("SELECT count(*) FROM meta WHERE key LIKE 'build:%'").fetchone() == (0,)
+
+
+def test_one_sqlite_library_serves_every_connection_of_a_process(tmp_path: Path) -> None:
+    # Two copies of SQLite in one process don't see each other's POSIX locks on a file.
+    with_vectors = open_database(tmp_path / "a.sqlite", vector_backend="auto")
+    without = open_database(tmp_path / "a.sqlite", vector_backend="numpy")
+    try:
+        assert type(with_vectors.conn).__module__ == type(without.conn).__module__
+    finally:
+        with_vectors.close()
+        without.close()
