@@ -46,6 +46,11 @@ def split_text(text: str, limit: int) -> list[str]:
     return pieces
 
 
+def _report_failed_push(push: asyncio.Future[None]) -> None:
+    if not push.cancelled() and (exc := push.exception()) is not None:
+        log.warning("Could not update the streamed reply: %s", exc)
+
+
 class ReplyStream:
     def __init__(
         self,
@@ -100,12 +105,13 @@ class ReplyStream:
             if self.sent and wait > 0:  # the first message goes out at once
                 await asyncio.sleep(wait)
             self._changed.clear()
-            try:
-                # Shielded: cancelling the loop (finish) must not cut a send in half — the
-                # platform may have accepted it, and we'd not know its id and send it again.
-                await asyncio.shield(self._push())
-            except Exception as exc:  # the final push tries again; a failed edit is no reason
-                log.warning("Could not update the streamed reply: %s", exc)  # to stop streaming
+            # Shielded: cancelling the loop (finish) must not cut a send in half — the
+            # platform may have accepted it, and we'd not know its id and send it again. The
+            # push may then fail after the loop is gone: its callback, not asyncio, reports it.
+            push = asyncio.ensure_future(self._push())
+            push.add_done_callback(_report_failed_push)
+            with contextlib.suppress(Exception):  # the final push tries again; a failed edit
+                await asyncio.shield(push)  # is no reason to stop streaming
 
     async def _push(self) -> None:
         async with self._lock:

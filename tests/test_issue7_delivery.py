@@ -1,0 +1,56 @@
+"""Found by the outside-in check of issue 7: a streamed send that fails while the reply is being
+finished must be logged in one line, not dumped as an asyncio traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from typing import Any
+
+import pytest
+
+from app.delivery import ReplyStream
+from channels.base import ChannelError, OutboundMessage, SentMessage
+from tests.gateway_support import FakeChannel
+
+
+class FlakyChannel(FakeChannel):
+    """The first send is slow to answer and then fails (a 502 from the platform)."""
+
+    def __init__(self) -> None:
+        super().__init__("telegram")
+        self.in_flight = asyncio.Event()
+        self.failed = False
+
+    async def send(self, message: OutboundMessage) -> list[SentMessage]:
+        if not self.failed:
+            self.failed = True
+            self.in_flight.set()
+            await asyncio.sleep(0.05)
+            raise ChannelError("Telegram unreachable (Bad Gateway); check the network")
+        return await super().send(message)
+
+
+def test_a_streamed_send_failing_during_finish_is_one_log_line_and_the_reply_still_arrives(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    unhandled: list[dict[str, Any]] = []
+
+    async def scenario() -> FlakyChannel:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: unhandled.append(ctx))
+        channel = FlakyChannel()
+        stream = ReplyStream(channel, OutboundMessage("telegram", "1", ""))
+        stream.feed("Hello")
+        await channel.in_flight.wait()  # the first streamed send is on its way
+        await stream.finish("Hello there")
+        await asyncio.sleep(0.1)  # the failed send has ended
+        gc.collect()  # an unretrieved task exception is reported when the task is collected
+        return channel
+
+    with caplog.at_level(logging.WARNING, logger="app.delivery"):
+        channel = asyncio.run(scenario())
+    assert unhandled == []
+    assert channel.texts() == ["Hello there"]
+    failures = [r for r in caplog.records if "Bad Gateway" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is None
