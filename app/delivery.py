@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
-from channels.base import Channel, OutboundMessage, SentMessage
+from channels.base import Channel, ChannelError, OutboundMessage, SentMessage
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,9 @@ class ReplyStream:
         self._last_push = float("-inf")
         self._pusher: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        # The piece whose send failed in a way the platform may still have acted on (part ->
+        # text): the same text for that part is not sent again, so it can't appear twice.
+        self._maybe_sent: dict[int, str] = {}
 
     def feed(self, delta: str) -> None:
         """Add streamed text (safe to call from a synchronous callback on the event loop)."""
@@ -125,7 +128,14 @@ class ReplyStream:
                         await self.channel.edit(self.sent[part], piece)
                         self.shown[part] = piece
                     continue
-                sent = await self.channel.send(replace(self.target, text=piece))
+                if self._maybe_sent.get(part) == piece and part == len(pieces) - 1:
+                    break  # probably shown already; a second copy is worse than no message id
+                try:
+                    sent = await self.channel.send(replace(self.target, text=piece))
+                except ChannelError as exc:
+                    if exc.maybe_delivered:
+                        self._maybe_sent[part] = piece
+                    raise
                 for extra in sent:  # an adapter may split further; keep every part
                     self.sent.append(extra)
                     self.shown.append(piece if len(sent) == 1 else "")

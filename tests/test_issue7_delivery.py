@@ -54,3 +54,38 @@ def test_a_streamed_send_failing_during_finish_is_one_log_line_and_the_reply_sti
     assert channel.texts() == ["Hello there"]
     failures = [r for r in caplog.records if "Bad Gateway" in r.getMessage()]
     assert len(failures) == 1 and failures[0].exc_info is None
+
+
+class CutChannel(FakeChannel):
+    """The platform posts the first message, then the connection drops before the answer (what
+    Slack's adapter reports as a failure that may have been delivered)."""
+
+    def __init__(self) -> None:
+        super().__init__("slack")
+        self.cut = True
+
+    async def send(self, message: OutboundMessage) -> list[SentMessage]:
+        sent = await super().send(message)
+        if self.cut:
+            self.cut = False
+            raise ChannelError("Slack did not answer chat.postMessage", maybe_delivered=True)
+        return sent
+
+
+def test_a_send_that_may_have_been_delivered_is_not_sent_again_with_the_same_text() -> None:
+    async def scenario() -> CutChannel:
+        channel = CutChannel()
+        stream = ReplyStream(channel, OutboundMessage("slack", "D1", ""))
+        stream.feed("Hello there")
+        with_retry = 0
+        while True:  # the gateway retries a failed finish
+            try:
+                await stream.finish("Hello there")
+                break
+            except ChannelError:
+                with_retry += 1
+                assert with_retry < 3
+        return channel
+
+    channel = asyncio.run(scenario())
+    assert channel.texts() == ["Hello there"]
