@@ -712,7 +712,8 @@ class SlackChannel(Channel):
             raise ChannelError(
                 f"Slack did not answer {method.replace('_', '.')} ({type(e).__name__}){note} — "
                 "check the network",
-                maybe_delivered=write,
+                # A connection never made can't have posted anything; any other loss might have.
+                maybe_delivered=write and not isinstance(e, aiohttp.ClientConnectorError),
             ) from e
         return dict(response.data) if isinstance(response.data, dict) else {}
 
