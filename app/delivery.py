@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
-from channels.base import Channel, OutboundMessage, SentMessage
+from channels.base import Channel, ChannelError, OutboundMessage, SentMessage
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,11 @@ def split_text(text: str, limit: int) -> list[str]:
     return pieces
 
 
+def _report_failed_push(push: asyncio.Future[None]) -> None:
+    if not push.cancelled() and (exc := push.exception()) is not None:
+        log.warning("Could not update the streamed reply: %s", exc)
+
+
 class ReplyStream:
     def __init__(
         self,
@@ -67,6 +72,9 @@ class ReplyStream:
         self._last_push = float("-inf")
         self._pusher: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        # The piece whose send failed in a way the platform may still have acted on (part ->
+        # text): the same text for that part is not sent again, so it can't appear twice.
+        self._maybe_sent: dict[int, str] = {}
 
     def feed(self, delta: str) -> None:
         """Add streamed text (safe to call from a synchronous callback on the event loop)."""
@@ -100,12 +108,13 @@ class ReplyStream:
             if self.sent and wait > 0:  # the first message goes out at once
                 await asyncio.sleep(wait)
             self._changed.clear()
-            try:
-                # Shielded: cancelling the loop (finish) must not cut a send in half — the
-                # platform may have accepted it, and we'd not know its id and send it again.
-                await asyncio.shield(self._push())
-            except Exception as exc:  # the final push tries again; a failed edit is no reason
-                log.warning("Could not update the streamed reply: %s", exc)  # to stop streaming
+            # Shielded: cancelling the loop (finish) must not cut a send in half — the
+            # platform may have accepted it, and we'd not know its id and send it again. The
+            # push may then fail after the loop is gone: its callback, not asyncio, reports it.
+            push = asyncio.ensure_future(self._push())
+            push.add_done_callback(_report_failed_push)
+            with contextlib.suppress(Exception):  # the final push tries again; a failed edit
+                await asyncio.shield(push)  # is no reason to stop streaming
 
     async def _push(self) -> None:
         async with self._lock:
@@ -119,7 +128,14 @@ class ReplyStream:
                         await self.channel.edit(self.sent[part], piece)
                         self.shown[part] = piece
                     continue
-                sent = await self.channel.send(replace(self.target, text=piece))
+                if self._maybe_sent.get(part) == piece and part == len(pieces) - 1:
+                    break  # probably shown already; a second copy is worse than no message id
+                try:
+                    sent = await self.channel.send(replace(self.target, text=piece))
+                except ChannelError as exc:
+                    if exc.maybe_delivered:
+                        self._maybe_sent[part] = piece
+                    raise
                 for extra in sent:  # an adapter may split further; keep every part
                     self.sent.append(extra)
                     self.shown.append(piece if len(sent) == 1 else "")

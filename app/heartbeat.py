@@ -1,7 +1,7 @@
 """The gateway's heartbeat file, `<home>/gateway.heartbeat`: how `pinch doctor --health` (a
 container HEALTHCHECK) knows the gateway is alive without talking to it.
 
-The gateway rewrites the file at least every 30 s (atomically, mode 0600) with JSON:
+The gateway rewrites the file every 15 s (atomically, mode 0600) with JSON:
 `{"pid": 1234, "at": <unix time>, "channels": {"telegram": {"ok": true, "detail": "polling"}}}`
 and optionally `"stopping": true` in its last beat. A heartbeat older than `MAX_AGE_S`, from a
 process that is gone, marked stopping, or with a channel whose `ok` is false means unhealthy.
@@ -21,7 +21,7 @@ from pathlib import Path
 from channels.base import ChannelHealth
 
 HEARTBEAT_FILE = "gateway.heartbeat"
-MAX_AGE_S = 90.0  # three missed beats at the gateway's 30 s interval
+MAX_AGE_S = 90.0  # several missed beats at the gateway's 15 s interval
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,9 @@ def health_problem(beat: Heartbeat | None, *, now: float | None = None) -> str |
     age = (time.time() if now is None else now) - beat.at
     if age > MAX_AGE_S:
         return f"the gateway's last heartbeat is {age:.0f} s old (more than {MAX_AGE_S:.0f} s)"
-    if beat.stopping:
+    if beat.stopping:  # a clean stop leaves this last beat behind: say which case it is
+        if not process_alive(beat.pid):
+            return "the gateway has stopped (shut down cleanly): start it with `pinch gateway`"
         return "the gateway is shutting down"
     if not process_alive(beat.pid):
         return f"the gateway process {beat.pid} is gone"

@@ -134,4 +134,12 @@ class Channel(abc.ABC):
 
 
 class ChannelError(Exception):
-    """A platform failure worded as advice (bad token, chat not found, …)."""
+    """A platform failure worded as advice (bad token, chat not found, …).
+
+    `maybe_delivered`: the platform may have acted on the call (a send timed out or its
+    connection dropped after the request went out) — sending the same text again could show it
+    twice."""
+
+    def __init__(self, message: str, *, maybe_delivered: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_delivered = maybe_delivered

@@ -707,10 +707,13 @@ class SlackChannel(Channel):
         except SlackApiError as e:
             raise ChannelError(_advice(e, method.replace("_", "."))) from e
         except (TimeoutError, aiohttp.ClientError) as e:
-            note = "; not retried, so nothing appears twice" if method.startswith("chat_") else ""
+            write = method.startswith("chat_")
+            note = "; not retried, so nothing appears twice" if write else ""
             raise ChannelError(
                 f"Slack did not answer {method.replace('_', '.')} ({type(e).__name__}){note} — "
-                "check the network"
+                "check the network",
+                # A connection never made can't have posted anything; any other loss might have.
+                maybe_delivered=write and not isinstance(e, aiohttp.ClientConnectorError),
             ) from e
         return dict(response.data) if isinstance(response.data, dict) else {}
 

@@ -416,7 +416,10 @@ class TelegramChannel(Channel):
         if isinstance(error, RetryAfter):
             return ChannelError(f"Telegram rate limit ({detail}); try again later")
         if isinstance(error, NetworkError):
-            return ChannelError(f"Telegram unreachable ({detail}); check the network")
+            return ChannelError(
+                f"Telegram unreachable ({detail}); check the network",
+                maybe_delivered=_maybe_delivered(error),
+            )
         return ChannelError(f"Telegram refused the request ({detail})")
 
 
@@ -461,3 +464,13 @@ def _redact_token_in_logs(token: str) -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _RedactToken) and f.token == token for f in logger.filters):
             logger.addFilter(_RedactToken(token))
+
+
+def _maybe_delivered(error: NetworkError) -> bool:
+    """Whether Telegram may have acted on a call that failed: the request went out and no
+    answer came back (a timeout, a dropped connection), as opposed to a connection never made,
+    a wait for a free connection, or an HTTP error status (the platform answered)."""
+    text = error.message
+    if isinstance(error, TimedOut):
+        return "ConnectTimeout" not in text and "Pool timeout" not in text
+    return text.startswith("httpx.") and "ConnectError" not in text
