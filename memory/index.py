@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from memory.chunking import Chunk, Unit, hash_text
+from memory.chunking import Chunk, hash_text, split_units
 from memory.config import MemoryConfig
 from memory.db import Database, open_database
 from memory.embedcache import EmbeddingCache
@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 TOKENIZER_VERSION = "pinch-fts-v1"  # bump when fts_body() or chunking rules change
-PASSAGES_VERSION = "units-v2"  # bump when split_units() or how passages are stored changes
+PASSAGES_VERSION = "units-v3"  # bump when split_units() or how passages are stored changes
 
 # Chunk sources that no workspace file backs (conversation transcripts, memory/transcripts.py):
 # an incremental sync never removes them, and a rebuild re-creates them through `rebuild_hooks`.
@@ -322,7 +322,10 @@ class MemoryIndex:
         store = None
         built_with = (identity["provider"], identity["model"], identity["dimensions"])
         if p is not None and built_with == (p.provider, p.model, p.dimensions):
-            vectors = self._pipeline.embed(real, SyncReport(gen, rebuilt=False), None)
+            # One vector per passage (a turn or a few short ones), as for files: a fact said in
+            # one line of a long conversation chunk is not averaged away by the turns around it.
+            units = [u for chunk in real for u in split_units(chunk)]
+            vectors = self._pipeline.embed(units, SyncReport(gen, rebuilt=False), None)
             store = self._store(p.dimensions)
         with self.db.transaction() as conn:
             if not conn.execute("SELECT 1 FROM memory_generations WHERE id = ?", (gen,)).fetchone():
@@ -331,9 +334,9 @@ class MemoryIndex:
                 self.rows.delete_chunks(conn, gen, path, replace_from_line)
             vec_rows: list[VecRow] = []
             for c, chunk in zip(chunks, real, strict=True):
-                unit = Unit(chunk.start_line, chunk.end_line, chunk.text, chunk.hash)
                 where = (path, source, c.origin, scope)
-                self.rows.insert_chunk(conn, gen, where, chunk, c.day, [unit], vectors, vec_rows)
+                units = split_units(chunk)
+                self.rows.insert_chunk(conn, gen, where, chunk, c.day, units, vectors, vec_rows)
             if store is not None and vec_rows:
                 store.add(conn, vec_rows)
             self.generations.bump_version(conn)
