@@ -37,6 +37,30 @@ CONFIG_TEMPLATE = """\
 [memory.embedding]
 # provider = "local"                # local (offline e5) | use | litellm | none
 # model = ""                        # for litellm, e.g. "openai/text-embedding-3-small"
+
+# Channels (pinch gateway). Tokens only from the environment: PINCH_TELEGRAM__BOT_TOKEN,
+# PINCH_SLACK__BOT_TOKEN, PINCH_SLACK__APP_TOKEN. Uncomment a table header to use its keys.
+# [owners]
+# telegram = ["123456789"]          # your numeric Telegram user id
+# slack = ["U0123ABCD"]             # your Slack member id
+# [telegram]
+# dm_policy = "pairing"             # pairing | allowlist | open | disabled
+# allow_from = []                   # user ids allowed to DM (allowlist)
+# drop_pending_updates = false      # true: ignore messages sent while Pinch was down
+# [telegram.groups."-1001234567890"]
+# require_mention = true
+# [slack]
+# dm_policy = "pairing"
+# [gateway]
+# owner_dm_scope = "main"           # main (one conversation everywhere) | per-channel
+# collect_window_ms = 1500
+# shutdown_grace_s = 20
+# [automations]
+# misfire_grace_s = 3600            # a run missed by less than this runs late, with a note
+# [heartbeat]
+# every = "30m"                     # run HEARTBEAT.md's checklist; unset: no heartbeat
+# [dreaming]
+# enabled = true                    # nightly consolidation into MEMORY.md (03:00 your time)
 """
 
 
