@@ -24,9 +24,7 @@ Every call blocks on SQLite; async callers run them in a worker thread.
 from __future__ import annotations
 
 import json
-import re
 import time
-import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +34,7 @@ from memory.errors import MemoryError_
 from memory.porter import porter_stem
 from memory.schema import MigrationSet, apply
 from memory.sessions import SessionKey
-from memory.text import CJK_CHAR, ENGLISH_STOPWORDS
+from memory.text import CJK_CHAR, ENGLISH_STOPWORDS, normalised_runs
 
 DAY_S = 86_400.0
 DEFAULT_COOLDOWN_S = DAY_S  # at least 24 h between two fires of one intent
@@ -58,18 +56,11 @@ class IntentError(MemoryError_):
 
 # ---- normalised terms ----------------------------------------------------------------------
 
-_CJK = CJK_CHAR.pattern[1:-1]  # the character class inside "[...]"
-_TOKEN = re.compile(rf"[^\W{_CJK}]+|[{_CJK}]+")
-
-
-def _tokens(text: str) -> Iterable[str]:
-    return _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold())
-
 
 def message_terms(text: str) -> frozenset[str]:
     """Every term a message offers: stems of its words, and each CJK character and bigram."""
     out: set[str] = set()
-    for token in _tokens(text):
+    for token in normalised_runs(text):
         if CJK_CHAR.match(token):
             out.update(token)
             out.update(token[i : i + 2] for i in range(len(token) - 1))
@@ -85,7 +76,7 @@ def trigger_terms(entry: str) -> tuple[str, ...]:
     entry is nothing else. A CJK run needs each of its bigrams ("杭州东站": 杭州, 州东, 东站)."""
     terms: list[str] = []
     glue: list[str] = []
-    for token in _tokens(entry):
+    for token in normalised_runs(entry):
         if CJK_CHAR.match(token):
             found = (
                 [token] if len(token) == 1 else [token[i : i + 2] for i in range(len(token) - 1)]

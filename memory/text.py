@@ -9,6 +9,7 @@ which FTS5's trigram tokenizer cannot do.
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 
 # Han (incl. extension A and compatibility), Hiragana, Katakana, Hangul syllables and Jamo.
@@ -105,6 +106,12 @@ def _stem(word: str) -> str:
 
 
 _TOKEN = re.compile(rf"[^\W{_CJK_CLASS}]+|[{_CJK_CLASS}]+")
+
+
+def normalised_runs(text: str) -> list[str]:
+    """`text` after NFKC and case folding, as its word runs and CJK runs (the tokens trigger and
+    intent matching start from)."""
+    return _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold())
 
 
 @lru_cache(maxsize=65536)

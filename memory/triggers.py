@@ -26,20 +26,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from memory.porter import porter_stem
-from memory.text import CJK_CHAR
+from memory.text import CJK_CHAR, normalised_runs
 
 STRONG_MATCH = 0.65
 TRIGGER_FILES = ("MEMORY.md", "USER.md")  # the owner's curated files: the only trusted source
 
-_CJK_CLASS = CJK_CHAR.pattern[1:-1]
-_TOKEN = re.compile(rf"[^\W{_CJK_CLASS}]+|[{_CJK_CLASS}]+")
 _TRIGGER = re.compile(r"<!--\s*trigger:\s*(.*?)\s*-->", re.IGNORECASE | re.DOTALL)
 _IMPORTANCE = re.compile(r"<!--\s*importance:\s*([0-9])\s*-->", re.IGNORECASE)
 _SUPERSEDED = re.compile(r"<!--[^>]*?status:\s*superseded\s*-->", re.IGNORECASE)
@@ -70,7 +67,7 @@ def normalise_tokens(text: str) -> list[str]:
     """Tokens of `text` for trigger matching: NFKC, case-folded, Porter-stemmed Latin words,
     CJK runs as overlapping bigrams (a lone CJK character as itself)."""
     out: list[str] = []
-    for token in _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold()):
+    for token in normalised_runs(text):
         if CJK_CHAR.match(token):
             if len(token) == 1:
                 out.append(token)
