@@ -137,7 +137,7 @@ class Agent:
             clock=self.clock,
             fetcher=fetcher,
         )
-        intent_tool = IntentTool(self.intents, self.clock, memory_tools._context_tainted)
+        intent_tool = IntentTool(self.intents, self.clock, memory_tools.context_tainted)
         self.tools = memory_tools.registry(intent_tool.tool())
         self.context_builder = ContextBuilder(
             workspace,

@@ -386,7 +386,7 @@ class MemoryTools:
         text = str(args["text"]).strip()
         if not text:
             raise ToolFailure("Nothing to append: text is empty.")
-        tainted = ctx.taint.tainted or await asyncio.to_thread(self._context_tainted, ctx)
+        tainted = ctx.taint.tainted or await asyncio.to_thread(self.context_tainted, ctx)
         origin = append_origin(ctx.policy.sender, tainted)
         entry = await asyncio.to_thread(
             self.writer.append_daily_entry,
@@ -403,7 +403,7 @@ class MemoryTools:
             return f"Appended to {entry.path} (stored as untrusted: this turn read outside text)."
         return f"Appended to {entry.path}."
 
-    def _context_tainted(self, ctx: ToolContext) -> bool:
+    def context_tainted(self, ctx: ToolContext) -> bool:
         """Whether outside content fetched earlier is still in the session's context (the
         memory flush summarises it, so what it appends is untrusted too)."""
         latest = self.store.latest_compaction(ctx.session_id)
@@ -429,7 +429,7 @@ class MemoryTools:
         text = str(args["text"]).strip()
         if not text:
             raise ToolFailure("Nothing to remember: text is empty.")
-        if ctx.taint.tainted or await asyncio.to_thread(self._context_tainted, ctx):
+        if ctx.taint.tainted or await asyncio.to_thread(self.context_tainted, ctx):
             # A page read in this conversation could be speaking through the model: the curated
             # files (trusted, loaded into every private session) change only without it.
             raise ToolFailure(
