@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from channels.base import ChannelHealth
+from memory.generations import pid_alive
 
 HEARTBEAT_FILE = "gateway.heartbeat"
 MAX_AGE_S = 90.0  # several missed beats at the gateway's 15 s interval
@@ -75,16 +76,6 @@ def read_heartbeat(home: Path) -> Heartbeat | None:
         return None
 
 
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    return True
-
-
 def health_problem(beat: Heartbeat | None, *, now: float | None = None) -> str | None:
     """Why the gateway is unhealthy according to `beat`, or None when it is healthy."""
     if beat is None:
@@ -93,10 +84,10 @@ def health_problem(beat: Heartbeat | None, *, now: float | None = None) -> str |
     if age > MAX_AGE_S:
         return f"the gateway's last heartbeat is {age:.0f} s old (more than {MAX_AGE_S:.0f} s)"
     if beat.stopping:  # a clean stop leaves this last beat behind: say which case it is
-        if not process_alive(beat.pid):
+        if not pid_alive(beat.pid):
             return "the gateway has stopped (shut down cleanly): start it with `pinch gateway`"
         return "the gateway is shutting down"
-    if not process_alive(beat.pid):
+    if not pid_alive(beat.pid):
         return f"the gateway process {beat.pid} is gone"
     down = [
         f"{name}: {h.detail or 'not ok'}" for name, h in sorted(beat.channels.items()) if not h.ok

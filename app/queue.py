@@ -29,6 +29,7 @@ from typing import Any
 from app.gateway_schema import GATEWAY
 from channels.base import Attachment, InboundMessage, SentMessage
 from memory.db import Database
+from memory.generations import pid_alive
 from memory.schema import apply
 
 DEDUP_MIN_S = 600.0  # Slack retries for about 5 minutes; keep ids at least twice that
@@ -64,16 +65,6 @@ class LeaseHolder:
 
 def this_process(channel: str, instance: str) -> LeaseHolder:
     return LeaseHolder(instance, os.getpid(), socket.gethostname(), channel)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
 
 
 def message_to_json(msg: InboundMessage) -> str:
@@ -254,7 +245,7 @@ class GatewayStore:
             ).fetchone()
             if row is not None and row[0] != me.holder:
                 other = LeaseHolder(row[0], int(row[1]), row[2], row[3])
-                dead = other.host == me.host and not _alive(other.pid)
+                dead = other.host == me.host and not pid_alive(other.pid)
                 if not dead and row[4] > now - stale_s:
                     return other
             conn.execute(

@@ -51,16 +51,23 @@ class LeaseHolder:
             return False
         if self.host != socket.gethostname():
             return True  # cannot see its processes; trust the heartbeat
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
+        if not pid_alive(self.pid):
             return False
-        except PermissionError:
-            pass
         # A pid is reused (a restarted container gets the same one): a process that started
         # after the lease was taken is not its holder.
         began = _process_start(self.pid)
         return began is None or began <= self.started_at + _START_SLACK_SECONDS
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host (another user's process counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 # /proc/stat's boot time is whole seconds, and a process takes its lease after starting; the
