@@ -45,7 +45,7 @@ from agent.requests import Attachment
 from app.access import Access, PairingStore
 from app.delivery import ReplyStream
 from app.jobs import Target
-from app.logging_setup import RedactingFilter, install_log_redaction
+from app.logging_setup import add_redacted_handler
 from app.queue import Batch, GatewayStore, LeaseHolder, this_process
 from app.routing import session_key_for
 from app.schedule_tool import current_target
@@ -624,13 +624,8 @@ def options_from(settings: Settings) -> GatewayOptions:
 
 
 def configure_logging(settings: Settings, level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(RedactingFilter(settings_secrets(settings)))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(level)
-    install_log_redaction()  # handlers added before this one (and Python's last resort)
+    add_redacted_handler(logging.StreamHandler(), settings_secrets(settings))
+    logging.getLogger().setLevel(level)
     for noisy in (
         "httpx",
         "httpx2",

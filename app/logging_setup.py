@@ -51,3 +51,21 @@ def install_log_redaction(logger: logging.Logger | None = None) -> None:
     for handler in handlers:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def add_redacted_handler(
+    handler: logging.Handler, secrets: Iterable[str | None] = (), level: int = logging.INFO
+) -> None:
+    """Attach `handler` to the root logger with Pinch's format and a `RedactingFilter` (`secrets`
+    beyond the environment), lower the root level to `level` if needed, and redact every other
+    handler too."""
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(RedactingFilter(secrets))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > level:
+        root.setLevel(level)
+    install_log_redaction()

@@ -145,20 +145,15 @@ def _log_to_file(path: Path) -> Callable[[], None]:
     """Send the chat's log records (tracebacks included) to `path`, redacted, instead of the
     terminal, where Python's last-resort handler would print them between replies; errors the
     owner must see are printed by the chat itself, in one line. Returns the undo."""
-    from app.logging_setup import RedactingFilter, install_log_redaction
+    from app.logging_setup import add_redacted_handler
 
     root = logging.getLogger()
     try:
         handler = logging.FileHandler(path, encoding="utf-8")
     except OSError:
         return lambda: None  # no log file: the last-resort handler prints, redacted
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(RedactingFilter())
     level = root.level
-    root.addHandler(handler)
-    if level == logging.NOTSET or level > logging.INFO:
-        root.setLevel(logging.INFO)
-    install_log_redaction()
+    add_redacted_handler(handler)
 
     def undo() -> None:
         root.removeHandler(handler)
