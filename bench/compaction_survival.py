@@ -1067,6 +1067,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "in front of it",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="run in DIR/<provider> and keep the workspace and index there (for diagnostics)",
+    )
     args = parser.parse_args(argv)
     args.active_memory = [m.strip() for m in args.active_memory.split(",") if m.strip()]
     args.questions = [q.strip() for q in args.questions.split(",") if q.strip()]
@@ -1088,8 +1094,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     for provider in providers:
         log(f"Running {args.turns} turns with embedding {provider} …")
         with tempfile.TemporaryDirectory(prefix=f"pinch-survival-{provider}-") as tmp:
+            root = Path(tmp)
+            if args.keep:
+                root = args.keep / provider
+                shutil.rmtree(root, ignore_errors=True)
+                root.mkdir(parents=True)
             try:
-                results.append(asyncio.run(run_once(provider, args, Path(tmp))))
+                results.append(asyncio.run(run_once(provider, args, root)))
             except (
                 Exception
             ) as exc:  # one provider failing (a missing model) must not hide the rest
@@ -1097,7 +1108,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 results.append({"embedding": provider, "error": f"{type(exc).__name__}: {exc}"})
 
     if args.json:
-        settings = {k: v for k, v in vars(args).items() if k not in ("json", "embedding")}
+        settings = {k: v for k, v in vars(args).items() if k not in ("json", "embedding", "keep")}
         print(json.dumps({"settings": settings, "runs": results}, indent=2, ensure_ascii=False))
         return
     console = Console()

@@ -421,6 +421,31 @@ def mmr_select(candidates: list[_Candidate], k: int, lam: float) -> list[_Candid
     return chosen
 
 
+def keep_vector_best(
+    ranked: list[_Candidate],
+    k: int,
+    vector: list[tuple[int, float]],
+    candidates: dict[int, _Candidate],
+    slots: int,
+    relevance_floor: float | None,
+) -> list[_Candidate]:
+    """The top `k` of `ranked` with the best `slots` chunks of `vector` (chunk id, best passage
+    cosine; best first) among them: each one missing, and at or above `relevance_floor`, takes
+    the place of the lowest-ranked hit and comes after the hits kept."""
+    top = ranked[:k]
+    kept = {c.id for c in top}
+    missing = [
+        candidates[cid]
+        for cid, sim in vector[:slots]
+        if cid not in kept
+        and cid in candidates
+        and (relevance_floor is None or sim >= relevance_floor)
+    ]
+    if not missing:
+        return top
+    return top[: max(0, k - len(missing))] + missing[:k]
+
+
 def head_snippet(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
@@ -628,7 +653,18 @@ def _run_search(
     ranked = [c for c in ranked if c.score >= floor]
     if preset.mmr_lambda is not None:
         ranked = mmr_select(ranked[: max(3 * k, 20)], k, preset.mmr_lambda)
+    if preset.vector_slots and vector:
+        # (A min_score the caller asked for holds for them too; the preset's own does not.)
+        eligible = (
+            cands if min_score is None else {i: c for i, c in cands.items() if c.score >= floor}
+        )
+        ranked = keep_vector_best(ranked, k, vector, eligible, preset.vector_slots, relevance_floor)
     ranked = ranked[:k]
+    if preset.snippet == "focused" and (unscored := [c for c in ranked if not c.line_scores]):
+        # A chunk kept for its meaning may come from beyond the rerank pool: pick its lines too.
+        rerank_by_lines(
+            unscored, terms, 0.0, preset.line_semantic_weight, preset.line_follow_weight
+        )
 
     hits = []
     for c in ranked:

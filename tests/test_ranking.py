@@ -14,6 +14,7 @@ from memory.search import (
     _Candidate,
     focused_snippet,
     head_snippet,
+    keep_vector_best,
     merge_hybrid,
     mmr_select,
     rerank_by_lines,
@@ -182,6 +183,61 @@ def test_mmr_with_lambda_one_is_plain_ranking() -> None:
     cands = [cand(1, "x y", 1.0), cand(2, "x y", 0.9), cand(3, "z", 0.1)]
 
     assert [c.id for c in mmr_select(cands, k=3, lam=1.0)] == [1, 2, 3]
+
+
+# ---- the best chunks by meaning --------------------------------------------------------------
+
+
+def _pool(n: int) -> dict[int, _Candidate]:
+    return {i: cand(i, f"line {i}", score=1.0 - i / 100) for i in range(1, n + 1)}
+
+
+def test_the_best_chunk_by_meaning_replaces_the_lowest_ranked_hit() -> None:
+    pool = _pool(8)
+    ranked = [pool[i] for i in (1, 2, 3, 4)]
+    vector = [(8, 0.86), (1, 0.84), (2, 0.80)]  # chunk 8: best by meaning, no keyword in it
+
+    kept = keep_vector_best(ranked, 3, vector, pool, slots=3, relevance_floor=0.82)
+
+    assert [c.id for c in kept] == [1, 2, 8]
+
+
+def test_a_chunk_below_the_relevance_floor_gets_no_slot() -> None:
+    pool = _pool(8)
+    ranked = [pool[i] for i in (1, 2, 3)]
+
+    kept = keep_vector_best(ranked, 3, [(8, 0.81)], pool, slots=3, relevance_floor=0.82)
+
+    assert [c.id for c in kept] == [1, 2, 3]
+
+
+def test_slots_take_only_the_best_few_by_meaning() -> None:
+    pool = _pool(9)
+    ranked = [pool[i] for i in (1, 2, 3, 4, 5, 6)]
+    vector = [(7, 0.9), (8, 0.89), (9, 0.88)]
+
+    kept = keep_vector_best(ranked, 6, vector, pool, slots=2, relevance_floor=None)
+
+    assert [c.id for c in kept] == [1, 2, 3, 4, 7, 8]
+
+
+def test_a_chunk_the_filter_left_out_never_gets_a_slot() -> None:
+    pool = _pool(8)
+    admitted = {i: c for i, c in pool.items() if i != 8}  # e.g. another source or origin
+    ranked = [pool[i] for i in (1, 2, 3)]
+
+    kept = keep_vector_best(ranked, 3, [(8, 0.95)], admitted, slots=3, relevance_floor=0.82)
+
+    assert [c.id for c in kept] == [1, 2, 3]
+
+
+def test_hits_already_in_the_results_keep_their_places() -> None:
+    pool = _pool(4)
+    ranked = [pool[i] for i in (1, 2, 3)]
+
+    kept = keep_vector_best(ranked, 3, [(3, 0.9), (2, 0.88)], pool, slots=3, relevance_floor=0.8)
+
+    assert kept == ranked
 
 
 # ---- snippets -------------------------------------------------------------------------------

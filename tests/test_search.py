@@ -239,6 +239,30 @@ def test_vectors_find_a_paraphrase_with_no_shared_keyword(hybrid_index: MemoryIn
     assert set(paths(hits)[:2]) == {"MEMORY.md", "memory/2026-01-01.md"}
 
 
+@pytest.mark.parametrize("backend", ["sqlite-vec", "numpy"])
+def test_a_reworded_question_finds_its_note_among_filler_sharing_one_word(
+    tmp_path: Path, use_model: None, backend: str
+) -> None:
+    require_backend(backend)
+    files = {"MEMORY.md": "# Memory\n\n- My cat is called Tom and he sleeps on the blue sofa.\n"}
+    for day in range(1, 9):  # eight notes that share only "name" with the question
+        files[f"memory/2026-01-0{day}.md"] = (
+            f"# 2026-01-0{day}\n\nWe still need a name for the new project at work.\n\n"
+            "The name on the parcel was spelled wrong again.\n"
+        )
+    idx = build(tmp_path, files, use_config(vector_backend=backend))
+    question = "What is the name of my feline companion?"
+    without_slots = get_preset("pinch").with_overrides(vector_slots=0)
+
+    hits = idx.search(question, now=NOW, max_results=3)
+    by_hybrid_score_alone = idx.search(question, preset=without_slots, now=NOW, max_results=3)
+    idx.close()
+
+    assert "MEMORY.md" in paths(hits)
+    assert "Tom" in hits[paths(hits).index("MEMORY.md")].snippet
+    assert "MEMORY.md" not in paths(by_hybrid_score_alone)  # the filler outranks it there
+
+
 def test_sqlite_vec_and_numpy_backends_give_the_same_results(
     tmp_path: Path, make_workspace: WorkspaceFactory, use_model: None
 ) -> None:
