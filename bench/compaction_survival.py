@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import random
 import re
@@ -626,8 +627,9 @@ class ScriptedModel:
     """Answers turns from the script, every flush with NO_REPLY, every summary with
     LOSSY_SUMMARY; counts each kind of request."""
 
-    def __init__(self, turns: Sequence[Turn]) -> None:
+    def __init__(self, turns: Sequence[Turn], reader: LineReader | None = None) -> None:
         self.answers = {t.user: t.answer for t in turns}
+        self.reader = reader  # how the deep-recall sub-call picks lines (None: shared words)
         self.summary_instructions = render("summary")
         # The flush prompt's first line carries no date.
         self.flush_opening = render("flush", today=date(2000, 1, 1)).split("\n", 1)[0]
@@ -642,7 +644,7 @@ class ScriptedModel:
             results = _tool_results(request)
             if results:
                 self.recall_saw = results[-1]
-            return recall_reply(request)
+            return recall_reply(request, self.reader)
         if request.system_text() == self.summary_instructions:
             self.counts["summary"] += 1
             return text_reply(LOSSY_SUMMARY)
@@ -681,12 +683,34 @@ def _tool_results(request: RecordedRequest) -> list[str]:
 _OWNER_LINE = re.compile(r"^\s*(?:\[\d+\]\s*User\b|\*\*Owner\*\*)")
 
 
-def recall_reply(request: RecordedRequest) -> Reply:
+# Orders candidate lines for a question, best first (the "meaning" reader: by e5 similarity).
+LineReader = Callable[[str, list[str]], list[str]]
+
+
+def meaning_reader(provider: Any) -> LineReader:
+    """A stand-in for a model that understands what it reads: the owner's lines ordered by the
+    e5 similarity of each line (its text after the speaker) to the question. The code under
+    test never sees it; it only replaces the word-matching reader of `recall_reply`."""
+
+    def order(question: str, lines: list[str]) -> list[str]:
+        if not lines:
+            return []
+        q = provider.embed_query(question)
+        bodies = [_OWNER_LINE.sub("", line).lstrip(" :)(0123456789") for line in lines]
+        sims = provider.embed_documents(bodies) @ q
+        ranked = sorted(range(len(lines)), key=lambda i: (-float(sims[i]), i))
+        return [lines[i] for i in ranked]
+
+    return order
+
+
+def recall_reply(request: RecordedRequest, reader: LineReader | None = None) -> Reply:
     """The deep-recall sub-call of a model that does the least a model could: search with the
     owner's words, then answer with the owner's lines of the results (what the owner said is
     what the owner asks about; questions left out), those sharing most words with the question
     first, then in the search's order, as many as fit in SUMMARY_CHARS. It understands nothing:
-    a paraphrase shares no word with its fact, so there the search's ranking alone decides."""
+    a paraphrase shares no word with its fact, so there the search's ranking alone decides.
+    With a `reader` (`--reader meaning`) the lines are ordered by it instead."""
     messages = request.body.get("messages", [])
     first = messages[0]["content"]
     opening = first if isinstance(first, str) else first[-1]["text"]
@@ -707,12 +731,16 @@ def recall_reply(request: RecordedRequest) -> Reply:
         # transcript by now: answering with them would be answering the question with itself).
         if _OWNER_LINE.match(line) and not line.rstrip().endswith(("?", "？"))
     ]
-    scored = sorted(
-        ((len(wanted & line_terms(line.lower())), -i, line) for i, line in enumerate(lines)),
-        reverse=True,
-    )
+    if reader is not None:
+        ordered = reader(question, lines)
+    else:
+        scored = sorted(
+            ((len(wanted & line_terms(line.lower())), -i, line) for i, line in enumerate(lines)),
+            reverse=True,
+        )
+        ordered = [line for _, _, line in scored]
     best: list[str] = []
-    for _, _, line in scored:
+    for line in ordered:
         if len(" / ".join([*best, line])) > SUMMARY_CHARS:
             break
         best.append(line)
@@ -827,7 +855,10 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
         reserve_floor=args.reserve_floor,
         soft_threshold=args.soft_threshold,
     )
-    model = ScriptedModel(turns)
+    model = ScriptedModel(
+        turns,
+        meaning_reader(index.provider) if args.reader == "meaning" and index.provider else None,
+    )
     # As at start-up: the workspace is indexed before the first message. (Left to the first
     # search instead, that build would replay every transcript and hide what compaction missed.)
     started = time.perf_counter()
@@ -872,15 +903,44 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
                 tools[question_set] = await _search_facts(agent, store, facts, question_set)
         search_s = time.perf_counter() - searched
         searches = sum(len(t["rows"]) for t in tools.values())
+        unrelated = await _search_unrelated(agent, store)
         active_memory = []
+        if args.active_memory:
+            # Every (mode, question set) starts from the same state: a copy of the workspace
+            # and index as the conversation left them. (Asked one after another in one index,
+            # each question turn is indexed too and crowds the next set's results.)
+            snapshot = root / "snapshot"
+            shutil.copytree(workspace, snapshot / "workspace")
+            _backup(index, snapshot / "agent.sqlite")
         for mode in args.active_memory:
             for question_set in tools:
                 log(f"  [{provider}] Active Memory {mode}, {question_set} questions")
-                active_memory.append(
-                    await ask_with_active_memory(
-                        agent, store, model, facts_of(turns, question_set), question_set, mode
-                    )
+                copy = root / f"am-{mode}-{question_set}"
+                shutil.copytree(snapshot, copy)
+                am_index = MemoryIndex.open(copy / "workspace", copy / "agent.sqlite", memory)
+                am_store = SessionStore(am_index.db)
+                am_agent = Agent(
+                    model=client,
+                    store=am_store,
+                    index=am_index,
+                    workspace=copy / "workspace",
+                    config=config,
+                    clock=Clock(),
                 )
+                try:
+                    active_memory.append(
+                        await ask_with_active_memory(
+                            am_agent,
+                            am_store,
+                            model,
+                            facts_of(turns, question_set),
+                            question_set,
+                            mode,
+                        )
+                    )
+                finally:
+                    am_index.close()
+                    shutil.rmtree(copy, ignore_errors=True)
         await client.aclose()
     index.close()
 
@@ -904,8 +964,59 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
         "enough_compactions": compactions >= MIN_COMPACTIONS,
         "enough_resets": resets >= MIN_RESETS,
         "tools": tools,
+        "unrelated": unrelated,
+        "reader": args.reader,
         "active_memory": active_memory,
     }
+
+
+# Questions this conversation never touched: LoCoMo's about other people, and general knowledge.
+GENERAL_QUESTIONS = (
+    "What is the capital of Australia?",
+    "How do I boil an egg?",
+    "Explain quantum entanglement simply.",
+    "What's a good name for a goldfish?",
+    "Who won the 1998 World Cup?",
+    "How many legs does a spider have?",
+    "Translate hello into Japanese.",
+    "What is the speed of light?",
+    "Recommend a sci-fi novel.",
+    "How do volcanoes form?",
+)
+LOCOMO_DEV = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev.json"
+
+
+def unrelated_questions() -> list[str]:
+    """40 LoCoMo dev questions per conversation (if the data is there) and GENERAL_QUESTIONS."""
+    out = list(GENERAL_QUESTIONS)
+    if LOCOMO_DEV.is_file():
+        data = json.loads(LOCOMO_DEV.read_text(encoding="utf-8"))
+        out += [str(qa["question"]) for conv in data for qa in conv["qa"][:40]]
+    return out
+
+
+async def _search_unrelated(agent: Agent, store: SessionStore) -> Result:
+    """How often memory_search answers a question about nothing in memory with nothing at all
+    (what the relevance floor and the vector slots must not spoil)."""
+    ctx = ToolContext(OWNER, store.current(OWNER).id)
+    questions = unrelated_questions()
+    empty = 0
+    for i, question in enumerate(questions):
+        result = await agent.tools.call(
+            ToolCall(f"u{i}", "memory_search", {"query": question}), ctx
+        )
+        empty += not result.is_error and not json.loads(result.content).get("results")
+    return {"n": len(questions), "empty": empty}
+
+
+def _backup(index: MemoryIndex, path: Path) -> None:
+    """A consistent copy of the index's database (WAL included) at `path`."""
+    driver = importlib.import_module(type(index.db.conn).__module__)
+    target = driver.connect(str(path))
+    try:
+        index.db.conn.backup(target)
+    finally:
+        target.close()
 
 
 async def _search_facts(
@@ -976,6 +1087,11 @@ SUMMARY_ROWS: tuple[tuple[str, Callable[[Result], str]], ...] = (
     ("index workspace, s", lambda r: f"{r['index_s']:.1f}"),
     ("conversation, s", lambda r: f"{r['talk_s']:.1f}"),
     ("one search, ms", lambda r: f"{r['search_ms']:.1f}"),
+    ("deep-recall sub-call (scripted) reads by", lambda r: r["reader"]),
+    (
+        "unrelated questions answered with nothing",
+        lambda r: _share(r["unrelated"]["empty"], r["unrelated"]["n"]),
+    ),
 )
 
 
@@ -1067,6 +1183,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "in front of it",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument(
+        "--reader",
+        choices=("words", "meaning"),
+        default="words",
+        help="how the scripted deep-recall sub-call picks the owner's lines from its search "
+        "results: by shared words (understands nothing; default) or by e5 similarity to the "
+        "question (a stand-in for a model that understands what it reads)",
+    )
     parser.add_argument(
         "--keep",
         type=Path,
