@@ -51,6 +51,7 @@ def test_a_small_run_resets_plants_in_both_languages_and_asks_every_set(tmp_path
         soft_threshold=1_000,
         questions=list(survival.QUESTION_SETS),
         active_memory=["always"],
+        reader="words",
     )
     result = asyncio.run(survival.run_once("none", args, tmp_path))
     json.dumps(result)  # --json prints it
@@ -65,6 +66,7 @@ def test_a_small_run_resets_plants_in_both_languages_and_asks_every_set(tmp_path
     # Said once, three sessions ago, never saved: the words of the fact still find it.
     assert result["tools"]["direct"]["found"] == 2
     assert result["tools"]["zh-direct"]["found"] == 1
+    assert result["unrelated"]["n"] == len(survival.unrelated_questions())
     assert [(a["questions"], a["mode"]) for a in result["active_memory"]] == [
         (q, "always") for q in survival.QUESTION_SETS
     ]
