@@ -10,7 +10,8 @@ Two lanes, chosen by `[agent] recall_mode`:
 - **Fast path** (every mode but "off"; no model call, a few milliseconds): the entries of
   MEMORY.md and USER.md tagged `<!-- trigger: … -->` that match the message strongly
   (memory/triggers.py), at most `MAX_FAST_HITS`, the best first.
-- **Deep recall** ("escalate": when the message asks about the past and the fast path found
+- **Deep recall** ("escalate": when the message asks about the past, or is a question one line
+  of the owner's memory holds most of the words of (`memory_holds`), and the fast path found
   nothing strong; "always": whenever the fast path found nothing strong): one bounded sub-call to
   the model with only memory_search, memory_get and transcript_read, the last two user and one
   assistant turns for context, at most `DEEP_ROUNDS` model calls, all of it inside a hard
@@ -44,7 +45,9 @@ from agent.prompts import render
 from agent.recall_intent import recall_intent
 from agent.tools import ToolContext, ToolRegistry
 from agent.types import Message, ModelRequest, Usage
+from memory.index import MemoryIndex
 from memory.sessions import SessionKey, SessionStore
+from memory.text import line_terms, query_terms, stem_term
 from memory.triggers import STRONG_MATCH, TriggerFiles, TriggerHit
 
 log = logging.getLogger(__name__)
@@ -121,9 +124,11 @@ class ActiveMemory:
         tools: ToolRegistry,
         workspace: Path,
         config: AgentConfig,
+        index: MemoryIndex | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.model = model
+        self.index = index  # for `memory_holds` (escalate); without it only the detector decides
         self.store = store
         self.tools = tools
         self.config = config
@@ -167,6 +172,31 @@ class ActiveMemory:
             index = self.triggers.index()
         return index.match(message, min_score=STRONG_MATCH)[:MAX_FAST_HITS]
 
+    def memory_holds(self, key: SessionKey, message: str) -> bool:
+        """Whether one line of the owner's trusted memory holds most (≥ STRONG_MATCH) of the
+        message's distinct words: a question about the present that Pinch was once told the
+        answer to ("What's the cabin Wi-Fi called?"), which the detector alone cannot tell from
+        a general one. One keyword search (milliseconds, no model); the owner's earlier
+        questions do not count (a question states nothing). Blocks."""
+        if self.index is None:
+            return False
+        terms = {stem_term(t) for t in query_terms(message)}
+        if len(terms) < 2:
+            return False
+        try:
+            hits = self.index.search(
+                message, preset="keyword", filter=policy_for(key).search.trusted()
+            )
+        except Exception:  # recall is a bonus: a search problem costs only this shortcut
+            log.warning("The memory check for deep recall failed; skipping it", exc_info=True)
+            return False
+        return any(
+            len(terms & line_terms(line)) >= STRONG_MATCH * len(terms)
+            for hit in hits
+            for line in hit.snippet.split("\n")
+            if not line.rstrip().endswith(("?", "？"))
+        )
+
     # -- deep recall -------------------------------------------------------------------------
 
     async def _deep(
@@ -184,9 +214,14 @@ class ActiveMemory:
             return None, done("skipped", "a trigger matched strongly")
         if self.config.recall_mode == "escalate":
             intent = recall_intent(message)
-            if not intent:
+            if intent:
+                reason = intent.reason
+            elif intent.reason == "question about the present" and await asyncio.to_thread(
+                self.memory_holds, key, message
+            ):
+                reason = "a line of memory holds most of the question's words"
+            else:
                 return None, done("skipped", f"no recall intent: {intent.reason}")
-            reason = intent.reason
         else:
             reason = "recall_mode always"
         now = self._now()

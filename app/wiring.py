@@ -118,6 +118,7 @@ async def build_runtime(
             tools=agent.tools,
             workspace=agent.workspace,
             config=settings.agent,
+            index=index,
         )
     except BaseException:
         index.close()

@@ -778,6 +778,7 @@ async def ask_with_active_memory(
         tools=agent.tools,
         workspace=agent.workspace,
         config=agent.config.model_copy(update={"recall_mode": mode}),
+        index=agent.index,
     )
     agent.recall = memory
     rows = []

@@ -47,6 +47,7 @@ def with_active_memory(kit: Kit, monotonic: Callable[[], float] | None = None) -
         tools=kit.agent.tools,
         workspace=kit.workspace,
         config=kit.agent.config,
+        index=kit.index,
         **extra,
     )
     kit.agent.recall = memory

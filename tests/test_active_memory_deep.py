@@ -240,3 +240,48 @@ def test_deep_recall_searches_without_untrusted_text(tmp_path: Path) -> None:
     found_by_recall = str(recall_requests(server)[1].body["messages"])
     assert "budget at 900" in found_by_recall and "no longer cares" not in found_by_recall
     assert "no longer cares" in owner_search.content  # the model may still search it itself
+
+
+# ---- escalate: a present-tense question memory holds the words of -----------------------------
+
+ROUTER = "# 2026-01-07\n- The router admin page is at 192.168.178.1, password on the box.\n"
+
+
+def router_kit(tmp_path: Path, server: FakeModelServer) -> tuple[Kit, ActiveMemory]:
+    files = {"MEMORY.md": MEMORY, "USER.md": USER, "memory/2026-01-07.md": ROUTER}
+    kit = make_kit(tmp_path, server, workspace=template_workspace(tmp_path, **files))
+    return kit, with_active_memory(kit)
+
+
+def test_a_question_about_the_present_that_memory_holds_the_words_of_escalates(
+    tmp_path: Path,
+) -> None:
+    with FakeModelServer() as server:
+        kit, memory = router_kit(tmp_path, server)
+        server.script(text_reply("Router admin: 192.168.178.1."), text_reply("192.168.178.1."))
+        asyncio.run(answer(kit, AgentRequest(OWNER, "What's the router admin address?")))
+    assert len(recall_requests(server)) == 1
+    report = memory.last_turn(OWNER)
+    assert report is not None and report.deep == "found"
+    assert "holds most of the question's words" in report.deep_reason
+
+
+def test_a_general_question_sharing_one_word_with_memory_does_not_escalate(
+    tmp_path: Path,
+) -> None:
+    with FakeModelServer() as server:
+        kit, memory = router_kit(tmp_path, server)
+        server.script(text_reply("A mesh set if the walls are thick."))
+        asyncio.run(answer(kit, AgentRequest(OWNER, "What's a good router for a small flat?")))
+    assert not recall_requests(server)
+    assert memory.last_turn(OWNER).deep == "skipped"  # type: ignore[union-attr]
+
+
+def test_the_owners_earlier_question_is_not_memory_holding_the_answer(tmp_path: Path) -> None:
+    with FakeModelServer() as server:
+        kit, memory = router_kit(tmp_path, server)
+        log = kit.workspace / "memory" / "2026-01-08.md"
+        log.write_text("# 2026-01-08\n- What's the best pizza place near the station?\n")
+        kit.index.sync()
+    assert not memory.memory_holds(OWNER, "What's the best pizza place near the station?")
+    assert memory.memory_holds(OWNER, "What's the router admin page?")
