@@ -73,9 +73,11 @@ from agent.clock import Clock
 from agent.config import AgentConfig
 from agent.model import AnthropicClient
 from agent.prompts import render
+from agent.recall_intent import recall_intent
 from agent.runtime import RESET_NOTICE, Agent
 from agent.tools import ToolContext
 from agent.types import ToolCall
+from bench.recall import madial_user_utterances
 from memory.config import EmbeddingConfig, MemoryConfig
 from memory.index import MemoryIndex
 from memory.porter import porter_stem
@@ -985,6 +987,7 @@ GENERAL_QUESTIONS = (
     "How do volcanoes form?",
 )
 LOCOMO_DEV = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev.json"
+MADIAL_EN = LOCOMO_DEV.parent / "madial_en"
 
 
 def unrelated_questions() -> list[str]:
@@ -998,7 +1001,9 @@ def unrelated_questions() -> list[str]:
 
 async def _search_unrelated(agent: Agent, store: SessionStore) -> Result:
     """How often memory_search answers a question about nothing in memory with nothing at all
-    (what the relevance floor and the vector slots must not spoil)."""
+    (what the relevance floor and the vector slots must not spoil); and how often `escalate`'s
+    memory check would start deep recall for a present-tense question it should leave alone:
+    the general questions and MADial's small-talk questions (English), asked of this memory."""
     ctx = ToolContext(OWNER, store.current(OWNER).id)
     questions = unrelated_questions()
     empty = 0
@@ -1007,7 +1012,25 @@ async def _search_unrelated(agent: Agent, store: SessionStore) -> Result:
             ToolCall(f"u{i}", "memory_search", {"query": question}), ctx
         )
         empty += not result.is_error and not json.loads(result.content).get("results")
-    return {"n": len(questions), "empty": empty}
+    memory = ActiveMemory(
+        model=agent.model,
+        store=store,
+        tools=agent.tools,
+        workspace=agent.workspace,
+        config=agent.config,
+        index=agent.index,
+    )
+    small_talk = [*GENERAL_QUESTIONS]
+    if MADIAL_EN.is_dir():
+        small_talk += madial_user_utterances(MADIAL_EN)
+    present = [q for q in small_talk if recall_intent(q).reason == "question about the present"]
+    escalated = sum([await asyncio.to_thread(memory.memory_holds, OWNER, q) for q in present])
+    return {
+        "n": len(questions),
+        "empty": empty,
+        "present_questions": len(present),
+        "escalated_by_memory_check": escalated,
+    }
 
 
 def _backup(index: MemoryIndex, path: Path) -> None:
@@ -1092,6 +1115,12 @@ SUMMARY_ROWS: tuple[tuple[str, Callable[[Result], str]], ...] = (
     (
         "unrelated questions answered with nothing",
         lambda r: _share(r["unrelated"]["empty"], r["unrelated"]["n"]),
+    ),
+    (
+        "small-talk questions escalate's memory check sends",
+        lambda r: _share(
+            r["unrelated"]["escalated_by_memory_check"], r["unrelated"]["present_questions"]
+        ),
     ),
 )
 
