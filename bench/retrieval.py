@@ -47,6 +47,7 @@ from memory.presets import PRESETS
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "bench"
 MAX_RESULTS = 10
+AGENT_RESULTS = 6  # memory_search's default: every figure @6 or less is scored on such a search
 PERCENT_METRICS = {m for m in LOCOMO_METRICS if m not in ("mrr", "snippet_chars@6")}
 
 Q = TypeVar("Q")
@@ -152,10 +153,15 @@ def _describe(report: SyncReport) -> str:
 
 
 def search(
-    index: MemoryIndex, workspace: Path, query: str, preset: str, now: datetime
+    index: MemoryIndex,
+    workspace: Path,
+    query: str,
+    preset: str,
+    now: datetime,
+    max_results: int = MAX_RESULTS,
 ) -> tuple[list[Hit], float]:
     started = time.perf_counter()
-    found = index.search(query, preset=preset, max_results=MAX_RESULTS, now=now)
+    found = index.search(query, preset=preset, max_results=max_results, now=now)
     elapsed = time.perf_counter() - started
     hits = [
         Hit(relative_hit_path(h.path, workspace), h.start_line, h.end_line, h.snippet)
@@ -170,7 +176,7 @@ def run_queries(
     index: MemoryIndex,
     queries: Sequence[tuple[str, Q]],
     now: datetime,
-    record: Callable[[PresetRun, Q, list[Hit]], None],
+    record: Callable[[PresetRun, Q, list[Hit], list[Hit]], None],
 ) -> None:
     """Every query through every preset still working; a preset that raises is stopped."""
     for text, payload in queries:
@@ -179,19 +185,23 @@ def run_queries(
                 continue
             try:
                 hits, seconds = search(index, index.workspace, text, name, now)
+                # What the agent's memory_search (6 results) would have shown, for the @6 figures.
+                hits6, _ = search(index, index.workspace, text, name, now, AGENT_RESULTS)
             except Exception as exc:
                 preset_run.error = f"{dataset}: {type(exc).__name__}: {exc}"
                 continue
             preset_run.query_seconds.setdefault(dataset, []).append(seconds)
-            record(preset_run, payload, hits)
+            record(preset_run, payload, hits, hits6)
 
 
 def _locomo_recorder(
     locations: dict[str, Line],
-) -> Callable[[PresetRun, locomo.Question, list[Hit]], None]:
-    def record(preset_run: PresetRun, q: locomo.Question, hits: list[Hit]) -> None:
+) -> Callable[[PresetRun, locomo.Question, list[Hit], list[Hit]], None]:
+    def record(
+        preset_run: PresetRun, q: locomo.Question, hits: list[Hit], hits6: list[Hit]
+    ) -> None:
         evidence = [locations[i] for i in q.evidence]
-        preset_run.locomo.append((q.category, score_locomo(hits, evidence)))
+        preset_run.locomo.append((q.category, score_locomo(hits, evidence, hits6)))
 
     return record
 
@@ -244,9 +254,11 @@ def run_madial(args: argparse.Namespace, folder: Path, run: BenchRun, console: C
     index, seconds = index_workspace(args.out / "madial" / label, files, args, console)
     run.index_seconds[label] = seconds
 
-    def record(preset_run: PresetRun, d: madial.Dialogue, hits: list[Hit]) -> None:
+    def record(
+        preset_run: PresetRun, d: madial.Dialogue, hits: list[Hit], hits6: list[Hit]
+    ) -> None:
         relevant: list[Span] = [blocks[i] for i in d.relevant_ids]
-        preset_run.madial[label].append(score_madial(hits, relevant))
+        preset_run.madial[label].append(score_madial(hits6, relevant))  # hit@1 and any@5
 
     try:
         latest = max(e.day for e in events)

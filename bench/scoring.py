@@ -77,9 +77,13 @@ def overlaps(hit: HitLike, span: Span) -> bool:
     )
 
 
-def score_locomo(hits: Sequence[HitLike], evidence: Sequence[Line]) -> dict[str, float]:
-    """The LOCOMO_METRICS of one question, given its ranked hits (up to 10 are used)."""
-    top6, top10 = hits[:6], hits[:10]
+def score_locomo(
+    hits: Sequence[HitLike], evidence: Sequence[Line], hits6: Sequence[HitLike] | None = None
+) -> dict[str, float]:
+    """The LOCOMO_METRICS of one question, given its ranked hits (up to 10 are used). The @6
+    figures come from `hits6` when given: the hits of a search asked for 6 results, which is
+    what the agent's memory_search returns (MMR and the vector slots choose among fewer)."""
+    top6, top10 = (hits6 if hits6 is not None else hits)[:6], hits[:10]
     snippets6 = [normalise(h.snippet) for h in top6]
     wanted = [normalise(e.text) for e in evidence]
     first = next(

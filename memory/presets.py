@@ -56,6 +56,9 @@ class SearchPreset:
     # hits. A question asked in other words than the note shares no keyword with it, and
     # filler sharing one incidental word with the question would otherwise outrank it.
     vector_slots: int = 0
+    # …only when the keyword candidates hold less than this (IDF-weighted) share of the query's
+    # words: a question its keywords explain is left to the hybrid ranking (`query_coverage`).
+    vector_slots_below: float = 0.5
 
     def with_overrides(self, **changes: object) -> SearchPreset:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -119,9 +122,11 @@ PINCH = SearchPreset(
     snippet_chars=1000,
     line_follow_weight=0.5,
     require_evidence=True,
-    # Reworded questions (bench/compaction_survival.py, English paraphrases): 25/50 → 37/50
-    # found in the top 6; LoCoMo dev top-6 figures unchanged (1, 2 and 3 slots alike).
-    vector_slots=3,
+    # One slot, when the keywords explain less than half of the question (2026-12-01, scored on
+    # 6-result searches): reworded questions (bench/compaction_survival.py, English) 27 → 37 of
+    # 50 found; LoCoMo dev and MADial unchanged. Three slots found 39 but cost MADial any@5 one
+    # English and three Chinese dialogues of 80; ungated, LoCoMo located_any@6 −0.8 points.
+    vector_slots=1,
 )
 
 PRESETS: dict[str, SearchPreset] = {p.name: p for p in (PINCH, OPENCLAW, KEYWORD, VECTOR)}

@@ -334,14 +334,31 @@ def merge_hybrid(
     return out
 
 
-def _line_weights(lines_terms: list[list[frozenset[str]]], terms: list[str]) -> dict[str, float]:
-    """IDF of each query term over the candidate chunks' lines (rare terms weigh more)."""
+def _line_weights(
+    lines_terms: list[list[frozenset[str]]], terms: list[str], *, unmatched: bool = False
+) -> dict[str, float]:
+    """IDF of each query term over the candidate chunks' lines (rare terms weigh more). A term
+    in no line weighs nothing, or (`unmatched`) the most: a part of the query nothing holds."""
     n = sum(len(lt) for lt in lines_terms) or 1
     weights: dict[str, float] = {}
     for t in terms:
         df = sum(1 for lt in lines_terms for line in lt if t in line)
-        weights[t] = math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
+        weights[t] = math.log(1 + (n - df + 0.5) / (df + 0.5)) if df or unmatched else 0.0
     return weights
+
+
+def query_coverage(texts: list[str], terms: list[str]) -> float:
+    """The IDF-weighted share of the query's terms found in any of `texts` (the keyword
+    candidates): 1.0 when every word of the question is somewhere, near 0 when only its common
+    words are — a question asked in other words than the notes it is about."""
+    stems = list(dict.fromkeys(stem_term(t) for t in terms))
+    if not stems:
+        return 1.0
+    per_line = [[line_terms(line) for line in text.split("\n")] for text in texts]
+    weights = _line_weights(per_line, stems, unmatched=True)
+    total = sum(weights.values())
+    found = {t for t in stems if any(t in line for lines in per_line for line in lines)}
+    return sum(w for t, w in weights.items() if t in found) / total if total > 0 else 1.0
 
 
 def rerank_by_lines(
@@ -653,7 +670,12 @@ def _run_search(
     ranked = [c for c in ranked if c.score >= floor]
     if preset.mmr_lambda is not None:
         ranked = mmr_select(ranked[: max(3 * k, 20)], k, preset.mmr_lambda)
-    if preset.vector_slots and vector:
+    if (
+        preset.vector_slots
+        and vector
+        and query_coverage([cands[i].text for i, _ in keyword if i in cands], terms)
+        < preset.vector_slots_below
+    ):
         # (A min_score the caller asked for holds for them too; the preset's own does not.)
         eligible = (
             cands if min_score is None else {i: c for i, c in cands.items() if c.score >= floor}

@@ -17,6 +17,7 @@ from memory.search import (
     keep_vector_best,
     merge_hybrid,
     mmr_select,
+    query_coverage,
     rerank_by_lines,
     temporal_multiplier,
 )
@@ -238,6 +239,21 @@ def test_hits_already_in_the_results_keep_their_places() -> None:
     kept = keep_vector_best(ranked, 3, [(3, 0.9), (2, 0.88)], pool, slots=3, relevance_floor=0.8)
 
     assert kept == ranked
+
+
+def test_a_question_whose_words_the_candidates_all_hold_is_fully_covered() -> None:
+    texts = ["We booked the cabin for May.", "The cabin wifi is PineHollow."]
+    assert query_coverage(texts, ["cabin", "wifi"]) == 1.0
+
+
+def test_a_question_matched_only_by_its_common_word_is_barely_covered() -> None:
+    texts = [f"line {i}: the plan for the week" for i in range(10)]
+    coverage = query_coverage(texts, ["plan", "reading", "group", "gather"])
+    assert 0 < coverage < 0.3  # the rare words, not found, weigh the most
+
+
+def test_no_keyword_candidates_cover_nothing() -> None:
+    assert query_coverage([], ["reading", "group"]) == 0.0
 
 
 # ---- snippets -------------------------------------------------------------------------------
