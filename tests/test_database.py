@@ -3,7 +3,9 @@ can meet when the file is broken or busy."""
 
 from __future__ import annotations
 
+import platform
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +124,10 @@ def test_transaction_rolls_back_on_error(tmp_path: Path) -> None:
 # ---- driver and sqlite-vec ------------------------------------------------------------------
 
 
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64") or sys.platform != "linux",
+    reason="pysqlite3-binary wheels (SQLite that can load extensions) exist for Linux x86_64",
+)
 def test_sqlite_vec_loads_through_pysqlite3_on_this_machine(tmp_path: Path) -> None:
     db = open_database(tmp_path / "agent.sqlite")
 
