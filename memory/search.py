@@ -334,31 +334,29 @@ def merge_hybrid(
     return out
 
 
-def _line_weights(
-    lines_terms: list[list[frozenset[str]]], terms: list[str], *, unmatched: bool = False
-) -> dict[str, float]:
-    """IDF of each query term over the candidate chunks' lines (rare terms weigh more). A term
-    in no line weighs nothing, or (`unmatched`) the most: a part of the query nothing holds."""
+def _line_weights(lines_terms: list[list[frozenset[str]]], terms: list[str]) -> dict[str, float]:
+    """IDF of each query term over the candidate chunks' lines (rare terms weigh more)."""
     n = sum(len(lt) for lt in lines_terms) or 1
     weights: dict[str, float] = {}
     for t in terms:
         df = sum(1 for lt in lines_terms for line in lt if t in line)
-        weights[t] = math.log(1 + (n - df + 0.5) / (df + 0.5)) if df or unmatched else 0.0
+        weights[t] = math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
     return weights
 
 
 def query_coverage(texts: list[str], terms: list[str]) -> float:
     """The IDF-weighted share of the query's terms found in any of `texts` (the keyword
     candidates): 1.0 when every word of the question is somewhere, near 0 when only its common
-    words are — a question asked in other words than the notes it is about."""
+    words are — a question asked in other words than the notes it is about. A term in no line
+    weighs the most (its IDF over the lines with a document frequency of 0)."""
     stems = list(dict.fromkeys(stem_term(t) for t in terms))
     if not stems:
         return 1.0
-    per_line = [[line_terms(line) for line in text.split("\n")] for text in texts]
-    weights = _line_weights(per_line, stems, unmatched=True)
+    lines = [line_terms(line) for text in texts for line in text.split("\n")]
+    df = {t: sum(1 for line in lines if t in line) for t in stems}
+    weights = {t: math.log(1 + (len(lines) - d + 0.5) / (d + 0.5)) for t, d in df.items()}
     total = sum(weights.values())
-    found = {t for t in stems if any(t in line for lines in per_line for line in lines)}
-    return sum(w for t, w in weights.items() if t in found) / total if total > 0 else 1.0
+    return sum(w for t, w in weights.items() if df[t]) / total if total > 0 else 1.0
 
 
 def rerank_by_lines(
