@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from memory.db import Database
+from memory.matrix_pack import PackInfo, drop_pack, pack_info, read_pack, write_pack
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ def drop_vec_table(conn: Any, generation: int) -> None:
     generation)."""
     conn.execute(f"DROP TABLE IF EXISTS {matrix_table(generation)}")
     conn.execute(f"DROP TABLE IF EXISTS {log_table(generation)}")
+    drop_pack(conn, generation)
     with contextlib.suppress(Exception):
         conn.execute(f"DROP TABLE IF EXISTS {vec_table(generation)}")
 
@@ -515,11 +517,95 @@ class NumpyStore:
 
 
 def _read_matrix(conn: Any, generation: int, key: tuple[int, str]) -> _Matrix:
-    """Stream the generation's centroids into one preallocated float32 matrix (no second copy:
-    the peak is the matrix itself)."""
+    """The generation's centroids in one preallocated float32 matrix (no second copy: the peak
+    is the matrix itself): from the pack plus the changes since it when it is usable, else
+    streamed from the row table."""
+    seq = _last_seq(conn, generation)
+    if seq is not None:
+        packed = _read_packed(conn, generation, key, seq)
+        if packed is not None:
+            return packed
+    return _read_rows(conn, generation, key, seq)
+
+
+def _room(n: int) -> int:
+    # Room for the chunks later writes add, so they need no copy of the whole matrix.
+    return n + max(256, n // 8)
+
+
+def _pack_lag(conn: Any, generation: int, info: PackInfo, seq: int) -> int | None:
+    """Chunks changed since the pack; None if the log no longer covers them (or never did)."""
+    if info.seq > seq:  # the log was dropped and made again
+        return None
+    oldest, newer = conn.execute(
+        f"SELECT min(seq), count(DISTINCT chunk_id) FROM {log_table(generation)} WHERE seq > ?",
+        (info.seq,),
+    ).fetchone()
+    if oldest is not None and oldest > info.seq + 1:  # changes after the pack were pruned
+        return None
+    return int(newer)
+
+
+def _read_packed(conn: Any, generation: int, key: tuple[int, str], seq: int) -> _Matrix | None:
+    info = pack_info(conn, generation)
+    if info is None or not info.rows:
+        return None
+    lag = _pack_lag(conn, generation, info, seq)
+    if lag is None or lag > _REFRESH_SHARE * info.rows:  # the row read is as cheap
+        return None
+    packed = read_pack(conn, generation, info, _room(info.rows + lag))
+    if packed is None:
+        return None
+    m = _Matrix(
+        key,
+        packed.seq,
+        packed.rows,
+        packed.ids,
+        packed.vectors,
+        packed.scope_of,
+        packed.scope_ids,
+    )
+    return _apply_changes(conn, generation, m, key)
+
+
+# A generation with fewer chunks is read row by row fast enough (≈ 0.1 s): no pack.
+PACK_MIN_ROWS = 20_000
+# Once this share of the pack's rows changed since it was written, a sync writes it again (a
+# reader applies these changes row by row after loading the pack).
+PACK_REFRESH_SHARE = 0.05
+
+
+def refresh_pack(db: Database, generation: int) -> int | None:
+    """Write the generation's packed matrix again if it is missing or behind by more than
+    PACK_REFRESH_SHARE of its rows; returns the rows packed (None: nothing to do). Cheap when the
+    pack is current (two small queries); a rewrite at 100k chunks reads and writes ≈150 MB."""
+    with db.lock:
+        conn = db.conn
+        seq = _last_seq(conn, generation)
+        info = pack_info(conn, generation)
+        if seq is None or (info is not None and info.seq == seq):
+            return None
+    with db.transaction() as conn:  # one snapshot: the log's seq and the rows it covers
+        seq = _last_seq(conn, generation)
+        if seq is None:
+            return None
+        info = pack_info(conn, generation)
+        lag = _pack_lag(conn, generation, info, seq) if info is not None else None
+        if info is not None and lag is not None:
+            if lag <= PACK_REFRESH_SHARE * max(info.rows, 1):
+                return None
+        else:
+            (changes,) = conn.execute(
+                f"SELECT count(DISTINCT chunk_id) FROM {log_table(generation)}"
+            ).fetchone()
+            if info is None and changes < PACK_MIN_ROWS:  # small (or not rewritten since the log
+                return None  # began: a row read it stays)
+        return write_pack(conn, generation, matrix_table(generation), seq)
+
+
+def _read_rows(conn: Any, generation: int, key: tuple[int, str], seq: int | None) -> _Matrix:
     table = matrix_table(generation)
     params: tuple[Any, ...] = ()
-    seq = _last_seq(conn, generation)
     if _table_exists(conn, table):
         count_sql = f"SELECT count(*) FROM {table}"
         sql = f"SELECT chunk_id, scope, vector FROM {table} ORDER BY chunk_id"
@@ -529,9 +615,7 @@ def _read_matrix(conn: Any, generation: int, key: tuple[int, str]) -> _Matrix:
         sql, params = f"SELECT id, scope, centroid {where} ORDER BY id", (generation,)
     n = int(conn.execute(count_sql, params).fetchone()[0])
     cursor = conn.execute(sql, params)
-    # Room for the chunks later writes add, so they need no copy of the whole matrix: pages
-    # of np.empty that are never written are never made resident.
-    room = n + max(256, n // 8)
+    room = _room(n)  # pages of np.empty never written are never made resident
     ids = np.zeros(room, dtype=np.int64)
     scope_of = np.full(room, -1, dtype=np.int32)
     scope_ids: dict[str, int] = {}
