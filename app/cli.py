@@ -309,19 +309,29 @@ def _already_indexing(who: str) -> None:
     )
 
 
-def _sync_with_progress(idx: MemoryIndex, force: bool) -> Any:
-    if not sys.stderr.isatty():
-        return idx.sync(force=force, wait=True, on_wait=_already_indexing)
+INDEX_PROGRESS_LABEL = "embedding passages"
+
+
+def index_progress_bar(**options: Any) -> Any:
+    """The `pinch memory index` bar (a rich Progress; `options` go to it): passages embedded of
+    those the model must embed, and the time left (rich's estimate from the last 30 s)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    with Progress(
+    return Progress(
         "[progress.description]{task.description}",
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
         transient=True,
-    ) as bar:
-        task = bar.add_task("embedding chunks", total=None)
+        **options,
+    )
+
+
+def _sync_with_progress(idx: MemoryIndex, force: bool) -> Any:
+    if not sys.stderr.isatty():
+        return idx.sync(force=force, wait=True, on_wait=_already_indexing)
+    with index_progress_bar() as bar:
+        task = bar.add_task(INDEX_PROGRESS_LABEL, total=None)
 
         def on_progress(done: int, total: int, path: str) -> None:
             bar.update(task, completed=done, total=total)
