@@ -73,13 +73,18 @@ def run(total_bytes: int, workdir: Path) -> dict[str, Any]:
     finally:
         index.close()
     rows = []
+    prev = samples[0] if samples else None
     for mark in MARKS:
         at = next((s for s in samples if s[2] and 100 * s[1] / s[2] >= mark), None)
         if at is None:
             continue
         t, done, total, shown = at
+        assert prev is not None
+        rate = (done - prev[1]) / (t - prev[0]) if t > prev[0] else None
+        prev = at
         rows.append(
             {
+                "passages_per_s_since_last_mark": None if rate is None else round(rate, 1),
                 "mark_pct": mark,
                 "done": done,
                 "total": total,
@@ -99,6 +104,7 @@ def run(total_bytes: int, workdir: Path) -> dict[str, Any]:
         "before_bar_s": round(first_bar - loaded, 1),  # discovery, chunking, cache lookup
         "after_bar_s": round(finished - last_batch, 1),  # rows, vectors, pack after 100 %
         "sync_s": round(report.seconds, 1),
+        "first_batch_s": round(samples[1][0] - samples[0][0], 2) if len(samples) > 1 else None,
         "marks": rows,
         "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
@@ -112,7 +118,8 @@ def print_table(result: dict[str, Any], console: Console) -> None:
             f"(before the bar {result['before_bar_s']} s, after 100 % {result['after_bar_s']} s)"
         )
     )
-    for col in ("bar", "passages", "elapsed s", "bar shows left s", "really left s", "error"):
+    columns = ("bar", "passages", "elapsed s", "passages/s", "bar shows left s", "really left s")
+    for col in (*columns, "error"):
         table.add_column(col, justify="right")
     for r in result["marks"]:
         shown, real = r["shown_left_s"], r["really_left_s"]
@@ -121,6 +128,7 @@ def print_table(result: dict[str, Any], console: Console) -> None:
             f"{r['mark_pct']} %",
             f"{r['done']:,}/{r['total']:,}",
             f"{r['elapsed_s']}",
+            f"{r['passages_per_s_since_last_mark']}",
             "—" if shown is None else f"{shown:.0f}",
             f"{real}",
             error,

@@ -137,9 +137,25 @@ def write(old: Path, db_path: Path, rounds: int) -> None:
                 print(r, name, backend, line, flush=True)
 
 
+def pack(db_path: Path) -> None:
+    """Write the packed matrix of `db_path`'s active generation (what a sync of this tree does
+    at its end), so both trees' workers search the same file: the old tree ignores the pack."""
+    from memory.db import open_database
+    from memory.vectors import refresh_pack
+
+    db = open_database(db_path)
+    try:
+        (generation,) = db.execute("SELECT id FROM memory_generations WHERE state = 'active'")[0]
+        started = time.perf_counter()
+        rows = refresh_pack(db, int(generation), force=True)
+        print(f"{db_path}: {rows} rows packed in {time.perf_counter() - started:.1f} s")
+    finally:
+        db.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["latency", "write", "write-worker"])
+    p.add_argument("what", choices=["latency", "write", "write-worker", "pack"])
     p.add_argument("--old", type=Path)
     p.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=HERE / "bench" / "out" / "speed")
@@ -152,6 +168,9 @@ def main() -> None:
     if args.what == "write-worker":
         sys.path.insert(0, str(args.tree))
         print(json.dumps(write_worker(args.db, args.backend)))
+    elif args.what == "pack":
+        for db_path in [args.db] if args.db else sorted(args.out.glob("scale-*/index-*.sqlite")):
+            pack(db_path)
     elif args.old is None:
         p.error("--old is required")
     elif args.what == "latency":

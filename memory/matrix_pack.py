@@ -12,12 +12,15 @@ the same seq) and dropped with the generation.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-BLOCK_ROWS = 4096
+BLOCK_ROWS = 1024  # 1.5 MB of vectors a block at 384 dimensions
+READ_THREADS = 8
 
 
 def pack_table(generation: int) -> str:
@@ -100,27 +103,79 @@ def write_pack(conn: Any, generation: int, rows_table: str, seq: int) -> int:
     return total
 
 
-def read_pack(conn: Any, generation: int, info: PackInfo, room: int) -> Packed | None:
-    """The pack in arrays of `room` (≥ info.rows) rows; None if it is not whole."""
+def read_pack(
+    conn: Any,
+    generation: int,
+    info: PackInfo,
+    room: int,
+    connect: Callable[[], Any] | None = None,
+) -> Packed | None:
+    """The pack in arrays of `room` (≥ info.rows) rows; None if it is not whole.
+
+    With `connect` (a new read connection to the same file), blocks are read by up to
+    `READ_THREADS` threads at once: a pack in a file with many free pages is scattered over it,
+    and on a cold page cache each 1,024-row block is a chain of dependent page reads (at 100k
+    chunks 2.0 s one block at a time, 0.8 s eight at a time). A block whose seq is not
+    `info.seq` (rewritten meanwhile) makes this read one block at a time on `conn`."""
+    table = pack_table(generation)
+    layout = [
+        (int(b), int(n)) for b, n in conn.execute(f"SELECT block, rows FROM {table} ORDER BY block")
+    ]
+    if sum(n for _, n in layout) != info.rows or info.rows > room:
+        return None
+    starts = dict(
+        zip((b for b, _ in layout), np.cumsum([0] + [n for _, n in layout]).tolist(), strict=False)
+    )
     ids = np.zeros(room, dtype=np.int64)
     scope_of = np.full(room, -1, dtype=np.int32)
-    scope_ids: dict[str, int] = {}
-    vectors: np.ndarray | None = None
-    i = 0
-    for n, dims, names, id_blob, code_blob, vec_blob in conn.execute(
-        f"SELECT rows, dimensions, scopes, ids, scope_codes, vectors FROM {pack_table(generation)} "
-        "ORDER BY block"
-    ):
-        if i + n > room:
-            return None
-        if vectors is None:
-            # np.empty: pages of the reserved room that are never written are never resident.
-            vectors = np.empty((room, dims), dtype=np.float32)
-        vectors[i : i + n] = np.frombuffer(vec_blob, dtype="<f4").reshape(n, dims)
-        ids[i : i + n] = np.frombuffer(id_blob, dtype="<i8")
-        lut = np.array([scope_ids.setdefault(s, len(scope_ids)) for s in json.loads(names)])
-        scope_of[i : i + n] = lut[np.frombuffer(code_blob, dtype="<i4")]
-        i += n
-    if i != info.rows or vectors is None:
+    dims_row = conn.execute(f"SELECT dimensions FROM {table} LIMIT 1").fetchone()
+    if dims_row is None:
         return None
-    return Packed(info.seq, i, ids, vectors, scope_of, scope_ids)
+    # np.empty: pages of the reserved room that are never written are never resident.
+    vectors = np.empty((room, int(dims_row[0])), dtype=np.float32)
+    codes: dict[int, tuple[list[str], np.ndarray]] = {}
+
+    def read_blocks(c: Any, blocks: list[int]) -> bool:
+        for block in blocks:
+            row = c.execute(
+                f"SELECT seq, rows, dimensions, scopes, ids, scope_codes, vectors FROM {table} "
+                "WHERE block = ?",
+                (block,),
+            ).fetchone()
+            if row is None or row[0] != info.seq or row[2] != vectors.shape[1]:
+                return False
+            _, n, dims, names, id_blob, code_blob, vec_blob = row
+            i = starts[block]
+            vectors[i : i + n] = np.frombuffer(vec_blob, dtype="<f4").reshape(n, dims)
+            ids[i : i + n] = np.frombuffer(id_blob, dtype="<i8")
+            codes[block] = (json.loads(names), np.frombuffer(code_blob, dtype="<i4"))
+        return True
+
+    blocks = [b for b, _ in layout]
+    threads = min(READ_THREADS, len(blocks)) if connect is not None else 1
+    whole = False
+    if threads > 1:
+        assert connect is not None
+
+        def in_thread(k: int) -> bool:
+            try:
+                c = connect()
+                try:
+                    c.execute("BEGIN")
+                    return read_blocks(c, blocks[k::threads])
+                finally:
+                    c.close()  # (ends the read transaction)
+            except Exception:  # read again on `conn`, which holds the caller's snapshot
+                return False
+
+        with ThreadPoolExecutor(threads, thread_name_prefix="matrix-pack") as pool:
+            whole = all(pool.map(in_thread, range(threads)))
+    if not whole and not read_blocks(conn, blocks):
+        return None
+    scope_ids: dict[str, int] = {}
+    for block in blocks:
+        names, block_codes = codes[block]
+        lut = np.array([scope_ids.setdefault(s, len(scope_ids)) for s in names], dtype=np.int32)
+        i = starts[block]
+        scope_of[i : i + len(block_codes)] = lut[block_codes]
+    return Packed(info.seq, info.rows, ids, vectors, scope_of, scope_ids)

@@ -157,6 +157,15 @@ def open_reader(db: Database) -> Database:
     return Database(db.path, conn, db.driver, db.sqlite_version, vec)
 
 
+def _plain_reader(db: Database) -> Any:
+    """A bare read-only connection to `db`'s file (no extension: it reads tables only)."""
+    driver = importlib.import_module(type(db.conn).__module__)
+    conn = driver.connect(str(db.path), isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
 class _Reader:
     """One read connection, opened on first use and shared by a store's searches."""
 
@@ -431,7 +440,7 @@ def _current_matrix(
             refreshed = _apply_changes(conn, generation, cached, key)
             if refreshed is not None:
                 return refreshed
-        return _read_matrix(conn, generation, key) if full else None
+        return _read_matrix(conn, generation, key, lambda: _plain_reader(db)) if full else None
     finally:
         conn.execute("COMMIT")
 
@@ -516,13 +525,15 @@ class NumpyStore:
         return self._cache.search(query, k, generation, scopes)
 
 
-def _read_matrix(conn: Any, generation: int, key: tuple[int, str]) -> _Matrix:
+def _read_matrix(
+    conn: Any, generation: int, key: tuple[int, str], connect: Callable[[], Any] | None = None
+) -> _Matrix:
     """The generation's centroids in one preallocated float32 matrix (no second copy: the peak
     is the matrix itself): from the pack plus the changes since it when it is usable, else
     streamed from the row table."""
     seq = _last_seq(conn, generation)
     if seq is not None:
-        packed = _read_packed(conn, generation, key, seq)
+        packed = _read_packed(conn, generation, key, seq, connect)
         if packed is not None:
             return packed
     return _read_rows(conn, generation, key, seq)
@@ -546,14 +557,20 @@ def _pack_lag(conn: Any, generation: int, info: PackInfo, seq: int) -> int | Non
     return int(newer)
 
 
-def _read_packed(conn: Any, generation: int, key: tuple[int, str], seq: int) -> _Matrix | None:
+def _read_packed(
+    conn: Any,
+    generation: int,
+    key: tuple[int, str],
+    seq: int,
+    connect: Callable[[], Any] | None,
+) -> _Matrix | None:
     info = pack_info(conn, generation)
     if info is None or not info.rows:
         return None
     lag = _pack_lag(conn, generation, info, seq)
     if lag is None or lag > _REFRESH_SHARE * info.rows:  # the row read is as cheap
         return None
-    packed = read_pack(conn, generation, info, _room(info.rows + lag))
+    packed = read_pack(conn, generation, info, _room(info.rows + lag), connect)
     if packed is None:
         return None
     m = _Matrix(
@@ -575,32 +592,37 @@ PACK_MIN_ROWS = 20_000
 PACK_REFRESH_SHARE = 0.05
 
 
-def refresh_pack(db: Database, generation: int) -> int | None:
+def refresh_pack(db: Database, generation: int, *, force: bool = False) -> int | None:
     """Write the generation's packed matrix again if it is missing or behind by more than
-    PACK_REFRESH_SHARE of its rows; returns the rows packed (None: nothing to do). Cheap when the
-    pack is current (two small queries); a rewrite at 100k chunks reads and writes ≈150 MB."""
+    PACK_REFRESH_SHARE of its rows (or at all, with `force`); returns the rows packed (None:
+    nothing to do). Cheap when the pack is current (two small queries); a rewrite at 100k
+    chunks reads and writes ≈150 MB (≈1 s)."""
     with db.lock:
         conn = db.conn
         seq = _last_seq(conn, generation)
         info = pack_info(conn, generation)
-        if seq is None or (info is not None and info.seq == seq):
+        if seq is None or (info is not None and info.seq == seq and not force):
             return None
     with db.transaction() as conn:  # one snapshot: the log's seq and the rows it covers
         seq = _last_seq(conn, generation)
-        if seq is None:
+        if seq is None or not (force or _pack_due(conn, generation, seq)):
             return None
-        info = pack_info(conn, generation)
-        lag = _pack_lag(conn, generation, info, seq) if info is not None else None
-        if info is not None and lag is not None:
-            if lag <= PACK_REFRESH_SHARE * max(info.rows, 1):
-                return None
-        else:
-            (changes,) = conn.execute(
-                f"SELECT count(DISTINCT chunk_id) FROM {log_table(generation)}"
-            ).fetchone()
-            if info is None and changes < PACK_MIN_ROWS:  # small (or not rewritten since the log
-                return None  # began: a row read it stays)
         return write_pack(conn, generation, matrix_table(generation), seq)
+
+
+def _pack_due(conn: Any, generation: int, seq: int) -> bool:
+    info = pack_info(conn, generation)
+    lag = _pack_lag(conn, generation, info, seq) if info is not None else None
+    if info is not None and lag is not None:
+        return lag > PACK_REFRESH_SHARE * max(info.rows, 1)
+    if info is not None:  # the log no longer covers the pack's changes
+        return True
+    # No pack yet: worth one once the generation is large. (An index whose matrix table was
+    # copied in before the log existed counts only what the log names: a row read it stays.)
+    (changes,) = conn.execute(
+        f"SELECT count(DISTINCT chunk_id) FROM {log_table(generation)}"
+    ).fetchone()
+    return bool(changes >= PACK_MIN_ROWS)
 
 
 def _read_rows(conn: Any, generation: int, key: tuple[int, str], seq: int | None) -> _Matrix:

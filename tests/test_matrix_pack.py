@@ -263,3 +263,62 @@ def test_a_sync_leaves_a_pack_current_with_the_log(
             0
         ][0]
     )
+
+
+def packed_rows(packed: matrix_pack.Packed) -> dict[int, tuple[str, bytes]]:
+    names = {v: k for k, v in packed.scope_ids.items()}
+    return {
+        int(packed.ids[i]): (names[int(packed.scope_of[i])], packed.vectors[i].tobytes())
+        for i in range(packed.rows)
+    }
+
+
+def test_the_pack_is_read_by_several_connections_at_once(numpy_db: Database) -> None:
+    store = NumpyStore(numpy_db)
+    insert_chunks(numpy_db, store, unit_rows(np.random.default_rng(29), 300), ["", "x"] * 150)
+    refresh_pack(numpy_db, 1)
+    mine: list[str] = []
+    theirs: list[str] = []
+
+    def connect() -> object:
+        c = vectors._plain_reader(numpy_db)
+        c.set_trace_callback(theirs.append)
+        return c
+
+    with numpy_db.lock:
+        conn = numpy_db.conn
+        info = pack_info(conn, 1)
+        assert info is not None
+        conn.set_trace_callback(mine.append)
+        threaded = matrix_pack.read_pack(conn, 1, info, 400, connect)
+        conn.set_trace_callback(None)
+        alone = matrix_pack.read_pack(conn, 1, info, 400)
+
+    assert threaded is not None and alone is not None
+    assert not [s for s in mine if "WHERE block" in s]
+    assert len([s for s in theirs if "WHERE block" in s]) == 5  # 300 rows in blocks of 64
+    assert packed_rows(threaded) == packed_rows(alone) == fresh_row_read(numpy_db)
+
+
+def test_a_pack_rewritten_while_it_is_read_is_read_on_the_callers_snapshot(
+    numpy_db: Database, tmp_path: Path
+) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(30)
+    ids = insert_chunks(numpy_db, store, unit_rows(rng, 300), [""] * 300)
+    refresh_pack(numpy_db, 1)
+    before = fresh_row_read(numpy_db)
+    reader = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
+    conn = reader.conn
+    conn.execute("BEGIN")  # the snapshot the caller holds
+    info = pack_info(conn, 1)
+    assert info is not None
+    edit_chunks(numpy_db, store, ids[:100], rng)
+    assert refresh_pack(numpy_db, 1) == 300  # the pack is written again meanwhile
+
+    packed = matrix_pack.read_pack(conn, 1, info, 400, lambda: vectors._plain_reader(reader))
+    conn.execute("COMMIT")
+    reader.close()
+
+    assert packed is not None and packed.seq == info.seq
+    assert packed_rows(packed) == before != fresh_row_read(numpy_db)
