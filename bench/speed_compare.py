@@ -7,7 +7,10 @@
 `--old` is a checkout of the code to compare with (e.g. `git archive <commit> | tar -x -C DIR`),
 given this tree's `bench/speed.py` so both report the same fields. `latency` runs
 `bench/speed.py --worker latency` from each tree on the scale index `bench/speed.py` built under
-`--out` (both backends; the order swaps every round) and prints each run and the medians.
+`--out` (both backends; the order swaps every round) and prints each run and the medians; with
+`--cold`, each run starts with the database file evicted from the OS page cache.
+`pack` writes the packed matrix into `--db` (or every scale index under `--out`), as a sync of
+this tree would: run it once before comparing, on databases built by older code.
 `write` times the vector store alone on `--db` (a sqlite-vec index: both backends can read it):
 the first search, warm searches, and the first search after each of 5 one-chunk writes; the
 chunks it adds are deleted again at the end.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,7 +33,21 @@ HERE = Path(__file__).resolve().parents[1]
 FIELDS = ["p50_ms", "p95_ms", "steady_p50_ms", "steady_p95_ms", "first_query_ms", "peak_mb"]
 
 
-def latency(old: Path, out: Path, rounds: int, chunks: int, queries: int) -> None:
+def evict(db_path: Path) -> None:
+    """Drop the database file's pages from the OS page cache (as after a reboot, or once other
+    files pushed them out), so the next run reads from disk. Only this file is touched."""
+    for path in (db_path, Path(f"{db_path}-wal")):
+        if path.exists():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def latency(
+    old: Path, out: Path, rounds: int, chunks: int, queries: int, cold: bool = False
+) -> None:
     trees = {"old": old, "new": HERE}
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in range(rounds):
@@ -44,6 +62,8 @@ def latency(old: Path, out: Path, rounds: int, chunks: int, queries: int) -> Non
                     "preset": "pinch",
                     "budget_s": 300,
                 }
+                if cold:
+                    evict(out / f"scale-{chunks}" / f"index-{backend}.sqlite")
                 with tempfile.TemporaryDirectory() as tmp:
                     result = Path(tmp) / "result.json"
                     script = trees[name] / "bench" / "speed.py"
@@ -164,6 +184,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--chunks", type=int, default=100_000)
     p.add_argument("--queries", type=int, default=30)
+    p.add_argument(
+        "--cold", action="store_true", help="latency: evict the database from the page cache first"
+    )
     args = p.parse_args()
     if args.what == "write-worker":
         sys.path.insert(0, str(args.tree))
@@ -174,7 +197,7 @@ def main() -> None:
     elif args.old is None:
         p.error("--old is required")
     elif args.what == "latency":
-        latency(args.old, args.out, args.rounds, args.chunks, args.queries)
+        latency(args.old, args.out, args.rounds, args.chunks, args.queries, args.cold)
     else:
         if args.db is None:
             p.error("--db is required")
