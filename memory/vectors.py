@@ -4,10 +4,14 @@ Both find a chunk by its centroid (the mean of its passages' vectors) and search
 two return the same chunks for the same index. Both search the same way: one float32 matrix of
 the generation's centroids held in process (1.5 kB a chunk: 150 MB at 100k) and multiplied by
 the query (~10 ms at 100k; sqlite-vec's own vec0 KNN, a brute-force scan, takes 60-160 ms and is
-kept as `SqliteVecStore.search_vec0`). The matrix is read in full once from a compact table of
-its own, `memory_matrix_g<N>` (≈0.4 s at 100k chunks idle), then kept current through a change
-log, `memory_matrix_log_g<N>`: after a write a search re-reads only the chunks the log names.
-The sqlite-vec backend still writes its vec0 table (an index stays searchable by older code).
+kept as `SqliteVecStore.search_vec0`). The matrix is read in full once, then kept current through a
+change log, `memory_matrix_log_g<N>`: after a write a search re-reads only the chunks the log
+names. The full read comes from a packed copy, `memory_matrix_pack_g<N>` (memory/matrix_pack.py:
+blocks of 1,024 rows, read on several connections at once; at 100k chunks 0.07-0.12 s from the
+page cache, ≈0.8 s from disk) plus the changes since it, and otherwise from the table of one row a
+chunk, `memory_matrix_g<N>` (the source of truth; 0.25-0.5 s, ≈3 s from disk). A sync rewrites the
+pack at its end once 5 % of it changed (`refresh_pack`). The sqlite-vec backend still writes its
+vec0 table (an index stays searchable by older code).
 
 Measured at 100k chunks and not adopted: a float16 matrix (numpy has no float16 BLAS: 125 ms a
 query), sqlite-vec's `bit[384]` KNN (~150 ms with k = 1,000), and a 1-bit code shortlist with
