@@ -601,11 +601,10 @@ def refresh_pack(db: Database, generation: int, *, force: bool = False) -> int |
     PACK_REFRESH_SHARE of its rows (or at all, with `force`); returns the rows packed (None:
     nothing to do). Cheap when the pack is current (two small queries); a rewrite at 100k
     chunks reads and writes ≈150 MB (≈1 s)."""
-    with db.lock:
+    with db.lock:  # decided without the write lock first: most syncs have nothing to pack
         conn = db.conn
         seq = _last_seq(conn, generation)
-        info = pack_info(conn, generation)
-        if seq is None or (info is not None and info.seq == seq and not force):
+        if seq is None or not (force or _pack_due(conn, generation, seq)):
             return None
     with db.transaction() as conn:  # one snapshot: the log's seq and the rows it covers
         seq = _last_seq(conn, generation)
@@ -616,6 +615,8 @@ def refresh_pack(db: Database, generation: int, *, force: bool = False) -> int |
 
 def _pack_due(conn: Any, generation: int, seq: int) -> bool:
     info = pack_info(conn, generation)
+    if info is not None and info.seq == seq:
+        return False
     lag = _pack_lag(conn, generation, info, seq) if info is not None else None
     if info is not None and lag is not None:
         return lag > PACK_REFRESH_SHARE * max(info.rows, 1)

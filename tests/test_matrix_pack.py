@@ -322,3 +322,15 @@ def test_a_pack_rewritten_while_it_is_read_is_read_on_the_callers_snapshot(
 
     assert packed is not None and packed.seq == info.seq
     assert packed_rows(packed) == before != fresh_row_read(numpy_db)
+
+
+def test_a_sync_with_nothing_to_pack_takes_no_write_lock(numpy_db: Database) -> None:
+    store = NumpyStore(numpy_db)
+    insert_chunks(numpy_db, store, unit_rows(np.random.default_rng(31), 50), [""] * 50)
+    statements: list[str] = []
+    numpy_db.conn.set_trace_callback(statements.append)
+
+    assert refresh_pack(numpy_db, 1) is None  # too small to pack
+
+    numpy_db.conn.set_trace_callback(None)
+    assert not [s for s in statements if "BEGIN" in s]
