@@ -57,7 +57,8 @@ def run(total_bytes: int, workdir: Path) -> dict[str, Any]:
     write_workspace(workspace, files)
     started = time.perf_counter()
     index = MemoryIndex.open(workspace, workdir / "agent.sqlite", MemoryConfig())
-    samples: list[tuple[float, int, int, float | None]] = []  # (t, done, total, time left)
+    # (wall time, CPU time of the process, done, total, the time left the bar shows)
+    samples: list[tuple[float, float, int, int, float | None]] = []
     try:
         assert index.provider is not None, index.degraded_reason()
         loaded = time.perf_counter()  # the model loads before the bar appears
@@ -66,45 +67,52 @@ def run(total_bytes: int, workdir: Path) -> dict[str, Any]:
 
             def on_progress(done: int, total: int, path: str) -> None:
                 bar.update(task, completed=done, total=total)
-                samples.append((time.perf_counter(), done, total, bar.tasks[0].time_remaining))
+                now, cpu = time.perf_counter(), time.process_time()
+                samples.append((now, cpu, done, total, bar.tasks[0].time_remaining))
 
             report = index.sync(on_progress=on_progress)
         finished = time.perf_counter()
+        chunks = index.status().chunks
     finally:
         index.close()
     rows = []
     prev = samples[0] if samples else None
     for mark in MARKS:
-        at = next((s for s in samples if s[2] and 100 * s[1] / s[2] >= mark), None)
+        at = next((s for s in samples if s[3] and 100 * s[2] / s[3] >= mark), None)
         if at is None:
             continue
-        t, done, total, shown = at
+        t, cpu, done, total, shown = at
         assert prev is not None
-        rate = (done - prev[1]) / (t - prev[0]) if t > prev[0] else None
+        rate = (done - prev[2]) / (t - prev[0]) if t > prev[0] else None
+        cpu_ms = 1000 * (cpu - prev[1]) / (done - prev[2]) if done > prev[2] else None
         prev = at
+        # The alternative: the average rate since the first batch (rich's window: the last 30 s).
+        whole = (done - samples[0][2]) / (t - samples[0][0]) if t > samples[0][0] else None
         rows.append(
             {
-                "passages_per_s_since_last_mark": None if rate is None else round(rate, 1),
                 "mark_pct": mark,
                 "done": done,
                 "total": total,
                 "elapsed_s": round(t - loaded, 1),
+                "passages_per_s_since_last_mark": None if rate is None else round(rate, 1),
+                "cpu_ms_per_passage_since_last_mark": None if cpu_ms is None else round(cpu_ms),
                 "shown_left_s": shown,
+                "whole_run_rate_left_s": round((total - done) / whole) if whole else None,
                 "really_left_s": round(finished - t, 1),
             }
         )
     first_bar = samples[0][0] if samples else finished
-    last_batch = next((s[0] for s in samples if s[1] == s[2] and s[2]), finished)
+    last_batch = next((s[0] for s in samples if s[2] == s[3] and s[3]), finished)
     return {
         "bytes": sum(len(t.encode("utf-8")) for t in files.values()),
         "notes": len(files),
-        "chunks": report.chunks_embedded + report.chunks_from_cache,
-        "passages_embedded": samples[-1][2] if samples else 0,
+        "chunks": chunks,
+        "passages_embedded": samples[-1][3] if samples else 0,
         "model_load_s": round(loaded - started, 1),
         "before_bar_s": round(first_bar - loaded, 1),  # discovery, chunking, cache lookup
         "after_bar_s": round(finished - last_batch, 1),  # rows, vectors, pack after 100 %
         "sync_s": round(report.seconds, 1),
-        "first_batch_s": round(samples[1][0] - samples[0][0], 2) if len(samples) > 1 else None,
+        "cpu_s": round(time.process_time(), 1),
         "marks": rows,
         "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
@@ -114,24 +122,31 @@ def print_table(result: dict[str, Any], console: Console) -> None:
     table = Table(
         title=(
             f"{result['bytes']:,} bytes, {result['notes']} notes, "
-            f"{result['passages_embedded']:,} passages embedded; sync {result['sync_s']} s "
+            f"{result['chunks']:,} chunks, {result['passages_embedded']:,} passages embedded; "
+            f"sync {result['sync_s']} s, CPU {result['cpu_s']} s "
             f"(before the bar {result['before_bar_s']} s, after 100 % {result['after_bar_s']} s)"
         )
     )
-    columns = ("bar", "passages", "elapsed s", "passages/s", "bar shows left s", "really left s")
-    for col in (*columns, "error"):
+    columns = ("bar", "passages", "elapsed s", "passages/s", "CPU ms/passage", "bar shows left s")
+    for col in (*columns, "error", "whole-run rate: left s", "error", "really left s"):
         table.add_column(col, justify="right")
+
+    def error(estimate: float | None, real: float) -> str:
+        return f"{100 * (estimate - real) / real:+.0f} %" if estimate is not None and real else "—"
+
     for r in result["marks"]:
-        shown, real = r["shown_left_s"], r["really_left_s"]
-        error = f"{100 * (shown - real) / real:+.0f} %" if shown is not None and real else "—"
+        shown, whole, real = r["shown_left_s"], r["whole_run_rate_left_s"], r["really_left_s"]
         table.add_row(
             f"{r['mark_pct']} %",
             f"{r['done']:,}/{r['total']:,}",
             f"{r['elapsed_s']}",
             f"{r['passages_per_s_since_last_mark']}",
+            f"{r['cpu_ms_per_passage_since_last_mark']}",
             "—" if shown is None else f"{shown:.0f}",
+            error(shown, real),
+            "—" if whole is None else f"{whole}",
+            error(whole, real),
             f"{real}",
-            error,
         )
     console.print(table)
 
@@ -145,8 +160,7 @@ def main() -> int:
         result = run(args.bytes, Path(tmp))
     if args.json:
         print(json.dumps(result))
-    else:
-        print_table(result, Console())
+    print_table(result, Console(stderr=args.json, width=150))
     return 0
 
 
