@@ -91,6 +91,8 @@ def write_worker(db_path: Path, backend: str) -> dict[str, Any]:
     db = open_database(db_path, vector_backend=backend)
     store: Any = SqliteVecStore(db, 384) if backend == "sqlite-vec" else NumpyStore(db)
     rng = np.random.default_rng(0)
+    # The active generation (a database rebuilt once holds generation 2 or later).
+    (gen,) = db.execute("SELECT id FROM memory_generations WHERE state = 'active'")[0]
 
     def unit() -> Any:
         v = rng.standard_normal(384).astype(np.float32)
@@ -98,7 +100,7 @@ def write_worker(db_path: Path, backend: str) -> dict[str, Any]:
 
     def timed(query: Any) -> tuple[float, list[tuple[int, float]]]:
         started = time.perf_counter()
-        hits = store.search(query, 100, 1, [""])
+        hits = store.search(query, 100, gen, [""])
         return 1000 * (time.perf_counter() - started), hits
 
     bump = (
@@ -115,18 +117,18 @@ def write_worker(db_path: Path, backend: str) -> dict[str, Any]:
         with db.transaction() as conn:
             cur = conn.execute(
                 "INSERT INTO memory_chunks(generation, path, source, origin, scope, start_line, "
-                "end_line, hash, text, centroid) VALUES (1, 'bench-write.md', 'memory', 'owner', "
+                "end_line, hash, text, centroid) VALUES (?, 'bench-write.md', 'memory', 'owner', "
                 "'', 1, 1, 'h', 'text', ?)",
-                (vec.astype("<f4").tobytes(),),
+                (gen, vec.astype("<f4").tobytes()),
             )
             added.append(int(cur.lastrowid))
-            store.add(conn, [(added[-1], 1, "", vec)])
+            store.add(conn, [(added[-1], gen, "", vec)])
             conn.execute(bump)
         ms, hits = timed(vec)
         assert hits[0][0] == added[-1], "the chunk just written was not found first"
         after.append(ms)
     with db.transaction() as conn:
-        store.delete(conn, 1, added)
+        store.delete(conn, gen, added)
         conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(c,) for c in added])
         conn.execute(bump)
     store.close()
