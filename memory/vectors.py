@@ -589,8 +589,9 @@ def _read_packed(
     return _apply_changes(conn, generation, m, key)
 
 
-# A generation with fewer chunks is read row by row fast enough (≈ 0.1 s): no pack.
-PACK_MIN_ROWS = 20_000
+# A generation with fewer chunks is read row by row fast enough: no pack. (The row read costs
+# 2-5 µs a chunk from the page cache, ≈ 30 µs from disk: ≈ 0.3 s at this size.)
+PACK_MIN_ROWS = 10_000
 # Once this share of the pack's rows changed since it was written, a sync writes it again (a
 # reader applies these changes row by row after loading the pack).
 PACK_REFRESH_SHARE = 0.05
@@ -600,7 +601,7 @@ def refresh_pack(db: Database, generation: int, *, force: bool = False) -> int |
     """Write the generation's packed matrix again if it is missing or behind by more than
     PACK_REFRESH_SHARE of its rows (or at all, with `force`); returns the rows packed (None:
     nothing to do). Cheap when the pack is current (two small queries); a rewrite at 100k
-    chunks reads and writes ≈150 MB (≈1 s)."""
+    chunks reads and writes ≈150 MB (1-4 s)."""
     with db.lock:  # decided without the write lock first: most syncs have nothing to pack
         conn = db.conn
         seq = _last_seq(conn, generation)
