@@ -334,3 +334,31 @@ def test_a_sync_with_nothing_to_pack_takes_no_write_lock(numpy_db: Database) -> 
 
     numpy_db.conn.set_trace_callback(None)
     assert not [s for s in statements if "BEGIN" in s]
+
+
+@pytest.mark.parametrize(("backend", "parallel"), [("numpy", True), ("sqlite-vec", False)])
+def test_only_a_search_that_waits_for_the_pack_reads_it_on_several_connections(
+    backend: str, parallel: bool, vec_db: Database, numpy_db: Database
+) -> None:
+    db = db_of(backend, vec_db, numpy_db)
+    insert_chunks(
+        db,
+        make_store(backend, vec_db, numpy_db),
+        unit_rows(np.random.default_rng(32), 300),
+        [""] * 300,
+    )
+    refresh_pack(db, 1)
+    opened: list[object] = []
+    real = vectors._plain_reader
+
+    def counted(d: Database) -> object:
+        opened.append(d)
+        return real(d)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(vectors, "_plain_reader", counted)
+        searcher, sql = loaded_afresh(db, backend)
+
+    assert read_the_pack(sql)
+    assert bool(opened) == parallel  # sqlite-vec's vec0 answers while it reads in the background
+    assert live_matrix(searcher) == fresh_row_read(db)
