@@ -7,7 +7,10 @@
 `--old` is a checkout of the code to compare with (e.g. `git archive <commit> | tar -x -C DIR`),
 given this tree's `bench/speed.py` so both report the same fields. `latency` runs
 `bench/speed.py --worker latency` from each tree on the scale index `bench/speed.py` built under
-`--out` (both backends; the order swaps every round) and prints each run and the medians.
+`--out` (both backends; the order swaps every round) and prints each run and the medians; with
+`--cold`, each run starts with the database file evicted from the OS page cache.
+`pack` writes the packed matrix into `--db` (or every scale index under `--out`), as a sync of
+this tree would: run it once before comparing, on databases built by older code.
 `write` times the vector store alone on `--db` (a sqlite-vec index: both backends can read it):
 the first search, warm searches, and the first search after each of 5 one-chunk writes; the
 chunks it adds are deleted again at the end.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,7 +33,21 @@ HERE = Path(__file__).resolve().parents[1]
 FIELDS = ["p50_ms", "p95_ms", "steady_p50_ms", "steady_p95_ms", "first_query_ms", "peak_mb"]
 
 
-def latency(old: Path, out: Path, rounds: int, chunks: int, queries: int) -> None:
+def evict(db_path: Path) -> None:
+    """Drop the database file's pages from the OS page cache (as after a reboot, or once other
+    files pushed them out), so the next run reads from disk. Only this file is touched."""
+    for path in (db_path, Path(f"{db_path}-wal")):
+        if path.exists():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def latency(
+    old: Path, out: Path, rounds: int, chunks: int, queries: int, cold: bool = False
+) -> None:
     trees = {"old": old, "new": HERE}
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in range(rounds):
@@ -44,6 +62,8 @@ def latency(old: Path, out: Path, rounds: int, chunks: int, queries: int) -> Non
                     "preset": "pinch",
                     "budget_s": 300,
                 }
+                if cold:
+                    evict(out / f"scale-{chunks}" / f"index-{backend}.sqlite")
                 with tempfile.TemporaryDirectory() as tmp:
                     result = Path(tmp) / "result.json"
                     script = trees[name] / "bench" / "speed.py"
@@ -71,6 +91,8 @@ def write_worker(db_path: Path, backend: str) -> dict[str, Any]:
     db = open_database(db_path, vector_backend=backend)
     store: Any = SqliteVecStore(db, 384) if backend == "sqlite-vec" else NumpyStore(db)
     rng = np.random.default_rng(0)
+    # The active generation (a database rebuilt once holds generation 2 or later).
+    (gen,) = db.execute("SELECT id FROM memory_generations WHERE state = 'active'")[0]
 
     def unit() -> Any:
         v = rng.standard_normal(384).astype(np.float32)
@@ -78,7 +100,7 @@ def write_worker(db_path: Path, backend: str) -> dict[str, Any]:
 
     def timed(query: Any) -> tuple[float, list[tuple[int, float]]]:
         started = time.perf_counter()
-        hits = store.search(query, 100, 1, [""])
+        hits = store.search(query, 100, gen, [""])
         return 1000 * (time.perf_counter() - started), hits
 
     bump = (
@@ -95,18 +117,18 @@ def write_worker(db_path: Path, backend: str) -> dict[str, Any]:
         with db.transaction() as conn:
             cur = conn.execute(
                 "INSERT INTO memory_chunks(generation, path, source, origin, scope, start_line, "
-                "end_line, hash, text, centroid) VALUES (1, 'bench-write.md', 'memory', 'owner', "
+                "end_line, hash, text, centroid) VALUES (?, 'bench-write.md', 'memory', 'owner', "
                 "'', 1, 1, 'h', 'text', ?)",
-                (vec.astype("<f4").tobytes(),),
+                (gen, vec.astype("<f4").tobytes()),
             )
             added.append(int(cur.lastrowid))
-            store.add(conn, [(added[-1], 1, "", vec)])
+            store.add(conn, [(added[-1], gen, "", vec)])
             conn.execute(bump)
         ms, hits = timed(vec)
         assert hits[0][0] == added[-1], "the chunk just written was not found first"
         after.append(ms)
     with db.transaction() as conn:
-        store.delete(conn, 1, added)
+        store.delete(conn, gen, added)
         conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(c,) for c in added])
         conn.execute(bump)
     store.close()
@@ -137,9 +159,25 @@ def write(old: Path, db_path: Path, rounds: int) -> None:
                 print(r, name, backend, line, flush=True)
 
 
+def pack(db_path: Path) -> None:
+    """Write the packed matrix of `db_path`'s active generation (what a sync of this tree does
+    at its end), so both trees' workers search the same file: the old tree ignores the pack."""
+    from memory.db import open_database
+    from memory.vectors import refresh_pack
+
+    db = open_database(db_path)
+    try:
+        (generation,) = db.execute("SELECT id FROM memory_generations WHERE state = 'active'")[0]
+        started = time.perf_counter()
+        rows = refresh_pack(db, int(generation), force=True)
+        print(f"{db_path}: {rows} rows packed in {time.perf_counter() - started:.1f} s")
+    finally:
+        db.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["latency", "write", "write-worker"])
+    p.add_argument("what", choices=["latency", "write", "write-worker", "pack"])
     p.add_argument("--old", type=Path)
     p.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=HERE / "bench" / "out" / "speed")
@@ -148,14 +186,20 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--chunks", type=int, default=100_000)
     p.add_argument("--queries", type=int, default=30)
+    p.add_argument(
+        "--cold", action="store_true", help="latency: evict the database from the page cache first"
+    )
     args = p.parse_args()
     if args.what == "write-worker":
         sys.path.insert(0, str(args.tree))
         print(json.dumps(write_worker(args.db, args.backend)))
+    elif args.what == "pack":
+        for db_path in [args.db] if args.db else sorted(args.out.glob("scale-*/index-*.sqlite")):
+            pack(db_path)
     elif args.old is None:
         p.error("--old is required")
     elif args.what == "latency":
-        latency(args.old, args.out, args.rounds, args.chunks, args.queries)
+        latency(args.old, args.out, args.rounds, args.chunks, args.queries, args.cold)
     else:
         if args.db is None:
             p.error("--db is required")

@@ -36,6 +36,7 @@ from memory.errors import IndexingError, WorkspaceError
 from memory.generations import GenerationGone, Generations, LeaseHolder
 from memory.lineage import LineageStore, chunk_origins, redact_forgotten
 from memory.rows import IndexRows, StoreFor
+from memory.vectors import refresh_pack
 from memory.workspace import MemoryFile, discover_memory_files, open_memory_file
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -248,6 +249,9 @@ class SyncPipeline:
                         "The index kept changing under this sync (other processes rebuilding "
                         "it); try `pinch memory index` again."
                     ) from None
+        if report.generation is not None:
+            # Here, not per file: one pack rewrite per sync at most, and only past a share.
+            refresh_pack(self.db, report.generation)
         report.busy = busy.describe() if busy is not None else None
         report.waited_for = waited
         report.seconds = time.monotonic() - started
