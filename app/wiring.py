@@ -63,6 +63,8 @@ class Runtime:
             await self.sync_index()
         except MemoryError_ as exc:
             log.warning("The memory index could not be updated: %s", exc)
+        # The first search then finds the vectors read (150 MB at 100k chunks) or being read.
+        await asyncio.to_thread(self.index.warm)
         self.watcher.start()
 
     async def aclose(self) -> None:

@@ -15,6 +15,7 @@ serving and updating the live generation.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -47,6 +48,8 @@ from memory.sync import (
     shown_path,
 )
 from memory.vectors import NumpyStore, SqliteVecStore, VectorStore, drop_vec_table
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -163,6 +166,23 @@ class MemoryIndex:
         config = config or MemoryConfig()
         db = open_database(db_path, vector_backend=config.vector_backend)
         return cls(db, workspace, config, provider=provider, vector_store=vector_store)
+
+    def warm(self) -> None:
+        """Get ready to search soon, in the background: load the embedding model and start
+        reading the active generation's vectors (≈150 MB at 100k chunks). For long-running
+        processes (the chat, the gateway); a one-off command should not pay for it."""
+        try:
+            active = self.active_generation()
+            if active is None or self.provider is None:
+                return
+            generation, identity = active
+            store = self._store(identity.get("dimensions"))
+            if store is not None and identity.get("model") == self.provider.model:
+                store.preload(generation)
+        except Exception:  # a warm-up only: the first search reads what it needs itself
+            log.warning(
+                "Could not start reading the vectors ahead of the first search", exc_info=True
+            )
 
     def close(self) -> None:
         for store in self._stores.values():

@@ -63,6 +63,9 @@ class VectorStore(Protocol):
     def reader(self) -> Database:
         """A read connection of its own, so vector reads run beside the keyword query."""
 
+    def preload(self, generation: int) -> None:
+        """Start reading what searching `generation` needs in the background (may do nothing)."""
+
     def close(self) -> None:
         """Close the read connection (the caller closes the main one)."""
 
@@ -268,6 +271,10 @@ class SqliteVecStore:
         """Wait until the centroid matrix read in the background is ready (tests, benchmarks)."""
         return self._cache.wait_loaded(timeout)
 
+    def preload(self, generation: int) -> None:
+        """Read the generation's matrix in the background now (vec0 answers until it is in)."""
+        self._cache.preload(generation)
+
     def search_vec0(
         self, query: np.ndarray, k: int, generation: int, scopes: list[str]
     ) -> list[tuple[int, float]]:
@@ -390,19 +397,33 @@ class _MatrixCache:
         read (≈0.4-2 s at 100k chunks) happens in a background thread instead, and this search
         (and any until the read is done) is answered by the fallback."""
         db = self._reader.get()
+        loading = self._loading
+        if fallback is None and loading is not None:
+            loading.join()  # a read already under way (`preload`): wait for it, do not read twice
         with self._lock:
             with db.lock:
                 current = _current_matrix(db, generation, self._matrix, full=fallback is None)
             if current is not None:
                 self._matrix = current
                 return current.search(query, k, scopes)
-            if self._loading is None:
-                self._loading = threading.Thread(
-                    target=self._load, args=(generation,), name="vector-matrix", daemon=True
-                )
-                self._loading.start()
+            self._start_load(generation)
         assert fallback is not None
         return fallback()
+
+    def preload(self, generation: int) -> None:
+        """Start reading the matrix in the background if nothing is held or being read (a
+        process that will search soon, e.g. the chat or the gateway at start-up)."""
+        with self._lock:
+            if self._matrix is None or self._matrix.key[0] != generation:
+                self._start_load(generation)
+
+    def _start_load(self, generation: int) -> None:
+        # the caller holds self._lock
+        if self._loading is None:
+            self._loading = threading.Thread(
+                target=self._load, args=(generation,), name="vector-matrix", daemon=True
+            )
+            self._loading.start()
 
     def _load(self, generation: int) -> None:
         try:
@@ -534,6 +555,14 @@ class NumpyStore:
         self, query: np.ndarray, k: int, generation: int, scopes: list[str]
     ) -> list[tuple[int, float]]:
         return self._cache.search(query, k, generation, scopes)
+
+    def preload(self, generation: int) -> None:
+        """Read the generation's matrix in the background now; a search meanwhile waits for
+        that read instead of starting its own."""
+        self._cache.preload(generation)
+
+    def wait_loaded(self, timeout: float) -> bool:
+        return self._cache.wait_loaded(timeout)
 
 
 def _read_matrix(

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from memory import vectors
 from memory.db import Database, open_database
 from memory.vectors import NumpyStore, SqliteVecStore, VectorStore, matrix_table
+from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config, use_config
 
 DIMS = 32
 
@@ -358,3 +360,76 @@ def test_searches_from_several_threads_during_writes_stay_exact(
     for query in queries:
         assert store.search(query, 20, 1, [""]) == fresh.search(query, 20, 1, [""])
     fresh.close()
+
+
+# ---- warm-up ----------------------------------------------------------------------------------
+
+
+def test_a_numpy_search_after_a_preload_reads_no_vectors(numpy_db: Database) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(11)
+    insert_chunks(numpy_db, store, unit_rows(rng, 50), [""] * 50)
+    query = unit_rows(rng, 1)[0]
+
+    store.preload(1)
+    assert store.wait_loaded(10)
+    statements = reader_statements(store, lambda: store.search(query, 5, 1, [""]))
+
+    assert not [s for s in statements if "memory_matrix" in s and "log" not in s]
+
+
+def test_a_numpy_search_during_a_preload_waits_for_it_and_reads_once(
+    numpy_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(12)
+    ids = insert_chunks(numpy_db, store, unit_rows(rng, 40), [""] * 40)
+    query = unit_rows(rng, 1)[0]
+    reads: list[int] = []
+    searching = threading.Event()
+    real_read, real_search = vectors._read_matrix, vectors._MatrixCache.search
+
+    def slow_read(*args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        searching.wait(10)  # the preload's read goes on only once the search has begun
+        return real_read(*args, **kwargs)
+
+    def search(self: Any, *args: Any, **kwargs: Any) -> Any:
+        searching.set()
+        return real_search(self, *args, **kwargs)
+
+    monkeypatch.setattr(vectors, "_read_matrix", slow_read)
+    monkeypatch.setattr(vectors._MatrixCache, "search", search)
+    store.preload(1)
+    found: list[list[tuple[int, float]]] = []
+    searcher = threading.Thread(target=lambda: found.append(store.search(query, 5, 1, [""])))
+    searcher.start()
+    searcher.join(10)
+
+    assert reads == [1]
+    assert found and {cid for cid, _ in found[0]} <= set(ids)
+
+
+def test_warm_on_an_index_never_built_does_nothing(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    idx = make_index(make_workspace({"MEMORY.md": "# Memory\n"}), keyword_config())
+
+    idx.warm()  # no generation yet, keyword-only: nothing to read, nothing raised
+
+    assert idx.active_generation() is None
+
+
+def test_warm_starts_reading_the_active_generations_vectors(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, use_model: None
+) -> None:
+    workspace = make_workspace({"MEMORY.md": "# Memory\n\n- The cat is called Tom.\n"})
+    make_index(workspace, use_config(vector_backend="numpy")).sync()
+    idx = make_index(workspace, use_config(vector_backend="numpy"))  # a process starting up
+
+    idx.warm()
+    store = idx._store(512)
+    assert isinstance(store, NumpyStore) and store.wait_loaded(10)
+    statements = reader_statements(store, lambda: idx.search("Tom", preset="vector"))
+
+    assert not [s for s in statements if "memory_matrix" in s and "log" not in s]
