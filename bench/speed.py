@@ -231,6 +231,9 @@ def search_latency(spec: Result) -> Result:
     index = _open(workspace, db_path, "local", spec["backend"])
     source = TextSource(99, rich=True)
     queries = [source.question() for _ in range(spec["queries"] + 1)]
+    if spec.get("warm_s"):  # as `pinch chat` / `pinch gateway` start: warm, then a pause
+        index.warm()
+        time.sleep(spec["warm_s"])
     timings: list[float] = []
     deadline = time.perf_counter() + spec["budget_s"]
     for query in queries:
@@ -342,6 +345,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="stop timing searches of one scale and backend after this many seconds (default 300)",
     )
     p.add_argument(
+        "--warm-s",
+        type=float,
+        default=0.0,
+        help="latency: call MemoryIndex.warm() at open, as the chat and the gateway do, and wait "
+        "this many seconds (someone typing) before the first query (default: no warm-up)",
+    )
+    p.add_argument(
         "--only",
         help="comma-separated subset of: throughput, edit, latency, cli (default: all)",
     )
@@ -385,6 +395,7 @@ def run_all(args: argparse.Namespace, console: Console) -> Result:
                     "queries": args.queries or (15 if args.quick else 50),
                     "preset": args.preset,
                     "budget_s": args.budget_s,
+                    "warm_s": args.warm_s,
                 }
                 build = in_subprocess("build", spec)
                 console.print(f"  {_summary(build)}")
