@@ -226,6 +226,7 @@ def memory_status(deep: bool, as_json: bool) -> None:
     from dataclasses import asdict
 
     from app.terminal import printable
+    from memory.compact import COMPACT_FREE_SHARE
 
     settings = _settings()
     idx = _open_index(settings)
@@ -246,6 +247,12 @@ def memory_status(deep: bool, as_json: bool) -> None:
     click.echo(f"vector search   {st.vector_backend}")
     click.echo(f"indexed         {st.files} files, {st.chunks} chunks (generation {st.generation})")
     click.echo(f"embedding cache {st.cache_entries} vectors")
+    if st.free_bytes and st.free_bytes >= COMPACT_FREE_SHARE * st.file_bytes:
+        click.secho(
+            f"free space      {_mb(st.free_bytes)} of {_mb(st.file_bytes)}: "
+            "`pinch memory compact` gives it back",
+            fg="yellow",
+        )
     if st.degraded:
         click.secho(f"DEGRADED        {st.degraded}", fg="yellow")
     if st.rebuilding:
@@ -271,12 +278,16 @@ def memory_status(deep: bool, as_json: bool) -> None:
 @friendly_errors
 def memory_index(force: bool) -> None:
     """Bring the index up to date with the memory files."""
+    from memory.compact import space_usage
+
     settings = _settings()
     idx = _open_index(settings)
     try:
         report = _sync_with_progress(idx, force)
         # A sync touches only changed files' rows: damage elsewhere would go unnoticed.
         idx.db.check_integrity()
+        if report.rebuilt and space_usage(idx.db).worth_compacting:
+            _compact(idx, after_rebuild=True)
     finally:
         idx.close()
     what = "rebuilt" if report.rebuilt else "updated"
@@ -292,6 +303,45 @@ def memory_index(force: bool) -> None:
     degraded = idx.degraded_reason()
     if degraded:
         click.secho(f"Note: search is {degraded}.", fg="yellow", err=True)
+
+
+@memory.command("compact")
+@friendly_errors
+def memory_compact() -> None:
+    """Give back the space a rebuild freed (the database file shrinks)."""
+    settings = _settings()
+    idx = _open_index(settings)
+    try:
+        _compact(idx, after_rebuild=False)
+    finally:
+        idx.close()
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB" if n >= 1e6 else f"{n / 1e3:,.0f} kB"
+
+
+def _compact(idx: MemoryIndex, *, after_rebuild: bool) -> None:
+    from memory.compact import compact, space_usage
+    from memory.errors import DatabaseError
+
+    before = space_usage(idx.db)
+    if not before.free_bytes:
+        click.echo(f"Nothing to compact: {_mb(before.file_bytes)}, no free space inside.")
+        return
+    click.echo(
+        f"Compacting the database ({_mb(before.free_bytes)} of {_mb(before.file_bytes)} free"
+        + (", left by the old index)…" if after_rebuild else ")…"),
+        err=True,
+    )
+    try:
+        after = compact(idx.db)
+    except DatabaseError as exc:
+        if not after_rebuild:
+            raise
+        click.secho(str(exc), fg="yellow", err=True)  # the rebuild itself succeeded
+        return
+    click.echo(f"Compacted: {_mb(before.file_bytes)} → {_mb(after.file_bytes)}.")
 
 
 def _extra_path_problems(settings: Any) -> dict[str, str]:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from memory.chunking import Chunk, hash_text, split_units
+from memory.compact import space_usage
 from memory.config import MemoryConfig
 from memory.db import Database, open_database
 from memory.embedcache import EmbeddingCache
@@ -103,6 +104,8 @@ class IndexStatus:
     cache_entries: int
     dirty_files: list[str] | None = None  # --deep: files changed since the last sync
     rebuilding: str | None = None  # another process building a new generation: who
+    file_bytes: int = 0  # the database file
+    free_bytes: int = 0  # free pages inside it (a rebuild's old index until compacted)
 
 
 class MemoryIndex:
@@ -480,6 +483,7 @@ class MemoryIndex:
             dirty = self._dirty_files(generation)
         cache = self.cache.count()
         building = self.generations.live_rebuild()
+        usage = space_usage(self.db)
         return IndexStatus(
             workspace=str(self.workspace),
             database=str(self.db.path),
@@ -498,6 +502,8 @@ class MemoryIndex:
             cache_entries=cache,
             dirty_files=dirty,
             rebuilding=building.describe() if building is not None else None,
+            file_bytes=usage.file_bytes,
+            free_bytes=usage.free_bytes,
         )
 
     def _dirty_files(self, generation: int | None) -> list[str]:
