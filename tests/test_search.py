@@ -472,6 +472,31 @@ def test_a_very_common_word_is_left_out_of_the_keyword_query(
     assert match == '"zeppelin"'
 
 
+def test_term_counts_are_remembered_until_the_index_changes(
+    common_words_index: MemoryIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memory import search
+    from memory.search import common_term_match
+
+    idx = common_words_index
+    counted: list[str | None] = []
+    real = search._match_count
+    monkeypatch.setattr(
+        search, "_match_count", lambda db, m, limit: counted.append(m) or real(db, m, limit)
+    )
+    common_term_match(idx.db, generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1)
+    first = len(counted)
+    common_term_match(idx.db, generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1)
+    assert len(counted) == first  # nothing counted again
+
+    note = idx.workspace / "memory" / "note21.md"
+    note.write_text("Another zeppelin, and Anna again.\n")
+    idx.sync()  # a write: every count may have changed
+    match = common_term_match(idx.db, generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1)
+
+    assert len(counted) > first and match == '"zeppelin"'
+
+
 def test_when_every_word_is_common_the_chunks_holding_all_of_them_are_ranked(
     common_words_index: MemoryIndex,
 ) -> None:
