@@ -13,13 +13,10 @@ the holes (SQLite's VACUUM: each table's pages together again).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from memory.db import BUSY_TIMEOUT_S, Database
 from memory.errors import DatabaseError
-
-log = logging.getLogger(__name__)
 
 # Compact after a rebuild when at least this share of the file is free pages.
 COMPACT_FREE_SHARE = 0.25

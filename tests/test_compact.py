@@ -15,6 +15,7 @@ from memory.db import open_database
 from memory.errors import DatabaseError
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
 from tests.test_cli import home, workspace  # noqa: F401  (fixtures)
+from tests.test_search import sqlite_vec_loads
 
 NOTES = {
     f"memory/2026-01-{day:02d}.md": f"# 2026-01-{day:02d}\n\n"
@@ -45,6 +46,11 @@ def test_a_forced_rebuild_leaves_free_pages_and_compact_gives_them_back(
 
     assert after.free_bytes == 0 and after.file_bytes < freed.file_bytes
     assert [(h.path, h.start_line) for h in idx.search("boiler Lisbon")] == before_hits
+    # A process opening it afresh (sqlite-vec answers its first search through vec0 while the
+    # vectors load; numpy reads the pack): the same results, the ids intact.
+    for backend in ("sqlite-vec", "numpy") if sqlite_vec_loads() else ("numpy",):
+        fresh = make_index(idx.workspace, use_config(vector_backend=backend))
+        assert [(h.path, h.start_line) for h in fresh.search("boiler Lisbon")] == before_hits
 
 
 def test_compacting_while_another_process_writes_is_refused_with_advice(
