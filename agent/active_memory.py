@@ -184,8 +184,8 @@ class ActiveMemory:
         if len(terms) < 2:
             return False
         try:
-            hits = self.index.search(
-                message, preset="keyword", filter=policy_for(key).search.trusted()
+            hits = self.index.search(  # a check, not a recall: no signal for Dreaming
+                message, preset="keyword", filter=policy_for(key).search.trusted(), record=False
             )
         except Exception:  # recall is a bonus: a search problem costs only this shortcut
             log.warning("The memory check for deep recall failed; skipping it", exc_info=True)

@@ -393,10 +393,12 @@ class MemoryIndex:
         now: datetime | None = None,
         scopes: Sequence[str] = ("",),
         filter: SearchFilter | None = None,
+        record: bool = True,
     ) -> list[SearchHit]:
         """Hybrid search of the active generation. An empty index is synced first.
 
         `filter` (the agent's policy) replaces `scopes` and may also limit sources and origins.
+        `record=False`: a check, not a recall: it leaves no signal for Dreaming.
         """
         if filter is not None:
             scopes = filter.scopes
@@ -437,7 +439,8 @@ class MemoryIndex:
             scopes=list(scopes),
             admits=filter.admits if filter is not None else None,
         )
-        record_recall(self.db, query, hits, now=now)  # Dreaming's signals; never blocks
+        if record:
+            record_recall(self.db, query, hits, now=now)  # Dreaming's signals; never blocks
         return hits
 
     def _embed_query(self, text: str) -> np.ndarray:

@@ -285,3 +285,22 @@ def test_the_owners_earlier_question_is_not_memory_holding_the_answer(tmp_path: 
         kit.index.sync()
     assert not memory.memory_holds(OWNER, "What's the best pizza place near the station?")
     assert memory.memory_holds(OWNER, "What's the router admin page?")
+
+
+def test_the_memory_check_leaves_no_recall_signal_for_dreaming(tmp_path: Path) -> None:
+    with FakeModelServer() as server:
+        kit, memory = router_kit(tmp_path, server)
+        kit.index.sync()
+        signals = "SELECT count(*) FROM recall_signals"
+        before = kit.index.db.execute(signals)[0][0] if _has_signals(kit) else 0
+
+        assert memory.memory_holds(OWNER, "What's the router admin address?")
+        after_check = kit.index.db.execute(signals)[0][0] if _has_signals(kit) else 0
+        kit.index.search("router admin address", preset="keyword")  # a recall records
+        after_recall = kit.index.db.execute(signals)[0][0] if _has_signals(kit) else 0
+
+    assert after_check == before and after_recall > before
+
+
+def _has_signals(kit: Kit) -> bool:
+    return bool(kit.index.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_signals'"))
