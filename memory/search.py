@@ -149,12 +149,23 @@ def keyword_candidates(
     inner = max(4 * limit, 200)
     while True:
         try:
-            boundary = _newest_rows_boundary(db, match, rank_cap) if rank_cap else None
-            ranked = db.execute(
-                "SELECT rowid, bm25(memory_fts) AS r FROM memory_fts WHERE memory_fts MATCH ? "
-                "AND rowid >= ? ORDER BY r LIMIT ?",
-                (match, boundary or 0, inner),
-            )
+            if rank_cap:
+                # The newest `rank_cap` matches with their bm25, in one pass of FTS5 in rowid
+                # order (it iterates its doclists that way), then the best `inner` of them.
+                newest = db.execute(
+                    "SELECT rowid, bm25(memory_fts) FROM memory_fts WHERE memory_fts MATCH ? "
+                    "ORDER BY rowid DESC LIMIT ?",
+                    (match, rank_cap),
+                )
+                every_match = len(newest) < rank_cap
+                ranked = sorted(newest, key=lambda row: (row[1], -row[0]))[:inner]
+            else:
+                every_match = True
+                ranked = db.execute(
+                    "SELECT rowid, bm25(memory_fts) AS r FROM memory_fts "
+                    "WHERE memory_fts MATCH ? ORDER BY r LIMIT ?",
+                    (match, inner),
+                )
         except Exception as exc:
             if is_fts_query_error(exc):
                 return []  # a query FTS5 cannot parse finds nothing by keyword
@@ -162,22 +173,12 @@ def keyword_candidates(
         allowed = _in_scope(db, [int(i) for i, _ in ranked], generation, scopes)
         kept = [(int(i), float(r)) for i, r in ranked if int(i) in allowed]
         filtered_out = len(kept) < len(ranked)
-        if len(kept) >= limit or (len(ranked) < inner and (boundary is None or not filtered_out)):
+        if len(kept) >= limit or (len(ranked) < inner and (every_match or not filtered_out)):
             return kept[:limit]
         if len(ranked) < inner and rank_cap:
             rank_cap *= 8  # the newest rows were mostly out of scope: rank more of them
         else:
             inner *= 8
-
-
-def _newest_rows_boundary(db: Database, match: str, cap: int) -> int | None:
-    """The rowid of the `cap`-th newest row `match` finds, or None when it finds fewer."""
-    rows = db.execute(
-        "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? ORDER BY rowid DESC "
-        "LIMIT 1 OFFSET ?",
-        (match, cap - 1),
-    )
-    return int(rows[0][0]) if rows else None
 
 
 def common_term_match(

@@ -482,7 +482,7 @@ def test_term_counts_are_remembered_until_the_index_changes(
     counted: list[str | None] = []
     real = search._match_count
     monkeypatch.setattr(
-        search, "_match_count", lambda db, m, limit: counted.append(m) or real(db, m, limit)
+        search, "_match_count", lambda db, m, *rest: counted.append(m) or real(db, m, *rest)
     )
     common_term_match(idx.db, generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1)
     first = len(counted)
