@@ -25,6 +25,7 @@ from agent.active_memory import ActiveMemory
 from agent.clock import Clock, load_timezone
 from agent.model import ModelClient, create_model_client, preload
 from agent.runtime import Agent
+from memory.compact import compact_if_worth_it
 from memory.errors import MemoryError_
 from memory.index import MemoryIndex
 from memory.sessions import SessionStore
@@ -52,8 +53,16 @@ class Runtime:
     _closed: bool = False
 
     async def sync_index(self) -> None:
-        """Bring the memory index up to date (raises the index's `MemoryError_` on failure)."""
-        await asyncio.to_thread(self.index.sync)
+        """Bring the memory index up to date (raises the index's `MemoryError_` on failure) and
+        get ready to search: after a rebuild that left a quarter of the file free, compact it;
+        then start reading the vectors (150 MB at 100k chunks) in the background, so the first
+        message finds them in memory. The chat and the gateway call this at start-up."""
+        try:
+            report = await asyncio.to_thread(self.index.sync)
+            if report.rebuilt:
+                await asyncio.to_thread(compact_if_worth_it, self.index.db)
+        finally:
+            await asyncio.to_thread(self.index.warm)
 
     async def start(self) -> None:
         """Sync the index and start the watcher (what a long-running process does first).
@@ -63,8 +72,6 @@ class Runtime:
             await self.sync_index()
         except MemoryError_ as exc:
             log.warning("The memory index could not be updated: %s", exc)
-        # The first search then finds the vectors read (150 MB at 100k chunks) or being read.
-        await asyncio.to_thread(self.index.warm)
         self.watcher.start()
 
     async def aclose(self) -> None:

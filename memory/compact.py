@@ -13,10 +13,13 @@ the holes (SQLite's VACUUM: each table's pages together again).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from memory.db import BUSY_TIMEOUT_S, Database
 from memory.errors import DatabaseError
+
+log = logging.getLogger(__name__)
 
 # Compact after a rebuild when at least this share of the file is free pages.
 COMPACT_FREE_SHARE = 0.25
@@ -68,3 +71,22 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
     return space_usage(db)
+
+
+def compact_if_worth_it(db: Database) -> SpaceUsage | None:
+    """Compact when at least COMPACT_FREE_SHARE of the file is free (after a rebuild); best
+    effort: a busy database is logged and left for `pinch memory compact`. None: not done."""
+    before = space_usage(db)
+    if not before.worth_compacting:
+        return None
+    log.info(
+        "Compacting %s: %d of %d bytes free after a rebuild",
+        db.path,
+        before.free_bytes,
+        before.file_bytes,
+    )
+    try:
+        return compact(db)
+    except DatabaseError as exc:
+        log.warning("%s", exc)
+        return None

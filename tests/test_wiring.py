@@ -64,3 +64,50 @@ def test_closing_a_runtime_twice_is_harmless_and_closes_the_database(settings: S
             runtime.index.db.execute("SELECT 1")
 
     asyncio.run(open_and_close())
+
+
+def test_the_start_up_sync_compacts_after_a_rebuild_and_starts_reading_the_vectors(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, use_model: None
+) -> None:
+    from memory import vectors
+    from memory.compact import space_usage
+    from memory.config import ChunkingConfig, EmbeddingConfig
+
+    initialise(settings, TEMPLATE_DIR)
+    notes = settings.workspace_dir / "memory"
+    for day in range(1, 21):
+        lines = "\n".join(f"- Note {day}-{i} about the garden and the boiler." for i in range(30))
+        (notes / f"2026-01-{day:02d}.md").write_text(f"# 2026-01-{day:02d}\n\n{lines}\n")
+    with_vectors = settings.model_copy(
+        update={
+            "memory": settings.memory.model_copy(
+                update={"embedding": EmbeddingConfig(provider="use")}
+            )
+        }
+    )
+    preloaded: list[int] = []
+    real = vectors._MatrixCache.preload
+    monkeypatch.setattr(
+        vectors._MatrixCache,
+        "preload",
+        lambda self, generation: preloaded.append(generation) or real(self, generation),
+    )
+
+    async def start(config: Settings) -> float:
+        async with await build_runtime(config) as runtime:
+            await runtime.sync_index()
+            return space_usage(runtime.index.db).free_share
+
+    rechunked = with_vectors.model_copy(
+        update={
+            "memory": with_vectors.memory.model_copy(
+                update={"chunking": ChunkingConfig(tokens=300, overlap=60)}
+            )
+        }
+    )
+    asyncio.run(start(with_vectors))
+    # New chunking: the start-up sync rebuilds, the old index's pages are freed, it compacts.
+    free_after_rebuild = asyncio.run(start(rechunked))
+
+    assert free_after_rebuild < 0.25
+    assert preloaded  # the vectors are being read before the first message
