@@ -9,13 +9,16 @@ test can read or write the developer's ~/.pinch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from memory.config import EmbeddingConfig, MemoryConfig
+from memory.db import Database, open_database
 from memory.embeddings import create_provider
 from memory.index import MemoryIndex
 
@@ -95,3 +98,32 @@ def make_index(tmp_path: Path) -> Iterator[IndexFactory]:
     for idx in opened:
         with contextlib.suppress(Exception):  # a test may have closed it already
             idx.close()
+
+
+@functools.cache
+def sqlite_vec_loads() -> bool:
+    """Whether this Python's SQLite can load sqlite-vec (pysqlite3 wheels exist for x86_64)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        db = open_database(Path(tmp) / "probe.sqlite")
+        try:
+            return db.vec_version is not None
+        finally:
+            db.close()
+
+
+@pytest.fixture
+def vec_db(tmp_path: Path) -> Iterator[Database]:
+    """An agent database with sqlite-vec loaded (skips where it cannot load)."""
+    if not sqlite_vec_loads():
+        pytest.skip("sqlite-vec cannot be loaded by this Python's SQLite")
+    db = open_database(tmp_path / "agent.sqlite")
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def numpy_db(tmp_path: Path) -> Iterator[Database]:
+    """An agent database using the numpy vector backend."""
+    db = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
+    yield db
+    db.close()

@@ -13,9 +13,8 @@ from app.cli import main
 from memory.compact import compact, space_usage
 from memory.db import open_database
 from memory.errors import DatabaseError
-from tests.conftest import IndexFactory, WorkspaceFactory, use_config
+from tests.conftest import IndexFactory, WorkspaceFactory, sqlite_vec_loads, use_config
 from tests.test_cli import home, workspace  # noqa: F401  (fixtures)
-from tests.test_search import sqlite_vec_loads
 
 NOTES = {
     f"memory/2026-01-{day:02d}.md": f"# 2026-01-{day:02d}\n\n"

@@ -6,7 +6,6 @@ Real SQLite files, the real stores (and sqlite-vec where it loads), small vector
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,25 +23,8 @@ from tests.test_vectors import (
     insert_chunks,
     make_store,
     reader_statements,
-    sqlite_vec_loads,
     unit_rows,
 )
-
-
-@pytest.fixture
-def vec_db(tmp_path: Path) -> Iterator[Database]:
-    if not sqlite_vec_loads():
-        pytest.skip("sqlite-vec cannot be loaded by this Python's SQLite")
-    db = open_database(tmp_path / "agent.sqlite")
-    yield db
-    db.close()
-
-
-@pytest.fixture
-def numpy_db(tmp_path: Path) -> Iterator[Database]:
-    db = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
-    yield db
-    db.close()
 
 
 @pytest.fixture(autouse=True)

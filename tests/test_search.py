@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +14,13 @@ from memory.errors import IndexCorruptError
 from memory.index import MemoryIndex
 from memory.presets import PRESETS, get_preset
 from memory.search import SearchHit
-from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config, use_config
+from tests.conftest import (
+    IndexFactory,
+    WorkspaceFactory,
+    keyword_config,
+    sqlite_vec_loads,
+    use_config,
+)
 
 NOW = datetime(2026, 1, 2, 12, 0)
 
@@ -50,16 +55,6 @@ def keyword_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemoryIn
     idx = build(tmp_path_factory.mktemp("keyword"), CORPUS, keyword_config())
     yield idx
     idx.close()
-
-
-def sqlite_vec_loads() -> bool:
-    """Whether this Python's SQLite can load sqlite-vec (pysqlite3 wheels exist for x86_64)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        db = open_database(Path(tmp) / "probe.sqlite")
-        try:
-            return db.vec_version is not None
-        finally:
-            db.close()
 
 
 def require_backend(backend: str) -> None:

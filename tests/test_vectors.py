@@ -3,10 +3,9 @@ scope, and see writes. Real SQLite files, random unit vectors, no model."""
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +18,6 @@ from memory.vectors import NumpyStore, SqliteVecStore, VectorStore, matrix_table
 from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config, use_config
 
 DIMS = 32
-
-
-def sqlite_vec_loads() -> bool:
-    with tempfile.TemporaryDirectory() as tmp:
-        db = open_database(Path(tmp) / "probe.sqlite")
-        try:
-            return db.vec_version is not None
-        finally:
-            db.close()
 
 
 def unit_rows(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -64,22 +54,6 @@ def bump_version(conn: object) -> None:
         "INSERT INTO meta(key, value) VALUES ('index_version', '1') ON CONFLICT(key) "
         "DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT)"
     )
-
-
-@pytest.fixture
-def vec_db(tmp_path: Path) -> Iterator[Database]:
-    if not sqlite_vec_loads():
-        pytest.skip("sqlite-vec cannot be loaded by this Python's SQLite")
-    db = open_database(tmp_path / "agent.sqlite")
-    yield db
-    db.close()
-
-
-@pytest.fixture
-def numpy_db(tmp_path: Path) -> Iterator[Database]:
-    db = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
-    yield db
-    db.close()
 
 
 def test_both_backends_return_the_same_chunks_and_scores(vec_db: Database, tmp_path: Path) -> None:
