@@ -194,8 +194,8 @@ def common_term_match(
     """
     if len(terms) < 2:
         return fts_match_expression(terms)
-    limit = int(max(share * total_chunks(db, generation), floor or COMMON_TERM_FLOOR))
     version = _index_version(db)
+    limit = int(max(share * total_chunks(db, generation, version), floor or COMMON_TERM_FLOOR))
     counts = [_term_count(db, version, t, limit + 1) for t in terms]
     kept = [t for t, n in zip(terms, counts, strict=True) if 0 < n <= limit]
     if kept:
@@ -253,10 +253,9 @@ def _term_count(db: Database, version: str, term: str, limit: int) -> int:
     return n
 
 
-def total_chunks(db: Database, generation: int) -> int:
-    """Chunks in the generation, remembered per index version (counting 100k rows takes ms)."""
-    version = db.execute("SELECT value FROM meta WHERE key = 'index_version'")
-    key = (str(db.path), generation, version[0][0] if version else "0")
+def total_chunks(db: Database, generation: int, version: str) -> int:
+    """Chunks in the generation, remembered per index `version` (counting 100k rows takes ms)."""
+    key = (str(db.path), generation, version)
     if key not in _chunk_counts:
         if len(_chunk_counts) > 64:
             _chunk_counts.clear()
