@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from memory.db import BUSY_TIMEOUT_S, Database
+from memory.db import BUSY_TIMEOUT_S, Database, is_busy
 from memory.errors import DatabaseError
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
             # The rewrite went through the WAL: fold it back so the file is the whole story.
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except Exception as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
+            if is_busy(exc):
                 raise DatabaseError(
                     f"Could not compact {db.path} now: another process is writing to it (a "
                     "Pinch gateway or chat?). Nothing changed; run `pinch memory compact` "

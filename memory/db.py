@@ -72,7 +72,8 @@ def _locked_message(path: Path) -> str:
     )
 
 
-def _is_busy(exc: Exception) -> bool:
+def is_busy(exc: Exception) -> bool:
+    """Whether SQLite refused because another connection holds the lock it needs."""
     return "locked" in str(exc) or "busy" in str(exc)
 
 
@@ -147,7 +148,7 @@ class Database:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except Exception as exc:
-                if _is_busy(exc):
+                if is_busy(exc):
                     raise DatabaseError(_locked_message(self.path)) from exc
                 raise self._corrupt_or(exc) from exc
             try:
@@ -248,7 +249,7 @@ def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
         apply_migrations(conn)
     except driver.DatabaseError as exc:
         message = str(exc)
-        if _is_busy(exc):
+        if is_busy(exc):
             raise DatabaseError(_locked_message(path)) from exc
         if is_corruption(exc):
             raise DatabaseCorruptError(corruption_advice(path, message)) from exc
