@@ -6,7 +6,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from memory.text import estimate_tokens
+from memory.text import estimate_tokens, strip_comments
 
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 _IMPORTANCE = re.compile(r"<!--\s*importance:\s*([0-9])\s*-->", re.IGNORECASE)
@@ -183,7 +183,8 @@ _LIST_ITEM = re.compile(r"^\s{0,3}(?:[-*+]|\d{1,3}[.)])\s")
 
 def split_units(chunk: Chunk) -> list[Unit]:
     """The chunk's passages: a heading goes with the paragraph after it; paragraphs longer than
-    UNIT_MAX_CHARS are cut at lines, short neighbouring lines grouped up to UNIT_MIN_CHARS."""
+    UNIT_MAX_CHARS are cut at lines, short neighbouring lines grouped up to UNIT_MIN_CHARS. A
+    passage's text leaves out comments (`strip_comments`); one that was only comments has none."""
     lines = chunk.text.split("\n")
     paragraphs: list[list[tuple[int, str]]] = []
     current: list[tuple[int, str]] = []
@@ -230,6 +231,8 @@ def split_units(chunk: Chunk) -> list[Unit]:
             groups.append(group)
     units = []
     for g in groups:
-        text = "\n".join(x for _, x in g)
-        units.append(Unit(g[0][0], g[-1][0], text, hash_text(text)))
+        # What the model embeds: the passage without its comments (markers, template guidance).
+        text = strip_comments("\n".join(x for _, x in g)).strip()
+        if text:
+            units.append(Unit(g[0][0], g[-1][0], text, hash_text(text)))
     return units

@@ -63,8 +63,8 @@ __all__ = [
     "VirtualChunk",
 ]
 
-TOKENIZER_VERSION = "pinch-fts-v1"  # bump when fts_body() or chunking rules change
-PASSAGES_VERSION = "units-v3"  # bump when split_units() or how passages are stored changes
+TOKENIZER_VERSION = "pinch-fts-v2"  # bump when fts_body() or chunking rules change
+PASSAGES_VERSION = "units-v4"  # bump when split_units() or how passages are stored changes
 
 # Chunk sources that no workspace file backs (conversation transcripts, memory/transcripts.py):
 # an incremental sync never removes them, and a rebuild re-creates them through `rebuild_hooks`.

@@ -37,6 +37,25 @@ CJK_STOP_BIGRAMS = frozenset(
 )
 
 
+_COMMENT = re.compile(r"<!--(.*?)-->", re.DOTALL)
+_TRIGGER_TERMS = re.compile(r"\s*trigger:\s*(.*?)\s*", re.IGNORECASE | re.DOTALL)
+
+
+def strip_comments(text: str) -> str:
+    """`text` as search reads it, without its HTML comments: Pinch's markers (origin and session,
+    source, importance, observed) and the templates' guidance are about the text, not in it, and
+    their words and ids would match queries and blur the passage's embedding. A trigger marker
+    keeps its terms: they are the owner's own words for when the entry matters."""
+    if "<!--" not in text:
+        return text
+
+    def keep(m: re.Match[str]) -> str:
+        trigger = _TRIGGER_TERMS.fullmatch(m.group(1))
+        return trigger.group(1) if trigger else ""
+
+    return _COMMENT.sub(keep, text)
+
+
 def estimate_tokens(text: str) -> int:
     """Rough token count weighing CJK properly: ~1 token per CJK character, ~4 chars otherwise."""
     if not text:
@@ -46,8 +65,9 @@ def estimate_tokens(text: str) -> int:
 
 
 def fts_body(text: str) -> str:
-    """The text as stored in the FTS5 column: CJK characters separated by spaces."""
-    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
+    """The text as stored in the FTS5 column: comments stripped (`strip_comments`), CJK
+    characters separated by spaces."""
+    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", strip_comments(text))
 
 
 def query_terms(query: str, *, drop_stopwords: bool = True) -> list[str]:
@@ -116,9 +136,10 @@ def normalised_runs(text: str) -> list[str]:
 
 @lru_cache(maxsize=65536)
 def line_terms(text: str) -> frozenset[str]:
-    """Stemmed words and CJK bigrams/unigrams of a line, for scoring lines against a query."""
+    """Stemmed words and CJK bigrams/unigrams of a line, for scoring lines against a query
+    (its comments left out, as `strip_comments`)."""
     out: set[str] = set()
-    for token in _TOKEN.findall(text):
+    for token in _TOKEN.findall(strip_comments(text)):
         if CJK_CHAR.match(token):
             out.update(token)
             out.update(token[i : i + 2] for i in range(len(token) - 1))

@@ -6,8 +6,8 @@ import itertools
 import random
 import time
 
-from memory.chunking import chunk_markdown, hash_text, is_heading
-from memory.text import estimate_tokens
+from memory.chunking import chunk_markdown, hash_text, is_heading, split_units
+from memory.text import estimate_tokens, strip_comments
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
 
@@ -229,3 +229,30 @@ def test_pieces_of_a_long_line_cover_it_once_without_overlap_inside_a_chunk() ->
     chunks = chunk_markdown(line + "\n", tokens=100, overlap=0)
 
     assert "".join(c.text.replace("\n", "") for c in chunks) == line
+
+
+def test_passages_leave_out_comments_but_keep_trigger_terms() -> None:
+    text = (
+        "# Session 2026-12-01 06:25 – 06:40\n"
+        "<!-- session: 58bf5655f06143af | key: main:cli:direct:owner | messages: 15 -->\n"
+        "\n"
+        "- Booked the ferry for Friday. <!-- origin: agent · session: 3f2a9c -->\n"
+        "- Anna is allergic to peanuts. <!-- trigger: Anna, allergy --> <!-- importance: 4 -->\n"
+        "\n"
+        "<!-- Communication style, formats, likes and dislikes. -->\n"
+    )
+    chunk = chunk_markdown(text)[0]
+    units = split_units(chunk)
+    embedded = "\n".join(u.text for u in units)
+
+    assert "<!--" not in embedded and "3f2a9c" not in embedded and "likes" not in embedded
+    assert "Booked the ferry for Friday." in embedded
+    assert "Anna is allergic to peanuts. Anna, allergy" in embedded
+    # The comment-only paragraph is no passage at all; each list item is one.
+    assert [(u.start_line, u.end_line) for u in units] == [(1, 2), (4, 4), (5, 5)]
+    assert all(u.hash == hash_text(u.text) for u in units)
+
+
+def test_strip_comments_leaves_text_without_a_whole_comment_alone() -> None:
+    assert strip_comments("a --> b and <!-- unclosed") == "a --> b and <!-- unclosed"
+    assert strip_comments("x <!--\nmulti\nline\n--> y") == "x  y"

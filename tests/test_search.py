@@ -321,19 +321,32 @@ def test_presets_without_decay_rank_identical_logs_equally(dated_index: MemoryIn
     assert len({round(h.score, 9) for h in hits}) == 1
 
 
+GARAGE = "memory/garage.md"
+
+
 def test_an_importance_marker_lifts_its_chunk(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
     key = "The spare key is under the blue flowerpot."
     ws = make_workspace(
-        {"memory/plain.md": f"{key}\n", "memory/marked.md": f"{key} <!-- importance: 5 -->\n"}
+        {
+            "memory/plain.md": f"{key}\n",
+            "memory/marked.md": f"{key} <!-- importance: 5 -->\n",
+            # The best keyword match, so that the two above score below 1.
+            "memory/garage.md": "The spare key to the garage: the spare key hangs in the garage.\n",
+        }
     )
     idx = make_index(ws, keyword_config())
     idx.sync()
     without = get_preset("pinch").with_overrides(importance_weight=0.0)
 
-    assert paths(idx.search("spare key", preset=without, now=NOW))[0] == "memory/plain.md"
-    assert paths(idx.search("spare key", preset="pinch", now=NOW))[0] == "memory/marked.md"
+    # The marker is not text: without its weight the two chunks score the same…
+    plain = [h for h in idx.search("spare key", preset=without, now=NOW) if h.path != GARAGE]
+    assert len(plain) == 2 and plain[0].score == plain[1].score
+    # …and with it the marked one comes first.
+    hits = [h for h in idx.search("spare key", preset="pinch", now=NOW) if h.path != GARAGE]
+    assert paths(hits)[0] == "memory/marked.md"
+    assert hits[0].score > hits[1].score
 
 
 def test_mmr_prefers_a_different_chunk_over_a_near_duplicate(
@@ -514,3 +527,28 @@ def test_the_rank_cap_ranks_only_the_newest_matching_chunks(
     found = keyword_candidates(idx.db, generation_of(idx), '"anna"', 10, [""], rank_cap=3)
 
     assert sorted(i for i, _ in found) == newest
+
+
+def test_marker_words_do_not_match_a_query(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    """Pinch's markers and a template's guidance are not text: a question about a key finds the
+    note about the key, not every session note whose header says `key: …`."""
+    ws = make_workspace(
+        {
+            "memory/2026-11-30-chat.md": (
+                "# Session 2026-11-30 10:00 – 10:20\n"
+                "<!-- session: 58bf5655 | key: main:cli:direct:owner | messages: 4 -->\n\n"
+                "**Owner** (10:01): Let's plan the weekend.\n"
+            ),
+            "USER.md": "## Preferences\n<!-- Communication style, likes and dislikes. -->\n",
+            "memory/notes.md": "The spare key is under the blue flowerpot.\n",
+        }
+    )
+    idx = make_index(ws, keyword_config())
+    idx.sync()
+
+    assert paths(idx.search("where is the spare key", preset="keyword", now=NOW)) == [
+        "memory/notes.md"
+    ]
+    assert idx.search("dislikes", preset="keyword", now=NOW) == []
