@@ -470,7 +470,10 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
 
 @memory.command("dream")
 @click.option(
-    "--dry-run", is_flag=True, help="Show what would be promoted and why not; write nothing."
+    "--dry-run",
+    is_flag=True,
+    help="Show what would be promoted and why not (with --undo: what would be restored); "
+    "write nothing.",
 )
 @click.option(
     "--phase",
@@ -479,29 +482,52 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
     show_default=True,
     help="Stop after this phase (light: staged notes; rem: recall figures; deep: the gate).",
 )
-@click.option("--undo", is_flag=True, help="Restore MEMORY.md as it was before the last dream.")
+@click.option(
+    "--undo",
+    is_flag=True,
+    help="Restore MEMORY.md as it was before the last dream (works with dreaming disabled).",
+)
+@click.pass_context
 @friendly_errors
-def memory_dream(dry_run: bool, phase: str, undo: bool) -> None:
+def memory_dream(ctx: click.Context, dry_run: bool, phase: str, undo: bool) -> None:
     """Consolidate often-recalled notes into MEMORY.md (what the nightly job does)."""
     import asyncio
 
     from app.dreaming import dream_once
     from app.terminal import printable
 
+    if undo and ctx.get_parameter_source("phase") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--undo restores the last dream's saved copy; it takes no --phase.")
     settings = _settings()
     if undo:
-        from memory.dreaming import undo_last
-
-        if not settings.dreaming.enabled:
-            _fail("Dreaming is disabled ([dreaming] enabled = false): nothing was done.")
-        idx = _open_index(settings)
-        try:
-            click.echo(undo_last(idx.db, settings.workspace_dir))
-        finally:
-            idx.close()
+        _undo_dream(settings, dry_run=dry_run)
         return
+    if not settings.dreaming.enabled and not dry_run:
+        _fail(
+            "Dreaming is disabled ([dreaming] enabled = false, or PINCH_DREAMING__ENABLED=false), "
+            "so nothing was done. To dream, set enabled = true under [dreaming] in "
+            f"{settings.config_path}. `pinch memory dream --undo` works either way."
+        )
     report = asyncio.run(dream_once(settings, phase=phase, dry_run=dry_run))  # type: ignore[arg-type]
     for line in report.lines():
+        click.echo(printable(line))
+
+
+def _undo_dream(settings: Settings, *, dry_run: bool) -> None:
+    """`--undo`: allowed with dreaming disabled, so a dream that did harm can be undone after
+    turning dreaming off."""
+    from app.terminal import printable
+    from memory.dreaming import plan_undo, undo_last
+
+    idx = _open_index(settings)
+    try:
+        if dry_run:
+            lines = plan_undo(idx.db, settings.workspace_dir).lines()
+        else:
+            lines = [undo_last(idx.db, settings.workspace_dir)]
+    finally:
+        idx.close()
+    for line in lines:
         click.echo(printable(line))
 
 

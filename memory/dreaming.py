@@ -503,32 +503,107 @@ def finish_run(
         )
 
 
-def undo_last(db: Database, workspace: Path) -> str:
-    """Restore MEMORY.md from the last dream's preimage; returns what was done.
+@dataclass(frozen=True)
+class UndoPlan:
+    """What `pinch memory dream --undo` would do: put `restored` (the preimage of dream
+    `run_id`, saved as `preimage`) back in place of `current`."""
 
-    Refused (WorkspaceError) when MEMORY.md changed since that dream wrote it."""
+    run_id: int
+    preimage: str
+    started_at: float
+    restored: str
+    current: str | None
+    post_hash: str
+
+    @property
+    def coming_back(self) -> list[str]:
+        """Entries of the preimage that MEMORY.md no longer has (superseded by the dream)."""
+        return _missing_from(self.restored, self.current or "")
+
+    @property
+    def going(self) -> list[str]:
+        """Entries of MEMORY.md that the preimage does not have (added by the dream)."""
+        return _missing_from(self.current or "", self.restored)
+
+    def lines(self) -> list[str]:
+        when = datetime.fromtimestamp(self.started_at).astimezone()
+        back, going = self.coming_back, self.going
+        return [
+            f"Would restore MEMORY.md from {self.preimage} (the copy saved by dream "
+            f"#{self.run_id} of {when:%Y-%m-%d %H:%M}):",
+            f"{_entries_count(len(going))} would go:",
+            *(f"  {line}" for line in going),
+            f"{_entries_count(len(back))} would come back:",
+            *(f"  {line}" for line in back),
+            "Nothing was changed (dry run).",
+        ]
+
+
+def _entries_count(n: int) -> str:
+    return f"{n} entry" if n == 1 else f"{n} entries"
+
+
+def _missing_from(text: str, other: str) -> list[str]:
+    """Entries of `text` that `other` lacks (counted: a duplicate line counts twice)."""
+    left = Counter(line.strip() for _, line in memory_entries(other))
+    out = []
+    for _, line in memory_entries(text):
+        if left[line.strip()]:
+            left[line.strip()] -= 1
+        else:
+            out.append(line.strip())
+    return out
+
+
+def plan_undo(db: Database, workspace: Path) -> UndoPlan:
+    """The undo of the last dream that wrote MEMORY.md, not yet done.
+
+    Raises WorkspaceError when there is none, or when MEMORY.md was edited since that dream
+    wrote it (undoing would lose the edit)."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'dream_runs'"):
+        raise WorkspaceError("There is no dream to undo.")  # never dreamed: create nothing
     apply_dreaming_migrations(db)
     rows = db.execute(
-        "SELECT id, preimage, post_hash, preimage_text FROM dream_runs "
+        "SELECT id, preimage, post_hash, preimage_text, started_at FROM dream_runs "
         "WHERE preimage_text IS NOT NULL AND undone_at IS NULL ORDER BY id DESC LIMIT 1"
     )
     if not rows:
         raise WorkspaceError("There is no dream to undo.")
-    run_id, preimage, post_hash = int(rows[0][0]), str(rows[0][1]), str(rows[0][2])
-    old = str(rows[0][3])
+    run_id, preimage, post_hash, old, started = rows[0]
+    plan = UndoPlan(
+        int(run_id),
+        str(preimage),
+        float(started),
+        str(old),
+        _read_text(workspace, MEMORY_FILE),
+        str(post_hash),
+    )
+    _check_unedited(plan, plan.current)
+    return plan
+
+
+def _check_unedited(plan: UndoPlan, current: str | None) -> None:
+    if content_hash(current) != plan.post_hash:
+        raise WorkspaceError(
+            "MEMORY.md was edited after the last dream, so undo would lose those edits; "
+            f"nothing was changed. The pre-dream copy is {plan.preimage}."
+        )
+
+
+def undo_last(db: Database, workspace: Path) -> str:
+    """Restore MEMORY.md from the last dream's preimage; returns what was done.
+
+    Refused (WorkspaceError) when MEMORY.md changed since that dream wrote it."""
+    plan = plan_undo(db, workspace)
     target = workspace / MEMORY_FILE
     with _write_lock, _pinned(workspace, target) as pinned:
         current = _read_text(workspace, MEMORY_FILE)
-        if content_hash(current) != post_hash:
-            raise WorkspaceError(
-                "MEMORY.md was edited after the last dream, so undo would lose those edits; "
-                f"nothing was changed. The pre-dream copy is {preimage}."
-            )
-        if not _atomic_write(pinned, old.encode("utf-8"), check=True, expect=current):
+        _check_unedited(plan, current)
+        if not _atomic_write(pinned, plan.restored.encode("utf-8"), check=True, expect=current):
             raise WorkspaceError("MEMORY.md changed during the undo; nothing was changed.")
     with db.transaction() as conn:
-        conn.execute("UPDATE dream_runs SET undone_at = ? WHERE id = ?", (time.time(), run_id))
-    return f"MEMORY.md restored from {preimage} (dream #{run_id} undone)."
+        conn.execute("UPDATE dream_runs SET undone_at = ? WHERE id = ?", (time.time(), plan.run_id))
+    return f"MEMORY.md restored from {plan.preimage} (dream #{plan.run_id} undone)."
 
 
 def last_runs(db: Database, n: int = 5) -> list[dict[str, Any]]:
