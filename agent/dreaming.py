@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,7 +22,12 @@ from pathlib import Path
 from typing import Literal
 
 from agent.model_base import ModelClient
-from agent.model_errors import ModelError
+from agent.model_errors import (
+    AuthenticationFailedError,
+    MissingKeyError,
+    ModelError,
+    UnknownModelError,
+)
 from agent.prompts import render
 from agent.types import Message, ModelRequest
 from memory.db import Database
@@ -53,6 +59,8 @@ Phase = Literal["light", "rem", "deep"]
 ANSWER_TOKENS = 60
 DISABLED_NOTE = "Dreaming is disabled ([dreaming] enabled = false): nothing was done."
 _JSON = re.compile(r"\{.*?\}", re.DOTALL)
+# A model that fails like this fails every call alike: the run stops before writing anything.
+OWNER_MUST_FIX = (MissingKeyError, AuthenticationFailedError, UnknownModelError)
 
 
 @dataclass
@@ -155,7 +163,9 @@ async def dream(
     before_write: Callable[[], None] | None = None,
 ) -> DreamReport:
     """One dream. Light and REM only read; deep asks the model (if any) and, unless `dry_run`,
-    writes MEMORY.md and DREAMS.md. Raises DreamBusyError if another run holds the lease."""
+    writes MEMORY.md and DREAMS.md. Raises DreamBusyError if another run holds the lease, and
+    the model's error, before anything is written, when it fails in a way every call would
+    (`OWNER_MUST_FIX`: no key, key rejected, unknown model)."""
     report = DreamReport(phase, dry_run)
     if not config.enabled:
         report.ran = False
@@ -193,7 +203,7 @@ async def _phases(
     passing = gate(report.candidates, config)
     if report.phase == "rem":
         return
-    run_id = None if report.dry_run else await asyncio.to_thread(start_run, db, "deep")
+    started = time.time()
     before = await asyncio.to_thread(_read_text, workspace, MEMORY_FILE)
     entries = [line for _, line in memory_entries(before or "")]
     for r in passing:
@@ -216,6 +226,8 @@ async def _phases(
             report.model_calls += 1
             try:
                 decision, used = await choose(model, r, entries, config.max_tokens - report.tokens)
+            except OWNER_MUST_FIX:
+                raise  # every other call would fail the same way: stop, write nothing
             except ModelError as exc:
                 report.skipped[r.candidate.key] = f"model error: {exc}"
                 continue
@@ -228,6 +240,7 @@ async def _phases(
         report.decisions.append(decision)
     if report.dry_run:
         return
+    run_id = await asyncio.to_thread(start_run, db, "deep", started_at=started)
     # Signals older than what a candidate can still be staged from are of no further use.
     oldest = (now.date() - timedelta(days=2 * config.lookback_days)).isoformat()
     await asyncio.to_thread(prune_signals, db, oldest)
@@ -243,7 +256,6 @@ async def _phases(
             before_write=before_write,
         )
         report.note = report.write.note
-    assert run_id is not None
     await asyncio.to_thread(
         finish_run,
         db,

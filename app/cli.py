@@ -493,6 +493,7 @@ def memory_dream(ctx: click.Context, dry_run: bool, phase: str, undo: bool) -> N
     """Consolidate often-recalled notes into MEMORY.md (what the nightly job does)."""
     import asyncio
 
+    from agent.model_errors import ModelError
     from app.dreaming import dream_once
     from app.terminal import printable
 
@@ -508,7 +509,14 @@ def memory_dream(ctx: click.Context, dry_run: bool, phase: str, undo: bool) -> N
             "so nothing was done. To dream, set enabled = true under [dreaming] in "
             f"{settings.config_path}. `pinch memory dream --undo` works either way."
         )
-    report = asyncio.run(dream_once(settings, phase=phase, dry_run=dry_run))  # type: ignore[arg-type]
+    try:
+        report = asyncio.run(dream_once(settings, phase=phase, dry_run=dry_run))  # type: ignore[arg-type]
+    except ModelError as exc:
+        _fail(
+            f"Dreaming needs the model, and it cannot be used: {exc}. Nothing was written. "
+            "`pinch memory dream --dry-run` shows what would be promoted without a model."
+        )
+        return
     for line in report.lines():
         click.echo(printable(line))
 

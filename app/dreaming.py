@@ -13,7 +13,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from agent.dreaming import DISABLED_NOTE, DreamReport, Phase, dream
-from agent.model import ModelClient, create_model_client
+from agent.model import ModelClient, check_key, create_model_client
+from agent.model_errors import ModelError
 from memory.dreaming import DreamBusyError
 
 if TYPE_CHECKING:
@@ -33,24 +34,30 @@ async def dream_once(
     dry_run: bool = False,
     model: ModelClient | None = None,
 ) -> DreamReport:
-    """One dream over the configured workspace and agent database."""
+    """One dream over the configured workspace and agent database.
+
+    Raises `ModelError` before anything is read or written when a dream that needs the model
+    cannot call it (no API key), and when the model refuses the first call for a reason the
+    owner must fix (key rejected, unknown model)."""
     if not settings.dreaming.enabled:
         return DreamReport(phase, dry_run, ran=False, note=DISABLED_NOTE)
+    needs_model = phase == "deep" and not dry_run
+    if needs_model and model is None:
+        model = create_model_client(
+            settings.agent.model,
+            fallbacks=settings.agent.fallback_models,
+            api_base=settings.agent.api_base,
+            timeout_s=settings.agent.timeout_s,
+            max_retries=settings.agent.max_retries,
+        )
+    if needs_model and model is not None:
+        await check_key(model)
     from memory.index import MemoryIndex
 
     index = await asyncio.to_thread(
         MemoryIndex.open, settings.workspace_dir, settings.database_path, settings.memory
     )
     try:
-        needs_model = phase == "deep" and not dry_run
-        if needs_model and model is None:
-            model = create_model_client(
-                settings.agent.model,
-                fallbacks=settings.agent.fallback_models,
-                api_base=settings.agent.api_base,
-                timeout_s=settings.agent.timeout_s,
-                max_retries=settings.agent.max_retries,
-            )
         return await dream(
             index.db,
             settings.workspace_dir,
@@ -70,6 +77,9 @@ async def run_dream(settings: Settings) -> None:
         report = await dream_once(settings)
     except DreamBusyError as exc:
         log.info("Nightly dream skipped: %s", exc)
+        return
+    except ModelError as exc:
+        log.error("The nightly dream did not run: %s", exc)
         return
     except Exception:
         log.exception("The nightly dream failed")

@@ -467,11 +467,10 @@ def release_lease(db: Database, holder: str) -> None:
         conn.execute("DELETE FROM dream_lease WHERE name = ? AND holder = ?", (LEASE_NAME, holder))
 
 
-def start_run(db: Database, phase: str) -> int:
+def start_run(db: Database, phase: str, *, started_at: float | None = None) -> int:
+    at = time.time() if started_at is None else started_at
     with db.transaction() as conn:
-        cur = conn.execute(
-            "INSERT INTO dream_runs(started_at, phase) VALUES (?, ?)", (time.time(), phase)
-        )
+        cur = conn.execute("INSERT INTO dream_runs(started_at, phase) VALUES (?, ?)", (at, phase))
         return int(cur.lastrowid)
 
 

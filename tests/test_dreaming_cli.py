@@ -101,6 +101,41 @@ def test_undo_with_a_phase_is_a_usage_error(home: Path, server: FakeModelServer)
     assert NOTE in memory_md(home)  # nothing was undone
 
 
+# ---- the model cannot be used -----------------------------------------------------------------
+
+
+def test_a_dream_without_an_api_key_stops_before_anything_happens(
+    home: Path, server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    result = pinch("memory", "dream")
+    assert result.exit_code == 1
+    assert "ANTHROPIC_API_KEY is not set" in result.output
+    assert "--dry-run" in result.output  # what still works without a key
+    assert "skipped" not in result.output
+    assert memory_md(home) == MEMORY
+    assert not (home / "workspace" / "DREAMS.md").exists()
+    assert dream_runs(home) == 0 and server.requests == []
+
+
+def test_a_rejected_api_key_stops_the_dream_at_the_first_call(
+    home: Path, server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "wrong-key")
+    result = pinch("memory", "dream")
+    assert result.exit_code == 1
+    assert "rejected the API key" in result.output
+    assert memory_md(home) == MEMORY
+    assert not (home / "workspace" / "DREAMS.md").exists()
+
+
+def test_a_dry_run_needs_no_api_key(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    result = pinch("memory", "dream", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "window seats" in result.output and "would be added" in result.output
+
+
 # ---- dreaming turned off ----------------------------------------------------------------------
 
 
@@ -125,4 +160,3 @@ def test_undo_still_works_after_dreaming_is_turned_off(
     assert result.exit_code == 0, result.output
     assert "restored" in result.output
     assert memory_md(home) == MEMORY
-
