@@ -40,6 +40,7 @@ from memory.dreaming import (
     acquire_lease,
     append_diary,
     build_append,
+    check_writable,
     finish_run,
     gate,
     memory_entries,
@@ -204,6 +205,8 @@ async def _phases(
     if report.phase == "rem":
         return
     started = time.time()
+    if not report.dry_run:  # before any model call and any write
+        await asyncio.to_thread(check_writable, workspace)
     before = await asyncio.to_thread(_read_text, workspace, MEMORY_FILE)
     entries = [line for _, line in memory_entries(before or "")]
     for r in passing:

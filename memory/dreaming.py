@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 import uuid
@@ -411,6 +412,29 @@ def write_memory(
                     current or "",
                 )
     raise WorkspaceError("MEMORY.md kept changing during the dream; nothing was written.")
+
+
+def check_writable(workspace: Path) -> None:
+    """Raise WorkspaceError unless a dream can write everything it writes: MEMORY.md and
+    DREAMS.md readable as UTF-8 (each is rewritten from what it holds) and their folders, and
+    that of the preimages, writable (an atomic replace writes beside the file). Checked before
+    MEMORY.md changes, so a run never stops half-way: rewritten, but no report."""
+    try:
+        for rel in (MEMORY_FILE, DREAMS_FILE):
+            _read_text(workspace, rel)
+        for folder in (workspace, _nearest_existing(workspace / PREIMAGE_DIR)):
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise WorkspaceError(
+                    f"{folder} is not writable for this user: let Pinch write there (chmod u+w)."
+                )
+    except WorkspaceError as exc:
+        raise WorkspaceError(f"{exc} Nothing was written: MEMORY.md is unchanged.") from exc
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _save_preimage(workspace: Path, text: str, now: datetime) -> str:

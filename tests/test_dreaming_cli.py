@@ -136,6 +136,25 @@ def test_a_dry_run_needs_no_api_key(home: Path, monkeypatch: pytest.MonkeyPatch)
     assert "window seats" in result.output and "would be added" in result.output
 
 
+# ---- files the dream cannot write -------------------------------------------------------------
+
+
+def test_an_unreadable_dreams_md_stops_the_dream_before_memory_changes(
+    home: Path, server: FakeModelServer
+) -> None:
+    diary = home / "workspace" / "DREAMS.md"
+    diary.write_bytes(b"# DREAMS.md\n\ncaf\xe9\n")  # Latin-1, not UTF-8
+    server.script(ADDED)
+    result = pinch("memory", "dream")
+    assert result.exit_code == 1
+    assert "DREAMS.md is not valid UTF-8" in result.output
+    assert "nothing was written" in result.output.lower()
+    assert memory_md(home) == MEMORY
+    assert diary.read_bytes() == b"# DREAMS.md\n\ncaf\xe9\n"
+    assert not (home / "workspace" / "memory" / ".dreams").exists()  # no preimage either
+    assert server.requests == []  # checked before any model call
+
+
 # ---- dreaming turned off ----------------------------------------------------------------------
 
 
