@@ -15,6 +15,7 @@ import json
 import logging
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -60,6 +61,7 @@ Phase = Literal["light", "rem", "deep"]
 ANSWER_TOKENS = 60
 DISABLED_NOTE = "Dreaming is disabled ([dreaming] enabled = false): nothing was done."
 _JSON = re.compile(r"\{.*?\}", re.DOTALL)
+_THRESHOLD_FIGURE = re.compile(r" [\d.]+ (?=[<>])")  # "recalls 1 < 3" → "recalls < 3"
 # A model that fails like this fails every call alike: the run stops before writing anything.
 OWNER_MUST_FIX = (MissingKeyError, AuthenticationFailedError, UnknownModelError)
 
@@ -82,6 +84,24 @@ class DreamReport:
     @property
     def promoted(self) -> int:
         return len(self.decisions) if self.write is not None else 0
+
+    def outcome(self) -> str:
+        """What the run came to, in one line: what it promoted, or why nothing."""
+        n = len(self.candidates)
+        if self.promoted:
+            assert self.write is not None
+            return f"promoted {self.promoted} of {n} candidates ({self.write.mode})"
+        if not n:
+            return "nothing promoted: no new notes in the recent daily logs and session notes"
+        passed = [r for r in self.candidates if not r.failed]
+        if not passed:
+            failed = [f for r in self.candidates for f in r.failed]
+            missed = Counter(_THRESHOLD_FIGURE.sub(" ", f) for f in failed)
+            most = ", ".join(f"{why} ({k})" for why, k in missed.most_common(2))
+            return f"nothing promoted: none of {n} candidates passed the gate (missed: {most})"
+        reasons = Counter(self.skipped.values())
+        why = reasons.most_common(1)[0][0] if reasons else "no decision"
+        return f"nothing promoted: {len(passed)} of {n} candidates passed the gate, skipped: {why}"
 
     def lines(self) -> list[str]:
         if not self.ran:
@@ -267,6 +287,7 @@ async def _phases(
         model_calls=report.model_calls,
         tokens=report.tokens,
         write=report.write,
+        outcome=report.outcome(),
     )
     diary = "\n".join([f"## {now:%Y-%m-%d %H:%M} dream #{run_id}", "", *report.lines()])
     await asyncio.to_thread(append_diary, workspace, diary)

@@ -14,6 +14,7 @@ import click
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from memory.dreaming import LastDream
     from memory.index import MemoryIndex
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -227,17 +228,19 @@ def memory_status(deep: bool, as_json: bool) -> None:
 
     from app.terminal import printable
     from memory.compact import COMPACT_FREE_SHARE
+    from memory.dreaming import last_dream
 
     settings = _settings()
     idx = _open_index(settings)
     try:
         idx.db.check_integrity()  # a damaged page is reported as such, not as odd numbers
         st = idx.status(deep=deep)
+        dreams = _dreaming_status(settings, last_dream(idx.db))
     finally:
         idx.close()
     extra = _extra_path_problems(settings)
     if as_json:
-        out = {**asdict(st), "extra_paths": extra}
+        out = {**asdict(st), "extra_paths": extra, "dreaming": dreams}
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     click.echo(f"workspace       {st.workspace}")
@@ -266,11 +269,31 @@ def memory_status(deep: bool, as_json: bool) -> None:
         )
     for path, problem in {**extra, **st.problems}.items():
         click.secho(printable(f"problem         {path}: {problem}"), fg="yellow")
+    click.echo(f"dreaming        {dreams['schedule']}")
+    click.echo(printable(f"last dream      {dreams['last'] or 'none yet'}"))
     if st.dirty_files is not None:
         if st.dirty_files:
             click.echo("changed since last index: " + ", ".join(st.dirty_files))
         else:
             click.echo("every file matches the index")
+
+
+def _dreaming_status(settings: Settings, last: LastDream | None) -> dict[str, str | None]:
+    """When the nightly dream runs, and what the last dream came to (one line each)."""
+    from datetime import datetime
+
+    d = settings.dreaming
+    if d.enabled:
+        zone = settings.agent.timezone or "local time"
+        schedule = f"nightly at {d.hour:02d}:{d.minute:02d} {zone} while `pinch gateway` runs"
+    else:
+        schedule = "off ([dreaming] enabled = false)"
+    summary = None
+    if last is not None:
+        when = datetime.fromtimestamp(last.started_at).astimezone()
+        undone = " — undone" if last.undone else ""
+        summary = f"{when:%Y-%m-%d %H:%M} (#{last.run_id}): {last.outcome}{undone}"
+    return {"schedule": schedule, "last": summary}
 
 
 @memory.command("index")

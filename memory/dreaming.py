@@ -506,11 +506,13 @@ def finish_run(
     model_calls: int,
     tokens: int,
     write: WriteResult | None,
+    outcome: str = "",
 ) -> None:
     with db.transaction() as conn:
         conn.execute(
             "UPDATE dream_runs SET finished_at = ?, promoted = ?, model_calls = ?, tokens = ?, "
-            "mode = ?, preimage = ?, preimage_text = ?, pre_hash = ?, post_hash = ? WHERE id = ?",
+            "mode = ?, preimage = ?, preimage_text = ?, pre_hash = ?, post_hash = ?, "
+            "outcome = ? WHERE id = ?",
             (
                 time.time(),
                 promoted,
@@ -521,9 +523,49 @@ def finish_run(
                 write.preimage_text if write else None,
                 write.pre_hash if write else None,
                 write.post_hash if write else None,
+                outcome,
                 run_id,
             ),
         )
+
+
+def record_failed_run(db: Database, phase: str, reason: str) -> None:
+    """Record a run that could not happen (the nightly job's model failed, say), so that
+    `pinch memory status` shows it; nothing else is kept of it."""
+    apply_dreaming_migrations(db)
+    at = time.time()
+    with db.transaction() as conn:
+        conn.execute(
+            "INSERT INTO dream_runs(started_at, finished_at, phase, outcome) VALUES (?, ?, ?, ?)",
+            (at, at, phase, f"failed: {reason}"),
+        )
+
+
+@dataclass(frozen=True)
+class LastDream:
+    run_id: int
+    started_at: float
+    outcome: str  # "promoted 2 of 7 candidates (append)", "nothing promoted: …", "failed: …"
+    undone: bool
+
+
+def last_dream(db: Database) -> LastDream | None:
+    """The latest finished dream (not a dry run), read only: creates no table."""
+    tables = {str(r[0]) for r in db.execute("SELECT name FROM sqlite_master")}
+    if "dream_runs" not in tables:
+        return None
+    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(dream_runs)")}
+    outcome = "outcome" if "outcome" in columns else "NULL"
+    rows = db.execute(
+        f"SELECT id, started_at, {outcome}, promoted, undone_at FROM dream_runs "
+        "WHERE finished_at IS NOT NULL ORDER BY id DESC LIMIT 1"
+    )
+    if not rows:
+        return None
+    run_id, started, text, promoted, undone = rows[0]
+    return LastDream(
+        int(run_id), float(started), str(text or f"promoted {promoted}"), undone is not None
+    )
 
 
 @dataclass(frozen=True)

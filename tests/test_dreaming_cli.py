@@ -179,3 +179,34 @@ def test_undo_still_works_after_dreaming_is_turned_off(
     assert result.exit_code == 0, result.output
     assert "restored" in result.output
     assert memory_md(home) == MEMORY
+
+
+# ---- pinch memory status ----------------------------------------------------------------------
+
+
+def test_status_shows_the_last_dream_and_what_it_promoted(
+    home: Path, server: FakeModelServer
+) -> None:
+    before = pinch("memory", "status")
+    assert "last dream      none yet" in before.output
+    assert "nightly at 03:00" in before.output
+    dream_and_promote(home, server)
+    after = pinch("memory", "status")
+    assert after.exit_code == 0, after.output
+    assert "promoted 1 of 1 candidates" in after.output
+
+
+def test_status_says_why_the_last_dream_promoted_nothing(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_DREAMING__MIN_RECALLS", "3")
+    assert pinch("memory", "dream").exit_code == 0
+    out = pinch("memory", "status").output
+    assert "nothing promoted: none of 1 candidates passed the gate" in out
+    assert "recalls < 3" in out
+
+
+def test_status_says_when_dreaming_is_off(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINCH_DREAMING__ENABLED", "false")
+    out = pinch("memory", "status").output
+    assert "dreaming        off ([dreaming] enabled = false)" in out
