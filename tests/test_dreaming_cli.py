@@ -147,9 +147,9 @@ def test_an_unreadable_dreams_md_stops_the_dream_before_memory_changes(
     server.script(ADDED)
     result = pinch("memory", "dream")
     assert result.exit_code == 1
+    assert memory_md(home) == MEMORY
     assert "DREAMS.md is not valid UTF-8" in result.output
     assert "nothing was written" in result.output.lower()
-    assert memory_md(home) == MEMORY
     assert diary.read_bytes() == b"# DREAMS.md\n\ncaf\xe9\n"
     assert not (home / "workspace" / "memory" / ".dreams").exists()  # no preimage either
     assert server.requests == []  # checked before any model call
