@@ -14,6 +14,8 @@ import asyncio
 import json
 import logging
 import re
+import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,7 +23,12 @@ from pathlib import Path
 from typing import Literal
 
 from agent.model_base import ModelClient
-from agent.model_errors import ModelError
+from agent.model_errors import (
+    AuthenticationFailedError,
+    MissingKeyError,
+    ModelError,
+    UnknownModelError,
+)
 from agent.prompts import render
 from agent.types import Message, ModelRequest
 from memory.db import Database
@@ -34,6 +41,7 @@ from memory.dreaming import (
     acquire_lease,
     append_diary,
     build_append,
+    check_writable,
     finish_run,
     gate,
     memory_entries,
@@ -53,6 +61,9 @@ Phase = Literal["light", "rem", "deep"]
 ANSWER_TOKENS = 60
 DISABLED_NOTE = "Dreaming is disabled ([dreaming] enabled = false): nothing was done."
 _JSON = re.compile(r"\{.*?\}", re.DOTALL)
+_THRESHOLD_FIGURE = re.compile(r" [\d.]+ (?=[<>])")  # "recalls 1 < 3" → "recalls < 3"
+# A model that fails like this fails every call alike: the run stops before writing anything.
+OWNER_MUST_FIX = (MissingKeyError, AuthenticationFailedError, UnknownModelError)
 
 
 @dataclass
@@ -73,6 +84,24 @@ class DreamReport:
     @property
     def promoted(self) -> int:
         return len(self.decisions) if self.write is not None else 0
+
+    def outcome(self) -> str:
+        """What the run came to, in one line: what it promoted, or why nothing."""
+        n = len(self.candidates)
+        if self.promoted:
+            assert self.write is not None
+            return f"promoted {self.promoted} of {n} candidates ({self.write.mode})"
+        if not n:
+            return "nothing promoted: no new notes in the recent daily logs and session notes"
+        passed = [r for r in self.candidates if not r.failed]
+        if not passed:
+            failed = [f for r in self.candidates for f in r.failed]
+            missed = Counter(_THRESHOLD_FIGURE.sub(" ", f) for f in failed)
+            most = ", ".join(f"{why} ({k})" for why, k in missed.most_common(2))
+            return f"nothing promoted: none of {n} candidates passed the gate (missed: {most})"
+        reasons = Counter(self.skipped.values())
+        why = reasons.most_common(1)[0][0] if reasons else "no decision"
+        return f"nothing promoted: {len(passed)} of {n} candidates passed the gate, skipped: {why}"
 
     def lines(self) -> list[str]:
         if not self.ran:
@@ -155,7 +184,9 @@ async def dream(
     before_write: Callable[[], None] | None = None,
 ) -> DreamReport:
     """One dream. Light and REM only read; deep asks the model (if any) and, unless `dry_run`,
-    writes MEMORY.md and DREAMS.md. Raises DreamBusyError if another run holds the lease."""
+    writes MEMORY.md and DREAMS.md. Raises DreamBusyError if another run holds the lease, and
+    the model's error, before anything is written, when it fails in a way every call would
+    (`OWNER_MUST_FIX`: no key, key rejected, unknown model)."""
     report = DreamReport(phase, dry_run)
     if not config.enabled:
         report.ran = False
@@ -193,7 +224,9 @@ async def _phases(
     passing = gate(report.candidates, config)
     if report.phase == "rem":
         return
-    run_id = None if report.dry_run else await asyncio.to_thread(start_run, db, "deep")
+    started = time.time()
+    if not report.dry_run:  # before any model call and any write
+        await asyncio.to_thread(check_writable, workspace)
     before = await asyncio.to_thread(_read_text, workspace, MEMORY_FILE)
     entries = [line for _, line in memory_entries(before or "")]
     for r in passing:
@@ -216,6 +249,8 @@ async def _phases(
             report.model_calls += 1
             try:
                 decision, used = await choose(model, r, entries, config.max_tokens - report.tokens)
+            except OWNER_MUST_FIX:
+                raise  # every other call would fail the same way: stop, write nothing
             except ModelError as exc:
                 report.skipped[r.candidate.key] = f"model error: {exc}"
                 continue
@@ -228,6 +263,7 @@ async def _phases(
         report.decisions.append(decision)
     if report.dry_run:
         return
+    run_id = await asyncio.to_thread(start_run, db, "deep", started_at=started)
     # Signals older than what a candidate can still be staged from are of no further use.
     oldest = (now.date() - timedelta(days=2 * config.lookback_days)).isoformat()
     await asyncio.to_thread(prune_signals, db, oldest)
@@ -243,7 +279,6 @@ async def _phases(
             before_write=before_write,
         )
         report.note = report.write.note
-    assert run_id is not None
     await asyncio.to_thread(
         finish_run,
         db,
@@ -252,6 +287,7 @@ async def _phases(
         model_calls=report.model_calls,
         tokens=report.tokens,
         write=report.write,
+        outcome=report.outcome(),
     )
     diary = "\n".join([f"## {now:%Y-%m-%d %H:%M} dream #{run_id}", "", *report.lines()])
     await asyncio.to_thread(append_diary, workspace, diary)

@@ -98,10 +98,13 @@ class LiteLLMClient(RetryingClient):
     async def complete(
         self, request: ModelRequest, on_text: TextCallback | None = None
     ) -> ModelResponse:
+        await self.check_key()
+        return await super().complete(request, on_text)
+
+    async def check_key(self) -> None:
         missing = self._missing_keys(await _litellm())
         if missing:
             raise MissingKeyError(missing, model=self.model)
-        return await super().complete(request, on_text)
 
     async def _prepare(self) -> None:
         await _litellm()

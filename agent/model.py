@@ -34,6 +34,7 @@ __all__ = [
     "ModelClient",
     "TextCallback",
     "anthropic_params",
+    "check_key",
     "create_model_client",
     "openai_messages",
     "preload",
@@ -101,6 +102,15 @@ async def preload(model: ModelClient) -> None:
             await asyncio.to_thread(importlib.import_module, "anthropic")
         elif isinstance(client, LiteLLMClient):
             await _litellm()
+
+
+async def check_key(model: ModelClient) -> None:
+    """Raise `MissingKeyError` if `model` cannot be called for want of an API key, without a
+    network call. For a fallback chain the first model decides: a missing key is not a failure
+    that moves on to the next model."""
+    primary = getattr(model, "clients", [model])[0]
+    if isinstance(primary, AnthropicClient | LiteLLMClient):
+        await primary.check_key()
 
 
 def _single_client(

@@ -149,6 +149,11 @@ class RetryingClient:
     async def _prepare(self) -> None:
         """Import what `_attempt` needs (before the deadline starts)."""
 
+    async def check_key(self) -> None:
+        """Raise `MissingKeyError` if the provider needs a key that is not set (no network
+        call): for a caller that must know before it starts work that needs the model."""
+        self._check_key()
+
     def _check_key(self) -> None:
         """Raise `MissingKeyError` if the provider needs a key that is not set."""
 

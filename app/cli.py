@@ -14,6 +14,7 @@ import click
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from memory.dreaming import LastDream
     from memory.index import MemoryIndex
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -227,17 +228,19 @@ def memory_status(deep: bool, as_json: bool) -> None:
 
     from app.terminal import printable
     from memory.compact import COMPACT_FREE_SHARE
+    from memory.dreaming import last_dream
 
     settings = _settings()
     idx = _open_index(settings)
     try:
         idx.db.check_integrity()  # a damaged page is reported as such, not as odd numbers
         st = idx.status(deep=deep)
+        dreams = _dreaming_status(settings, last_dream(idx.db))
     finally:
         idx.close()
     extra = _extra_path_problems(settings)
     if as_json:
-        out = {**asdict(st), "extra_paths": extra}
+        out = {**asdict(st), "extra_paths": extra, "dreaming": dreams}
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     click.echo(f"workspace       {st.workspace}")
@@ -266,11 +269,31 @@ def memory_status(deep: bool, as_json: bool) -> None:
         )
     for path, problem in {**extra, **st.problems}.items():
         click.secho(printable(f"problem         {path}: {problem}"), fg="yellow")
+    click.echo(f"dreaming        {dreams['schedule']}")
+    click.echo(printable(f"last dream      {dreams['last'] or 'none yet'}"))
     if st.dirty_files is not None:
         if st.dirty_files:
             click.echo("changed since last index: " + ", ".join(st.dirty_files))
         else:
             click.echo("every file matches the index")
+
+
+def _dreaming_status(settings: Settings, last: LastDream | None) -> dict[str, str | None]:
+    """When the nightly dream runs, and what the last dream came to (one line each)."""
+    from datetime import datetime
+
+    d = settings.dreaming
+    if d.enabled:
+        zone = settings.agent.timezone or "local time"
+        schedule = f"nightly at {d.hour:02d}:{d.minute:02d} {zone} while `pinch gateway` runs"
+    else:
+        schedule = "off ([dreaming] enabled = false)"
+    summary = None
+    if last is not None:
+        when = datetime.fromtimestamp(last.started_at).astimezone()
+        undone = " — undone" if last.undone else ""
+        summary = f"{when:%Y-%m-%d %H:%M} (#{last.run_id}): {last.outcome}{undone}"
+    return {"schedule": schedule, "last": summary}
 
 
 @memory.command("index")
@@ -470,7 +493,10 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
 
 @memory.command("dream")
 @click.option(
-    "--dry-run", is_flag=True, help="Show what would be promoted and why not; write nothing."
+    "--dry-run",
+    is_flag=True,
+    help="Show what would be promoted and why not (with --undo: what would be restored); "
+    "write nothing.",
 )
 @click.option(
     "--phase",
@@ -479,29 +505,60 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
     show_default=True,
     help="Stop after this phase (light: staged notes; rem: recall figures; deep: the gate).",
 )
-@click.option("--undo", is_flag=True, help="Restore MEMORY.md as it was before the last dream.")
+@click.option(
+    "--undo",
+    is_flag=True,
+    help="Restore MEMORY.md as it was before the last dream (works with dreaming disabled).",
+)
+@click.pass_context
 @friendly_errors
-def memory_dream(dry_run: bool, phase: str, undo: bool) -> None:
+def memory_dream(ctx: click.Context, dry_run: bool, phase: str, undo: bool) -> None:
     """Consolidate often-recalled notes into MEMORY.md (what the nightly job does)."""
     import asyncio
 
+    from agent.model_errors import ModelError
     from app.dreaming import dream_once
     from app.terminal import printable
 
+    if undo and ctx.get_parameter_source("phase") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--undo restores the last dream's saved copy; it takes no --phase.")
     settings = _settings()
     if undo:
-        from memory.dreaming import undo_last
-
-        if not settings.dreaming.enabled:
-            _fail("Dreaming is disabled ([dreaming] enabled = false): nothing was done.")
-        idx = _open_index(settings)
-        try:
-            click.echo(undo_last(idx.db, settings.workspace_dir))
-        finally:
-            idx.close()
+        _undo_dream(settings, dry_run=dry_run)
         return
-    report = asyncio.run(dream_once(settings, phase=phase, dry_run=dry_run))  # type: ignore[arg-type]
+    if not settings.dreaming.enabled and not dry_run:
+        _fail(
+            "Dreaming is disabled ([dreaming] enabled = false, or PINCH_DREAMING__ENABLED=false), "
+            "so nothing was done. To dream, set enabled = true under [dreaming] in "
+            f"{settings.config_path}. `pinch memory dream --undo` works either way."
+        )
+    try:
+        report = asyncio.run(dream_once(settings, phase=phase, dry_run=dry_run))  # type: ignore[arg-type]
+    except ModelError as exc:
+        _fail(
+            f"Dreaming needs the model, and it cannot be used: {exc}. Nothing was written. "
+            "`pinch memory dream --dry-run` shows what would be promoted without a model."
+        )
+        return
     for line in report.lines():
+        click.echo(printable(line))
+
+
+def _undo_dream(settings: Settings, *, dry_run: bool) -> None:
+    """`--undo`: allowed with dreaming disabled, so a dream that did harm can be undone after
+    turning dreaming off."""
+    from app.terminal import printable
+    from memory.dreaming import plan_undo, undo_last
+
+    idx = _open_index(settings)
+    try:
+        if dry_run:
+            lines = plan_undo(idx.db, settings.workspace_dir).lines()
+        else:
+            lines = [undo_last(idx.db, settings.workspace_dir)]
+    finally:
+        idx.close()
+    for line in lines:
         click.echo(printable(line))
 
 

@@ -1,9 +1,10 @@
 """The nightly dream as a job: `run_dream(settings)` opens what it needs, dreams, closes.
 
-The gateway's scheduler registers it with one call, `add_dream_job(aps, settings, zone)`: an
-APScheduler cron job with the explicit id `DREAM_JOB_ID`, daily at `[dreaming] hour:minute` in the
-owner's time zone (removed again when `[dreaming] enabled = false`). `pinch memory dream` calls
-`dream_once`. Both do nothing when dreaming is disabled.
+The gateway starts it with `start_nightly_dream(settings, zone)`, a timer of its own (whether or
+not `[automations]` runs): `add_dream_job` registers an APScheduler cron job with the explicit id
+`DREAM_JOB_ID`, daily at `[dreaming] hour:minute` in the owner's time zone (removed again when
+`[dreaming] enabled = false`). `pinch memory dream` calls `dream_once`. Both do nothing when
+dreaming is disabled.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from agent.dreaming import DISABLED_NOTE, DreamReport, Phase, dream
-from agent.model import ModelClient, create_model_client
-from memory.dreaming import DreamBusyError
+from agent.model import ModelClient, check_key, create_model_client
+from agent.model_errors import ModelError
+from memory.dreaming import DreamBusyError, record_failed_run
+from memory.errors import WorkspaceError
 
 if TYPE_CHECKING:
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
     from apscheduler.schedulers.base import BaseScheduler
 
     from app.config import Settings
@@ -33,24 +37,30 @@ async def dream_once(
     dry_run: bool = False,
     model: ModelClient | None = None,
 ) -> DreamReport:
-    """One dream over the configured workspace and agent database."""
+    """One dream over the configured workspace and agent database.
+
+    Raises `ModelError` before anything is read or written when a dream that needs the model
+    cannot call it (no API key), and when the model refuses the first call for a reason the
+    owner must fix (key rejected, unknown model)."""
     if not settings.dreaming.enabled:
         return DreamReport(phase, dry_run, ran=False, note=DISABLED_NOTE)
+    needs_model = phase == "deep" and not dry_run
+    if needs_model and model is None:
+        model = create_model_client(
+            settings.agent.model,
+            fallbacks=settings.agent.fallback_models,
+            api_base=settings.agent.api_base,
+            timeout_s=settings.agent.timeout_s,
+            max_retries=settings.agent.max_retries,
+        )
+    if needs_model and model is not None:
+        await check_key(model)
     from memory.index import MemoryIndex
 
     index = await asyncio.to_thread(
         MemoryIndex.open, settings.workspace_dir, settings.database_path, settings.memory
     )
     try:
-        needs_model = phase == "deep" and not dry_run
-        if needs_model and model is None:
-            model = create_model_client(
-                settings.agent.model,
-                fallbacks=settings.agent.fallback_models,
-                api_base=settings.agent.api_base,
-                timeout_s=settings.agent.timeout_s,
-                max_retries=settings.agent.max_retries,
-            )
         return await dream(
             index.db,
             settings.workspace_dir,
@@ -65,16 +75,50 @@ async def dream_once(
 
 
 async def run_dream(settings: Settings) -> None:
-    """The nightly job: dream once, log the outcome, never raise (a busy run is skipped)."""
+    """The nightly job: dream once, log the outcome, never raise (a busy run is skipped). A run
+    that fails is recorded, so `pinch memory status` says why the night brought nothing."""
     try:
         report = await dream_once(settings)
     except DreamBusyError as exc:
         log.info("Nightly dream skipped: %s", exc)
         return
-    except Exception:
-        log.exception("The nightly dream failed")
+    except (ModelError, WorkspaceError) as exc:
+        log.error("The nightly dream did not run: %s", exc)
+        await asyncio.to_thread(_record_failure, settings, str(exc))
         return
-    log.info("Nightly dream: %s promoted", report.promoted)
+    except Exception as exc:
+        log.exception("The nightly dream failed")
+        await asyncio.to_thread(_record_failure, settings, f"{type(exc).__name__}: {exc}")
+        return
+    log.info("Nightly dream: %s", report.outcome() if report.ran else report.note)
+
+
+def _record_failure(settings: Settings, reason: str) -> None:
+    from memory.db import open_database
+
+    try:
+        db = open_database(settings.database_path)
+        try:
+            record_failed_run(db, "deep", reason)
+        finally:
+            db.close()
+    except Exception:  # the failure is in the log already; status just won't show it
+        log.warning("Could not record the failed nightly dream", exc_info=True)
+
+
+async def start_nightly_dream(settings: Settings, zone: str) -> AsyncIOScheduler | None:
+    """The nightly dream on a timer of its own in the running loop, or None when dreaming is
+    disabled. The gateway starts it whatever `[automations]` says: turning reminders and tasks
+    off does not stop dreaming. Stop it with `shutdown(wait=False)`."""
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    if not settings.dreaming.enabled:
+        return None
+    asyncio.get_running_loop()  # AsyncIOScheduler.start() needs one: fail clearly here
+    timer = AsyncIOScheduler(timezone=zone)
+    add_dream_job(timer, settings, zone)
+    timer.start()
+    return timer
 
 
 def add_dream_job(aps: BaseScheduler, settings: Settings, zone: str) -> bool:

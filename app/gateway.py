@@ -44,12 +44,13 @@ from agent.model_errors import ModelError
 from agent.requests import Attachment
 from app.access import Access, PairingStore
 from app.delivery import ReplyStream
+from app.dreaming import start_nightly_dream
 from app.jobs import Target
 from app.logging_setup import add_redacted_handler
 from app.queue import Batch, GatewayStore, LeaseHolder, this_process
 from app.routing import session_key_for
 from app.schedule_tool import current_target
-from app.scheduler import start_automations
+from app.scheduler import owner_zone, start_automations
 from app.turns import Runtime, TurnRequest, TurnResult, open_runtime, run_turn
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
 from channels.cli import TurnAware, TurnOutcome
@@ -691,7 +692,10 @@ async def run_gateway(
             health = await _start_health_server(settings, gateway)
             log.info("Gateway running with %s", ", ".join(channels))
             scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
+            dreams = await start_nightly_dream(settings, owner_zone(runtime))  # either way
             await stop.wait()
+            if dreams is not None:
+                dreams.shutdown(wait=False)
             if scheduler is not None:
                 await scheduler.stop()
             await gateway.stop(settings.gateway.shutdown_grace_s)

@@ -60,9 +60,6 @@ from channels.base import Channel, OutboundMessage
 from memory.sessions import OWNER_PEER, SessionKey
 
 if TYPE_CHECKING:
-    from apscheduler.schedulers.base import BaseScheduler
-
-    from app.config import Settings
     from app.wiring import Runtime
 
 log = logging.getLogger(__name__)
@@ -157,14 +154,6 @@ class Scheduler:
             replace_existing=True,
         )
         await self.resync()
-
-    def add_managed(self, register: Callable[[BaseScheduler], object]) -> None:
-        """Register a job Pinch manages itself (e.g. the nightly dream) on the running timer;
-        `register` adds it with an explicit id and replace_existing, so restarts never
-        duplicate it."""
-        if self._aps is None:
-            raise RuntimeError("start() the scheduler before adding managed jobs")
-        register(self._aps)
 
     async def stop(self) -> None:
         """Stop the timer and cancel runs in progress (recorded as cancelled; an interrupted
@@ -614,12 +603,4 @@ async def start_automations(runtime: Runtime, channels: Mapping[str, Channel]) -
         return None
     scheduler = await asyncio.to_thread(build_scheduler, runtime, deliver_via(channels))
     await scheduler.start()
-    scheduler.add_managed(_nightly_dream(runtime.settings, scheduler.settings.owner_tz))
     return scheduler
-
-
-def _nightly_dream(settings: Settings, zone: str) -> Callable[[BaseScheduler], object]:
-    """The nightly Dreaming job (app/dreaming.py) as a managed job of the gateway's timer."""
-    from app.dreaming import add_dream_job
-
-    return lambda aps: add_dream_job(aps, settings, zone)

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 import uuid
@@ -413,6 +414,29 @@ def write_memory(
     raise WorkspaceError("MEMORY.md kept changing during the dream; nothing was written.")
 
 
+def check_writable(workspace: Path) -> None:
+    """Raise WorkspaceError unless a dream can write everything it writes: MEMORY.md and
+    DREAMS.md readable as UTF-8 (each is rewritten from what it holds) and their folders, and
+    that of the preimages, writable (an atomic replace writes beside the file). Checked before
+    MEMORY.md changes, so a run never stops half-way: rewritten, but no report."""
+    try:
+        for rel in (MEMORY_FILE, DREAMS_FILE):
+            _read_text(workspace, rel)
+        for folder in (workspace, _nearest_existing(workspace / PREIMAGE_DIR)):
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise WorkspaceError(
+                    f"{folder} is not writable for this user: let Pinch write there (chmod u+w)."
+                )
+    except WorkspaceError as exc:
+        raise WorkspaceError(f"{exc} Nothing was written: MEMORY.md is unchanged.") from exc
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def _save_preimage(workspace: Path, text: str, now: datetime) -> str:
     stamp = now.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
     rel = f"{PREIMAGE_DIR}/MEMORY-{stamp}.md"
@@ -467,11 +491,10 @@ def release_lease(db: Database, holder: str) -> None:
         conn.execute("DELETE FROM dream_lease WHERE name = ? AND holder = ?", (LEASE_NAME, holder))
 
 
-def start_run(db: Database, phase: str) -> int:
+def start_run(db: Database, phase: str, *, started_at: float | None = None) -> int:
+    at = time.time() if started_at is None else started_at
     with db.transaction() as conn:
-        cur = conn.execute(
-            "INSERT INTO dream_runs(started_at, phase) VALUES (?, ?)", (time.time(), phase)
-        )
+        cur = conn.execute("INSERT INTO dream_runs(started_at, phase) VALUES (?, ?)", (at, phase))
         return int(cur.lastrowid)
 
 
@@ -483,11 +506,13 @@ def finish_run(
     model_calls: int,
     tokens: int,
     write: WriteResult | None,
+    outcome: str = "",
 ) -> None:
     with db.transaction() as conn:
         conn.execute(
             "UPDATE dream_runs SET finished_at = ?, promoted = ?, model_calls = ?, tokens = ?, "
-            "mode = ?, preimage = ?, preimage_text = ?, pre_hash = ?, post_hash = ? WHERE id = ?",
+            "mode = ?, preimage = ?, preimage_text = ?, pre_hash = ?, post_hash = ?, "
+            "outcome = ? WHERE id = ?",
             (
                 time.time(),
                 promoted,
@@ -498,8 +523,135 @@ def finish_run(
                 write.preimage_text if write else None,
                 write.pre_hash if write else None,
                 write.post_hash if write else None,
+                outcome,
                 run_id,
             ),
+        )
+
+
+def record_failed_run(db: Database, phase: str, reason: str) -> None:
+    """Record a run that could not happen (the nightly job's model failed, say), so that
+    `pinch memory status` shows it; nothing else is kept of it."""
+    apply_dreaming_migrations(db)
+    at = time.time()
+    with db.transaction() as conn:
+        conn.execute(
+            "INSERT INTO dream_runs(started_at, finished_at, phase, outcome) VALUES (?, ?, ?, ?)",
+            (at, at, phase, f"failed: {reason}"),
+        )
+
+
+@dataclass(frozen=True)
+class LastDream:
+    run_id: int
+    started_at: float
+    outcome: str  # "promoted 2 of 7 candidates (append)", "nothing promoted: …", "failed: …"
+    undone: bool
+
+
+def last_dream(db: Database) -> LastDream | None:
+    """The latest finished dream (not a dry run), read only: creates no table."""
+    tables = {str(r[0]) for r in db.execute("SELECT name FROM sqlite_master")}
+    if "dream_runs" not in tables:
+        return None
+    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(dream_runs)")}
+    outcome = "outcome" if "outcome" in columns else "NULL"
+    rows = db.execute(
+        f"SELECT id, started_at, {outcome}, promoted, undone_at FROM dream_runs "
+        "WHERE finished_at IS NOT NULL ORDER BY id DESC LIMIT 1"
+    )
+    if not rows:
+        return None
+    run_id, started, text, promoted, undone = rows[0]
+    return LastDream(
+        int(run_id), float(started), str(text or f"promoted {promoted}"), undone is not None
+    )
+
+
+@dataclass(frozen=True)
+class UndoPlan:
+    """What `pinch memory dream --undo` would do: put `restored` (the preimage of dream
+    `run_id`, saved as `preimage`) back in place of `current`."""
+
+    run_id: int
+    preimage: str
+    started_at: float
+    restored: str
+    current: str | None
+    post_hash: str
+
+    @property
+    def coming_back(self) -> list[str]:
+        """Entries of the preimage that MEMORY.md no longer has (superseded by the dream)."""
+        return _missing_from(self.restored, self.current or "")
+
+    @property
+    def going(self) -> list[str]:
+        """Entries of MEMORY.md that the preimage does not have (added by the dream)."""
+        return _missing_from(self.current or "", self.restored)
+
+    def lines(self) -> list[str]:
+        when = datetime.fromtimestamp(self.started_at).astimezone()
+        back, going = self.coming_back, self.going
+        return [
+            f"Would restore MEMORY.md from {self.preimage} (the copy saved by dream "
+            f"#{self.run_id} of {when:%Y-%m-%d %H:%M}):",
+            f"{_entries_count(len(going))} would go:",
+            *(f"  {line}" for line in going),
+            f"{_entries_count(len(back))} would come back:",
+            *(f"  {line}" for line in back),
+            "Nothing was changed (dry run).",
+        ]
+
+
+def _entries_count(n: int) -> str:
+    return f"{n} entry" if n == 1 else f"{n} entries"
+
+
+def _missing_from(text: str, other: str) -> list[str]:
+    """Entries of `text` that `other` lacks (counted: a duplicate line counts twice)."""
+    left = Counter(line.strip() for _, line in memory_entries(other))
+    out = []
+    for _, line in memory_entries(text):
+        if left[line.strip()]:
+            left[line.strip()] -= 1
+        else:
+            out.append(line.strip())
+    return out
+
+
+def plan_undo(db: Database, workspace: Path) -> UndoPlan:
+    """The undo of the last dream that wrote MEMORY.md, not yet done.
+
+    Raises WorkspaceError when there is none, or when MEMORY.md was edited since that dream
+    wrote it (undoing would lose the edit)."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'dream_runs'"):
+        raise WorkspaceError("There is no dream to undo.")  # never dreamed: create nothing
+    apply_dreaming_migrations(db)
+    rows = db.execute(
+        "SELECT id, preimage, post_hash, preimage_text, started_at FROM dream_runs "
+        "WHERE preimage_text IS NOT NULL AND undone_at IS NULL ORDER BY id DESC LIMIT 1"
+    )
+    if not rows:
+        raise WorkspaceError("There is no dream to undo.")
+    run_id, preimage, post_hash, old, started = rows[0]
+    plan = UndoPlan(
+        int(run_id),
+        str(preimage),
+        float(started),
+        str(old),
+        _read_text(workspace, MEMORY_FILE),
+        str(post_hash),
+    )
+    _check_unedited(plan, plan.current)
+    return plan
+
+
+def _check_unedited(plan: UndoPlan, current: str | None) -> None:
+    if content_hash(current) != plan.post_hash:
+        raise WorkspaceError(
+            "MEMORY.md was edited after the last dream, so undo would lose those edits; "
+            f"nothing was changed. The pre-dream copy is {plan.preimage}."
         )
 
 
@@ -507,28 +659,16 @@ def undo_last(db: Database, workspace: Path) -> str:
     """Restore MEMORY.md from the last dream's preimage; returns what was done.
 
     Refused (WorkspaceError) when MEMORY.md changed since that dream wrote it."""
-    apply_dreaming_migrations(db)
-    rows = db.execute(
-        "SELECT id, preimage, post_hash, preimage_text FROM dream_runs "
-        "WHERE preimage_text IS NOT NULL AND undone_at IS NULL ORDER BY id DESC LIMIT 1"
-    )
-    if not rows:
-        raise WorkspaceError("There is no dream to undo.")
-    run_id, preimage, post_hash = int(rows[0][0]), str(rows[0][1]), str(rows[0][2])
-    old = str(rows[0][3])
+    plan = plan_undo(db, workspace)
     target = workspace / MEMORY_FILE
     with _write_lock, _pinned(workspace, target) as pinned:
         current = _read_text(workspace, MEMORY_FILE)
-        if content_hash(current) != post_hash:
-            raise WorkspaceError(
-                "MEMORY.md was edited after the last dream, so undo would lose those edits; "
-                f"nothing was changed. The pre-dream copy is {preimage}."
-            )
-        if not _atomic_write(pinned, old.encode("utf-8"), check=True, expect=current):
+        _check_unedited(plan, current)
+        if not _atomic_write(pinned, plan.restored.encode("utf-8"), check=True, expect=current):
             raise WorkspaceError("MEMORY.md changed during the undo; nothing was changed.")
     with db.transaction() as conn:
-        conn.execute("UPDATE dream_runs SET undone_at = ? WHERE id = ?", (time.time(), run_id))
-    return f"MEMORY.md restored from {preimage} (dream #{run_id} undone)."
+        conn.execute("UPDATE dream_runs SET undone_at = ? WHERE id = ?", (time.time(), plan.run_id))
+    return f"MEMORY.md restored from {plan.preimage} (dream #{plan.run_id} undone)."
 
 
 def last_runs(db: Database, n: int = 5) -> list[dict[str, Any]]:

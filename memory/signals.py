@@ -79,7 +79,13 @@ def m002_runs(conn: Any) -> None:
     )
 
 
-DREAMING = MigrationSet("dreaming", [m001_signals, m002_runs])
+def m003_run_outcome(conn: Any) -> None:
+    # One line on what the run came to ("promoted 2 of 7 candidates", why nothing, or why the
+    # nightly job could not run), for `pinch memory status`.
+    conn.execute("ALTER TABLE dream_runs ADD COLUMN outcome TEXT")
+
+
+DREAMING = MigrationSet("dreaming", [m001_signals, m002_runs, m003_run_outcome])
 
 
 def apply_dreaming_migrations(db: Database) -> list[str]:

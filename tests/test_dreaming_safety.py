@@ -101,7 +101,7 @@ def test_dreaming_tables_have_their_own_migration_record(index: MemoryIndex) -> 
             "SELECT name FROM schema_migrations WHERE owner = 'dreaming' ORDER BY name"
         )
     ]
-    assert names == ["m001_signals", "m002_runs"]
+    assert names == ["m001_signals", "m002_runs", "m003_run_outcome"]
 
 
 # ---- untrusted text ---------------------------------------------------------------------------
