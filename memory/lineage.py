@@ -13,7 +13,8 @@ Inline markers. Every entry the agent appends to a Markdown file ends with a mar
 Only a marker in exactly this form, at the end of a line, is trusted (`MARKER`). The marker
 covers its entry: the lines from just after the previous blank line, heading or marker line
 down to the marker's line. Lines outside any entry take the file's default origin
-(workspace.default_origin). Editing other lines never moves a marker off its entry.
+(workspace.default_origin). Editing other lines never moves a marker off its entry. A memory
+file counts as its lowest line (`file_origin`), and so does each of its chunks.
 
 Lineage table (agent database, own migration list, `apply_lineage_migrations`): one row per thing
 a session caused — `session_note`, `daily_entry`, and kinds other parts add (`recall_signal`,
@@ -28,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,16 +99,10 @@ def line_origins(text: str, default: str) -> list[str]:
     return origins
 
 
-def span_origin(origins: Sequence[str], start_line: int, end_line: int, default: str) -> str:
-    """The lowest origin among lines `start_line`..`end_line` (1-based, inclusive)."""
-    part = origins[max(0, start_line - 1) : end_line]
-    return lowest(part) if part else default
-
-
-def chunk_origins(text: str, spans: Iterable[tuple[int, int]], default: str) -> list[str]:
-    """The origin of each (start_line, end_line) span of `text`: its lowest line origin."""
-    origins = line_origins(text, default)
-    return [span_origin(origins, start, end, default) for start, end in spans]
+def file_origin(text: str, default: str) -> str:
+    """The origin of a whole memory file: its lowest line origin (a file that mixes origins
+    counts as its lowest, so one marked line from a web page makes all of it untrusted)."""
+    return lowest(line_origins(text, default))
 
 
 def redact_forgotten(text: str, forgotten: frozenset[str]) -> str:
