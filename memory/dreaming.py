@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from memory.db import Database
 from memory.errors import WorkspaceError
-from memory.lineage import LineageStore, file_origin, redact_forgotten
+from memory.lineage import LineageStore, file_origin
 from memory.signals import apply_dreaming_migrations, flush_signals
 from memory.text import estimate_tokens
 from memory.workspace import DREAMS_FILE, file_day
@@ -177,7 +177,7 @@ def stage_candidates(
     if not mem_dir.is_dir():
         return out
     oldest = _days_before(today, lookback_days)
-    forgotten = LineageStore(db).forgotten_sessions()
+    tombstones = LineageStore(db).tombstones()
     for p in sorted(mem_dir.glob("*.md")):
         if p.is_symlink() or not p.is_file():
             continue
@@ -190,7 +190,7 @@ def stage_candidates(
         text = _read_text(workspace, rel)
         if text is None:
             continue
-        text = redact_forgotten(text, forgotten)  # a restored backup cannot bring them back
+        text = tombstones.redact(rel, text)  # a restored backup cannot bring them back
         if file_origin(text, "agent") == "untrusted":
             continue  # the file as it is now (the index may lag): it counts as its lowest
         automated = _automated_sessions(db, set(_SESSION_MARK.findall(text)))

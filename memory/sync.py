@@ -14,6 +14,7 @@ single-flight: calls arriving during a run coalesce onto one following run.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import stat
@@ -34,10 +35,12 @@ from memory.embedcache import EmbeddingCache, ProgressCallback
 from memory.embeddings import EmbeddingProvider
 from memory.errors import IndexingError, WorkspaceError
 from memory.generations import GenerationGone, Generations, LeaseHolder
-from memory.lineage import LineageStore, file_origin, redact_forgotten
+from memory.lineage import LineageStore, file_origin
 from memory.rows import IndexRows, StoreFor
 from memory.vectors import refresh_pack
 from memory.workspace import MemoryFile, discover_memory_files, open_memory_file
+
+log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 LEASE_POLL_SECONDS = 0.2
@@ -136,6 +139,11 @@ def _too_big(size: int) -> IndexingError:
     )
 
 
+FORGOTTEN_NOTE = (
+    "indexed as empty: it is the note of session {session}, which `pinch memory forget` "
+    "removed (a copy from a backup?); delete the file, or remove its `<!-- session: … -->` "
+    "line to make it yours"
+)
 _ADVISED = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM})
 _NOT_REGULAR = (
     "skipped: not a regular file (a FIFO, socket, device or folder named *.md); "
@@ -344,7 +352,7 @@ class SyncPipeline:
                 self.rows.record_problem(conn, generation, where, mtime, size, message)
 
         pending: list[tuple[MemoryFile, os.stat_result, str, list[Chunk], str | None, str]] = []
-        forgotten = LineageStore(self.db).forgotten_sessions()  # `pinch memory forget`
+        tombstones = LineageStore(self.db).tombstones()  # `pinch memory forget`
         for f in files:
             if shown_path(f.rel_path) != f.rel_path:
                 problem(f, _BAD_NAME)
@@ -378,7 +386,12 @@ class SyncPipeline:
                     self.rows.touch_source(conn, generation, f.rel_path, st)
                 report.files_unchanged += 1
                 continue
-            text = redact_forgotten(text, forgotten)
+            forgotten = tombstones.forgotten_note(f.rel_path, text)
+            if forgotten is not None:  # restored from a backup: nothing of it comes back
+                warning = FORGOTTEN_NOTE.format(session=forgotten)
+                report.problems[f.rel_path] = warning
+                log.warning("%s: %s", f.rel_path, warning)
+            text = tombstones.redact(f.rel_path, text)
             chunks = chunk_markdown(
                 text, tokens=self.config.chunking.tokens, overlap=self.config.chunking.overlap
             )
