@@ -22,7 +22,9 @@ Two lanes, chosen by `[agent] recall_mode`:
 
 Only the owner's own messages in the owner's direct chats get either lane: the runtime asks
 the policy and the sender, and this module checks the policy again. Deep recall searches the
-owner's memory without untrusted chunks (fetched pages, other people's words, tool output).
+owner's memory without untrusted chunks (fetched pages, other people's words, tool output), and
+reads files and transcripts — its recent turns too — with untrusted text left out: none of it
+can reach a summary.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from agent.types import Message, ModelRequest, Usage
 from memory.index import MemoryIndex
 from memory.sessions import SessionKey, SessionStore
 from memory.text import line_terms, query_terms, stem_term
+from memory.transcripts import UNTRUSTED_LEFT_OUT, untrusted_seqs
 from memory.triggers import STRONG_MATCH, TriggerFiles, TriggerHit
 
 log = logging.getLogger(__name__)
@@ -255,6 +258,8 @@ class ActiveMemory:
         session = await asyncio.to_thread(self.store.current, key)
         recent = await asyncio.to_thread(recent_turns, self.store, session.id)
         owner = policy_for(key)
+        # Trusted origins only: memory_search drops untrusted chunks, and memory_get and
+        # transcript_read leave untrusted text out (SearchFilter.trusted_only).
         policy = dataclasses.replace(
             owner, search=dataclasses.replace(owner.search, origins=TRUSTED_ORIGINS)
         )
@@ -292,15 +297,20 @@ def clean_summary(text: str) -> str | None:
 
 
 def recent_turns(store: SessionStore, session_id: str) -> list[tuple[str, str]]:
-    """The last two user and one assistant message of a session, in order, as (role, text).
+    """The last two user and one assistant message of a session, in order, as (role, text);
+    one that may hold outside text (a reply after a fetched page) as UNTRUSTED_LEFT_OUT.
     Blocks (SQLite)."""
-    events = store.events(session_id, kinds=("user", "assistant"))
+    everything = store.events(session_id)
+    untrusted = untrusted_seqs(everything)
+    events = [e for e in everything if e.kind in ("user", "assistant")]
     picked: list[tuple[int, str, str]] = []
     users = assistants = 0
     for event in reversed(events):
         text = str(event.content.get("text") or "").strip()
         if not text:
             continue
+        if event.seq in untrusted:
+            text = UNTRUSTED_LEFT_OUT
         if event.kind == "user" and users < 2:
             users += 1
             picked.append((event.seq, "user", text))

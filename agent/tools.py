@@ -26,10 +26,11 @@ from agent.web_fetch import FetchError, WebFetcher, wrap_untrusted
 from memory.chunking import hash_text
 from memory.errors import MemoryError_, WorkspaceError
 from memory.index import MemoryIndex
-from memory.lineage import LineageStore
+from memory.lineage import LineageStore, file_origin
 from memory.sessions import SessionKey, SessionStore
-from memory.transcripts import read_transcript
-from memory.workspace import confine_path, read_confined, read_memory_lines
+from memory.sync import MAX_FILE_BYTES
+from memory.transcripts import UNTRUSTED_LEFT_OUT, read_transcript
+from memory.workspace import confine_path, default_origin, read_confined, read_memory_lines
 from memory.writes import WorkspaceWriter
 
 log = logging.getLogger(__name__)
@@ -343,7 +344,24 @@ class MemoryTools:
         r = result
         if not r.text:
             return f"{r.path} has {r.total_lines} lines; nothing at line {r.from_line}."
+        if ctx.policy.search.trusted_only and await asyncio.to_thread(self._untrusted_file, r.path):
+            # Deep recall: a file counts as its lowest line, as its chunks do in search.
+            return (
+                f"{r.path} lines {r.from_line}-{r.to_line} of {r.total_lines}: "
+                f"{UNTRUSTED_LEFT_OUT} (the file holds text from outside)"
+            )
         return f"{r.path} lines {r.from_line}-{r.to_line} of {r.total_lines}:\n{r.text}"
+
+    def _untrusted_file(self, rel_path: str) -> bool:
+        """Whether memory file `rel_path` holds a line marked untrusted. Blocks (reads it)."""
+        whole = read_memory_lines(
+            self.workspace,
+            rel_path,
+            extra_paths=self.index.config.extra_paths,
+            max_chars=MAX_FILE_BYTES,
+            allow_hard_links=self.index.config.allow_hard_links,
+        )
+        return file_origin(whole.text, default_origin(rel_path)) == "untrusted"
 
     async def transcript_read(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         count = min(_optional_int(args.get("lines")) or 40, 200)
@@ -358,6 +376,7 @@ class MemoryTools:
             int(args.get("from") or 1),
             count,
             scope=scope if scope in ctx.policy.transcript_scopes else ctx.key.memory_scope,
+            trusted_only=ctx.policy.search.trusted_only,  # deep recall: never outside text
         )
 
     async def read_file(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:

@@ -589,6 +589,16 @@ def memory_forget(ref: str, dry_run: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(plan.to_dict(), indent=2, ensure_ascii=False))
         return
+    if plan.forgotten_at is not None:
+        from datetime import datetime
+
+        when = datetime.fromtimestamp(plan.forgotten_at).strftime("%Y-%m-%d %H:%M")
+        click.echo(
+            f"Session {plan.session_id} ({plan.session_key or 'key unknown'}) was already "
+            f"forgotten on {when}; nothing changed. A copy of its note restored from a backup "
+            "is indexed as empty (`pinch memory status` lists it): delete the file yourself."
+        )
+        return
     verb = "Forgot" if plan.done else "Would forget"
     click.secho(
         f"{verb} session {plan.session_id} ({plan.session_key or 'key unknown'}):", bold=True

@@ -2,8 +2,8 @@
 
 - **Light** (`stage_candidates`): entries (bullets or paragraphs) of daily logs and session notes
   (`memory/YYYY-MM-DD*.md`), deduplicated, minus what MEMORY.md already holds. Never transcripts,
-  never a file the index marks untrusted or system, never a line carrying an untrusted origin
-  marker.
+  never a file holding an untrusted line (a file counts as its lowest origin), never an entry
+  marked untrusted or system.
 - **REM** (`reinforce`): per candidate, the recall signals that overlap its lines — how many,
   how many distinct queries and days, their mean score — and a theme word shared with others.
 - **Deep** (`gate`): score, recalls, queries, days and size thresholds; each failure is named.
@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field
 
 from memory.db import Database
 from memory.errors import WorkspaceError
-from memory.lineage import LineageStore, redact_forgotten
+from memory.lineage import LineageStore, file_origin
 from memory.signals import apply_dreaming_migrations, flush_signals
 from memory.text import estimate_tokens
 from memory.workspace import DREAMS_FILE, file_day
@@ -178,7 +178,7 @@ def stage_candidates(
     if not mem_dir.is_dir():
         return out
     oldest = _days_before(today, lookback_days)
-    forgotten = LineageStore(db).forgotten_sessions()
+    tombstones = LineageStore(db).tombstones()
     for p in sorted(mem_dir.glob("*.md")):
         if p.is_symlink() or not p.is_file():
             continue
@@ -186,13 +186,14 @@ def stage_candidates(
         day = file_day(rel)
         if day is None or day < oldest or day > today:
             continue
-        origin = _file_origin(db, rel)
-        if origin is not None and origin not in TRUSTED_FOR_DREAMING:
+        if _file_origin(db, rel) == "untrusted":
             continue  # the index says something in the file is untrusted: none of it is staged
         text = _read_text(workspace, rel)
-        if text is None or (_UNTRUSTED_MARK.search(text) and origin is None):
+        if text is None:
             continue
-        text = redact_forgotten(text, forgotten)  # a restored backup cannot bring them back
+        text = tombstones.redact(rel, text)  # a restored backup cannot bring them back
+        if file_origin(text, "agent") == "untrusted":
+            continue  # the file as it is now (the index may lag): it counts as its lowest
         automated = _automated_sessions(db, set(_SESSION_MARK.findall(text)))
         for start, end, body in _entries(text):
             if _UNTRUSTED_MARK.search(body):

@@ -48,6 +48,11 @@ class SearchFilter:
         origins = TRUSTED_ORIGINS if self.origins is None else self.origins & TRUSTED_ORIGINS
         return SearchFilter(self.scopes, self.sources, origins)
 
+    @property
+    def trusted_only(self) -> bool:
+        """Whether untrusted text is kept out (recall): reads must leave it out too."""
+        return self.origins is not None and not self.origins - TRUSTED_ORIGINS
+
     def admits(self, source: str, origin: str) -> bool:
         """Whether a chunk of `source` and `origin` (already inside the scopes) may be shown."""
         return (self.sources is None or source in self.sources) and (

@@ -16,7 +16,9 @@ What goes (each item of the plan says where):
 - lineage rows other parts recorded for it: removed, and their own rows too when the part
   registered a remover (`register_remover`);
 - then a tombstone (lineage_tombstones): re-indexing skips entries still marked with the
-  session (a restored backup), transcript indexing skips it, Dreaming checks `is_forgotten`.
+  session and reads a note whose header names it as empty (a restored backup; a note `forget`
+  kept stays the owner's), transcript indexing skips it, Dreaming does the same. A second run
+  finds the tombstone and changes nothing (`ForgetPlan.forgotten_at`).
 
 What it cannot erase: text the owner edited by hand (kept, reported), backups and copies of the
 workspace or database, and what a model provider already received.
@@ -43,7 +45,7 @@ from memory.forget_dreams import (
     shift_signals,
 )
 from memory.index import MemoryIndex
-from memory.lineage import LineageRow, LineageStore, marked_entries
+from memory.lineage import LineageRow, LineageStore, marked_entries, note_session
 from memory.sessions import Session, SessionKey, SessionStore
 from memory.transcripts import transcript_path
 from memory.writes import WorkspaceWriter
@@ -79,6 +81,7 @@ class ForgetPlan:
     session_key: str | None
     items: tuple[ForgetItem, ...] = field(default_factory=tuple)
     done: bool = False  # False: a dry run (nothing changed)
+    forgotten_at: float | None = None  # set: forgotten already then (nothing left to do)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,6 +115,10 @@ def plan_forget(index: MemoryIndex, ref: str) -> ForgetPlan:
     """Exactly what `forget` would remove (and keep) for the session `ref`. Changes nothing."""
     store = SessionStore(index.db)
     lineage = LineageStore(index.db)
+    sid = ref.strip().removeprefix("sessions/")
+    tombstone = lineage.tombstone(sid)
+    if tombstone is not None:  # a second run: nothing is left to remove, nothing changes
+        return ForgetPlan(sid, tombstone[1], forgotten_at=tombstone[0])
     try:
         session: Session | None = find_session(store, ref)
     except SessionError:
@@ -158,6 +165,8 @@ def plan_forget(index: MemoryIndex, ref: str) -> ForgetPlan:
 def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> ForgetPlan:
     """Carry out `plan` (from `plan_forget`): files rewritten atomically, rows deleted, the
     tombstone recorded, the index synced. Returns what was actually done."""
+    if plan.forgotten_at is not None:
+        return plan  # forgotten already: nothing to do
     sid = plan.session_id
     lineage = LineageStore(index.db)
     rows = lineage.of_session(sid)
@@ -220,11 +229,20 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
             "INSERT OR REPLACE INTO lineage_tombstones VALUES (?, ?, ?, ?)",
             (sid, plan.session_key, time.time(), json.dumps(summary)),
         )
-        # Keep the rows of what stayed (edited by hand): they still say where it came from.
+        # Keep the rows of what stayed (edited by hand): they still say where it came from,
+        # and a kept note is the owner's, indexed as such (Tombstones.kept_notes).
         kept = {i.path for i in done if i.action == "keep" and i.path}
         for r in rows:
             if r.path is None or r.path not in kept:
                 conn.execute("DELETE FROM lineage WHERE id = ?", (r.id,))
+        recorded = {r.path for r in rows}
+        for i in done:
+            if i.kind == "session_note" and i.action == "keep" and i.path not in recorded:
+                conn.execute(
+                    "INSERT INTO lineage(session_id, kind, path, ref, detail, created_at) "
+                    "VALUES (?, 'session_note', ?, NULL, ?, ?)",
+                    (sid, i.path, json.dumps({"kept": i.reason}), time.time()),
+                )
     if index.active_generation() is not None:
         index.delete_virtual(transcript_path(sid))
     index.sync()
@@ -315,10 +333,10 @@ def _notes_naming(index: MemoryIndex, sid: str) -> list[str]:
     for note in sorted(folder.glob("????-??-??-*.md")) if folder.is_dir() else []:
         try:
             with note.open(encoding="utf-8", errors="replace") as fh:
-                head = [fh.readline() for _ in range(3)]
+                head = "".join(fh.readline() for _ in range(3))
         except OSError:
             continue
-        if any(line.startswith(f"<!-- session: {sid} |") for line in head):
+        if note_session(head) == sid:
             found.append(note.relative_to(index.workspace).as_posix())
     return found
 

@@ -65,6 +65,7 @@ __all__ = [
 
 TOKENIZER_VERSION = "pinch-fts-v2"  # bump when fts_body() or chunking rules change
 PASSAGES_VERSION = "units-v4"  # bump when split_units() or how passages are stored changes
+ORIGINS_VERSION = "file-lowest-v1"  # bump when how chunks get their origin changes
 
 # Chunk sources that no workspace file backs (conversation transcripts, memory/transcripts.py):
 # an incremental sync never removes them, and a rebuild re-creates them through `rebuild_hooks`.
@@ -222,6 +223,7 @@ class MemoryIndex:
             "chunk_overlap": self.config.chunking.overlap,
             "tokenizer": TOKENIZER_VERSION,
             "passages": PASSAGES_VERSION,
+            "origins": ORIGINS_VERSION,
         }
 
     def _default_store(self, dimensions: int) -> VectorStore:

@@ -13,14 +13,17 @@ Inline markers. Every entry the agent appends to a Markdown file ends with a mar
 Only a marker in exactly this form, at the end of a line, is trusted (`MARKER`). The marker
 covers its entry: the lines from just after the previous blank line, heading or marker line
 down to the marker's line. Lines outside any entry take the file's default origin
-(workspace.default_origin). Editing other lines never moves a marker off its entry.
+(workspace.default_origin). Editing other lines never moves a marker off its entry. A memory
+file counts as its lowest line (`file_origin`), and so does each of its chunks.
 
 Lineage table (agent database, own migration list, `apply_lineage_migrations`): one row per thing
 a session caused — `session_note`, `daily_entry`, and kinds other parts add (`recall_signal`,
 `dream_candidate`, `preimage`: give `ref` your own row id and `pinch memory forget` lists and
 removes the lineage rows; call `is_forgotten()` before promoting anything). Recall signals and
 Dreaming's promotions need no rows: forget finds them by path and line (memory/forget_dreams.py).
-Tombstones record forgotten sessions so re-indexing and Dreaming never bring them back.
+Tombstones record forgotten sessions so re-indexing and Dreaming never bring them back: their
+marked entries are blanked, and a session note whose header names one (a copy restored from a
+backup) is read as empty, unless `forget` kept that file (`Tombstones`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,16 +101,10 @@ def line_origins(text: str, default: str) -> list[str]:
     return origins
 
 
-def span_origin(origins: Sequence[str], start_line: int, end_line: int, default: str) -> str:
-    """The lowest origin among lines `start_line`..`end_line` (1-based, inclusive)."""
-    part = origins[max(0, start_line - 1) : end_line]
-    return lowest(part) if part else default
-
-
-def chunk_origins(text: str, spans: Iterable[tuple[int, int]], default: str) -> list[str]:
-    """The origin of each (start_line, end_line) span of `text`: its lowest line origin."""
-    origins = line_origins(text, default)
-    return [span_origin(origins, start, end, default) for start, end in spans]
+def file_origin(text: str, default: str) -> str:
+    """The origin of a whole memory file: its lowest line origin (a file that mixes origins
+    counts as its lowest, so one marked line from a web page makes all of it untrusted)."""
+    return lowest(line_origins(text, default))
 
 
 def redact_forgotten(text: str, forgotten: frozenset[str]) -> str:
@@ -121,6 +118,40 @@ def redact_forgotten(text: str, forgotten: frozenset[str]) -> str:
             for i in range(e.start - 1, e.end):
                 lines[i] = ""
     return "\n".join(lines)
+
+
+def note_session(text: str) -> str | None:
+    """The session a session note's header names (`<!-- session: ID | … -->`, line 2 as /new
+    writes it; any of the first three lines), None for any other text."""
+    for line in text.split("\n", 3)[:3]:
+        m = _NOTE_HEADER.match(line)
+        if m:
+            return m.group(1)
+    return None
+
+
+_NOTE_HEADER = re.compile(r"<!-- session: ([0-9A-Za-z_-]{1,64}) \|")
+
+
+@dataclass(frozen=True)
+class Tombstones:
+    """The forgotten sessions, as re-indexing and Dreaming must honour them."""
+
+    sessions: frozenset[str] = frozenset()
+    kept_notes: frozenset[str] = frozenset()  # notes `forget` kept (edited by hand): the owner's
+
+    def forgotten_note(self, path: str, text: str) -> str | None:
+        """The forgotten session whose note `text` is by its header (a copy restored from a
+        backup), unless `forget` kept this file; None otherwise."""
+        sid = note_session(text)
+        return sid if sid in self.sessions and path not in self.kept_notes else None
+
+    def redact(self, path: str, text: str) -> str:
+        """`text` without what forgotten sessions wrote (line numbers kept): all of it for a
+        forgotten session's note, else their marked entries."""
+        if self.forgotten_note(path, text):
+            return "\n" * text.count("\n")
+        return redact_forgotten(text, self.sessions)
 
 
 def strip_marker(line: str) -> str:
@@ -240,6 +271,22 @@ class LineageStore:
 
     def forgotten_sessions(self) -> frozenset[str]:
         return frozenset(r[0] for r in self.db.execute("SELECT session_id FROM lineage_tombstones"))
+
+    def tombstone(self, session_id: str) -> tuple[float, str | None] | None:
+        """(when it was forgotten, its session key) if `session_id` was forgotten, else None."""
+        rows = self.db.execute(
+            "SELECT forgotten_at, session_key FROM lineage_tombstones WHERE session_id = ?",
+            (session_id,),
+        )
+        return (float(rows[0][0]), rows[0][1]) if rows else None
+
+    def tombstones(self) -> Tombstones:
+        """The forgotten sessions, and the notes of theirs `forget` kept (lineage rows stay)."""
+        kept = self.db.execute(
+            "SELECT l.path FROM lineage l JOIN lineage_tombstones t ON t.session_id = l.session_id"
+            " WHERE l.kind = 'session_note' AND l.path IS NOT NULL"
+        )
+        return Tombstones(self.forgotten_sessions(), frozenset(str(r[0]) for r in kept))
 
 
 def record_session_note(db: Database, workspace: Path, session_id: str, rel_path: str) -> None:

@@ -102,14 +102,15 @@ class IndexRows:
         vectors: dict[str, np.ndarray],
         store: VectorStore | None,
         warning: str | None = None,
-        origins: Sequence[str] | None = None,  # per chunk; None: the file's default
+        origin: str | None = None,  # the file's (its lowest line's); None: its default
     ) -> None:
-        """Replace a file's rows with its new chunks."""
+        """Replace a file's rows with its new chunks, each of the file's origin."""
         day = file_day(f.rel_path)
+        origin = origin or f.origin
         self.delete_path(conn, generation, f.rel_path)
         vec_rows: list[VecRow] = []
-        for i, c in enumerate(chunks):
-            where = (f.rel_path, f.source, origins[i] if origins else f.origin, "")
+        for c in chunks:
+            where = (f.rel_path, f.source, origin, "")
             self.insert_chunk(conn, generation, where, c, day, split_units(c), vectors, vec_rows)
         if store is not None and vec_rows:
             store.add(conn, vec_rows)
@@ -120,7 +121,7 @@ class IndexRows:
                 generation,
                 f.rel_path,
                 f.source,
-                f.origin,
+                origin,
                 file_hash,
                 st.st_mtime,
                 st.st_size,

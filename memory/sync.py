@@ -14,6 +14,7 @@ single-flight: calls arriving during a run coalesce onto one following run.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import stat
@@ -34,10 +35,12 @@ from memory.embedcache import EmbeddingCache, ProgressCallback
 from memory.embeddings import EmbeddingProvider
 from memory.errors import IndexingError, WorkspaceError
 from memory.generations import GenerationGone, Generations, LeaseHolder
-from memory.lineage import LineageStore, chunk_origins, redact_forgotten
+from memory.lineage import LineageStore, file_origin
 from memory.rows import IndexRows, StoreFor
 from memory.vectors import refresh_pack
 from memory.workspace import MemoryFile, discover_memory_files, open_memory_file
+
+log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 LEASE_POLL_SECONDS = 0.2
@@ -136,6 +139,11 @@ def _too_big(size: int) -> IndexingError:
     )
 
 
+FORGOTTEN_NOTE = (
+    "indexed as empty: it is the note of session {session}, which `pinch memory forget` "
+    "removed (a copy from a backup?); delete the file, or remove its `<!-- session: … -->` "
+    "line to make it yours"
+)
 _ADVISED = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM})
 _NOT_REGULAR = (
     "skipped: not a regular file (a FIFO, socket, device or folder named *.md); "
@@ -343,10 +351,8 @@ class SyncPipeline:
                 mtime, size = (st.st_mtime, st.st_size) if st is not None else (0.0, 0)
                 self.rows.record_problem(conn, generation, where, mtime, size, message)
 
-        pending: list[
-            tuple[MemoryFile, os.stat_result, str, list[Chunk], str | None, list[str]]
-        ] = []
-        forgotten = LineageStore(self.db).forgotten_sessions()  # `pinch memory forget`
+        pending: list[tuple[MemoryFile, os.stat_result, str, list[Chunk], str | None, str]] = []
+        tombstones = LineageStore(self.db).tombstones()  # `pinch memory forget`
         for f in files:
             if shown_path(f.rel_path) != f.rel_path:
                 problem(f, _BAD_NAME)
@@ -380,23 +386,28 @@ class SyncPipeline:
                     self.rows.touch_source(conn, generation, f.rel_path, st)
                 report.files_unchanged += 1
                 continue
-            text = redact_forgotten(text, forgotten)
+            forgotten = tombstones.forgotten_note(f.rel_path, text)
+            if forgotten is not None:  # restored from a backup: nothing of it comes back
+                warning = FORGOTTEN_NOTE.format(session=forgotten)
+                report.problems[f.rel_path] = warning
+                log.warning("%s: %s", f.rel_path, warning)
+            text = tombstones.redact(f.rel_path, text)
             chunks = chunk_markdown(
                 text, tokens=self.config.chunking.tokens, overlap=self.config.chunking.overlap
             )
-            # Each chunk takes the lowest origin among its lines (appended entries are marked).
-            spans = [(c.start_line, c.end_line) for c in chunks]
-            origins = chunk_origins(text, spans, f.origin)
-            pending.append((f, st, file_hash, chunks, warning, origins))
+            # A file that mixes origins counts as its lowest, every chunk of it too: an owner's
+            # line next to a fetched page's is not trusted on its own (appended entries are marked).
+            origin = file_origin(text, f.origin)
+            pending.append((f, st, file_hash, chunks, warning, origin))
 
         units = [u for p in pending for c in p[3] for u in split_units(c)]
         vectors = self.embed(units, report, on_progress, generation, token)
         p = self._provider()
         store = self._store_for(p.dimensions if p else None)
-        for f, st, file_hash, chunks, warning, origins in pending:
+        for f, st, file_hash, chunks, warning, origin in pending:
             with self._writing(generation, token) as conn:
                 self.rows.write_file(
-                    conn, generation, f, st, file_hash, chunks, vectors, store, warning, origins
+                    conn, generation, f, st, file_hash, chunks, vectors, store, warning, origin
                 )
                 self.generations.bump_version(conn)
             report.files_indexed.append(f.rel_path)

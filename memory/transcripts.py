@@ -42,6 +42,7 @@ UNINDEXED_TOOLS = frozenset(
     }
 )
 READ_MAX_EVENTS = 200
+UNTRUSTED_LEFT_OUT = "[untrusted content left out]"
 READ_MAX_CHARS = 20_000
 _LABELS = {
     "user": "User",
@@ -291,11 +292,14 @@ def read_transcript(
     count: int,
     *,
     scope: str | None = None,
+    trusted_only: bool = False,
 ) -> str:
     """`count` events of a session from `from_seq` on, as "[seq] Role: text" lines.
 
     `session_id` may be a transcript hit's path ("sessions/<id>"). With `scope`, only a
     conversation of that memory scope can be read (a group chat never reads a private one).
+    With `trusted_only` (deep recall), what may hold outside text is shown as
+    UNTRUSTED_LEFT_OUT instead (`untrusted_seqs`).
     """
     sid = session_id_from_path(session_id) or session_id
     session = store.get(sid)
@@ -310,16 +314,44 @@ def read_transcript(
     if not events:
         last = store.events(sid, after_seq=0)
         return f"(no events from {start} on; this conversation has {len(last)} events)"
-    lines = [_render(e) for e in events]
+    left_out = untrusted_seqs(store.events(sid)) if trusted_only else set()
+    lines = [_render(e, e.seq in left_out) for e in events]
     text = "\n".join(lines)
     if len(text) > READ_MAX_CHARS:
         text = text[:READ_MAX_CHARS] + f"\n… [truncated at {READ_MAX_CHARS} characters; read fewer]"
     return text
 
 
-def _render(event: TranscriptEvent) -> str:
+def untrusted_seqs(events: Sequence[TranscriptEvent]) -> set[int]:
+    """The seqs of the events (a session's, from its first) that may hold outside text: other
+    people's messages, every tool result (memory reads quote untrusted hits too), what the
+    assistant said or called after a fetched page until the next user message, and compaction
+    summaries and memory flushes once a page was fetched (they may repeat it)."""
+    found: set[int] = set()
+    tainted = fetched = False
+    for e in events:
+        c = e.content
+        if e.kind == "user":
+            tainted = False
+            sender = c.get("sender")
+            if isinstance(sender, dict) and sender.get("kind") == "person":
+                found.add(e.seq)
+        elif (
+            e.kind == "tool_result"
+            or (e.kind in ("assistant", "tool_call") and tainted)
+            or (e.kind in ("compaction", "flush") and fetched)
+        ):
+            found.add(e.seq)
+        if e.kind == "tool_call" and str(c.get("name")) in OUTSIDE_CONTENT_TOOLS:
+            tainted = fetched = True
+    return found
+
+
+def _render(event: TranscriptEvent, left_out: bool = False) -> str:
     c = event.content
     label = _LABELS.get(event.kind, event.kind)
+    if left_out:
+        return f"[{event.seq}] {label}: {UNTRUSTED_LEFT_OUT}"
     if event.kind in ("user", "assistant", "command"):
         body = _text_of(c.get("text"))
     elif event.kind == "tool_call":

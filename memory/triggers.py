@@ -17,7 +17,9 @@ The score of an entry (0–1) is the sum of its terms' presence divided by min(n
 are a full match and one of them is half of one (0.5) — listing synonyms never makes an entry
 harder to hit. A strong match is a score ≥ `STRONG_MATCH` (0.65).
 
-Entries marked `status: superseded`, and anything inside an HTML comment, are not entries.
+Entries marked `status: superseded`, and anything inside an HTML comment, are not entries. A
+file holding a line marked `<!-- origin: untrusted … -->` (pasted from a log) counts as its
+lowest origin, as everywhere in memory: none of its entries is a trigger entry.
 Parsing is cached per file by (mtime, size) and then by content hash; matching uses an inverted
 index from token to entries, so a message costs lookups in proportion to its own tokens.
 """
@@ -25,14 +27,18 @@ index from token to entries, so a message costs lookups in proportion to its own
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memory.lineage import file_origin
 from memory.porter import porter_stem
 from memory.text import CJK_CHAR, normalised_runs
+
+log = logging.getLogger(__name__)
 
 STRONG_MATCH = 0.65
 TRIGGER_FILES = ("MEMORY.md", "USER.md")  # the owner's curated files: the only trusted source
@@ -194,7 +200,8 @@ class TriggerFiles:
     """The trigger entries of the curated files in one workspace, re-parsed only on change.
 
     Reads only `TRIGGER_FILES` at the workspace root — never daily logs, session notes,
-    transcripts or anything else. Blocks (a stat per file per call; a read when one changed)."""
+    transcripts or anything else, nor a curated file holding an untrusted line. Blocks (a stat
+    per file per call; a read when one changed)."""
 
     def __init__(self, workspace: Path, files: Sequence[str] = TRIGGER_FILES) -> None:
         self.workspace = workspace
@@ -233,5 +240,15 @@ class TriggerFiles:
         if self._hash.get(name) == digest:
             return False
         self._hash[name] = digest
-        self._entries[name] = parse_entries(name, data.decode("utf-8", errors="replace"))
+        text = data.decode("utf-8", errors="replace")
+        if file_origin(text, "owner") == "untrusted":
+            # It counts as its lowest line: nothing in it may surface by itself.
+            log.warning(
+                "%s holds a line marked <!-- origin: untrusted … -->: its trigger entries are "
+                "off until you delete that line or its marker",
+                name,
+            )
+            self._entries[name] = []
+        else:
+            self._entries[name] = parse_entries(name, text)
         return True

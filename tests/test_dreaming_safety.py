@@ -34,6 +34,7 @@ NOTES = (
     "- The owner prefers window seats on long flights.\n"
     f"- {POISON} <!-- origin: untrusted · session: abc123 -->\n"
 )
+CLEAN = "# 2026-11-03\n\n- The owner prefers window seats on long flights.\n"
 LENIENT = DreamingConfig(min_score=0.0, min_recalls=1, min_queries=1, min_days=1)
 
 
@@ -131,8 +132,22 @@ def test_untrusted_text_retrieved_20_times_over_5_dreams_never_reaches_memory(
     assert "budget" not in (index.workspace / "MEMORY.md").read_text(encoding="utf-8")
 
 
-def test_a_file_the_index_marks_untrusted_is_never_staged(index: MemoryIndex) -> None:
-    with index.db.transaction() as conn:  # what provenance does for a file of mixed origins
+def test_an_owner_line_in_a_log_that_also_holds_an_untrusted_line_is_never_staged(
+    index: MemoryIndex,
+) -> None:
+    for q in range(5):  # the owner's line is found, often, by distinct queries
+        index.search(f"window seats flights {q}", now=datetime(2026, 11, 1 + q))
+    report = asyncio.run(
+        dream(index.db, index.workspace, None, LENIENT, budget_chars=20_000, dry_run=True)
+    )
+    assert report.candidates == []  # the file counts as its lowest origin: untrusted
+    origins = index.db.execute("SELECT DISTINCT origin FROM memory_chunks WHERE path = ?", (LOG,))
+    assert [r[0] for r in origins] == ["untrusted"]
+
+
+def test_a_file_the_index_marks_untrusted_is_never_staged(tmp_path: Path) -> None:
+    index = open_index(tmp_path, {"MEMORY.md": MEMORY, LOG: CLEAN})
+    with index.db.transaction() as conn:  # the index read a line from outside the file lacks now
         conn.execute("UPDATE memory_sources SET origin = 'untrusted' WHERE path = ?", (LOG,))
         conn.execute("UPDATE memory_chunks SET origin = 'untrusted' WHERE path = ?", (LOG,))
     for q in range(5):
@@ -140,10 +155,12 @@ def test_a_file_the_index_marks_untrusted_is_never_staged(index: MemoryIndex) ->
     report = asyncio.run(
         dream(index.db, index.workspace, None, LENIENT, budget_chars=20_000, dry_run=True)
     )
+    index.close()
     assert report.candidates == []
 
 
-def test_signals_of_untrusted_hits_do_not_count(index: MemoryIndex) -> None:
+def test_signals_of_untrusted_hits_do_not_count(tmp_path: Path) -> None:
+    index = open_index(tmp_path, {"MEMORY.md": MEMORY, LOG: CLEAN})
     with index.db.transaction() as conn:
         conn.execute("UPDATE memory_chunks SET origin = 'untrusted' WHERE path = ?", (LOG,))
     for q in range(5):
@@ -151,6 +168,7 @@ def test_signals_of_untrusted_hits_do_not_count(index: MemoryIndex) -> None:
     report = asyncio.run(
         dream(index.db, index.workspace, None, DreamingConfig(), budget_chars=20_000, dry_run=True)
     )
+    index.close()
     seats = next(r for r in report.candidates if "window" in r.candidate.text)
     assert seats.recalls == 0
 

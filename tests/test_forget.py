@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from app.cli import main
 from app.config import load_settings
 from memory.chunking import hash_text
+from memory.dreaming import stage_candidates
 from memory.forget import forget, plan_forget
 from memory.index import MemoryIndex
 from memory.lineage import LineageStore
@@ -170,6 +171,53 @@ def test_a_restored_backup_does_not_bring_forgotten_entries_back(
     assert k.index.search("call the bank")  # the owner's lines are still indexed
 
 
+def test_a_forgotten_sessions_note_restored_from_a_backup_is_indexed_as_empty(
+    kit: tuple[Kit, FakeModelServer],
+) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    [note] = (k.workspace / "memory").glob("*zeppelin*")
+    backup = note.read_text()
+    forget(k.index, k.agent.writer, plan_forget(k.index, sid))
+    note.write_text(backup)  # copied back from a backup
+    report = k.index.sync()
+    rel = note.relative_to(k.workspace).as_posix()
+    assert found(k, "zeppelin") == []
+    assert f"session {sid}" in report.problems[rel]  # said, never silent
+    assert "indexed as empty" in k.index.status().problems[rel]  # `pinch memory status`
+    staged = stage_candidates(k.index.db, k.workspace, today="2026-01-10")
+    assert [c for c in staged if c.path == rel] == []
+    k.index.sync(force=True)
+    assert found(k, "zeppelin") == []
+
+
+def test_a_note_forget_kept_stays_the_owners_and_searchable(
+    kit: tuple[Kit, FakeModelServer],
+) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    [note] = (k.workspace / "memory").glob("*zeppelin*")
+    note.write_text(note.read_text() + "\nMy own zeppelin thoughts.\n")
+    forget(k.index, k.agent.writer, plan_forget(k.index, sid))
+    k.index.sync(force=True)
+    assert any("own zeppelin thoughts" in h for h in found(k, "zeppelin thoughts"))
+
+
+def test_forgetting_a_session_twice_says_when_and_changes_nothing(
+    kit: tuple[Kit, FakeModelServer],
+) -> None:
+    k, model = kit
+    sid = forgettable_session(k, model)
+    forget(k.index, k.agent.writer, plan_forget(k.index, sid))
+    before = {p: p.read_bytes() for p in k.workspace.rglob("*.md")}
+    tombstone = LineageStore(k.index.db).tombstone(sid)
+    again = plan_forget(k.index, sid)
+    assert tombstone is not None and again.forgotten_at == tombstone[0]
+    assert forget(k.index, k.agent.writer, again) == again and again.items == ()
+    assert {p: p.read_bytes() for p in k.workspace.rglob("*.md")} == before
+    assert LineageStore(k.index.db).tombstone(sid) == tombstone
+
+
 def test_a_session_key_names_its_latest_session(kit: tuple[Kit, FakeModelServer]) -> None:
     k, model = kit
     forgettable_session(k, model)
@@ -208,6 +256,9 @@ def test_the_command_prints_a_dry_run_as_json_then_forgets(pinch_home: Path) -> 
     assert out.exit_code == 0, out.output
     assert "Forgot session" in out.output and "removed  daily_entry" in out.output
     assert "Secret plan" not in log.read_text()
+    again = runner.invoke(main, args, env=env)
+    assert again.exit_code == 0, again.output
+    assert f"Session {sid} ({OWNER}) was already forgotten on " in again.output
 
 
 def test_a_note_from_before_lineage_is_listed_as_kept_not_deleted(
@@ -221,3 +272,5 @@ def test_a_note_from_before_lineage_is_listed_as_kept_not_deleted(
     [kept] = done.kept
     assert kept.path == note.relative_to(k.workspace).as_posix() and note.exists()
     assert "before Pinch recorded lineage" in (kept.reason or "")
+    k.index.sync(force=True)  # kept: still the owner's to search
+    assert any(h.startswith(kept.path) for h in found(k, "zeppelin"))

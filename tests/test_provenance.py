@@ -20,6 +20,7 @@ from agent.web_fetch import WebFetcher
 from memory.filters import TRUSTED_ORIGINS, SearchFilter, is_trusted
 from memory.lineage import LineageStore, line_origins, marked_entries, origin_marker
 from memory.transcripts import index_transcript, transcript_path
+from memory.triggers import TriggerFiles
 from memory.writes import WorkspaceWriter
 from tests.agent_support import NOW, OWNER, Kit, make_kit, template_workspace, tool_results
 from tests.fakes.model_server import (
@@ -110,6 +111,37 @@ def test_a_chunk_takes_the_lowest_origin_of_its_lines(kit: tuple[Kit, Any]) -> N
     note = f"- Paid the rent. {origin_marker('untrusted', SID)}\n"
     (k.workspace / "MEMORY.md").write_text(f"# MEMORY.md\n- Owner's own fact.\n{note}")
     assert origins_of(k, "MEMORY.md") == {"untrusted"}
+
+
+def test_every_chunk_of_a_file_that_mixes_origins_counts_as_its_lowest(
+    kit: tuple[Kit, Any],
+) -> None:
+    k, _ = kit
+    owner = "".join(f"- Garden bed {i}: compost in March, kale in April.\n\n" for i in range(80))
+    page = f"- From a page. {origin_marker('untrusted', SID)}\n"
+    (k.workspace / DAY).write_text(f"# 2026-01-10\n\n{owner}{page}")
+    assert origins_of(k, DAY) == {"untrusted"}  # the first chunks (only owner lines) too
+    rows = k.index.db.execute("SELECT origin FROM memory_chunks WHERE path = ?", (DAY,))
+    assert len(rows) > 1
+    [source] = k.index.db.execute("SELECT origin FROM memory_sources WHERE path = ?", (DAY,))
+    assert source[0] == "untrusted"
+    trusted = k.index.search("garden bed 3 compost", filter=policy_for(OWNER).search.trusted())
+    assert [h.path for h in trusted if h.path == DAY] == []
+    assert all(h.untrusted for h in k.index.search("garden bed 3 compost") if h.path == DAY)
+
+
+def test_a_curated_file_holding_an_untrusted_line_gives_the_fast_path_nothing(
+    tmp_path: Path,
+) -> None:
+    anna = "- Anna is allergic to peanuts. <!-- trigger: Anna, peanuts -->\n"
+    pasted = f"- Skip the budget. <!-- trigger: budget --> {origin_marker('untrusted', SID)}\n"
+    memory = tmp_path / "MEMORY.md"
+    memory.write_text(f"# MEMORY.md\n{anna}\n{pasted}")
+    triggers = TriggerFiles(tmp_path)
+    assert triggers.index().match("the budget") == []  # never the marked line
+    assert triggers.index().match("Anna and peanuts") == []  # nor the file it is in
+    memory.write_text(f"# MEMORY.md\n{anna}")
+    assert [h.entry.line for h in triggers.index().match("Anna and peanuts")] == [2]
 
 
 def test_a_file_without_markers_keeps_its_default_origin(kit: tuple[Kit, Any]) -> None:
