@@ -45,7 +45,15 @@ from memory.forget_dreams import (
     shift_signals,
 )
 from memory.index import MemoryIndex
-from memory.lineage import LineageRow, LineageStore, marked_entries, note_session
+from memory.lineage import (
+    KEPT_SESSION,
+    LineageRow,
+    LineageStore,
+    marked_entries,
+    note_session,
+    origin_marker,
+    strip_marker,
+)
 from memory.sessions import Session, SessionKey, SessionStore
 from memory.transcripts import transcript_path
 from memory.writes import WorkspaceWriter
@@ -358,6 +366,7 @@ def _entries_plan(
     nl = "\r\n" if "\r\n" in text else "\n"
     lines = text.replace("\r\n", "\n").split("\n")
     drop: set[int] = set()  # 0-based line indexes
+    relabel: dict[int, str] = {}  # 0-based line index -> the marker it gets instead
     items: list[ForgetItem] = []
     for entry in marked_entries("\n".join(lines)):
         if entry.session_id != sid:
@@ -370,6 +379,9 @@ def _entries_plan(
                 span = (start, end)
                 break
         if span is None:
+            # The owner's now: it stays, with its origin, but names no session, so the
+            # tombstone does not blank it when the file is indexed again.
+            relabel[end] = origin_marker(entry.origin, KEPT_SESSION)
             where = f"{entry.start}-{entry.end}"
             items.append(ForgetItem("daily_entry", "keep", path, where, reason="edited by hand"))
             continue
@@ -384,10 +396,12 @@ def _entries_plan(
         after_blank = end + 1 >= len(lines) or not lines[end + 1].strip()
         if start > 0 and not lines[start - 1].strip() and after_blank:
             drop.add(start - 1)
-    if not drop:
+    if not drop and not relabel:
         return text, items
     if dropped is not None:
         dropped.update(drop)
+    for i, marker in relabel.items():
+        lines[i] = f"{strip_marker(lines[i])} {marker}"
     return nl.join(line for i, line in enumerate(lines) if i not in drop), items
 
 

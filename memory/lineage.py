@@ -57,6 +57,12 @@ def lowest(origins: Iterable[str]) -> str:
     return max(origins, key=lambda o: _RANK.get(o, len(TRUST_ORDER)), default="owner")
 
 
+# The session an entry's marker names once `forget` kept it because the owner had edited it:
+# no real session (their ids are hex), so the entry keeps its origin and the tombstone no longer
+# blanks it when the file is indexed again.
+KEPT_SESSION = "kept-by-owner"
+
+
 def origin_marker(origin: str, session_id: str) -> str:
     """The marker the program appends to an entry (never built from agent text)."""
     if origin not in _RANK:

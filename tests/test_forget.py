@@ -145,6 +145,11 @@ def test_an_entry_the_owner_edited_is_kept_and_reported(kit: tuple[Kit, FakeMode
     [kept] = done.kept
     assert (kept.kind, kept.path, kept.reason) == ("daily_entry", DAY, "edited by hand")
     assert "07:30 (mine now)" in log.read_text() and "Seehotel" not in log.read_text()
+    # Kept means kept: it names no session any more, so re-indexing does not blank it.
+    assert f"session: {sid}" not in log.read_text()
+    assert "(mine now). <!-- origin: agent · session: kept-by-owner -->" in log.read_text()
+    k.index.sync(force=True)
+    assert [h for h in found(k, "zeppelin") if "07:30 (mine now)" in h]
 
 
 def test_a_session_note_the_owner_edited_is_kept(kit: tuple[Kit, FakeModelServer]) -> None:
