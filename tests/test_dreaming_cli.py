@@ -34,6 +34,13 @@ def server() -> Iterator[FakeModelServer]:
 @pytest.fixture
 def home(pinch_home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeModelServer) -> Path:
     """A home whose one daily-log note passes a lenient gate after one search."""
+    return dream_home(pinch_home, monkeypatch, server)
+
+
+def dream_home(pinch_home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeModelServer) -> Path:
+    """`pinch init` in `pinch_home` talking to `server`, with a lenient Dreaming gate, MEMORY.md
+    and today's log holding NOTE, which one search has recalled (shared with the nightly job's
+    tests)."""
     monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "none")
     monkeypatch.setenv("PINCH_AGENT__MODEL", "claude-test")
     monkeypatch.setenv("PINCH_AGENT__API_BASE", server.url)

@@ -11,18 +11,11 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from click.testing import CliRunner, Result
 
-from app.cli import main
 from app.config import load_settings
 from app.dreaming import DREAM_JOB_ID, run_dream, start_nightly_dream
 from tests.fakes.model_server import FakeModelServer, text_reply
-
-NOTE = "The owner prefers window seats on long flights."
-
-
-def pinch(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
+from tests.test_dreaming_cli import NOTE, dream_home, pinch
 
 
 @pytest.fixture
@@ -35,21 +28,7 @@ def server() -> Iterator[FakeModelServer]:
 def home(pinch_home: Path, monkeypatch: pytest.MonkeyPatch, server: FakeModelServer) -> Path:
     """Automations off, dreaming on (the default) with a lenient gate, one recalled note."""
     monkeypatch.setenv("PINCH_AUTOMATIONS__ENABLED", "false")
-    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "none")
-    monkeypatch.setenv("PINCH_AGENT__MODEL", "claude-test")
-    monkeypatch.setenv("PINCH_AGENT__API_BASE", server.url)
-    monkeypatch.setenv("PINCH_AGENT__MAX_RETRIES", "0")
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
-    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-    for name in ("MIN_SCORE", "MIN_QUERIES", "MIN_RECALLS", "MIN_DAYS"):
-        monkeypatch.setenv(f"PINCH_DREAMING__{name}", "0" if name == "MIN_SCORE" else "1")
-    assert pinch("init").exit_code == 0
-    ws = pinch_home / "workspace"
-    (ws / "MEMORY.md").write_text("# MEMORY.md\n\n- The owner lives in Lisbon.\n", "utf-8")
-    today = datetime.now().date().isoformat()
-    (ws / "memory" / f"{today}.md").write_text(f"# {today}\n\n- {NOTE}\n", encoding="utf-8")
-    assert pinch("memory", "search", "window seats").exit_code == 0
-    return pinch_home
+    return dream_home(pinch_home, monkeypatch, server)
 
 
 def test_the_nightly_dream_fires_at_3_and_dreams_with_automations_off(
