@@ -144,6 +144,12 @@ FORGOTTEN_NOTE = (
     "removed (a copy from a backup?); delete the file, or remove its `<!-- session: … -->` "
     "line to make it yours"
 )
+CURATED_FILES = frozenset({"MEMORY.md", "USER.md"})
+UNTRUSTED_CURATED = (
+    "holds a line marked `origin: untrusted` (from a fetched page or another person), so all of "
+    "it counts as untrusted: its trigger entries are off and deep recall and Dreaming skip it; "
+    "delete that line or its marker"
+)
 _ADVISED = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM})
 _NOT_REGULAR = (
     "skipped: not a regular file (a FIFO, socket, device or folder named *.md); "
@@ -398,6 +404,10 @@ class SyncPipeline:
             # A file that mixes origins counts as its lowest, every chunk of it too: an owner's
             # line next to a fetched page's is not trusted on its own (appended entries are marked).
             origin = file_origin(text, f.origin)
+            if origin == "untrusted" and f.rel_path in CURATED_FILES and not warning:
+                warning = UNTRUSTED_CURATED
+                report.problems[f.rel_path] = warning
+                log.warning("%s: %s", f.rel_path, warning)
             pending.append((f, st, file_hash, chunks, warning, origin))
 
         units = [u for p in pending for c in p[3] for u in split_units(c)]

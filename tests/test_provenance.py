@@ -111,6 +111,11 @@ def test_a_chunk_takes_the_lowest_origin_of_its_lines(kit: tuple[Kit, Any]) -> N
     note = f"- Paid the rent. {origin_marker('untrusted', SID)}\n"
     (k.workspace / "MEMORY.md").write_text(f"# MEMORY.md\n- Owner's own fact.\n{note}")
     assert origins_of(k, "MEMORY.md") == {"untrusted"}
+    # Never silent: `pinch memory status` lists the file and says what to do.
+    problem = k.index.status().problems["MEMORY.md"]
+    assert "its trigger entries are off" in problem and "delete that line or its marker" in problem
+    (k.workspace / "MEMORY.md").write_text("# MEMORY.md\n- Owner's own fact.\n- Paid the rent.\n")
+    assert origins_of(k, "MEMORY.md") == {"owner"} and "MEMORY.md" not in k.index.status().problems
 
 
 def test_every_chunk_of_a_file_that_mixes_origins_counts_as_its_lowest(
