@@ -6,7 +6,8 @@
 Offered only in the owner's private chats and run only on the owner's own message
 (agent/policy.py: "schedule" is an owner-word tool, refused to automations, so a job's turn
 never creates jobs). Every confirmation states the zone. Results go to the chat that asked:
-`current_target` (set by the gateway for the turn it runs) or, failing that, `route(key)`.
+`current_target` (set by the gateway for the turn it runs); for the terminal, which is gone by
+the time a job runs, `route(key)`: the owner's chat per `[owners]` (no owner id: refused).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 current_target: ContextVar[Target | None] = ContextVar("pinch_current_target", default=None)
 
 Route = Callable[[SessionKey], Target | None]
+TERMINAL = "cli"  # the channel of `pinch chat`
 
 
 def schedule_spec(zone: str) -> ToolSpec:
@@ -98,11 +100,13 @@ def schedule_tool(
             return f"Cancelled job #{job_id} ({job.schedule.describe()}; times in {zone})."
         if action != "create":
             raise ToolFailure('action must be "create", "list" or "cancel".')
+        asked = current_target.get()
         job = await asyncio.to_thread(_create, store, ctx, args, zone, route, now())
         sched = scheduler()
         if sched is not None and job.next_run_utc is not None:
             sched.arm(job.id, job.next_run_utc)
-        return _confirmation(job)
+        asked_in = asked.channel if asked else ctx.key.channel
+        return _confirmation(job, from_terminal=asked_in == TERMINAL)
 
     return Tool(schedule_spec(zone), run)
 
@@ -121,10 +125,16 @@ def _create(
     given = [k for k in ("when", "every", "cron") if args.get(k)]
     if len(given) != 1:
         raise ToolFailure("create needs exactly one of when, every or cron.")
-    target = current_target.get() or route(ctx.key)
+    target = current_target.get()
+    if target is None or target.channel == TERMINAL:
+        # The terminal exists only while `pinch chat` runs, and jobs run in `pinch gateway`:
+        # a job asked for there is delivered to the owner's own chat on Telegram or Slack.
+        target = route(ctx.key)
     if target is None:
         raise ToolFailure(
-            "This chat cannot receive scheduled messages; ask from Telegram or Slack."
+            "Nothing could deliver this: scheduled messages are sent by `pinch gateway` to "
+            "your chat on Telegram or Slack, and no owner id is set. Set [owners] telegram = "
+            '["<your user id>"] (or slack) in config.toml, or ask from Telegram or Slack.'
         )
     try:
         if args.get("when"):
@@ -149,12 +159,18 @@ def _create(
         raise ToolFailure(str(exc)) from None
 
 
-def _confirmation(job: Job) -> str:
+def _confirmation(job: Job, *, from_terminal: bool = False) -> str:
     what = "Task" if job.payload == "task" else "Reminder"
     first = local_text(job.next_run_utc, job.schedule.tz) if job.next_run_utc else "—"
+    where = (
+        f" It will be sent to your {job.target.channel.title()} chat by `pinch gateway` "
+        "(the terminal cannot show it later)."
+        if from_terminal
+        else ""
+    )
     return (
         f"{what} #{job.id} scheduled, {job.schedule.describe()}; first run {first}. "
-        f"Times are in {job.schedule.tz}."
+        f"Times are in {job.schedule.tz}.{where}"
     )
 
 

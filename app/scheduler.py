@@ -50,6 +50,7 @@ from app.jobs import (
     NewJob,
     Schedule,
     ScheduleError,
+    Target,
     human_duration,
     local_text,
     next_run,
@@ -77,6 +78,12 @@ NO_REPLY = (
 HEARTBEAT_OK = "HEARTBEAT_OK"
 
 _SCHEDULERS: dict[str, Scheduler] = {}
+
+
+class ChannelNotRunning(RuntimeError):
+    """The job's channel does not run in this gateway (e.g. the terminal, or an unset token)."""
+
+
 _T = TypeVar("_T")
 
 
@@ -100,6 +107,9 @@ class AutomationSettings:
     workspace: Path | None = None  # for HEARTBEAT.md
     heartbeat_active_hours: tuple[int, int] | None = None  # minutes of the day, [start, end)
     owner_tz: str = "UTC"
+    # The owner's direct chat on each channel with an id in [owners], in order: where alerts go
+    # when the job's own chat fails, and an owner's job when its channel is not running.
+    owner_chats: tuple[Target, ...] = ()
 
 
 def _utcnow() -> datetime:
@@ -318,8 +328,7 @@ class Scheduler:
         await self._db(self.store.finish_run, run_id, "missed", self.now(), late_by, note)
         if job.schedule.kind == "at":
             await self._db(self.store.mark_done, job.id)
-        with contextlib.suppress(Exception):
-            await self.deliver(_message(job, note))
+        await self._notify(job, note)
 
     async def _run(
         self, job: Job, due: datetime, late_by: float, skipped: int, run_id: int
@@ -333,7 +342,7 @@ class Scheduler:
         try:
             text = await self._payload(job, note)
             if text is not None:
-                await self.deliver(_message(job, text))
+                await self._send(job, text)
         except asyncio.CancelledError:
             why = "interrupted: Pinch stopped" if self._stopping else "cancelled"
             await self._db(self.store.finish_run, run_id, "cancelled", self.now(), late_by, why)
@@ -422,8 +431,38 @@ class Scheduler:
                 f"{retry}; it is disabled after {DISABLE_AFTER_FAILURES}."
             )
         if text:
-            with contextlib.suppress(Exception):
-                await self.deliver(_message(job, text))
+            await self._notify(job, text)
+
+    async def _send(self, job: Job, text: str, *, notice: bool = False) -> None:
+        """Deliver `text` to `job`'s chat. A notice about the job (an alert, a missed run) that
+        cannot go there goes to the owner's chat on another channel; so does an owner's own job
+        whose channel is not running. Raises the first error when nothing took it."""
+        try:
+            await self.deliver(_message(job, text))
+            return
+        except ChannelNotRunning as exc:
+            if not (notice or job.owner_private):
+                raise
+            first: Exception = exc
+        except Exception as exc:
+            if not notice:
+                raise
+            first = exc
+        for chat in self.settings.owner_chats:
+            if (chat.channel, chat.chat_id) == (job.target.channel, job.target.chat_id):
+                continue  # that one just failed
+            try:
+                await self.deliver(OutboundMessage(chat.channel, chat.chat_id, text))
+                return
+            except Exception:
+                continue
+        raise first
+
+    async def _notify(self, job: Job, text: str) -> None:
+        try:
+            await self._send(job, text, notice=True)
+        except Exception as exc:
+            log.warning("Job %s: could not tell the owner (%s): %s", job.id, exc, text)
 
 
 def task_session(job: Job, agent_id: str) -> SessionKey:
@@ -544,6 +583,11 @@ def build_scheduler(runtime: Runtime, deliver: Deliver, *, now: Now = _utcnow) -
     owners = settings.owners
     main_key = SessionKey.owner_main(settings.agent_id)
     target = owner_route({"telegram": owners.telegram, "slack": owners.slack})(main_key)
+    owner_chats = tuple(
+        Target(channel, ids[0])
+        for channel, ids in (("telegram", owners.telegram), ("slack", owners.slack))
+        if ids
+    )
     if hb.every and target is not None:
         seconds = parse_duration(hb.every)
         store.replace_managed(
@@ -572,19 +616,21 @@ def build_scheduler(runtime: Runtime, deliver: Deliver, *, now: Now = _utcnow) -
             workspace=settings.workspace_dir,
             heartbeat_active_hours=parse_active_hours(hb.active_hours) if hb.active_hours else None,
             owner_tz=zone_name,
+            owner_chats=owner_chats,
         ),
         now=now,
     )
 
 
 def deliver_via(channels: Mapping[str, Channel]) -> Deliver:
-    """A `Deliver` over the gateway's running channels. A channel that is not running raises,
-    so the run counts as failed and is retried with backoff."""
+    """A `Deliver` over the gateway's running channels. A channel that is not running raises
+    `ChannelNotRunning`, so the run counts as failed and is retried with backoff (or, for the
+    owner's own jobs, goes to their chat on a channel that runs)."""
 
     async def deliver(message: OutboundMessage) -> None:
         channel = channels.get(message.channel)
         if channel is None:
-            raise RuntimeError(
+            raise ChannelNotRunning(
                 f"no {message.channel} channel is running to deliver to; configure it "
                 "or cancel the job"
             )

@@ -11,7 +11,7 @@ from typing import Any
 
 from agent.requests import AgentRequest
 from app.jobs import JobStore, NewJob, Schedule, Target
-from app.scheduler import Scheduler, deliver_via
+from app.scheduler import AutomationSettings, Scheduler, deliver_via
 from memory.db import open_database
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram_support import running as telegram_running
@@ -92,3 +92,57 @@ async def test_a_reminder_for_a_channel_not_running_fails_and_is_retried(tmp_pat
     assert store.runs(job)[0].status == "failed"
     assert "no slack channel is running" in (store.runs(job)[0].note or "")
     assert store.get(job).next_run_utc == T0 + timedelta(hours=1, seconds=30)  # type: ignore[union-attr]
+
+
+@run
+async def test_an_owners_reminder_whose_channel_is_not_running_reaches_them_on_another(
+    tmp_path: Path,
+) -> None:
+    store, job = due_reminder(tmp_path, Target("slack", "D9"))
+    with FakeTelegram() as tg:
+        async with telegram_running(tg, tmp_path) as (channel, _):
+            scheduler = Scheduler(
+                store,
+                deliver=deliver_via({"telegram": channel}),
+                run_turn=no_turn,
+                settings=AutomationSettings(owner_chats=(Target("telegram", "111"),)),
+                now=lambda: T0 + timedelta(hours=1),
+            )
+            await scheduler.fire(job)
+        [call] = tg.calls_to("sendMessage")
+    assert str(call.params["chat_id"]) == "111"
+    assert store.runs(job)[0].status == "ok"
+
+
+@run
+async def test_a_failure_alert_goes_to_the_owner_on_a_channel_that_works(tmp_path: Path) -> None:
+    store = JobStore(open_database(tmp_path / "agent.sqlite", vector_backend="numpy"))
+    group = store.create(
+        NewJob(
+            Schedule("every", "3600", "Europe/Berlin", T0 + timedelta(hours=1)),
+            "reminder",
+            "stand-up",
+            Target("slack", "C42"),  # a group chat on Slack, which does not run here
+            "main:slack:channel:C42",
+            False,
+        ),
+        T0,
+    ).id
+    now = [T0 + timedelta(hours=1)]
+    with FakeTelegram() as tg:
+        async with telegram_running(tg, tmp_path) as (channel, _):
+            scheduler = Scheduler(
+                store,
+                deliver=deliver_via({"telegram": channel}),
+                run_turn=no_turn,
+                settings=AutomationSettings(owner_chats=(Target("telegram", "111"),)),
+                now=lambda: now[0],
+            )
+            for _ in range(2):
+                await scheduler.fire(group)
+                now[0] = store.get(group).next_run_utc  # type: ignore[union-attr,assignment]
+        calls = tg.calls_to("sendMessage")
+        sent = [(str(c.params["chat_id"]), str(c.params["text"])) for c in calls]
+    assert [r.status for r in store.runs(group)] == ["failed", "failed"]
+    [(chat, alert)] = sent  # the reminder itself never goes to the owner's private chat
+    assert chat == "111" and "failed 2 times in a row" in alert and "no slack channel" in alert

@@ -118,3 +118,75 @@ def test_a_reminder_asked_for_in_a_slack_dm_is_delivered_to_that_dm(tmp_path: Pa
         texts = asyncio.run(scenario(server))
     assert texts[-1] == "Stretch!"
     assert "Reminder set." in texts
+
+
+def _terminal_scenario(
+    tmp_path: Path, server: FakeModelServer, owners: dict[str, list[str]]
+) -> Any:
+    """`pinch chat` asks for a reminder (the terminal turn through the gateway machinery), then
+    `pinch gateway`'s scheduler (Telegram and Slack running, no terminal) runs it."""
+    from app.config import OwnersConfig
+    from app.scheduler import add_schedule_tool
+    from tests.gateway_support import make_rig
+    from tests.test_cli_channel import ScriptedIO, chat_gateway
+
+    async def scenario() -> tuple[list[Any], list[str], list[Any]]:
+        rig = make_rig(tmp_path, server)
+        runtime = rig.gateway.runtime
+        runtime.settings = runtime.settings.model_copy(update={"owners": OwnersConfig(**owners)})
+        store = add_schedule_tool(runtime)
+        io = ScriptedIO()
+        chat, channel = chat_gateway(runtime, io)
+        await chat.start()
+        await io.lines.put("remind me in 20 minutes to stretch")
+        await io.until(lambda: bool(io.outcomes))
+        await io.lines.put(None)
+        await channel.finished()
+        await chat.stop(5)
+        runs: list[Any] = []
+        await rig.gateway.start()
+        for job in store.jobs():
+            scheduler = await start_automations(runtime, rig.gateway.channels)
+            assert scheduler is not None
+            store.run_now(job.id, datetime.now(UTC))
+            await scheduler.fire(job.id)
+            await scheduler.stop()
+            runs = store.runs(job.id)
+        await rig.close()
+        return io.outcomes, rig.telegram.texts("111"), runs
+
+    return asyncio.run(scenario())
+
+
+def test_a_reminder_asked_for_in_the_terminal_reaches_the_owner_on_telegram(
+    tmp_path: Path,
+) -> None:
+    from tests.fakes.model_server import tool_reply
+
+    with FakeModelServer() as server:
+        server.script(
+            tool_reply("schedule", {"action": "create", "text": "Stretch!", "when": "20m"}),
+            text_reply("Reminder set."),
+        )
+        outcomes, telegram, runs = _terminal_scenario(tmp_path, server, {"telegram": ["111"]})
+        confirmation = str(server.requests[1].body["messages"][-1]["content"])
+    assert "It will be sent to your Telegram chat" in confirmation
+    assert outcomes[0].text == "Reminder set."
+    assert telegram == ["Stretch!"]
+    assert [r.status for r in runs] == ["ok"]
+
+
+def test_a_reminder_asked_for_in_the_terminal_with_no_owner_id_is_refused(
+    tmp_path: Path,
+) -> None:
+    from tests.fakes.model_server import tool_reply
+
+    with FakeModelServer() as server:
+        server.script(
+            tool_reply("schedule", {"action": "create", "text": "Stretch!", "when": "20m"}),
+            text_reply("I could not schedule that."),
+        )
+        _, telegram, runs = _terminal_scenario(tmp_path, server, {})
+        tool_result = str(server.requests[1].body["messages"][-1]["content"])
+    assert "'is_error': True" in tool_result and "[owners]" in tool_result
+    assert telegram == [] and runs == []
