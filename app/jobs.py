@@ -527,16 +527,18 @@ class JobStore:
             )
 
     def record_failure(self, job_id: int, now: datetime) -> Job | None:
-        """Count a failure: back off (the next run is no earlier than the backoff), or disable
-        the job after `DISABLE_AFTER_FAILURES`. Returns the updated job."""
+        """Count a failure: the run is retried after the backoff (30 s, 1 min, …; a recurring
+        job then goes on from its schedule), or the job is disabled after
+        `DISABLE_AFTER_FAILURES`. Returns the updated job."""
         job = self.get(job_id)
         if job is None:
             return None
         failures = job.consecutive_failures + 1
         until = now + timedelta(seconds=backoff_s(failures))
-        nxt = job.next_run_utc
-        if job.schedule.kind == "at" or nxt is None or nxt < until:
-            nxt = until
+        # Retried at `until` even when the schedule's next run comes later (a daily reminder
+        # that met one transient error is not lost): the retry's claim moves the job to the
+        # first scheduled run after it.
+        nxt = until
         state = "disabled" if failures >= DISABLE_AFTER_FAILURES else None
         with self.db.transaction() as conn:
             conn.execute(

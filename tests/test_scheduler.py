@@ -219,7 +219,7 @@ async def test_failures_back_off_alert_after_two_and_disable_after_ten(tmp_path:
             assert j.next_run_utc is not None
             gaps.append((j.next_run_utc - h.clock()).total_seconds())
             h.clock.t = j.next_run_utc
-    assert gaps[:5] == [60, 60, 300, 900, 3600]  # 30 s backoff < the 60 s interval
+    assert gaps[:5] == [30, 60, 300, 900, 3600]  # the backoff, not the 60 s interval
     alerts = [t for t in texts(h) if "failed" in t]
     assert len(alerts) == 2
     assert "failed 2 times in a row (model down)" in alerts[0]
@@ -239,6 +239,32 @@ async def test_a_failed_one_shot_retries_after_thirty_seconds(tmp_path: Path) ->
     h.clock.advance(seconds=30)
     await h.scheduler.fire(job)
     assert texts(h) == ["fine"] and h.store.get(job).state == "done"  # type: ignore[union-attr]
+
+
+@run
+async def test_a_daily_reminder_that_fails_once_is_retried_then_keeps_its_time(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    job = h.add("cron", "0 9 * * *")  # 09:00 Berlin = 08:00 UTC
+    nine = datetime(2026, 12, 1, 8, tzinfo=UTC)
+    failures = [ConnectionError("Telegram: 502 Bad Gateway")]
+
+    async def flaky(msg: OutboundMessage) -> None:
+        if failures:
+            raise failures.pop()
+        h.sent.append(msg)
+
+    h.scheduler.deliver = flaky
+    h.clock.t = nine
+    await h.scheduler.fire(job)
+    assert h.store.get(job).next_run_utc == nine + timedelta(seconds=30)  # type: ignore[union-attr]
+    h.clock.t = nine + timedelta(seconds=30)
+    await h.scheduler.fire(job)
+    assert texts(h) == ["check the train tickets"]
+    assert [r.status for r in h.store.runs(job)] == ["ok", "failed"]
+    assert h.store.get(job).next_run_utc == nine + timedelta(days=1)  # type: ignore[union-attr]
+    assert h.store.get(job).consecutive_failures == 0  # type: ignore[union-attr]
 
 
 @run
