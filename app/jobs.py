@@ -464,11 +464,19 @@ class JobStore:
         return self.get(job_id)
 
     def claim(
-        self, job: Job, scheduled: datetime, new_next: datetime | None, now: datetime
+        self,
+        job: Job,
+        scheduled: datetime,
+        new_next: datetime | None,
+        now: datetime,
+        *,
+        run_for: datetime | None = None,
     ) -> int | None:
         """Take run `scheduled` of `job` for this process: the job's next run moves to `new_next`
         only if it is still `scheduled` and the job active, so two schedulers on one database
-        never both run it. Returns the new run's id, or None if another took it."""
+        never both run it. The run is recorded as due at `run_for` (the latest of several
+        coalesced runs; default `scheduled`). Returns the new run's id, or None if another
+        took it."""
         with self.db.transaction() as conn:
             cur = conn.execute(
                 "UPDATE jobs SET next_run_utc = ? WHERE id = ? AND state = 'active' "
@@ -480,7 +488,7 @@ class JobStore:
             cur = conn.execute(
                 "INSERT INTO job_runs (job_id, scheduled_for, started, status) "
                 "VALUES (?, ?, ?, 'running')",
-                (job.id, utc_text(scheduled), utc_text(now)),
+                (job.id, utc_text(run_for or scheduled), utc_text(now)),
             )
             return int(cur.lastrowid)
 

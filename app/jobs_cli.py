@@ -119,7 +119,10 @@ def _print_runs(store: JobStore, job_id: int | None, *, limit: int) -> None:
         job = store.get(r.job_id)
         tz = job.schedule.tz if job else "UTC"
         late = f", late by {human_duration(r.late_by_s)}" if r.late_by_s >= 60 else ""
-        note = f" — {r.note}" if r.note and r.status not in ("late",) else ""
+        text = r.note or ""
+        if late and text.startswith("late by") and ": " in text:
+            text = text.split(": ", 1)[1]  # said once: "late, late by 2 h — Pinch was not …"
+        note = f" — {text}" if text else ""
         click.echo(f"#{r.job_id} due {local_text(r.scheduled_for, tz)}: {r.status}{late}{note}")
 
 

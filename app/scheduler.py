@@ -14,7 +14,8 @@ APScheduler from dropping a late job silently: lateness is decided here, by `mis
 - due and on time (or late by less than the grace) → run now; a run late by more than a minute
   says so ("late by 2 h 10 min: Pinch was not running");
 - late by more than the grace → reported to its chat as missed, and the schedule moves on;
-- several runs missed while Pinch was down → one run (coalesced), never a burst;
+- several runs missed while Pinch was down → one run (coalesced), never a burst, whose note
+  says how many it stands for;
 - each run is claimed in the database first (`UPDATE … WHERE next_run_utc = ? AND
   state = 'active'`), so two schedulers on one database never both run it.
 
@@ -294,7 +295,7 @@ class Scheduler:
             natural_next: datetime | None = now + timedelta(seconds=RUN_LEASE_S)
         else:
             natural_next = next_run(job.schedule, now)
-        run_id = self.store.claim(job, scheduled, natural_next, now)
+        run_id = self.store.claim(job, scheduled, natural_next, now, run_for=latest)
         if run_id is None:
             return None  # another scheduler took it
         return job, latest, late_by, skipped, natural_next, run_id
@@ -320,8 +321,9 @@ class Scheduler:
         more = f" ({skipped + 1} runs missed)" if skipped else ""
         moves = f" Next run: {local_text(nxt, tz)}." if nxt and job.schedule.kind != "at" else ""
         note = (
-            f"Missed{more}: {_label(job)} was due {local_text(due, tz)}; Pinch was not running "
-            f"and it is now {human_duration(late_by)} late, more than the "
+            f"Missed{more}: {_what(job)} (job #{job.id}, {job.schedule.describe()}) was due "
+            f"{local_text(due, tz)}; Pinch was not running and it is now "
+            f"{human_duration(late_by)} late, more than the "
             f"{human_duration(self.settings.misfire_grace_s)} grace.{moves}"
         )
         log.warning("Job %s missed: late by %s", job.id, human_duration(late_by))
@@ -333,12 +335,16 @@ class Scheduler:
     async def _run(
         self, job: Job, due: datetime, late_by: float, skipped: int, run_id: int
     ) -> None:
+        # Runs coalesced into this one are never passed over in silence, late or not.
+        missed = f"{skipped} earlier run{'s' if skipped > 1 else ''} missed" if skipped else ""
         note = None
         if late_by > LATE_NOTE_S:
             note = f"late by {human_duration(late_by)}: Pinch was not running"
-            if skipped:
-                note += f"; {skipped} earlier run(s) skipped"
-        status = "late" if note else "ok"
+            if missed:
+                note += f"; {missed}"
+        elif missed:
+            note = f"{missed}: Pinch was not running"
+        status = "late" if late_by > LATE_NOTE_S else "ok"
         try:
             text = await self._payload(job, note)
             if text is not None:
@@ -475,6 +481,15 @@ def task_session(job: Job, agent_id: str) -> SessionKey:
 
 def _label(job: Job) -> str:
     return f"Job #{job.id} ({job.schedule.describe()})"
+
+
+def _what(job: Job, limit: int = 80) -> str:
+    """What the job does, for a message about a run of it: 'the reminder “…”', shortened."""
+    if job.payload == "heartbeat":
+        return "the heartbeat"
+    text = " ".join(job.text.split())
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return f"the {job.payload} “{text}”"
 
 
 def _message(job: Job, text: str) -> OutboundMessage:

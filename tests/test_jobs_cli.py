@@ -53,6 +53,40 @@ def test_show_and_history_show_the_runs_with_their_lateness() -> None:
     assert "late, late by 2 h 10 min" in pinch("history")
 
 
+def test_history_says_how_many_runs_a_coalesced_run_stood_for() -> None:
+    import asyncio
+
+    from app.scheduler import Scheduler
+
+    settings = load_settings()
+    store = JobStore(open_database(settings.database_path, vector_backend="numpy"))
+    t0 = datetime(2026, 12, 1, 7, tzinfo=UTC)
+    job = store.create(
+        NewJob(
+            Schedule("every", "300", "Europe/Berlin", t0 + timedelta(minutes=5)),
+            "reminder",
+            "stretch",
+            Target("telegram", "111"),
+            "main:telegram:direct:owner",
+            owner_private=True,
+        ),
+        t0,
+    )
+
+    async def deliver(message: object) -> None:
+        pass
+
+    async def no_turn(request: object) -> str:
+        raise AssertionError
+
+    later = t0 + timedelta(hours=5, minutes=5, seconds=10)
+    scheduler = Scheduler(store, deliver=deliver, run_turn=no_turn, now=lambda: later)
+    asyncio.run(scheduler.fire(job.id))
+    store.db.close()
+    out = pinch("history")
+    assert "#1 due Tue 2026-12-01 13:05 CET (Europe/Berlin): ok — 60 earlier runs missed" in out
+
+
 def test_pause_resume_cancel_change_the_state_and_say_so() -> None:
     add_job()
     assert 'Job #1 (cron "0 9 * * *" in Europe/Berlin) paused.' in pinch("pause", "1")

@@ -137,7 +137,7 @@ async def test_a_run_later_than_the_grace_is_reported_missed_and_the_schedule_mo
     h.clock.t = datetime(2026, 12, 1, 10, 30, tzinfo=UTC)  # 11:30 Berlin: 2 h 30 min late
     await h.scheduler.fire(job)
     [missed] = texts(h)
-    assert missed.startswith("Missed: Job #1")
+    assert missed.startswith("Missed: the reminder “check the train tickets” (job #1, cron")
     assert "2 h 30 min late" in missed and "Europe/Berlin" in missed
     assert "Next run: Wed 2026-12-02 09:00 CET (Europe/Berlin)" in missed
     assert h.store.runs(job)[0].status == "missed"
@@ -152,8 +152,48 @@ async def test_runs_missed_during_downtime_are_coalesced_into_one(tmp_path: Path
     await h.scheduler.fire(job)
     await h.scheduler.fire(job)  # a second timer callback for the same moment
     assert len(h.sent) == 1
-    assert "late by 5 min" in h.sent[0].text and "11 earlier run(s) skipped" in h.sent[0].text
+    assert "late by 5 min" in h.sent[0].text and "11 earlier runs missed" in h.sent[0].text
     assert h.store.get(job).next_run_utc == T0 + timedelta(hours=2, minutes=10)  # type: ignore[union-attr]
+
+
+@run
+async def test_a_missed_notice_says_what_was_missed_shortened(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    job = h.add("at", "x", "task", "Summarise my notes on the Hangzhou trip " * 5)
+    h.clock.advance(hours=4)
+    await h.scheduler.fire(job)
+    [missed] = texts(h)
+    assert missed.startswith("Missed: the task “Summarise my notes on the Hangzhou trip")
+    assert "…” (job #1, once at" in missed and len(missed) < 400
+
+
+@run
+async def test_runs_coalesced_without_lateness_still_say_how_many_were_missed(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    job = h.add("every", "300", anchor=T0 + timedelta(minutes=5))
+    h.clock.t = T0 + timedelta(hours=5, minutes=5, seconds=10)  # down for 5 h; 10 s late
+    await h.scheduler.fire(job)
+    [sent] = texts(h)
+    assert sent == "check the train tickets\n\n_(60 earlier runs missed: Pinch was not running)_"
+    [run] = h.store.runs(job)
+    assert run.status == "ok" and run.scheduled_for == T0 + timedelta(hours=5, minutes=5)
+    assert run.note == "60 earlier runs missed: Pinch was not running"
+
+
+@run
+async def test_a_daily_run_after_a_day_of_downtime_says_one_run_was_missed(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path)
+    job = h.add("cron", "0 9 * * *")  # first due Tue 09:00 Berlin
+    h.clock.t = datetime(2026, 12, 2, 8, 0, 20, tzinfo=UTC)  # Wed 09:00:20 Berlin
+    await h.scheduler.fire(job)
+    assert texts(h) == [
+        "check the train tickets\n\n_(1 earlier run missed: Pinch was not running)_"
+    ]
+    assert h.store.runs(job)[0].scheduled_for == datetime(2026, 12, 2, 8, tzinfo=UTC)
 
 
 @run
