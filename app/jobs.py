@@ -29,6 +29,7 @@ Kind = Literal["at", "every", "cron"]
 Payload = Literal["reminder", "task", "heartbeat"]
 State = Literal["active", "paused", "cancelled", "done", "disabled"]
 KINDS: tuple[Kind, ...] = ("at", "every", "cron")
+ENDED: tuple[State, ...] = ("done", "cancelled")  # states a job never leaves
 
 BACKOFF_S = (30, 60, 300, 900, 3600)  # after the 1st, 2nd, … consecutive failure
 ALERT_AFTER_FAILURES = 2
@@ -432,10 +433,22 @@ class JobStore:
         return job
 
     def set_state(self, job_id: int, state: State, now: datetime) -> Job | None:
-        """Pause, resume (re-computing the next run after `now`), cancel or disable a job."""
+        """Pause, resume (re-computing the next run after `now`), cancel or disable a job.
+        Raises `ScheduleError` when asked to pause or resume a job that has ended (done or
+        cancelled): that would run a delivered one-shot again, or revive a cancelled job."""
         job = self.get(job_id)
         if job is None:
             return None
+        if state in ("active", "paused") and job.state in ENDED:
+            why = (
+                "it has run and is finished"
+                if job.state == "done"
+                else "a cancelled job stays cancelled (its history is kept)"
+            )
+            raise ScheduleError(
+                f"Job #{job_id} is {job.state}: {why}, so it cannot be "
+                f"{'resumed' if state == 'active' else 'paused'}. Ask Pinch for a new one."
+            )
         nxt, anchor = job.next_run_utc, job.schedule.anchor_utc
         if state == "active" and job.state != "active":
             if job.schedule.kind != "at":

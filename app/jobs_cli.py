@@ -136,7 +136,12 @@ def _change(verb: str, state: str | None = None) -> Callable[[JobStore, int], No
                 raise click.ClickException(f"Job #{job_id} is {job.state}; resume it first.")
             updated = store.run_now(job_id, _now())
         else:
-            updated = store.set_state(job_id, state, _now())  # type: ignore[arg-type]
+            from app.jobs import ScheduleError
+
+            try:
+                updated = store.set_state(job_id, state, _now())  # type: ignore[arg-type]
+            except ScheduleError as exc:
+                raise click.ClickException(str(exc)) from None
         assert updated is not None
         nxt = (
             f"; next run {local_text(updated.next_run_utc, updated.schedule.tz)}"

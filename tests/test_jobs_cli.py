@@ -106,3 +106,42 @@ def test_an_unknown_job_is_one_line_of_advice() -> None:
     pinch("list")
     result = CliRunner().invoke(main, ["jobs", "show", "9"])
     assert result.exit_code == 1 and "There is no job #9" in result.output
+
+
+def ended_jobs() -> tuple[int, int]:
+    """A one-shot that has run (done) and a cancelled daily job."""
+    settings = load_settings()
+    store = JobStore(open_database(settings.database_path, vector_backend="numpy"))
+    now = datetime.now(UTC)
+    done = store.create(
+        NewJob(
+            Schedule("at", "1h", "Europe/Berlin", now + timedelta(hours=1)),
+            "reminder",
+            "delivered once",
+            Target("telegram", "111"),
+            "main:telegram:direct:owner",
+            owner_private=True,
+        ),
+        now,
+    )
+    store.mark_done(done.id)
+    cancelled = add_job()
+    store.set_state(cancelled, "cancelled", now)
+    store.db.close()
+    return done.id, cancelled
+
+
+def test_a_done_or_cancelled_job_cannot_be_resumed_or_paused() -> None:
+    done, cancelled = ended_jobs()
+    for verb, job_id, state in (
+        ("resume", done, "done"),
+        ("pause", done, "done"),
+        ("resume", cancelled, "cancelled"),
+        ("pause", cancelled, "cancelled"),
+    ):
+        result = CliRunner().invoke(main, ["jobs", verb, str(job_id)])
+        assert result.exit_code == 1, result.output
+        assert f"Job #{job_id} is {state}" in result.output
+        assert "Ask Pinch for a new one." in result.output
+    out = pinch("list", "--all")
+    assert f"#{done} done" in out and f"#{cancelled} cancelled" in out
