@@ -20,6 +20,8 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 
 from app.automation_schema import apply_automation_migrations
@@ -111,18 +113,58 @@ def parse_at(text: str, tz_name: str, now: datetime) -> datetime:
     return dt.astimezone(UTC)
 
 
-_DOW_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_DAY_VALUE = re.compile(r"[0-7]|sun|mon|tue|wed|thu|fri|sat", re.I)
 
 
-def _crontab_dow(field: str) -> str:
-    # APScheduler 3.x reads day-of-week 0 as Monday (its issue 286); crontab's 0 is Sunday.
-    return re.sub(
-        r"\d+", lambda m: _DOW_NAMES[int(m.group())] if int(m.group()) < 8 else "x", field
-    )
+def _day_number(text: str) -> int:
+    """0–7 or a name → crontab's day number 0–7 (0 and 7 are Sunday)."""
+    if not _DAY_VALUE.fullmatch(text):
+        raise ValueError(text)
+    return int(text) if text.isdigit() else _DAY_NAMES.index(text.lower())
 
 
-def cron_trigger(spec: str) -> CronTrigger:
-    """A trigger matching the 5-field crontab `spec` on wall-clock time (UTC stands for 'naive')."""
+def crontab_weekdays(field: str) -> set[int]:
+    """The days (0 = Sunday … 6 = Saturday) crontab's day-of-week `field` names: numbers 0–7
+    (0 and 7 are Sunday), names (sun–sat), ranges (1-5, mon-fri), steps (*/2, 1-5/2), lists.
+
+    Parsed here rather than handed to APScheduler 3.x, whose day 0 is Monday (its issue 286)."""
+    days: set[int] = set()
+    try:
+        for part in field.split(","):
+            body, _, step_text = part.partition("/")
+            step = int(step_text) if step_text else 1
+            if step < 1 or (step_text and not step_text.isdigit()):
+                raise ValueError(part)
+            if body == "*":
+                first, last = 0, 7
+            elif "-" in body:
+                a, b = body.split("-", 1)
+                first, last = _day_number(a), _day_number(b)
+                if first > last:
+                    raise ValueError(part)  # as crontab: "5-0" is no range
+            else:
+                first = _day_number(body)
+                last = 7 if step_text else first  # "1/2" is "1-7/2"
+            days.update(d % 7 for d in range(first, last + 1, step))
+    except ValueError:
+        raise ScheduleError(
+            f'"{field}" is not a day of the week: use 0–7 (0 and 7 are Sunday) or sun–sat, '
+            "with ranges (1-5), steps (*/2) and lists (1,3,5)."
+        ) from None
+    return days
+
+
+def _aps_weekdays(field: str) -> str:
+    days = crontab_weekdays(field)
+    return "*" if len(days) == 7 else ",".join(_DAY_NAMES[d] for d in sorted(days))
+
+
+def cron_trigger(spec: str) -> BaseTrigger:
+    """A trigger matching the 5-field crontab `spec` on wall-clock time (UTC stands for 'naive').
+
+    As in crontab, when both day of month and day of week are restricted (neither starts with
+    "*"), a day matching either runs ("0 9 1 * 1": the 1st, and every Monday)."""
     fields = spec.split()
     if len(fields) != 5:
         raise ScheduleError(
@@ -130,15 +172,22 @@ def cron_trigger(spec: str) -> CronTrigger:
             'e.g. "30 8 * * 1-5" for weekdays at 08:30.'
         )
     minute, hour, day, month, dow = fields
+    weekdays = _aps_weekdays(dow)
     try:
-        return CronTrigger(
-            minute=minute,
-            hour=hour,
-            day=day,
-            month=month,
-            day_of_week=_crontab_dow(dow),
-            timezone=UTC,
-        )
+
+        def trigger(day: str, day_of_week: str) -> CronTrigger:
+            return CronTrigger(
+                minute=minute,
+                hour=hour,
+                day=day,
+                month=month,
+                day_of_week=day_of_week,
+                timezone=UTC,
+            )
+
+        if day.startswith("*") or dow.startswith("*"):
+            return trigger(day, weekdays)
+        return OrTrigger([trigger(day, "*"), trigger("*", weekdays)])
     except ValueError as exc:
         raise ScheduleError(f'"{spec}" is not a valid cron schedule ({exc}).') from None
 

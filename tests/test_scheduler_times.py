@@ -97,6 +97,44 @@ def test_crontab_weekday_numbers_mean_sunday_zero_not_apschedulers_monday_zero()
     ]
 
 
+# From Tuesday 2026-12-01 12:00 Berlin: the next four runs of each crontab line (local dates).
+CRONTAB = [
+    ("0 9 * * 0-6", ["12-02", "12-03", "12-04", "12-05"]),  # every day
+    ("0 9 * * 1-7", ["12-02", "12-03", "12-04", "12-05"]),  # 7 is Sunday too
+    ("0 9 * * 0-3", ["12-02", "12-06", "12-07", "12-08"]),  # Sun–Wed
+    ("0 9 * * 7", ["12-06", "12-13", "12-20", "12-27"]),  # Sundays
+    ("0 9 * * 5-7", ["12-04", "12-05", "12-06", "12-11"]),  # Fri–Sun
+    ("0 9 * * */2", ["12-03", "12-05", "12-06", "12-08"]),  # Sun, Tue, Thu, Sat
+    ("0 9 * * 1-5/2", ["12-02", "12-04", "12-07", "12-09"]),  # Mon, Wed, Fri
+    ("0 9 * * MON,fri", ["12-04", "12-07", "12-11", "12-14"]),  # names, any case
+    ("0 9 * * sat,sun", ["12-05", "12-06", "12-12", "12-13"]),
+    ("0 9 1 * 1", ["12-07", "12-14", "12-21", "12-28"]),  # the 1st OR a Monday …
+    ("0 9 1 * 5", ["12-04", "12-11", "12-18", "12-25"]),
+    ("0 9 1,2 * 5", ["12-02", "12-04", "12-11", "12-18"]),  # … whichever comes first
+    ("0 9 */10 * 1", ["12-21", "01-11", "02-01", "03-01"]),  # "*" first: both must match
+    ("0 9 1 * *", ["01-01", "02-01", "03-01", "04-01"]),
+]
+
+
+@pytest.mark.parametrize(("spec", "days"), CRONTAB)
+def test_crontab_lines_run_on_the_days_crontab_runs_them(spec: str, days: list[str]) -> None:
+    got = runs(spec, "Europe/Berlin", datetime(2026, 12, 1, 12), 4)
+    assert [r[5:10] for r in got] == days
+    assert all(r[11:16] == "09:00" for r in got)
+
+
+def test_the_first_of_a_month_that_is_no_monday_runs_under_the_or_rule() -> None:
+    # January 2027 starts on a Friday: "0 9 1 * 1" still runs on the 1st.
+    assert "2027-01-01 09:00+01:00" in runs("0 9 1 * 1", "Europe/Berlin", datetime(2026, 12, 29), 2)
+
+
+@pytest.mark.parametrize("dow", ["5-0", "sat-sun", "8", "*/0", "x", "1/a", "mon-", "1,,2", "*-3"])
+def test_a_day_of_week_crontab_would_not_read_is_refused_with_advice(dow: str) -> None:
+    with pytest.raises(ScheduleError) as info:
+        cron_trigger(f"0 9 * * {dow}")
+    assert str(info.value).startswith(f'"{dow}" is not a day of the week: use 0–7')
+
+
 def test_an_interval_counts_elapsed_time_from_its_first_run() -> None:
     schedule = Schedule("every", "1800", "Europe/Berlin", EPOCH)
     assert next_run(schedule, EPOCH) == EPOCH + timedelta(minutes=30)
