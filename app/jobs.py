@@ -645,9 +645,12 @@ class JobStore:
             )
 
     def replace_managed(self, new: NewJob, now: datetime) -> Job:
-        """Create or update the managed job `new.managed` (e.g. the heartbeat) to match `new`."""
+        """Create or update the managed job `new.managed` (e.g. the heartbeat) to match `new`.
+        A job the owner paused (or that was disabled after failures) stays so: the config says
+        what it is, `pinch jobs resume` whether it runs."""
         assert new.managed
         old = self.get_managed(new.managed)
+        kept: State | None = None
         if old is not None:
             same = (
                 old.schedule.kind,
@@ -656,11 +659,17 @@ class JobStore:
                 old.text,
                 old.target,
             ) == (new.schedule.kind, new.schedule.spec, new.schedule.tz, new.text, new.target)
-            if same and old.state == "active":
+            if same and old.state in ("active", "paused", "disabled"):
                 return old
+            kept = old.state if old.state in ("paused", "disabled") else None
             with self.db.transaction() as conn:
                 conn.execute("DELETE FROM jobs WHERE id = ?", (old.id,))
-        return self.create(new, now)
+        job = self.create(new, now)
+        if kept is not None:
+            with self.db.transaction() as conn:
+                conn.execute("UPDATE jobs SET state = ? WHERE id = ?", (kept, job.id))
+            job = replace(job, state=kept)
+        return job
 
     def remove_managed(self, name: str) -> None:
         with self.db.transaction() as conn:

@@ -190,3 +190,32 @@ def test_a_reminder_asked_for_in_the_terminal_with_no_owner_id_is_refused(
         tool_result = str(server.requests[1].body["messages"][-1]["content"])
     assert "'is_error': True" in tool_result and "[owners]" in tool_result
     assert telegram == [] and runs == []
+
+
+def test_a_heartbeat_the_owner_paused_stays_paused_across_gateway_starts(
+    settings: Settings, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from app.cli import main
+
+    initialise(settings, TEMPLATE_DIR)
+
+    async def start_stop(changed: Settings | None = None) -> list[str]:
+        async with await build_runtime(changed or settings) as runtime:
+            scheduler = await start_automations(runtime, {})
+            assert scheduler is not None
+            armed = sorted(scheduler.armed_ids)
+            await scheduler.stop()
+        return armed
+
+    assert asyncio.run(start_stop()) == ["pinch-job-1", "pinch-resync"]
+    paused = CliRunner().invoke(main, ["jobs", "pause", "1"])
+    assert paused.exit_code == 0, paused.output
+    assert asyncio.run(start_stop()) == ["pinch-resync"]  # not armed: still paused
+    hourly = settings.model_copy(
+        update={"heartbeat": settings.heartbeat.model_copy(update={"every": "1h"})}
+    )
+    assert asyncio.run(start_stop(hourly)) == ["pinch-resync"]  # a new period, still paused
+    out = CliRunner().invoke(main, ["jobs", "list", "--all"]).output
+    assert "paused heartbeat every 1 h" in out and "active" not in out
