@@ -96,11 +96,22 @@ def parse_duration(text: str) -> int:
     return sum(int(n) * _UNIT_S[u.lower()] for n, u in parts)
 
 
+def later_by(now: datetime, seconds: int) -> datetime:
+    """`now` plus `seconds`, or a `ScheduleError` when that is past the calendar's end."""
+    try:
+        return now.astimezone(UTC) + timedelta(seconds=seconds)
+    except OverflowError:
+        raise ScheduleError(
+            f"{human_duration(seconds)} from now is too far in the future: give a time before "
+            "the year 9999."
+        ) from None
+
+
 def parse_at(text: str, tz_name: str, now: datetime) -> datetime:
     """The UTC instant of `text`: an ISO time (without an offset: in `tz_name`) or '20m'."""
     raw = text.strip()
     if _DURATIONS.fullmatch(raw.replace(" ", "")):
-        return now.astimezone(UTC) + timedelta(seconds=parse_duration(raw))
+        return later_by(now, parse_duration(raw))
     try:
         dt = datetime.fromisoformat(raw.replace(" ", "T", 1) if " " in raw else raw)
     except ValueError:
@@ -250,7 +261,10 @@ def next_run(schedule: Schedule, after: datetime) -> datetime | None:
         if schedule.anchor_utc > after:
             return schedule.anchor_utc
         k = (after - schedule.anchor_utc) // step + 1
-        return schedule.anchor_utc + k * step
+        try:
+            return schedule.anchor_utc + k * step
+        except OverflowError:
+            return None  # past the calendar's end: no more runs
     tz = zone(schedule.tz)
     trigger = cron_trigger(schedule.spec)
     # Walk wall-clock matches after `after`'s local wall time; map each to UTC and take the
@@ -323,9 +337,14 @@ class Job:
     managed: str | None
     created_at: datetime
 
+    @property
+    def upcoming(self) -> datetime | None:
+        """The next run, if the job is active (a done one-shot keeps its last lease's time)."""
+        return self.next_run_utc if self.state == "active" else None
+
     def summary(self) -> str:
         what = "reminder" if self.payload == "reminder" else self.payload
-        nxt = local_text(self.next_run_utc, self.schedule.tz) if self.next_run_utc else "—"
+        nxt = local_text(self.upcoming, self.schedule.tz) if self.upcoming else "—"
         text = self.text if len(self.text) <= 60 else self.text[:57] + "…"
         return f"#{self.id} {self.state} {what} {self.schedule.describe()}; next {nxt}: {text}"
 

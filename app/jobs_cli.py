@@ -80,7 +80,7 @@ def jobs_show(store: JobStore, job_id: int) -> None:
 
     job = _job_or_fail(store, job_id)
     s, t = job.schedule, job.target
-    nxt = local_text(job.next_run_utc, s.tz) if job.next_run_utc else "—"
+    nxt = local_text(job.upcoming, s.tz) if job.upcoming else "—"
     rows = [
         ("job", f"#{job.id} ({job.managed or job.payload})"),
         ("state", job.state),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from agent.tools import Tool, ToolContext, ToolFailure
@@ -27,6 +27,7 @@ from app.jobs import (
     Schedule,
     ScheduleError,
     Target,
+    later_by,
     local_text,
     parse_at,
     parse_duration,
@@ -143,7 +144,7 @@ def _create(
             )
         elif args.get("every"):
             seconds = parse_duration(str(args["every"]))
-            schedule = Schedule("every", str(seconds), zone, now + timedelta(seconds=seconds))
+            schedule = Schedule("every", str(seconds), zone, later_by(now, seconds))
         else:
             schedule = Schedule("cron", " ".join(str(args["cron"]).split()), zone, now)
         new = NewJob(

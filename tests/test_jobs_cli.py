@@ -145,3 +145,11 @@ def test_a_done_or_cancelled_job_cannot_be_resumed_or_paused() -> None:
         assert "Ask Pinch for a new one." in result.output
     out = pinch("list", "--all")
     assert f"#{done} done" in out and f"#{cancelled} cancelled" in out
+
+
+def test_a_done_or_cancelled_job_has_no_next_run() -> None:
+    done, _ = ended_jobs()
+    out = pinch("list", "--all")
+    for line in out.splitlines():
+        assert "; next —:" in line, line
+    assert "next run: —" in pinch("show", str(done))

@@ -113,3 +113,15 @@ def test_a_time_in_the_past_is_refused_with_advice(tmp_path: Path) -> None:
         assert "in the past" in str(exc) and "Europe/Berlin" in str(exc)
     else:
         raise AssertionError("a past time was accepted")
+
+
+def test_a_time_past_the_calendars_end_is_a_tool_error_not_a_crash(tmp_path: Path) -> None:
+    import pytest
+
+    from agent.tools import ToolFailure
+
+    store, tool = make(tmp_path)
+    for args in ({"when": "99999999999d"}, {"every": "99999999999d"}):
+        with pytest.raises(ToolFailure, match="too far in the future"):
+            call(tool, OWNER, action="create", text="x", **args)
+    assert store.jobs() == []
