@@ -19,7 +19,7 @@ from agent.model_base import (
     TextCallback,
     UnreadableResponseError,
 )
-from agent.model_errors import MissingKeyError
+from agent.model_errors import MissingKeyError, UnknownProviderError
 from agent.types import (
     Message,
     ModelRequest,
@@ -102,7 +102,12 @@ class LiteLLMClient(RetryingClient):
         return await super().complete(request, on_text)
 
     async def check_key(self) -> None:
-        missing = self._missing_keys(await _litellm())
+        litellm = await _litellm()
+        try:  # before any request: litellm's own error would blame the server
+            litellm.get_llm_provider(model=self._litellm_model, api_base=self.api_base)
+        except Exception:
+            raise UnknownProviderError(model=self.model) from None
+        missing = self._missing_keys(litellm)
         if missing:
             raise MissingKeyError(missing, model=self.model)
 

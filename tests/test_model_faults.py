@@ -427,3 +427,28 @@ def test_piped_chat_cuts_a_one_megabyte_line_once_and_goes_on(
     first, second = user_messages(piped_home)
     assert len(first) < 20_000 and first.endswith("The rest was not kept.]")
     assert second == "short"
+
+
+def test_piped_chat_over_litellm_prints_only_the_reply(
+    piped_home: Path, server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real `pinch` process: litellm's own INFO lines ("LiteLLM completion() model= …")
+    must not land in the replies on stdout; its records go through Pinch's (redacted) logging."""
+    import subprocess
+    import sys
+
+    use_api("openai", server, monkeypatch)
+    server.script(text_reply("Plain answer."))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "chat"],
+        input="hello\n",
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Plain answer."
+    assert "LiteLLM" not in done.stdout + done.stderr

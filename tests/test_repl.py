@@ -135,7 +135,7 @@ def test_a_missing_api_key_is_one_line_of_advice_and_the_chat_goes_on(
 
     assert done.stderr.strip().splitlines() == [
         "ANTHROPIC_API_KEY is not set: export it, or choose another model with model = "
-        '"ollama/llama3.2" in ~/.pinch/config.toml'
+        f'"ollama/llama3.2" in {os.environ["PINCH_HOME"]}/config.toml'  # where it really is
     ]
     assert "Model: claude-test" in done.stdout  # the next line was still answered
     assert done.exit_code == 1  # a script learns that a message went unanswered
