@@ -368,10 +368,13 @@ def _compact(idx: MemoryIndex, *, after_rebuild: bool) -> None:
 
 
 def _extra_path_problems(settings: Any) -> dict[str, str]:
-    """Configured extra paths that yield nothing (missing, or a symbolic link), with why."""
-    from memory.workspace import extra_path_problems
+    """Configured extra paths that yield nothing (missing, or a symbolic link), and symbolic
+    links in the workspace where memory files would be, with why."""
+    from memory.workspace import extra_path_problems, skipped_links
 
-    return extra_path_problems(settings.workspace_dir, settings.memory.extra_paths)
+    workspace = settings.workspace_dir
+    links = skipped_links(workspace) if workspace.is_dir() else {}
+    return {**extra_path_problems(workspace, settings.memory.extra_paths), **links}
 
 
 def _already_indexing(who: str) -> None:

@@ -163,6 +163,41 @@ def extra_path_problems(workspace: Path, extra_paths: list[str] | None) -> dict[
     return problems
 
 
+def skipped_links(workspace: Path) -> dict[str, str]:
+    """{path in the workspace: why it is not indexed} for the symbolic links where memory files
+    would be (MEMORY.md, USER.md, the memory folder, Markdown files and folders inside it):
+    `discover_memory_files` never follows them, and a file left out must not go without a word.
+    """
+    found: dict[str, str] = {}
+
+    def add(p: Path) -> None:
+        rel = p.relative_to(workspace).as_posix()
+        found[rel] = (
+            "skipped: a symbolic link, which Pinch does not follow inside the workspace (so no "
+            "link can point memory tools at files elsewhere); put the file itself here, or add "
+            f"what it points to ({os.path.realpath(p)}) to [memory] extra_paths"
+        )
+
+    for name in EVERGREEN_FILES:
+        if (workspace / name).is_symlink():
+            add(workspace / name)
+    mem_dir = workspace / "memory"
+    if mem_dir.is_symlink():
+        add(mem_dir)
+    elif mem_dir.is_dir():
+        for dirpath, dirnames, filenames in os.walk(mem_dir, followlinks=False):
+            for name in sorted([*dirnames, *filenames]):
+                p = Path(dirpath, name)
+                if (
+                    not name.startswith(".")
+                    and p.is_symlink()
+                    and (p.is_dir() or name.endswith(".md"))
+                ):
+                    add(p)
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+    return found
+
+
 def is_memory_path(rel_path: str) -> bool:
     return (
         rel_path in EVERGREEN_FILES
@@ -422,7 +457,8 @@ def read_memory_lines(
         ) from None
     if b"\x00" in data[:8192]:
         raise WorkspaceError(f"{rel} looks like a binary file, not Markdown; it cannot be read.")
-    all_lines = data.decode("utf-8", errors="replace").split("\n")
+    # A byte-order mark is not text (the indexer drops it too).
+    all_lines = data.decode("utf-8", errors="replace").removeprefix("\ufeff").split("\n")
     if all_lines and all_lines[-1] == "":
         all_lines.pop()
     start = from_line - 1

@@ -23,6 +23,7 @@ import memory.sync
 from app.cli import main
 from memory.index import MemoryIndex
 from memory.sync import SyncReport
+from memory.workspace import read_memory_lines
 from tests.conftest import IndexFactory, WorkspaceFactory
 from tests.fakes.model_server import FakeModelServer, text_reply
 
@@ -268,6 +269,8 @@ def test_a_leading_byte_order_mark_does_not_reach_the_index(
 
     assert text == "Zeppelin tickets booked."
     assert paths(idx.search("zeppelin", preset="keyword")) == {"memory/bom.md"}
+    # …nor what memory_get and `pinch memory get` read.
+    assert read_memory_lines(ws, "memory/bom.md").text.startswith("Zeppelin tickets booked.")
 
 
 # ---- the command line and the chat --------------------------------------------------------
@@ -313,6 +316,32 @@ def test_index_status_and_search_work_beside_bad_files(bad_home: Path) -> None:
     assert "problem         memory/pipe.md: skipped: not a regular file" in status.stdout
     assert search.exit_code == 0, search.output
     assert "memory/2026-01-10.md" in search.stdout
+
+
+def test_symbolic_links_where_memory_files_would_be_are_listed_not_silently_skipped(
+    bad_home: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere"
+    (outside / "notes").mkdir(parents=True)
+    (outside / "MEMORY.md").write_text("- kiwifruit\n")
+    (outside / "notes" / "n.md").write_text("- kumquat\n")
+    ws = bad_home / "workspace"
+    (ws / "MEMORY.md").unlink()
+    (ws / "MEMORY.md").symlink_to(outside / "MEMORY.md")
+    (ws / "memory" / "notes").symlink_to(outside / "notes")
+    (ws / "memory" / "link.md").symlink_to(outside / "notes" / "n.md")
+    runner = CliRunner()
+
+    indexed = runner.invoke(main, ["memory", "index"])
+    status = runner.invoke(main, ["memory", "status"])
+
+    for path in ("MEMORY.md", "memory/notes", "memory/link.md"):
+        assert f"{path}: skipped: a symbolic link" in indexed.stderr, indexed.stderr
+        assert f"problem         {path}: skipped: a symbolic link" in status.stdout
+    assert "[memory] extra_paths" in status.stdout
+    # Still never followed.
+    search = runner.invoke(main, ["memory", "search", "kiwifruit kumquat", "--preset", "keyword"])
+    assert "kiwifruit" not in search.stdout and "kumquat" not in search.stdout
 
 
 def test_chat_starts_and_answers_beside_bad_files(bad_home: Path, server: FakeModelServer) -> None:
