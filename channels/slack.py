@@ -602,16 +602,26 @@ class SlackChannel(Channel):
             self.threads.add(message.chat_id, message.thread_id)
         return sent
 
-    async def edit(self, sent: SentMessage, text: str) -> None:
-        """Replace a message's text. The caller splits at `max_message_chars` (Markdown); the
-        converted text may come out a little longer (escapes) and is still shown whole — only
-        past Slack's hard limit (40,000) is it cut, with "…"."""
-        mrkdwn = markdown_to_mrkdwn(text)
-        if len(mrkdwn) > _HARD_LIMIT_CHARS:
+    def split(self, text: str) -> list[str]:
+        """Markdown pieces of at most `max_message_chars`, code fences closed and reopened."""
+        return split_markdown(text, self.max_message_chars)
+
+    async def edit(self, sent: SentMessage, text: str) -> list[SentMessage]:
+        """Replace a message's text; text longer than `max_message_chars` (Markdown) fills this
+        message and continues in new ones after it (all returned, `sent` first). The converted
+        text may come out a little longer (escapes) and is still shown whole."""
+        first, *rest = self.split(text) or [""]
+        mrkdwn = markdown_to_mrkdwn(first)
+        if len(mrkdwn) > _HARD_LIMIT_CHARS:  # can't happen at 3,900 source characters
             mrkdwn = split_mrkdwn(mrkdwn, _HARD_LIMIT_CHARS - 2)[0] + " …"
         if not mrkdwn.strip():
-            return
+            return [sent]
         await self._call("chat_update", channel=sent.chat_id, ts=sent.message_id, text=mrkdwn)
+        occupied = [sent]
+        for piece in rest:
+            more = OutboundMessage("slack", sent.chat_id, piece, sent.thread_id)
+            occupied += await self.send(more)
+        return occupied
 
     async def typing(self, chat_id: str, thread_id: str | None = None) -> None:
         """Nothing: Slack's Events API has no typing indicator for bots (only Assistant
