@@ -31,6 +31,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import time
@@ -38,7 +39,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from agent.model_errors import ModelError
 from agent.requests import Attachment
@@ -52,6 +53,7 @@ from app.routing import session_key_for
 from app.schedule_tool import current_target
 from app.scheduler import owner_zone, start_automations
 from app.turns import Runtime, TurnRequest, TurnResult, open_runtime, run_turn
+from channels.base import Attachment as InboundAttachment
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
 from channels.cli import TurnAware, TurnOutcome
 from memory.errors import MemoryError_
@@ -233,12 +235,20 @@ class Gateway:
         store it does this raise, so the adapter leaves it unconfirmed and the platform
         delivers it again (the de-duplication makes that safe)."""
         try:
-            await self._accept(msg)
+            await self._accept(encodable(msg))
         except Exception as exc:
             if _is_storage_error(exc):
                 log.warning("Could not store an inbound message (%s); it stays unconfirmed", exc)
                 raise
-            log.error("Skipped an inbound message that could not be handled: %r", exc)
+            # Never the text (the owner's words, maybe megabytes), nor str(exc), which may quote it.
+            log.error(
+                "Skipped an inbound message that could not be handled (%s from %s, %s "
+                "characters): %s",
+                getattr(msg, "channel", "?"),
+                getattr(msg, "sender_id", "?"),
+                len(getattr(msg, "text", "") or ""),
+                type(exc).__name__,
+            )
             await self._not_answered(msg, f"Skipped: {type(exc).__name__}; see the log.")
 
     async def _accept(self, msg: InboundMessage) -> None:
@@ -525,6 +535,30 @@ class Gateway:
             except Exception as exc:
                 log.warning("Could not prune old queue records: %s", exc)
             await asyncio.sleep(PRUNE_EVERY_S)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(msg: InboundMessage) -> InboundMessage:
+    """`msg` with every character UTF-8 cannot store replaced by U+FFFD: a lone surrogate (a
+    platform's JSON may carry "\\udcff") would otherwise fail the queue and lose the message."""
+    if not isinstance(msg, InboundMessage):
+        return msg
+    attachments = tuple(_replace_surrogates(a) for a in msg.attachments)
+    return replace(_replace_surrogates(msg), attachments=attachments)
+
+
+_Fields = TypeVar("_Fields", InboundMessage, InboundAttachment)
+
+
+def _replace_surrogates(item: _Fields) -> _Fields:
+    changes: dict[str, Any] = {
+        name: _SURROGATE.sub("\ufffd", value)
+        for name, value in vars(item).items()
+        if isinstance(value, str) and _SURROGATE.search(value)
+    }
+    return replace(item, **changes) if changes else item
 
 
 def _is_storage_error(exc: BaseException) -> bool:
