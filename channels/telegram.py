@@ -95,8 +95,9 @@ class TelegramChannel(Channel):
         retry_base_s: float = 1.0,
     ) -> None:
         """`inbox_dir`: where received files go (`<inbox_dir>/YYYY-MM-DD/`), shown to the
-        gateway as `<inbox_rel>/YYYY-MM-DD/<name>`; `state_dir`: where the per-token poller lock
-        lives; `retry_base_s`: the first backoff delay after a failed poll (doubling, ≤ 30 s)."""
+        gateway as `<inbox_rel>/YYYY-MM-DD/<name>`; `state_dir`: this data directory's copy of
+        the per-token poller lock (the other is machine-wide, see `TokenLock`); `retry_base_s`:
+        the first backoff delay after a failed poll (doubling, ≤ 30 s)."""
         if config.bot_token is None or not config.bot_token.get_secret_value():
             raise ChannelError(
                 "No Telegram bot token: set PINCH_TELEGRAM__BOT_TOKEN (from @BotFather)"
