@@ -67,6 +67,7 @@ log = logging.getLogger("pinch.gateway")
 TYPING_EVERY_S = 4.0  # platforms show "typing…" for about 5 s
 HEARTBEAT_EVERY_S = 15.0
 PRUNE_EVERY_S = 300.0
+IGNORED_LOG_EVERY_S = 3600.0  # an ignored sender is logged (INFO) at most this often
 DELIVERY_ATTEMPTS = 3
 LEASE_STALE_S = 30.0  # a session lease not renewed for this long is free (its holder hung)
 LEASE_POLL_S = 0.5  # how often a turn waiting for another process's turn looks again
@@ -167,6 +168,7 @@ class Gateway:
         self._turns: dict[str, asyncio.Future[TurnResult]] = {}
         self._cancelled: set[str] = set()
         self._leasing: set[str] = set()
+        self._ignored_logged: dict[tuple[str, str, str], float] = {}
         # This process, as the holder of session leases (one turn per session across processes).
         self.holder = this_process("", f"{socket.gethostname()}:{os.getpid()}:{id(self):x}")
 
@@ -256,7 +258,7 @@ class Gateway:
             raise TypeError(f"not an InboundMessage: {type(msg).__name__}")
         decision = await asyncio.to_thread(self.access.check, msg)
         if decision.action == "ignore":
-            log.debug("Ignored a message on %s: %s", msg.channel, decision.reason)
+            self._log_ignored(msg, decision.reason, routine=decision.routine)
             await self._not_answered(msg, f"Not answered: {decision.reason}.")
             return
         if decision.action == "reply":
@@ -283,6 +285,28 @@ class Gateway:
         if str(key) not in self._workers:  # "typing…" at once, not after the collect window
             self._spawn(self._type_once(msg))
         self._wake(str(key), collect=msg.channel not in self.options.no_collect_channels)
+
+    def _log_ignored(self, msg: InboundMessage, reason: str, *, routine: bool) -> None:
+        """One INFO line per channel, chat and sender an hour (so an owner asking "why doesn't
+        it answer my friend?" finds the reason at the default level); never the text."""
+        now = time.monotonic()
+        where = (msg.channel, msg.chat_id, msg.sender_id)
+        last = self._ignored_logged.get(where)
+        if routine or (last is not None and now - last < IGNORED_LOG_EVERY_S):
+            log.debug("Ignored a message on %s: %s", msg.channel, reason)
+            return
+        if len(self._ignored_logged) > 1000:  # forget the senders quiet for an hour
+            cutoff = now - IGNORED_LOG_EVERY_S
+            self._ignored_logged = {k: t for k, t in self._ignored_logged.items() if t > cutoff}
+        self._ignored_logged[where] = now
+        chat = "" if msg.chat_type == "direct" else f" in {msg.chat_type} {msg.chat_id}"
+        log.info(
+            "Not answering %s sender %s%s: %s (logged once an hour per sender)",
+            msg.channel,
+            msg.sender_id,
+            chat,
+            reason,
+        )
 
     async def _not_answered(self, msg: InboundMessage, why: str) -> None:
         """A channel waiting for each message's turn (the terminal) learns there will be none."""
