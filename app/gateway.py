@@ -427,6 +427,15 @@ class Gateway:
                 outcome = TurnOutcome("answered", result.text, result.command)
         except (ModelError, MemoryError_) as exc:  # worded as advice
             outcome = TurnOutcome("failed", str(exc))
+            # The chat shows it; the log keeps it too (advice is redacted of keys; cut short, as
+            # a server's refusal may quote the request).
+            log.warning(
+                "A turn of %s failed (%s%s): %s",
+                batch.session_key,
+                type(exc).__name__,
+                f", model {exc.model}" if isinstance(exc, ModelError) else "",
+                _shortened(str(exc), 300),
+            )
         except asyncio.CancelledError:
             me = asyncio.current_task()
             if batch.session_key not in self._cancelled or (me is not None and me.cancelling()):
@@ -583,6 +592,10 @@ def _replace_surrogates(item: _Fields) -> _Fields:
         if isinstance(value, str) and _SURROGATE.search(value)
     }
     return replace(item, **changes) if changes else item
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _is_storage_error(exc: BaseException) -> bool:
