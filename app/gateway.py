@@ -154,6 +154,7 @@ class Gateway:
         self.options = options or GatewayOptions()
         self.turn_runner = turn_runner
         self.health: dict[str, ChannelHealth] = {}
+        self.failed: dict[str, str] = {}  # channels that could not start, and why
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._dirty: set[str] = set()
         self._arrived: dict[str, float] = {}
@@ -175,8 +176,9 @@ class Gateway:
     # -- life cycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Requeue interrupted turns, start every channel (one failing is reported, not fatal)
-        and the workers of sessions with queued messages."""
+        """Requeue interrupted turns, start every channel and the workers of sessions with
+        queued messages. A channel that fails to start is logged, and reported unhealthy in
+        every heartbeat; when none starts, raises GatewayError with each one's reason."""
         recovered = await asyncio.to_thread(self.store.recover)
         if recovered:
             log.info("Resuming %d message(s) interrupted by the last stop", recovered)
@@ -186,8 +188,22 @@ class Gateway:
                 self.health[name] = ChannelHealth(True, "started")
                 log.info("%s: started", name)
             except Exception as exc:
+                self.failed[name] = str(exc)
                 self.health[name] = ChannelHealth(False, f"could not start: {exc}")
                 log.error("%s: could not start: %s", name, exc)
+        failures = "; ".join(f"{name}: {why}" for name, why in self.failed.items())
+        running = [name for name in self.channels if name not in self.failed]
+        if not running and self.failed:
+            await self.stop(0)
+            raise GatewayError(f"No channel could start — {failures}")
+        if self.failed:
+            log.warning(
+                "Gateway running with %s only; not running: %s",
+                ", ".join(running),
+                failures,
+            )
+        else:
+            log.info("Gateway running with %s", ", ".join(running))
         for key in await asyncio.to_thread(self.store.pending_sessions):
             self._wake(key)
         self._background.append(asyncio.ensure_future(self._heartbeat_loop()))
@@ -539,6 +555,8 @@ class Gateway:
         if path is None:
             return
         for name, channel in self.channels.items():
+            if name in self.failed:  # reachable or not, it is not running
+                continue
             try:
                 self.health[name] = await asyncio.wait_for(channel.check(), timeout=10)
             except Exception as exc:
@@ -759,9 +777,8 @@ async def run_gateway(
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal)
-            await gateway.start()
+            await gateway.start()  # logs which channels run; raises when none could start
             health = await _start_health_server(settings, gateway)
-            log.info("Gateway running with %s", ", ".join(channels))
             scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
             dreams = await start_nightly_dream(settings, owner_zone(runtime))  # either way
             await stop.wait()
