@@ -48,12 +48,14 @@ class ChannelAccess(Protocol):
 @dataclass(frozen=True)
 class Decision:
     """`answer`: queue the message for a turn as `role`; `reply`: send `text` and nothing else;
-    `ignore`: drop it (`reason` is for the log, never a code)."""
+    `ignore`: drop it (`reason` is for the log, never a code; `routine`: the expected silence —
+    a bot, a group message without a mention — not worth telling the owner about)."""
 
     action: Literal["answer", "reply", "ignore"]
     role: Role = "person"
     text: str = ""
     reason: str = ""
+    routine: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,7 @@ class Access:
     def check(self, msg: InboundMessage) -> Decision:
         """What to do with `msg` (may write a pairing request; never calls the model)."""
         if msg.is_bot:
-            return Decision("ignore", reason="sent by a bot")
+            return Decision("ignore", reason="sent by a bot", routine=True)
         owner = self.is_owner(msg)
         if msg.chat_type != "direct":
             return self._check_group(msg, owner)
@@ -239,7 +241,7 @@ class Access:
         if policy == "open" or msg.sender_id in allow:
             return Decision("answer")
         if policy == "allowlist":
-            return Decision("ignore", reason="sender not in allow_from")
+            return Decision("ignore", reason="sender not in allow_from (dm_policy allowlist)")
         if self.pairing.is_approved(msg.channel, msg.sender_id):
             return Decision("answer")
         return self._pair(msg)
@@ -248,11 +250,11 @@ class Access:
         config = self.channels.get(msg.channel)
         rule = config.groups.get(msg.chat_id) if config else None
         if rule is None:
-            return Decision("ignore", reason="group not configured")
+            return Decision("ignore", reason="group not listed in the channel's groups")
         if rule.allow_from and not owner and msg.sender_id not in rule.allow_from:
             return Decision("ignore", reason="sender not in the group's allow_from")
         if rule.require_mention and not msg.mentioned:
-            return Decision("ignore", reason="not mentioned")
+            return Decision("ignore", reason="not mentioned", routine=True)
         return Decision("answer", role="owner" if owner else "person")
 
     def _pair(self, msg: InboundMessage) -> Decision:

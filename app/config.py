@@ -40,6 +40,32 @@ class OwnersConfig(BaseModel):
     telegram: list[str] = Field(default_factory=list)  # PINCH_OWNERS__TELEGRAM='["111"]'
     slack: list[str] = Field(default_factory=list)  # PINCH_OWNERS__SLACK='["U0123ABCD"]'
 
+    # Usernames are refused, not ignored: an owner listed by name would never be recognised
+    # (and a username can change hands), so the owner's own messages would go to pairing.
+    @field_validator("telegram")
+    @classmethod
+    def _telegram_ids(cls, ids: list[str]) -> list[str]:
+        for value in ids:
+            if not value.strip().isdigit():
+                raise ValueError(
+                    f"{value!r} is not a Telegram user id: owners are listed by numeric id "
+                    '(e.g. "111222333"), never @username. Message @userinfobot for yours, or '
+                    "send your bot a message and run `pinch pairing list`: the request shows "
+                    "your id"
+                )
+        return [value.strip() for value in ids]
+
+    @field_validator("slack")
+    @classmethod
+    def _slack_ids(cls, ids: list[str]) -> list[str]:
+        for value in ids:
+            if not value.strip() or value.strip().startswith("@"):
+                raise ValueError(
+                    f"{value!r} is not a Slack member id: owners are listed by member id "
+                    '(e.g. "U0123ABCD"): in Slack, your profile → ⋯ → Copy member ID'
+                )
+        return [value.strip() for value in ids]
+
 
 class GatewayConfig(BaseModel):
     """`[gateway]`: how `pinch gateway` routes and queues messages."""

@@ -5,11 +5,14 @@
     await stream.finish("Hello")                           # the final text, authoritative
 
 The first text is sent as soon as it arrives; later text edits that message at most every
-`channel.min_edit_interval_s`. When the text passes `channel.max_message_chars`, the full
-message is left as it is and the rest continues in a new one (split at a paragraph or line
-break when there is one). `on_sent(part, sent)` is awaited right after the platform accepts each
-new message, so the caller can record it at once. `resume` takes messages a previous run of the
-same turn already sent: they are edited instead of sent again.
+`channel.min_edit_interval_s`. The text is cut with `channel.split` — pieces the platform shows
+as one message each, as it renders them (on Telegram: the HTML, code blocks closed and reopened
+at each cut) — and piece N is always message N: when the text outgrows a message, the rest
+continues in new ones, and nothing is shown twice or dropped. `on_sent(part, sent)` is awaited
+right after the platform accepts each new message, so the caller can record it at once.
+`resume` takes messages a previous run of the same turn already sent: they are edited instead of
+sent again. A final text shorter than what streamed turns the messages it no longer needs into a
+pointer to the reply above (there is no delete in the Channel interface).
 """
 
 from __future__ import annotations
@@ -26,24 +29,7 @@ from channels.base import Channel, ChannelError, OutboundMessage, SentMessage
 log = logging.getLogger(__name__)
 
 OnSent = Callable[[int, SentMessage], Awaitable[None]]
-
-
-def split_text(text: str, limit: int) -> list[str]:
-    """`text` in pieces of at most `limit` characters, cut at a paragraph, line or space break
-    in the second half of a piece when there is one."""
-    pieces: list[str] = []
-    while len(text) > limit:
-        cut = -1
-        for sep in ("\n\n", "\n", " "):
-            cut = text.rfind(sep, limit // 2, limit)
-            if cut > 0:
-                break
-        if cut <= 0:
-            cut = limit
-        pieces.append(text[:cut].rstrip())
-        text = text[cut:].lstrip()
-    pieces.append(text)
-    return pieces
+LEFTOVER = "(the reply is above)"  # a streamed message the final reply no longer needs
 
 
 def _report_failed_push(push: asyncio.Future[None]) -> None:
@@ -65,7 +51,10 @@ class ReplyStream:
         self.target = target
         self.on_sent = on_sent
         self.sent: list[SentMessage] = list(resume)
-        self.shown: list[str] = ["" for _ in resume]  # what each sent message shows now
+        self.shown: list[str] = ["" for _ in resume]  # the piece each sent message shows now
+        # The message of each piece (an index into `sent`). One each, unless an adapter had to
+        # add messages after one (then later pieces still go to their own messages).
+        self._message_of: list[int] = list(range(len(resume)))
         self.text = ""
         self.clock = clock
         self._changed = asyncio.Event()
@@ -93,7 +82,7 @@ class ReplyStream:
                 await self._pusher
         if final_text is not None:
             self.text = final_text
-        await self._push()
+        await self._push(final=True)
         return self.sent
 
     async def cancel(self) -> None:
@@ -116,17 +105,19 @@ class ReplyStream:
             with contextlib.suppress(Exception):  # the final push tries again; a failed edit
                 await asyncio.shield(push)  # is no reason to stop streaming
 
-    async def _push(self) -> None:
+    async def _push(self, *, final: bool = False) -> None:
         async with self._lock:
             text = self.text.strip()
             if not text:
                 return
-            pieces = split_text(text, self.channel.max_message_chars)
+            pieces = self.channel.split(text)
             for part, piece in enumerate(pieces):
-                if part < len(self.sent):
-                    if self.shown[part] != piece:
-                        await self.channel.edit(self.sent[part], piece)
-                        self.shown[part] = piece
+                if part < len(self._message_of):
+                    index = self._message_of[part]
+                    if self.shown[index] != piece:
+                        occupied = await self.channel.edit(self.sent[index], piece)
+                        self.shown[index] = piece
+                        await self._add(occupied[1:], part)
                     continue
                 if self._maybe_sent.get(part) == piece and part == len(pieces) - 1:
                     break  # probably shown already; a second copy is worse than no message id
@@ -136,9 +127,29 @@ class ReplyStream:
                     if exc.maybe_delivered:
                         self._maybe_sent[part] = piece
                     raise
-                for extra in sent:  # an adapter may split further; keep every part
-                    self.sent.append(extra)
-                    self.shown.append(piece if len(sent) == 1 else "")
-                    if self.on_sent is not None:
-                        await self.on_sent(len(self.sent) - 1, extra)
+                if sent:
+                    self._message_of.append(len(self.sent))
+                    await self._add(sent[:1], part, piece)
+                    await self._add(sent[1:], part)
+            if final:
+                await self._empty_leftovers(len(pieces))
             self._last_push = self.clock()
+
+    async def _add(self, messages: Sequence[SentMessage], part: int, piece: str = "") -> None:
+        """Keep new messages (recorded at once); those beyond one per piece are an adapter's
+        continuation of piece `part` (it found the piece too long), never edited later."""
+        if messages and not piece:
+            log.warning("The %s adapter split reply part %d further", self.channel.name, part)
+        for message in messages:
+            self.sent.append(message)
+            self.shown.append(piece)
+            if self.on_sent is not None:
+                await self.on_sent(len(self.sent) - 1, message)
+
+    async def _empty_leftovers(self, pieces: int) -> None:
+        """Messages of pieces the final text no longer has (it came out shorter than what was
+        streamed) would repeat stale text: they say where the reply is instead."""
+        for index in self._message_of[pieces:]:
+            if self.shown[index] != LEFTOVER:
+                await self.channel.edit(self.sent[index], LEFTOVER)
+                self.shown[index] = LEFTOVER

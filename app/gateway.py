@@ -31,6 +31,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import time
@@ -38,7 +39,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from agent.model_errors import ModelError
 from agent.requests import Attachment
@@ -52,6 +53,7 @@ from app.routing import session_key_for
 from app.schedule_tool import current_target
 from app.scheduler import owner_zone, start_automations
 from app.turns import Runtime, TurnRequest, TurnResult, open_runtime, run_turn
+from channels.base import Attachment as InboundAttachment
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
 from channels.cli import TurnAware, TurnOutcome
 from memory.errors import MemoryError_
@@ -65,6 +67,7 @@ log = logging.getLogger("pinch.gateway")
 TYPING_EVERY_S = 4.0  # platforms show "typing…" for about 5 s
 HEARTBEAT_EVERY_S = 15.0
 PRUNE_EVERY_S = 300.0
+IGNORED_LOG_EVERY_S = 3600.0  # an ignored sender is logged (INFO) at most this often
 DELIVERY_ATTEMPTS = 3
 LEASE_STALE_S = 30.0  # a session lease not renewed for this long is free (its holder hung)
 LEASE_POLL_S = 0.5  # how often a turn waiting for another process's turn looks again
@@ -151,6 +154,7 @@ class Gateway:
         self.options = options or GatewayOptions()
         self.turn_runner = turn_runner
         self.health: dict[str, ChannelHealth] = {}
+        self.failed: dict[str, str] = {}  # channels that could not start, and why
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._dirty: set[str] = set()
         self._arrived: dict[str, float] = {}
@@ -165,14 +169,16 @@ class Gateway:
         self._turns: dict[str, asyncio.Future[TurnResult]] = {}
         self._cancelled: set[str] = set()
         self._leasing: set[str] = set()
+        self._ignored_logged: dict[tuple[str, str, str], float] = {}
         # This process, as the holder of session leases (one turn per session across processes).
         self.holder = this_process("", f"{socket.gethostname()}:{os.getpid()}:{id(self):x}")
 
     # -- life cycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Requeue interrupted turns, start every channel (one failing is reported, not fatal)
-        and the workers of sessions with queued messages."""
+        """Requeue interrupted turns, start every channel and the workers of sessions with
+        queued messages. A channel that fails to start is logged, and reported unhealthy in
+        every heartbeat; when none starts, raises GatewayError with each one's reason."""
         recovered = await asyncio.to_thread(self.store.recover)
         if recovered:
             log.info("Resuming %d message(s) interrupted by the last stop", recovered)
@@ -182,8 +188,22 @@ class Gateway:
                 self.health[name] = ChannelHealth(True, "started")
                 log.info("%s: started", name)
             except Exception as exc:
+                self.failed[name] = str(exc)
                 self.health[name] = ChannelHealth(False, f"could not start: {exc}")
                 log.error("%s: could not start: %s", name, exc)
+        failures = "; ".join(f"{name}: {why}" for name, why in self.failed.items())
+        running = [name for name in self.channels if name not in self.failed]
+        if not running and self.failed:
+            await self.stop(0)
+            raise GatewayError(f"No channel could start — {failures}")
+        if self.failed:
+            log.warning(
+                "Gateway running with %s only; not running: %s",
+                ", ".join(running),
+                failures,
+            )
+        else:
+            log.info("Gateway running with %s", ", ".join(running))
         for key in await asyncio.to_thread(self.store.pending_sessions):
             self._wake(key)
         self._background.append(asyncio.ensure_future(self._heartbeat_loop()))
@@ -233,12 +253,20 @@ class Gateway:
         store it does this raise, so the adapter leaves it unconfirmed and the platform
         delivers it again (the de-duplication makes that safe)."""
         try:
-            await self._accept(msg)
+            await self._accept(encodable(msg))
         except Exception as exc:
             if _is_storage_error(exc):
                 log.warning("Could not store an inbound message (%s); it stays unconfirmed", exc)
                 raise
-            log.error("Skipped an inbound message that could not be handled: %r", exc)
+            # Never the text (the owner's words, maybe megabytes), nor str(exc), which may quote it.
+            log.error(
+                "Skipped an inbound message that could not be handled (%s from %s, %s "
+                "characters): %s",
+                getattr(msg, "channel", "?"),
+                getattr(msg, "sender_id", "?"),
+                len(getattr(msg, "text", "") or ""),
+                type(exc).__name__,
+            )
             await self._not_answered(msg, f"Skipped: {type(exc).__name__}; see the log.")
 
     async def _accept(self, msg: InboundMessage) -> None:
@@ -246,7 +274,7 @@ class Gateway:
             raise TypeError(f"not an InboundMessage: {type(msg).__name__}")
         decision = await asyncio.to_thread(self.access.check, msg)
         if decision.action == "ignore":
-            log.debug("Ignored a message on %s: %s", msg.channel, decision.reason)
+            self._log_ignored(msg, decision.reason, routine=decision.routine)
             await self._not_answered(msg, f"Not answered: {decision.reason}.")
             return
         if decision.action == "reply":
@@ -273,6 +301,28 @@ class Gateway:
         if str(key) not in self._workers:  # "typing…" at once, not after the collect window
             self._spawn(self._type_once(msg))
         self._wake(str(key), collect=msg.channel not in self.options.no_collect_channels)
+
+    def _log_ignored(self, msg: InboundMessage, reason: str, *, routine: bool) -> None:
+        """One INFO line per channel, chat and sender an hour (so an owner asking "why doesn't
+        it answer my friend?" finds the reason at the default level); never the text."""
+        now = time.monotonic()
+        where = (msg.channel, msg.chat_id, msg.sender_id)
+        last = self._ignored_logged.get(where)
+        if routine or (last is not None and now - last < IGNORED_LOG_EVERY_S):
+            log.debug("Ignored a message on %s: %s", msg.channel, reason)
+            return
+        if len(self._ignored_logged) > 1000:  # forget the senders quiet for an hour
+            cutoff = now - IGNORED_LOG_EVERY_S
+            self._ignored_logged = {k: t for k, t in self._ignored_logged.items() if t > cutoff}
+        self._ignored_logged[where] = now
+        chat = "" if msg.chat_type == "direct" else f" in {msg.chat_type} {msg.chat_id}"
+        log.info(
+            "Not answering %s sender %s%s: %s (logged once an hour per sender)",
+            msg.channel,
+            msg.sender_id,
+            chat,
+            reason,
+        )
 
     async def _not_answered(self, msg: InboundMessage, why: str) -> None:
         """A channel waiting for each message's turn (the terminal) learns there will be none."""
@@ -393,6 +443,15 @@ class Gateway:
                 outcome = TurnOutcome("answered", result.text, result.command)
         except (ModelError, MemoryError_) as exc:  # worded as advice
             outcome = TurnOutcome("failed", str(exc))
+            # The chat shows it; the log keeps it too (advice is redacted of keys; cut short, as
+            # a server's refusal may quote the request).
+            log.warning(
+                "A turn of %s failed (%s%s): %s",
+                batch.session_key,
+                type(exc).__name__,
+                f", model {exc.model}" if isinstance(exc, ModelError) else "",
+                _shortened(str(exc), 300),
+            )
         except asyncio.CancelledError:
             me = asyncio.current_task()
             if batch.session_key not in self._cancelled or (me is not None and me.cancelling()):
@@ -496,6 +555,8 @@ class Gateway:
         if path is None:
             return
         for name, channel in self.channels.items():
+            if name in self.failed:  # reachable or not, it is not running
+                continue
             try:
                 self.health[name] = await asyncio.wait_for(channel.check(), timeout=10)
             except Exception as exc:
@@ -525,6 +586,34 @@ class Gateway:
             except Exception as exc:
                 log.warning("Could not prune old queue records: %s", exc)
             await asyncio.sleep(PRUNE_EVERY_S)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(msg: InboundMessage) -> InboundMessage:
+    """`msg` with every character UTF-8 cannot store replaced by U+FFFD: a lone surrogate (a
+    platform's JSON may carry "\\udcff") would otherwise fail the queue and lose the message."""
+    if not isinstance(msg, InboundMessage):
+        return msg
+    attachments = tuple(_replace_surrogates(a) for a in msg.attachments)
+    return replace(_replace_surrogates(msg), attachments=attachments)
+
+
+_Fields = TypeVar("_Fields", InboundMessage, InboundAttachment)
+
+
+def _replace_surrogates(item: _Fields) -> _Fields:
+    changes: dict[str, Any] = {
+        name: _SURROGATE.sub("\ufffd", value)
+        for name, value in vars(item).items()
+        if isinstance(value, str) and _SURROGATE.search(value)
+    }
+    return replace(item, **changes) if changes else item
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _is_storage_error(exc: BaseException) -> bool:
@@ -688,9 +777,8 @@ async def run_gateway(
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, on_signal)
-            await gateway.start()
+            await gateway.start()  # logs which channels run; raises when none could start
             health = await _start_health_server(settings, gateway)
-            log.info("Gateway running with %s", ", ".join(channels))
             scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
             dreams = await start_nightly_dream(settings, owner_zone(runtime))  # either way
             await stop.wait()

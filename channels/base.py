@@ -122,7 +122,16 @@ class Channel(abc.ABC):
     async def send(self, message: OutboundMessage) -> list[SentMessage]: ...
 
     @abc.abstractmethod
-    async def edit(self, sent: SentMessage, text: str) -> None: ...
+    async def edit(self, sent: SentMessage, text: str) -> list[SentMessage]:
+        """Show `text` in `sent`; returns the messages the text now occupies: `[sent]`, plus new
+        messages after it when the text no longer fits one (nothing is dropped)."""
+
+    def split(self, text: str) -> list[str]:
+        """`text` (Markdown) as pieces that `send` delivers as exactly one message each, in
+        order, together holding all of it: what a streamed reply is cut into. By default cut
+        at `max_message_chars` between paragraphs, lines or words; an adapter whose rendering
+        is longer than the source, or that must keep code blocks whole, overrides it."""
+        return split_text(text, self.max_message_chars)
 
     @abc.abstractmethod
     async def typing(self, chat_id: str, thread_id: str | None = None) -> None:
@@ -131,6 +140,24 @@ class Channel(abc.ABC):
     @abc.abstractmethod
     async def check(self) -> ChannelHealth:
         """Reachability and liveness for `pinch doctor` (getMe / auth.test, polling health)."""
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """`text` in pieces of at most `limit` characters, cut at a paragraph, line or space break
+    in the second half of a piece when there is one."""
+    pieces: list[str] = []
+    while len(text) > limit:
+        cut = -1
+        for sep in ("\n\n", "\n", " "):
+            cut = text.rfind(sep, limit // 2, limit)
+            if cut > 0:
+                break
+        if cut <= 0:
+            cut = limit
+        pieces.append(text[:cut].rstrip())
+        text = text[cut:].lstrip()
+    pieces.append(text)
+    return pieces
 
 
 class ChannelError(Exception):

@@ -137,8 +137,9 @@ class CliChannel(Channel):
         self._show(message.text)
         return [SentMessage(self.name, message.chat_id, str(next(self._ids)), message.thread_id)]
 
-    async def edit(self, sent: SentMessage, text: str) -> None:
+    async def edit(self, sent: SentMessage, text: str) -> list[SentMessage]:
         self._show(text)
+        return [sent]
 
     async def typing(self, chat_id: str, thread_id: str | None = None) -> None:
         # The reply view shows a spinner until the first words; the gateway types once a turn

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import json
 import logging
 import re
@@ -36,11 +38,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.async_handler import AsyncRetryHandler
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
@@ -398,11 +401,26 @@ class SlackChannel(Channel):
             log.warning("Slack Socket Mode is slow to connect; still trying in the background")
 
     async def _serve_events(self, app: AsyncApp) -> None:
+        signing = self.config.signing_secret
+        secret = signing.get_secret_value() if signing else ""
+
         async def receive(request: web.Request) -> web.Response:
-            # Bolt verifies the X-Slack-Signature (signing secret, 5-minute clock window).
-            return await to_aiohttp_response(
-                await app.async_dispatch(await to_bolt_request(request))
+            # The signature is checked on the raw bytes before anything reads them as text
+            # (Bolt checks it again on the decoded body it dispatches).
+            raw = await request.read()
+            if not _signed_by_slack(secret, raw, request.headers):
+                return web.Response(status=401, text="invalid signature")
+            try:
+                body = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                log.warning("Slack: refused a signed event whose body is not UTF-8 (HTTP 400)")
+                return web.Response(status=400, text="body is not UTF-8")
+            bolt_request = AsyncBoltRequest(
+                body=body,
+                query=request.query_string,
+                headers=request.headers,  # type: ignore[arg-type]
             )
+            return await to_aiohttp_response(await app.async_dispatch(bolt_request))
 
         web_app = web.Application()
         web_app.router.add_post("/slack/events", receive)
@@ -602,16 +620,26 @@ class SlackChannel(Channel):
             self.threads.add(message.chat_id, message.thread_id)
         return sent
 
-    async def edit(self, sent: SentMessage, text: str) -> None:
-        """Replace a message's text. The caller splits at `max_message_chars` (Markdown); the
-        converted text may come out a little longer (escapes) and is still shown whole — only
-        past Slack's hard limit (40,000) is it cut, with "…"."""
-        mrkdwn = markdown_to_mrkdwn(text)
-        if len(mrkdwn) > _HARD_LIMIT_CHARS:
+    def split(self, text: str) -> list[str]:
+        """Markdown pieces of at most `max_message_chars`, code fences closed and reopened."""
+        return split_markdown(text, self.max_message_chars)
+
+    async def edit(self, sent: SentMessage, text: str) -> list[SentMessage]:
+        """Replace a message's text; text longer than `max_message_chars` (Markdown) fills this
+        message and continues in new ones after it (all returned, `sent` first). The converted
+        text may come out a little longer (escapes) and is still shown whole."""
+        first, *rest = self.split(text) or [""]
+        mrkdwn = markdown_to_mrkdwn(first)
+        if len(mrkdwn) > _HARD_LIMIT_CHARS:  # can't happen at 3,900 source characters
             mrkdwn = split_mrkdwn(mrkdwn, _HARD_LIMIT_CHARS - 2)[0] + " …"
         if not mrkdwn.strip():
-            return
+            return [sent]
         await self._call("chat_update", channel=sent.chat_id, ts=sent.message_id, text=mrkdwn)
+        occupied = [sent]
+        for piece in rest:
+            more = OutboundMessage("slack", sent.chat_id, piece, sent.thread_id)
+            occupied += await self.send(more)
+        return occupied
 
     async def typing(self, chat_id: str, thread_id: str | None = None) -> None:
         """Nothing: Slack's Events API has no typing indicator for bots (only Assistant
@@ -731,3 +759,15 @@ def _advice(error: SlackApiError, doing: str) -> str:
     if advice:
         return f"{advice} ({doing}: {code})"
     return f"Slack refused {doing}: {code or error}"
+
+
+def _signed_by_slack(secret: str, raw: bytes, headers: Mapping[str, str]) -> bool:
+    """Slack's request signature (v0, HMAC-SHA256 of "v0:<timestamp>:<body>") over the raw
+    body, with the timestamp within 5 minutes of now."""
+    stamp = headers.get("X-Slack-Request-Timestamp", "")
+    signature = headers.get("X-Slack-Signature", "")
+    if not secret or not stamp.isdigit() or abs(time.time() - int(stamp)) > 300:
+        return False
+    base = b"v0:" + stamp.encode() + b":" + raw
+    expected = "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected.encode(), signature.encode(errors="replace"))

@@ -4,7 +4,7 @@
                               state_dir=pinch_home / "state")
     await channel.start(on_message)    # long polling (default) or webhook; returns once running
     sent = await channel.send(OutboundMessage("telegram", chat_id="42", text="**hi**"))
-    await channel.edit(sent[-1], "**hi there**")
+    await channel.edit(sent[-1], "**hi there**")    # longer than a message: continues after it
     await channel.typing("42")
     health = await channel.check()     # getMe, age of the last completed poll, last error
     await channel.stop()
@@ -95,8 +95,9 @@ class TelegramChannel(Channel):
         retry_base_s: float = 1.0,
     ) -> None:
         """`inbox_dir`: where received files go (`<inbox_dir>/YYYY-MM-DD/`), shown to the
-        gateway as `<inbox_rel>/YYYY-MM-DD/<name>`; `state_dir`: where the per-token poller lock
-        lives; `retry_base_s`: the first backoff delay after a failed poll (doubling, ≤ 30 s)."""
+        gateway as `<inbox_rel>/YYYY-MM-DD/<name>`; `state_dir`: this data directory's copy of
+        the per-token poller lock (the other is machine-wide, see `TokenLock`); `retry_base_s`:
+        the first backoff delay after a failed poll (doubling, ≤ 30 s)."""
         if config.bot_token is None or not config.bot_token.get_secret_value():
             raise ChannelError(
                 "No Telegram bot token: set PINCH_TELEGRAM__BOT_TOKEN (from @BotFather)"
@@ -232,10 +233,20 @@ class TelegramChannel(Channel):
         log.info("Telegram: connected as @%s", self._identity.username)
 
     # -- sending
+    def split(self, text: str) -> list[str]:
+        """Markdown pieces whose rendered HTML fits one message each; a code block longer than
+        a message is cut between lines, each part fenced again (so each part is code)."""
+        return [chunk.source for chunk in split_for_telegram(text, self.max_message_chars)]
+
     async def send(self, message: OutboundMessage) -> list[SentMessage]:
         """Deliver a Markdown reply, split into as many messages as it needs (in order). The
         first part replies to `reply_to_id` if given (sent anyway if that message is gone)."""
         chunks = split_for_telegram(message.text, self.max_message_chars)
+        return await self._send_chunks(message, chunks)
+
+    async def _send_chunks(
+        self, message: OutboundMessage, chunks: list[Chunk]
+    ) -> list[SentMessage]:
         thread = _send_thread(message.thread_id)
         chat_id = message.chat_id
         sent: list[SentMessage] = []
@@ -271,15 +282,13 @@ class TelegramChannel(Channel):
 
         return await self._formatted(chunk, call)
 
-    async def edit(self, sent: SentMessage, text: str) -> None:
-        """Replace a sent message's text (Markdown). Text must fit one message: only the first
-        `max_message_chars` part is shown; send the rest as new messages. Unchanged text is
-        a no-op."""
+    async def edit(self, sent: SentMessage, text: str) -> list[SentMessage]:
+        """Replace a sent message's text (Markdown). Text longer than one message fills this
+        one and continues in new messages after it (all returned, `sent` first). Unchanged
+        text is a no-op."""
         chunks = split_for_telegram(text, self.max_message_chars)
         if not chunks:
-            return
-        if len(chunks) > 1:
-            log.debug("Telegram: edit text longer than one message; showing its first part")
+            return [sent]
 
         def call(body: str, parse_mode: str | None) -> Awaitable[Message | bool]:
             return self._bot.edit_message_text(
@@ -295,6 +304,10 @@ class TelegramChannel(Channel):
         except ChannelError as error:
             if "not modified" not in str(error):
                 raise
+        if len(chunks) == 1:
+            return [sent]
+        rest = OutboundMessage("telegram", sent.chat_id, "", sent.thread_id)
+        return [sent, *await self._send_chunks(rest, chunks[1:])]
 
     async def typing(self, chat_id: str, thread_id: str | None = None) -> None:
         """One "typing…" action (Telegram shows it ~5 s). Failures are logged, never raised."""

@@ -3,7 +3,8 @@ SQLite files in tmp_path.
 
 Every test runs with PINCH_HOME in its own tmp_path and no other PINCH_* variable set (but
 PINCH_AGENT__RECALL_MODE=triggers: no deep-recall model call unless a test asks for one), so no
-test can read or write the developer's ~/.pinch.
+test can read or write the developer's ~/.pinch; XDG_RUNTIME_DIR (machine-wide locks) is in
+tmp_path too.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ def pinch_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # Deep recall adds a model call before a reply that looks back; tests scripting a model's
     # replies for other features would see it eat one. Tests of recall set the mode themselves.
     monkeypatch.setenv("PINCH_AGENT__RECALL_MODE", "triggers")
+    # Machine-wide locks (one poller per Telegram token) live here: tests elsewhere on this
+    # machine use the same fake token and must not see this test's lock.
+    runtime_dir = tmp_path / "xdg-run"
+    runtime_dir.mkdir(mode=0o700, exist_ok=True)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
     return home
 
 

@@ -69,9 +69,10 @@ class FakeChannel(Channel):
         self.chats[mid] = message.chat_id
         return [SentMessage(self.name, message.chat_id, mid, message.thread_id)]
 
-    async def edit(self, sent: SentMessage, text: str) -> None:
+    async def edit(self, sent: SentMessage, text: str) -> list[SentMessage]:
         self.edits += 1
         self.messages[sent.message_id] = text
+        return [sent]
 
     async def typing(self, chat_id: str, thread_id: str | None = None) -> None:
         self.typing_calls += 1

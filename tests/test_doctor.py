@@ -224,7 +224,8 @@ class _QuietChannel(Channel):
     async def send(self, message: OutboundMessage) -> list[SentMessage]:
         return []
 
-    async def edit(self, sent: SentMessage, text: str) -> None: ...
+    async def edit(self, sent: SentMessage, text: str) -> list[SentMessage]:
+        return [sent]
 
     async def typing(self, chat_id: str, thread_id: str | None = None) -> None: ...
 

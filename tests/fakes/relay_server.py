@@ -169,10 +169,11 @@ class RelayChannel(Channel):
         data = await self._post("/send", {"chat_id": message.chat_id, "text": message.text})
         return [SentMessage(self.name, message.chat_id, data["message_id"], message.thread_id)]
 
-    async def edit(self, sent: SentMessage, text: str) -> None:
+    async def edit(self, sent: SentMessage, text: str) -> list[SentMessage]:
         await self._post(
             "/edit", {"chat_id": sent.chat_id, "message_id": sent.message_id, "text": text}
         )
+        return [sent]
 
     async def typing(self, chat_id: str, thread_id: str | None = None) -> None:
         await self._post("/typing", {"chat_id": chat_id})

@@ -1,0 +1,38 @@
+"""Found by the end-to-end audit of issue 7: the container's stop timeout and comments must
+match the gateway's real timings (Docker's default 10 s stop would kill the gateway before its
+shutdown grace ends)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from app.config import GatewayConfig
+from app.gateway import HEARTBEAT_EVERY_S
+from app.heartbeat import MAX_AGE_S
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def seconds(value: str) -> float:
+    match = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", value)
+    assert match and value, f"not a compose duration: {value!r}"
+    return int(match.group(1) or 0) * 60 + int(match.group(2) or 0)
+
+
+def test_compose_waits_longer_than_the_gateways_shutdown_grace_before_killing_it() -> None:
+    service = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["pinch"]
+    grace = GatewayConfig().shutdown_grace_s
+    assert seconds(service["stop_grace_period"]) >= grace + 5
+
+
+def test_the_dockerfile_states_the_real_heartbeat_interval_and_age() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    comment = next(line for line in text.splitlines() if "heartbeat" in line and "#" in line)
+    assert f"every {HEARTBEAT_EVERY_S:.0f} s" in comment
+    assert f"older than {MAX_AGE_S:.0f} s" in text
+    readme = (ROOT / "README.md").read_text()
+    assert f"Every {HEARTBEAT_EVERY_S:.0f} s the gateway writes" in readme
+    assert "stop_grace_period" in readme
