@@ -28,7 +28,9 @@ IndexFactory = Callable[..., MemoryIndex]
 
 
 @pytest.fixture(autouse=True)
-def pinch_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def pinch_home(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     """An empty Pinch home in tmp_path, and no PINCH_* setting leaking in from the shell."""
     for name in list(os.environ):
         if name.startswith("PINCH_"):
@@ -39,9 +41,10 @@ def pinch_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # replies for other features would see it eat one. Tests of recall set the mode themselves.
     monkeypatch.setenv("PINCH_AGENT__RECALL_MODE", "triggers")
     # Machine-wide locks (one poller per Telegram token) live here: tests elsewhere on this
-    # machine use the same fake token and must not see this test's lock.
-    runtime_dir = tmp_path / "xdg-run"
-    runtime_dir.mkdir(mode=0o700, exist_ok=True)
+    # machine use the same fake token and must not see this test's lock. (Beside tmp_path, not
+    # in it: tests count what they leave in tmp_path.)
+    runtime_dir = tmp_path_factory.mktemp("xdg-run")
+    runtime_dir.chmod(0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
     return home
 
