@@ -49,9 +49,9 @@ def strip_comments(text: str) -> str:
     if "<!--" not in text:
         return text
 
-    def keep(m: re.Match[str]) -> str:
+    def keep(m: re.Match[str]) -> str:  # spaced, so the words on either side stay two words
         trigger = _TRIGGER_TERMS.fullmatch(m.group(1))
-        return trigger.group(1) if trigger else ""
+        return f" {trigger.group(1)} " if trigger else " "
 
     return _COMMENT.sub(keep, text)
 
