@@ -284,7 +284,9 @@ def _dreaming_status(settings: Settings, last: LastDream | None) -> dict[str, st
 
     d = settings.dreaming
     if d.enabled:
-        zone = settings.agent.timezone or "local time"
+        from agent.clock import owner_timezone
+
+        zone = owner_timezone(settings.agent.timezone, settings.workspace_dir) or "local time"
         schedule = f"nightly at {d.hour:02d}:{d.minute:02d} {zone} while `pinch gateway` runs"
     else:
         schedule = "off ([dreaming] enabled = false)"
@@ -743,11 +745,12 @@ def _intent_store(settings: Settings) -> Any:
 def _when(ts: float | None, settings: Settings) -> str:
     from datetime import datetime
 
-    from agent.clock import load_timezone
+    from agent.clock import load_timezone, owner_timezone
 
     if ts is None:
         return "never"
-    return f"{datetime.fromtimestamp(ts, load_timezone(settings.agent.timezone)):%Y-%m-%d %H:%M}"
+    zone = load_timezone(owner_timezone(settings.agent.timezone, settings.workspace_dir))
+    return f"{datetime.fromtimestamp(ts, zone):%Y-%m-%d %H:%M}"
 
 
 @intents.command("list")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agent.active_memory import ActiveMemory
-from agent.clock import Clock, load_timezone
+from agent.clock import Clock, load_timezone, owner_timezone
 from agent.model import ModelClient, create_model_client, preload
 from agent.runtime import Agent
 from memory.compact import compact_if_worth_it
@@ -109,7 +109,8 @@ async def build_runtime(
             timeout_s=settings.agent.timeout_s,
             max_retries=settings.agent.max_retries,
         )
-        clock = clock or Clock(load_timezone(settings.agent.timezone))
+        zone = owner_timezone(settings.agent.timezone, settings.workspace_dir)
+        clock = clock or Clock(load_timezone(zone))
         if not settings.dreaming.enabled:
             stop_recording(index.db)  # no recall signals are kept for a disabled Dreaming
         store = SessionStore(index.db)

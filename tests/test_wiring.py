@@ -111,3 +111,26 @@ def test_the_start_up_sync_compacts_after_a_rebuild_and_starts_reading_the_vecto
 
     assert free_after_rebuild < 0.25
     assert preloaded  # the vectors are being read before the first message
+
+
+def test_without_a_configured_zone_the_owner_zone_comes_from_user_md(settings: Settings) -> None:
+    no_zone = settings.model_copy(
+        update={"agent": settings.agent.model_copy(update={"timezone": None})}
+    )
+    initialise(no_zone, TEMPLATE_DIR)  # the template's example zone is in a comment
+    user = no_zone.workspace_dir / "USER.md"
+    user.write_text(
+        user.read_text(encoding="utf-8")
+        + "\n<!-- observed: 2026-01-02 | status: superseded -->\n- Time zone: Asia/Tokyo\n"
+        + "- Time zone: America/New_York <!-- observed: 2026-03-01 | status: active -->\n",
+        encoding="utf-8",
+    )
+
+    assert asyncio.run(_zone_of(no_zone)) == "America/New_York"
+    # [agent] timezone still wins.
+    assert asyncio.run(_zone_of(settings)) == "Europe/Berlin"
+
+
+async def _zone_of(settings: Settings) -> str:
+    async with await build_runtime(settings) as runtime:
+        return runtime.agent.clock.zone_name
