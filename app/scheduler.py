@@ -78,6 +78,20 @@ NO_REPLY = (
 )
 HEARTBEAT_OK = "HEARTBEAT_OK"
 
+
+def heartbeat_message(reply: str) -> str | None:
+    """What a heartbeat's reply tells the owner: None when it is only the all-clear
+    (HEARTBEAT_OK, NO_REPLY, or nothing); otherwise the reply without the token, so an answer
+    that says "HEARTBEAT_OK — but the invoice is due today" is still delivered."""
+    text = reply.strip()
+    if text == NO_REPLY:
+        return None
+    rest = text.replace(HEARTBEAT_OK, " ").strip()
+    if not re.search(r"\w", rest):
+        return None
+    return re.sub(r"^[\s.,:;!—–-]+", "", rest).strip() if HEARTBEAT_OK in text else text
+
+
 _SCHEDULERS: dict[str, Scheduler] = {}
 
 
@@ -413,9 +427,7 @@ class Scheduler:
                 AgentRequest(key, prompt, sender="automation", sender_id="heartbeat")
             )
         ).strip()
-        if not reply or HEARTBEAT_OK in reply or reply == NO_REPLY:
-            return None
-        return reply
+        return heartbeat_message(reply)
 
     async def _failed(self, job: Job, detail: str) -> None:
         updated = await self._db(self.store.record_failure, job.id, self.now())

@@ -399,12 +399,21 @@ async def test_heartbeat_delivers_only_an_answer_other_than_heartbeat_ok(tmp_pat
     ws.mkdir()
     (ws / "HEARTBEAT.md").write_text("- anything urgent in inbox/?\n", encoding="utf-8")
     h = Harness(tmp_path, workspace=ws)
-    h.replies = ["HEARTBEAT_OK", "The invoice in inbox/ is due today."]
+    h.replies = [
+        "HEARTBEAT_OK",
+        "The invoice in inbox/ is due today.",
+        " HEARTBEAT_OK. ",
+        "HEARTBEAT_OK — except one thing: the passport expires next week.",
+    ]
     job = h.add("every", "1800", "heartbeat", "heartbeat", anchor=T0 + timedelta(minutes=30))
-    for _ in range(2):
+    for _ in range(4):
         h.clock.advance(minutes=30)
         await h.scheduler.fire(job)
-    assert texts(h) == ["The invoice in inbox/ is due today."]
+    # The all-clear alone is never sent; an answer with more to say is, without the token.
+    assert texts(h) == [
+        "The invoice in inbox/ is due today.",
+        "except one thing: the passport expires next week.",
+    ]
     assert all(str(t.key) == "main:cli:direct:owner" for t in h.turns)  # the owner's main session
     assert all(t.sender == "automation" for t in h.turns)
 
