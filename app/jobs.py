@@ -37,6 +37,8 @@ BACKOFF_S = (30, 60, 300, 900, 3600)  # after the 1st, 2nd, … consecutive fail
 ALERT_AFTER_FAILURES = 2
 DISABLE_AFTER_FAILURES = 10
 MIN_EVERY_S = 60
+# Active jobs the owner (or a model in a loop) may have at once; the heartbeat does not count.
+MAX_ACTIVE_JOBS = 1000
 
 
 class ScheduleError(ValueError):
@@ -475,6 +477,14 @@ class JobStore:
             )
         s, t = new.schedule, new.target
         with self.db.transaction() as conn:
+            (active,) = conn.execute(
+                "SELECT count(*) FROM jobs WHERE state IN ('active', 'paused') AND managed IS NULL"
+            ).fetchone()
+            if new.managed is None and active >= MAX_ACTIVE_JOBS:
+                raise ScheduleError(
+                    f"There are already {active} scheduled jobs (at most {MAX_ACTIVE_JOBS}): "
+                    "cancel some first (`pinch jobs list`, `pinch jobs cancel ID`)."
+                )
             cur = conn.execute(
                 f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES "
                 "(NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'active', ?, 0, NULL, ?, ?)",

@@ -7,6 +7,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from agent.policy import policy_for
 from agent.tools import ToolContext
 from app.jobs import JobStore, Target
@@ -116,8 +118,6 @@ def test_a_time_in_the_past_is_refused_with_advice(tmp_path: Path) -> None:
 
 
 def test_a_time_past_the_calendars_end_is_a_tool_error_not_a_crash(tmp_path: Path) -> None:
-    import pytest
-
     from agent.tools import ToolFailure
 
     store, tool = make(tmp_path)
@@ -125,3 +125,22 @@ def test_a_time_past_the_calendars_end_is_a_tool_error_not_a_crash(tmp_path: Pat
         with pytest.raises(ToolFailure, match="too far in the future"):
             call(tool, OWNER, action="create", text="x", **args)
     assert store.jobs() == []
+
+
+def test_the_number_of_active_jobs_is_capped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model in a loop cannot fill the scheduler: past the cap, creating is a tool error
+    saying what to do; cancelling one makes room again."""
+    from agent.tools import ToolFailure
+    from app import jobs
+
+    monkeypatch.setattr(jobs, "MAX_ACTIVE_JOBS", 3)
+    store, tool = make(tmp_path)
+    for i in range(3):
+        call(tool, OWNER, action="create", text=f"job {i}", every="1d")
+    with pytest.raises(ToolFailure, match=r"already 3 scheduled jobs.*pinch jobs cancel"):
+        call(tool, OWNER, action="create", text="one too many", every="1d")
+    assert len(store.jobs()) == 3
+    call(tool, OWNER, action="cancel", id=1)
+    assert "scheduled" in call(tool, OWNER, action="create", text="room again", every="1d")
