@@ -266,10 +266,20 @@ class SyncPipeline:
         if report.generation is not None:
             # Here, not per file: one pack rewrite per sync at most, and only past a share.
             refresh_pack(self.db, report.generation)
+            self._catch_up_store(report.generation)
         report.busy = busy.describe() if busy is not None else None
         report.waited_for = waited
         report.seconds = time.monotonic() - started
         return report
+
+    def _catch_up_store(self, generation: int) -> None:
+        """Let the vector store bring what it derives from the stored vectors up to date (a
+        vec0 table another process's numpy-only writes left behind)."""
+        with self.db.lock:
+            dims = self.generations.dimensions_of(self.db.conn, generation)
+        store = self._store_for(dims)
+        if store is not None:
+            store.catch_up(generation)
 
     def discover(self) -> list[MemoryFile]:
         """The memory files to index (symbolic links left out; files with several hard links

@@ -10,8 +10,12 @@ names. The full read comes from a packed copy, `memory_matrix_pack_g<N>` (memory
 blocks of 1,024 rows, read on several connections at once; at 100k chunks 0.07-0.12 s from the
 page cache, ≈0.8 s from disk) plus the changes since it, and otherwise from the table of one row a
 chunk, `memory_matrix_g<N>` (the source of truth; 0.25-0.5 s, ≈3 s from disk). A sync rewrites the
-pack at its end once 5 % of it changed (`refresh_pack`). The sqlite-vec backend still writes its
-vec0 table (an index stays searchable by older code).
+pack at its end once 5 % of it changed (`refresh_pack`). The sqlite-vec backend also keeps a
+vec0 table, which answers its searches until the matrix is read: it is derived from the matrix
+table and used only while in step with it (`meta` key `vec0_seq_g<N>` = the change log's seq it
+last caught up to). A process without sqlite-vec writes only the matrix table, which leaves the
+vec0 table behind: sqlite-vec then searches the stored vectors exactly until its next write or
+sync brings the vec0 table up to date.
 
 Measured at 100k chunks and not adopted: a float16 matrix (numpy has no float16 BLAS: 125 ms a
 query), sqlite-vec's `bit[384]` KNN (~150 ms with k = 1,000), and a 1-bit code shortlist with
@@ -67,6 +71,10 @@ class VectorStore(Protocol):
     def preload(self, generation: int) -> None:
         """Start reading what searching `generation` needs in the background (may do nothing)."""
 
+    def catch_up(self, generation: int) -> None:
+        """Bring what the store derives from the stored vectors in step with them (sqlite-vec's
+        vec0 table after another process's numpy-only writes); may do nothing."""
+
     def close(self) -> None:
         """Close the read connection (the caller closes the main one)."""
 
@@ -83,10 +91,16 @@ def log_table(generation: int) -> str:
     return f"memory_matrix_log_g{int(generation)}"
 
 
+def vec0_seq_key(generation: int) -> str:
+    return f"vec0_seq_g{int(generation)}"
+
+
 def drop_vec_table(conn: Any, generation: int) -> None:
     """Drop a generation's vector tables. Without the extension loaded the vec0 table cannot be
     dropped and stays until a run that can load sqlite-vec (searches never read a retired
-    generation)."""
+    generation; a generation that gets its id again starts with its vec0 table out of step, so
+    sqlite-vec empties it before use)."""
+    conn.execute("DELETE FROM meta WHERE key = ?", (vec0_seq_key(generation),))
     conn.execute(f"DROP TABLE IF EXISTS {matrix_table(generation)}")
     conn.execute(f"DROP TABLE IF EXISTS {log_table(generation)}")
     drop_pack(conn, generation)
@@ -235,19 +249,68 @@ class SqliteVecStore:
         return table
 
     def add(self, conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
-        for gen in sorted({r[1] for r in rows}):
-            table = self._ensure(conn, gen)
-            conn.executemany(
-                f"INSERT INTO {table}(rowid, scope, embedding) VALUES (?, ?, ?)",
-                [(uid, scope, to_blob(vec)) for uid, g, scope, vec in rows if g == gen],
-            )
+        # The vec0 rows follow from the matrix table's, through the change log: whatever other
+        # processes wrote meanwhile (a numpy-only one writes no vec0 rows) is caught up too.
         _add_matrix_rows(conn, rows)
+        for gen in sorted({r[1] for r in rows}):
+            self._catch_up(conn, gen)
 
     def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
         table = vec_table(generation)
         if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
             conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in chunk_ids])
         _delete_matrix_rows(conn, generation, chunk_ids)
+        self._catch_up(conn, generation)
+
+    def catch_up(self, generation: int) -> None:
+        """Bring the vec0 table in step with the stored vectors, if it is not (after another
+        process's numpy-only writes: a few rows; a full copy when it was never in step)."""
+        with self.db.lock:
+            if _vec0_in_step(self.db.conn, generation):
+                return
+        with self.db.transaction() as conn:
+            if conn.execute(
+                "SELECT 1 FROM memory_generations WHERE id = ? AND state != 'retired'",
+                (generation,),
+            ).fetchone():
+                self._catch_up(conn, generation)
+
+    def _catch_up(self, conn: Any, generation: int) -> None:
+        # the caller's transaction
+        table = self._ensure(conn, generation)
+        seq = _last_seq(conn, generation) or 0
+        since = _vec0_seq(conn, generation)
+        if since == seq:
+            return
+        changed = _changed_since(conn, generation, since) if since is not None else None
+        if changed is None:  # never in step, or the log no longer covers its lag: copy it all
+            conn.execute(f"DELETE FROM {table}")
+            if _table_exists(conn, matrix_table(generation)):
+                conn.execute(
+                    f"INSERT INTO {table}(rowid, scope, embedding) "
+                    f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)}"
+                )
+            else:  # an index from before the matrix table
+                conn.execute(
+                    f"INSERT INTO {table}(rowid, scope, embedding) SELECT id, scope, centroid "
+                    "FROM memory_chunks WHERE generation = ? AND centroid IS NOT NULL",
+                    (generation,),
+                )
+        else:
+            for i in range(0, len(changed), 500):
+                part = changed[i : i + 500]
+                marks = ",".join("?" for _ in part)
+                conn.execute(f"DELETE FROM {table} WHERE rowid IN ({marks})", part)
+                conn.execute(
+                    f"INSERT INTO {table}(rowid, scope, embedding) SELECT chunk_id, scope, "
+                    f"vector FROM {matrix_table(generation)} WHERE chunk_id IN ({marks})",
+                    part,
+                )
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (vec0_seq_key(generation), str(seq)),
+        )
 
     def drop_generation(self, conn: Any, generation: int) -> None:
         drop_vec_table(conn, generation)
@@ -277,7 +340,7 @@ class SqliteVecStore:
             k,
             generation,
             scopes,
-            fallback=lambda: self.search_vec0(query, k, generation, scopes),
+            fallback=lambda: self._search_vec0_in_step(query, k, generation, scopes),
         )
 
     def wait_loaded(self, timeout: float) -> bool:
@@ -291,18 +354,70 @@ class SqliteVecStore:
     def search_vec0(
         self, query: np.ndarray, k: int, generation: int, scopes: list[str]
     ) -> list[tuple[int, float]]:
-        """The same search through sqlite-vec's own KNN (nothing held in process)."""
+        """The same search through sqlite-vec's own KNN (nothing held in process), whether or
+        not the vec0 table is in step with the stored vectors."""
         db = self.reader() if self.reader().vec_version else self.db
+        with db.lock:
+            return self._knn(db.conn, query, k, generation, scopes)
+
+    def _search_vec0_in_step(
+        self, query: np.ndarray, k: int, generation: int, scopes: list[str]
+    ) -> list[tuple[int, float]] | None:
+        """`search_vec0`, or None when the vec0 table is not in step with the stored vectors
+        (a numpy-only process wrote since): it could miss chunks or name reused ids."""
+        db = self.reader() if self.reader().vec_version else self.db
+        with db.lock:
+            conn = db.conn
+            conn.execute("BEGIN")  # one snapshot: the check and the rows it vouches for
+            try:
+                if not _vec0_in_step(conn, generation):
+                    return None
+                return self._knn(conn, query, k, generation, scopes)
+            finally:
+                conn.execute("COMMIT")
+
+    @staticmethod
+    def _knn(
+        conn: Any, query: np.ndarray, k: int, generation: int, scopes: list[str]
+    ) -> list[tuple[int, float]]:
         table = vec_table(generation)
-        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)):
+        if not _table_exists(conn, table):
             return []
         marks = ",".join("?" for _ in scopes)
-        rows = db.execute(
+        rows = conn.execute(
             f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ? "
             f"AND scope IN ({marks}) ORDER BY distance",
             (to_blob(query), min(k, 4096), *scopes),
-        )
+        ).fetchall()
         return _best_first([(int(uid), 1.0 - float(dist)) for uid, dist in rows])
+
+
+def _vec0_seq(conn: Any, generation: int) -> int | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (vec0_seq_key(generation),))
+    found = row.fetchone()
+    return int(found[0]) if found is not None else None
+
+
+def _vec0_in_step(conn: Any, generation: int) -> bool:
+    """Whether the generation's vec0 table holds exactly its stored vectors: it caught up to the
+    change log's current seq (a numpy-only write advances the log, not the vec0 table)."""
+    return _vec0_seq(conn, generation) == (_last_seq(conn, generation) or 0)
+
+
+def _changed_since(conn: Any, generation: int, seq: int) -> list[int] | None:
+    """Chunks whose vectors changed after `seq`; None if the change log no longer says."""
+    last = _last_seq(conn, generation)
+    if last is None or seq > last:  # no log, or it was dropped and made again
+        return None
+    (oldest,) = conn.execute(f"SELECT min(seq) FROM {log_table(generation)}").fetchone()
+    if oldest is not None and oldest > seq + 1:  # pruned
+        return None
+    return [
+        int(r[0])
+        for r in conn.execute(
+            f"SELECT DISTINCT chunk_id FROM {log_table(generation)} WHERE seq > ?", (seq,)
+        )
+    ]
 
 
 class _Matrix:
@@ -405,11 +520,12 @@ class _MatrixCache:
         k: int,
         generation: int,
         scopes: list[str],
-        fallback: Callable[[], list[tuple[int, float]]] | None = None,
+        fallback: Callable[[], list[tuple[int, float]] | None] | None = None,
     ) -> list[tuple[int, float]]:
         """Search the matrix, reading it first if it is not current. With a `fallback`, a full
         read (≈0.4-2 s at 100k chunks) happens in a background thread instead, and this search
-        (and any until the read is done) is answered by the fallback."""
+        (and any until the read is done) is answered by the fallback — unless it returns None
+        (it cannot answer exactly): then this search waits for the matrix."""
         db = self._reader.get()
         loading = self._loading
         if fallback is None and loading is not None:
@@ -422,7 +538,10 @@ class _MatrixCache:
                 return current.search(query, k, scopes)
             self._start_load(generation)
         assert fallback is not None
-        return fallback()
+        answer = fallback()
+        if answer is not None:
+            return answer
+        return self.search(query, k, generation, scopes)  # waits for the read under way
 
     def preload(self, generation: int) -> None:
         """Start reading the matrix in the background if nothing is held or being read (a
@@ -574,6 +693,10 @@ class NumpyStore:
         """Read the generation's matrix in the background now; a search meanwhile waits for
         that read instead of starting its own."""
         self._cache.preload(generation)
+
+    def catch_up(self, generation: int) -> None:
+        """Nothing derived to keep in step (the vec0 table, if any, is sqlite-vec's to catch
+        up: it sees from the change log that this store wrote past it)."""
 
     def wait_loaded(self, timeout: float) -> bool:
         return self._cache.wait_loaded(timeout)

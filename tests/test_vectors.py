@@ -15,7 +15,13 @@ import pytest
 from memory import vectors
 from memory.db import Database, open_database
 from memory.vectors import NumpyStore, SqliteVecStore, VectorStore, matrix_table
-from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config, use_config
+from tests.conftest import (
+    IndexFactory,
+    WorkspaceFactory,
+    keyword_config,
+    sqlite_vec_loads,
+    use_config,
+)
 
 DIMS = 32
 
@@ -407,3 +413,93 @@ def test_warm_starts_reading_the_active_generations_vectors(
     statements = reader_statements(store, lambda: idx.search("Tom", preset="vector"))
 
     assert not [s for s in statements if "memory_matrix" in s and "log" not in s]
+
+
+def exact(store: VectorStore, query: np.ndarray, k: int = 30) -> list[int]:
+    return [i for i, _ in store.search(query, k, 1, [""])]
+
+
+def test_sqlite_vec_never_answers_from_a_vec0_table_a_numpy_process_left_behind(
+    vec_db: Database, numpy_db: Database
+) -> None:
+    rng = np.random.default_rng(21)
+    insert_chunks(vec_db, SqliteVecStore(vec_db, DIMS), unit_rows(rng, 100), [""] * 100)
+    target = unit_rows(rng, 1)
+    (new_id,) = insert_chunks(numpy_db, NumpyStore(numpy_db), target, [""])  # no vec0 row
+
+    fresh = SqliteVecStore(vec_db, DIMS)  # a one-off search: nothing in memory yet
+    found: list[list[tuple[int, float]]] = []
+    sql = reader_statements(fresh, lambda: found.append(fresh.search(target[0], 5, 1, [""])))
+
+    assert not [s for s in sql if "MATCH" in s]
+    assert found[0][0] == (new_id, pytest.approx(1.0, abs=1e-5))
+
+
+def test_sqlite_vec_catches_its_vec0_table_up_with_numpy_deletes_and_reused_ids(
+    vec_db: Database, numpy_db: Database
+) -> None:
+    rng = np.random.default_rng(22)
+    ids = insert_chunks(vec_db, SqliteVecStore(vec_db, DIMS), unit_rows(rng, 100), [""] * 100)
+    numpy = NumpyStore(numpy_db)
+    with numpy_db.transaction() as conn:  # the highest id is handed out again below
+        numpy.delete(conn, 1, ids[-5:])
+        conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in ids[-5:]])
+        bump_version(conn)
+    target = unit_rows(rng, 1)
+    (again,) = insert_chunks(numpy_db, numpy, target, [""])
+    assert again == ids[-5]
+
+    vec = SqliteVecStore(vec_db, DIMS)
+    vec.catch_up(1)
+    query = unit_rows(rng, 1)[0]
+
+    assert vec.search_vec0(target[0], 1, 1, [""]) == [(again, pytest.approx(1.0, abs=1e-5))]
+    assert [i for i, _ in vec.search_vec0(query, 30, 1, [""])] == exact(NumpyStore(numpy_db), query)
+    assert not set(ids[-4:]) & {i for i, _ in vec.search_vec0(query, 200, 1, [""])}
+    # in step again: the next one-off search is answered by vec0 while the matrix loads
+    sql = reader_statements(vec, lambda: vec.search(query, 5, 1, [""]))
+    assert [s for s in sql if "MATCH" in s]
+
+
+def test_a_sqlite_vec_write_after_numpy_writes_brings_vec0_in_step(
+    vec_db: Database, numpy_db: Database
+) -> None:
+    rng = np.random.default_rng(23)
+    vec = SqliteVecStore(vec_db, DIMS)
+    insert_chunks(vec_db, vec, unit_rows(rng, 50), [""] * 50)
+    insert_chunks(numpy_db, NumpyStore(numpy_db), unit_rows(rng, 30), [""] * 30)
+    insert_chunks(vec_db, vec, unit_rows(rng, 10), [""] * 10)
+    query = unit_rows(rng, 1)[0]
+
+    assert [i for i, _ in vec.search_vec0(query, 90, 1, [""])] == exact(
+        NumpyStore(numpy_db), query, 90
+    )
+
+
+def test_numpy_and_sqlite_vec_processes_on_one_database_find_the_same_notes(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, use_model: None
+) -> None:
+    if not sqlite_vec_loads():
+        pytest.skip("sqlite-vec cannot be loaded by this Python's SQLite")
+    workspace = make_workspace(
+        {
+            "MEMORY.md": "# Memory\n\n- The cat is called Tom.\n",
+            "memory/trips.md": "# Trips\n\nWe hiked the Dolomites in June.\n",
+        }
+    )
+    make_index(workspace, use_config()).sync()  # sqlite-vec builds the index
+    numpy = make_index(workspace, use_config(vector_backend="numpy"))
+    (workspace / "memory" / "boat.md").write_text("# Boat\n\nThe sailing boat is moored at Kiel.\n")
+    (workspace / "memory" / "trips.md").write_text("# Trips\n\nWe flew to Lisbon in May.\n")
+    numpy.sync()
+    questions = ["where is the yacht kept", "which city did we fly to", "mountain walking"]
+
+    for question in questions:
+        one_off = make_index(workspace, use_config())  # a fresh `pinch memory search`
+        assert one_off.vector_backend == "sqlite-vec"
+        got = [(h.path, h.start_line) for h in one_off.search(question, preset="vector")]
+        want = [(h.path, h.start_line) for h in numpy.search(question, preset="vector")]
+        assert got == want
+    assert make_index(workspace, use_config()).search(questions[0], preset="vector")[0].path == (
+        "memory/boat.md"
+    )
