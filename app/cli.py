@@ -313,6 +313,7 @@ def memory_index(force: bool) -> None:
         idx.db.check_integrity()
         if report.rebuilt and space_usage(idx.db).worth_compacting:
             _compact(idx, after_rebuild=True)
+        degraded = idx.degraded_reason()
     finally:
         idx.close()
     what = "rebuilt" if report.rebuilt else "updated"
@@ -325,7 +326,6 @@ def memory_index(force: bool) -> None:
     )
     for path, problem in {**_extra_path_problems(settings), **report.problems}.items():
         click.secho(f"  {path}: {problem}", fg="yellow", err=True)
-    degraded = idx.degraded_reason()
     if degraded:
         click.secho(f"Note: search is {degraded}.", fg="yellow", err=True)
 

@@ -207,11 +207,28 @@ class MemoryIndex:
         return self._provider
 
     def degraded_reason(self) -> str | None:
+        """Why search is keyword-only now, if it is (None: vectors are searched)."""
         if self.provider is None:
             if self._provider_error:
                 return f"keyword-only: the embedding model failed to load ({self._provider_error})"
             return 'keyword-only: [memory.embedding] provider = "none"'
+        active = self.active_generation()
+        if active is not None and not self._vectors_comparable(active[1]):
+            return (
+                "keyword-only until the index is rebuilt for the new embedding model: "
+                "run `pinch memory index`"
+            )
         return None
+
+    def _vectors_comparable(self, identity: dict[str, Any]) -> bool:
+        """Whether a generation built with `identity` holds vectors of this run's model (a
+        model change leaves it keyword-only until rebuilt: vectors of two models never mix)."""
+        p = self.provider
+        return p is not None and (
+            identity.get("provider"),
+            identity.get("model"),
+            identity.get("dimensions"),
+        ) == (p.provider, p.model, p.dimensions)
 
     def identity(self) -> dict[str, Any]:
         p = self.provider
@@ -414,18 +431,9 @@ class MemoryIndex:
             if active is None:
                 return []
         generation, identity = active
-        provider = self.provider
-        if (
-            provider is None
-            or identity.get("provider") != provider.provider
-            or (
-                identity.get("model") != provider.model
-                or identity.get("dimensions") != provider.dimensions
-            )
-        ):
-            # The index was built with another model (rebuild pending): its vectors cannot be
-            # compared with this model's queries, so search it by keyword until rebuilt.
-            provider = None
+        # Built with another model (rebuild pending or under way): its vectors cannot be
+        # compared with this model's queries, so it is searched by keyword until rebuilt.
+        provider = self.provider if self._vectors_comparable(identity) else None
         store = self._store(identity.get("dimensions")) if provider else None
         hits = run_search(
             self.db,

@@ -211,6 +211,21 @@ def test_memory_status_shows_problem_files(workspace: Path) -> None:
 # ---- memory search / get --------------------------------------------------------------------
 
 
+def test_search_json_reports_keyword_only_while_a_model_change_is_pending(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert pinch("memory", "index").exit_code == 0
+    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "local")  # not indexed with it yet
+
+    result = pinch("memory", "search", "Lisbon flights", "--json")
+    status = pinch("memory", "status")
+
+    degraded = json.loads(result.stdout)["degraded"]
+    assert degraded.startswith("keyword-only until the index is rebuilt")
+    assert "pinch memory index" in degraded
+    assert "DEGRADED" in status.output and "keyword-only until" in status.output
+
+
 def test_memory_search_json_lists_hits(workspace: Path) -> None:
     pinch("memory", "index")
 

@@ -334,6 +334,25 @@ def test_changing_the_embedding_provider_rebuilds_and_drops_old_vectors(
     assert_consistent(keyword_only)
 
 
+def test_a_pending_model_change_is_reported_as_keyword_only_until_rebuilt(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, use_model: None
+) -> None:
+    ws = make_workspace({"MEMORY.md": "My cat is called Tom.\n"})
+    make_index(ws, use_config()).sync()
+    local = make_index(ws, MemoryConfig(embedding=EmbeddingConfig(provider="local")))
+
+    pending = local.degraded_reason()
+    status = local.status()
+    local.sync()
+
+    assert pending == (
+        "keyword-only until the index is rebuilt for the new embedding model: "
+        "run `pinch memory index`"
+    )
+    assert status.degraded == pending
+    assert local.degraded_reason() is None
+
+
 def test_vectors_of_different_dimensions_are_never_compared(
     make_workspace: WorkspaceFactory, make_index: IndexFactory, use_model: None
 ) -> None:
