@@ -8,6 +8,7 @@ one incremental `MemoryIndex.sync()` in a background thread.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -38,17 +39,33 @@ class MemoryWatcher:
                 roots.append(p)
         return roots
 
+    def _extra_bases(self) -> list[Path]:
+        ws = self.index.workspace
+        bases = []
+        for raw in self.index.config.extra_paths:
+            p = Path(raw).expanduser()
+            bases.append(Path(os.path.abspath(p if p.is_absolute() else ws / p)))
+        return bases
+
     def _relevant(self, changes: Iterable[tuple[object, str]]) -> bool:
-        ws = self.index.workspace.resolve()
+        """Whether a change may alter what is indexed: a Markdown file that is a memory file or
+        under an extra path, or a folder in those places (renamed or deleted as a whole, which
+        may come as one event for the folder only)."""
+        workspace = Path(os.path.abspath(self.index.workspace))
+        places = [workspace / "memory", *self._extra_bases()]
+        # The watcher may report paths through links the settings did not name, or not.
+        workspaces = {workspace, workspace.resolve()}
+        places += [place.resolve() for place in places]
         for _, raw in changes:
-            p = Path(raw)
-            if p.suffix != ".md":
+            p = Path(os.path.abspath(raw))
+            if p.name.startswith(".") or not (p.suffix == ".md" or _maybe_folder(p)):
                 continue
-            try:
-                rel = p.resolve().relative_to(ws).as_posix()
-            except ValueError:
-                return True  # an extra path outside the workspace
-            if is_memory_path(rel):
+            if p.suffix == ".md" and any(
+                p.is_relative_to(ws) and is_memory_path(p.relative_to(ws).as_posix())
+                for ws in workspaces
+            ):
+                return True
+            if any(p.is_relative_to(place) for place in places):  # (the place itself too)
                 return True
         return False
 
@@ -87,3 +104,15 @@ class MemoryWatcher:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+
+
+# Editors' temporary files, deleted all the time: never a folder worth a sync.
+_TEMPORARY_SUFFIXES = frozenset({".swp", ".swx", ".tmp", ".bak"})
+
+
+def _maybe_folder(path: Path) -> bool:
+    """A folder now, or a path gone (renamed or deleted) that may have been one."""
+    if path.is_dir():
+        return True
+    gone = not path.exists() and not path.is_symlink()
+    return gone and path.suffix not in _TEMPORARY_SUFFIXES and not path.name.endswith("~")

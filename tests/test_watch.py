@@ -106,3 +106,59 @@ def test_a_burst_of_writes_is_indexed_once(
     assert wait_for(lambda: len(idx.search("quokka", max_results=10)) >= 1, timeout=4.0)
     time.sleep(0.3)
     assert watcher.syncs == 1
+
+
+def watch_index(index: MemoryIndex) -> MemoryWatcher:
+    watcher = MemoryWatcher(index, debounce_ms=DEBOUNCE_MS)
+    watcher.start()
+    time.sleep(0.3)  # let the watcher subscribe before the test edits anything
+    return watcher
+
+
+def test_an_edit_under_an_extra_path_inside_the_workspace_is_indexed(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    ws = make_workspace({"notes/garage.md": "# Garage\n\n- The drill is on the shelf.\n"})
+    idx = make_index(ws, keyword_config(extra_paths=["notes"]))
+    idx.sync()
+    watcher = watch_index(idx)
+    try:
+        with (ws / "notes" / "garage.md").open("a") as f:
+            f.write("- The ladder hangs behind the door.\n")
+
+        assert wait_for(lambda: bool(idx.search("ladder")), timeout=4.0)
+    finally:
+        watcher.stop()
+
+
+def test_a_renamed_memory_folder_leaves_no_old_paths_in_the_index(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    ws = make_workspace({"memory/trips/lisbon.md": "# Lisbon\n\n- Tram 28 to Alfama.\n"})
+    idx = make_index(ws, keyword_config())
+    idx.sync()
+    watcher = watch_index(idx)
+    try:
+        (ws / "memory" / "trips").rename(ws / "memory" / "travel")
+
+        def moved() -> bool:
+            return [h.path for h in idx.search("Alfama")] == ["memory/travel/lisbon.md"]
+
+        assert wait_for(moved, timeout=4.0)
+    finally:
+        watcher.stop()
+
+
+def test_a_memory_folder_moved_out_of_the_workspace_is_removed_from_the_index(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, tmp_path: Path
+) -> None:
+    ws = make_workspace({"memory/trips/lisbon.md": "# Lisbon\n\n- Tram 28 to Alfama.\n"})
+    idx = make_index(ws, keyword_config())
+    idx.sync()
+    watcher = watch_index(idx)
+    try:
+        (ws / "memory" / "trips").rename(tmp_path / "trips-archive")
+
+        assert wait_for(lambda: not idx.search("Alfama"), timeout=4.0)
+    finally:
+        watcher.stop()
