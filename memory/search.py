@@ -21,6 +21,7 @@ from memory.errors import DatabaseError
 from memory.presets import SearchPreset
 from memory.text import (
     fts_match_expression,
+    head_tokens,
     line_terms,
     openclaw_query_terms,
     query_terms,
@@ -36,6 +37,13 @@ if TYPE_CHECKING:
 # Ranking this many rows costs FTS5 about a millisecond: below it no term is worth leaving out.
 COMMON_TERM_FLOOR = 2000
 COARSE_POOL = 100  # chunks the centroid index hands to passage re-scoring
+# A query pasted with a whole page must still answer at once. The local model embeds ≈1.3 ms a
+# CJK token (a 10,000-character Chinese query took 14 s): it sees the query's first 256 tokens
+# (≈256 CJK characters, ≈1,000 of English; ≈0.25 s). The keyword side uses the first 2,000
+# characters' first 64 distinct terms (each term is counted in the index and scored per line).
+QUERY_CHARS = 2000
+QUERY_EMBED_TOKENS = 256
+QUERY_TERMS = 64
 _EMBEDDER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embedding")
 
 
@@ -600,7 +608,7 @@ def _run_search(
     scopes: list[str],
     admits: Callable[[str, str], bool] | None = None,
 ) -> list[SearchHit]:
-    query = re.sub(r"\s+", " ", query).strip()
+    query = re.sub(r"\s+", " ", query[: 4 * QUERY_CHARS]).strip()[:QUERY_CHARS]
     if not re.search(r"\w", query):
         return []  # nothing to look for: punctuation or whitespace only
     k = max_results or preset.max_results
@@ -611,13 +619,20 @@ def _run_search(
         terms = openclaw_query_terms(query)
     else:
         terms = query_terms(query) or query_terms(query, drop_stopwords=False)
+    terms = terms[:QUERY_TERMS]
     pending_vector = None
     if embed_query is not None and store is not None and preset.vector_weight > 0:
         # The vector side (embed the query, shortlist, re-score passages) runs in a worker
         # thread on the store's own connection while SQLite runs the keyword search on the main
         # one: the model and SQLite both release the GIL, so two cores work at once.
         pending_vector = _EMBEDDER.submit(
-            _vector_side, store, embed_query, query, max(COARSE_POOL, pool), generation, scopes
+            _vector_side,
+            store,
+            embed_query,
+            head_tokens(query, QUERY_EMBED_TOKENS),
+            max(COARSE_POOL, pool),
+            generation,
+            scopes,
         )
     keyword: list[tuple[int, float]] = []
     if preset.keyword_weight > 0:
@@ -639,7 +654,7 @@ def _run_search(
         vector = vector[:pool]
     elif keyword_weight == 0:
         # Vector-only preset without vectors (keyword-only index): fall back to keywords.
-        match = fts_match_expression(query_terms(query), operator="OR")
+        match = fts_match_expression(query_terms(query)[:QUERY_TERMS], operator="OR")
         keyword = keyword_candidates(db, generation, match, pool, scopes) if match else []
         keyword_weight = 1.0
     if not vector and keyword_weight > 0:

@@ -64,6 +64,22 @@ def estimate_tokens(text: str) -> int:
     return cjk + (len(text) - cjk + 3) // 4
 
 
+def head_tokens(text: str, tokens: int) -> str:
+    """The start of `text` holding about `tokens` tokens as `estimate_tokens` counts them, cut
+    at a space where there is one near the end."""
+    if estimate_tokens(text) <= tokens:
+        return text
+    budget = 4 * tokens  # quarter tokens: a CJK character costs 4, any other character 1
+    end = 0
+    for end, ch in enumerate(text):  # noqa: B007 (end is used after the loop)
+        budget -= 4 if CJK_CHAR.match(ch) else 1
+        if budget < 0:
+            break
+    head = text[:end]
+    space = head.rfind(" ")
+    return head[:space] if space > len(head) * 3 // 4 else head
+
+
 def fts_body(text: str) -> str:
     """The text as stored in the FTS5 column: comments stripped (`strip_comments`), CJK
     characters separated by spaces."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from memory.config import MemoryConfig
+from memory.config import EmbeddingConfig, MemoryConfig
 from memory.db import open_database
 from memory.errors import IndexCorruptError
 from memory.index import MemoryIndex
@@ -552,3 +553,34 @@ def test_marker_words_do_not_match_a_query(
         "memory/notes.md"
     ]
     assert idx.search("dislikes", preset="keyword", now=NOW) == []
+
+
+def test_a_20000_character_query_answers_quickly_and_still_finds_the_note(
+    tmp_path: Path,
+) -> None:
+    # The default local model embeds ≈1.3 ms a CJK token: uncut, this query took ≈28 s.
+    config = MemoryConfig(embedding=EmbeddingConfig(provider="local"))
+    idx = build(tmp_path, CORPUS, config)
+    try:
+        filler = "这是一段很长的粘贴文字，内容和问题无关，只是占了很多位置。" * 700
+        query = "我的猫喜欢什么颜色的沙发？" + filler
+        assert len(query) > 20_000
+        idx.search("warm up the model", record=False)
+
+        started = time.monotonic()
+        hits = idx.search(query, record=False)
+        elapsed = time.monotonic() - started
+
+        assert elapsed < 2.0
+        assert "memory/2026-01-01.md" in paths(hits)
+    finally:
+        idx.close()
+
+
+def test_only_the_first_64_distinct_terms_of_a_query_are_searched(
+    keyword_index: MemoryIndex,
+) -> None:
+    padding = " ".join(f"word{i}" for i in range(64))
+
+    assert paths(keyword_index.search(f"bicycle helmet {padding}"))
+    assert not paths(keyword_index.search(f"{padding} bicycle helmet"))
