@@ -418,6 +418,36 @@ def resolve_memory_path(
     return target
 
 
+def _open_outside_extra(
+    workspace: Path, raw: str, extra_paths: list[str] | None, allow_hard_links: bool
+) -> int | None:
+    """A read-only descriptor of the file outside the workspace that an extra path indexes under
+    the absolute path `raw` (as search shows it), or None when `raw` names no such file. Only
+    exactly those files: opened from the configured folder one component at a time, never
+    through a symbolic link (see `_open_beneath`)."""
+    if not raw.startswith("/") or not extra_paths:
+        return None
+    found = next(
+        (
+            f
+            for f in discover_memory_files(workspace, extra_paths)
+            if f.source == "extra" and f.rel_path == raw and not f.rel_path.startswith(".")
+        ),
+        None,
+    )
+    if found is None:
+        return None
+    for configured in extra_paths:
+        base = Path(configured).expanduser()
+        base = base if base.is_absolute() else workspace / base
+        if base == found.abs_path:  # the extra path is this one file
+            return _open_beneath(base.parent, [base.name], raw, allow_hard_links)
+        if found.abs_path.is_relative_to(base):
+            parts = list(found.abs_path.relative_to(base).parts)
+            return _open_beneath(base, parts, raw, allow_hard_links)
+    return None
+
+
 @dataclass(frozen=True)
 class ReadResult:
     path: str
@@ -445,16 +475,20 @@ def read_memory_lines(
         raise WorkspaceError("from must be 1 or more (lines are numbered from 1).")
     if lines is not None and lines < 1:
         raise WorkspaceError("lines must be 1 or more.")
-    target = resolve_memory_path(
-        workspace, raw_path, extra_paths, allow_hard_links=allow_hard_links
-    )
-    rel = target.relative_to(workspace).as_posix()
-    try:
-        data = read_confined(workspace, rel, allow_hard_links=allow_hard_links)
-    except FileMissingError:
-        raise WorkspaceError(
-            f"{rel} does not exist. Use memory_search to find the right file."
-        ) from None
+    outside = _open_outside_extra(workspace, raw_path, extra_paths, allow_hard_links)
+    if outside is not None:
+        rel, data = raw_path, _read_fd(outside, None)
+    else:
+        target = resolve_memory_path(
+            workspace, raw_path, extra_paths, allow_hard_links=allow_hard_links
+        )
+        rel = target.relative_to(workspace).as_posix()
+        try:
+            data = read_confined(workspace, rel, allow_hard_links=allow_hard_links)
+        except FileMissingError:
+            raise WorkspaceError(
+                f"{rel} does not exist. Use memory_search to find the right file."
+            ) from None
     if b"\x00" in data[:8192]:
         raise WorkspaceError(f"{rel} looks like a binary file, not Markdown; it cannot be read.")
     # A byte-order mark is not text (the indexer drops it too).

@@ -205,6 +205,33 @@ def test_extra_paths_inside_the_workspace_can_be_read(workspace: Path) -> None:
     assert result.text == "the plan"
 
 
+def test_an_extra_path_outside_the_workspace_is_read_by_the_path_search_shows(
+    workspace: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    (outside / "boats").mkdir(parents=True)
+    (outside / "boats" / "boat.md").write_text("# Boat\n\nMoored at Kiel.\n")
+    (outside / "other.md").write_text("not configured\n")
+    (outside / "boats" / "escape.md").symlink_to(outside / "other.md")
+    shown = (outside / "boats" / "boat.md").resolve().as_posix()  # what search returns
+    extra = [str(outside / "boats")]
+
+    result = read_memory_lines(workspace, shown, from_line=3, extra_paths=extra)
+
+    assert (result.path, result.text) == (shown, "Moored at Kiel.")
+    for refused in (
+        (outside / "other.md").as_posix(),  # beside the extra path, not in it
+        (outside / "boats" / "escape.md").as_posix(),  # a link inside it
+        f"{outside}/boats/../other.md",
+        f"{outside}/boats/../boats/boat.md",  # only the exact path search shows
+        "/etc/passwd.md",
+    ):
+        with pytest.raises(WorkspaceError):
+            read_memory_lines(workspace, refused, extra_paths=extra)
+    with pytest.raises(WorkspaceError, match="not a workspace-relative path"):
+        read_memory_lines(workspace, shown)  # not configured: refused as before
+
+
 # ---- memory_get: paths it refuses -----------------------------------------------------------
 
 
