@@ -33,6 +33,8 @@ CONFIG_TEMPLATE = """\
 # preset = "pinch"                  # pinch | openclaw | keyword | vector
 # extra_paths = ["~/notes"]          # more Markdown files or folders to index
 # allow_hard_links = false          # true: also read/index files with several hard links
+# vector_backend = "auto"           # auto (sqlite-vec if it loads, else numpy) | sqlite-vec | numpy
+# watch_debounce_ms = 1500          # re-index a changed file after this long without changes
 
 [memory.embedding]
 # provider = "local"                # local (offline e5) | use | litellm | none

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from app.cli import main
+from memory.config import ChunkingConfig, EmbeddingConfig, MemoryConfig
 from memory.db import open_database
 
 PINCH = Path(sys.executable).parent / "pinch"
@@ -101,6 +102,16 @@ def test_init_creates_home_config_workspace_and_database(pinch_home: Path) -> No
     assert (pinch_home / "workspace" / "memory").is_dir()
     assert (pinch_home / "agents" / "main" / "agent.sqlite").is_file()
     assert "Pinch is set up" in result.output
+
+
+def test_init_writes_every_memory_setting_commented(pinch_home: Path) -> None:
+    assert pinch("init").exit_code == 0
+    text = (pinch_home / "config.toml").read_text()
+    memory = text[text.index("[memory]\n") : text.index("[memory.embedding]")]
+
+    for name, field in MemoryConfig.model_fields.items():
+        if field.annotation not in (EmbeddingConfig, ChunkingConfig):
+            assert f"\n# {name} = " in memory, name
 
 
 def test_init_twice_changes_nothing_and_says_so(pinch_home: Path) -> None:
