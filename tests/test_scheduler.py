@@ -334,7 +334,8 @@ async def test_cancel_while_running_stops_the_run_and_nothing_more_fires(tmp_pat
 
 @run
 async def test_a_restart_re_arms_jobs_from_the_table_without_duplicates(tmp_path: Path) -> None:
-    h = Harness(tmp_path)
+    # The real timer runs here: the jobs must be due after the real now, not after T0.
+    h = Harness(tmp_path, clock=Clock(datetime.now(UTC)))
     jobs = [h.add("at", "x"), h.add("cron", "0 9 * * *")]
     for _ in range(2):  # start, stop, start again (a restart), and a resync on top
         await h.scheduler.start()
@@ -342,7 +343,7 @@ async def test_a_restart_re_arms_jobs_from_the_table_without_duplicates(tmp_path
         ids = h.scheduler.armed_ids
         assert sorted(ids) == sorted(["pinch-resync", *(f"pinch-job-{j}" for j in jobs)])
         await h.scheduler.stop()
-    h2 = Harness(tmp_path)  # a new process on the same database
+    h2 = Harness(tmp_path, h.clock)  # a new process on the same database
     await h2.scheduler.start()
     assert len(h2.scheduler.armed_ids) == 3
     await h2.scheduler.stop()
@@ -463,7 +464,7 @@ async def test_a_one_shot_interrupted_by_a_stop_runs_at_the_next_start(tmp_path:
 async def test_a_one_shot_whose_process_died_mid_run_is_retried_after_the_lease(
     tmp_path: Path,
 ) -> None:
-    h = Harness(tmp_path)
+    h = Harness(tmp_path, clock=Clock(datetime.now(UTC)))  # the real timer starts below
     job = h.add("at", "x")
     h.clock.advance(hours=1)
     j = h.store.get(job)
