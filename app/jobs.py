@@ -186,18 +186,13 @@ def cron_trigger(spec: str) -> BaseTrigger:
         )
     minute, hour, day, month, dow = fields
     weekdays = _aps_weekdays(dow)
+
+    def trigger(day: str, day_of_week: str) -> CronTrigger:
+        return CronTrigger(
+            minute=minute, hour=hour, day=day, month=month, day_of_week=day_of_week, timezone=UTC
+        )
+
     try:
-
-        def trigger(day: str, day_of_week: str) -> CronTrigger:
-            return CronTrigger(
-                minute=minute,
-                hour=hour,
-                day=day,
-                month=month,
-                day_of_week=day_of_week,
-                timezone=UTC,
-            )
-
         if day.startswith("*") or dow.startswith("*"):
             return trigger(day, weekdays)
         return OrTrigger([trigger(day, "*"), trigger("*", weekdays)])

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from memory.index import MemoryIndex
-from memory.workspace import is_memory_path
+from memory.workspace import extra_path_base, is_memory_path
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +33,16 @@ class MemoryWatcher:
     def _roots(self) -> list[Path]:
         roots = [self.index.workspace]
         for raw in self.index.config.extra_paths:
-            p = Path(raw).expanduser()
-            p = p if p.is_absolute() else self.index.workspace / p
+            p = extra_path_base(self.index.workspace, raw)
             if p.exists() and not p.is_relative_to(self.index.workspace):
                 roots.append(p)
         return roots
 
     def _extra_bases(self) -> list[Path]:
         ws = self.index.workspace
-        bases = []
-        for raw in self.index.config.extra_paths:
-            p = Path(raw).expanduser()
-            bases.append(Path(os.path.abspath(p if p.is_absolute() else ws / p)))
-        return bases
+        return [
+            Path(os.path.abspath(extra_path_base(ws, raw))) for raw in self.index.config.extra_paths
+        ]
 
     def _relevant(self, changes: Iterable[tuple[object, str]]) -> bool:
         """Whether a change may alter what is indexed: a Markdown file that is a memory file or

@@ -99,6 +99,13 @@ def _walk_md(root: Path) -> list[Path]:
     return found
 
 
+def extra_path_base(workspace: Path, configured: str) -> Path:
+    """Where an `[memory] extra_paths` entry points: `~` expanded, a relative path taken from the
+    workspace (not resolved: a symbolic link stays one, to be refused)."""
+    base = Path(configured).expanduser()
+    return base if base.is_absolute() else workspace / base
+
+
 def discover_memory_files(
     workspace: Path, extra_paths: list[str] | None = None
 ) -> list[MemoryFile]:
@@ -125,8 +132,7 @@ def discover_memory_files(
             files.append(MemoryFile(rel, p, "memory", default_origin(rel)))
     seen = {f.rel_path for f in files}
     for raw in extra_paths or []:
-        base = Path(raw).expanduser()
-        base = base if base.is_absolute() else workspace / base
+        base = extra_path_base(workspace, raw)
         if base.is_symlink() or not base.exists():
             continue
         candidates = [base] if base.is_file() else _walk_md(base)
@@ -148,8 +154,7 @@ def extra_path_problems(workspace: Path, extra_paths: list[str] | None) -> dict[
     symbolic links (never followed), so a typo or a linked folder is not ignored without a word."""
     problems: dict[str, str] = {}
     for raw in extra_paths or []:
-        base = Path(raw).expanduser()
-        base = base if base.is_absolute() else workspace / base
+        base = extra_path_base(workspace, raw)
         if base.is_symlink():
             problems[raw] = (
                 f"skipped: {base} is a symbolic link, which Pinch does not follow; put the "
@@ -438,8 +443,7 @@ def _open_outside_extra(
     if found is None:
         return None
     for configured in extra_paths:
-        base = Path(configured).expanduser()
-        base = base if base.is_absolute() else workspace / base
+        base = extra_path_base(workspace, configured)
         if base == found.abs_path:  # the extra path is this one file
             return _open_beneath(base.parent, [base.name], raw, allow_hard_links)
         if found.abs_path.is_relative_to(base):
