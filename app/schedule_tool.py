@@ -175,6 +175,12 @@ def _confirmation(job: Job, *, from_terminal: bool = False) -> str:
     )
 
 
+def owner_chats(owners: Mapping[str, list[str]]) -> tuple[Target, ...]:
+    """The owner's direct chat on each channel with an id in `[owners]`, Telegram first (a
+    Telegram private chat's id is the user's id; Slack accepts a user id as a DM channel)."""
+    return tuple(Target(c, owners[c][0]) for c in ("telegram", "slack") if owners.get(c))
+
+
 def owner_route(owners: Mapping[str, list[str]]) -> Route:
     """Where the owner's direct chat is on each channel, from `[owners]` (a Telegram private
     chat's id is the user's id; Slack accepts a user id as a DM channel). In the shared "main"
@@ -185,11 +191,9 @@ def owner_route(owners: Mapping[str, list[str]]) -> Route:
             if key.chat_type == "direct":
                 return Target(key.channel, key.peer_id)
             return Target(key.channel, key.peer_id, key.thread_id)
-        channels = [key.channel] if key.channel != "cli" else ["telegram", "slack"]
-        for channel in channels:
-            ids = owners.get(channel) or []
-            if ids:
-                return Target(channel, ids[0])
-        return None
+        chats = owner_chats(owners)
+        if key.channel != "cli":
+            chats = tuple(c for c in chats if c.channel == key.channel)
+        return chats[0] if chats else None
 
     return route

@@ -480,7 +480,7 @@ class Scheduler:
         try:
             await self._send(job, text, notice=True)
         except Exception as exc:
-            log.warning("Job %s: could not tell the owner (%s): %s", job.id, exc, text)
+            log.warning("Job %s: could not tell the owner (%s)", job.id, exc)  # never the text
 
 
 def task_session(job: Job, agent_id: str) -> SessionKey:
@@ -601,7 +601,7 @@ def build_scheduler(runtime: Runtime, deliver: Deliver, *, now: Now = _utcnow) -
     """The gateway's scheduler over `runtime` (call `await scheduler.start()` in the loop).
 
     Also creates, updates or cancels the managed heartbeat job from `[heartbeat]`."""
-    from app.schedule_tool import owner_route
+    from app.schedule_tool import owner_chats as chats_of
 
     settings = runtime.settings
     store = JobStore(runtime.index.db)
@@ -609,12 +609,8 @@ def build_scheduler(runtime: Runtime, deliver: Deliver, *, now: Now = _utcnow) -
     hb = settings.heartbeat
     owners = settings.owners
     main_key = SessionKey.owner_main(settings.agent_id)
-    target = owner_route({"telegram": owners.telegram, "slack": owners.slack})(main_key)
-    owner_chats = tuple(
-        Target(channel, ids[0])
-        for channel, ids in (("telegram", owners.telegram), ("slack", owners.slack))
-        if ids
-    )
+    owner_chats = chats_of({"telegram": owners.telegram, "slack": owners.slack})
+    target = owner_chats[0] if owner_chats else None  # the main session's chat
     if hb.every and target is not None:
         seconds = parse_duration(hb.every)
         store.replace_managed(
