@@ -58,6 +58,7 @@ from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessag
 from channels.cli import TurnAware, TurnOutcome
 from memory.errors import MemoryError_
 from memory.sessions import SessionKey
+from memory.text import shorten
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -450,7 +451,7 @@ class Gateway:
                 batch.session_key,
                 type(exc).__name__,
                 f", model {exc.model}" if isinstance(exc, ModelError) else "",
-                _shortened(str(exc), 300),
+                shorten(str(exc), 300),
             )
         except asyncio.CancelledError:
             me = asyncio.current_task()
@@ -610,10 +611,6 @@ def _replace_surrogates(item: _Fields) -> _Fields:
         if isinstance(value, str) and _SURROGATE.search(value)
     }
     return replace(item, **changes) if changes else item
-
-
-def _shortened(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _is_storage_error(exc: BaseException) -> bool:

@@ -60,6 +60,7 @@ from app.jobs import (
 )
 from channels.base import Channel, OutboundMessage
 from memory.sessions import OWNER_PEER, SessionKey
+from memory.text import shorten
 
 if TYPE_CHECKING:
     from app.wiring import Runtime
@@ -499,9 +500,7 @@ def _what(job: Job, limit: int = 80) -> str:
     """What the job does, for a message about a run of it: 'the reminder “…”', shortened."""
     if job.payload == "heartbeat":
         return "the heartbeat"
-    text = " ".join(job.text.split())
-    text = text if len(text) <= limit else text[: limit - 1] + "…"
-    return f"the {job.payload} “{text}”"
+    return f"the {job.payload} “{shorten(' '.join(job.text.split()), limit)}”"
 
 
 def _message(job: Job, text: str) -> OutboundMessage:

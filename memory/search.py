@@ -25,6 +25,7 @@ from memory.text import (
     line_terms,
     openclaw_query_terms,
     query_terms,
+    shorten,
     stem_term,
 )
 from memory.vectors import from_blob
@@ -492,7 +493,7 @@ def keep_vector_best(
 
 
 def head_snippet(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return shorten(text, limit)
 
 
 def focused_snippet(cand: _Candidate, limit: int) -> str:

@@ -56,6 +56,11 @@ def strip_comments(text: str) -> str:
     return _COMMENT.sub(keep, text)
 
 
+def shorten(text: str, limit: int) -> str:
+    """`text`, or its first `limit` - 1 characters and "…" when it is longer."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
 def estimate_tokens(text: str) -> int:
     """Rough token count weighing CJK properly: ~1 token per CJK character, ~4 chars otherwise."""
     if not text:

@@ -24,7 +24,7 @@ from memory.errors import SessionError
 from memory.index import MemoryIndex, VirtualChunk
 from memory.lineage import OUTSIDE_CONTENT_TOOLS, LineageStore
 from memory.sessions import Session, SessionStore, TranscriptEvent
-from memory.text import estimate_tokens
+from memory.text import estimate_tokens, shorten
 
 TRANSCRIPT_SOURCE = "sessions"
 TOOL_RESULT_CHARS = 500
@@ -278,8 +278,7 @@ def _text_of(value: Any) -> str:
 
 
 def _shorten(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return shorten(" ".join(text.split()), limit)
 
 
 # ---- reading --------------------------------------------------------------------------------
