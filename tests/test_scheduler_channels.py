@@ -32,6 +32,12 @@ async def no_turn(request: AgentRequest) -> str:
     raise AssertionError("a reminder makes no model call")
 
 
+def scheduler_for(store: JobStore, channels: dict[str, Any], **options: Any) -> Scheduler:
+    """A scheduler delivering over `channels`, an hour after T0 unless `now` is given."""
+    options.setdefault("now", lambda: T0 + timedelta(hours=1))
+    return Scheduler(store, deliver=deliver_via(channels), run_turn=no_turn, **options)
+
+
 def due_reminder(tmp_path: Path, target: Target) -> tuple[JobStore, int]:
     store = JobStore(open_database(tmp_path / "agent.sqlite", vector_backend="numpy"))
     job = store.create(
@@ -53,12 +59,7 @@ async def test_a_reminder_reaches_the_telegram_chat_that_asked(tmp_path: Path) -
     store, job = due_reminder(tmp_path, Target("telegram", "111"))
     with FakeTelegram() as tg:
         async with telegram_running(tg, tmp_path) as (channel, _):
-            scheduler = Scheduler(
-                store,
-                deliver=deliver_via({"telegram": channel}),
-                run_turn=no_turn,
-                now=lambda: T0 + timedelta(hours=1),
-            )
+            scheduler = scheduler_for(store, {"telegram": channel})
             await scheduler.fire(job)
         [call] = tg.calls_to("sendMessage")
     assert str(call.params["chat_id"]) == "111"
@@ -70,12 +71,7 @@ async def test_a_reminder_reaches_the_telegram_chat_that_asked(tmp_path: Path) -
 async def test_a_reminder_reaches_the_slack_thread_that_asked(tmp_path: Path) -> None:
     store, job = due_reminder(tmp_path, Target("slack", "C42", "171.2"))
     async with slack_running(tmp_path) as (slack, channel, _):
-        scheduler = Scheduler(
-            store,
-            deliver=deliver_via({"slack": channel}),
-            run_turn=no_turn,
-            now=lambda: T0 + timedelta(hours=1),
-        )
+        scheduler = scheduler_for(store, {"slack": channel})
         await scheduler.fire(job)
         [call] = slack.calls_to("chat.postMessage")
     assert call.params["channel"] == "C42" and call.params["thread_ts"] == "171.2"
@@ -85,9 +81,7 @@ async def test_a_reminder_reaches_the_slack_thread_that_asked(tmp_path: Path) ->
 @run
 async def test_a_reminder_for_a_channel_not_running_fails_and_is_retried(tmp_path: Path) -> None:
     store, job = due_reminder(tmp_path, Target("slack", "C42"))
-    scheduler = Scheduler(
-        store, deliver=deliver_via({}), run_turn=no_turn, now=lambda: T0 + timedelta(hours=1)
-    )
+    scheduler = scheduler_for(store, {})
     await scheduler.fire(job)
     assert store.runs(job)[0].status == "failed"
     assert "no slack channel is running" in (store.runs(job)[0].note or "")
@@ -101,12 +95,10 @@ async def test_an_owners_reminder_whose_channel_is_not_running_reaches_them_on_a
     store, job = due_reminder(tmp_path, Target("slack", "D9"))
     with FakeTelegram() as tg:
         async with telegram_running(tg, tmp_path) as (channel, _):
-            scheduler = Scheduler(
+            scheduler = scheduler_for(
                 store,
-                deliver=deliver_via({"telegram": channel}),
-                run_turn=no_turn,
+                {"telegram": channel},
                 settings=AutomationSettings(owner_chats=(Target("telegram", "111"),)),
-                now=lambda: T0 + timedelta(hours=1),
             )
             await scheduler.fire(job)
         [call] = tg.calls_to("sendMessage")
@@ -131,10 +123,9 @@ async def test_a_failure_alert_goes_to_the_owner_on_a_channel_that_works(tmp_pat
     now = [T0 + timedelta(hours=1)]
     with FakeTelegram() as tg:
         async with telegram_running(tg, tmp_path) as (channel, _):
-            scheduler = Scheduler(
+            scheduler = scheduler_for(
                 store,
-                deliver=deliver_via({"telegram": channel}),
-                run_turn=no_turn,
+                {"telegram": channel},
                 settings=AutomationSettings(owner_chats=(Target("telegram", "111"),)),
                 now=lambda: now[0],
             )
