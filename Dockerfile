@@ -25,11 +25,12 @@ COPY app ./app
 COPY agent ./agent
 COPY channels ./channels
 COPY memory ./memory
+COPY common ./common
 COPY workspace_template ./workspace_template
 COPY docker/entrypoint.sh /usr/local/bin/pinch-entrypoint
 RUN /opt/pinch/venv/bin/pip install --no-cache-dir --no-deps -e . \
     && chmod 0755 /usr/local/bin/pinch-entrypoint \
-    && /opt/pinch/venv/bin/python -c "import app.cli, channels.base, memory.db"
+    && /opt/pinch/venv/bin/python -c "import app.cli.main, channels.base, memory.store.db"
 
 USER pinch
 VOLUME ["/data"]

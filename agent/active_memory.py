@@ -9,7 +9,7 @@ Two lanes, chosen by `[agent] recall_mode`:
 
 - **Fast path** (every mode but "off"; no model call, a few milliseconds): the entries of
   MEMORY.md and USER.md tagged `<!-- trigger: … -->` that match the message strongly
-  (memory/triggers.py), at most `MAX_FAST_HITS`, the best first.
+  (memory/lifecycle/triggers.py), at most `MAX_FAST_HITS`, the best first.
 - **Deep recall** ("escalate": when the message asks about the past, or is a question one line
   of the owner's memory holds most of the words of (`memory_holds`), and the fast path found
   nothing strong; "always": whenever the fast path found nothing strong): one bounded sub-call to
@@ -40,18 +40,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agent.config import AgentConfig
-from agent.model import ModelClient
+from agent.agent_config import AgentConfig
+from agent.model.factory import ModelClient
 from agent.policy import policy_for
 from agent.prompts import render
 from agent.recall_intent import recall_intent
 from agent.tools import ToolContext, ToolRegistry
 from agent.types import Message, ModelRequest, Usage
-from memory.index import MemoryIndex
-from memory.sessions import SessionKey, SessionStore
+from memory.index.index import MemoryIndex
+from memory.lifecycle.triggers import STRONG_MATCH, TriggerFiles, TriggerHit
+from memory.store.sessions import SessionKey, SessionStore
+from memory.store.transcripts import UNTRUSTED_LEFT_OUT, untrusted_seqs
 from memory.text import line_terms, query_terms, stem_term
-from memory.transcripts import UNTRUSTED_LEFT_OUT, untrusted_seqs
-from memory.triggers import STRONG_MATCH, TriggerFiles, TriggerHit
 
 log = logging.getLogger(__name__)
 

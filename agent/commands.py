@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from agent.active_memory import ActiveMemory
 from agent.context import render_context
-from memory.sessions import SessionKey
+from memory.store.sessions import SessionKey
 
 if TYPE_CHECKING:
     from agent.runtime import Agent, AgentStatus

@@ -21,18 +21,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
 
-from agent.config import AgentConfig
+from agent.agent_config import AgentConfig
 from agent.context import Context
 from agent.history import Turn, sender_label, split_turns, usage_record
-from agent.model import ModelClient
-from agent.model_errors import ModelError
+from agent.model.errors import ModelError
+from agent.model.factory import ModelClient
 from agent.prompts import render
 from agent.tools import FLUSH_TOOLS, ToolContext, ToolRegistry
 from agent.types import Message, ModelRequest, TextBlock, Usage
-from memory.index import MemoryIndex
-from memory.sessions import Session, SessionStore, TranscriptEvent
+from memory.index.index import MemoryIndex
+from memory.store.sessions import Session, SessionStore, TranscriptEvent
+from memory.store.transcripts import index_transcript
 from memory.text import estimate_tokens
-from memory.transcripts import index_transcript
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from agent.history import History
 from agent.policy import OWNER_FILES, SessionPolicy, policy_for
 from agent.prompts import render
 from agent.types import ModelRequest, ToolSpec
-from memory.sessions import SessionKey
+from memory.store.sessions import SessionKey
 from memory.text import estimate_tokens
 
 BOOTSTRAP_FILES = (

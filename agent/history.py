@@ -1,6 +1,7 @@
 """A session's transcript events turned back into the messages a model sees.
 
-The transcript (memory.sessions) is the source of truth for history: every user message, assistant
+The transcript (memory.store.sessions) is the source of truth for history: every user message,
+assistant
 message, tool call and tool result is an event. A model request replays the events after the
 latest compaction, with that compaction's summary in front. Rebuilding is deterministic, so the
 same events give byte-identical messages on every turn and the prompt cache keeps hitting.
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from agent.types import ContentBlock, Message, Role, TextBlock, ToolCall, ToolResult, Usage
-from memory.sessions import TranscriptEvent
+from memory.store.sessions import TranscriptEvent
 from memory.text import estimate_tokens
 
 CONVERSATION_KINDS = frozenset({"user", "assistant", "tool_call", "tool_result"})

@@ -2,7 +2,8 @@
 newest user message as a marked block, and the `intent` tool the owner's model manages them with.
 
 `standing_intents_block(store, request, text, now=…)` finds the intents the message triggers in
-its own scope (memory/intents.py checks agent, channel, chat and sender in SQL), keeps at most
+its own scope (memory/lifecycle/intents.py checks agent, channel, chat and sender in SQL), keeps at
+most
 MAX_INJECTED within MAX_BLOCK_CHARS, records each fire atomically and renders the block
 (agent/templates/intents.j2); None when nothing fires. It blocks on SQLite: call it in a thread.
 """
@@ -15,12 +16,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from agent.clock import Clock
 from agent.prompts import render
 from agent.requests import AgentRequest
 from agent.tools import Tool, ToolContext, ToolFailure
 from agent.types import ToolSpec
-from memory.intents import (
+from common.clock import Clock
+from memory.lifecycle.intents import (
     DAY_S,
     DEFAULT_EXPIRY_S,
     DEFAULT_MAX_FIRES,

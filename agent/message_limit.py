@@ -5,7 +5,7 @@ be refused by the model (or crowd out the whole conversation), again on every tu
 
 from __future__ import annotations
 
-from agent.config import AgentConfig
+from agent.agent_config import AgentConfig
 from memory.text import estimate_tokens
 
 MESSAGE_SHARE = 0.5  # of the window left once the reserve and the compaction margin are set aside

@@ -32,9 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.requests import SenderKind
-from memory.filters import SearchFilter
-from memory.lineage import OUTSIDE_CONTENT_TOOLS
-from memory.sessions import SessionKey
+from memory.search.filters import SearchFilter
+from memory.store.lineage import OUTSIDE_CONTENT_TOOLS
+from memory.store.sessions import SessionKey
 
 # Loaded into every session's prompt, so readable everywhere.
 SHARED_FILES = frozenset({"AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "HEARTBEAT.md"})

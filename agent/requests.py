@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agent.types import Usage
-from memory.sessions import SessionKey
+from memory.store.sessions import SessionKey
 
 SenderKind = Literal["owner", "person", "automation", "system"]
 SENDER_KINDS: tuple[SenderKind, ...] = ("owner", "person", "automation", "system")

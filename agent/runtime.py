@@ -31,16 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.clock import Clock, load_timezone
+from agent.agent_config import AgentConfig
 from agent.commands import parse_command, run_command
 from agent.compaction import CompactionError, Compactor, summary_block
-from agent.config import AgentConfig
 from agent.context import Context, ContextBuilder
 from agent.history import build_history, usage_record
 from agent.intents import IntentTool, standing_intents_block
 from agent.message_limit import fit_message
-from agent.model import ModelClient
-from agent.model_errors import ContextTooLongError, cut_off_notice
+from agent.model.errors import ContextTooLongError, cut_off_notice
+from agent.model.factory import ModelClient
 from agent.policy import TAINTING_TOOLS, SessionPolicy, policy_for
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
@@ -48,11 +47,12 @@ from agent.session_hook import save_session_note
 from agent.tools import MemoryTools, ToolContext, TurnTaint, session_attachments
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
 from agent.web_fetch import WebFetcher
-from memory.index import IndexStatus, MemoryIndex
-from memory.intents import IntentStore
-from memory.lineage import record_session_note
-from memory.sessions import Session, SessionKey, SessionStore
-from memory.writes import WorkspaceWriter
+from common.clock import Clock, load_timezone
+from memory.files.writes import WorkspaceWriter
+from memory.index.index import IndexStatus, MemoryIndex
+from memory.lifecycle.intents import IntentStore
+from memory.store.lineage import record_session_note
+from memory.store.sessions import Session, SessionKey, SessionStore
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,7 @@ class Agent:
             return None
 
     async def _standing_intents(self, request: AgentRequest, text: str) -> str | None:
-        # Matched in the message's own scope (memory/intents.py), whatever the policy.
+        # Matched in the message's own scope (memory/lifecycle/intents.py), whatever the policy.
         now = self.clock.now().timestamp()
         try:
             return await asyncio.to_thread(

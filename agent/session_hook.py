@@ -14,13 +14,13 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from agent.clock import Clock
 from agent.history import sender_label
-from agent.model import ModelClient
+from agent.model.factory import ModelClient
 from agent.prompts import render
 from agent.types import Message, ModelRequest
-from memory.sessions import Session, SessionStore, TranscriptEvent
-from memory.writes import WorkspaceWriter, escape_markup
+from common.clock import Clock
+from memory.files.writes import WorkspaceWriter, escape_markup
+from memory.store.sessions import Session, SessionStore, TranscriptEvent
 
 log = logging.getLogger(__name__)
 

@@ -19,19 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from agent.clock import Clock
 from agent.policy import TAINTING_TOOLS, SessionPolicy, append_origin, policy_for
 from agent.types import ToolCall, ToolResult, ToolSpec
 from agent.web_fetch import FetchError, WebFetcher, wrap_untrusted
-from memory.chunking import hash_text
+from common.clock import Clock
 from memory.errors import MemoryError_, WorkspaceError
-from memory.index import MemoryIndex
-from memory.lineage import LineageStore, file_origin
-from memory.sessions import SessionKey, SessionStore
-from memory.sync import MAX_FILE_BYTES
-from memory.transcripts import UNTRUSTED_LEFT_OUT, read_transcript
-from memory.workspace import confine_path, default_origin, read_confined, read_memory_lines
-from memory.writes import WorkspaceWriter
+from memory.files.workspace import confine_path, default_origin, read_confined, read_memory_lines
+from memory.files.writes import WorkspaceWriter
+from memory.index.chunking import hash_text
+from memory.index.index import MemoryIndex
+from memory.index.sync import MAX_FILE_BYTES
+from memory.store.lineage import LineageStore, file_origin
+from memory.store.sessions import SessionKey, SessionStore
+from memory.store.transcripts import UNTRUSTED_LEFT_OUT, read_transcript
 
 log = logging.getLogger(__name__)
 
@@ -495,7 +495,8 @@ _NO_WRITES = (
 
 
 def confined_path(workspace: Path, raw: str) -> Path:
-    """The workspace file `raw` names (see memory.workspace.confine_path), else ToolFailure."""
+    """The workspace file `raw` names (see memory.files.workspace.confine_path), else
+    ToolFailure."""
     try:
         return confine_path(workspace, raw)[0]
     except WorkspaceError as exc:

@@ -22,10 +22,10 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from agent.config import AgentConfig
-from channels.config import SECRET_FIELDS, SlackConfig, TelegramConfig
-from memory.config import MemoryConfig
-from memory.dreaming import DreamingConfig
+from agent.agent_config import AgentConfig
+from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
+from memory.lifecycle.dreaming import DreamingConfig
+from memory.memory_config import MemoryConfig
 
 
 class ConfigError(Exception):
@@ -83,7 +83,7 @@ class GatewayConfig(BaseModel):
 
 
 class AutomationsConfig(BaseModel):
-    """`[automations]`: reminders and scheduled tasks (app/scheduler.py)."""
+    """`[automations]`: reminders and scheduled tasks (app/automations/scheduler.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -103,7 +103,7 @@ class HeartbeatConfig(BaseModel):
     @classmethod
     def _duration(cls, v: str | None) -> str | None:
         if v:
-            from app.jobs import parse_duration
+            from app.automations.jobs import parse_duration
 
             if parse_duration(v) < 60:
                 raise ValueError('the heartbeat runs at most once a minute (e.g. "30m")')
@@ -113,7 +113,7 @@ class HeartbeatConfig(BaseModel):
     @classmethod
     def _hours(cls, v: str | None) -> str | None:
         if v:
-            from app.scheduler import parse_active_hours
+            from app.automations.scheduler import parse_active_hours
 
             parse_active_hours(v)
         return v or None

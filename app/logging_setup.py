@@ -1,4 +1,4 @@
-"""Logging that never shows a secret: every record is redacted (agent.redact) before any handler
+"""Logging that never shows a secret: every record is redacted (common.redact) before any handler
 writes it, its traceback included.
 
 `install_log_redaction()` puts the filter on the handlers that exist (and on Python's last-resort
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from agent.redact import redact
+from common.redact import redact
 
 
 class RedactingFilter(logging.Filter):

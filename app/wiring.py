@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agent.active_memory import ActiveMemory
-from agent.clock import Clock, load_timezone, owner_timezone
-from agent.model import ModelClient, create_model_client, preload
+from agent.model.factory import ModelClient, create_model_client, preload
 from agent.runtime import Agent
-from memory.compact import compact_if_worth_it
+from common.clock import Clock, load_timezone, owner_timezone
 from memory.errors import MemoryError_
-from memory.index import MemoryIndex
-from memory.sessions import SessionStore
-from memory.signals import stop_recording
-from memory.watch import MemoryWatcher
+from memory.index.index import MemoryIndex
+from memory.index.watch import MemoryWatcher
+from memory.lifecycle.signals import stop_recording
+from memory.store.compact import compact_if_worth_it
+from memory.store.sessions import SessionStore
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -144,7 +144,7 @@ async def build_runtime(
         _preloading=asyncio.ensure_future(_preload_quietly(model)),
     )
     if settings.automations.enabled:
-        from app.scheduler import add_schedule_tool
+        from app.automations.scheduler import add_schedule_tool
 
         await asyncio.to_thread(add_schedule_tool, runtime)  # creates the jobs tables
     return runtime

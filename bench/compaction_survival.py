@@ -69,19 +69,19 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.active_memory import DEEP_ROUNDS, SUMMARY_CHARS, ActiveMemory
-from agent.clock import Clock
-from agent.config import AgentConfig
-from agent.model import AnthropicClient
+from agent.agent_config import AgentConfig
+from agent.model.factory import AnthropicClient
 from agent.prompts import render
 from agent.recall_intent import recall_intent
 from agent.runtime import RESET_NOTICE, Agent
 from agent.tools import ToolContext
 from agent.types import ToolCall
 from bench.recall import madial_user_utterances
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.index import MemoryIndex
-from memory.porter import porter_stem
-from memory.sessions import SessionKey, SessionStore
+from common.clock import Clock
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.search.porter import porter_stem
+from memory.store.sessions import SessionKey, SessionStore
 from memory.text import CJK_CHAR, line_terms, query_terms, stem_term
 from tests.fakes.model_server import (
     FakeModelServer,

@@ -14,10 +14,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.index import MemoryIndex
-from memory.search import SearchHit
-from memory.signals import flush_signals, record_recall
+from memory.index.index import MemoryIndex
+from memory.lifecycle.signals import flush_signals, record_recall
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.search.hybrid import SearchHit
 
 
 def main() -> None:

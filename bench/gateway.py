@@ -61,13 +61,13 @@ def echo(request: RecordedRequest) -> Reply:
 
 
 async def overhead(conversations: int, messages: int, home: Path) -> dict[str, float]:
-    from app.access import Access, PairingStore
-    from app.gateway import Gateway, GatewayOptions
-    from app.queue import GatewayStore
-    from app.turns import Runtime, TurnRequest, TurnResult
+    from app.gateway.access import Access, PairingStore
+    from app.gateway.queue import GatewayStore
+    from app.gateway.server import Gateway, GatewayOptions
+    from app.gateway.turns import Runtime, TurnRequest, TurnResult
     from channels.base import OutboundMessage, SentMessage
-    from channels.config import TelegramConfig
-    from memory.db import open_database
+    from channels.channel_config import TelegramConfig
+    from memory.store.db import open_database
     from tests.gateway_support import FakeChannel
 
     db = open_database(home / "overhead.sqlite", vector_backend="numpy")
@@ -143,7 +143,7 @@ class TelegramPlatform:
 
     def __init__(self, tg: FakeTelegram) -> None:
         self.tg = tg
-        self.command = [sys.executable, "-m", "app.cli", "gateway"]
+        self.command = [sys.executable, "-m", "app.cli.main", "gateway"]
         self.env = {
             "PINCH_TELEGRAM__BOT_TOKEN": tg.token,
             "PINCH_TELEGRAM__API_BASE_URL": tg.url,

@@ -50,9 +50,9 @@ from bench.synthetic import (
     WEEKDAYS,
     TextSource,
 )
-from memory.db import open_database
-from memory.intents import IntentScope, IntentStore
-from memory.sessions import SessionKey
+from memory.lifecycle.intents import IntentScope, IntentStore
+from memory.store.db import open_database
+from memory.store.sessions import SessionKey
 from memory.text import ENGLISH_STOPWORDS as STOP
 from memory.text import estimate_tokens
 

@@ -34,8 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.compaction_survival import FACTS, ZH_FACTS, _normalise
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.index import MemoryIndex
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
 
 Encoder = Callable[[Sequence[str]], np.ndarray]
 

@@ -66,14 +66,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from rich.console import Console
 from rich.table import Table
 
-from agent.clock import Clock
-from agent.config import AgentConfig
-from agent.model import AnthropicClient, TextCallback, anthropic_params
+from agent.agent_config import AgentConfig
+from agent.model.factory import AnthropicClient, TextCallback, anthropic_params
 from agent.runtime import Agent
 from agent.types import ModelRequest, ModelResponse
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.index import MemoryIndex
-from memory.sessions import SessionKey, SessionStore
+from common.clock import Clock
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.sessions import SessionKey, SessionStore
 from tests.fakes.model_server import (
     FakeModelServer,
     RecordedRequest,

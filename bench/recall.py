@@ -42,15 +42,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agent.active_memory import TRUSTED_ORIGINS, ActiveMemory  # noqa: E402
-from agent.config import AgentConfig  # noqa: E402
+from agent.agent_config import AgentConfig  # noqa: E402
 from agent.recall_intent import recall_intent  # noqa: E402
 from bench import locomo  # noqa: E402
 from bench.scoring import Hit, score_locomo  # noqa: E402
 from bench.workspace import relative_hit_path, write_workspace  # noqa: E402
-from memory.config import EmbeddingConfig, MemoryConfig  # noqa: E402
-from memory.filters import SearchFilter  # noqa: E402
-from memory.index import MemoryIndex  # noqa: E402
-from memory.sessions import SessionKey  # noqa: E402
+from memory.index.index import MemoryIndex  # noqa: E402
+from memory.memory_config import EmbeddingConfig, MemoryConfig  # noqa: E402
+from memory.search.filters import SearchFilter  # noqa: E402
+from memory.store.sessions import SessionKey  # noqa: E402
 
 DATA = ROOT.parent.parent / "shared" / "bench"
 if not DATA.exists():

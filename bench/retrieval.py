@@ -40,9 +40,9 @@ from bench.scoring import (
     score_madial,
 )
 from bench.workspace import relative_hit_path, write_workspace
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.index import MemoryIndex, SyncReport
-from memory.presets import PRESETS
+from memory.index.index import MemoryIndex, SyncReport
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.search.presets import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "bench"

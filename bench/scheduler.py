@@ -30,16 +30,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from agent.config import AgentConfig
-from agent.model import AnthropicClient
+from agent.agent_config import AgentConfig
+from agent.model.factory import AnthropicClient
 from agent.requests import AgentRequest
 from agent.runtime import Agent
-from app.jobs import JobStore, NewJob, Schedule, Target
-from app.scheduler import Scheduler
+from app.automations.jobs import JobStore, NewJob, Schedule, Target
+from app.automations.scheduler import Scheduler
 from channels.base import OutboundMessage
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.index import MemoryIndex
-from memory.sessions import SessionKey, SessionStore
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.sessions import SessionKey, SessionStore
 from tests.fakes.model_server import FakeModelServer, text_reply
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "workspace_template"

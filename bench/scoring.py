@@ -14,7 +14,7 @@ from typing import Protocol
 
 
 class HitLike(Protocol):
-    """What scoring needs of a search hit (`memory.index.SearchHit` has these and more)."""
+    """What scoring needs of a search hit (`memory.index.index.SearchHit` has these and more)."""
 
     path: str
     start_line: int

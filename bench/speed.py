@@ -34,10 +34,10 @@ from rich.table import Table
 
 from bench.synthetic import TextSource, conversation_log, daily_note
 from bench.workspace import write_workspace
-from memory import search as search_module
-from memory.chunking import chunk_markdown, split_units
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.index import MemoryIndex
+from memory.index.chunking import chunk_markdown, split_units
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.search import hybrid as search_module
 
 REPO = Path(__file__).resolve().parents[1]
 LOG_BYTES = 150_000
@@ -93,9 +93,9 @@ def throughput(spec: Result) -> Result:
 def edit_to_searchable(spec: Result) -> Result:
     """Append a line with a unique word to a daily log; time until search finds it (watcher)."""
     try:
-        from memory.watch import MemoryWatcher
+        from memory.index.watch import MemoryWatcher
     except ImportError:  # pragma: no cover - the watcher is part of the memory core
-        return {"todo": "memory.watch.MemoryWatcher is not available"}
+        return {"todo": "memory.index.watch.MemoryWatcher is not available"}
     source = TextSource(11)
     with tempfile.TemporaryDirectory(prefix="pinch-edit-") as tmp:
         workspace = Path(tmp) / "workspace"
@@ -305,9 +305,9 @@ def cli_help_ms(runs: int = 5) -> Result:
     if pinch:
         cmd = [pinch, "--help"]
     elif (REPO / "app" / "cli.py").is_file():
-        cmd = [sys.executable, "-c", "from app.cli import main; main()", "--help"]
+        cmd = [sys.executable, "-c", "from app.cli.main import main; main()", "--help"]
     else:
-        return {"error": "no pinch command and no app/cli.py"}
+        return {"error": "no pinch command and no app/cli/main.py"}
     times = []
     for _ in range(runs):
         started = time.perf_counter()

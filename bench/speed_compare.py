@@ -85,8 +85,8 @@ def write_worker(db_path: Path, backend: str) -> dict[str, Any]:
     """Runs with the compared tree first on sys.path (see `main`)."""
     import numpy as np
 
-    from memory.db import open_database
-    from memory.vectors import NumpyStore, SqliteVecStore
+    from memory.search.vectors import NumpyStore, SqliteVecStore
+    from memory.store.db import open_database
 
     db = open_database(db_path, vector_backend=backend)
     store: Any = SqliteVecStore(db, 384) if backend == "sqlite-vec" else NumpyStore(db)
@@ -162,8 +162,8 @@ def write(old: Path, db_path: Path, rounds: int) -> None:
 def pack(db_path: Path) -> None:
     """Write the packed matrix of `db_path`'s active generation (what a sync of this tree does
     at its end), so both trees' workers search the same file: the old tree ignores the pack."""
-    from memory.db import open_database
-    from memory.vectors import refresh_pack
+    from memory.search.vectors import refresh_pack
+    from memory.store.db import open_database
 
     db = open_database(db_path)
     try:

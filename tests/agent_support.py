@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from agent.clock import Clock
-from agent.config import AgentConfig
-from agent.model import AnthropicClient, LiteLLMClient, ModelClient
+from agent.agent_config import AgentConfig
+from agent.model.factory import AnthropicClient, LiteLLMClient, ModelClient
 from agent.runtime import Agent
 from agent.web_fetch import WebFetcher
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.index import MemoryIndex
-from memory.sessions import SessionKey, SessionStore
+from common.clock import Clock
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.sessions import SessionKey, SessionStore
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "workspace_template"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.db import Database, open_database
-from memory.embeddings import create_provider
-from memory.index import MemoryIndex
+from memory.embeddings.providers import create_provider
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.db import Database, open_database
 
 WorkspaceFactory = Callable[..., Path]
 IndexFactory = Callable[..., MemoryIndex]

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.access import Access, PairingStore
 from app.config import load_settings
-from app.gateway import Gateway, GatewayOptions, TurnRunner
-from app.queue import GatewayStore
-from app.turns import Runtime, run_turn
+from app.gateway.access import Access, PairingStore
+from app.gateway.queue import GatewayStore
+from app.gateway.server import Gateway, GatewayOptions, TurnRunner
+from app.gateway.turns import Runtime, run_turn
 from channels.base import (
     Channel,
     ChannelHealth,
@@ -23,8 +23,8 @@ from channels.base import (
     OutboundMessage,
     SentMessage,
 )
-from channels.config import GroupRule, SlackConfig, TelegramConfig
-from memory.watch import MemoryWatcher
+from channels.channel_config import GroupRule, SlackConfig, TelegramConfig
+from memory.index.watch import MemoryWatcher
 from tests.agent_support import Kit, make_kit
 from tests.fakes.model_server import FakeModelServer
 

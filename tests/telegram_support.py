@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import SecretStr
 
 from channels.base import InboundMessage
-from channels.config import TelegramConfig
-from channels.telegram import TelegramChannel
+from channels.channel_config import TelegramConfig
+from channels.telegram.adapter import TelegramChannel
 from tests.fakes.telegram_server import FakeTelegram
 
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from app.access import CODE_ALPHABET, Access, PairingStore
-from app.routing import owner_main_key, session_key_for
+from app.gateway.access import CODE_ALPHABET, Access, PairingStore
+from app.gateway.routing import owner_main_key, session_key_for
 from channels.base import InboundMessage
-from channels.config import GroupRule, TelegramConfig
-from memory.db import open_database
-from memory.sessions import SessionKey
+from channels.channel_config import GroupRule, TelegramConfig
+from memory.store.db import open_database
+from memory.store.sessions import SessionKey
 
 
 class Clock:

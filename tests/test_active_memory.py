@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from agent.active_memory import ActiveMemory
-from agent.config import AgentConfig
+from agent.agent_config import AgentConfig
 from agent.requests import AgentRequest, Final
-from app.cli import TEMPLATE_DIR
+from app.cli.main import TEMPLATE_DIR
+from app.cli.setup import initialise
 from app.config import Settings
-from app.setup import initialise
 from app.wiring import build_runtime
-from memory.sessions import SessionKey
-from memory.triggers import STRONG_MATCH, TriggerFiles, TriggerIndex, parse_entries
+from memory.lifecycle.triggers import STRONG_MATCH, TriggerFiles, TriggerIndex, parse_entries
+from memory.store.sessions import SessionKey
 from tests.agent_support import GROUP, OWNER, Kit, all_text, make_kit, template_workspace
 from tests.fakes.model_server import FakeModelServer, text_reply
 

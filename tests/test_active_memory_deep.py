@@ -19,8 +19,8 @@ from agent.commands import parse_command, run_command
 from agent.requests import AgentRequest
 from agent.tools import ToolContext
 from agent.types import ToolCall
-from memory.lineage import origin_marker
-from memory.triggers import STRONG_MATCH
+from memory.lifecycle.triggers import STRONG_MATCH
+from memory.store.lineage import origin_marker
 from tests.agent_support import OWNER, Kit, make_kit, template_workspace
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply, tool_reply
 from tests.test_active_memory import MEMORY, USER, answer, with_active_memory

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.model_errors import ServerError
+from agent.model.errors import ServerError
 from agent.requests import AgentEvent, AgentRequest, Attachment, Final, Notice, TextDelta
 from agent.runtime import TOOL_LIMIT_RESULT
 from tests.agent_support import (

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import memory.sync
-from app.cli import main
-from memory.index import MemoryIndex
-from memory.sync import SyncReport
-from memory.workspace import read_memory_lines
+import memory.index.sync
+from app.cli.main import main
+from memory.files.workspace import read_memory_lines
+from memory.index.index import MemoryIndex
+from memory.index.sync import SyncReport
 from tests.conftest import IndexFactory, WorkspaceFactory
 from tests.fakes.model_server import FakeModelServer, text_reply
 
@@ -150,21 +150,21 @@ def test_a_file_deleted_between_listing_and_reading_is_reported_not_fatal(
     make_workspace: WorkspaceFactory, make_index: IndexFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws = make_workspace({**FILES, "memory/2026-01-11.md": "Short-lived note.\n"})
-    real_discover = memory.sync.discover_memory_files
+    real_discover = memory.index.sync.discover_memory_files
 
     def list_then_delete(*args: Any, **kwargs: Any) -> Any:
         found = real_discover(*args, **kwargs)
         (ws / "memory" / "2026-01-11.md").unlink(missing_ok=True)  # the owner deletes it now
         return found
 
-    monkeypatch.setattr(memory.sync, "discover_memory_files", list_then_delete)
+    monkeypatch.setattr(memory.index.sync, "discover_memory_files", list_then_delete)
     idx = make_index(ws)
 
     report = sync_within(idx)
 
     assert "disappeared" in report.problems["memory/2026-01-11.md"]
     assert sorted(report.files_indexed) == sorted(FILES)
-    monkeypatch.setattr(memory.sync, "discover_memory_files", real_discover)
+    monkeypatch.setattr(memory.index.sync, "discover_memory_files", real_discover)
     assert sync_within(idx).problems == {}  # the next sync forgets it
     assert idx.status().problems == {}
 
@@ -176,7 +176,7 @@ def test_a_file_hard_linked_after_listing_is_refused_when_read(
     tmp_path: Path,
 ) -> None:
     ws = make_workspace({**FILES, "memory/linked.md": "Shared with another folder.\n"})
-    real_discover = memory.sync.discover_memory_files
+    real_discover = memory.index.sync.discover_memory_files
 
     def list_then_link(*args: Any, **kwargs: Any) -> Any:
         found = real_discover(*args, **kwargs)
@@ -184,7 +184,7 @@ def test_a_file_hard_linked_after_listing_is_refused_when_read(
             os.link(ws / "memory" / "linked.md", tmp_path / "outside.md")
         return found
 
-    monkeypatch.setattr(memory.sync, "discover_memory_files", list_then_link)
+    monkeypatch.setattr(memory.index.sync, "discover_memory_files", list_then_link)
     idx = make_index(ws)
 
     report = sync_within(idx)
@@ -233,7 +233,7 @@ def test_a_file_that_cannot_be_opened_is_reported_with_what_to_do(
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return real_open(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr(memory.sync.os, "open", deny_secret)
+    monkeypatch.setattr(memory.index.sync.os, "open", deny_secret)
     idx = make_index(ws)
 
     report = sync_within(idx)

@@ -6,7 +6,7 @@ import itertools
 import random
 import time
 
-from memory.chunking import chunk_markdown, hash_text, is_heading, split_units
+from memory.index.chunking import chunk_markdown, hash_text, is_heading, split_units
 from memory.text import estimate_tokens, strip_comments
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from app.cli import main
-from memory.config import ChunkingConfig, EmbeddingConfig, MemoryConfig
-from memory.db import open_database
+from app.cli.main import main
+from memory.memory_config import ChunkingConfig, EmbeddingConfig, MemoryConfig
+from memory.store.db import open_database
 
 PINCH = Path(sys.executable).parent / "pinch"
 
@@ -381,12 +381,12 @@ def test_a_corrupt_database_is_reported_with_advice(home: Path) -> None:
 def test_indexing_while_another_process_writes_is_reported(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import memory.db
+    import memory.store.db
 
     pinch("memory", "index")
-    monkeypatch.setattr(memory.db, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(memory.store.db, "BUSY_TIMEOUT_S", 0.2)
     (workspace / "memory" / "2026-01-11.md").write_text("New note.\n")
-    driver, _ = memory.db._load_driver(True)
+    driver, _ = memory.store.db._load_driver(True)
     other = driver.connect(str(home_db(workspace)), isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
     try:

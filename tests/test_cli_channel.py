@@ -19,13 +19,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.access import Access, PairingStore
-from app.gateway import Gateway, GatewayOptions
-from app.queue import GatewayStore, LeaseHolder
-from app.turns import Runtime, TurnRequest, TurnResult, run_turn
+from app.gateway.access import Access, PairingStore
+from app.gateway.queue import GatewayStore, LeaseHolder
+from app.gateway.server import Gateway, GatewayOptions
+from app.gateway.turns import Runtime, TurnRequest, TurnResult, run_turn
 from channels.base import InboundMessage
-from channels.cli import CHAT_HELP, CliChannel, TurnOutcome
-from memory.sessions import SessionKey
+from channels.terminal import CHAT_HELP, CliChannel, TurnOutcome
+from memory.store.sessions import SessionKey
 from tests.agent_support import all_text, make_kit, responder
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 from tests.gateway_support import DB_NAME, OWNER_TG, make_rig

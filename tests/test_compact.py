@@ -9,10 +9,10 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from app.cli import main
-from memory.compact import compact, space_usage
-from memory.db import open_database
+from app.cli.main import main
 from memory.errors import DatabaseError
+from memory.store.compact import compact, space_usage
+from memory.store.db import open_database
 from tests.conftest import IndexFactory, WorkspaceFactory, sqlite_vec_loads, use_config
 from tests.test_cli import home, workspace  # noqa: F401  (fixtures)
 

@@ -14,7 +14,7 @@ from typing import Any
 from agent.compaction import choose_cut, split_text
 from agent.history import split_turns
 from agent.runtime import RESET_NOTICE, AgentReply
-from memory.sessions import TranscriptEvent
+from memory.store.sessions import TranscriptEvent
 from tests.agent_support import (
     OWNER,
     SUMMARY,

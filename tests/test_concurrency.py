@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from app.cli import main
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.index import MemoryIndex
+from app.cli.main import main
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
 from tests.fakes.model_server import FakeModelServer, text_reply
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,14 +49,14 @@ GATE = textwrap.dedent(
 # to write to and is about to write (old and new code alike).
 CHUNK_GATE = GATE + textwrap.dedent(
     """
-    import memory.chunking
-    _real_chunk = memory.chunking.chunk_markdown
+    import memory.index.chunking
+    _real_chunk = memory.index.chunking.chunk_markdown
 
     def _gated_chunk(*args, **kwargs):
         pause("PAUSED BEFORE WRITING")
         return _real_chunk(*args, **kwargs)
 
-    for _name in ("memory.index", "memory.sync"):
+    for _name in ("memory.index.index", "memory.index.sync"):
         with contextlib.suppress(ImportError):
             _module = importlib.import_module(_name)
             if hasattr(_module, "chunk_markdown"):
@@ -67,8 +67,8 @@ CHUNK_GATE = GATE + textwrap.dedent(
 # Stops a rebuild once its new generation holds the first file's chunks.
 REBUILD_GATE = GATE + textwrap.dedent(
     """
-    import memory.db
-    _real_transaction = memory.db.Database.transaction
+    import memory.store.db
+    _real_transaction = memory.store.db.Database.transaction
     _BUILT = (
         "SELECT count(*) FROM memory_chunks c JOIN memory_generations g "
         "ON g.id = c.generation WHERE g.state = 'building'"
@@ -81,11 +81,11 @@ REBUILD_GATE = GATE + textwrap.dedent(
         if self.execute(_BUILT)[0][0]:
             pause("REBUILD PAUSED")
 
-    memory.db.Database.transaction = _gated_transaction
+    memory.store.db.Database.transaction = _gated_transaction
     """
 )
 
-RUN_CLI = "\nfrom app.cli import main\nmain(sys.argv[1:], prog_name='pinch')\n"
+RUN_CLI = "\nfrom app.cli.main import main\nmain(sys.argv[1:], prog_name='pinch')\n"
 
 
 @dataclass
@@ -143,7 +143,7 @@ def start_gated(gate: str, *args: str, stdin: str | None = None) -> Gated:
 def run_pinch(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     """`pinch ARGS` in its own process (python -m, so it runs this checkout's code)."""
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "app.cli.main", *args],
         cwd=REPO,
         input=stdin,
         capture_output=True,

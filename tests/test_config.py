@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.config import ConfigError, load_settings
-from memory.config import MemoryConfig
+from memory.memory_config import MemoryConfig
 
 
 def write_config(home: Path, text: str) -> None:
@@ -154,7 +154,7 @@ def test_invalid_toml_is_an_error_naming_the_file(pinch_home: Path) -> None:
 
 
 def test_the_written_config_template_is_valid_and_all_defaults(pinch_home: Path) -> None:
-    from app.setup import CONFIG_TEMPLATE
+    from app.cli.setup import CONFIG_TEMPLATE
 
     write_config(pinch_home, CONFIG_TEMPLATE)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agent.context import ContextBuilder, cut_to_fit, load_bootstrap, render_context
 from agent.history import History
-from memory.sessions import SessionKey
+from memory.store.sessions import SessionKey
 from tests.agent_support import GROUP, OWNER, make_kit, template_workspace
 from tests.fakes.model_server import FakeModelServer, text_reply
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.db import DatabaseCorruptError, is_corruption, open_database
+from memory.store.db import DatabaseCorruptError, is_corruption, open_database
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-import memory.db
-from memory import migrations
-from memory.db import _load_driver, open_database
+import memory.store.db
 from memory.errors import DatabaseError
-from memory.migrations import MIGRATIONS, apply_migrations
+from memory.store import migrations
+from memory.store.db import _load_driver, open_database
+from memory.store.migrations import MIGRATIONS, apply_migrations
 
 
 def schema(conn: Any) -> list[tuple[str, str, str, str | None]]:
@@ -140,7 +140,9 @@ def test_sqlite_vec_loads_through_pysqlite3_on_this_machine(tmp_path: Path) -> N
 def test_without_extension_loading_the_numpy_backend_is_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory.db, "_load_driver", lambda want_extensions: (sqlite3, "sqlite3"))
+    monkeypatch.setattr(
+        memory.store.db, "_load_driver", lambda want_extensions: (sqlite3, "sqlite3")
+    )
     if hasattr(sqlite3.connect(":memory:"), "enable_load_extension"):
         pytest.skip("this Python's sqlite3 can load extensions")
 
@@ -160,7 +162,7 @@ def test_vector_backend_numpy_does_not_load_sqlite_vec(tmp_path: Path) -> None:
 def test_requiring_sqlite_vec_where_it_cannot_load_is_an_error_with_advice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory.db, "_try_load_vec", lambda conn: None)
+    monkeypatch.setattr(memory.store.db, "_try_load_vec", lambda conn: None)
 
     with pytest.raises(DatabaseError, match=r"pysqlite3-binary.*vector_backend"):
         open_database(tmp_path / "agent.sqlite", vector_backend="sqlite-vec")
@@ -188,7 +190,7 @@ def test_a_corrupt_file_is_reported_with_advice_and_left_untouched(tmp_path: Pat
 def test_a_database_locked_while_opening_is_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory.db, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(memory.store.db, "BUSY_TIMEOUT_S", 0.2)
     path = tmp_path / "agent.sqlite"
     other = connect_raw(path)  # a database another program made, not yet in WAL mode
     other.execute("CREATE TABLE t (x)")
@@ -203,7 +205,7 @@ def test_a_database_locked_while_opening_is_reported(
 def test_a_write_while_another_process_writes_is_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory.db, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(memory.store.db, "BUSY_TIMEOUT_S", 0.2)
     path = tmp_path / "agent.sqlite"
     db = open_database(path)
     other = connect_raw(path)

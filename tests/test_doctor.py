@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from app.cli import main
+from app.cli.doctor import CheckResult, channel_check, run_checks
+from app.cli.main import main
 from app.config import load_settings
-from app.doctor import CheckResult, channel_check, run_checks
-from app.heartbeat import write_heartbeat
+from app.gateway.heartbeat import write_heartbeat
 from channels.base import Channel, ChannelHealth, MessageHandler, OutboundMessage, SentMessage
 from tests.fakes.local_server import LocalHTTPServer
 from tests.fakes.model_server import FakeModelServer, text_reply

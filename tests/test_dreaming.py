@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.dreaming import DreamReport, Phase, dream, parse_choice
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.dreaming import (
+from agent.dream_run import DreamReport, Phase, dream, parse_choice
+from memory.errors import WorkspaceError
+from memory.index.index import MemoryIndex
+from memory.lifecycle.dreaming import (
     Candidate,
     DreamBusyError,
     DreamingConfig,
@@ -25,11 +26,10 @@ from memory.dreaming import (
     acquire_lease,
     undo_last,
 )
-from memory.errors import WorkspaceError
-from memory.index import MemoryIndex
-from memory.lineage import LineageStore
-from memory.search import SearchHit
-from memory.signals import record_recall
+from memory.lifecycle.signals import record_recall
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.search.hybrid import SearchHit
+from memory.store.lineage import LineageStore
 from tests.agent_support import model_client
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from app.cli import main
+from app.cli.main import main
 from tests.fakes.model_server import FakeModelServer, text_reply
 
 MEMORY = "# MEMORY.md\n\n- The owner lives in Lisbon.\n"

@@ -14,15 +14,15 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agent.context import load_bootstrap
-from agent.dreaming import dream
-from app.cli import main
+from agent.dream_run import dream
+from app.automations.nightly_dream import DREAM_JOB_ID, add_dream_job, dream_once, run_dream
+from app.cli.main import main
 from app.config import load_settings
-from app.dreaming import DREAM_JOB_ID, add_dream_job, dream_once, run_dream
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.dreaming import DreamingConfig
-from memory.index import MemoryIndex
-from memory.signals import flush_signals, query_hash
-from memory.workspace import discover_memory_files
+from memory.files.workspace import discover_memory_files
+from memory.index.index import MemoryIndex
+from memory.lifecycle.dreaming import DreamingConfig
+from memory.lifecycle.signals import flush_signals, query_hash
+from memory.memory_config import EmbeddingConfig, MemoryConfig
 from tests.agent_support import model_client
 from tests.fakes.model_server import FakeModelServer, text_reply
 

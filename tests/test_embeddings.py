@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory import embeddings
-from memory.config import EmbeddingConfig
-from memory.embeddings import (
+from memory.embeddings import providers as embeddings
+from memory.embeddings.providers import (
     EmbeddingError,
     EmbeddingProvider,
     LiteLLMProvider,
@@ -25,6 +24,7 @@ from memory.embeddings import (
     embed_documents_async,
     embed_query_async,
 )
+from memory.memory_config import EmbeddingConfig
 from tests.fakes.embeddings_server import FakeEmbeddingsServer, fake_vector
 
 BLUE_ZH = "我最喜欢的颜色是蓝色，因为它让我想起大海和晴朗的天空。"

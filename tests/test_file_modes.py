@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from app.cli import main
-from memory.db import open_database
-from memory.writes import WorkspaceWriter
+from app.cli.main import main
+from memory.files.writes import WorkspaceWriter
+from memory.store.db import open_database
 
 
 @pytest.fixture(autouse=True)
@@ -111,7 +111,7 @@ def test_memory_writes_create_private_files_and_folders(tmp_path: Path) -> None:
 
 def test_the_command_line_keeps_files_it_creates_private(pinch_home: Path) -> None:
     """Files made by libraries under the CLI (the chat history, SQLite) get 0600 too."""
-    from app import cli
+    from app.cli import main as cli
 
     seen: list[int] = []
 

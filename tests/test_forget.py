@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from app.cli import main
+from app.cli.main import main
 from app.config import load_settings
-from memory.chunking import hash_text
-from memory.dreaming import stage_candidates
-from memory.forget import forget, plan_forget
-from memory.index import MemoryIndex
-from memory.lineage import LineageStore
-from memory.sessions import SessionStore
-from memory.transcripts import transcript_path
-from memory.writes import WorkspaceWriter
+from memory.files.writes import WorkspaceWriter
+from memory.index.chunking import hash_text
+from memory.index.index import MemoryIndex
+from memory.lifecycle.dreaming import stage_candidates
+from memory.lifecycle.forget import forget, plan_forget
+from memory.store.lineage import LineageStore
+from memory.store.sessions import SessionStore
+from memory.store.transcripts import transcript_path
 from tests.agent_support import OWNER, Kit, make_kit, responder, template_workspace
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply, tool_reply
 

@@ -19,19 +19,19 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent.dreaming import DreamReport, dream
-from app.cli import main
+from agent.dream_run import DreamReport, dream
+from app.cli.main import main
 from app.config import load_settings
-from memory.chunking import hash_text
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.dreaming import DreamingConfig, undo_last
-from memory.forget import ForgetPlan, forget, plan_forget
-from memory.index import MemoryIndex
-from memory.lineage import LineageStore, record_session_note
-from memory.search import SearchHit
-from memory.sessions import SessionStore
-from memory.signals import record_recall
-from memory.writes import WorkspaceWriter
+from memory.files.writes import WorkspaceWriter
+from memory.index.chunking import hash_text
+from memory.index.index import MemoryIndex
+from memory.lifecycle.dreaming import DreamingConfig, undo_last
+from memory.lifecycle.forget import ForgetPlan, forget, plan_forget
+from memory.lifecycle.signals import record_recall
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.search.hybrid import SearchHit
+from memory.store.lineage import LineageStore, record_session_note
+from memory.store.sessions import SessionStore
 from tests.agent_support import OWNER
 
 NOW = datetime(2026, 11, 5, 3, 0)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from app.cli import main
-from app.gateway import GatewayOptions
-from app.heartbeat import health_problem, read_heartbeat
-from channels.config import SlackConfig, TelegramConfig
+from app.cli.main import main
+from app.gateway.heartbeat import health_problem, read_heartbeat
+from app.gateway.server import GatewayOptions
+from channels.channel_config import SlackConfig, TelegramConfig
 from tests.agent_support import all_text, make_kit, responder, template_workspace
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 from tests.gateway_support import DB_NAME, OWNER_SLACK, OWNER_TG, group, make_rig
@@ -341,7 +341,7 @@ def test_log_lines_never_contain_a_bot_token(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from app.config import load_settings
-    from app.gateway import configure_logging
+    from app.gateway.server import configure_logging
 
     token = "123456:AAH-secret-bot-token"
     monkeypatch.setenv("PINCH_TELEGRAM__BOT_TOKEN", token)

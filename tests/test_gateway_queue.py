@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.gateway import GatewayError, GatewayOptions, acquire_lock
-from app.turns import Runtime, TurnRequest, TurnResult
+from app.gateway.server import GatewayError, GatewayOptions, acquire_lock
+from app.gateway.turns import Runtime, TurnRequest, TurnResult
 from tests.agent_support import make_kit, responder
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 from tests.gateway_support import DB_NAME, OWNER_TG, FakeChannel, make_rig
@@ -157,7 +157,7 @@ def test_a_second_gateway_on_the_same_data_directory_is_refused(tmp_path: Path) 
 
 def test_options_default_to_the_gateway_settings() -> None:
     from app.config import load_settings
-    from app.gateway import options_from
+    from app.gateway.server import options_from
 
     options = options_from(load_settings())
     assert options.collect_window_s == 1.5
@@ -166,7 +166,7 @@ def test_options_default_to_the_gateway_settings() -> None:
 
 
 def test_a_reply_finished_while_its_first_send_is_in_flight_is_sent_once() -> None:
-    from app.delivery import ReplyStream
+    from app.gateway.delivery import ReplyStream
     from channels.base import OutboundMessage, SentMessage
 
     class SlowChannel(FakeChannel):

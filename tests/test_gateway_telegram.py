@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from app.cli import main
-from channels.config import GroupRule
+from app.cli.main import main
+from channels.channel_config import GroupRule
 from tests.agent_support import responder
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 from tests.fakes.telegram_server import GROUP, STRANGER, FakeTelegram
@@ -135,7 +135,7 @@ def pinch_gateway(tg: FakeTelegram, model: FakeModelServer, **env: str) -> subpr
         **env,
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "gateway"],
+        [sys.executable, "-m", "app.cli.main", "gateway"],
         cwd=ROOT,
         env=environ,
         stdout=subprocess.DEVNULL,
@@ -176,7 +176,7 @@ def test_pinch_gateway_killed_with_messages_queued_answers_each_once_after_resta
 
 
 def test_the_owner_on_telegram_then_slack_continues_one_conversation(tmp_path: Path) -> None:
-    from channels.slack import SlackChannel
+    from channels.slack.adapter import SlackChannel
     from tests.fakes.slack_server import FakeSlack
     from tests.test_slack import slack_config
 

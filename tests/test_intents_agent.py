@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from agent.intents import INTENT_SPEC, MAX_BLOCK_CHARS, standing_intents_block
 from agent.requests import AgentRequest
 from agent.web_fetch import WebFetcher
-from app.cli import main
-from memory.db import open_database
-from memory.intents import IntentScope, IntentStore, StandingIntent
+from app.cli.main import main
+from memory.lifecycle.intents import IntentScope, IntentStore, StandingIntent
+from memory.store.db import open_database
 from memory.text import estimate_tokens
 from tests.agent_support import GROUP, NOW, OWNER, Kit, make_kit, tool_results
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, text_reply, tool_reply

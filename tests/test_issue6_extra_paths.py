@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from app.cli import main
+from app.cli.main import main
 
 
 def pinch(*args: str) -> Result:

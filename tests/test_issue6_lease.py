@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from memory.generations import LeaseHolder
+from memory.index.generations import LeaseHolder
 from tests.conftest import IndexFactory, WorkspaceFactory
 from tests.test_index import FILES, generations, hold_lease, leases
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.gateway import GatewayError, GatewayOptions
-from app.heartbeat import health_problem, read_heartbeat
+from app.gateway.heartbeat import health_problem, read_heartbeat
+from app.gateway.server import GatewayError, GatewayOptions
 from tests.agent_support import responder
 from tests.fakes.model_server import FakeModelServer, text_reply
 from tests.fakes.telegram_server import FakeTelegram

@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 
 from app.config import GatewayConfig
-from app.gateway import HEARTBEAT_EVERY_S
-from app.heartbeat import MAX_AGE_S
+from app.gateway.heartbeat import MAX_AGE_S
+from app.gateway.server import HEARTBEAT_EVERY_S
 
 ROOT = Path(__file__).resolve().parents[1]
 

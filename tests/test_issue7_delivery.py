@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.delivery import ReplyStream
+from app.gateway.delivery import ReplyStream
 from channels.base import ChannelError, OutboundMessage, SentMessage
 from tests.gateway_support import FakeChannel
 
@@ -53,7 +53,7 @@ def test_a_streamed_send_failing_during_finish_is_one_log_line_and_the_reply_sti
         gc.collect()  # an unretrieved task exception is reported when the task is collected
         return channel
 
-    with caplog.at_level(logging.WARNING, logger="app.delivery"):
+    with caplog.at_level(logging.WARNING, logger="app.gateway.delivery"):
         channel = asyncio.run(scenario())
     assert unhandled == []
     assert channel.texts() == ["Hello there"]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from app.heartbeat import Heartbeat, health_problem
+from app.gateway.heartbeat import Heartbeat, health_problem
 
 
 def a_finished_pid() -> int:

@@ -10,7 +10,7 @@ import asyncio
 import re
 from pathlib import Path
 
-from app.delivery import ReplyStream
+from app.gateway.delivery import ReplyStream
 from channels.base import OutboundMessage
 from tests.agent_support import responder
 from tests.fakes.model_server import FakeModelServer, text_reply

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 from click.testing import CliRunner
 
-from app.cli import main
+from app.automations.jobs import JobStore, NewJob, Schedule, Target
+from app.cli.main import main
 from app.config import load_settings
-from app.jobs import JobStore, NewJob, Schedule, Target
-from memory.db import open_database
+from memory.store.db import open_database
 
 
 def add_job() -> int:
@@ -56,7 +56,7 @@ def test_show_and_history_show_the_runs_with_their_lateness() -> None:
 def test_history_says_how_many_runs_a_coalesced_run_stood_for() -> None:
     import asyncio
 
-    from app.scheduler import Scheduler
+    from app.automations.scheduler import Scheduler
 
     settings = load_settings()
     store = JobStore(open_database(settings.database_path, vector_backend="numpy"))

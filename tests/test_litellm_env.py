@@ -1,4 +1,5 @@
-"""litellm is imported one way (memory.litellm_env), offline, whichever part of Pinch asks first."""
+"""litellm is imported one way (memory.embeddings.litellm_env), offline, whichever part of Pinch
+asks first."""
 
 from __future__ import annotations
 
@@ -9,16 +10,16 @@ import sys
 
 import pytest
 
-from memory.litellm_env import OFFLINE_ENVIRONMENT, bundled_tokenizers_dir
+from memory.embeddings.litellm_env import OFFLINE_ENVIRONMENT, bundled_tokenizers_dir
 
 PROBE = """
 import json, os, sys
 if sys.argv[1] == "embeddings":
-    from memory.embeddings import _import_litellm
+    from memory.embeddings.providers import _import_litellm
     _import_litellm()
 else:
     import asyncio
-    from agent.litellm_client import _litellm
+    from agent.model.litellm_client import _litellm
     asyncio.run(_litellm())
 names = [*json.loads(sys.argv[2]), "TIKTOKEN_CACHE_DIR"]
 print(json.dumps({name: os.environ.get(name) for name in names}))

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory import matrix_pack, vectors
-from memory.db import Database, open_database
-from memory.matrix_pack import pack_info, pack_table
-from memory.vectors import NumpyStore, SqliteVecStore, VectorStore, refresh_pack
+from memory.search import matrix_pack, vectors
+from memory.search.matrix_pack import pack_info, pack_table
+from memory.search.vectors import NumpyStore, SqliteVecStore, VectorStore, refresh_pack
+from memory.store.db import Database, open_database
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
 from tests.test_vectors import (
     DIMS,

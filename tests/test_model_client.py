@@ -16,16 +16,8 @@ from typing import Any
 
 import pytest
 
-from agent.config import AgentConfig
-from agent.model import (
-    DEFAULT_MODEL,
-    AnthropicClient,
-    FallbackClient,
-    LiteLLMClient,
-    anthropic_params,
-    create_model_client,
-)
-from agent.model_errors import (
+from agent.agent_config import AgentConfig
+from agent.model.errors import (
     AuthenticationFailedError,
     ContextTooLongError,
     MissingKeyError,
@@ -37,8 +29,16 @@ from agent.model_errors import (
     UnknownModelError,
     UnknownProviderError,
 )
+from agent.model.factory import (
+    DEFAULT_MODEL,
+    AnthropicClient,
+    FallbackClient,
+    LiteLLMClient,
+    anthropic_params,
+    create_model_client,
+)
 from agent.types import Message, ModelRequest, ModelResponse, ToolResult, ToolSpec
-from memory.config import config_file_hint
+from memory.memory_config import config_file_hint
 from tests.fakes.model_server import (
     FakeModelServer,
     RecordedRequest,

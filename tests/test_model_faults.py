@@ -25,17 +25,17 @@ import pytest
 from click.testing import CliRunner
 
 from agent.message_limit import MAX_MESSAGE_CHARS, message_token_limit
-from agent.model import AnthropicClient, FallbackClient, LiteLLMClient, ModelClient
-from agent.model_errors import (
+from agent.model.errors import (
     BadResponseError,
     ContextTooLongError,
     ModelError,
     ModelTimeoutError,
     RequestRefusedError,
 )
+from agent.model.factory import AnthropicClient, FallbackClient, LiteLLMClient, ModelClient
 from agent.types import Message, ModelRequest
-from app.cli import main
-from memory.litellm_env import import_litellm
+from app.cli.main import main
+from memory.embeddings.litellm_env import import_litellm
 from tests.agent_support import OWNER, make_kit, small_workspace
 from tests.fakes.model_server import (
     FakeModelServer,
@@ -441,7 +441,7 @@ def test_piped_chat_over_litellm_prints_only_the_reply(
     server.script(text_reply("Plain answer."))
 
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "chat"],
+        [sys.executable, "-m", "app.cli.main", "chat"],
         input="hello\n",
         capture_output=True,
         text=True,

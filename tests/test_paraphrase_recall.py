@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.embeddings import create_provider
-from memory.index import MemoryIndex
-from memory.sessions import SessionKey, SessionStore
-from memory.transcripts import index_transcript, transcript_path
+from memory.embeddings.providers import create_provider
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.sessions import SessionKey, SessionStore
+from memory.store.transcripts import index_transcript, transcript_path
 from tests.conftest import IndexFactory, WorkspaceFactory
 
 ANNA = SessionKey("main", "telegram", "direct", "111")

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.dreaming import dream
+from agent.dream_run import dream
 from agent.requests import AgentRequest
 from agent.web_fetch import WebFetcher
-from memory.dreaming import DreamingConfig
-from memory.transcripts import transcript_path
+from memory.lifecycle.dreaming import DreamingConfig
+from memory.store.transcripts import transcript_path
 from tests.agent_support import OWNER, Kit, make_kit, model_client, template_workspace
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply, tool_reply
 from tests.fakes.web_pages import PageServer

@@ -8,9 +8,8 @@ from datetime import datetime
 
 import pytest
 
-from memory.chunking import Chunk, hash_text, split_units
-from memory.presets import get_preset
-from memory.search import (
+from memory.index.chunking import Chunk, hash_text, split_units
+from memory.search.hybrid import (
     _Candidate,
     focused_snippet,
     head_snippet,
@@ -21,6 +20,7 @@ from memory.search import (
     rerank_by_lines,
     temporal_multiplier,
 )
+from memory.search.presets import get_preset
 
 PINCH = get_preset("pinch")
 

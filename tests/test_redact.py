@@ -1,4 +1,4 @@
-"""Secrets never reach the screen or a log: the one redaction (agent.redact), the log filter
+"""Secrets never reach the screen or a log: the one redaction (common.redact), the log filter
 (app.logging_setup) and the CLI's error line."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner
 
-from agent.redact import REDACTED, is_secret_name, redact
-from app.cli import main
+from app.cli.main import main
 from app.logging_setup import RedactingFilter, install_log_redaction
-from channels.config import SECRET_FIELDS
+from channels.channel_config import SECRET_FIELDS
+from common.redact import REDACTED, is_secret_name, redact
 
 TELEGRAM = "1234567890:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw0"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from app.cli import main
+from app.cli.main import main
 from tests.agent_support import all_text
 from tests.fakes.model_server import FakeModelServer, text_reply
 
@@ -253,7 +253,7 @@ def test_piped_help_lists_the_chats_own_keys() -> None:
 
 def test_the_chat_runs_beside_a_running_gateway(server: FakeModelServer, home: Path) -> None:
     from app.config import load_settings
-    from app.gateway import acquire_lock
+    from app.gateway.server import acquire_lock
 
     server.script(text_reply("Hello beside the gateway."))
     lock = acquire_lock(load_settings().agent_dir / "gateway.lock")  # as `pinch gateway` holds it
@@ -285,9 +285,9 @@ def test_a_chat_message_goes_through_the_gateways_durable_queue(
 HOLD_THE_MAIN_SESSION = """
 import sys
 from app.config import load_settings
-from app.queue import GatewayStore, this_process
-from memory.db import open_database
-from memory.sessions import SessionKey
+from app.gateway.queue import GatewayStore, this_process
+from memory.store.db import open_database
+from memory.store.sessions import SessionKey
 
 store = GatewayStore(open_database(load_settings().database_path, vector_backend="numpy"))
 me = this_process("telegram", "a-gateway")

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from agent.requests import AgentRequest
-from app.jobs import JobStore, NewJob, Schedule, Target
-from app.scheduler import AutomationSettings, Scheduler, heartbeat_items
+from app.automations.jobs import JobStore, NewJob, Schedule, Target
+from app.automations.scheduler import AutomationSettings, Scheduler, heartbeat_items
 from channels.base import OutboundMessage
-from memory.db import open_database
+from memory.store.db import open_database
 
 T0 = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
 CHAT = Target("telegram", "42")

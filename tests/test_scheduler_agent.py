@@ -8,9 +8,9 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from app.jobs import JobStore, NewJob, Schedule, Target
-from app.schedule_tool import owner_route, schedule_tool
-from app.scheduler import Scheduler, agent_turn, task_session
+from app.automations.jobs import JobStore, NewJob, Schedule, Target
+from app.automations.schedule_tool import owner_route, schedule_tool
+from app.automations.scheduler import Scheduler, agent_turn, task_session
 from channels.base import OutboundMessage
 from tests.agent_support import Kit, all_text, make_kit, template_workspace, tool_results
 from tests.fakes.model_server import FakeModelServer, text_reply, tool_reply

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.requests import AgentRequest
-from app.jobs import JobStore, NewJob, Schedule, Target
-from app.scheduler import AutomationSettings, Scheduler, deliver_via
-from memory.db import open_database
+from app.automations.jobs import JobStore, NewJob, Schedule, Target
+from app.automations.scheduler import AutomationSettings, Scheduler, deliver_via
+from memory.store.db import open_database
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram_support import running as telegram_running
 from tests.test_slack import running as slack_running

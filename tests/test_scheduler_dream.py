@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from app.automations.nightly_dream import DREAM_JOB_ID, run_dream, start_nightly_dream
 from app.config import load_settings
-from app.dreaming import DREAM_JOB_ID, run_dream, start_nightly_dream
 from tests.fakes.model_server import FakeModelServer, text_reply
 from tests.test_dreaming_cli import NOTE, dream_home, pinch
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from app.cli import TEMPLATE_DIR
+from app.automations.scheduler import start_automations
+from app.cli.main import TEMPLATE_DIR
+from app.cli.setup import initialise
 from app.config import Settings
-from app.scheduler import start_automations
-from app.setup import initialise
 from app.wiring import build_runtime
 from tests.fakes.model_server import FakeModelServer, text_reply
 from tests.fakes.telegram_server import FakeTelegram
@@ -79,7 +79,7 @@ def test_the_heartbeat_runs_a_turn_and_delivers_to_the_owner_on_telegram(
 def test_a_machine_zone_without_an_iana_name_falls_back_to_utc_for_jobs() -> None:
     from types import SimpleNamespace
 
-    from app.scheduler import owner_zone
+    from app.automations.scheduler import owner_zone
 
     def runtime(name: str) -> Any:
         return SimpleNamespace(clock=SimpleNamespace(zone_name=name))
@@ -89,8 +89,8 @@ def test_a_machine_zone_without_an_iana_name_falls_back_to_utc_for_jobs() -> Non
 
 
 def test_a_reminder_asked_for_in_a_slack_dm_is_delivered_to_that_dm(tmp_path: Path) -> None:
-    from app.jobs import Target
-    from app.scheduler import add_schedule_tool
+    from app.automations.jobs import Target
+    from app.automations.scheduler import add_schedule_tool
     from tests.fakes.model_server import tool_reply
     from tests.gateway_support import OWNER_SLACK, make_rig
 
@@ -125,8 +125,8 @@ def _terminal_scenario(
 ) -> Any:
     """`pinch chat` asks for a reminder (the terminal turn through the gateway machinery), then
     `pinch gateway`'s scheduler (Telegram and Slack running, no terminal) runs it."""
+    from app.automations.scheduler import add_schedule_tool
     from app.config import OwnersConfig
-    from app.scheduler import add_schedule_tool
     from tests.gateway_support import make_rig
     from tests.test_cli_channel import ScriptedIO, chat_gateway
 
@@ -197,7 +197,7 @@ def test_a_heartbeat_the_owner_paused_stays_paused_across_gateway_starts(
 ) -> None:
     from click.testing import CliRunner
 
-    from app.cli import main
+    from app.cli.main import main
 
     initialise(settings, TEMPLATE_DIR)
 

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.jobs import (
+from app.automations.jobs import (
     Schedule,
     ScheduleError,
     backoff_s,

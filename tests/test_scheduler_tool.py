@@ -11,11 +11,11 @@ import pytest
 
 from agent.policy import policy_for
 from agent.tools import ToolContext
-from app.jobs import JobStore, Target
-from app.schedule_tool import current_target, owner_route, schedule_spec, schedule_tool
+from app.automations.jobs import JobStore, Target
+from app.automations.schedule_tool import current_target, owner_route, schedule_spec, schedule_tool
 from bench.overhead import load_counters
-from memory.db import open_database
-from memory.sessions import SessionKey
+from memory.store.db import open_database
+from memory.store.sessions import SessionKey
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
 OWNER = SessionKey.owner_direct("telegram")
@@ -133,7 +133,7 @@ def test_the_number_of_active_jobs_is_capped(
     """A model in a loop cannot fill the scheduler: past the cap, creating is a tool error
     saying what to do; cancelling one makes room again."""
     from agent.tools import ToolFailure
-    from app import jobs
+    from app.automations import jobs
 
     monkeypatch.setattr(jobs, "MAX_ACTIVE_JOBS", 3)
     store, tool = make(tmp_path)

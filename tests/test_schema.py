@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from app.gateway_schema import GATEWAY
-from app.queue import GatewayStore
-from memory.db import _load_driver, open_database
-from memory.migrations import MIGRATIONS
-from memory.schema import MigrationSet, applied, apply
+from app.gateway.queue import GatewayStore
+from app.gateway.schema import GATEWAY
+from memory.store.db import _load_driver, open_database
+from memory.store.migrations import MIGRATIONS
+from memory.store.schema import MigrationSet, applied, apply
 
 
 def connect_raw(path: Path) -> Any:
@@ -40,7 +40,7 @@ def _statements(migration: Any) -> list[str]:
 
     class Collect:
         def executescript(self, script: str) -> None:
-            from memory.schema import _split_sql
+            from memory.store.schema import _split_sql
 
             collected.extend(_split_sql(script))
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from memory.config import EmbeddingConfig, MemoryConfig
-from memory.db import open_database
 from memory.errors import IndexCorruptError
-from memory.index import MemoryIndex
-from memory.presets import PRESETS, get_preset
-from memory.search import SearchHit
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.search.hybrid import SearchHit
+from memory.search.presets import PRESETS, get_preset
+from memory.store.db import open_database
 from tests.conftest import (
     IndexFactory,
     WorkspaceFactory,
@@ -444,7 +444,7 @@ def test_a_damaged_keyword_index_raises_instead_of_finding_nothing(
 
 
 def test_a_query_fts5_cannot_parse_finds_nothing_by_keyword(keyword_index: MemoryIndex) -> None:
-    from memory.search import keyword_candidates
+    from memory.search.hybrid import keyword_candidates
 
     generation = keyword_index.active_generation()
     assert generation is not None
@@ -473,7 +473,7 @@ def generation_of(idx: MemoryIndex) -> int:
 def test_a_very_common_word_is_left_out_of_the_keyword_query(
     common_words_index: MemoryIndex,
 ) -> None:
-    from memory.search import common_term_match
+    from memory.search.hybrid import common_term_match
 
     idx = common_words_index
     match = common_term_match(idx.db, generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1)
@@ -484,8 +484,8 @@ def test_a_very_common_word_is_left_out_of_the_keyword_query(
 def test_term_counts_are_remembered_until_the_index_changes(
     common_words_index: MemoryIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memory import search
-    from memory.search import common_term_match
+    from memory.search import hybrid as search
+    from memory.search.hybrid import common_term_match
 
     idx = common_words_index
     counted: list[str | None] = []
@@ -509,7 +509,7 @@ def test_term_counts_are_remembered_until_the_index_changes(
 def test_when_every_word_is_common_the_chunks_holding_all_of_them_are_ranked(
     common_words_index: MemoryIndex,
 ) -> None:
-    from memory.search import common_term_match
+    from memory.search.hybrid import common_term_match
 
     idx = common_words_index
     match = common_term_match(idx.db, generation_of(idx), ["anna", "dog"], 0.2, floor=1)
@@ -520,7 +520,7 @@ def test_when_every_word_is_common_the_chunks_holding_all_of_them_are_ranked(
 def test_the_rank_cap_ranks_only_the_newest_matching_chunks(
     common_words_index: MemoryIndex,
 ) -> None:
-    from memory.search import keyword_candidates
+    from memory.search.hybrid import keyword_candidates
 
     idx = common_words_index
     newest = sorted(int(r[0]) for r in idx.db.execute("SELECT rowid FROM memory_fts"))[-3:]

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from memory import migrations
-from memory.db import Database, open_database
 from memory.errors import SessionError
-from memory.migrations import MIGRATIONS, apply_migrations, m001_memory_index
-from memory.sessions import SessionKey, SessionStore
+from memory.store import migrations
+from memory.store.db import Database, open_database
+from memory.store.migrations import MIGRATIONS, apply_migrations, m001_memory_index
+from memory.store.sessions import SessionKey, SessionStore
 
 OWNER = SessionKey("main", "telegram", "direct", "12345")
 GROUP = SessionKey("main", "telegram", "group", "-100777")

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-import memory.sync
+import memory.index.sync
 from memory.errors import WorkspaceError
-from memory.index import MemoryIndex
-from memory.sync import SyncReport
+from memory.index.index import MemoryIndex
+from memory.index.sync import SyncReport
 from tests.conftest import IndexFactory, WorkspaceFactory
 
 FILES = {
@@ -50,7 +50,9 @@ class Gate:
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     g = Gate()
-    monkeypatch.setattr(memory.sync, "chunk_markdown", g.wrap(memory.sync.chunk_markdown))
+    monkeypatch.setattr(
+        memory.index.sync, "chunk_markdown", g.wrap(memory.index.sync.chunk_markdown)
+    )
     yield g
     g.release.set()
 

@@ -24,8 +24,8 @@ import slack_sdk.socket_mode.async_client
 from pydantic import SecretStr
 
 from channels.base import ChannelError, InboundMessage, OutboundMessage
-from channels.config import SlackConfig
-from channels.slack import SCOPES, SlackChannel
+from channels.channel_config import SlackConfig
+from channels.slack.adapter import SCOPES, SlackChannel
 from tests.fakes.slack_server import BOT_USER_ID, FakeSlack
 
 

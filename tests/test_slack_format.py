@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from channels.slack_format import markdown_to_mrkdwn, slack_to_text, split_markdown, split_mrkdwn
+from channels.slack.format import markdown_to_mrkdwn, slack_to_text, split_markdown, split_mrkdwn
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from channels.base import ChannelError, OutboundMessage
-from channels.config import TelegramConfig
-from channels.telegram import TelegramChannel
-from channels.telegram_updates import TokenLock
+from channels.channel_config import TelegramConfig
+from channels.telegram.adapter import TelegramChannel
+from channels.telegram.updates import TokenLock
 from tests.fakes.telegram_server import (
     BOT_USERNAME,
     FORUM,
@@ -169,7 +169,7 @@ def test_malformed_and_unknown_updates_are_skipped_with_one_log_line(tg, tmp_pat
             messages = await inbox.wait_for(1)
         assert [m.text for m in messages] == ["still alive"]
 
-    with caplog.at_level(logging.INFO, logger="channels.telegram"):
+    with caplog.at_level(logging.INFO, logger="channels.telegram.adapter"):
         run(scenario())
     skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
     assert len(skipped) == 3
@@ -403,7 +403,7 @@ def test_a_stalled_poll_is_rebuilt_and_messages_arrive_again(tg, tmp_path, caplo
         assert message.text == "can you hear me?"
         assert "polling rebuilt 1 times" in health.detail
 
-    with caplog.at_level(logging.WARNING, logger="channels.telegram"):
+    with caplog.at_level(logging.WARNING, logger="channels.telegram.adapter"):
         run(scenario())
     assert any("polling stalled" in r.getMessage() for r in caplog.records)
 
@@ -436,7 +436,7 @@ def test_conflict_409_is_logged_once_and_polling_recovers_without_dropping_the_b
         assert not any(c.params.get("drop_pending_updates") for c in clears)
         assert "409 Conflict" in health.detail
 
-    with caplog.at_level(logging.INFO, logger="channels.telegram"):
+    with caplog.at_level(logging.INFO, logger="channels.telegram.adapter"):
         run(scenario())
     lines = [r.getMessage() for r in caplog.records if "409" in r.getMessage()]
     assert len(lines) == 2

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from channels.telegram_format import (
+from channels.telegram.format import (
     markdown_to_html,
     markdown_to_plain,
     split_for_telegram,

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from memory.config import ChunkingConfig
 from memory.errors import SessionError
-from memory.index import MemoryIndex
-from memory.sessions import Session, SessionKey, SessionStore
-from memory.text import estimate_tokens
-from memory.transcripts import (
+from memory.index.index import MemoryIndex
+from memory.memory_config import ChunkingConfig
+from memory.store.sessions import Session, SessionKey, SessionStore
+from memory.store.transcripts import (
     index_transcript,
     read_transcript,
     session_id_from_path,
     transcript_path,
 )
+from memory.text import estimate_tokens
 from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config, use_config
 
 ANNA = SessionKey("main", "telegram", "direct", "111")
@@ -274,7 +274,7 @@ def test_delete_virtual_forgets_a_conversation(index: MemoryIndex) -> None:
 
 
 def test_read_transcript_returns_numbered_lines(tmp_path: Path) -> None:
-    from memory.db import open_database
+    from memory.store.db import open_database
 
     db = open_database(tmp_path / "agent.sqlite")
     store = SessionStore(db)

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory import vectors
-from memory.db import Database, open_database
-from memory.vectors import NumpyStore, SqliteVecStore, VectorStore, matrix_table
+from memory.search import vectors
+from memory.search.vectors import NumpyStore, SqliteVecStore, VectorStore, matrix_table
+from memory.store.db import Database, open_database
 from tests.conftest import (
     IndexFactory,
     WorkspaceFactory,

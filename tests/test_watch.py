@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from memory.index import MemoryIndex
-from memory.watch import MemoryWatcher
+from memory.index.index import MemoryIndex
+from memory.index.watch import MemoryWatcher
 from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config
 
 DEBOUNCE_MS = None  # the default from settings: 1.5 s of quiet before a re-index

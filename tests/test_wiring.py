@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from agent.requests import AgentRequest, Final
-from app.cli import TEMPLATE_DIR
+from app.cli.main import TEMPLATE_DIR
+from app.cli.setup import initialise
 from app.config import Settings
-from app.setup import initialise
 from app.wiring import build_runtime
-from memory.sessions import SessionKey
+from memory.store.sessions import SessionKey
 from tests.fakes.model_server import FakeModelServer, text_reply
 
 
@@ -69,9 +69,9 @@ def test_closing_a_runtime_twice_is_harmless_and_closes_the_database(settings: S
 def test_the_start_up_sync_compacts_after_a_rebuild_and_starts_reading_the_vectors(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, use_model: None
 ) -> None:
-    from memory import vectors
-    from memory.compact import space_usage
-    from memory.config import ChunkingConfig, EmbeddingConfig
+    from memory.memory_config import ChunkingConfig, EmbeddingConfig
+    from memory.search import vectors
+    from memory.store.compact import space_usage
 
     initialise(settings, TEMPLATE_DIR)
     notes = settings.workspace_dir / "memory"

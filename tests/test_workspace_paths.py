@@ -16,7 +16,7 @@ import pytest
 from agent.tools import ToolContext
 from agent.types import ToolCall
 from memory.errors import WorkspaceError
-from memory.workspace import (
+from memory.files.workspace import (
     MemoryFile,
     default_origin,
     discover_memory_files,
@@ -26,7 +26,7 @@ from memory.workspace import (
     read_confined,
     read_memory_lines,
 )
-from memory.writes import WorkspaceWriter
+from memory.files.writes import WorkspaceWriter
 from tests.agent_support import OWNER, make_kit
 from tests.conftest import WorkspaceFactory
 from tests.fakes.model_server import FakeModelServer

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from memory import writes
 from memory.errors import WorkspaceError
-from memory.writes import WorkspaceWriter
+from memory.files import writes
+from memory.files.writes import WorkspaceWriter
 
 REPO = Path(__file__).resolve().parents[1]
 DAY = datetime(2026, 1, 10, 9, 30)
@@ -421,7 +421,7 @@ def test_a_failing_hook_is_logged_not_raised(
         raise RuntimeError("index is busy")
 
     writer = WorkspaceWriter(workspace, on_written=hook)
-    with caplog.at_level(logging.WARNING, logger="memory.writes"):
+    with caplog.at_level(logging.WARNING, logger="memory.files.writes"):
         rel = writer.append_daily_log("still written", now=DAY)
     assert (workspace / rel).exists()
     assert "on_written hook failed" in caplog.text

@@ -1,0 +1,199 @@
+"""The `schedule` tool: the owner asks for reminders and scheduled tasks in words.
+
+    tool = schedule_tool(store, zone="Europe/Berlin", route=route, scheduler=lambda: sched)
+    runtime.agent.tools.add(tool)
+
+Offered only in the owner's private chats and run only on the owner's own message
+(agent/policy.py: "schedule" is an owner-word tool, refused to automations, so a job's turn
+never creates jobs). Every confirmation states the zone. Results go to the chat that asked:
+`current_target` (set by the gateway for the turn it runs); for the terminal, which is gone by
+the time a job runs, `route(key)`: the owner's chat per `[owners]` (no owner id: refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from agent.tools import Tool, ToolContext, ToolFailure
+from agent.types import ToolSpec
+from app.automations.jobs import (
+    Job,
+    JobStore,
+    NewJob,
+    Schedule,
+    ScheduleError,
+    Target,
+    later_by,
+    local_text,
+    parse_at,
+    parse_duration,
+)
+from memory.store.sessions import SessionKey
+
+if TYPE_CHECKING:
+    from app.automations.scheduler import Scheduler
+
+# The chat the current turn answers (the gateway sets it around a turn).
+current_target: ContextVar[Target | None] = ContextVar("pinch_current_target", default=None)
+
+Route = Callable[[SessionKey], Target | None]
+TERMINAL = "cli"  # the channel of `pinch chat`
+
+
+def schedule_spec(zone: str) -> ToolSpec:
+    return ToolSpec(
+        "schedule",
+        "Reminders and scheduled tasks, delivered to this chat. create: give text and one of "
+        f"when (ISO time, e.g. 2026-12-02T09:00, meaning {zone} without an offset; or a "
+        f'delay, e.g. 20m), every (e.g. 30m, 1d) or cron (5 fields in {zone}, e.g. "30 8 * * '
+        '1-5"). task=true runs text as a prompt then and sends the answer; else text is sent '
+        "as is. list: the active jobs. cancel: by id.",
+        {
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": ["create", "list", "cancel"]},
+                "text": {"type": "string"},
+                "when": {"type": "string"},
+                "every": {"type": "string"},
+                "cron": {"type": "string"},
+                "task": {"type": "boolean"},
+                "id": {"type": "integer"},
+            },
+            "required": ["action"],
+        },
+    )
+
+
+def schedule_tool(
+    store: JobStore,
+    *,
+    zone: str,
+    route: Route,
+    scheduler: Callable[[], Scheduler | None] = lambda: None,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> Tool:
+    """The `schedule` tool over `store`; `scheduler()` (when running here) arms jobs at once."""
+
+    async def run(ctx: ToolContext, args: Mapping[str, Any]) -> str:
+        action = args.get("action")
+        if action == "list":
+            jobs = await asyncio.to_thread(store.jobs, states=("active", "paused"))
+            mine = [j for j in jobs if j.managed is None]
+            if not mine:
+                return f"No scheduled jobs. (Times are in {zone}.)"
+            return "\n".join(j.summary() for j in mine)
+        if action == "cancel":
+            job_id = args.get("id")
+            if not isinstance(job_id, int):
+                raise ToolFailure("cancel needs the job's id (see action=list).")
+            job = await asyncio.to_thread(store.get, job_id)
+            if job is None or job.managed is not None:
+                raise ToolFailure(f"There is no job #{job_id}: see action=list.")
+            sched = scheduler()
+            if sched is not None:
+                await sched.cancel(job_id)
+            else:
+                await asyncio.to_thread(store.set_state, job_id, "cancelled", now())
+            return f"Cancelled job #{job_id} ({job.schedule.describe()}; times in {zone})."
+        if action != "create":
+            raise ToolFailure('action must be "create", "list" or "cancel".')
+        asked = current_target.get()
+        job = await asyncio.to_thread(_create, store, ctx, args, zone, route, now())
+        sched = scheduler()
+        if sched is not None and job.next_run_utc is not None:
+            sched.arm(job.id, job.next_run_utc)
+        asked_in = asked.channel if asked else ctx.key.channel
+        return _confirmation(job, from_terminal=asked_in == TERMINAL)
+
+    return Tool(schedule_spec(zone), run)
+
+
+def _create(
+    store: JobStore,
+    ctx: ToolContext,
+    args: Mapping[str, Any],
+    zone: str,
+    route: Route,
+    now: datetime,
+) -> Job:
+    text = str(args.get("text") or "").strip()
+    if not text:
+        raise ToolFailure("create needs text: the reminder, or the task's prompt.")
+    given = [k for k in ("when", "every", "cron") if args.get(k)]
+    if len(given) != 1:
+        raise ToolFailure("create needs exactly one of when, every or cron.")
+    target = current_target.get()
+    if target is None or target.channel == TERMINAL:
+        # The terminal exists only while `pinch chat` runs, and jobs run in `pinch gateway`:
+        # a job asked for there is delivered to the owner's own chat on Telegram or Slack.
+        target = route(ctx.key)
+    if target is None:
+        raise ToolFailure(
+            "Nothing could deliver this: scheduled messages are sent by `pinch gateway` to "
+            "your chat on Telegram or Slack, and no owner id is set. Set [owners] telegram = "
+            '["<your user id>"] (or slack) in config.toml, or ask from Telegram or Slack.'
+        )
+    try:
+        if args.get("when"):
+            schedule = Schedule(
+                "at", str(args["when"]), zone, parse_at(str(args["when"]), zone, now)
+            )
+        elif args.get("every"):
+            seconds = parse_duration(str(args["every"]))
+            schedule = Schedule("every", str(seconds), zone, later_by(now, seconds))
+        else:
+            schedule = Schedule("cron", " ".join(str(args["cron"]).split()), zone, now)
+        new = NewJob(
+            schedule,
+            "task" if args.get("task") else "reminder",
+            text,
+            target,
+            str(ctx.key),
+            owner_private=ctx.policy.owner_private,
+        )
+        return store.create(new, now)
+    except ScheduleError as exc:
+        raise ToolFailure(str(exc)) from None
+
+
+def _confirmation(job: Job, *, from_terminal: bool = False) -> str:
+    what = "Task" if job.payload == "task" else "Reminder"
+    first = local_text(job.next_run_utc, job.schedule.tz) if job.next_run_utc else "—"
+    where = (
+        f" It will be sent to your {job.target.channel.title()} chat by `pinch gateway` "
+        "(the terminal cannot show it later)."
+        if from_terminal
+        else ""
+    )
+    return (
+        f"{what} #{job.id} scheduled, {job.schedule.describe()}; first run {first}. "
+        f"Times are in {job.schedule.tz}.{where}"
+    )
+
+
+def owner_chats(owners: Mapping[str, list[str]]) -> tuple[Target, ...]:
+    """The owner's direct chat on each channel with an id in `[owners]`, Telegram first (a
+    Telegram private chat's id is the user's id; Slack accepts a user id as a DM channel)."""
+    return tuple(Target(c, owners[c][0]) for c in ("telegram", "slack") if owners.get(c))
+
+
+def owner_route(owners: Mapping[str, list[str]]) -> Route:
+    """Where the owner's direct chat is on each channel, from `[owners]` (a Telegram private
+    chat's id is the user's id; Slack accepts a user id as a DM channel). In the shared "main"
+    session (channel "cli") the first channel with an owner id is used."""
+
+    def route(key: SessionKey) -> Target | None:
+        if not key.is_owner_direct:
+            if key.chat_type == "direct":
+                return Target(key.channel, key.peer_id)
+            return Target(key.channel, key.peer_id, key.thread_id)
+        chats = owner_chats(owners)
+        if key.channel != "cli":
+            chats = tuple(c for c in chats if c.channel == key.channel)
+        return chats[0] if chats else None
+
+    return route

@@ -1,0 +1,279 @@
+"""`pinch doctor`: is this installation able to work? One result per check, never a secret.
+
+Checks run in order: secrets present for what is configured, file modes, database integrity
+(`PRAGMA quick_check`), index state, the model answering a 1-token request (skipped with
+`--offline`), then any extra checks — the gateway adds one per channel (getMe / auth.test).
+
+A check is any callable taking the settings and returning a `CheckResult` (or an awaitable of
+one). Channel checks plug in two ways: pass them as `run_checks(settings, extra_checks=[...])`,
+or define `channel_checks(settings) -> list[Check]` in the module `app.cli.channel_checks`, which
+`pinch doctor` imports when it exists. A check that raises is reported as a failed check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import os
+import stat
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from channels.base import Channel
+
+MODEL_CHECK_TIMEOUT_S = 10.0
+CHANNEL_CHECK_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str  # one line; never a secret's value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail}
+
+
+Check = Callable[["Settings"], "CheckResult | Awaitable[CheckResult]"]
+
+
+# ---- the built-in checks -------------------------------------------------------------------
+
+
+def _model_key_names(model: str) -> list[str]:
+    """The environment variables a model's provider needs (empty: none, or not known here)."""
+    if model.startswith(("claude-", "anthropic/")):
+        return ["ANTHROPIC_API_KEY"]
+    provider = model.split("/", 1)[0] if "/" in model else ""
+    known = {
+        "openai": "OPENAI_API_KEY",
+        "gemini": "GEMINI_API_KEY",
+        "mistral": "MISTRAL_API_KEY",
+        "groq": "GROQ_API_KEY",
+        "openrouter": "OPENROUTER_API_KEY",
+        "deepseek": "DEEPSEEK_API_KEY",
+    }
+    return [known[provider]] if provider in known else []
+
+
+def check_secrets(settings: Settings) -> CheckResult:
+    """Each secret the configuration needs is set (values are never shown)."""
+    needed: dict[str, bool] = {}
+    for model in [settings.agent.model, *settings.agent.fallback_models]:
+        for name in _model_key_names(model):
+            needed[name] = bool(os.environ.get(name))
+    tg, sl = settings.telegram, settings.slack
+    if tg.bot_token is not None:
+        needed["PINCH_TELEGRAM__BOT_TOKEN"] = bool(tg.bot_token.get_secret_value())
+        if tg.mode == "webhook":
+            needed["PINCH_TELEGRAM__WEBHOOK_SECRET"] = tg.webhook_secret is not None
+    if sl.bot_token is not None or sl.app_token is not None:
+        needed["PINCH_SLACK__BOT_TOKEN"] = sl.bot_token is not None
+        if sl.mode == "socket":
+            needed["PINCH_SLACK__APP_TOKEN"] = sl.app_token is not None
+        else:
+            needed["PINCH_SLACK__SIGNING_SECRET"] = sl.signing_secret is not None
+    if not needed:
+        return CheckResult("secrets", True, "none needed by this configuration")
+    missing = [name for name, present in needed.items() if not present]
+    detail = ", ".join(f"{name} {'set' if ok else 'missing'}" for name, ok in needed.items())
+    if missing:
+        detail += f" — export {' and '.join(missing)}"
+    return CheckResult("secrets", not missing, detail)
+
+
+def check_file_modes(settings: Settings) -> CheckResult:
+    """The home, the workspace (which may lie outside it) and the database are private."""
+    loose = []
+    for path in dict.fromkeys((settings.home, settings.workspace_dir, settings.database_path)):
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            loose.append(f"{path} is {stat.filemode(mode)}")
+    if loose:
+        return CheckResult(
+            "file modes", False, "; ".join(loose) + " — run `pinch init` to make them private"
+        )
+    return CheckResult("file modes", True, "home, workspace and database are private (0700 / 0600)")
+
+
+def check_database(settings: Settings) -> CheckResult:
+    """`PRAGMA quick_check` on a read-only connection (the check changes nothing)."""
+    from memory.store.db import _load_driver, corruption_advice
+
+    path = settings.database_path
+    if not path.exists():
+        return CheckResult("database", False, f"{path} does not exist: run `pinch init`")
+    driver, _ = _load_driver(False)
+    started = time.monotonic()
+    try:
+        conn = driver.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check").fetchall()]
+        finally:
+            conn.close()
+    except driver.DatabaseError as exc:
+        rows = [str(exc)]
+    if rows != ["ok"]:
+        return CheckResult("database", False, corruption_advice(path, rows[0]))
+    return CheckResult(
+        "database", True, f"{path}: quick_check ok ({time.monotonic() - started:.2f} s)"
+    )
+
+
+def check_index(settings: Settings) -> CheckResult:
+    """Which model and vector backend the index uses, whether it is degraded or has problems."""
+    from memory.index.index import MemoryIndex
+
+    if not settings.workspace_dir.is_dir():
+        return CheckResult(
+            "index", False, f"no workspace at {settings.workspace_dir}: run `pinch init`"
+        )
+    idx = MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
+    try:
+        st = idx.status()
+    finally:
+        idx.close()
+    embed = f"{st.provider} {st.model}".strip() if st.dimensions else st.provider
+    detail = f"{st.files} files, {st.chunks} chunks; {embed}; vector search {st.vector_backend}"
+    if st.degraded:
+        detail += f"; degraded: {st.degraded}"
+    if st.pending_rebuild or st.generation is None:
+        return CheckResult("index", False, detail + " — run `pinch memory index`")
+    if st.problems:
+        first = next(iter(st.problems))
+        return CheckResult(
+            "index",
+            False,
+            f"{detail}; {len(st.problems)} file(s) with problems (first: {first}) — see "
+            "`pinch memory status`",
+        )
+    return CheckResult("index", True, detail)
+
+
+async def check_model(settings: Settings) -> CheckResult:
+    """The configured model answers a 1-token request within a short timeout."""
+    from agent.model.errors import ModelError
+    from agent.model.factory import create_model_client
+    from agent.types import Message, ModelRequest
+
+    cfg = settings.agent
+    timeout = min(MODEL_CHECK_TIMEOUT_S, cfg.timeout_s)
+    client = create_model_client(cfg.model, api_base=cfg.api_base, timeout_s=timeout, max_retries=0)
+    request = ModelRequest(messages=(Message.user("ping"),), max_tokens=1, cache_prefix=False)
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(client.complete(request), timeout + 2)
+    except ModelError as exc:
+        return CheckResult("model", False, f"{cfg.model}: {exc}")
+    except TimeoutError:
+        return CheckResult("model", False, f"{cfg.model}: no answer within {timeout:.0f} s")
+    finally:
+        close = getattr(client, "aclose", None)
+        if close is not None:
+            await close()
+    return CheckResult("model", True, f"{cfg.model} answered in {time.monotonic() - started:.1f} s")
+
+
+def channel_check(channel: Channel, *, timeout_s: float = CHANNEL_CHECK_TIMEOUT_S) -> Check:
+    """A doctor check from a channel adapter: its `check()` (getMe / auth.test), time-limited."""
+
+    async def check(settings: Settings) -> CheckResult:
+        try:
+            health = await asyncio.wait_for(channel.check(), timeout_s)
+        except TimeoutError:
+            return CheckResult(channel.name, False, f"no answer within {timeout_s:.0f} s")
+        return CheckResult(channel.name, health.ok, health.detail)
+
+    check.__name__ = channel.name or "channel"
+    return check
+
+
+def builtin_checks(*, offline: bool = False) -> list[Check]:
+    checks: list[Check] = [check_secrets, check_file_modes, check_database, check_index]
+    if not offline:
+        checks.append(check_model)
+    return checks
+
+
+def plugin_checks(settings: Settings) -> list[Check]:
+    """Checks from `app.cli.channel_checks.channel_checks(settings)`, if that module exists."""
+    try:
+        module = importlib.import_module("app.cli.channel_checks")
+    except ModuleNotFoundError as exc:
+        if exc.name == "app.cli.channel_checks":
+            return []
+        raise
+    return list(module.channel_checks(settings))
+
+
+# ---- running them ---------------------------------------------------------------------------
+
+
+def _name_of(check: Check) -> str:
+    name = getattr(check, "name", None) or getattr(check, "__name__", "check")
+    return str(name).removeprefix("check_").replace("_", " ")
+
+
+async def _run_one(check: Check, settings: Settings) -> CheckResult:
+    try:
+        result = check(settings)
+        if inspect.isawaitable(result):
+            result = await result
+        if not isinstance(result, CheckResult):
+            raise TypeError(f"returned {type(result).__name__}, not a CheckResult")
+        return result
+    except Exception as exc:  # one broken check must not hide the others' results
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return CheckResult(_name_of(check), False, reason)
+
+
+async def run_checks_async(
+    settings: Settings, extra_checks: Iterable[Check] = (), *, offline: bool = False
+) -> list[CheckResult]:
+    results = []
+    for check in [*builtin_checks(offline=offline), *extra_checks]:
+        results.append(await _run_one(check, settings))
+    return results
+
+
+def run_checks(
+    settings: Settings, extra_checks: Iterable[Check] = (), *, offline: bool = False
+) -> list[CheckResult]:
+    """Every built-in check, then `extra_checks`, in order; never raises for a failed check."""
+    return asyncio.run(run_checks_async(settings, extra_checks, offline=offline))
+
+
+# ---- --health -------------------------------------------------------------------------------
+
+
+def gateway_health(settings: Settings, *, timeout_s: float = 3.0) -> str | None:
+    """Why the gateway is unhealthy, or None: the health endpoint if `[gateway] health_port`
+    is set, else the heartbeat file. Fast (no database, no model) for a container HEALTHCHECK."""
+    from app.gateway.heartbeat import health_problem, read_heartbeat
+
+    port = settings.gateway.health_port
+    if port is None:
+        return health_problem(read_heartbeat(settings.home))
+    import urllib.error
+    import urllib.request
+
+    host = settings.gateway.health_listen
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    url = f"http://{host}:{port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return None if response.status == 200 else f"{url} answered {response.status}"
+    except urllib.error.HTTPError as exc:
+        return f"{url} answered {exc.code}"
+    except OSError as exc:
+        reason = getattr(exc, "reason", None) or exc
+        return f"the gateway's health endpoint {url} is unreachable ({reason})"

@@ -1,0 +1,115 @@
+"""`pinch init`: the home, the workspace from the template, and the agent database.
+
+Everything is private to the owner: folders 0700, files 0600, whatever the umask; a home that
+other users can read is tightened (and `pinch init` says so).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from app.config import Settings
+from memory.files.workspace import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_private_dirs
+from memory.store.db import open_database
+
+CONFIG_TEMPLATE = """\
+# Pinch configuration. Environment variables PINCH_* override these values
+# (nested with __, e.g. PINCH_MEMORY__PRESET=keyword). Secrets such as API keys
+# come only from the environment (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...).
+
+# agent_id = "main"
+# workspace = "~/.pinch/workspace"
+
+[agent]
+# model = "claude-sonnet-5-5"        # or "ollama/llama3.2", "openai/gpt-4.1-mini", ...
+# fallback_models = []
+# api_base = "http://localhost:11434"
+# recall_mode = "escalate"           # off | triggers | escalate | always (Active Memory)
+# recall_timeout_s = 8               # deep recall's hard limit; the reply never waits longer
+
+[memory]
+# preset = "pinch"                  # pinch | openclaw | keyword | vector
+# extra_paths = ["~/notes"]          # more Markdown files or folders to index
+# allow_hard_links = false          # true: also read/index files with several hard links
+# vector_backend = "auto"           # auto (sqlite-vec if it loads, else numpy) | sqlite-vec | numpy
+# watch_debounce_ms = 1500          # re-index a changed file after this long without changes
+
+[memory.embedding]
+# provider = "local"                # local (offline e5) | use | litellm | none
+# model = ""                        # for litellm, e.g. "openai/text-embedding-3-small"
+
+# Channels (pinch gateway). Tokens only from the environment: PINCH_TELEGRAM__BOT_TOKEN,
+# PINCH_SLACK__BOT_TOKEN, PINCH_SLACK__APP_TOKEN. Uncomment a table header to use its keys.
+# [owners]
+# telegram = ["123456789"]          # your numeric Telegram user id
+# slack = ["U0123ABCD"]             # your Slack member id
+# [telegram]
+# dm_policy = "pairing"             # pairing | allowlist | open | disabled
+# allow_from = []                   # user ids allowed to DM (allowlist)
+# drop_pending_updates = false      # true: ignore messages sent while Pinch was down
+# [telegram.groups."-1001234567890"]
+# require_mention = true
+# [slack]
+# dm_policy = "pairing"
+# [gateway]
+# owner_dm_scope = "main"           # main (one conversation everywhere) | per-channel
+# collect_window_ms = 1500
+# shutdown_grace_s = 20
+# [automations]
+# misfire_grace_s = 3600            # a run missed by less than this runs late, with a note
+# [heartbeat]
+# every = "30m"                     # run HEARTBEAT.md's checklist; unset: no heartbeat
+# [dreaming]
+# enabled = true                    # nightly consolidation into MEMORY.md (03:00 your time)
+"""
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def tighten_home(home: Path) -> str | None:
+    """Make an existing home (or workspace) folder 0700 if group or others could enter it; say
+    what changed."""
+    try:
+        mode = home.stat().st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(mode) or not mode & 0o077:
+        return None
+    os.chmod(home, PRIVATE_DIR_MODE)
+    return (
+        f"tightened {home} from {stat.filemode(mode)} to drwx------ "
+        "(other users could read your memory and chats)"
+    )
+
+
+def initialise(settings: Settings, template_dir: Path) -> list[str]:
+    """Create whatever is missing; return one line per thing created or changed (empty: none)."""
+    created: list[str] = []
+    home = settings.home
+    # The workspace may be a folder of the owner's outside the home: it holds the memory too.
+    for folder in dict.fromkeys((home, settings.workspace_dir)):
+        note = tighten_home(folder)
+        if note:
+            created.append(note)
+    created += [str(d) + "/" for d in make_private_dirs(home)]
+    if not settings.config_path.exists():
+        _write_private(settings.config_path, CONFIG_TEMPLATE.encode("utf-8"))
+        created.append(str(settings.config_path))
+    ws = settings.workspace_dir
+    for directory in (ws, ws / "memory"):
+        created += [str(d) + "/" for d in make_private_dirs(directory)]
+    for src in sorted(template_dir.glob("*.md")):
+        dest = ws / src.name
+        if not dest.exists():
+            _write_private(dest, src.read_bytes())
+            created.append(str(dest))
+    if not settings.database_path.exists():
+        open_database(settings.database_path).close()
+        created.append(str(settings.database_path))
+    return [item if item.startswith("tightened") else f"created {item}" for item in created]

@@ -1,0 +1,554 @@
+"""The memory index: keeps the agent database's chunks, keywords and vectors in step with the
+Markdown files, and answers searches.
+
+Files are the source of truth; everything here can be rebuilt from them. `MemoryIndex` is a thin
+facade over the parts: memory/index/generations.py (which build serves, the rebuild lease),
+memory/index/sync.py (the sync pipeline, single-flight), memory/index/embedcache.py (the embedding
+cache)
+and memory/index/rows.py (chunk, keyword, passage and vector rows). An index *generation* is one
+complete build. Incremental syncs update the active generation file by file; a full rebuild
+(`sync(force=True)`, or a changed embedding model / chunking) fills a new generation beside the
+active one and swaps it in, in one transaction, only when complete — searches keep using the old
+one meanwhile, and a killed rebuild leaves only rows that the next sync removes. Several
+processes may share the database: only one builds at a time (the lease), and the others keep
+serving and updating the live generation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memory.embeddings.providers import EmbeddingError, EmbeddingProvider, create_provider
+from memory.errors import IndexingError
+from memory.index.chunking import Chunk, hash_text, split_units
+from memory.index.embedcache import EmbeddingCache
+from memory.index.generations import STALE_LEASE_SECONDS, Generations, LeaseHolder
+from memory.index.rows import IndexRows, VecRow
+from memory.index.sync import (
+    MAX_FILE_BYTES,
+    ProgressCallback,
+    SingleFlight,
+    SyncPipeline,
+    SyncReport,
+    read_memory_file,
+    shown_path,
+)
+from memory.lifecycle.signals import record_recall
+from memory.memory_config import MemoryConfig
+from memory.search.filters import SearchFilter
+from memory.search.hybrid import SearchHit, run_search
+from memory.search.presets import SearchPreset, get_preset
+from memory.search.vectors import NumpyStore, SqliteVecStore, VectorStore, drop_vec_table
+from memory.store.compact import space_usage
+from memory.store.db import Database, open_database
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "MAX_FILE_BYTES",
+    "STALE_LEASE_SECONDS",
+    "IndexStatus",
+    "LeaseHolder",
+    "MemoryIndex",
+    "ProgressCallback",
+    "SyncReport",
+    "VirtualChunk",
+]
+
+TOKENIZER_VERSION = "pinch-fts-v2"  # bump when fts_body() or chunking rules change
+PASSAGES_VERSION = "units-v4"  # bump when split_units() or how passages are stored changes
+ORIGINS_VERSION = "file-lowest-v1"  # bump when how chunks get their origin changes
+
+# Chunk sources that no workspace file backs (conversation transcripts,
+# memory/store/transcripts.py):
+# an incremental sync never removes them, and a rebuild re-creates them through `rebuild_hooks`.
+VIRTUAL_SOURCES = frozenset({"sessions"})
+RebuildHook = Callable[["MemoryIndex", int], None]  # (index, the generation being built)
+StoreFactory = Callable[[int], VectorStore]  # the vector store for vectors of N dimensions
+_FROM_CONFIG: Any = object()
+
+
+@dataclass(frozen=True)
+class VirtualChunk:
+    """A chunk no workspace file backs; its line numbers are whatever its source counts."""
+
+    start_line: int
+    end_line: int
+    text: str
+    origin: str  # 'owner' | 'agent' | 'untrusted' | 'system'
+    day: str | None = None  # YYYY-MM-DD when dated (temporal decay applies)
+
+
+@dataclass
+class IndexStatus:
+    workspace: str
+    database: str
+    generation: int | None
+    files: int
+    chunks: int
+    provider: str
+    model: str
+    dimensions: int | None
+    vector_backend: str
+    degraded: str | None  # why search is keyword-only, if it is
+    sqlite_version: str
+    driver: str
+    pending_rebuild: bool
+    problems: dict[str, str]
+    cache_entries: int
+    dirty_files: list[str] | None = None  # --deep: files changed since the last sync
+    rebuilding: str | None = None  # another process building a new generation: who
+    file_bytes: int = 0  # the database file
+    free_bytes: int = 0  # free pages inside it (a rebuild's old index until compacted)
+
+
+class MemoryIndex:
+    """The memory index of one workspace inside one agent database.
+
+    `provider` (default: made from `config.embedding` on first use; None = keyword-only) and
+    `vector_store` (default: sqlite-vec when loaded, else numpy, per `config.vector_backend`)
+    can be injected. Safe to share between threads; `sync()` is single-flight.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        workspace: Path,
+        config: MemoryConfig,
+        *,
+        provider: EmbeddingProvider | None = _FROM_CONFIG,
+        vector_store: StoreFactory | None = None,
+    ) -> None:
+        self.db = db
+        self.workspace = workspace
+        self.config = config
+        self._provider: EmbeddingProvider | None = None
+        self._provider_error: str | None = None
+        self._provider_loaded = provider is not _FROM_CONFIG
+        if self._provider_loaded:
+            self._provider = provider
+        self._make_store = vector_store or self._default_store
+        self._stores: dict[int, VectorStore] = {}
+        self._query_cache: dict[tuple[str, str, str], np.ndarray] = {}
+        # Run on a full rebuild, after the files and before the swap, to fill the new
+        # generation with chunks that files do not back. Transcripts by default.
+        self.rebuild_hooks: list[RebuildHook] = [_replay_transcripts]
+        self.generations = Generations(db, self._drop_vectors)
+        self.rows = IndexRows(self._store_for_rows, self.generations.dimensions_of)
+        self.cache = EmbeddingCache(db, config.embedding.batch_size)
+        self._pipeline = SyncPipeline(
+            db=db,
+            workspace=workspace,
+            config=config,
+            generations=self.generations,
+            rows=self.rows,
+            cache=self.cache,
+            provider=lambda: self.provider,
+            identity=self.identity,
+            store_for=lambda dims: self._store(dims),
+            token=uuid.uuid4().hex,  # tells this index's lease from another's in one process
+        )
+        self._flight = SingleFlight()
+
+    @classmethod
+    def open(
+        cls,
+        workspace: Path,
+        db_path: Path,
+        config: MemoryConfig | None = None,
+        *,
+        provider: EmbeddingProvider | None = _FROM_CONFIG,
+        vector_store: StoreFactory | None = None,
+    ) -> MemoryIndex:
+        config = config or MemoryConfig()
+        db = open_database(db_path, vector_backend=config.vector_backend)
+        return cls(db, workspace, config, provider=provider, vector_store=vector_store)
+
+    def warm(self) -> None:
+        """Get ready to search soon, in the background: load the embedding model and start
+        reading the active generation's vectors (≈150 MB at 100k chunks). For long-running
+        processes (the chat, the gateway); a one-off command should not pay for it."""
+        try:
+            active = self.active_generation()
+            if active is None or self.provider is None:
+                return
+            generation, identity = active
+            store = self._store(identity.get("dimensions"))
+            if store is not None and identity.get("model") == self.provider.model:
+                store.preload(generation)
+        except Exception:  # a warm-up only: the first search reads what it needs itself
+            log.warning(
+                "Could not start reading the vectors ahead of the first search", exc_info=True
+            )
+
+    def close(self) -> None:
+        for store in self._stores.values():
+            store.close()
+        self.db.close()
+
+    # ---- embedding provider and vector store ----------------------------------------------
+
+    @property
+    def provider(self) -> EmbeddingProvider | None:
+        """The embedding provider, loaded on first use; None means keyword-only (degraded)."""
+        if not self._provider_loaded:
+            self._provider_loaded = True
+            try:
+                self._provider = create_provider(self.config.embedding)
+            except EmbeddingError as exc:
+                self._provider_error = str(exc)
+        return self._provider
+
+    def degraded_reason(self) -> str | None:
+        """Why search is keyword-only now, if it is (None: vectors are searched)."""
+        if self.provider is None:
+            if self._provider_error:
+                return f"keyword-only: the embedding model failed to load ({self._provider_error})"
+            return 'keyword-only: [memory.embedding] provider = "none"'
+        active = self.active_generation()
+        if active is not None and not self._vectors_comparable(active[1]):
+            return (
+                "keyword-only until the index is rebuilt for the new embedding model: "
+                "run `pinch memory index`"
+            )
+        return None
+
+    def _vectors_comparable(self, identity: dict[str, Any]) -> bool:
+        """Whether a generation built with `identity` holds vectors of this run's model (a
+        model change leaves it keyword-only until rebuilt: vectors of two models never mix)."""
+        p = self.provider
+        return p is not None and (
+            identity.get("provider"),
+            identity.get("model"),
+            identity.get("dimensions"),
+        ) == (p.provider, p.model, p.dimensions)
+
+    def identity(self) -> dict[str, Any]:
+        p = self.provider
+        return {
+            "provider": p.provider if p else "none",
+            "model": p.model if p else "",
+            "dimensions": p.dimensions if p else None,
+            "chunk_tokens": self.config.chunking.tokens,
+            "chunk_overlap": self.config.chunking.overlap,
+            "tokenizer": TOKENIZER_VERSION,
+            "passages": PASSAGES_VERSION,
+            "origins": ORIGINS_VERSION,
+        }
+
+    def _default_store(self, dimensions: int) -> VectorStore:
+        if self.db.vec_version and self.config.vector_backend != "numpy":
+            return SqliteVecStore(self.db, dimensions)
+        return NumpyStore(self.db)
+
+    def _store(self, dimensions: int | None) -> VectorStore | None:
+        p = self.provider
+        if p is None or not dimensions:
+            return None
+        if dimensions not in self._stores:
+            self._stores[dimensions] = self._make_store(dimensions)
+        return self._stores[dimensions]
+
+    def _store_for_rows(self, dimensions: int | None) -> VectorStore | None:
+        store = self._store(dimensions)
+        if store is None and dimensions:
+            # No provider in this run, but the generation may have vectors: remove them too.
+            if self.db.vec_version:
+                return SqliteVecStore(self.db, dimensions)
+            return NumpyStore(self.db)
+        return store
+
+    def _drop_vectors(self, conn: Any, generation: int, dimensions: int | None) -> None:
+        store = self._store(dimensions)
+        if store is not None:
+            store.drop_generation(conn, generation)
+        drop_vec_table(conn, generation)  # also when this run has no provider (degraded)
+
+    @property
+    def vector_backend(self) -> str:
+        p = self.provider
+        if p is None:
+            return "none"
+        store = self._store(p.dimensions)
+        return store.name if store is not None else "none"
+
+    # ---- generations and sync ---------------------------------------------------------------
+
+    def active_generation(self) -> tuple[int, dict[str, Any]] | None:
+        return self.generations.active()
+
+    def sync(
+        self,
+        *,
+        force: bool = False,
+        on_progress: ProgressCallback | None = None,
+        wait: bool = False,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> SyncReport:
+        """Bring the index in step with the files. Returns what changed and what failed.
+
+        Single-flight: a call made while another thread syncs waits for one following run
+        (shared by every such call) and returns its report. When another process is rebuilding
+        the index, this works on the live generation (`report.busy` says who rebuilds) — or,
+        with `wait=True`, first waits for that rebuild to finish (`on_wait(who)` is called once).
+        """
+
+        def run(force_now: bool, wait_now: bool) -> SyncReport:
+            steps = [lambda gen, hook=hook: hook(self, gen) for hook in self.rebuild_hooks]
+            return self._pipeline.run(
+                force=force_now,
+                wait=wait_now,
+                on_progress=on_progress,
+                on_wait=on_wait,
+                rebuild_steps=steps,
+            )
+
+        return self._flight.run(force, wait, run)
+
+    # ---- chunks without files (transcripts) ---------------------------------------------
+
+    def _generation_for_write(self, generation: int | None) -> int:
+        if generation is not None:
+            return generation
+        active = self.active_generation()
+        if active is None:
+            raise IndexingError("The memory index has not been built yet: run a sync first.")
+        return active[0]
+
+    def virtual_tail(self, path: str, *, generation: int | None = None) -> list[VirtualChunk]:
+        """The chunks of `path` that start at its highest start line (several when one long
+        entry was split), oldest first; empty when the path has no chunks."""
+        gen = self._generation_for_write(generation)
+        rows = self.db.execute(
+            "SELECT start_line, end_line, text, origin, day FROM memory_chunks "
+            "WHERE generation = ? AND path = ? AND start_line = (SELECT max(start_line) "
+            "FROM memory_chunks WHERE generation = ? AND path = ?) ORDER BY id",
+            (gen, path, gen, path),
+        )
+        return [VirtualChunk(int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows]
+
+    def add_virtual_chunks(
+        self,
+        path: str,
+        source: str,
+        scope: str,
+        chunks: Sequence[VirtualChunk],
+        *,
+        replace_from_line: int | None = None,
+        generation: int | None = None,
+    ) -> int:
+        """Add chunks that no file backs to a generation (the active one by default).
+
+        With `replace_from_line`, the path's chunks starting at or after that line are replaced
+        in the same transaction. Vectors come through the provider and embedding cache when the
+        generation was built with the current provider; otherwise the chunks are keyword-only
+        until the next rebuild. Returns how many chunks were added (0 when the generation was
+        swapped out meanwhile: the new one replays from the source).
+        """
+        if source not in VIRTUAL_SOURCES:
+            raise ValueError(f"{source!r} is not a virtual source ({sorted(VIRTUAL_SOURCES)})")
+        gen = self._generation_for_write(generation)
+        identity = self.generations.identity_of(gen)
+        if identity is None:
+            return 0  # swapped out meanwhile; the new generation replays from the source
+        real = [Chunk(c.start_line, c.end_line, c.text, hash_text(c.text), None) for c in chunks]
+        p = self.provider
+        vectors: dict[str, np.ndarray] = {}
+        store = None
+        built_with = (identity["provider"], identity["model"], identity["dimensions"])
+        if p is not None and built_with == (p.provider, p.model, p.dimensions):
+            # One vector per passage (a turn or a few short ones), as for files: a fact said in
+            # one line of a long conversation chunk is not averaged away by the turns around it.
+            units = [u for chunk in real for u in split_units(chunk)]
+            vectors = self._pipeline.embed(units, SyncReport(gen, rebuilt=False), None)
+            store = self._store(p.dimensions)
+        with self.db.transaction() as conn:
+            if not conn.execute("SELECT 1 FROM memory_generations WHERE id = ?", (gen,)).fetchone():
+                return 0
+            if replace_from_line is not None:
+                self.rows.delete_chunks(conn, gen, path, replace_from_line)
+            vec_rows: list[VecRow] = []
+            for c, chunk in zip(chunks, real, strict=True):
+                where = (path, source, c.origin, scope)
+                units = split_units(chunk)
+                self.rows.insert_chunk(conn, gen, where, chunk, c.day, units, vectors, vec_rows)
+            if store is not None and vec_rows:
+                store.add(conn, vec_rows)
+            self.generations.bump_version(conn)
+        return len(chunks)
+
+    def delete_virtual(self, path: str, *, generation: int | None = None) -> int:
+        """Remove every chunk of a virtual path (e.g. a forgotten conversation)."""
+        gen = self._generation_for_write(generation)
+        with self.db.transaction() as conn:
+            removed = self.rows.delete_chunks(conn, gen, path, None)
+            self.generations.bump_version(conn)
+        return removed
+
+    def prime_embedding_cache(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Store vectors for texts the index embeds — the passages `split_units` cuts chunks
+        into — without running the model (benchmarks, imports)."""
+        p = self.provider
+        if p is None:
+            raise IndexingError("No embedding provider is configured; nothing to prime.")
+        self.cache.prime(p, texts, vectors)
+
+    # ---- search -----------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        preset: str | SearchPreset | None = None,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        now: datetime | None = None,
+        scopes: Sequence[str] = ("",),
+        filter: SearchFilter | None = None,
+        record: bool = True,
+    ) -> list[SearchHit]:
+        """Hybrid search of the active generation. An empty index is synced first.
+
+        `filter` (the agent's policy) replaces `scopes` and may also limit sources and origins.
+        `record=False`: a check, not a recall: it leaves no signal for Dreaming.
+        """
+        if filter is not None:
+            scopes = filter.scopes
+        chosen = (
+            preset if isinstance(preset, SearchPreset) else get_preset(preset or self.config.preset)
+        )
+        active = self.active_generation()
+        if active is None:
+            self.sync()
+            active = self.active_generation()
+            if active is None:
+                return []
+        generation, identity = active
+        # Built with another model (rebuild pending or under way): its vectors cannot be
+        # compared with this model's queries, so it is searched by keyword until rebuilt.
+        provider = self.provider if self._vectors_comparable(identity) else None
+        store = self._store(identity.get("dimensions")) if provider else None
+        hits = run_search(
+            self.db,
+            generation,
+            query,
+            preset=chosen,
+            embed_query=self._embed_query if provider else None,
+            relevance_floor=getattr(provider, "relevance_floor", None),
+            store=store,
+            max_results=max_results,
+            min_score=min_score,
+            now=now or datetime.now(),
+            scopes=list(scopes),
+            admits=filter.admits if filter is not None else None,
+        )
+        if record:
+            record_recall(self.db, query, hits, now=now)  # Dreaming's signals; never blocks
+        return hits
+
+    def _embed_query(self, text: str) -> np.ndarray:
+        """The query's vector, remembered for the last few queries (agents repeat themselves)."""
+        p = self.provider
+        assert p is not None
+        key = (p.provider, p.model, text)
+        vec = self._query_cache.pop(key, None)
+        if vec is None:
+            vec = p.embed_query(text)
+        self._query_cache[key] = vec
+        while len(self._query_cache) > 256:
+            self._query_cache.pop(next(iter(self._query_cache)))
+        return vec
+
+    def status(self, *, deep: bool = False) -> IndexStatus:
+        active = self.active_generation()
+        generation = active[0] if active else None
+        identity = self.identity()
+        files = chunks = 0
+        problems: dict[str, str] = {}
+        if generation is not None:
+            files = int(
+                self.db.execute(
+                    "SELECT count(*) FROM memory_sources WHERE generation = ? AND error IS NULL",
+                    (generation,),
+                )[0][0]
+            )
+            chunks = int(
+                self.db.execute(
+                    "SELECT count(*) FROM memory_chunks WHERE generation = ?", (generation,)
+                )[0][0]
+            )
+            problems = dict(
+                self.db.execute(
+                    "SELECT path, coalesce(error, warning) FROM memory_sources "
+                    "WHERE generation = ? AND (error IS NOT NULL OR warning IS NOT NULL)",
+                    (generation,),
+                )
+            )
+        dirty: list[str] | None = None
+        if deep:
+            dirty = self._dirty_files(generation)
+        cache = self.cache.count()
+        building = self.generations.live_rebuild()
+        usage = space_usage(self.db)
+        return IndexStatus(
+            workspace=str(self.workspace),
+            database=str(self.db.path),
+            generation=generation,
+            files=files,
+            chunks=chunks,
+            provider=identity["provider"],
+            model=identity["model"],
+            dimensions=identity["dimensions"],
+            vector_backend=self.vector_backend,
+            degraded=self.degraded_reason(),
+            sqlite_version=self.db.sqlite_version,
+            driver=self.db.driver,
+            pending_rebuild=active is None or active[1] != identity,
+            problems=problems,
+            cache_entries=cache,
+            dirty_files=dirty,
+            rebuilding=building.describe() if building is not None else None,
+            file_bytes=usage.file_bytes,
+            free_bytes=usage.free_bytes,
+        )
+
+    def _dirty_files(self, generation: int | None) -> list[str]:
+        if generation is None:
+            return [f.rel_path for f in self._pipeline.discover()]
+        known = dict(
+            (r[0], r[1])
+            for r in self.db.execute(
+                "SELECT path, hash FROM memory_sources WHERE generation = ?", (generation,)
+            )
+        )
+        dirty = []
+        files = self._pipeline.discover()
+        for f in files:
+            path = shown_path(f.rel_path)
+            try:
+                st = os.lstat(f.abs_path)
+                _, h, _ = read_memory_file(  # never blocks on a FIFO
+                    self.workspace, f, st, allow_hard_links=self.config.allow_hard_links
+                )
+            except (OSError, IndexingError):
+                dirty.append(path)
+                continue
+            if known.get(path) != h:
+                dirty.append(path)
+        dirty.extend(sorted(set(known) - {shown_path(f.rel_path) for f in files}))
+        return dirty
+
+
+def _replay_transcripts(index: MemoryIndex, generation: int) -> None:
+    from memory.store.transcripts import replay_transcripts  # imports this module; import when used
+
+    replay_transcripts(index, generation)

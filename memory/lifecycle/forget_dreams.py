@@ -1,0 +1,286 @@
+"""What Dreaming kept of a forgotten session: recall signals, promotions, preimages, the diary.
+
+`forget` (memory/lifecycle/forget.py) calls these with the session's entries as they are on disk
+*before*
+it cuts them (their text and line numbers are what Dreaming cited):
+
+- recall signals whose path and line range overlap a removed entry (or a removed session note,
+  or the session's transcript) — `count_signals` / `delete_signals`;
+- MEMORY.md lines Dreaming wrote from one of those entries: the exact line `entry_line` would
+  write for it (its `<!-- source: path#Ln -->` resolves to the entry, the entry to the session).
+  A line citing the entry whose text differs (edited by hand, or a merge into an entry that was
+  already there) is kept and reported;
+- the same lines in the preimages (memory/.dreams/MEMORY-*.md and `dream_runs.preimage_text`),
+  so `pinch memory dream --undo` cannot bring them back;
+- DREAMS.md report lines quoting one of those entries, replaced by a line saying it was
+  forgotten (the diary is the owner's, but a user expects the text gone).
+
+Dreaming stores no per-candidate rows (candidates are recomputed each night from the files, and
+the tombstone keeps Light from staging a forgotten session's entries again).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memory.files.workspace import DREAMS_FILE
+from memory.files.writes import WorkspaceWriter, _atomic_write, _pinned, _read_text, _write_lock
+from memory.lifecycle.dreaming import (
+    MEMORY_FILE,
+    PREIMAGE_DIR,
+    Candidate,
+    _entries,
+    apply_dreaming_migrations,
+    content_hash,
+    entry_line,
+)
+from memory.lifecycle.signals import flush_signals
+from memory.store.db import Database
+
+FORGOTTEN_REPORT = "(an entry here was removed by `pinch memory forget`)"
+
+
+@dataclass(frozen=True)
+class Span:
+    """Lines `start`..`end` (1-based) of `path` that are being forgotten; None: the whole file."""
+
+    path: str
+    start: int | None = None
+    end: int | None = None
+
+
+@dataclass(frozen=True)
+class Attributed:
+    """One of Dreaming's entries (a bullet or paragraph) that belonged to the forgotten session."""
+
+    path: str
+    start: int
+    end: int
+    text: str
+
+    @property
+    def source(self) -> str:
+        return f"{self.path}#L{self.start}"
+
+    @property
+    def memory_line(self) -> str:
+        """The MEMORY.md line a dream promoting it wrote."""
+        return entry_line(Candidate("", self.path, self.start, self.end, self.text, None))
+
+    def quoted_in(self, report_line: str) -> bool:
+        """Whether a DREAMS.md report line is about this entry (its source and its snippet)."""
+        snippet = repr(" ".join(self.text.split())[:70])
+        return report_line.startswith(f"- {self.source}") and snippet in report_line
+
+
+def attributed(path: str, text: str, spans: Sequence[Span]) -> list[Attributed]:
+    """Dreaming's entries of `text` (file `path`) that start inside one of `spans`."""
+    mine = [s for s in spans if s.path == path]
+    out = []
+    for start, end, body in _entries(text):
+        for s in mine:
+            if s.start is None or s.end is None or s.start <= start <= s.end:
+                out.append(Attributed(path, start, end, body.strip()))
+                break
+    return out
+
+
+# ---- recall signals ---------------------------------------------------------------------------
+
+
+def _signal_where(spans: Iterable[Span]) -> tuple[str, list[Any]]:
+    parts, args = [], list[Any]()
+    for s in spans:
+        if s.start is None or s.end is None:
+            parts.append("path = ?")
+            args.append(s.path)
+        else:
+            parts.append("(path = ? AND start_line <= ? AND end_line >= ?)")
+            args += [s.path, s.end, s.start]
+    return " OR ".join(parts), args
+
+
+def count_signals(db: Database, spans: Sequence[Span]) -> dict[str, int]:
+    """path -> how many recall signals fall on `spans`."""
+    if not spans:
+        return {}
+    flush_signals(db)  # signals a search buffered while the database was busy count too
+    where, args = _signal_where(spans)
+    rows = db.execute(
+        f"SELECT path, count(*) FROM recall_signals WHERE {where} GROUP BY path ORDER BY path",
+        tuple(args),
+    )
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+def delete_signals(conn: Any, spans: Sequence[Span]) -> int:
+    """Delete the recall signals on `spans` inside the caller's transaction; returns how many."""
+    if not spans:
+        return 0
+    where, args = _signal_where(spans)
+    return int(conn.execute(f"DELETE FROM recall_signals WHERE {where}", tuple(args)).rowcount)
+
+
+def shift_signals(conn: Any, path: str, removed: set[int]) -> None:
+    """Move the signals of `path` up past `removed` lines (1-based, before the cut), so each
+    still covers the lines it was recorded for (REM counts signals by line)."""
+    if not removed:
+        return
+    cut = sorted(removed)
+    rows = conn.execute(
+        "SELECT id, start_line, end_line FROM recall_signals WHERE path = ? AND end_line > ?",
+        (path, cut[0]),
+    ).fetchall()
+    for row_id, start, end in rows:
+        new_start = int(start) - bisect_left(cut, int(start))
+        new_end = max(new_start, int(end) - bisect_right(cut, int(end)))
+        if (new_start, new_end) != (start, end):
+            conn.execute(
+                "UPDATE recall_signals SET start_line = ?, end_line = ? WHERE id = ?",
+                (new_start, new_end, int(row_id)),
+            )
+
+
+# ---- MEMORY.md, preimages, DREAMS.md ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DreamFinding:
+    kind: str  # memory_entry | dream_preimage | dream_preimage_db | dream_report
+    action: str  # remove | keep
+    path: str | None
+    lines: str | None = None
+    count: int = 1
+    reason: str | None = None
+
+
+def _without(text: str, drop: set[str]) -> tuple[str, int]:
+    lines = text.split("\n")
+    kept = [line for line in lines if line.rstrip() not in drop]
+    return "\n".join(kept), len(lines) - len(kept)
+
+
+def _redacted(text: str, entries: Sequence[Attributed]) -> tuple[str, int]:
+    lines = text.split("\n")
+    n = 0
+    for i, line in enumerate(lines):
+        hit = next((a for a in entries if a.quoted_in(line)), None)
+        if hit is not None:
+            lines[i] = f"- {hit.source}: {FORGOTTEN_REPORT}"
+            n += 1
+    return "\n".join(lines), n
+
+
+def _read_hidden(workspace: Path, rel: str) -> str | None:
+    """A preimage's text (`_read_text` refuses hidden folders); None if absent or not a file."""
+    path = workspace / rel
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        return path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _preimage_files(workspace: Path) -> list[str]:
+    folder = workspace / PREIMAGE_DIR
+    if not folder.is_dir():
+        return []
+    return [f"{PREIMAGE_DIR}/{p.name}" for p in sorted(folder.glob("MEMORY-*.md")) if p.is_file()]
+
+
+def _memory_findings(memory: str, entries: Sequence[Attributed]) -> list[DreamFinding]:
+    wanted = {a.memory_line for a in entries}
+    sources = [f"<!-- source: {a.source} -->" for a in entries]
+    out = []
+    for i, line in enumerate(memory.split("\n"), start=1):
+        if line.rstrip() in wanted:
+            out.append(DreamFinding("memory_entry", "remove", MEMORY_FILE, str(i)))
+        elif any(s in line for s in sources):
+            reason = "edited by hand, or merged into an entry that was there before"
+            out.append(DreamFinding("memory_entry", "keep", MEMORY_FILE, str(i), reason=reason))
+    return out
+
+
+def plan_dreams(db: Database, workspace: Path, entries: Sequence[Attributed]) -> list[DreamFinding]:
+    """What Dreaming holds of `entries`: MEMORY.md lines, preimages, diary lines. Reads only."""
+    if not entries:
+        return []
+    wanted = {a.memory_line for a in entries}
+    out = _memory_findings(_read_text(workspace, MEMORY_FILE) or "", entries)
+    for rel in _preimage_files(workspace):
+        n = _without(_read_hidden(workspace, rel) or "", wanted)[1]
+        if n:
+            out.append(DreamFinding("dream_preimage", "remove", rel, count=n))
+    apply_dreaming_migrations(db)
+    runs = [
+        int(r[0])
+        for r in db.execute("SELECT id, preimage_text FROM dream_runs WHERE preimage_text != ''")
+        if _without(str(r[1]), wanted)[1]
+    ]
+    if runs:
+        out.append(DreamFinding("dream_preimage_db", "remove", None, count=len(runs)))
+    diary = _redacted(_read_text(workspace, DREAMS_FILE) or "", entries)[1]
+    if diary:
+        out.append(DreamFinding("dream_report", "remove", DREAMS_FILE, count=diary))
+    return out
+
+
+def forget_dreams(
+    db: Database, workspace: Path, writer: WorkspaceWriter, entries: Sequence[Attributed]
+) -> list[DreamFinding]:
+    """Remove what `plan_dreams` finds, each file rewritten atomically against what is on disk
+    when it is written (a line edited meanwhile no longer matches and stays). Returns what was
+    done, as `plan_dreams` lists it."""
+    done = plan_dreams(db, workspace, entries)
+    if not done:
+        return done
+    wanted = {a.memory_line for a in entries}
+    if any(f.kind == "memory_entry" and f.action == "remove" for f in done):
+        swap: list[str] = []  # (before, after) of the write that happened (cut may run again)
+
+        def cut(text: str | None) -> str:
+            swap[:] = [text or "", _without(text or "", wanted)[0]]
+            return swap[1]
+
+        writer.rewrite(MEMORY_FILE, cut)
+        # What was actually removed or kept is what the text on disk held at the swap.
+        done = [f for f in done if f.kind != "memory_entry"]
+        done = _memory_findings(swap[0], entries) + done
+        # The last dream's undo still works: it checks MEMORY.md against what the dream wrote.
+        with db.transaction() as conn:
+            conn.execute(
+                "UPDATE dream_runs SET post_hash = ? WHERE post_hash = ?",
+                (content_hash(swap[1]), content_hash(swap[0])),
+            )
+    for f in done:
+        if f.kind == "dream_preimage" and f.path:
+            _rewrite_hidden(workspace, f.path, lambda t: _without(t, wanted)[0])
+        elif f.kind == "dream_report":
+            writer.rewrite(DREAMS_FILE, lambda t: _redacted(t or "", entries)[0])
+    with db.transaction() as conn:
+        for run_id, text in conn.execute(
+            "SELECT id, preimage_text FROM dream_runs WHERE preimage_text != ''"
+        ).fetchall():
+            new, n = _without(str(text), wanted)
+            if n:
+                conn.execute(
+                    "UPDATE dream_runs SET preimage_text = ? WHERE id = ?", (new, int(run_id))
+                )
+    return done
+
+
+def _rewrite_hidden(workspace: Path, rel: str, change: Any) -> None:
+    """Rewrite a preimage (memory/.dreams/, outside what the writer may touch) compare-and-swap."""
+    target = workspace / rel
+    with _write_lock, _pinned(workspace, target) as pinned:
+        for _ in range(5):
+            current = _read_hidden(workspace, rel)
+            if current is None:
+                return
+            if _atomic_write(pinned, change(current).encode("utf-8"), check=True, expect=current):
+                return

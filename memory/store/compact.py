@@ -1,0 +1,92 @@
+"""Giving back the space a rebuild freed: the agent database after `pinch memory index --force`.
+
+A rebuild writes the new index beside the old one and then drops the old one, so the file keeps
+the old pages as free space (2.5 of 6.7 GB at 100k chunks) and SQLite puts later tables, such as
+the packed vector matrix, into those scattered holes: reading the vectors from disk then took
+≈ 1 s instead of ≈ 0.3-0.6 s (bench/RESULTS.md, 2026-12-01). `compact` rewrites the file without
+the holes (SQLite's VACUUM: each table's pages together again).
+
+    usage = space_usage(db)          # SpaceUsage(file_bytes=…, free_bytes=…)
+    if usage.worth_compacting:
+        compact(db)                  # DatabaseError (advice) if another process keeps it busy
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from memory.errors import DatabaseError
+from memory.store.db import BUSY_TIMEOUT_S, Database, is_busy
+
+log = logging.getLogger(__name__)
+
+# Compact after a rebuild when at least this share of the file is free pages.
+COMPACT_FREE_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class SpaceUsage:
+    file_bytes: int
+    free_bytes: int
+
+    @property
+    def free_share(self) -> float:
+        return self.free_bytes / self.file_bytes if self.file_bytes else 0.0
+
+    @property
+    def worth_compacting(self) -> bool:
+        return self.free_share >= COMPACT_FREE_SHARE
+
+
+def space_usage(db: Database) -> SpaceUsage:
+    """The database file's size and the part of it SQLite holds as free pages."""
+    (size,) = db.execute("PRAGMA page_size")[0]
+    (pages,) = db.execute("PRAGMA page_count")[0]
+    (free,) = db.execute("PRAGMA freelist_count")[0]
+    return SpaceUsage(int(size) * int(pages), int(size) * int(free))
+
+
+def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
+    """Rewrite the database without its free pages (VACUUM) and return the usage after it.
+
+    Needs a moment without other writers: it waits up to `wait_s` for one, then raises
+    DatabaseError with advice. Searches in other processes go on meanwhile (WAL); their writes
+    wait until it is done (seconds at 10k chunks, ≈ 15-30 s at 100k)."""
+    with db.lock:
+        conn = db.conn
+        conn.execute(f"PRAGMA busy_timeout = {int(wait_s * 1000)}")
+        try:
+            conn.execute("VACUUM")
+            # The rewrite went through the WAL: fold it back so the file is the whole story.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except Exception as exc:
+            if is_busy(exc):
+                raise DatabaseError(
+                    f"Could not compact {db.path} now: another process is writing to it (a "
+                    "Pinch gateway or chat?). Nothing changed; run `pinch memory compact` "
+                    "again when it is idle."
+                ) from exc
+            raise
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    return space_usage(db)
+
+
+def compact_if_worth_it(db: Database) -> SpaceUsage | None:
+    """Compact when at least COMPACT_FREE_SHARE of the file is free (after a rebuild); best
+    effort: a busy database is logged and left for `pinch memory compact`. None: not done."""
+    before = space_usage(db)
+    if not before.worth_compacting:
+        return None
+    log.info(
+        "Compacting %s: %d of %d bytes free after a rebuild",
+        db.path,
+        before.free_bytes,
+        before.file_bytes,
+    )
+    try:
+        return compact(db)
+    except DatabaseError as exc:
+        log.warning("%s", exc)
+        return None

@@ -1,0 +1,191 @@
+"""Ordered, named schema migrations of the agent database, applied once and recorded.
+
+Add a migration by appending a function to MIGRATIONS; never edit one that has shipped. A fresh
+database and one migrated from any earlier version end with the same schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from memory.store.schema import MigrationSet, apply
+
+
+def m001_memory_index(conn: Any) -> None:
+    conn.executescript(
+        """
+        CREATE TABLE meta (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        -- One row per build of the memory index; searches read the 'active' one. A full rebuild
+        -- writes a 'building' generation beside it and flips it to active only when complete.
+        CREATE TABLE memory_generations (
+            id INTEGER PRIMARY KEY,
+            identity TEXT NOT NULL,          -- JSON: provider, model, dims, chunking, tokenizer
+            state TEXT NOT NULL CHECK (state IN ('building', 'active', 'retired')),
+            dimensions INTEGER,
+            created_at REAL NOT NULL,
+            completed_at REAL
+        );
+        CREATE TABLE memory_sources (
+            generation INTEGER NOT NULL REFERENCES memory_generations(id) ON DELETE CASCADE,
+            path TEXT NOT NULL,              -- workspace-relative, '/' separated
+            source TEXT NOT NULL,            -- 'memory' | 'extra' | 'sessions'
+            origin TEXT NOT NULL,            -- default origin of the file's chunks
+            hash TEXT NOT NULL,              -- sha256 of the whole file
+            mtime REAL NOT NULL,
+            size INTEGER NOT NULL,
+            indexed_at REAL NOT NULL,
+            error TEXT,                      -- why the file could not be indexed, if it could not
+            PRIMARY KEY (generation, path)
+        );
+        CREATE TABLE memory_chunks (
+            id INTEGER PRIMARY KEY,
+            generation INTEGER NOT NULL REFERENCES memory_generations(id) ON DELETE CASCADE,
+            path TEXT NOT NULL,
+            source TEXT NOT NULL,
+            origin TEXT NOT NULL CHECK (origin IN ('owner', 'agent', 'untrusted', 'system')),
+            scope TEXT NOT NULL DEFAULT '',  -- '' = shared memory; else its conversation
+            start_line INTEGER NOT NULL,
+            end_line INTEGER NOT NULL,
+            hash TEXT NOT NULL,              -- sha256 of the chunk text (embedding cache key)
+            text TEXT NOT NULL,
+            importance INTEGER,
+            day TEXT                         -- YYYY-MM-DD for dated logs; NULL = evergreen
+        );
+        CREATE INDEX memory_chunks_by_path ON memory_chunks (generation, path);
+        CREATE INDEX memory_chunks_by_hash ON memory_chunks (hash);
+        CREATE VIRTUAL TABLE memory_fts USING fts5(
+            body, tokenize = 'porter unicode61 remove_diacritics 2'
+        );
+        CREATE TABLE embedding_cache (
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            chunk_hash TEXT NOT NULL,
+            dimensions INTEGER NOT NULL,
+            vector BLOB NOT NULL,            -- float32, little-endian, L2-normalised
+            created_at REAL NOT NULL,
+            PRIMARY KEY (provider, model, chunk_hash)
+        );
+        """
+    )
+
+
+def m002_sessions(conn: Any) -> None:
+    conn.executescript(
+        """
+        -- Conversations. Each session key has at most one 'current' session (the one a restart
+        -- resumes); /new and /reset archive it and start another. Archived ones are kept.
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,             -- uuid4 hex
+            key TEXT NOT NULL,               -- str(SessionKey), e.g. main:telegram:direct:12345
+            agent_id TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            chat_type TEXT NOT NULL CHECK (chat_type IN ('direct', 'group', 'channel')),
+            peer_id TEXT NOT NULL,
+            thread_id TEXT,
+            state TEXT NOT NULL CHECK (state IN ('current', 'archived')),
+            created_at REAL NOT NULL,
+            archived_at REAL,
+            compactions INTEGER NOT NULL DEFAULT 0,
+            flushed_cycle INTEGER NOT NULL DEFAULT -1  -- compaction cycle whose flush ran
+        );
+        CREATE UNIQUE INDEX sessions_current_by_key ON sessions (key) WHERE state = 'current';
+        CREATE INDEX sessions_by_key ON sessions (key, created_at);
+        -- The transcript: the source of truth for a conversation's history.
+        CREATE TABLE transcript_events (
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,            -- 1-based order within the session
+            kind TEXT NOT NULL,              -- user | assistant | tool_call | tool_result | ...
+            content TEXT NOT NULL,           -- JSON object
+            usage TEXT,                      -- JSON object: tokens and model of a model call
+            created_at REAL NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID;
+        CREATE INDEX transcript_events_by_kind ON transcript_events (session_id, kind, seq);
+        """
+    )
+
+
+def m003_memory_units(conn: Any) -> None:
+    """Passages inside chunks, each embedded on its own."""
+    conn.executescript(
+        """
+        CREATE TABLE memory_units (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: vector rows are keyed by it
+            chunk_id INTEGER NOT NULL REFERENCES memory_chunks(id) ON DELETE CASCADE,
+            generation INTEGER NOT NULL,
+            start_line INTEGER NOT NULL,
+            end_line INTEGER NOT NULL,
+            hash TEXT NOT NULL                     -- sha256 of the passage (embedding cache key)
+        );
+        CREATE INDEX memory_units_by_chunk ON memory_units (chunk_id);
+        CREATE INDEX memory_units_by_generation ON memory_units (generation);
+        """
+    )
+
+
+def m004_passage_vectors(conn: Any) -> None:
+    """Vectors stored with their rows: each passage's own, and each chunk's centroid (the mean
+    of its passages) which is what the vector index holds; passages re-score the best chunks."""
+    conn.executescript(
+        """
+        ALTER TABLE memory_units ADD COLUMN vector BLOB;
+        ALTER TABLE memory_chunks ADD COLUMN centroid BLOB;
+        """
+    )
+
+
+def m005_source_warnings(conn: Any) -> None:
+    """Why a file was indexed imperfectly (e.g. invalid UTF-8), for `pinch memory status`."""
+    conn.executescript("ALTER TABLE memory_sources ADD COLUMN warning TEXT;")
+
+
+def m006_one_active_generation(conn: Any) -> None:
+    """At most one active index generation, enforced by the schema, and the rebuild lease: the
+    one process allowed to build a new generation (pid + host + heartbeat, taken over only when
+    stale). Older versions could leave several generations active; the newest keeps serving and
+    the others are retired (the next sync drops their rows)."""
+    conn.executescript(
+        """
+        UPDATE memory_generations SET state = 'retired'
+            WHERE state = 'active'
+            AND id != (SELECT max(id) FROM memory_generations WHERE state = 'active');
+        CREATE UNIQUE INDEX memory_generations_one_active ON memory_generations (state)
+            WHERE state = 'active';
+        DELETE FROM meta WHERE key LIKE 'build:%';
+        CREATE TABLE memory_rebuild_lease (
+            id INTEGER PRIMARY KEY CHECK (id = 1),  -- one lease per database
+            generation INTEGER NOT NULL,            -- the generation being built
+            token TEXT NOT NULL,                    -- which MemoryIndex in that process
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            heartbeat_at REAL NOT NULL
+        );
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[Any], None]] = [
+    m001_memory_index,
+    m002_sessions,
+    m003_memory_units,
+    m004_passage_vectors,
+    m005_source_warnings,
+    m006_one_active_generation,
+]
+
+
+def apply_migrations(conn: Any) -> list[str]:
+    """Apply the memory set's pending migrations in order, each in its own transaction; return
+    their names. (The memory set is one of several in the database: see memory/store/schema.py.)"""
+    return apply(conn, memory_set())
+
+
+def memory_set() -> MigrationSet:
+    """The memory index's migration set. Databases made before migration sets recorded these in
+    `_migrations`, which stays readable and up to date."""
+    return MigrationSet("memory", MIGRATIONS, legacy_table="_migrations")
