@@ -1,4 +1,4 @@
-"""Found by the end-to-end audit of issue 7: in Events mode a body that is not UTF-8 got HTTP
+"""in Events mode a body that is not UTF-8 got HTTP
 500 and a traceback, because it was decoded before its signature was checked."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Found by the end-to-end audit of issue 7: `[owners] telegram = ["@olive"]` was accepted, and
+"""`[owners] telegram = ["@olive"]` was accepted, and
 the owner was then treated as a stranger. Owners are ids; a username is refused with advice."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Found by the end-to-end audit of issue 7: a message carrying a lone surrogate (JSON "\\udcff")
+"""a message carrying a lone surrogate (JSON "\\udcff")
 could not be queued and was lost, and the failure logged the whole message."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Found by the outside-in check of issue 7: after a clean stop, `pinch doctor --health` said
+"""after a clean stop, `pinch doctor --health` said
 "the gateway is shutting down" forever; it must say the gateway has stopped."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Found by the outside-in check of issue 7: a streamed send that fails while the reply is being
+"""a streamed send that fails while the reply is being
 finished must be logged in one line, not dumped as an asyncio traceback."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Found by the end-to-end audit of issue 7: "one poller per token" held only within one
+""""one poller per token" held only within one
 PINCH_HOME, so two data directories with the same bot token both polled and fought with 409
 Conflicts. The lock is now machine-wide (and still per data directory)."""
 

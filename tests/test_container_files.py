@@ -1,4 +1,4 @@
-"""Found by the end-to-end audit of issue 7: the container's stop timeout and comments must
+"""the container's stop timeout and comments must
 match the gateway's real timings (Docker's default 10 s stop would kill the gateway before its
 shutdown grace ends)."""
 
