@@ -1,4 +1,4 @@
-"""a channel that failed to start was logged as
+"""A channel that failed to start was logged as
 "could not start" and then "Gateway running with telegram". Now: no channel started → exit 1
 with each reason; some did → one line naming what runs and what failed, and `pinch doctor
 --health` reports the failed one."""

@@ -1,4 +1,4 @@
-"""the container's stop timeout and comments must
+"""The container's stop timeout and comments must
 match the gateway's real timings (Docker's default 10 s stop would kill the gateway before its
 shutdown grace ends)."""
 

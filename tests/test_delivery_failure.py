@@ -1,4 +1,4 @@
-"""a streamed send that fails while the reply is being
+"""A streamed send that fails while the reply is being
 finished must be logged in one line, not dumped as an asyncio traceback."""
 
 from __future__ import annotations

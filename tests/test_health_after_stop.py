@@ -1,4 +1,4 @@
-"""after a clean stop, `pinch doctor --health` said
+"""After a clean stop, `pinch doctor --health` said
 "the gateway is shutting down" forever; it must say the gateway has stopped."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""messages the gateway ignores (an unlisted group, a
+"""Messages the gateway ignores (an unlisted group, a
 sender not allowed) left nothing in the log at the default level, so an owner could not tell
 why the bot did not answer a friend. One INFO line per sender an hour, without the text."""
 

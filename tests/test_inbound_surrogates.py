@@ -1,4 +1,4 @@
-"""a message carrying a lone surrogate (JSON "\\udcff")
+"""A message carrying a lone surrogate (JSON "\\udcff")
 could not be queued and was lost, and the failure logged the whole message."""
 
 from __future__ import annotations

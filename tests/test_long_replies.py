@@ -1,4 +1,4 @@
-"""long streamed replies lost text and formatting on
+"""Long streamed replies lost text and formatting on
 Telegram. Through the gateway's real delivery path (the real Telegram adapter against the fake
 Bot API server, the real agent against the scripted model server), every character of a long
 reply arrives exactly once and every part of a code block is still a code block; on Slack too

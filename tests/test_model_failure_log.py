@@ -1,4 +1,4 @@
-"""a model failure reached the chat as one line but
+"""A model failure reached the chat as one line but
 never the gateway's log. Each is now one WARNING line, without the message text or a key."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""in Events mode a body that is not UTF-8 got HTTP
+"""In Events mode a body that is not UTF-8 got HTTP
 500 and a traceback, because it was decoded before its signature was checked."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""a Telegram send whose connection dropped after the
+"""A Telegram send whose connection dropped after the
 request went out may have been delivered; the adapter must say so, so the reply stream does not
 send the same text again. A server error (the platform answered) is no such doubt."""
 
