@@ -4,7 +4,8 @@
     .venv/bin/python bench/index_progress.py --bytes 300000  # a quicker variant
 
 Indexes a generated workspace from an empty database with the default embedding model, through
-the bar `pinch memory index` draws (`app.cli.main.index_progress_bar`, not displayed here), and at
+the bar `pinch memory index` draws (`app.cli.memory_commands.index_progress_bar`, not displayed
+here), and at
 10/25/50/75/90 % of the bar records the time left it would show (rich's `task.time_remaining`)
 against the time that really remained until the index was done. Prints a table (and --json).
 
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from rich.console import Console
 from rich.table import Table
 
-from app.cli.main import INDEX_PROGRESS_LABEL, index_progress_bar
+from app.cli.memory_commands import INDEX_PROGRESS_LABEL, index_progress_bar
 from bench.synthetic import TextSource, daily_note
 from bench.workspace import write_workspace
 from memory.index.index import MemoryIndex

@@ -1,6 +1,6 @@
 """`pinch doctor`'s channel checks: one per channel whose token is set (getMe / auth.test).
 
-`app/cli/doctor.py` imports this module when it exists (see `plugin_checks`); the adapters are built
+`app/cli/doctor.py` runs these after its own checks; the adapters are built
 the way `pinch gateway` builds them, but not started, so a running gateway is not disturbed.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.cli.doctor import Check, CheckResult, channel_check
+from app.cli.checks import Check, CheckResult, channel_check
 from app.gateway.server import build_channels
 
 if TYPE_CHECKING:

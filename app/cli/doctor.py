@@ -6,41 +6,29 @@ Checks run in order: secrets present for what is configured, file modes, databas
 
 A check is any callable taking the settings and returning a `CheckResult` (or an awaitable of
 one). Channel checks plug in two ways: pass them as `run_checks(settings, extra_checks=[...])`,
-or define `channel_checks(settings) -> list[Check]` in the module `app.cli.channel_checks`, which
-`pinch doctor` imports when it exists. A check that raises is reported as a failed check.
+and `pinch doctor` adds one per configured channel (`app.cli.channel_checks`). A check that raises
+is reported as a failed check.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import os
 import stat
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from app.cli.channel_checks import channel_checks
+from app.cli.checks import Check, CheckResult, channel_check
 
 if TYPE_CHECKING:
     from app.config import Settings
-    from channels.base import Channel
+
+__all__ = ["Check", "CheckResult", "channel_check", "run_checks"]
 
 MODEL_CHECK_TIMEOUT_S = 10.0
-CHANNEL_CHECK_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    ok: bool
-    detail: str  # one line; never a secret's value
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail}
-
-
-Check = Callable[["Settings"], "CheckResult | Awaitable[CheckResult]"]
 
 
 # ---- the built-in checks -------------------------------------------------------------------
@@ -183,20 +171,6 @@ async def check_model(settings: Settings) -> CheckResult:
     return CheckResult("model", True, f"{cfg.model} answered in {time.monotonic() - started:.1f} s")
 
 
-def channel_check(channel: Channel, *, timeout_s: float = CHANNEL_CHECK_TIMEOUT_S) -> Check:
-    """A doctor check from a channel adapter: its `check()` (getMe / auth.test), time-limited."""
-
-    async def check(settings: Settings) -> CheckResult:
-        try:
-            health = await asyncio.wait_for(channel.check(), timeout_s)
-        except TimeoutError:
-            return CheckResult(channel.name, False, f"no answer within {timeout_s:.0f} s")
-        return CheckResult(channel.name, health.ok, health.detail)
-
-    check.__name__ = channel.name or "channel"
-    return check
-
-
 def builtin_checks(*, offline: bool = False) -> list[Check]:
     checks: list[Check] = [check_secrets, check_file_modes, check_database, check_index]
     if not offline:
@@ -205,14 +179,8 @@ def builtin_checks(*, offline: bool = False) -> list[Check]:
 
 
 def plugin_checks(settings: Settings) -> list[Check]:
-    """Checks from `app.cli.channel_checks.channel_checks(settings)`, if that module exists."""
-    try:
-        module = importlib.import_module("app.cli.channel_checks")
-    except ModuleNotFoundError as exc:
-        if exc.name == "app.cli.channel_checks":
-            return []
-        raise
-    return list(module.channel_checks(settings))
+    """One check per configured channel (getMe / auth.test), from `app.cli.channel_checks`."""
+    return list(channel_checks(settings))
 
 
 # ---- running them ---------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from app.cli.support import friendly_errors, load_settings
+
 if TYPE_CHECKING:
     from app.automations.jobs import Job, JobStore
 
@@ -19,10 +21,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _store() -> JobStore:
     from app.automations.jobs import JobStore
-    from app.cli.main import _settings
     from memory.store.db import open_database
 
-    settings = _settings()
+    settings = load_settings()
     return JobStore(open_database(settings.database_path))
 
 
@@ -36,8 +37,6 @@ def _job_or_fail(store: JobStore, job_id: int) -> Job:
 
 
 def _with_store(fn: F) -> F:
-    from app.cli.main import friendly_errors
-
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         store = _store()

@@ -1,0 +1,305 @@
+"""`pinch memory …`: index, search and read the memory files (the dream and forget commands are
+in app/cli/lifecycle_commands.py). Heavy modules are imported inside the commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from app.cli.lifecycle_commands import memory_dream, memory_forget
+from app.cli.support import friendly_errors, load_settings, open_index
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from memory.index.index import MemoryIndex
+    from memory.lifecycle.dreaming import LastDream
+
+
+@click.group()
+def memory() -> None:
+    """Index, search and read the memory files."""
+
+
+@memory.command("status")
+@click.option("--deep", is_flag=True, help="Also check every file against the index.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@friendly_errors
+def memory_status(deep: bool, as_json: bool) -> None:
+    """What is indexed, with which model and vector backend, and what is wrong."""
+    from dataclasses import asdict
+
+    from app.cli.printable import printable
+    from memory.lifecycle.dreaming import last_dream
+    from memory.store.compact import COMPACT_FREE_SHARE
+
+    settings = load_settings()
+    idx = open_index(settings)
+    try:
+        idx.db.check_integrity()  # a damaged page is reported as such, not as odd numbers
+        st = idx.status(deep=deep)
+        dreams = _dreaming_status(settings, last_dream(idx.db))
+    finally:
+        idx.close()
+    extra = _extra_path_problems(settings)
+    if as_json:
+        out = {**asdict(st), "extra_paths": extra, "dreaming": dreams}
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    click.echo(f"workspace       {st.workspace}")
+    click.echo(f"database        {st.database} (SQLite {st.sqlite_version} via {st.driver})")
+    embed = f"{st.provider} {st.model} ({st.dimensions} dims)" if st.dimensions else st.provider
+    click.echo(f"embeddings      {embed}")
+    click.echo(f"vector search   {st.vector_backend}")
+    click.echo(f"indexed         {st.files} files, {st.chunks} chunks (generation {st.generation})")
+    click.echo(f"embedding cache {st.cache_entries} vectors")
+    if st.free_bytes and st.free_bytes >= COMPACT_FREE_SHARE * st.file_bytes:
+        click.secho(
+            f"free space      {_mb(st.free_bytes)} of {_mb(st.file_bytes)}: "
+            "`pinch memory compact` gives it back",
+            fg="yellow",
+        )
+    if st.degraded:
+        click.secho(f"DEGRADED        {st.degraded}", fg="yellow")
+    if st.rebuilding:
+        click.secho(
+            f"rebuilding      by {st.rebuilding}; searches use the current index until it is done",
+            fg="yellow",
+        )
+    elif st.pending_rebuild:
+        click.secho(
+            "pending         the index needs a (re)build: run `pinch memory index`", fg="yellow"
+        )
+    for path, problem in {**extra, **st.problems}.items():
+        click.secho(printable(f"problem         {path}: {problem}"), fg="yellow")
+    click.echo(f"dreaming        {dreams['schedule']}")
+    click.echo(printable(f"last dream      {dreams['last'] or 'none yet'}"))
+    if st.dirty_files is not None:
+        if st.dirty_files:
+            click.echo("changed since last index: " + ", ".join(st.dirty_files))
+        else:
+            click.echo("every file matches the index")
+
+
+def _dreaming_status(settings: Settings, last: LastDream | None) -> dict[str, str | None]:
+    """When the nightly dream runs, and what the last dream came to (one line each)."""
+    from datetime import datetime
+
+    d = settings.dreaming
+    if d.enabled:
+        from common.clock import owner_timezone
+
+        zone = owner_timezone(settings.agent.timezone, settings.workspace_dir) or "local time"
+        schedule = f"nightly at {d.hour:02d}:{d.minute:02d} {zone} while `pinch gateway` runs"
+    else:
+        schedule = "off ([dreaming] enabled = false)"
+    summary = None
+    if last is not None:
+        when = datetime.fromtimestamp(last.started_at).astimezone()
+        undone = " — undone" if last.undone else ""
+        summary = f"{when:%Y-%m-%d %H:%M} (#{last.run_id}): {last.outcome}{undone}"
+    return {"schedule": schedule, "last": summary}
+
+
+@memory.command("index")
+@click.option("--force", is_flag=True, help="Rebuild everything beside the current index.")
+@friendly_errors
+def memory_index(force: bool) -> None:
+    """Bring the index up to date with the memory files."""
+    from memory.store.compact import space_usage
+
+    settings = load_settings()
+    idx = open_index(settings)
+    try:
+        report = _sync_with_progress(idx, force)
+        # A sync touches only changed files' rows: damage elsewhere would go unnoticed.
+        idx.db.check_integrity()
+        if report.rebuilt and space_usage(idx.db).worth_compacting:
+            _compact(idx, after_rebuild=True)
+        degraded = idx.degraded_reason()
+    finally:
+        idx.close()
+    what = "rebuilt" if report.rebuilt else "updated"
+    if report.waited_for:
+        what += f" after the other process's rebuild ({report.waited_for})"
+    click.echo(
+        f"Index {what} in {report.seconds:.1f}s: {len(report.files_indexed)} files indexed, "
+        f"{report.files_unchanged} unchanged, {len(report.files_removed)} removed; "
+        f"{report.chunks_embedded} passages embedded, {report.chunks_from_cache} from cache."
+    )
+    for path, problem in {**_extra_path_problems(settings), **report.problems}.items():
+        click.secho(f"  {path}: {problem}", fg="yellow", err=True)
+    if degraded:
+        click.secho(f"Note: search is {degraded}.", fg="yellow", err=True)
+
+
+@memory.command("compact")
+@friendly_errors
+def memory_compact() -> None:
+    """Give back the space a rebuild freed (the database file shrinks)."""
+    settings = load_settings()
+    idx = open_index(settings)
+    try:
+        _compact(idx, after_rebuild=False)
+    finally:
+        idx.close()
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB" if n >= 1e6 else f"{n / 1e3:,.0f} kB"
+
+
+def _compact(idx: MemoryIndex, *, after_rebuild: bool) -> None:
+    from memory.errors import DatabaseError
+    from memory.store.compact import compact, space_usage
+
+    before = space_usage(idx.db)
+    if not before.free_bytes:
+        click.echo(f"Nothing to compact: {_mb(before.file_bytes)}, no free space inside.")
+        return
+    click.echo(
+        f"Compacting the database ({_mb(before.free_bytes)} of {_mb(before.file_bytes)} free"
+        + (", left by the old index)…" if after_rebuild else ")…"),
+        err=True,
+    )
+    try:
+        after = compact(idx.db)
+    except DatabaseError as exc:
+        if not after_rebuild:
+            raise
+        click.secho(str(exc), fg="yellow", err=True)  # the rebuild itself succeeded
+        return
+    click.echo(f"Compacted: {_mb(before.file_bytes)} → {_mb(after.file_bytes)}.")
+
+
+def _extra_path_problems(settings: Any) -> dict[str, str]:
+    """Configured extra paths that yield nothing (missing, or a symbolic link), and symbolic
+    links in the workspace where memory files would be, with why."""
+    from memory.files.workspace import extra_path_problems, skipped_links
+
+    workspace = settings.workspace_dir
+    links = skipped_links(workspace) if workspace.is_dir() else {}
+    return {**extra_path_problems(workspace, settings.memory.extra_paths), **links}
+
+
+def _already_indexing(who: str) -> None:
+    click.secho(
+        f"Already indexing in another process ({who}); waiting for it to finish.",
+        fg="yellow",
+        err=True,
+    )
+
+
+INDEX_PROGRESS_LABEL = "embedding passages"
+
+
+def index_progress_bar(**options: Any) -> Any:
+    """The `pinch memory index` bar (a rich Progress; `options` go to it): passages embedded of
+    those the model must embed, and the time left at the average pace so far."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    # Every passage costs the model about the same (≈ 22 CPU-ms with the default model); the
+    # pace moves only with what else runs on the machine. The average pace of the last 10
+    # minutes (and of at most 1,000 updates: 16,000 passages at the default batch of 16) was
+    # nearer the truth than rich's default, the last 30 s (bench/index_progress.py).
+    options.setdefault("speed_estimate_period", 600)
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+        **options,
+    )
+
+
+def _sync_with_progress(idx: MemoryIndex, force: bool) -> Any:
+    if not sys.stderr.isatty():
+        return idx.sync(force=force, wait=True, on_wait=_already_indexing)
+    with index_progress_bar() as bar:
+        task = bar.add_task(INDEX_PROGRESS_LABEL, total=None)
+
+        def on_progress(done: int, total: int, path: str) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return idx.sync(force=force, on_progress=on_progress, wait=True, on_wait=_already_indexing)
+
+
+@memory.command("search")
+@click.argument("query")
+@click.option(
+    "--preset", default=None, help="Search preset: pinch (default), openclaw, keyword, vector."
+)
+@click.option("--max-results", "-n", type=click.IntRange(1, 100), default=None)
+@click.option("--min-score", type=click.FloatRange(0, 1), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@friendly_errors
+def memory_search(
+    query: str, preset: str | None, max_results: int | None, min_score: float | None, as_json: bool
+) -> None:
+    """Search memory by meaning and by keyword."""
+    from app.cli.printable import printable
+
+    settings = load_settings()
+    idx = open_index(settings)
+    try:
+        hits = idx.search(query, preset=preset, max_results=max_results, min_score=min_score)
+        degraded = idx.degraded_reason()
+    finally:
+        idx.close()
+    if as_json:
+        out = {"results": [h.to_dict() for h in hits], "degraded": degraded}
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    if degraded:
+        click.secho(f"({degraded})", fg="yellow", err=True)
+    if not hits:
+        click.echo("No matching memory found.")
+        return
+    for h in hits:  # file names and snippets are the files' own bytes: no escape codes through
+        where = printable(f"{h.path}:{h.start_line}-{h.end_line}")
+        mark = "  UNTRUSTED (from outside)" if h.untrusted else ""
+        click.secho(f"{where}  score {h.score:.2f}{mark}", bold=True)
+        for line in printable(h.snippet).splitlines():
+            click.echo(f"  {line}")
+        click.echo()
+
+
+@memory.command("get")
+@click.argument("path")
+@click.option(
+    "--from", "from_line", type=int, default=1, show_default=True, help="First line (1-based)."
+)
+@click.option("--lines", type=int, default=None, help="How many lines (default: to the end).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@friendly_errors
+def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> None:
+    """Print lines of a memory file (MEMORY.md, USER.md, memory/...)."""
+    from dataclasses import asdict
+
+    from app.cli.printable import printable
+    from memory.files.workspace import read_memory_lines
+
+    settings = load_settings()
+    result = read_memory_lines(
+        settings.workspace_dir,
+        path,
+        from_line,
+        lines,
+        settings.memory.extra_paths,
+        allow_hard_links=settings.memory.allow_hard_links,
+    )
+    if as_json:
+        click.echo(json.dumps(asdict(result), ensure_ascii=False))
+    elif result.text:  # the file's own bytes: no escape codes through to the terminal
+        click.echo(printable(result.text))
+    else:
+        click.secho(
+            printable(f"(no lines: {result.path} has {result.total_lines})"), fg="yellow", err=True
+        )
+
+
+memory.add_command(memory_dream)
+memory.add_command(memory_forget)
