@@ -7,17 +7,20 @@ import asyncio
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 from app.cli.main import main
 from app.config import load_settings
+from memory.errors import SessionError
 from memory.files.writes import WorkspaceWriter
 from memory.index.chunking import hash_text
 from memory.index.index import MemoryIndex
 from memory.lifecycle.dreaming import stage_candidates
 from memory.lifecycle.forget import forget, plan_forget
+from memory.store import sessions
 from memory.store.lineage import LineageStore
 from memory.store.sessions import SessionStore
 from memory.store.transcripts import transcript_path
@@ -228,6 +231,28 @@ def test_a_session_key_names_its_latest_session(kit: tuple[Kit, FakeModelServer]
     forgettable_session(k, model)
     sid = chat(k, model, "Note it.", tool_reply("memory_append", {"text": "- Latest."}))
     assert plan_forget(k.index, str(OWNER)).session_id == sid
+
+
+def test_the_short_id_status_shows_names_its_session(kit: tuple[Kit, FakeModelServer]) -> None:
+    """`/status` shows 8 hex characters of the session id: any unique prefix names the session."""
+    k, model = kit
+    sid = forgettable_session(k, model)
+    assert plan_forget(k.index, sid[:8]).session_id == sid
+    assert plan_forget(k.index, f"sessions/{sid[:5]}").session_id == sid
+
+
+def test_a_prefix_of_two_sessions_is_an_error_naming_both(
+    kit: tuple[Kit, FakeModelServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    k, model = kit
+    ids = iter(["abcd1111" + "0" * 24, "abcd2222" + "0" * 24])
+    fake_uuid = SimpleNamespace(uuid4=lambda: SimpleNamespace(hex=next(ids)))
+    monkeypatch.setattr(sessions, "uuid", fake_uuid)
+    chat(k, model, "First.")
+    asyncio.run(k.agent.handle(OWNER, "/new"))
+    chat(k, model, "Second.")
+    with pytest.raises(SessionError, match="'abcd' is the start of 2 sessions: abcd1111, abcd2222"):
+        plan_forget(k.index, "abcd")
 
 
 def test_an_unknown_session_is_explained(kit: tuple[Kit, FakeModelServer]) -> None:

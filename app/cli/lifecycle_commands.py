@@ -91,7 +91,7 @@ def _undo_dream(settings: Settings, *, dry_run: bool) -> None:
     "ref",
     required=True,
     metavar="ID|KEY",
-    help="A session id, or a session key (then its latest session).",
+    help="A session id or its start (as /status shows it), or a session key (its latest session).",
 )
 @click.option("--dry-run", is_flag=True, help="List exactly what would go; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")

@@ -100,11 +100,20 @@ class ForgetPlan:
 
 
 def find_session(store: SessionStore, ref: str) -> Session:
-    """The session `ref` names: a session id, or a session key (its latest session)."""
+    """The session `ref` names: a session id or a unique start of one (`/status` shows 8
+    characters), or a session key (its latest session)."""
     ref = ref.strip().removeprefix("sessions/")
     session = store.get(ref)
     if session is not None:
         return session
+    matches = store.with_id_prefix(ref)
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        shown = ", ".join(m.id[: len(ref) + 4] for m in matches)
+        raise SessionError(
+            f"{ref!r} is the start of {len(matches)} sessions: {shown}. Give more of the id."
+        )
     try:
         key = SessionKey.parse(ref)
     except ValueError:

@@ -203,6 +203,16 @@ class SessionStore:
         )
         return _session(rows[0]) if rows else None
 
+    def with_id_prefix(self, prefix: str, limit: int = 5) -> list[Session]:
+        """Up to `limit` sessions whose id starts with `prefix` (hex), in id order."""
+        if not prefix or any(c not in "0123456789abcdef" for c in prefix):
+            return []
+        rows = self.db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+            (prefix, prefix + "g", limit),
+        )
+        return [_session(r) for r in rows]
+
     def history(self, key: SessionKey) -> list[Session]:
         """All sessions of a key, archived and current, oldest first."""
         rows = self.db.execute(
