@@ -288,6 +288,8 @@ class Gateway:
                     OutboundMessage(msg.channel, msg.chat_id, decision.text, msg.thread_id)
                 )
             return
+        if not msg.text.strip() and await self._nothing_to_read(msg):
+            return
         key = session_key_for(
             msg,
             agent_id=self.options.agent_id,
@@ -305,6 +307,15 @@ class Gateway:
         if str(key) not in self._workers:  # "typing…" at once, not after the collect window
             self._spawn(self._type_once(msg))
         self._wake(str(key), collect=msg.channel not in self.options.no_collect_channels)
+
+    async def _nothing_to_read(self, msg: InboundMessage) -> bool:
+        """True when `msg` (without text) has nothing at all (whitespace only): not answered,
+        like an empty message, with no model call."""
+        if msg.attachments:
+            return False
+        log.debug("Ignored an empty message on %s", msg.channel)
+        await self._not_answered(msg, "Not answered: the message is empty.")
+        return True
 
     def _log_ignored(self, msg: InboundMessage, reason: str, *, routine: bool) -> None:
         """One INFO line per channel, chat and sender an hour (so an owner asking "why doesn't
