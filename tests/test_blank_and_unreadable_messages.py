@@ -95,3 +95,21 @@ def test_a_whitespace_only_slack_message_costs_no_model_call_and_no_reply(tmp_pa
             assert turns_after_blank == 1 and posted_after_blank == 1
 
     asyncio.run(scenario())
+
+
+def test_a_sticker_gets_a_polite_answer_without_the_model(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        with FakeModelServer() as server, FakeTelegram() as tg:
+            server.respond_with(responder(turn=echo))
+            rig = telegram_rig(tmp_path, server, tg)
+            await rig.gateway.start()
+            tg.push(tg.sticker())
+            await until(lambda: len(bot_texts(tg)) == 1, what="the answer to the sticker")
+            tg.push(tg.location())
+            await until(lambda: len(bot_texts(tg)) == 2, what="the answer to the location")
+            await settle(rig)
+            await rig.close()
+            assert server.requests == []
+            assert all("can't read" in text for text in bot_texts(tg))
+
+    asyncio.run(scenario())

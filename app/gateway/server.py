@@ -309,12 +309,17 @@ class Gateway:
         self._wake(str(key), collect=msg.channel not in self.options.no_collect_channels)
 
     async def _nothing_to_read(self, msg: InboundMessage) -> bool:
-        """True when `msg` (without text) has nothing at all (whitespace only): not answered,
-        like an empty message, with no model call."""
-        if msg.attachments:
+        """True when `msg` (without text) was dealt with here, with no model call: nothing at all
+        (whitespace only) is not answered; only things the assistant cannot read (a sticker, a
+        location) get a polite answer."""
+        if msg.attachments and not all(_unreadable(a) for a in msg.attachments):
             return False
-        log.debug("Ignored an empty message on %s", msg.channel)
-        await self._not_answered(msg, "Not answered: the message is empty.")
+        channel = self.channels.get(msg.channel)
+        if not msg.attachments:
+            log.debug("Ignored an empty message on %s", msg.channel)
+            await self._not_answered(msg, "Not answered: the message is empty.")
+        elif channel is not None and await asyncio.to_thread(self.store.first_sight, msg):
+            await channel.send(OutboundMessage(msg.channel, msg.chat_id, UNREADABLE, msg.thread_id))
         return True
 
     def _log_ignored(self, msg: InboundMessage, reason: str, *, routine: bool) -> None:
@@ -631,6 +636,16 @@ def _is_storage_error(exc: BaseException) -> bool:
     """SQLite's errors (stdlib or pysqlite3 driver) and the database's own advice errors."""
     module = type(exc).__module__
     return isinstance(exc, MemoryError_) or module.startswith(("sqlite3", "pysqlite3"))
+
+
+UNREADABLE = (
+    "Sorry, I can't read that kind of message: send text, a photo, a document or a voice note."
+)
+
+
+def _unreadable(item: InboundAttachment) -> bool:
+    """An attachment of a type the assistant cannot read (not one that failed to download)."""
+    return item.path is None and item.kind in ("sticker", "other")
 
 
 def _write_atomically(tmp: Path, path: Path, text: str) -> None:
