@@ -51,13 +51,13 @@ def test_a_whitespace_only_telegram_message_costs_no_model_call_and_no_reply(
             rig = telegram_rig(tmp_path, server, tg)
             await rig.gateway.start()
             tg.push(tg.private_text("hello"))
-            await until(lambda: len(bot_texts(tg)) == 1, what="the first answer")
+            await until(lambda: len(bot_texts(tg)) == 1, what="the first answer", timeout=30)
             await rig.gateway.idle()
             tg.push(tg.private_text("   "))
             await settle(rig)
             turns_after_blank = len(server.requests)
             tg.push(tg.private_text("and now?"))
-            await until(lambda: len(bot_texts(tg)) == 2, what="the second answer")
+            await until(lambda: len(bot_texts(tg)) == 2, what="the second answer", timeout=30)
             await rig.gateway.idle()
             await rig.close()
             assert turns_after_blank == 1
@@ -85,7 +85,7 @@ def test_a_whitespace_only_slack_message_costs_no_model_call_and_no_reply(tmp_pa
                 await rig.gateway.start()
                 await slack.wait_connected()
                 await slack.push_event(slack.dm("hello"))
-                await until(lambda: len(slack.posted) == 1, what="the first answer")
+                await until(lambda: len(slack.posted) == 1, what="the first answer", timeout=30)
                 await rig.gateway.idle()
                 await slack.push_event(slack.dm(" \n  "))
                 await settle(rig)
@@ -104,9 +104,13 @@ def test_a_sticker_gets_a_polite_answer_without_the_model(tmp_path: Path) -> Non
             rig = telegram_rig(tmp_path, server, tg)
             await rig.gateway.start()
             tg.push(tg.sticker())
-            await until(lambda: len(bot_texts(tg)) == 1, what="the answer to the sticker")
+            await until(
+                lambda: len(bot_texts(tg)) == 1, what="the answer to the sticker", timeout=30
+            )
             tg.push(tg.location())
-            await until(lambda: len(bot_texts(tg)) == 2, what="the answer to the location")
+            await until(
+                lambda: len(bot_texts(tg)) == 2, what="the answer to the location", timeout=30
+            )
             await settle(rig)
             await rig.close()
             assert server.requests == []
