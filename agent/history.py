@@ -6,6 +6,9 @@ message, tool call and tool result is an event. A model request replays the even
 latest compaction, with that compaction's summary in front. Rebuilding is deterministic, so the
 same events give byte-identical messages on every turn and the prompt cache keeps hitting.
 
+A turn the owner cancelled (Ctrl-C) ends in an assistant event marked `cancelled`; it stays in
+the transcript and is left out of the history.
+
 Events of an interrupted turn (a crash or a cancel between a tool call and its result) are
 repaired here, not in the store: a call without a result gets an error result, so the history
 stays valid for every provider.
@@ -22,6 +25,8 @@ from memory.store.sessions import TranscriptEvent
 from memory.text import estimate_tokens
 
 CONVERSATION_KINDS = frozenset({"user", "assistant", "tool_call", "tool_result"})
+# The assistant event `Agent.mark_cancelled` appends to a turn the owner cancelled.
+CANCELLED_EVENT: dict[str, object] = {"text": "", "cancelled": True}
 INTERRUPTED_RESULT = "No result was recorded: the turn was interrupted before this tool finished."
 
 
@@ -55,9 +60,15 @@ class History:
 def build_history(
     events: Sequence[TranscriptEvent], summary: str | None, first_kept_seq: int = 0
 ) -> History:
-    """The history from `first_kept_seq` on (the latest compaction's), split into turns."""
+    """The history from `first_kept_seq` on (the latest compaction's), split into turns; turns
+    the owner cancelled are left out (their message is not answered later)."""
     kept = [e for e in events if e.seq >= first_kept_seq and e.kind in CONVERSATION_KINDS]
-    return History(summary, tuple(split_turns(kept)))
+    turns = [turn for turn in split_turns(kept) if not _cancelled(turn)]
+    return History(summary, tuple(turns))
+
+
+def _cancelled(turn: Turn) -> bool:
+    return any(e.kind == "assistant" and e.content.get("cancelled") for e in turn.events)
 
 
 def split_turns(events: Iterable[TranscriptEvent]) -> list[Turn]:

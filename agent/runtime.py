@@ -35,7 +35,7 @@ from agent.agent_config import AgentConfig
 from agent.commands import parse_command, run_command
 from agent.compaction import CompactionError, Compactor, summary_block
 from agent.context import Context, ContextBuilder
-from agent.history import build_history, usage_record
+from agent.history import CANCELLED_EVENT, build_history, usage_record
 from agent.intents import IntentTool, standing_intents_block
 from agent.message_limit import fit_message
 from agent.model.errors import ContextTooLongError, cut_off_notice
@@ -199,6 +199,21 @@ class Agent:
                 return await self._run_turn(request, result.follow_up, emit, [result.text])
             session = await asyncio.to_thread(self.store.current, key)
             return AgentReply(result.text, session.id, command=command.name)
+
+    async def mark_cancelled(self, key: SessionKey, message_ids: Sequence[str], text: str) -> bool:
+        """The owner cancelled the turn answering this message (Ctrl-C), after it ended: the
+        message stays in `key`'s transcript, marked cancelled, and later requests leave that
+        turn out (it is not answered unless asked again). False when the transcript does not
+        end in that message's turn (it was cancelled before being stored)."""
+        async with self._locks.setdefault(str(key), asyncio.Lock()):
+            session = await asyncio.to_thread(self.store.current, key)
+            users = await asyncio.to_thread(self.store.events, session.id, kinds=("user",))
+            last = users[-1].content if users else {}
+            stored = last.get("message_ids") == list(message_ids) if message_ids else False
+            if not (stored or (not message_ids and last.get("text") == text)):
+                return False
+            await asyncio.to_thread(self.store.append, session.id, "assistant", CANCELLED_EVENT)
+            return True
 
     async def new_session(self, key: SessionKey) -> tuple[Session, str | None]:
         """End `key`'s session (its note written, its transcript indexed) and start a new one.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import pty
 import re
@@ -25,6 +26,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from app.cli.main import main
+from app.config import load_settings
+from memory.store.db import open_database
+from memory.store.sessions import SessionStore
 from tests.agent_support import all_text
 from tests.fakes.model_server import FakeModelServer, text_reply
 
@@ -238,6 +242,39 @@ def test_ctrl_c_cancels_the_running_reply_and_ctrl_d_exits(
 
     assert terminal.wait() == 0
     assert server.requests[1].last_user_text().endswith("and now?")
+
+
+def test_a_cancelled_message_is_kept_marked_cancelled_and_not_answered_later(
+    terminal: Terminal, server: FakeModelServer
+) -> None:
+    server.script(
+        text_reply(" ".join(["word"] * 300), chunk_delay_s=0.05),  # 15 s unless cancelled
+        text_reply("Second answer."),
+    )
+    terminal.expect("›")
+    terminal.send("write slowly\r")
+    terminal.expect("word word word")
+    terminal.send("\x03")  # Ctrl-C while the reply streams
+    terminal.expect("(cancelled)")
+    terminal.expect("›")
+    terminal.send("and now?\r")
+    terminal.expect("Second answer.")
+    terminal.expect("›")
+    terminal.send("\x04")
+    assert terminal.wait() == 0
+
+    assert "write slowly" not in json.dumps(server.requests[1].body["messages"])
+    settings = load_settings()
+    db = open_database(settings.database_path)
+    try:
+        store = SessionStore(db)
+        events = [e for s in store.all_sessions() for e in store.events(s.id)]
+    finally:
+        db.close()
+    texts = [e.content.get("text") for e in events if e.kind == "user"]
+    assert texts == ["write slowly", "and now?"]
+    cancelled = [e for e in events if e.content.get("cancelled")]
+    assert len(cancelled) == 1 and events[events.index(cancelled[0]) - 1].kind == "user"
 
 
 # ---- the chat is the gateway's cli channel ------------------------------------------------------

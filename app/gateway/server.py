@@ -478,6 +478,10 @@ class Gateway:
                 await stream.cancel()
                 raise
             outcome = TurnOutcome("cancelled", stream.text)  # the owner's Ctrl-C: answered
+            try:  # its message is kept, not answered again with the next one
+                await self.runtime.agent.mark_cancelled(key, request.message_ids, request.text)
+            except Exception:
+                log.warning("Could not mark the cancelled turn of %s", key, exc_info=True)
         except Exception as exc:
             log.exception("A turn of %s failed", batch.session_key)
             text = (
