@@ -332,13 +332,38 @@ def _validation_advice(exc: ValidationError) -> str:
         if len(loc) == 1 and isinstance(_field_type(loc), type):
             env += "__*"  # a check across several settings of one table
         message = err["msg"].removeprefix("Value error, ")
-        if env in os.environ and typing.get_origin(_field_type(loc)) is list:
+        if env in os.environ:
             raw = os.environ[env].strip()
-            try:  # a JSON string ("notes") stands for the one item it holds
-                decoded = json.loads(raw)
-            except ValueError:
-                decoded = raw
-            example = json.dumps([decoded if isinstance(decoded, str) else raw or "..."])
-            message += f"; in the environment a list is JSON: {env}='{example}'"
-        lines.append(f"  {where}: {message} (set in {pinch_home() / 'config.toml'} or {env})")
+            if typing.get_origin(_field_type(loc)) is list and not _is_json_list(raw):
+                try:  # a JSON string ("notes") stands for the one item it holds
+                    decoded = json.loads(raw)
+                except ValueError:
+                    decoded = raw
+                example = json.dumps([decoded if isinstance(decoded, str) else raw or "..."])
+                message += f"; in the environment a list is JSON: {env}='{example}'"
+            lines.append(f"  {where}: {message} (from the environment variable {env})")
+        elif _in_config_file(loc):
+            lines.append(f"  {where}: {message} (set in {pinch_home() / 'config.toml'})")
+        else:
+            lines.append(f"  {where}: {message} (set in {pinch_home() / 'config.toml'} or {env})")
     return "Invalid settings:\n" + "\n".join(lines)
+
+
+def _is_json_list(raw: str) -> bool:
+    try:
+        return isinstance(json.loads(raw), list)
+    except ValueError:
+        return False
+
+
+def _in_config_file(loc: list[str]) -> bool:
+    """Whether config.toml sets the setting at `loc` (so the advice names only the file)."""
+    try:
+        table: Any = tomllib.loads((pinch_home() / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    for name in loc:
+        if not isinstance(table, dict) or name not in table:
+            return False
+        table = table[name]
+    return True

@@ -216,6 +216,29 @@ def test_a_list_from_the_environment_as_a_json_string_shows_the_plain_list(
     assert """PINCH_MEMORY__EXTRA_PATHS='["notes"]'""" in str(err.value)
 
 
+def test_a_bad_json_list_from_the_environment_is_named_as_from_there_and_shown_once(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(pinch_home, "[memory]\npreset = 'keyword'\n")
+    monkeypatch.setenv("PINCH_OWNERS__TELEGRAM", '["@owner"]')
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    advice = str(err.value)
+    assert "the environment variable PINCH_OWNERS__TELEGRAM" in advice
+    assert "config.toml" not in advice
+    assert '\\"' not in advice and '[\"[' not in advice  # the value is not wrapped again
+    assert advice.count("@owner") == 1
+
+
+def test_a_bad_value_in_the_file_names_the_file_not_the_environment(pinch_home: Path) -> None:
+    write_config(pinch_home, "[owners]\ntelegram = ['@owner']\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    advice = str(err.value)
+    assert f"set in {pinch_home / 'config.toml'}" in advice
+    assert "PINCH_OWNERS__TELEGRAM" not in advice
+
+
 def test_a_whole_table_set_from_the_environment_names_the_variable(
     pinch_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
