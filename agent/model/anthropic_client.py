@@ -73,6 +73,8 @@ class AnthropicClient(RetryingClient):
     ) -> None:
         url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL
         super().__init__(model, url=url.rstrip("/"), timeout_s=timeout_s, max_retries=max_retries)
+        if not base_url and os.environ.get("ANTHROPIC_BASE_URL"):
+            self.url_from = "the environment variable ANTHROPIC_BASE_URL"
         self._api_model = model.removeprefix("anthropic/")
         self._api_key = api_key
         self._auth_token: str | None = None

@@ -101,6 +101,8 @@ class RetryingClient:
     def __init__(self, model: str, *, url: str, timeout_s: float, max_retries: int) -> None:
         self.model = model
         self.url = url
+        # Where `url` was set, for advice; None: api_base in config.toml (or its variable).
+        self.url_from: str | None = None
         self.timeout_s = timeout_s
         self.max_retries = max_retries
 
@@ -185,7 +187,9 @@ class RetryingClient:
         if any(_is_connection_error(e) for e in chain):
             refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
             reason = "connection refused" if refused else "connection failed"
-            return ServerUnreachableError(model=model, url=url, reason=reason)
+            return ServerUnreachableError(
+                model=model, url=url, reason=reason, url_from=self.url_from
+            )
         failure = self._http_failure(exc)
         if failure is None:
             log.debug("Unreadable answer from %s", url, exc_info=True)
@@ -193,7 +197,7 @@ class RetryingClient:
                 what = "its content is not valid JSON"
             else:
                 what = self._unreadable(exc)
-            return BadResponseError(model=model, url=url, what=what)
+            return BadResponseError(model=model, url=url, what=what, url_from=self.url_from)
         status, detail, headers = failure
         detail = quote(detail, self._secrets())
         if status in (401, 403):

@@ -22,6 +22,10 @@ def _other_model_hint() -> str:
     return f'choose another model with model = "ollama/llama3.2" in {config_file_hint()}'
 
 
+def _api_base() -> str:
+    return f"api_base in {config_file_hint()}"
+
+
 class ModelError(Exception):
     transient = False
 
@@ -100,10 +104,10 @@ class BadResponseError(ModelError):
 
     transient = True
 
-    def __init__(self, *, model: str, url: str, what: str) -> None:
+    def __init__(self, *, model: str, url: str, what: str, url_from: str | None = None) -> None:
         super().__init__(
             f"{url} answered {model} with something that is not the model API's format "
-            f"({what}): check that api_base in {config_file_hint()} is the model API itself (not a "
+            f"({what}): check that {url_from or _api_base()} is the model API itself (not a "
             "web page or a proxy), or try again later",
             model=model,
         )
@@ -142,8 +146,8 @@ class ServerError(ModelError):
 class ServerUnreachableError(ModelError):
     transient = True
 
-    def __init__(self, *, model: str, url: str, reason: str) -> None:
-        hint = f"check api_base in {config_file_hint()} and the network"
+    def __init__(self, *, model: str, url: str, reason: str, url_from: str | None = None) -> None:
+        hint = f"check {url_from or _api_base()} and the network"
         if model.startswith(("ollama/", "ollama_chat/")):
             hint = (
                 "is Ollama running? Start it with `ollama serve`, or set api_base in "

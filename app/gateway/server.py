@@ -51,6 +51,7 @@ from app.automations.nightly_dream import start_nightly_dream
 from app.automations.schedule_tool import current_target
 from app.automations.scheduler import owner_zone, start_automations
 from app.gateway.access import Access, PairingStore
+from app.gateway.advice import without_server_paths
 from app.gateway.delivery import ReplyStream
 from app.gateway.queue import Batch, GatewayStore, LeaseHolder, this_process
 from app.gateway.routing import session_key_for
@@ -504,6 +505,8 @@ class Gateway:
                 await self._deliver(stream, outcome.text + "\n\n(cancelled)")
             else:
                 await stream.cancel()
+        elif outcome.kind == "failed":  # the log has the whole advice; a chat no server path
+            await self._deliver(stream, without_server_paths(outcome.text))
         else:
             await self._deliver(stream, outcome.text)
         await self._record(self.store.finish, batch.turn_id)
