@@ -86,6 +86,7 @@ class AgentReply:
     model: str | None = None  # the model that answered
     command: str | None = None  # "/new", "/status", … when the message was a slash command
     compacted: bool = False
+    cut_off: bool = False  # the answer stopped early (it ends with a notice saying so)
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,7 @@ class _Turn:
     notices: list[str] = field(default_factory=list)
     taint: TurnTaint = field(default_factory=TurnTaint)  # set once the turn reads outside text
     channel: str | None = None  # where the message arrived, for the format hint
+    cut_off: bool = False  # the answer stopped early
 
 
 class Agent:
@@ -304,7 +305,12 @@ class Agent:
         answer = await self._tool_loop(turn)
         text_out = "\n\n".join([*turn.notices, answer])
         return AgentReply(
-            text_out, turn.session.id, turn.usage, turn.model, compacted=turn.compacted
+            text_out,
+            turn.session.id,
+            turn.usage,
+            turn.model,
+            compacted=turn.compacted,
+            cut_off=turn.cut_off,
         )
 
     async def _tool_loop(self, turn: _Turn) -> str:
@@ -477,5 +483,6 @@ def user_content(request: AgentRequest, text: str) -> dict[str, Any]:
 def _with_cut_off_notice(turn: _Turn, response: ModelResponse) -> str:
     """The partial answer and the notice saying it was cut off (streamed after the partial)."""
     notice = cut_off_notice(response.cut_off or "")
+    turn.cut_off = True
     turn.emit(TextDelta("\n\n" + notice))
     return f"{response.text.rstrip()}\n\n{notice}"

@@ -15,7 +15,7 @@ stderr, "(cancelled)"). The next line is read only after the reply, as in a conv
 Interactive: prompt_toolkit reads the line (history file, Esc Enter for a new line), rich renders
 the reply as Markdown while it streams; Ctrl-C cancels the running reply, Ctrl-D exits. Piped:
 one message per input line, replies as plain text on stdout, one line on stderr per failed
-message and exit status 1 if any message got no answer.
+message and exit status 1 if any message got no answer or the last answer was cut off.
 
 Nothing here imports from app/: text is made safe for the terminal by the `clean` function the
 caller passes (app.cli.printable.printable).
@@ -71,6 +71,7 @@ class TurnOutcome:
     kind: Literal["answered", "silent", "failed", "cancelled"]
     text: str
     command: str | None = None
+    cut_off: bool = False  # answered, but the answer stopped early
 
 
 @runtime_checkable
@@ -166,7 +167,7 @@ class CliChannel(Channel):
 
     async def finished(self) -> int:
         """Wait for Ctrl-D, /exit or the end of input; the exit status (1: some message got
-        no answer)."""
+        no answer, or the last answer was cut off)."""
         assert self._reader is not None, "start() first"
         return await self._reader
 
@@ -186,17 +187,17 @@ class CliChannel(Channel):
 
     async def _read_loop(self, on_message: MessageHandler) -> int:
         status = 0
+        cut_off = False  # the last answer stopped early: a script must be able to tell
         while True:
             line = await self.io.read()
-            if line is None:
-                return status
+            if line is None or (line.strip().lower() in EXIT_COMMANDS):
+                return 1 if cut_off else status
             text = line.strip()
             if not text:
                 continue
-            if text.lower() in EXIT_COMMANDS:
-                return status
             if not await self._exchange(on_message, text):
                 status = 1
+            cut_off = self._outcome is not None and self._outcome.cut_off
 
     async def _exchange(self, on_message: MessageHandler, text: str) -> bool:
         """Hand one message to the gateway and wait for its turn to end."""

@@ -30,7 +30,7 @@ from app.config import load_settings
 from memory.store.db import open_database
 from memory.store.sessions import SessionStore
 from tests.agent_support import all_text
-from tests.fakes.model_server import FakeModelServer, text_reply
+from tests.fakes.model_server import FakeModelServer, fault_reply, text_reply
 
 PINCH = Path(sys.executable).parent / "pinch"
 API_KEY = "test-key"
@@ -84,6 +84,28 @@ def test_piped_chat_prints_the_reply_then_the_status(server: FakeModelServer) ->
     assert done.stdout.index("Model: claude-test") > reply_at
     assert "Memory index:" in done.stdout
     assert [r.last_user_text() for r in server.requests] == ["hello"]  # /status is not sent
+
+
+def test_piped_chat_exits_non_zero_when_the_last_answer_was_cut_off(
+    server: FakeModelServer,
+) -> None:
+    server.script(fault_reply("cut_off", text="The first half of"))
+
+    done = run_pinch_chat("tell me everything\n")
+
+    assert "The first half of" in done.stdout and "cut off" in done.stdout
+    assert done.returncode == 1
+
+
+def test_piped_chat_exits_zero_when_a_cut_off_answer_was_completed_later(
+    server: FakeModelServer,
+) -> None:
+    server.script(fault_reply("cut_off", text="The first half of"), text_reply("The rest."))
+
+    done = run_pinch_chat("tell me everything\ngo on\n")
+
+    assert "The rest." in done.stdout
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_restarted_chat_resumes_the_same_session(server: FakeModelServer) -> None:

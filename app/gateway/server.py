@@ -461,7 +461,7 @@ class Gateway:
             if result.silent:
                 outcome = TurnOutcome("silent", result.text, result.command)
             else:
-                outcome = TurnOutcome("answered", result.text, result.command)
+                outcome = TurnOutcome("answered", result.text, result.command, result.cut_off)
         except (ModelError, MemoryError_) as exc:  # worded as advice
             outcome = TurnOutcome("failed", str(exc))
             # The chat shows it; the log keeps it too (advice is redacted of keys; cut short, as

@@ -53,6 +53,7 @@ class TurnRequest:
 class TurnResult:
     text: str
     command: str | None = None
+    cut_off: bool = False  # the answer stopped early
 
     @property
     def silent(self) -> bool:
@@ -89,7 +90,7 @@ async def run_turn(
         elif isinstance(event, Notice):
             on_text(event.text + "\n\n")
         elif isinstance(event, Final):
-            return TurnResult(event.reply.text, event.reply.command)
+            return TurnResult(event.reply.text, event.reply.command, event.reply.cut_off)
     raise RuntimeError("the agent ended a turn without its Final event")
 
 
@@ -115,7 +116,7 @@ async def _resume(
 
         policy = policy_for(key, request.sender)
         turn = _Turn(key, session, dict(users[-1].content), policy, emit)
-        return TurnResult(await agent._tool_loop(turn))
+        return TurnResult(await agent._tool_loop(turn), cut_off=turn.cut_off)
 
 
 def _same_turn(content: dict[str, object], request: TurnRequest) -> bool:
