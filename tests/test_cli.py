@@ -468,6 +468,41 @@ def test_memory_index_does_not_report_success_over_a_damaged_page(damaged_home: 
     assert "is damaged" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_memory_search_over_a_damaged_vector_page_says_it_is_damaged(home: Path) -> None:
+    """A damaged page inside the vector table (sqlite-vec: "vectors blob read error") is damage,
+    reported with the advice `pinch memory status` gives, not as a failed search."""
+    for n in range(20):
+        text = f"# note {n}\n" + "".join(f"- boat trip {n} line {i}\n" for i in range(30))
+        (home / "workspace" / "memory" / f"2026-01-{n + 1:02d}.md").write_text(text)
+    assert pinch("memory", "index").exit_code == 0
+    db = home / "agents" / "main" / "agent.sqlite"
+    data = bytearray(db.read_bytes())
+    page = 4096
+    # The vector table's blob holds room for vectors not written yet: pages of zeros.
+    zeros = [i for i in range(1, len(data) // page) if not any(data[i * page + 4 : (i + 1) * page])]
+    assert len(zeros) > 4
+    start = zeros[len(zeros) // 2] * page
+    data[start : start + 2 * page] = bytes(b ^ 0xFF for b in data[start : start + 2 * page])
+    db.write_bytes(bytes(data))
+
+    result = pinch("memory", "search", "boat trip")
+
+    assert result.exit_code == 1
+    assert "is damaged" in result.stderr and f"mv {db} {db}.broken" in result.stderr
+
+
+@pytest.mark.parametrize("query", ["boat", "lisbon anna", "mountain letter tea"])
+def test_memory_search_over_a_damaged_page_says_so_and_exits_non_zero(
+    damaged_home: Path, query: str
+) -> None:
+    db = damaged_home / "agents" / "main" / "agent.sqlite"
+    result = pinch("memory", "search", query)
+
+    assert result.exit_code == 1, result.output
+    assert "is damaged" in result.stderr and f"mv {db} {db}.broken" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     "command",
     [["memory", "status"], ["memory", "index"], ["memory", "search", "boat"]],

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memory.errors import DatabaseError
+from memory.errors import DatabaseCorruptError, DatabaseError
 from memory.search.presets import SearchPreset
 from memory.search.vectors import from_blob
-from memory.store.db import Database, as_corruption
+from memory.store.db import Database, as_corruption, corruption_advice
 from memory.text import (
     fts_match_expression,
     head_tokens,
@@ -134,6 +134,13 @@ def search_failure(db: Database, exc: BaseException) -> DatabaseError:
             f"The agent database {db.path} is locked by another process ({message}); "
             "wait for it to finish (is `pinch memory index` running?) and search again."
         )
+    # Damage shows up as other errors too (sqlite-vec: "vectors blob read error"): ask the file.
+    try:
+        problems = db.quick_check()
+    except Exception:
+        problems = []
+    if problems:
+        return DatabaseCorruptError(corruption_advice(db.path, problems[0]))
     return DatabaseError(
         f"Searching the memory index in {db.path} failed ({message}); run `pinch memory "
         "status`, and if it fails too rebuild the index with `pinch memory index --force`."
