@@ -181,6 +181,7 @@ class Scheduler:
             replace_existing=True,
         )
         await self.resync()
+        log.info("Scheduler started: %d jobs armed", len(self._armed))
 
     async def stop(self) -> None:
         """Stop the timer and cancel runs in progress (recorded as cancelled; an interrupted
@@ -189,6 +190,7 @@ class Scheduler:
         if self._aps is not None:
             self._aps.shutdown(wait=False)
             self._aps = None
+            log.info("Scheduler shut down")
         self._armed.clear()
         for task in list(self._running.values()):
             task.cancel()

@@ -758,6 +758,7 @@ def configure_logging(settings: Settings, level: int = logging.INFO) -> None:
         "slack_bolt",
         "slack_sdk",
         "aiohttp.access",
+        "apscheduler",  # "Running job …" twice every 30 s; start and stop are logged by Pinch
     ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
