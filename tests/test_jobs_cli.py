@@ -12,13 +12,13 @@ from app.config import load_settings
 from memory.store.db import open_database
 
 
-def add_job() -> int:
+def add_job(zone: str = "Europe/Berlin") -> int:
     settings = load_settings()
     store = JobStore(open_database(settings.database_path, vector_backend="numpy"))
     now = datetime.now(UTC)
     job = store.create(
         NewJob(
-            Schedule("cron", "0 9 * * *", "Europe/Berlin", now),
+            Schedule("cron", "0 9 * * *", zone, now),
             "reminder",
             "check the train tickets",
             Target("telegram", "111"),
@@ -45,6 +45,13 @@ def test_list_shows_the_schedule_and_next_run_in_the_jobs_zone() -> None:
     out = pinch("list")
     assert '#1 active reminder cron "0 9 * * *" in Europe/Berlin' in out
     assert "09:00 CET (Europe/Berlin)" in out
+
+
+def test_a_time_in_utc_names_the_zone_once() -> None:
+    add_job("UTC")
+    out = pinch("list")
+    assert "09:00 UTC" in out
+    assert "UTC (UTC)" not in out
 
 
 def test_show_and_history_show_the_runs_with_their_lateness() -> None:

@@ -79,9 +79,11 @@ def human_duration(seconds: float) -> str:
 
 
 def local_text(dt: datetime, tz_name: str) -> str:
-    """'Tue 2026-12-01 09:00 CET (Europe/Berlin)': every confirmation states the zone."""
+    """'Tue 2026-12-01 09:00 CET (Europe/Berlin)': every confirmation states the zone (once
+    when its abbreviation is its name: 'Tue 2026-12-01 09:00 UTC')."""
     local = dt.astimezone(zone(tz_name))
-    return f"{local:%a %Y-%m-%d %H:%M} {local.tzname()} ({tz_name})"
+    name = "" if local.tzname() == tz_name else f" ({tz_name})"
+    return f"{local:%a %Y-%m-%d %H:%M} {local.tzname()}{name}"
 
 
 _DURATION = re.compile(r"(\d+)(min|d|h|m|s)", re.I)
