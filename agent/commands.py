@@ -55,7 +55,11 @@ def parse_command(text: str) -> Command | None:
     return Command(name, parts[1].strip() if len(parts) > 1 else "", stripped)
 
 
-async def run_command(agent: Agent, key: SessionKey, command: Command) -> CommandResult:
+async def run_command(
+    agent: Agent, key: SessionKey, command: Command, *, channel: str | None = None
+) -> CommandResult:
+    """Answer `command` in `key`'s conversation; `channel` (where it arrived) decides whether
+    columns go in a code block (a chat) or stay plain lines (the terminal)."""
     session = await asyncio.to_thread(agent.store.current, key)
     await asyncio.to_thread(agent.store.append, session.id, "command", {"text": command.text})
     if command.name in ("/new", "/reset"):
@@ -78,10 +82,15 @@ async def run_command(agent: Agent, key: SessionKey, command: Command) -> Comman
             window=agent.config.context_window,
             threshold=agent.compactor.threshold,
         )
-        return CommandResult(text)
+        return CommandResult(_columns_for(text, channel or key.channel))
     if command.name == "/help":
         return CommandResult(render_help())
     return CommandResult(f"Unknown command {command.name}.\n{render_help()}")
+
+
+def _columns_for(text: str, channel: str) -> str:
+    """Columns aligned with spaces stay aligned in a chat only in a code block (fixed width)."""
+    return f"```\n{text}\n```" if channel in ("telegram", "slack") else text
 
 
 def render_help() -> str:

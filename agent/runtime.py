@@ -195,7 +195,7 @@ class Agent:
             command = parse_command(request.text)
             if command is None:
                 return await self._run_turn(request, request.text, emit)
-            result = await run_command(self, key, command)
+            result = await run_command(self, key, command, channel=request.channel)
             if result.follow_up:  # "/new <message>": a fresh session, then the message
                 return await self._run_turn(request, result.follow_up, emit, [result.text])
             session = await asyncio.to_thread(self.store.current, key)
