@@ -335,3 +335,50 @@ def test_the_heartbeat_file_is_private(pinch_home: Path) -> None:
     pinch_home.mkdir()
     write_heartbeat(pinch_home, {})
     assert (pinch_home / "gateway.heartbeat").stat().st_mode & 0o777 == 0o600
+
+
+def test_doctor_shows_the_running_gateways_last_poll_and_last_error(
+    tmp_path: Path, pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README promises the age of the last completed poll and the last error: they come
+    from the running gateway (its heartbeat), since doctor's own adapter does not poll."""
+    import dataclasses
+
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.gateway_support import make_rig
+    from tests.telegram_support import make_channel, telegram_config, until
+
+    async def scenario(tg: FakeTelegram, server: FakeModelServer) -> str:
+        rig = make_rig(tmp_path, server, telegram=telegram_config(tg))
+        rig.gateway.options = dataclasses.replace(
+            rig.gateway.options,
+            heartbeat_path=pinch_home / "gateway.heartbeat",
+            heartbeat_every_s=0.2,
+        )
+        channel = make_channel(tg, tmp_path)
+        rig.gateway.channels = {"telegram": channel}
+        tg.disconnect_next("getUpdates")
+        await rig.gateway.start()
+        beat = pinch_home / "gateway.heartbeat"
+        await until(
+            lambda: (
+                beat.exists()
+                and "last poll" in beat.read_text()
+                and "last error" in beat.read_text()
+            ),
+            what="a beat with a completed poll and the poll error",
+            timeout=30,
+        )
+        result = await asyncio.to_thread(
+            CliRunner().invoke, main, ["doctor", "--offline", "--json"]
+        )
+        await rig.close()
+        return result.output
+
+    with FakeModelServer() as server, FakeTelegram() as tg:
+        monkeypatch.setenv("PINCH_TELEGRAM__BOT_TOKEN", tg.token)
+        monkeypatch.setenv("PINCH_TELEGRAM__API_BASE_URL", tg.url)
+        output = asyncio.run(scenario(tg, server))
+    checks = {c["name"]: c for c in json.loads(output)["checks"]}
+    detail = checks["telegram"]["detail"]
+    assert "last poll" in detail and "last error" in detail, detail
