@@ -63,8 +63,10 @@ async def run_command(
     session = await asyncio.to_thread(agent.store.current, key)
     await asyncio.to_thread(agent.store.append, session.id, "command", {"text": command.text})
     if command.name in ("/new", "/reset"):
-        _, note = await agent.new_session(key)
+        _, note, pending = await agent.new_session(key)
         saved = f" The last one is saved in {note}." if note else ""
+        if pending:
+            saved = " The last one is being saved as a note in memory/."
         return CommandResult(f"Started a new session.{saved}", command.argument or None)
     if command.name == "/status":
         text = render_status(await agent.status(key), agent.clock.tz)

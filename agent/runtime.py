@@ -68,6 +68,7 @@ RESET_NOTICE = (
     "(This conversation had grown too long and summarising it failed, so I started a fresh "
     "session. Earlier messages stay searchable in memory.)"
 )
+NOTE_WAIT_S = 1.0  # how long /new waits for the note before answering without its name
 EMPTY_ANSWER = "(The model sent an empty answer; ask again.)"
 TOOL_LOOP_STOPPED = "(No answer: the model kept calling tools. Ask again, more narrowly.)"
 TOOL_LIMIT_RESULT = (
@@ -149,6 +150,7 @@ class Agent:
             model=model, store=store, index=index, tools=self.tools, config=self.config
         )
         self._locks: dict[str, asyncio.Lock] = {}
+        self._ending: set[asyncio.Task[str | None]] = set()  # notes of ended sessions
 
     # -- the public API ----------------------------------------------------------------------
 
@@ -216,17 +218,34 @@ class Agent:
             await asyncio.to_thread(self.store.append, session.id, "assistant", CANCELLED_EVENT)
             return True
 
-    async def new_session(self, key: SessionKey) -> tuple[Session, str | None]:
-        """End `key`'s session (its note written, its transcript indexed) and start a new one.
+    async def new_session(self, key: SessionKey) -> tuple[Session, str | None, bool]:
+        """Start a new session for `key` at once; the old one's note is written and its
+        transcript indexed in the background (naming the note asks the model: seconds).
 
-        Returns the new session and the workspace path of the note (None if there was nothing
-        to note)."""
+        Returns the new session, the workspace path of the note if it was written within
+        `NOTE_WAIT_S` (None: nothing to note, or not yet), and whether it is still being
+        written. `drain()` waits for notes still being written (call it before closing)."""
         old = await asyncio.to_thread(self.store.current, key)
-        # The owner's memory/ takes no notes of other conversations: the index keeps them.
-        note = await self._session_note(old) if policy_for(key).writes_memory else None
-        await self.compactor.index_transcript(old)
         new = await asyncio.to_thread(self.store.reset, key)
-        return new, note
+        task = asyncio.ensure_future(self._end_session(old, policy_for(key).writes_memory))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+        done, _ = await asyncio.wait({task}, timeout=NOTE_WAIT_S)
+        return new, task.result() if done else None, not done
+
+    async def drain(self) -> None:
+        """Wait until the notes of ended sessions are written (before the process stops)."""
+        while self._ending:
+            await asyncio.gather(*list(self._ending), return_exceptions=True)
+
+    async def _end_session(self, old: Session, writes_memory: bool) -> str | None:
+        # The owner's memory/ takes no notes of other conversations: the index keeps them.
+        note = await self._session_note(old) if writes_memory else None
+        try:
+            await self.compactor.index_transcript(old)
+        except Exception:
+            log.warning("Could not index the transcript of %s", old.id, exc_info=True)
+        return note
 
     async def _session_note(self, old: Session) -> str | None:
         note = None

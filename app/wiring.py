@@ -81,6 +81,7 @@ class Runtime:
         self._closed = True
         if self._preloading is not None:
             self._preloading.cancel()
+        await self.agent.drain()  # notes of sessions ended with /new are not lost
         self.watcher.stop()
         await _close_model(self.model)
         self.index.close()

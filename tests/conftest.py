@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import agent.runtime
 from memory.embeddings.providers import create_provider
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
@@ -46,6 +47,9 @@ def pinch_home(
     runtime_dir = tmp_path_factory.mktemp("xdg-run")
     runtime_dir.chmod(0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
+    # /new answers after at most NOTE_WAIT_S and finishes the note in the background; tests
+    # that read the note right after /new wait for it (tests of the background set it back).
+    monkeypatch.setattr(agent.runtime, "NOTE_WAIT_S", 60.0)
     return home
 
 

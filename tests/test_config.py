@@ -226,7 +226,7 @@ def test_a_bad_json_list_from_the_environment_is_named_as_from_there_and_shown_o
     advice = str(err.value)
     assert "the environment variable PINCH_OWNERS__TELEGRAM" in advice
     assert "config.toml" not in advice
-    assert '\\"' not in advice and '[\"[' not in advice  # the value is not wrapped again
+    assert '\\"' not in advice and '["[' not in advice  # the value is not wrapped again
     assert advice.count("@owner") == 1
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
+import pytest
+
+import agent.runtime
 from agent.session_hook import clean_slug
 from tests.agent_support import OWNER, SLUG_MARK, Kit, make_kit
 from tests.fakes.model_server import FakeModelServer, error_reply, text_reply
@@ -97,3 +101,51 @@ def test_slugs_are_one_or_two_plain_words() -> None:
     assert clean_slug("API Design Review") == "api-design"
     assert clean_slug("`bug-fix`") == "bug-fix"
     assert clean_slug("!!!") is None
+
+
+def test_new_answers_at_once_and_a_slow_note_follows_in_the_background(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model naming the note may take seconds: /new does not wait for it."""
+    monkeypatch.setattr(agent.runtime, "NOTE_WAIT_S", 1.0)
+    note = "memory/2026-01-10-porto.md"
+
+    async def scenario(kit: Kit) -> tuple[str, float, bool, str]:
+        started = time.monotonic()
+        reply = await kit.agent.handle(OWNER, "/new")
+        took = time.monotonic() - started
+        written_by_then = (kit.workspace / note).exists()
+        new_session = kit.store.current(OWNER).id
+        await kit.agent.drain()
+        return reply.text, took, written_by_then, new_session
+
+    with FakeModelServer() as server:
+        kit = make_kit(tmp_path, server, slug_timeout_s=20)
+        old_id = seed_conversation(kit, pairs=2)
+        server.script(text_reply("porto", delay_s=4))
+        text, took, written_by_then, new_session = asyncio.run(scenario(kit))
+
+    assert took < 2.5 and not written_by_then
+    assert text == "Started a new session. The last one is being saved as a note in memory/."
+    assert new_session != old_id
+    assert (kit.workspace / note).exists()
+
+
+def test_a_note_still_being_written_is_finished_when_the_runtime_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.gateway_support import make_rig
+
+    monkeypatch.setattr(agent.runtime, "NOTE_WAIT_S", 0.1)
+
+    async def scenario(server: FakeModelServer) -> Kit:
+        rig = make_rig(tmp_path, server, slug_timeout_s=20)
+        seed_conversation(rig.kit, pairs=2)
+        server.script(text_reply("porto", delay_s=3))
+        await rig.kit.agent.handle(OWNER, "/new")
+        await rig.gateway.runtime.aclose()  # what a stopping gateway or chat does
+        return rig.kit
+
+    with FakeModelServer() as server:
+        kit = asyncio.run(scenario(server))
+    assert (kit.workspace / "memory/2026-01-10-porto.md").exists()
