@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from agent.active_memory import ActiveMemory
 from agent.model.factory import ModelClient, create_model_client, preload
 from agent.runtime import Agent
-from common.clock import Clock, load_timezone, owner_timezone
+from common.clock import Clock, owner_zone
 from memory.errors import MemoryError_
 from memory.index.index import MemoryIndex
 from memory.index.watch import MemoryWatcher
@@ -109,8 +109,7 @@ async def build_runtime(
             timeout_s=settings.agent.timeout_s,
             max_retries=settings.agent.max_retries,
         )
-        zone = owner_timezone(settings.agent.timezone, settings.workspace_dir)
-        clock = clock or Clock(load_timezone(zone))
+        clock = clock or Clock(owner_zone(settings.agent.timezone, settings.workspace_dir))
         if not settings.dreaming.enabled:
             stop_recording(index.db)  # no recall signals are kept for a disabled Dreaming
         store = SessionStore(index.db)

@@ -60,8 +60,8 @@ from app.automations.jobs import (
     zone,
 )
 from channels.base import Channel, OutboundMessage
+from common.text import shorten
 from memory.store.sessions import OWNER_PEER, SessionKey
-from memory.text import shorten
 
 if TYPE_CHECKING:
     from app.wiring import Runtime

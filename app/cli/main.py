@@ -289,9 +289,10 @@ def _dreaming_status(settings: Settings, last: LastDream | None) -> dict[str, st
 
     d = settings.dreaming
     if d.enabled:
-        from common.clock import owner_timezone
+        from common.clock import iana_name, owner_zone
 
-        zone = owner_timezone(settings.agent.timezone, settings.workspace_dir) or "local time"
+        tz = owner_zone(settings.agent.timezone, settings.workspace_dir)
+        zone = iana_name(tz) or "local time"
         schedule = f"nightly at {d.hour:02d}:{d.minute:02d} {zone} while `pinch gateway` runs"
     else:
         schedule = "off ([dreaming] enabled = false)"
@@ -750,11 +751,11 @@ def _intent_store(settings: Settings) -> Any:
 def _when(ts: float | None, settings: Settings) -> str:
     from datetime import datetime
 
-    from common.clock import load_timezone, owner_timezone
+    from common.clock import owner_zone
 
     if ts is None:
         return "never"
-    zone = load_timezone(owner_timezone(settings.agent.timezone, settings.workspace_dir))
+    zone = owner_zone(settings.agent.timezone, settings.workspace_dir)
     return f"{datetime.fromtimestamp(ts, zone):%Y-%m-%d %H:%M}"
 
 

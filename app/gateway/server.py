@@ -59,9 +59,9 @@ from app.logging_setup import add_redacted_handler
 from channels.base import Attachment as InboundAttachment
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
 from channels.terminal import TurnAware, TurnOutcome
+from common.text import shorten
 from memory.errors import MemoryError_
 from memory.store.sessions import SessionKey
-from memory.text import shorten
 
 if TYPE_CHECKING:
     from app.config import Settings

@@ -65,6 +65,7 @@ from channels.telegram.updates import (
     WebhookReceiver,
     retry_after_s,
 )
+from common.redact import RedactingFilter, redact
 
 log = logging.getLogger("channels.telegram.adapter")
 
@@ -412,7 +413,7 @@ class TelegramChannel(Channel):
 
     def _describe(self, error: BaseException) -> str:
         text = getattr(error, "message", None) or str(error) or type(error).__name__
-        return str(text).replace(self._token, "<bot-token>")
+        return redact(str(text), [self._token])
 
     def _advice(self, error: TelegramError) -> ChannelError:
         detail = self._describe(error)
@@ -450,19 +451,6 @@ def _send_thread(thread_id: str | None) -> int | None:
     return int(thread_id)
 
 
-class _RedactToken(logging.Filter):
-    def __init__(self, token: str) -> None:
-        super().__init__()
-        self.token = token
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if self.token in message:
-            record.msg = message.replace(self.token, "<bot-token>")
-            record.args = None
-        return True
-
-
 def _redact_token_in_logs(token: str) -> None:
     """httpx logs every request URL at INFO and PTB its API URL at DEBUG; both contain the
     token. A filter on those loggers replaces it before any handler sees the line."""
@@ -475,8 +463,8 @@ def _redact_token_in_logs(token: str) -> None:
         "telegram.ext.Updater",
     ):
         logger = logging.getLogger(name)
-        if not any(isinstance(f, _RedactToken) and f.token == token for f in logger.filters):
-            logger.addFilter(_RedactToken(token))
+        if not any(isinstance(f, RedactingFilter) and token in f.extra for f in logger.filters):
+            logger.addFilter(RedactingFilter([token]))
 
 
 def _maybe_delivered(error: NetworkError) -> bool:

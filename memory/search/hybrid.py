@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from common.text import shorten
 from memory.errors import DatabaseError
 from memory.search.presets import SearchPreset
 from memory.search.vectors import from_blob
@@ -26,7 +27,6 @@ from memory.text import (
     line_terms,
     openclaw_query_terms,
     query_terms,
-    shorten,
     stem_term,
 )
 
