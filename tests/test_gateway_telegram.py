@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from app.cli.main import main
 from channels.channel_config import GroupRule
+from memory.files.inbox import Inbox as FileInbox
 from tests.agent_support import responder
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 from tests.fakes.telegram_server import GROUP, STRANGER, FakeTelegram
@@ -188,7 +189,7 @@ def test_the_owner_on_telegram_then_slack_continues_one_conversation(tmp_path: P
                 rig.gateway.access.owners["slack"] = frozenset({"U0OWNER"})
                 rig.gateway.channels["slack"] = SlackChannel(
                     slack_config(slack),
-                    inbox_dir=tmp_path / "workspace" / "inbox",
+                    inbox=FileInbox(tmp_path / "workspace"),
                     state_dir=tmp_path / "state",
                 )
                 await rig.gateway.start()

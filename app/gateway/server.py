@@ -59,8 +59,10 @@ from app.logging_setup import add_redacted_handler
 from channels.base import Attachment as InboundAttachment
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
 from channels.terminal import TurnAware, TurnOutcome
+from common.clock import owner_zone as owner_tz
 from common.text import shorten
 from memory.errors import MemoryError_
+from memory.files.inbox import Inbox
 from memory.store.sessions import SessionKey
 
 if TYPE_CHECKING:
@@ -686,6 +688,10 @@ def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str,
         ),
     }
     found: dict[str, Channel] = {}
+    # Received files are dated in the owner's zone, as everything else the owner reads.
+    inbox = Inbox(
+        settings.workspace_dir, tz=owner_tz(settings.agent.timezone, settings.workspace_dir)
+    )
     for name, (module, cls, config, token, env) in wanted.items():
         if token is None:
             note(f"{name}: skipped (no token; set {env} to run it)")
@@ -694,7 +700,7 @@ def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str,
             factory = getattr(importlib.import_module(module), cls)
             found[name] = factory(
                 config,
-                inbox_dir=settings.workspace_dir / "inbox",
+                inbox=inbox,
                 state_dir=settings.home / "state",
             )
         except Exception as exc:

@@ -1,6 +1,6 @@
 """The Slack adapter: Socket Mode (or the Events API) in, chat.postMessage / chat.update out.
 
-    channel = SlackChannel(settings.slack, inbox_dir=workspace / "inbox", state_dir=home / "state")
+    channel = SlackChannel(settings.slack, inbox=inbox, state_dir=home / "state")
     await channel.start(on_message)
 
 Built on slack-bolt's `AsyncApp`. What it guarantees the gateway:
@@ -62,12 +62,13 @@ from channels.base import (
     ChannelHealth,
     ChatType,
     InboundMessage,
+    InboxWriter,
     MessageHandler,
     OutboundMessage,
     SentMessage,
 )
 from channels.channel_config import SlackConfig
-from channels.slack.files import Inbox, download_shared_file
+from channels.slack.files import DownloadLimits, download_shared_file
 from channels.slack.format import (
     markdown_to_mrkdwn,
     slack_to_text,
@@ -261,13 +262,13 @@ class SlackChannel(Channel):
         self,
         config: SlackConfig,
         *,
-        inbox_dir: Path,
-        inbox_rel: str = "inbox",
+        inbox: InboxWriter,
         state_dir: Path,
     ) -> None:
+        """`inbox`: where shared files go (it names and dates them); `state_dir`: where the
+        threads the bot joined are remembered."""
         self.config = config
-        self.inbox_dir = inbox_dir
-        self.inbox_rel = inbox_rel.strip("/")
+        self.inbox = inbox
         self.threads = JoinedThreads(state_dir / _THREADS_FILE)
         self._seen: dict[str, float] = {}  # dedup key -> monotonic expiry
         self._lanes: dict[str, asyncio.Task[None]] = {}
@@ -581,9 +582,7 @@ class SlackChannel(Channel):
     async def _download_all(self, files: list[Any], ts: str) -> tuple[Attachment, ...]:
         assert self.config.bot_token is not None
         token = self.config.bot_token.get_secret_value()
-        inbox = Inbox(
-            self.inbox_dir,
-            self.inbox_rel,
+        limits = DownloadLimits(
             self.config.max_download_mb,
             urlsplit(self.config.api_base_url).hostname or "slack.com",
             self.config.timeout_s,
@@ -591,7 +590,9 @@ class SlackChannel(Channel):
         session = self._http()
         return tuple(
             [
-                await download_shared_file(session, item, token=token, inbox=inbox, ts=ts)
+                await download_shared_file(
+                    session, item, token=token, limits=limits, inbox=self.inbox, ts=ts
+                )
                 for item in files[:10]
                 if isinstance(item, dict)
             ]

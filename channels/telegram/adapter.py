@@ -1,6 +1,6 @@
 """The Telegram adapter (python-telegram-bot 22, Bot API over HTTPS).
 
-    channel = TelegramChannel(settings.telegram, inbox_dir=workspace / "inbox",
+    channel = TelegramChannel(settings.telegram, inbox=Inbox(workspace, tz=clock.tz),
                               state_dir=pinch_home / "state")
     await channel.start(on_message)    # long polling (default) or webhook; returns once running
     sent = await channel.send(OutboundMessage("telegram", chat_id="42", text="**hi**"))
@@ -50,6 +50,7 @@ from channels.base import (
     Channel,
     ChannelError,
     ChannelHealth,
+    InboxWriter,
     MessageHandler,
     OutboundMessage,
     SentMessage,
@@ -90,15 +91,14 @@ class TelegramChannel(Channel):
         self,
         config: TelegramConfig,
         *,
-        inbox_dir: Path,
-        inbox_rel: str = "inbox",
+        inbox: InboxWriter,
         state_dir: Path,
         retry_base_s: float = 1.0,
     ) -> None:
-        """`inbox_dir`: where received files go (`<inbox_dir>/YYYY-MM-DD/`), shown to the
-        gateway as `<inbox_rel>/YYYY-MM-DD/<name>`; `state_dir`: this data directory's copy of
-        the per-token poller lock (the other is machine-wide, see `TokenLock`); `retry_base_s`:
-        the first backoff delay after a failed poll (doubling, ≤ 30 s)."""
+        """`inbox`: where received files go (it names and dates them); `state_dir`: this data
+        directory's copy of the per-token poller lock (the other is machine-wide, see
+        `TokenLock`); `retry_base_s`: the first backoff delay after a failed poll (doubling,
+        ≤ 30 s)."""
         if config.bot_token is None or not config.bot_token.get_secret_value():
             raise ChannelError(
                 "No Telegram bot token: set PINCH_TELEGRAM__BOT_TOKEN (from @BotFather)"
@@ -106,8 +106,7 @@ class TelegramChannel(Channel):
         self._config = config
         self._token = config.bot_token.get_secret_value()
         _redact_token_in_logs(self._token)
-        self._inbox_dir = inbox_dir
-        self._inbox_rel = inbox_rel
+        self._inbox = inbox
         self._lock = TokenLock(state_dir, self._token)
         self._retry_base_s = retry_base_s
         self._bot = self._make_bot(pool_size=8, read_timeout=20.0)
@@ -220,8 +219,7 @@ class TelegramChannel(Channel):
         converter = MessageConverter(
             self._bot,
             self._identity,
-            inbox_dir=self._inbox_dir,
-            inbox_rel=self._inbox_rel,
+            inbox=self._inbox,
             max_download_mb=self._config.max_download_mb,
         )
         self._dispatcher = UpdateDispatcher(
