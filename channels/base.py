@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
 
+from channels.split import split_text
+
 ChatType = Literal["direct", "group", "channel"]
 AttachmentKind = Literal["photo", "document", "voice", "audio", "video", "sticker", "other"]
 
@@ -153,24 +155,6 @@ class Channel(abc.ABC):
     @abc.abstractmethod
     async def check(self) -> ChannelHealth:
         """Reachability and liveness for `pinch doctor` (getMe / auth.test, polling health)."""
-
-
-def split_text(text: str, limit: int) -> list[str]:
-    """`text` in pieces of at most `limit` characters, cut at a paragraph, line or space break
-    in the second half of a piece when there is one."""
-    pieces: list[str] = []
-    while len(text) > limit:
-        cut = -1
-        for sep in ("\n\n", "\n", " "):
-            cut = text.rfind(sep, limit // 2, limit)
-            if cut > 0:
-                break
-        if cut <= 0:
-            cut = limit
-        pieces.append(text[:cut].rstrip())
-        text = text[cut:].lstrip()
-    pieces.append(text)
-    return pieces
 
 
 class ChannelError(Exception):
