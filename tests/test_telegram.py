@@ -15,7 +15,7 @@ import pytest
 from channels.base import ChannelError, OutboundMessage
 from channels.channel_config import TelegramConfig
 from channels.telegram.adapter import TelegramChannel
-from channels.telegram.updates import TokenLock
+from channels.telegram.token_lock import TokenLock
 from memory.files.inbox import Inbox as FileInbox
 from tests.fakes.telegram_server import (
     BOT_USERNAME,

@@ -56,16 +56,12 @@ from channels.base import (
     SentMessage,
 )
 from channels.channel_config import TelegramConfig
+from channels.telegram.dispatch import UpdateDispatcher
 from channels.telegram.format import Chunk, split_for_telegram
 from channels.telegram.inbound import GENERAL_TOPIC, BotIdentity, MessageConverter
-from channels.telegram.updates import (
-    Poller,
-    RawUpdatesBot,
-    TokenLock,
-    UpdateDispatcher,
-    WebhookReceiver,
-    retry_after_s,
-)
+from channels.telegram.polling import Poller, RawUpdatesBot, retry_after_s
+from channels.telegram.token_lock import TokenLock
+from channels.telegram.webhook import WebhookReceiver
 from common.redact import RedactingFilter, redact
 
 log = logging.getLogger("channels.telegram.adapter")
