@@ -30,6 +30,14 @@ from memory.store.vector_tables import SqliteVectorTables
 
 
 class VectorStore(Protocol):
+    """Where a generation's chunk centroids are kept and searched.
+
+    Writes (`add`, `delete`, `drop_generation`) run inside the caller's transaction. `search`
+    is exact (every stored centroid of the generation is considered), returns only chunks of
+    the given scopes, best first with ties broken by the lower chunk id, and sees every write
+    committed before it began.
+    """
+
     name: str
 
     def add(self, conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
