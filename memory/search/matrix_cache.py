@@ -21,14 +21,12 @@ from memory.search.centroid_matrix import CentroidMatrix
 from memory.search.matrix_pack import read_pack
 from memory.store import vector_readers
 from memory.store.db import Database
-from memory.store.vector_pack import PackInfo, SqliteMatrixPack
+from memory.store.vector_pack import PackInfo
 from memory.store.vector_readers import SharedReader
-from memory.store.vector_tables import SqliteVectorTables, from_blob
+from memory.store.vector_storage import VectorStorage, sqlite_vector_storage
+from memory.store.vector_tables import from_blob
 
 log = logging.getLogger(__name__)
-
-TABLES = SqliteVectorTables()
-PACK = SqliteMatrixPack()
 
 # Past this share of a generation's chunks changed, reading the whole matrix again is cheaper.
 REFRESH_SHARE = 0.25
@@ -57,9 +55,10 @@ class MatrixCache:
     then kept current: after a write (any write bumps the index version) only the chunks the
     change log names are read again."""
 
-    def __init__(self, reader: SharedReader) -> None:
+    def __init__(self, reader: SharedReader, storage: VectorStorage) -> None:
         limit_blas_threads()
         self._reader = reader
+        self._storage = storage
         self._matrix: CentroidMatrix | None = None
         self._lock = threading.Lock()  # a refresh changes rows in place: not during a search
         self._loading: threading.Thread | None = None
@@ -86,7 +85,9 @@ class MatrixCache:
             loading.join()  # a read already under way (`preload`): wait for it, do not read twice
         with self._lock:
             with db.lock:
-                current = current_matrix(db, generation, self._matrix, full=fallback is None)
+                current = current_matrix(
+                    self._storage, db, generation, self._matrix, full=fallback is None
+                )
             if current is not None:
                 self._matrix = current
                 return current.search(query, k, scopes)
@@ -120,7 +121,9 @@ class MatrixCache:
                 with db.lock:
                     # One connection: vec0 answers meanwhile, and 8 connections reading at once
                     # slowed its first (cold) query by ≈ 150 ms and held ≈ 25 MB more.
-                    loaded = current_matrix(db, generation, None, full=True, parallel=False)
+                    loaded = current_matrix(
+                        self._storage, db, generation, None, full=True, parallel=False
+                    )
             finally:
                 db.close()
             with self._lock:
@@ -140,6 +143,7 @@ class MatrixCache:
 
 
 def current_matrix(
+    storage: VectorStorage,
     db: Database,
     generation: int,
     cached: CentroidMatrix | None,
@@ -151,17 +155,19 @@ def current_matrix(
     `full` is false; a pack on several connections at once if `parallel`); the caller holds
     `db.lock`."""
     conn = db.conn
-    key = (generation, TABLES.index_version(conn))
+    tables = storage.tables
+    key = (generation, tables.index_version(conn))
     if cached is not None and cached.key == key:
         return cached
-    with TABLES.snapshot(conn):  # one snapshot: the log's last seq and the rows it covers
+    with tables.snapshot(conn):  # one snapshot: the log's last seq and the rows it covers
         if cached is not None and cached.key[0] == generation and cached.seq is not None:
-            refreshed = apply_changes(conn, generation, cached, key)
+            refreshed = apply_changes(storage, conn, generation, cached, key)
             if refreshed is not None:
                 return refreshed
         if not full:
             return None
         return read_matrix(
+            storage,
             conn,
             generation,
             key,
@@ -170,19 +176,20 @@ def current_matrix(
 
 
 def apply_changes(
-    conn: Any, generation: int, m: CentroidMatrix, key: tuple[int, str]
+    storage: VectorStorage, conn: Any, generation: int, m: CentroidMatrix, key: tuple[int, str]
 ) -> CentroidMatrix | None:
     """`m` with the rows changed since its seq re-read; None when a full read is due."""
-    seq = TABLES.last_seq(conn, generation)
+    tables = storage.tables
+    seq = tables.last_seq(conn, generation)
     if seq is None or m.seq is None or seq < m.seq:  # the log was dropped and made again
         return None
-    oldest = TABLES.oldest_seq(conn, generation)
+    oldest = tables.oldest_seq(conn, generation)
     if oldest is not None and oldest > m.seq + 1:  # changes it has not seen were pruned
         return None
-    changed = TABLES.changed_since(conn, generation, m.seq)
+    changed = tables.changed_since(conn, generation, m.seq)
     if len(changed) > REFRESH_SHARE * m.n:  # (an empty matrix does not know its width)
         return None
-    found = TABLES.vectors_of(conn, generation, changed)
+    found = tables.vectors_of(conn, generation, changed)
     for cid in changed:
         if cid in found:
             m.put(cid, *found[cid])
@@ -193,17 +200,21 @@ def apply_changes(
 
 
 def read_matrix(
-    conn: Any, generation: int, key: tuple[int, str], connect: Callable[[], Any] | None = None
+    storage: VectorStorage,
+    conn: Any,
+    generation: int,
+    key: tuple[int, str],
+    connect: Callable[[], Any] | None = None,
 ) -> CentroidMatrix:
     """The generation's centroids in one preallocated float32 matrix (no second copy: the peak
     is the matrix itself): from the pack plus the changes since it when it is usable, else
     streamed from the row table."""
-    seq = TABLES.last_seq(conn, generation)
+    seq = storage.tables.last_seq(conn, generation)
     if seq is not None:
-        packed = read_packed(conn, generation, key, seq, connect)
+        packed = read_packed(storage, conn, generation, key, seq, connect)
         if packed is not None:
             return packed
-    return read_rows(conn, generation, key, seq)
+    return read_rows(storage, conn, generation, key, seq)
 
 
 def room(n: int) -> int:
@@ -212,30 +223,33 @@ def room(n: int) -> int:
     return n + max(256, n // 8)
 
 
-def pack_lag(conn: Any, generation: int, info: PackInfo, seq: int) -> int | None:
+def pack_lag(
+    storage: VectorStorage, conn: Any, generation: int, info: PackInfo, seq: int
+) -> int | None:
     """Chunks changed since the pack; None if the log no longer covers them (or never did)."""
     if info.seq > seq:  # the log was dropped and made again
         return None
-    oldest, newer = TABLES.changes_since(conn, generation, info.seq)
+    oldest, newer = storage.tables.changes_since(conn, generation, info.seq)
     if oldest is not None and oldest > info.seq + 1:  # changes after the pack were pruned
         return None
     return newer
 
 
 def read_packed(
+    storage: VectorStorage,
     conn: Any,
     generation: int,
     key: tuple[int, str],
     seq: int,
     connect: Callable[[], Any] | None,
 ) -> CentroidMatrix | None:
-    info = PACK.info(conn, generation)
+    info = storage.pack.info(conn, generation)
     if info is None or not info.rows:
         return None
-    lag = pack_lag(conn, generation, info, seq)
+    lag = pack_lag(storage, conn, generation, info, seq)
     if lag is None or lag > REFRESH_SHARE * info.rows:  # the row read is as cheap
         return None
-    packed = read_pack(conn, generation, info, room(info.rows + lag), connect)
+    packed = read_pack(conn, generation, info, room(info.rows + lag), connect, storage)
     if packed is None:
         return None
     m = CentroidMatrix(
@@ -247,51 +261,57 @@ def read_packed(
         packed.scope_of,
         packed.scope_ids,
     )
-    return apply_changes(conn, generation, m, key)
+    return apply_changes(storage, conn, generation, m, key)
 
 
-def refresh_pack(db: Database, generation: int, *, force: bool = False) -> int | None:
+def refresh_pack(
+    db: Database, generation: int, *, force: bool = False, storage: VectorStorage | None = None
+) -> int | None:
     """Write the generation's packed matrix again if it is missing or behind by more than
     PACK_REFRESH_SHARE of its rows (or at all, with `force`); returns the rows packed (None:
     nothing to do). Cheap when the pack is current (two small queries); a rewrite at 100k
     chunks reads and writes ≈150 MB (1-4 s)."""
+    storage = storage or sqlite_vector_storage()
+    tables = storage.tables
     with db.lock:  # decided without the write lock first: most syncs have nothing to pack
         conn = db.conn
-        seq = TABLES.last_seq(conn, generation)
-        if seq is None or not (force or pack_due(conn, generation, seq)):
+        seq = tables.last_seq(conn, generation)
+        if seq is None or not (force or pack_due(storage, conn, generation, seq)):
             return None
     with db.transaction() as conn:  # one snapshot: the log's seq and the rows it covers
-        seq = TABLES.last_seq(conn, generation)
-        if seq is None or not (force or pack_due(conn, generation, seq)):
+        seq = tables.last_seq(conn, generation)
+        if seq is None or not (force or pack_due(storage, conn, generation, seq)):
             return None
-        return PACK.write(conn, generation, seq)
+        return storage.pack.write(conn, generation, seq)
 
 
-def pack_due(conn: Any, generation: int, seq: int) -> bool:
+def pack_due(storage: VectorStorage, conn: Any, generation: int, seq: int) -> bool:
     """Whether the generation's pack should be written (again) now that the log is at `seq`."""
-    info = PACK.info(conn, generation)
+    info = storage.pack.info(conn, generation)
     if info is not None and info.seq == seq:
         return False
-    lag = pack_lag(conn, generation, info, seq) if info is not None else None
+    lag = pack_lag(storage, conn, generation, info, seq) if info is not None else None
     if info is not None and lag is not None:
         return lag > PACK_REFRESH_SHARE * max(info.rows, 1)
     if info is not None:  # the log no longer covers the pack's changes
         return True
     # No pack yet: worth one once the generation is large. (An index whose matrix table was
     # copied in before the log existed counts only what the log names: a row read it stays.)
-    return TABLES.logged_chunks(conn, generation) >= PACK_MIN_ROWS
+    return storage.tables.logged_chunks(conn, generation) >= PACK_MIN_ROWS
 
 
-def read_rows(conn: Any, generation: int, key: tuple[int, str], seq: int | None) -> CentroidMatrix:
+def read_rows(
+    storage: VectorStorage, conn: Any, generation: int, key: tuple[int, str], seq: int | None
+) -> CentroidMatrix:
     """The generation's centroids streamed from the row table, ordered by chunk id."""
-    n = TABLES.count(conn, generation)
+    n = storage.tables.count(conn, generation)
     size = room(n)  # pages of np.empty never written are never made resident
     ids = np.zeros(size, dtype=np.int64)
     scope_of = np.full(size, -1, dtype=np.int32)
     scope_ids: dict[str, int] = {}
     vectors: np.ndarray | None = None
     i = 0
-    for batch in TABLES.rows(conn, generation, 4096):
+    for batch in storage.tables.rows(conn, generation, 4096):
         if i >= n:
             break
         rows = batch[: n - i]

@@ -11,12 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from memory.store.vector_pack import PackInfo, SqliteMatrixPack
-from memory.store.vector_tables import SqliteVectorTables
+from memory.store.vector_pack import PackInfo
+from memory.store.vector_storage import VectorStorage, sqlite_vector_storage
 
 READ_THREADS = 8
-PACK = SqliteMatrixPack()
-TABLES = SqliteVectorTables()
 
 
 @dataclass(frozen=True)
@@ -37,6 +35,7 @@ def read_pack(
     info: PackInfo,
     room: int,
     connect: Callable[[], Any] | None = None,
+    storage: VectorStorage | None = None,
 ) -> Packed | None:
     """The pack in arrays of `room` (≥ info.rows) rows; None if it is not whole.
 
@@ -45,7 +44,9 @@ def read_pack(
     and on a cold page cache each 1,024-row block is a chain of dependent page reads (at 100k
     chunks 2.0 s one block at a time, 0.8 s eight at a time). A block whose seq is not
     `info.seq` (rewritten meanwhile) makes this read one block at a time on `conn`."""
-    layout = PACK.layout(conn, generation)
+    storage = storage or sqlite_vector_storage()
+    pack, tables = storage.pack, storage.tables
+    layout = pack.layout(conn, generation)
     if sum(n for _, n in layout) != info.rows or info.rows > room:
         return None
     starts = dict(
@@ -53,7 +54,7 @@ def read_pack(
     )
     ids = np.zeros(room, dtype=np.int64)
     scope_of = np.full(room, -1, dtype=np.int32)
-    dims = PACK.dimensions(conn, generation)
+    dims = pack.dimensions(conn, generation)
     if dims is None:
         return None
     # np.empty: pages of the reserved room that are never written are never resident.
@@ -62,7 +63,7 @@ def read_pack(
 
     def read_blocks(c: Any, blocks: list[int]) -> bool:
         for block in blocks:
-            found = PACK.block(c, generation, block)
+            found = pack.block(c, generation, block)
             if found is None or found.seq != info.seq or found.dimensions != vectors.shape[1]:
                 return False
             i, n = starts[block], found.rows
@@ -81,7 +82,7 @@ def read_pack(
             try:
                 c = connect()
                 try:
-                    with TABLES.snapshot(c):
+                    with tables.snapshot(c):
                         return read_blocks(c, blocks[k::threads])
                 finally:
                     c.close()  # (ends the read transaction)

@@ -16,7 +16,7 @@ from memory.search.matrix_cache import MatrixCache
 from memory.store.db import Database
 from memory.store.vector_knn import SqliteVecIndex
 from memory.store.vector_readers import SharedReader
-from memory.store.vector_tables import SqliteVectorTables
+from memory.store.vector_storage import VectorStorage, sqlite_vector_storage
 
 
 class SqliteVecStore:
@@ -25,13 +25,14 @@ class SqliteVecStore:
 
     name = "sqlite-vec"
 
-    def __init__(self, db: Database, dimensions: int) -> None:
+    def __init__(self, db: Database, dimensions: int, storage: VectorStorage | None = None) -> None:
         self.db = db
         self.dimensions = dimensions
-        self._tables = SqliteVectorTables()
+        storage = storage or sqlite_vector_storage()
+        self._tables = storage.tables
         self._knn = SqliteVecIndex(dimensions)
         self._reader = SharedReader(db)
-        self._cache = MatrixCache(self._reader)
+        self._cache = MatrixCache(self._reader, storage)
 
     def add(self, conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
         # The vec0 rows follow from the matrix table's, through the change log: whatever other

@@ -26,7 +26,7 @@ import numpy as np
 from memory.search.matrix_cache import MatrixCache
 from memory.store.db import Database
 from memory.store.vector_readers import SharedReader
-from memory.store.vector_tables import SqliteVectorTables
+from memory.store.vector_storage import VectorStorage, sqlite_vector_storage
 
 
 class VectorStore(Protocol):
@@ -73,11 +73,12 @@ class NumpyStore:
 
     name = "numpy"
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, storage: VectorStorage | None = None) -> None:
         self.db = db
-        self._tables = SqliteVectorTables()
+        storage = storage or sqlite_vector_storage()
+        self._tables = storage.tables
         self._reader = SharedReader(db)
-        self._cache = MatrixCache(self._reader)
+        self._cache = MatrixCache(self._reader, storage)
 
     def add(self, conn: Any, rows: list[tuple[int, int, str, np.ndarray]]) -> None:
         self._tables.add(conn, rows)
