@@ -1,8 +1,10 @@
 """memory_search: hybrid keyword + vector retrieval over one index generation.
 
 The pipeline, each step a small function driven by a `SearchPreset`:
-keyword candidates (FTS5 bm25) + vector candidates → `merge_hybrid` → `rerank_by_lines`
-→ `apply_temporal_decay` / importance → min-score filter → `mmr_select` → snippets.
+keyword candidates (FTS5 bm25) + vector candidates (memory/search/candidates.py) →
+`merge_hybrid` → `rerank_by_lines` → `temporal_multiplier` / importance → min-score filter →
+`mmr_select` (memory/search/ranking.py) → snippets (memory/search/snippets.py). What it reads
+comes through `SearchQueries` (memory/store/search_queries.py).
 """
 
 from __future__ import annotations
