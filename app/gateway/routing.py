@@ -12,9 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 from channels.base import InboundMessage
-from memory.store.sessions import SessionKey
-
-OWNER_PEER = "owner"
+from memory.store.sessions import OWNER_PEER, SessionKey
 
 
 def owner_main_key(agent_id: str) -> SessionKey:
