@@ -23,13 +23,20 @@ from agent.types import ToolSpec
 from app.automations.durations import ScheduleError, later_by, parse_duration
 from app.automations.jobs import Job, Jobs, NewJob, Schedule, Target
 from app.automations.schedules import describe, local_text, parse_at, summary
-from common.channel_table import TERMINAL
+from common.channel_table import CHANNELS, TERMINAL
 from memory.store.sessions import SessionKey
 
 # The chat the current turn answers (the gateway sets it around a turn).
 current_target: ContextVar[Target | None] = ContextVar("pinch_current_target", default=None)
 
 Route = Callable[[SessionKey], Target | None]
+# The channels an owner id can be set for (common/channel_table.py), for advice.
+_OWNER_KEYS = tuple(row.owners_key for row in CHANNELS if row.owners_key)
+_OWNER_CHANNELS = " or ".join(row.title for row in CHANNELS if row.owners_key)
+
+
+def _title(channel: str) -> str:
+    return next((row.title for row in CHANNELS if row.name == channel), channel.title())
 
 
 class JobTimer(Protocol):
@@ -130,8 +137,9 @@ def _create(
     if target is None:
         raise ToolFailure(
             "Nothing could deliver this: scheduled messages are sent by `pinch gateway` to "
-            "your chat on Telegram or Slack, and no owner id is set. Set [owners] telegram = "
-            '["<your user id>"] (or slack) in config.toml, or ask from Telegram or Slack.'
+            f"your chat on {_OWNER_CHANNELS}, and no owner id is set. Set [owners] "
+            f'{_OWNER_KEYS[0]} = ["<your user id>"] (or {" or ".join(_OWNER_KEYS[1:])}) in '
+            f"config.toml, or ask from {_OWNER_CHANNELS}."
         )
     try:
         if args.get("when"):
@@ -160,7 +168,7 @@ def _confirmation(job: Job, *, from_terminal: bool = False) -> str:
     what = "Task" if job.payload == "task" else "Reminder"
     first = local_text(job.next_run_utc, job.schedule.tz) if job.next_run_utc else "—"
     where = (
-        f" It will be sent to your {job.target.channel.title()} chat by `pinch gateway` "
+        f" It will be sent to your {_title(job.target.channel)} chat by `pinch gateway` "
         "(the terminal cannot show it later)."
         if from_terminal
         else ""
