@@ -95,6 +95,10 @@ def utcnow() -> datetime:
 
 
 class Scheduler:
+    """Runs the jobs of `store` on time (see the module's docstring). Built by the composition
+    root before it starts; until `start`, `arm` only records and `cancel` only cancels in the
+    table, so the schedule tool may hold a scheduler that never runs (`pinch chat`)."""
+
     def __init__(
         self,
         store: Jobs,
@@ -103,14 +107,12 @@ class Scheduler:
         run_turn: RunTurn | None = None,
         settings: AutomationSettings | None = None,
         now: Now = utcnow,
-        name: str = "pinch",
     ) -> None:
         self.store = store
         self._deliver = deliver
         self._run_turn = run_turn
         self.settings = settings or AutomationSettings()
         self.now = now
-        self.name = name
         self._aps: AsyncIOScheduler | None = None
         self._armed: dict[int, datetime] = {}
         self._running: dict[int, asyncio.Task[None]] = {}
