@@ -60,7 +60,6 @@ class Harness:
             run_turn=self.turn,
             now=self.clock,
             settings=AutomationSettings(**settings),
-            name=f"test-{id(self)}",
         )
 
     async def deliver(self, msg: OutboundMessage) -> None:
