@@ -50,7 +50,6 @@ def run_task(kit: Kit, *, private: bool) -> tuple[Jobs, int, list[OutboundMessag
         deliver=deliver,
         run_turn=agent_turn(kit.agent),
         now=lambda: T0 + timedelta(hours=1),
-        name=f"agent-{id(kit)}",
     )
     asyncio.run(scheduler.fire(job.id))
     return store, job.id, sent
