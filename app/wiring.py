@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from agent.active_memory import ActiveMemory
 from agent.model.factory import ModelClient, create_model_client, preload
 from agent.runtime import Agent
+from app.automations.assembly import Automations, build_automations
 from common.clock import Clock, owner_zone
 from memory.errors import MemoryError_
 from memory.index.index import MemoryIndex
@@ -49,6 +50,7 @@ class Runtime:
     agent: Agent
     watcher: MemoryWatcher
     clock: Clock
+    automations: Automations | None = None  # when [automations] is on
     _preloading: asyncio.Future[None] | None = None
     _closed: bool = False
 
@@ -142,10 +144,9 @@ async def build_runtime(
         clock=clock,
         _preloading=asyncio.ensure_future(_preload_quietly(model)),
     )
-    if settings.automations.enabled:
-        from app.automations.scheduler import add_schedule_tool
-
-        await asyncio.to_thread(add_schedule_tool, runtime)  # creates the jobs tables
+    if settings.automations.enabled:  # the jobs, a scheduler the gateway starts, the tool
+        runtime.automations = await asyncio.to_thread(build_automations, settings, index.db, clock)
+        agent.tools.add(runtime.automations.tool)
     return runtime
 
 

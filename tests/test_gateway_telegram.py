@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from app.channel_registry import Owners
 from app.cli.main import main
 from channels.channel_config import GroupRule
 from memory.files.inbox import Inbox as FileInbox
@@ -186,7 +187,8 @@ def test_the_owner_on_telegram_then_slack_continues_one_conversation(tmp_path: P
             server.respond_with(responder(turn=echo))
             async with FakeSlack() as slack:
                 rig = telegram_rig(tmp_path, server, tg)
-                rig.gateway.access.owners["slack"] = frozenset({"U0OWNER"})
+                access = rig.gateway.access
+                access.owners = Owners.of({**access.owners.ids, "slack": ["U0OWNER"]})
                 rig.gateway.channels["slack"] = SlackChannel(
                     slack_config(slack),
                     inbox=FileInbox(tmp_path / "workspace"),

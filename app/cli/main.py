@@ -675,10 +675,13 @@ def pairing() -> None:
 
 
 def _pairing_store(settings: Settings) -> Any:
-    from app.gateway.access import PairingStore
+    from app.gateway.access import Pairing
     from memory.store.db import open_database
+    from memory.store.pairing_store import SqlitePairingStore
 
-    return PairingStore(open_database(settings.database_path, vector_backend="numpy"))
+    return Pairing(
+        SqlitePairingStore(open_database(settings.database_path, vector_backend="numpy"))
+    )
 
 
 @pairing.command("list")
@@ -691,7 +694,7 @@ def pairing_list() -> None:
     try:
         pending, approved = store.pending(), store.approved()
     finally:
-        store.db.close()
+        store.close()
     if not pending:
         click.echo("No pending pairing requests.")
     for req in pending:
@@ -712,7 +715,7 @@ def pairing_approve(code: str) -> None:
     try:
         req = store.decide(code, approve=True)
     finally:
-        store.db.close()
+        store.close()
     who = f"{req.sender_id} ({req.sender_name})" if req.sender_name else req.sender_id
     click.echo(f"Approved {req.channel} user {who}: their next message will be answered.")
 
@@ -726,7 +729,7 @@ def pairing_reject(code: str) -> None:
     try:
         req = store.decide(code, approve=False)
     finally:
-        store.db.close()
+        store.close()
     click.echo(f"Rejected the request of {req.channel} user {req.sender_id}.")
 
 
