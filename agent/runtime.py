@@ -36,7 +36,8 @@ from agent.commands import parse_command, run_command
 from agent.compaction import CompactionError, Compactor, summary_block
 from agent.context import Context, ContextBuilder
 from agent.history import build_history, usage_record
-from agent.intents import IntentTool, standing_intents_block
+from agent.intents import standing_intents_block
+from agent.memory_tools import session_attachments
 from agent.message_limit import fit_message
 from agent.model.errors import ContextTooLongError, cut_off_notice
 from agent.model.factory import ModelClient
@@ -44,10 +45,9 @@ from agent.policy import TAINTING_TOOLS, SessionPolicy, policy_for
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
 from agent.session_hook import save_session_note
-from agent.tools import MemoryTools, ToolContext, TurnTaint, session_attachments
+from agent.tools import ToolContext, ToolRegistry, TurnTaint
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
-from agent.web_fetch import WebFetcher
-from common.clock import Clock, load_timezone
+from common.clock import Clock
 from memory.files.writes import WorkspaceWriter
 from memory.index.index import IndexStatus, MemoryIndex
 from memory.lifecycle.intents import IntentStore
@@ -106,6 +106,11 @@ class _Turn:
 
 
 class Agent:
+    """One agent over one session store and memory index. Everything it uses is handed in,
+    built by the composition root (app/wiring.py `build_agent`): the tools the model may call,
+    the writer of memory files, the standing intents, the context builder, the compactor and
+    the recall of active memory (None: no recall)."""
+
     def __init__(
         self,
         *,
@@ -113,40 +118,27 @@ class Agent:
         store: SessionStore,
         index: MemoryIndex,
         workspace: Path,
-        config: AgentConfig | None = None,
-        clock: Clock | None = None,
-        recall: Recall | None = None,
-        fetcher: WebFetcher | None = None,
+        config: AgentConfig,
+        clock: Clock,
+        writer: WorkspaceWriter,
+        intents: IntentStore,
+        tools: ToolRegistry,
+        context_builder: ContextBuilder,
+        compactor: Compactor,
+        recall: Recall | None,
     ) -> None:
         self.model = model
         self.store = store
         self.index = index
         self.workspace = workspace
-        self.config = config or AgentConfig()
-        self.clock = clock or Clock(load_timezone(self.config.timezone))
+        self.config = config
+        self.clock = clock
+        self.writer = writer  # the owner's memory files (session notes)
+        self.intents = intents  # standing intents, matched before every reply
+        self.tools = tools
+        self.context_builder = context_builder
+        self.compactor = compactor
         self.recall = recall
-        # Every write re-indexes memory; writes already run in worker threads.
-        self.writer = WorkspaceWriter(workspace, on_written=self._reindex, tz=self.clock.tz)
-        # Standing intents, matched before every reply (agent/intents.py).
-        self.intents = IntentStore.open(index.db, now=self.clock.now().timestamp())
-        memory_tools = MemoryTools(
-            workspace=workspace,
-            index=index,
-            store=store,
-            writer=self.writer,
-            clock=self.clock,
-            fetcher=fetcher,
-        )
-        intent_tool = IntentTool(self.intents, self.clock, memory_tools.context_tainted)
-        self.tools = memory_tools.registry(intent_tool.tool())
-        self.context_builder = ContextBuilder(
-            workspace,
-            max_chars=self.config.bootstrap_max_chars,
-            total_max_chars=self.config.bootstrap_total_max_chars,
-        )
-        self.compactor = Compactor(
-            model=model, store=store, index=index, tools=self.tools, config=self.config
-        )
         self._locks: dict[str, asyncio.Lock] = {}
 
     # -- the public API ----------------------------------------------------------------------
@@ -433,9 +425,6 @@ class Agent:
     def _read_outside_content(self, session_id: str) -> bool:
         calls = self.store.events(session_id, kinds=("tool_call",))
         return any(str(e.content.get("name")) in TAINTING_TOOLS for e in calls)
-
-    def _reindex(self, rel_path: str) -> None:
-        self.index.sync()
 
 
 def user_content(request: AgentRequest, text: str) -> dict[str, Any]:

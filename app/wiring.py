@@ -19,15 +19,24 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.active_memory import ActiveMemory
+from agent.agent_config import AgentConfig
+from agent.compaction import Compactor
+from agent.context import ContextBuilder
+from agent.intents import IntentTool
+from agent.memory_tools import MemoryTools
 from agent.model.factory import ModelClient, create_model_client, preload
 from agent.runtime import Agent
+from agent.web_fetch import WebFetcher
 from common.clock import Clock, load_timezone, owner_timezone
 from memory.errors import MemoryError_
+from memory.files.writes import WorkspaceWriter
 from memory.index.index import MemoryIndex
 from memory.index.watch import MemoryWatcher
+from memory.lifecycle.intents import IntentStore
 from memory.lifecycle.signals import stop_recording
 from memory.store.compact import compact_if_worth_it
 from memory.store.sessions import SessionStore
@@ -114,21 +123,14 @@ async def build_runtime(
         if not settings.dreaming.enabled:
             stop_recording(index.db)  # no recall signals are kept for a disabled Dreaming
         store = SessionStore(index.db)
-        agent = Agent(
+        agent = build_agent(
             model=model,
             store=store,
             index=index,
             workspace=settings.workspace_dir,
             config=settings.agent,
             clock=clock,
-        )
-        agent.recall = ActiveMemory(
-            model=model,
-            store=store,
-            tools=agent.tools,
-            workspace=agent.workspace,
-            config=settings.agent,
-            index=index,
+            active_memory=True,
         )
     except BaseException:
         index.close()
@@ -148,6 +150,63 @@ async def build_runtime(
 
         await asyncio.to_thread(add_schedule_tool, runtime)  # creates the jobs tables
     return runtime
+
+
+def build_agent(
+    *,
+    model: ModelClient,
+    store: SessionStore,
+    index: MemoryIndex,
+    workspace: Path,
+    config: AgentConfig | None = None,
+    clock: Clock | None = None,
+    fetcher: WebFetcher | None = None,
+    active_memory: bool = False,
+) -> Agent:
+    """An `Agent` and its parts over `index` and `store`: the workspace writer (every write
+    re-indexes memory), the standing intents, the memory and `intent` tools, the context
+    builder, the compactor and — with `active_memory` — the recall before owner messages.
+
+    `config` defaults to `AgentConfig()`, `clock` to the configured time zone, `fetcher` to a
+    real `WebFetcher`. Blocking (opens the intents tables): call it from a worker thread or
+    at start-up. Tests and benchmarks build their agents here too."""
+    config = config or AgentConfig()
+    clock = clock or Clock(load_timezone(config.timezone))
+
+    def reindex(_rel_path: str) -> None:  # writes run in worker threads, and so does this
+        index.sync()
+
+    writer = WorkspaceWriter(workspace, on_written=reindex, tz=clock.tz)
+    intents = IntentStore.open(index.db, now=clock.now().timestamp())
+    memory_tools = MemoryTools(
+        workspace=workspace, index=index, store=store, writer=writer, clock=clock, fetcher=fetcher
+    )
+    tools = memory_tools.registry(IntentTool(intents, clock, memory_tools.context_tainted).tool())
+    recall = (
+        ActiveMemory(
+            model=model, store=store, tools=tools, workspace=workspace, config=config, index=index
+        )
+        if active_memory
+        else None
+    )
+    return Agent(
+        model=model,
+        store=store,
+        index=index,
+        workspace=workspace,
+        config=config,
+        clock=clock,
+        writer=writer,
+        intents=intents,
+        tools=tools,
+        context_builder=ContextBuilder(
+            workspace,
+            max_chars=config.bootstrap_max_chars,
+            total_max_chars=config.bootstrap_total_max_chars,
+        ),
+        compactor=Compactor(model=model, store=store, index=index, tools=tools, config=config),
+        recall=recall,
+    )
 
 
 async def _preload_quietly(model: ModelClient) -> None:
