@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.agent_config import AgentConfig
-from agent.commands import parse_command, run_command
+from agent.commands import AgentStatus, parse_command, run_command
 from agent.compaction import CompactionError, Compactor, summary_block
 from agent.context import Context, ContextBuilder
 from agent.history import build_history, usage_record
@@ -49,7 +49,7 @@ from agent.tools import ToolContext, ToolRegistry, TurnTaint
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
 from common.clock import Clock
 from memory.files.writes import WorkspaceWriter
-from memory.index.index import IndexStatus, MemoryIndex
+from memory.index.index import MemoryIndex
 from memory.lifecycle.intents import IntentStore
 from memory.store.lineage import record_session_note
 from memory.store.sessions import Session, SessionKey, SessionStore
@@ -74,18 +74,6 @@ TOOL_LIMIT_RESULT = (
     "Not run: this turn has used all its tool calls. Answer now with what you have, and say "
     "what is left undone."
 )
-
-
-@dataclass(frozen=True)
-class AgentStatus:
-    model: str
-    fallback_models: tuple[str, ...]
-    session: Session
-    context_tokens: int
-    threshold: int
-    context_window: int
-    usage_totals: dict[str, int]
-    index: IndexStatus
 
 
 @dataclass
