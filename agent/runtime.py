@@ -171,6 +171,8 @@ class Agent:
     async def _handle(self, request: AgentRequest, emit: Emit) -> AgentReply:
         key = request.key
         async with self._locks.setdefault(str(key), asyncio.Lock()):
+            if request.resumed and (resumed := await self._resume(request, emit)) is not None:
+                return resumed
             command = parse_command(request.text)
             if command is None:
                 return await self._run_turn(request, request.text, emit)
@@ -271,6 +273,27 @@ class Agent:
         return AgentReply(
             text_out, turn.session.id, turn.usage, turn.model, compacted=turn.compacted
         )
+
+    async def _resume(self, request: AgentRequest, emit: Emit) -> AgentReply | None:
+        """Finish the turn a stopped process began for `request`, from its transcript; None when
+        the transcript does not end in this request's messages (then it is a new message)."""
+        key = request.key
+        session = await asyncio.to_thread(self.store.current, key)
+        users = await asyncio.to_thread(self.store.events, session.id, kinds=("user",))
+        if not users or not _same_turn(users[-1].content, request):
+            return None
+        tail = await asyncio.to_thread(self.store.events, session.id, after_seq=users[-1].seq)
+        if tail and tail[-1].kind == "assistant":  # answered; only the delivery was missing
+            return AgentReply(str(tail[-1].content.get("text", "")), session.id)
+
+        def text_only(event: AgentEvent) -> None:  # the notices were said the first time
+            if isinstance(event, TextDelta):
+                emit(event)
+
+        policy = policy_for(key, request.sender)
+        turn = _Turn(key, session, dict(users[-1].content), policy, text_only)
+        answer = await self._tool_loop(turn)
+        return AgentReply(answer, turn.session.id, turn.usage, turn.model, compacted=turn.compacted)
 
     async def _tool_loop(self, turn: _Turn) -> str:
         """Call the model and run the tools it asks for until it answers; returns the answer.
@@ -434,6 +457,12 @@ def user_content(request: AgentRequest, text: str) -> dict[str, Any]:
     if request.message_ids:
         content["message_ids"] = list(request.message_ids)
     return content
+
+
+def _same_turn(content: dict[str, Any], request: AgentRequest) -> bool:
+    if request.message_ids:
+        return content.get("message_ids") == list(request.message_ids)
+    return content.get("text") == request.text
 
 
 def _with_cut_off_notice(turn: _Turn, response: ModelResponse) -> str:
