@@ -10,8 +10,11 @@ stores the message — with who sent it, when that is not the owner — before c
 then runs the tool loop — model call, tool calls, tool results, each stored as it happens — until
 the model answers without tools; the final answer is stored before the `Final` event. When the
 context grows too big the memory flush and compaction run first (compaction.py); slash commands
-are answered without the model (commands.py). A restart resumes every session from the database.
-What a turn may see and do comes from its `SessionPolicy` (policy.py).
+are answered without the model (commands.py). A restart resumes every session from the database;
+a request marked `resumed` (the gateway hands it again after a stop) finishes its interrupted turn
+instead of storing the message twice. What a turn may see and do comes from its `SessionPolicy`
+(policy.py). The `Agent` builds nothing itself: app/wiring.py `build_agent` hands it its tools,
+writer, intents, context builder, compactor and recall.
 
 `Agent.handle(key, text, on_text)` is the older, owner-only form with a synchronous callback,
 kept for tests and benchmarks.

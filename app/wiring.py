@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +35,7 @@ from agent.intents import IntentTool
 from agent.memory_tools import MemoryTools
 from agent.model.factory import ModelClient, create_model_client, preload
 from agent.runtime import Agent
+from agent.tools import Tool
 from agent.web_fetch import WebFetcher
 from app.gateway.access import Access, PairingStore
 from app.gateway.healthz import HealthServer
@@ -116,11 +117,13 @@ def build_agent(
     config: AgentConfig | None = None,
     clock: Clock | None = None,
     fetcher: WebFetcher | None = None,
+    extra_tools: Sequence[Tool] = (),
     active_memory: bool = False,
 ) -> Agent:
     """An `Agent` and its parts over `index` and `store`: the workspace writer (every write
     re-indexes memory), the standing intents, the memory and `intent` tools, the context
     builder, the compactor and — with `active_memory` — the recall before owner messages.
+    `extra_tools` are offered after the built-in ones (each still subject to the turn's policy).
 
     `config` defaults to `AgentConfig()`, `clock` to the configured time zone, `fetcher` to a
     real `WebFetcher`. Blocking (opens the intents tables): call it from a worker thread or
@@ -136,7 +139,8 @@ def build_agent(
     memory_tools = MemoryTools(
         workspace=workspace, index=index, store=store, writer=writer, clock=clock, fetcher=fetcher
     )
-    tools = memory_tools.registry(IntentTool(intents, clock, memory_tools.context_tainted).tool())
+    intent_tool = IntentTool(intents, clock, memory_tools.context_tainted).tool()
+    tools = memory_tools.registry(intent_tool, *extra_tools)
     recall = (
         ActiveMemory(
             model=model, store=store, tools=tools, workspace=workspace, config=config, index=index
