@@ -64,7 +64,7 @@ from memory.store.sessions import OWNER_PEER, SessionKey
 from memory.text import shorten
 
 if TYPE_CHECKING:
-    from app.process import Runtime
+    from app.wiring import Runtime
 
 log = logging.getLogger(__name__)
 
