@@ -25,7 +25,6 @@ import contextlib
 import logging
 import os
 import socket
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -44,6 +43,7 @@ from app.gateway.leases import LEASE_POLL_S, LEASE_STALE_S, SessionLeases
 from app.gateway.queue import Batch, GatewayStore, LeaseHolder, this_process
 from app.gateway.routing import session_key_for
 from app.gateway.turns import Runtime, TurnResult, run_turn
+from app.gateway.workers import SessionWorkers
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
 from channels.terminal import TurnAware, TurnOutcome
 from memory.errors import MemoryError_
@@ -100,11 +100,12 @@ class Gateway:
         self.turn_runner = turn_runner
         self.health: dict[str, ChannelHealth] = {}
         self.failed: dict[str, str] = {}  # channels that could not start, and why
-        self._workers: dict[str, asyncio.Task[None]] = {}
-        self._dirty: set[str] = set()
-        self._arrived: dict[str, float] = {}
-        self._slots = asyncio.Semaphore(self.options.max_concurrent_turns)
-        self._draining = False
+        self.workers = SessionWorkers(
+            store.next_batch,
+            self._run_batch,
+            collect_window_s=self.options.collect_window_s,
+            max_concurrent=self.options.max_concurrent_turns,
+        )
         self._background: list[asyncio.Task[None]] = []
         self._heartbeat_lock = asyncio.Lock()
         self._spawned: set[asyncio.Task[None]] = set()
@@ -152,15 +153,14 @@ class Gateway:
         else:
             log.info("Gateway running with %s", ", ".join(running))
         for key in await asyncio.to_thread(self.store.pending_sessions):
-            self._wake(key)
+            self.workers.wake(key)
         self._background.append(asyncio.ensure_future(self._heartbeat_loop()))
         self._background.append(asyncio.ensure_future(self._prune_loop()))
 
     async def stop(self, grace_s: float) -> None:
         """Let running turns finish for up to `grace_s`, then cancel what is left (it stays
         queued) and stop the channels."""
-        self._draining = True
-        running = [task for task in self._workers.values() if not task.done()]
+        running = self.workers.drain()
         if running:
             log.info("Stopping: waiting up to %.0f s for %d running turn(s)", grace_s, len(running))
             _, pending = await asyncio.wait(running, timeout=grace_s)
@@ -180,13 +180,11 @@ class Gateway:
 
     def cancel_turns(self) -> None:
         """Cancel every running turn now (its messages stay queued for the next start)."""
-        for task in self._workers.values():
-            task.cancel()
+        self.workers.cancel_all()
 
     async def idle(self) -> None:
         """Wait until no session has a turn running or queued (for tests and benchmarks)."""
-        while self._workers:
-            await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
+        await self.workers.idle()
 
     async def _record(self, fn: Callable[..., None], *args: Any) -> None:
         await asyncio.get_running_loop().run_in_executor(self._records, fn, *args)
@@ -244,10 +242,10 @@ class Gateway:
             log.debug("Ignored a redelivered message on %s", msg.channel)
             await self._not_answered(msg, "Not answered: the same message was queued before.")
             return
-        self._arrived[str(key)] = time.monotonic()
-        if str(key) not in self._workers:  # "typing…" at once, not after the collect window
+        self.workers.arrived(str(key))
+        if not self.workers.busy(str(key)):  # "typing…" at once, not after the collect window
             self._spawn(self._type_once(msg))
-        self._wake(str(key), collect=msg.channel not in self.options.no_collect_channels)
+        self.workers.wake(str(key), collect=msg.channel not in self.options.no_collect_channels)
 
     async def _not_answered(self, msg: InboundMessage, why: str) -> None:
         """A channel waiting for each message's turn (the terminal) learns there will be none."""
@@ -266,53 +264,6 @@ class Gateway:
         task = asyncio.ensure_future(coro)
         self._spawned.add(task)  # a reference, so the task is not collected mid-way
         task.add_done_callback(self._spawned.discard)
-
-    # -- per-session workers -------------------------------------------------------------------
-
-    def _wake(self, key: str, collect: bool = True) -> None:
-        self._dirty.add(key)
-        if key in self._workers or self._draining:
-            return
-        self._workers[key] = asyncio.ensure_future(self._session_worker(key, collect))
-
-    async def _session_worker(self, key: str, collect: bool) -> None:
-        failed = False
-        try:
-            await self._work_on(key, collect)
-        except Exception:
-            failed = True
-            log.exception("The queue of %s stalled; it resumes with its next message", key)
-        finally:
-            # Synchronously, with no await in between: a message accepted after the last
-            # `next_batch` found nothing has set `_dirty` and gets a new worker.
-            del self._workers[key]
-            if key in self._dirty and not self._draining and not failed:
-                self._wake(key, collect)
-
-    async def _work_on(self, key: str, collect: bool) -> None:
-        while not self._draining:
-            if collect:
-                await self._settle(key)
-            async with self._slots:
-                if self._draining:
-                    return
-                self._dirty.discard(key)
-                batch = await asyncio.to_thread(self.store.next_batch, key)
-                if batch is None:
-                    if key in self._dirty:
-                        continue
-                    return
-                if not await self._run_batch(batch):
-                    return
-
-    async def _settle(self, key: str) -> None:
-        """Wait until the session's newest message is `collect_window_s` old."""
-        window = self.options.collect_window_s
-        while True:
-            wait = self._arrived.get(key, 0.0) + window - time.monotonic()
-            if wait <= 0:
-                return
-            await asyncio.sleep(wait)
 
     async def _run_batch(self, batch: Batch) -> bool:
         last = batch.messages[-1].message
