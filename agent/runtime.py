@@ -38,17 +38,24 @@ from agent.agent_config import AgentConfig
 from agent.commands import AgentStatus, parse_command, run_command
 from agent.compaction import CompactionError, Compactor, summary_block
 from agent.context import Context, ContextBuilder
-from agent.history import build_history, usage_record
+from agent.history import build_history
 from agent.intents import standing_intents_block
 from agent.memory_tools import session_attachments
 from agent.message_limit import fit_message
 from agent.model.errors import ContextTooLongError, cut_off_notice
 from agent.model.factory import ModelClient
-from agent.policy import TAINTING_TOOLS, SessionPolicy, policy_for
+from agent.policy import SessionPolicy, policy_for
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
 from agent.session_hook import save_session_note
 from agent.tools import ToolContext, ToolRegistry, TurnTaint
+from agent.turn_events import (
+    read_outside_content,
+    same_turn,
+    store_response,
+    store_results,
+    user_content,
+)
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
 from common.clock import Clock
 from memory.files.writes import WorkspaceWriter
@@ -200,7 +207,7 @@ class Agent:
     async def _session_note(self, old: Session) -> str | None:
         note = None
         try:
-            tainted = await asyncio.to_thread(self._read_outside_content, old.id)
+            tainted = await asyncio.to_thread(read_outside_content, self.store, old.id)
             note = await save_session_note(
                 old,
                 store=self.store,
@@ -283,7 +290,7 @@ class Agent:
         key = request.key
         session = await asyncio.to_thread(self.store.current, key)
         users = await asyncio.to_thread(self.store.events, session.id, kinds=("user",))
-        if not users or not _same_turn(users[-1].content, request):
+        if not users or not same_turn(users[-1].content, request):
             return None
         tail = await asyncio.to_thread(self.store.events, session.id, after_seq=users[-1].seq)
         if tail and tail[-1].kind == "assistant":  # answered; only the delivery was missing
@@ -307,7 +314,7 @@ class Agent:
         rounds = self.config.max_tool_rounds
         for round_ in range(rounds + 2):
             response = await self._complete(turn)
-            await asyncio.to_thread(self._store_response, turn.session, response)
+            await asyncio.to_thread(store_response, self.store, turn.session.id, response)
             if response.cut_off:  # stored marked incomplete; the owner is told why
                 return _with_cut_off_notice(turn, response)
             if not response.tool_calls:
@@ -395,7 +402,7 @@ class Agent:
             results = [ToolResult(c.id, TOOL_LIMIT_RESULT, is_error=True) for c in calls]
         else:
             results = list(await asyncio.gather(*(self.tools.call(c, ctx) for c in calls)))
-        await asyncio.to_thread(self._store_results, turn.session, results)
+        await asyncio.to_thread(store_results, self.store, turn.session.id, results)
 
     # -- the transcript ----------------------------------------------------------------------
 
@@ -420,52 +427,6 @@ class Agent:
             policy=policy,
             channel=channel,
         )
-
-    def _store_response(self, session: Session, response: ModelResponse) -> None:
-        usage = usage_record(response.usage, response.model)
-        content: dict[str, object] = {"text": response.text}
-        if response.cut_off:
-            content["incomplete"] = True
-        self.store.append(session.id, "assistant", content, usage)
-        for call in response.tool_calls:
-            content = {"id": call.id, "name": call.name, "input": dict(call.input)}
-            self.store.append(session.id, "tool_call", content)
-
-    def _store_results(self, session: Session, results: Sequence[ToolResult]) -> None:
-        for r in results:
-            content = {"tool_use_id": r.tool_use_id, "content": r.content, "is_error": r.is_error}
-            self.store.append(session.id, "tool_result", content)
-
-    def _read_outside_content(self, session_id: str) -> bool:
-        calls = self.store.events(session_id, kinds=("tool_call",))
-        return any(str(e.content.get("name")) in TAINTING_TOOLS for e in calls)
-
-
-def user_content(request: AgentRequest, text: str) -> dict[str, Any]:
-    """The stored `user` event of a message: its text and, when it is not the owner's, who sent
-    it (no `sender` means the owner, as in transcripts from before senders were recorded)."""
-    content: dict[str, Any] = {"text": text}
-    if request.sender != "owner":
-        sender = {
-            "kind": request.sender,
-            "id": request.sender_id,
-            "name": request.sender_name,
-            "channel": request.key.channel,
-        }
-        content["sender"] = {k: v for k, v in sender.items() if v is not None}
-    if request.attachments:
-        content["attachments"] = [
-            {k: v for k, v in vars(a).items() if v is not None} for a in request.attachments
-        ]
-    if request.message_ids:
-        content["message_ids"] = list(request.message_ids)
-    return content
-
-
-def _same_turn(content: dict[str, Any], request: AgentRequest) -> bool:
-    if request.message_ids:
-        return content.get("message_ids") == list(request.message_ids)
-    return content.get("text") == request.text
 
 
 def _with_cut_off_notice(turn: _Turn, response: ModelResponse) -> str:
