@@ -168,9 +168,9 @@ def test_the_chat_gateway_claims_only_its_terminal_rows_and_writes_no_heartbeat(
             channels: dict[str, Channel] = {}
             gateway = build_gateway(settings, runtime, channels)
             chat = build_gateway(settings, runtime, channels, chat_claimant="cli-1")
-            assert gateway.store.claimant is None
+            assert gateway.store.store.claimant is None
             assert gateway.options.heartbeat_path == settings.home / "gateway.heartbeat"
-            assert chat.store.claimant == "cli-1"
+            assert chat.store.store.claimant == "cli-1"
             assert chat.options.heartbeat_path is None
             assert gateway.runtime is runtime and chat.runtime is runtime
 
