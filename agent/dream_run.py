@@ -32,7 +32,7 @@ from agent.model.errors import (
 )
 from agent.prompts import render
 from agent.types import Message, ModelRequest
-from memory.files.writes import _read_text
+from memory.files.atomic import read_workspace_text
 from memory.lifecycle.dreaming import (
     MEMORY_FILE,
     Decision,
@@ -228,7 +228,7 @@ async def _phases(
     started = time.time()
     if not report.dry_run:  # before any model call and any write
         await asyncio.to_thread(check_writable, workspace)
-    before = await asyncio.to_thread(_read_text, workspace, MEMORY_FILE)
+    before = await asyncio.to_thread(read_workspace_text, workspace, MEMORY_FILE)
     entries = [line for _, line in memory_entries(before or "")]
     for r in passing:
         if report.model_calls >= config.max_model_calls:

@@ -1,4 +1,4 @@
-""""one poller per token" held only within one
+""" "one poller per token" held only within one
 PINCH_HOME, so two data directories with the same bot token both polled and fought with 409
 Conflicts. The lock is now machine-wide (and still per data directory)."""
 

@@ -31,8 +31,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from memory.errors import WorkspaceError
+from memory.files.atomic import (
+    locked_target,
+    pinned_target,
+    read_workspace_text,
+    replace_atomically,
+)
 from memory.files.workspace import DREAMS_FILE, file_day
-from memory.files.writes import _atomic_write, _pinned, _read_text, _write_lock, escape_markup
+from memory.files.writes import escape_markup
 from memory.lifecycle.signals import apply_dreaming_migrations, flush_signals
 from memory.store.db import Database
 from memory.store.lineage import LineageStore, file_origin
@@ -171,7 +177,7 @@ def stage_candidates(
 ) -> list[Candidate]:
     """Light: the candidate entries of recent daily logs and session notes, deduplicated."""
     mem_dir = workspace / "memory"
-    memory_now = _read_text(workspace, MEMORY_FILE) or ""
+    memory_now = read_workspace_text(workspace, MEMORY_FILE) or ""
     known = {_normalise(line) for line in memory_now.splitlines() if line.strip()}
     seen: set[str] = set()
     out: list[Candidate] = []
@@ -188,7 +194,7 @@ def stage_candidates(
             continue
         if _file_origin(db, rel) == "untrusted":
             continue  # the index says something in the file is untrusted: none of it is staged
-        text = _read_text(workspace, rel)
+        text = read_workspace_text(workspace, rel)
         if text is None:
             continue
         text = tombstones.redact(rel, text)  # a restored backup cannot bring them back
@@ -392,17 +398,17 @@ def write_memory(
         raise WorkspaceError(f"MEMORY.md would exceed its budget of {budget_chars} characters.")
     preimage = _save_preimage(workspace, pre, now)
     target = workspace / MEMORY_FILE
-    with _write_lock, _pinned(workspace, target) as pinned:
+    with locked_target(workspace, target) as pinned:
         if before_write is not None:
             before_write()
-        if _atomic_write(pinned, text.encode("utf-8"), check=True, expect=before):
+        if replace_atomically(pinned, text.encode("utf-8"), check=True, expect=before):
             return WriteResult(mode, preimage, content_hash(pre), content_hash(text), note, pre)
         # Someone edited MEMORY.md since we read it: keep their text, add ours at the end.
         for _ in range(5):
-            current = _read_text(workspace, MEMORY_FILE)
+            current = read_workspace_text(workspace, MEMORY_FILE)
             preimage = _save_preimage(workspace, current or "", now)
             appended = build_append(current or "", decisions)
-            if _atomic_write(pinned, appended.encode("utf-8"), check=True, expect=current):
+            if replace_atomically(pinned, appended.encode("utf-8"), check=True, expect=current):
                 note = "MEMORY.md changed during the dream: appended instead of rewriting"
                 return WriteResult(
                     "append",
@@ -422,7 +428,7 @@ def check_writable(workspace: Path) -> None:
     MEMORY.md changes, so a run never stops half-way: rewritten, but no report."""
     try:
         for rel in (MEMORY_FILE, DREAMS_FILE):
-            _read_text(workspace, rel)
+            read_workspace_text(workspace, rel)
         for folder in (workspace, _nearest_existing(workspace / PREIMAGE_DIR)):
             if not os.access(folder, os.W_OK | os.X_OK):
                 raise WorkspaceError(
@@ -442,20 +448,20 @@ def _save_preimage(workspace: Path, text: str, now: datetime) -> str:
     stamp = now.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
     rel = f"{PREIMAGE_DIR}/MEMORY-{stamp}.md"
     target = workspace / rel
-    with _pinned(workspace, target) as pinned:
-        _atomic_write(pinned, text.encode("utf-8"))
+    with pinned_target(workspace, target) as pinned:
+        replace_atomically(pinned, text.encode("utf-8"))
     return rel
 
 
 def append_diary(workspace: Path, text: str) -> None:
     """Append a report to DREAMS.md (a diary for the owner; never indexed nor loaded)."""
     target = workspace / DREAMS_FILE
-    with _write_lock, _pinned(workspace, target) as pinned:
+    with locked_target(workspace, target) as pinned:
         for _ in range(5):
-            current = _read_text(workspace, DREAMS_FILE)
+            current = read_workspace_text(workspace, DREAMS_FILE)
             head = current if current else "# DREAMS.md\n\nWhat dreaming did, night by night.\n"
             new = head.rstrip("\n") + "\n\n" + text.strip("\n") + "\n"
-            if _atomic_write(pinned, new.encode("utf-8"), check=True, expect=current):
+            if replace_atomically(pinned, new.encode("utf-8"), check=True, expect=current):
                 return
 
 
@@ -641,7 +647,7 @@ def plan_undo(db: Database, workspace: Path) -> UndoPlan:
         str(preimage),
         float(started),
         str(old),
-        _read_text(workspace, MEMORY_FILE),
+        read_workspace_text(workspace, MEMORY_FILE),
         str(post_hash),
     )
     _check_unedited(plan, plan.current)
@@ -662,10 +668,12 @@ def undo_last(db: Database, workspace: Path) -> str:
     Refused (WorkspaceError) when MEMORY.md changed since that dream wrote it."""
     plan = plan_undo(db, workspace)
     target = workspace / MEMORY_FILE
-    with _write_lock, _pinned(workspace, target) as pinned:
-        current = _read_text(workspace, MEMORY_FILE)
+    with locked_target(workspace, target) as pinned:
+        current = read_workspace_text(workspace, MEMORY_FILE)
         _check_unedited(plan, current)
-        if not _atomic_write(pinned, plan.restored.encode("utf-8"), check=True, expect=current):
+        if not replace_atomically(
+            pinned, plan.restored.encode("utf-8"), check=True, expect=current
+        ):
             raise WorkspaceError("MEMORY.md changed during the undo; nothing was changed.")
     with db.transaction() as conn:
         conn.execute("UPDATE dream_runs SET undone_at = ? WHERE id = ?", (time.time(), plan.run_id))

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memory.files.atomic import locked_target, read_workspace_text, replace_atomically
 from memory.files.workspace import DREAMS_FILE
-from memory.files.writes import WorkspaceWriter, _atomic_write, _pinned, _read_text, _write_lock
+from memory.files.writes import WorkspaceWriter
 from memory.lifecycle.dreaming import (
     MEMORY_FILE,
     PREIMAGE_DIR,
@@ -176,7 +177,8 @@ def _redacted(text: str, entries: Sequence[Attributed]) -> tuple[str, int]:
 
 
 def _read_hidden(workspace: Path, rel: str) -> str | None:
-    """A preimage's text (`_read_text` refuses hidden folders); None if absent or not a file."""
+    """A preimage's text (`read_workspace_text` refuses hidden folders); None if absent or not
+    a file."""
     path = workspace / rel
     if path.is_symlink() or not path.is_file():
         return None
@@ -211,7 +213,7 @@ def plan_dreams(db: Database, workspace: Path, entries: Sequence[Attributed]) ->
     if not entries:
         return []
     wanted = {a.memory_line for a in entries}
-    out = _memory_findings(_read_text(workspace, MEMORY_FILE) or "", entries)
+    out = _memory_findings(read_workspace_text(workspace, MEMORY_FILE) or "", entries)
     for rel in _preimage_files(workspace):
         n = _without(_read_hidden(workspace, rel) or "", wanted)[1]
         if n:
@@ -224,7 +226,7 @@ def plan_dreams(db: Database, workspace: Path, entries: Sequence[Attributed]) ->
     ]
     if runs:
         out.append(DreamFinding("dream_preimage_db", "remove", None, count=len(runs)))
-    diary = _redacted(_read_text(workspace, DREAMS_FILE) or "", entries)[1]
+    diary = _redacted(read_workspace_text(workspace, DREAMS_FILE) or "", entries)[1]
     if diary:
         out.append(DreamFinding("dream_report", "remove", DREAMS_FILE, count=diary))
     return out
@@ -277,10 +279,12 @@ def forget_dreams(
 def _rewrite_hidden(workspace: Path, rel: str, change: Any) -> None:
     """Rewrite a preimage (memory/.dreams/, outside what the writer may touch) compare-and-swap."""
     target = workspace / rel
-    with _write_lock, _pinned(workspace, target) as pinned:
+    with locked_target(workspace, target) as pinned:
         for _ in range(5):
             current = _read_hidden(workspace, rel)
             if current is None:
                 return
-            if _atomic_write(pinned, change(current).encode("utf-8"), check=True, expect=current):
+            if replace_atomically(
+                pinned, change(current).encode("utf-8"), check=True, expect=current
+            ):
                 return
