@@ -24,8 +24,9 @@ from pydantic import BaseModel, Field
 from memory.files.atomic import read_workspace_text
 from memory.files.workspace import file_day
 from memory.store.db import Database
-from memory.store.dreams_store import SqliteRecallSignals, SqliteStagingLookups
+from memory.store.dreams_store import SqliteStagingLookups
 from memory.store.lineage import LineageStore, file_origin
+from memory.store.recall_signals import SqliteRecallSignals
 from memory.text import estimate_tokens
 
 MEMORY_FILE = "MEMORY.md"

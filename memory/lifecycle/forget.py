@@ -42,7 +42,6 @@ from memory.lifecycle.forget_dreams import (
     forget_dreams,
     plan_dreams,
 )
-from memory.store.dreams_store import Span
 from memory.store.forget_store import KeptNote, SessionErasure, SqliteForgetStore
 from memory.store.lineage import (
     KEPT_SESSION,
@@ -53,6 +52,7 @@ from memory.store.lineage import (
     origin_marker,
     strip_marker,
 )
+from memory.store.recall_signals import Span
 from memory.store.sessions import Session, SessionKey, SessionStore
 from memory.store.transcripts import transcript_path
 

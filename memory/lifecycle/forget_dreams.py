@@ -32,7 +32,8 @@ from memory.files.writes import WorkspaceWriter
 from memory.lifecycle.dream_memory import content_hash, entry_line
 from memory.lifecycle.dream_stages import MEMORY_FILE, PREIMAGE_DIR, Candidate, log_entries
 from memory.store.db import Database
-from memory.store.dreams_store import Span, SqliteDreamRuns, SqliteRecallSignals
+from memory.store.dreams_store import SqliteDreamRuns
+from memory.store.recall_signals import Span, SqliteRecallSignals
 
 FORGOTTEN_REPORT = "(an entry here was removed by `pinch memory forget`)"
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from memory.store.dreams_store import RecallSignal, SqliteRecallSignals
+from memory.store.recall_signals import RecallSignal, SqliteRecallSignals
 
 if TYPE_CHECKING:
     from memory.search.hybrid import SearchHit

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memory.store.db import Database
-from memory.store.dreams_store import Span, delete_signals_in, shift_signals_in
 from memory.store.lineage import apply_lineage_migrations
+from memory.store.recall_signals import Span, delete_signals_in, shift_signals_in
 
 
 @dataclass(frozen=True)
