@@ -26,7 +26,7 @@ from memory.files.atomic import (
     read_workspace_text,
     replace_atomically,
 )
-from memory.files.workspace import DREAMS_FILE
+from memory.files.discovery import DREAMS_FILE
 from memory.files.writes import escape_markup
 from memory.lifecycle.dream_stages import (
     MEMORY_FILE,

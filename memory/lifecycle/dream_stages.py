@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from memory.files.atomic import read_workspace_text
-from memory.files.workspace import file_day
+from memory.files.discovery import file_day
 from memory.store.db import Database
 from memory.store.dreams_store import SqliteStagingLookups
 from memory.store.lineage import LineageStore, file_origin

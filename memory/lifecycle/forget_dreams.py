@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.files.atomic import locked_target, read_workspace_text, replace_atomically
-from memory.files.workspace import DREAMS_FILE
+from memory.files.discovery import DREAMS_FILE
 from memory.files.writes import WorkspaceWriter
 from memory.lifecycle.dream_memory import content_hash, entry_line
 from memory.lifecycle.dream_stages import MEMORY_FILE, PREIMAGE_DIR, Candidate, log_entries
