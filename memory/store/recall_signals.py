@@ -10,7 +10,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from memory.store import db as database
 from memory.store.db import Database
@@ -19,9 +19,9 @@ from memory.store.dreaming_schema import apply_dreaming_migrations
 MAX_PENDING = 2_000  # signals kept while the database is busy; the oldest are dropped beyond
 
 
-@dataclass(frozen=True)
-class RecallSignal:
-    """One search hit as Dreaming counts it: never the query text, only its hash."""
+class RecallSignal(NamedTuple):
+    """One search hit as Dreaming counts it: never the query text, only its hash. (A named tuple,
+    not a dataclass: every search makes several, and a tuple is what the INSERT takes.)"""
 
     path: str
     start_line: int
@@ -139,20 +139,7 @@ class SqliteRecallSignals:
     def add(self, signals: Sequence[RecallSignal]) -> None:
         if not signals or getattr(self.db, "_recall_off", False):
             return
-        rows = [
-            (
-                s.path,
-                s.start_line,
-                s.end_line,
-                s.snippet_hash,
-                s.origin,
-                s.query_hash,
-                s.day,
-                s.score,
-                s.at,
-            )
-            for s in signals
-        ]
+        rows = [tuple(s) for s in signals]
         with _pending_lock:
             _pending(self.db).extend(rows)
         self._try_flush(wait=False)
