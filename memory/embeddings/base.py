@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from memory.memory_config import config_file_hint
+from common.home import config_file_hint
 
 FloatArray = npt.NDArray[np.float32]
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from common.home import config_file_hint
 from common.redact import REDACTED, redact
 from memory.embeddings.base import EmbeddingError, FloatArray, fallback_advice, unit_rows
 from memory.embeddings.litellm_env import import_litellm
-from memory.memory_config import config_file_hint
 
 log = logging.getLogger(__name__)
 

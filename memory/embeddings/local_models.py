@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from common.home import config_file_hint
 from memory.embeddings.base import EmbeddingError, FloatArray, unit_rows
-from memory.memory_config import config_file_hint
 
 log = logging.getLogger(__name__)
 

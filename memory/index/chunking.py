@@ -6,7 +6,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from memory.text import estimate_tokens, strip_comments
+from common.text import strip_comments
+from memory.text import estimate_tokens
 
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 _IMPORTANCE = re.compile(r"<!--\s*importance:\s*([0-9])\s*-->", re.IGNORECASE)

@@ -36,7 +36,7 @@ from memory.index.embedcache import EmbeddingCache, ProgressCallback
 from memory.index.generations import GenerationGone, Generations, LeaseHolder
 from memory.index.rows import IndexRows, StoreFor
 from memory.memory_config import MemoryConfig
-from memory.search.vectors import refresh_pack
+from memory.search.matrix_cache import refresh_pack
 from memory.store.db import Database
 from memory.store.lineage import LineageStore, file_origin
 

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from common.text import shorten
 from memory.errors import SessionError
 from memory.index.chunking import chunk_markdown
 from memory.index.index import MemoryIndex, VirtualChunk
 from memory.store.lineage import OUTSIDE_CONTENT_TOOLS, LineageStore
 from memory.store.sessions import Session, SessionStore, TranscriptEvent
-from memory.text import estimate_tokens, shorten
+from memory.text import estimate_tokens
 
 TRANSCRIPT_SOURCE = "sessions"
 TOOL_RESULT_CHARS = 500
