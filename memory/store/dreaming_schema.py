@@ -67,9 +67,9 @@ DREAMING = MigrationSet("dreaming", [m001_signals, m002_runs, m003_run_outcome])
 def apply_dreaming_migrations(db: Database) -> list[str]:
     """Apply Dreaming's pending migrations in order (`memory.store.schema`); return the names
     applied."""
-    if getattr(db, "_dreaming_ready", False):
+    if db.store_state.get("dreaming_schema"):
         return []
     with db.lock:
         names = apply(db.conn, DREAMING)
-        db._dreaming_ready = True  # type: ignore[attr-defined]
+        db.store_state["dreaming_schema"] = True
     return names

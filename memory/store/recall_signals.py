@@ -9,8 +9,8 @@ import threading
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol, cast
 
 from memory.store import db as database
 from memory.store.db import Database
@@ -80,14 +80,20 @@ _pending_lock = threading.Lock()
 _SIGNAL_COLUMNS = "path, start_line, end_line, snippet_hash, origin, query_hash, day, score, at"
 
 
-def _pending(db: Database) -> deque[tuple[Any, ...]]:
-    # The buffer lives with the connection it waits for, so every store on one database
-    # shares it.
-    found: deque[tuple[Any, ...]] | None = getattr(db, "_recall_pending", None)
-    if found is None:
-        found = deque(maxlen=MAX_PENDING)
-        db._recall_pending = found  # type: ignore[attr-defined]
-    return found
+@dataclass
+class _Buffer:
+    """Signals of one database not written yet, and whether recording is off."""
+
+    pending: deque[tuple[Any, ...]] = field(default_factory=lambda: deque(maxlen=MAX_PENDING))
+    off: bool = False
+
+
+def _buffer(db: Database) -> _Buffer:
+    # Kept with the connection it waits for, so every store object on one database shares it.
+    found = db.store_state.get("recall_signals")
+    if found is None:  # setdefault: of two threads creating it at once, one buffer wins
+        found = db.store_state.setdefault("recall_signals", _Buffer())
+    return cast(_Buffer, found)
 
 
 def _signal_where(spans: Iterable[Span]) -> tuple[str, list[Any]]:
@@ -137,11 +143,11 @@ class SqliteRecallSignals:
         self.db = db
 
     def add(self, signals: Sequence[RecallSignal]) -> None:
-        if not signals or getattr(self.db, "_recall_off", False):
+        if not signals or _buffer(self.db).off:
             return
         rows = [tuple(s) for s in signals]
         with _pending_lock:
-            _pending(self.db).extend(rows)
+            _buffer(self.db).pending.extend(rows)
         self._try_flush(wait=False)
 
     def flush(self) -> None:
@@ -149,7 +155,7 @@ class SqliteRecallSignals:
         self._try_flush(wait=True)
 
     def disable(self) -> None:
-        self.db._recall_off = True  # type: ignore[attr-defined]
+        _buffer(self.db).off = True
 
     def _try_flush(self, *, wait: bool) -> None:
         db = self.db
@@ -159,7 +165,7 @@ class SqliteRecallSignals:
         try:
             apply_dreaming_migrations(db)
             with _pending_lock:
-                pending = _pending(db)
+                pending = _buffer(db).pending
                 rows = list(pending)
                 pending.clear()
             if not rows:
@@ -182,7 +188,7 @@ class SqliteRecallSignals:
                     raise
             except Exception:
                 with _pending_lock:  # busy: keep them for next time (bounded)
-                    _pending(db).extendleft(reversed(rows))
+                    _buffer(db).pending.extendleft(reversed(rows))
                 if wait:
                     raise
             finally:
