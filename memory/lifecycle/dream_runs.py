@@ -20,7 +20,7 @@ from memory.files.atomic import locked_target, read_workspace_text, replace_atom
 from memory.lifecycle.dream_memory import WriteResult, content_hash, memory_entries
 from memory.lifecycle.dream_stages import MEMORY_FILE
 from memory.store.db import Database
-from memory.store.dreams_store import LastDream, RunWrite, SqliteDreamRuns
+from memory.store.dreams_store import LastDream, RunWrite, dream_runs_for
 
 LEASE_NAME = "dream"
 
@@ -33,7 +33,7 @@ def acquire_lease(db: Database, *, lease_s: float, now: float | None = None) -> 
     """Take the dream lease or raise DreamBusyError; returns the holder id to release with."""
     holder = uuid.uuid4().hex
     at = time.time() if now is None else now
-    if not SqliteDreamRuns(db).acquire_lease(LEASE_NAME, holder, now=at, lease_s=lease_s):
+    if not dream_runs_for(db).acquire_lease(LEASE_NAME, holder, now=at, lease_s=lease_s):
         raise DreamBusyError(
             "A dream is already running (started by another process or the nightly job); "
             "wait for it to finish."
@@ -42,12 +42,12 @@ def acquire_lease(db: Database, *, lease_s: float, now: float | None = None) -> 
 
 
 def release_lease(db: Database, holder: str) -> None:
-    SqliteDreamRuns(db).release_lease(LEASE_NAME, holder)
+    dream_runs_for(db).release_lease(LEASE_NAME, holder)
 
 
 def start_run(db: Database, phase: str, *, started_at: float | None = None) -> int:
     at = time.time() if started_at is None else started_at
-    return SqliteDreamRuns(db).start_run(phase, started_at=at)
+    return dream_runs_for(db).start_run(phase, started_at=at)
 
 
 def finish_run(
@@ -65,7 +65,7 @@ def finish_run(
         if write
         else None
     )
-    SqliteDreamRuns(db).finish_run(
+    dream_runs_for(db).finish_run(
         run_id,
         finished_at=time.time(),
         promoted=promoted,
@@ -79,12 +79,12 @@ def finish_run(
 def record_failed_run(db: Database, phase: str, reason: str) -> None:
     """Record a run that could not happen (the nightly job's model failed, say), so that
     `pinch memory status` shows it; nothing else is kept of it."""
-    SqliteDreamRuns(db).record_failed_run(phase, reason, at=time.time())
+    dream_runs_for(db).record_failed_run(phase, reason, at=time.time())
 
 
 def last_dream(db: Database) -> LastDream | None:
     """The latest finished dream (not a dry run), read only: creates no table."""
-    return SqliteDreamRuns(db).last_finished()
+    return dream_runs_for(db).last_finished()
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def plan_undo(db: Database, workspace: Path) -> UndoPlan:
 
     Raises WorkspaceError when there is none, or when MEMORY.md was edited since that dream
     wrote it (undoing would lose the edit)."""
-    run = SqliteDreamRuns(db).last_undoable()
+    run = dream_runs_for(db).last_undoable()
     if run is None:
         raise WorkspaceError("There is no dream to undo.")
     plan = UndoPlan(
@@ -179,9 +179,9 @@ def undo_last(db: Database, workspace: Path) -> str:
         restored = plan.restored.encode("utf-8")
         if not replace_atomically(pinned, restored, check=True, expect=current):
             raise WorkspaceError("MEMORY.md changed during the undo; nothing was changed.")
-    SqliteDreamRuns(db).mark_undone(plan.run_id, at=time.time())
+    dream_runs_for(db).mark_undone(plan.run_id, at=time.time())
     return f"MEMORY.md restored from {plan.preimage} (dream #{plan.run_id} undone)."
 
 
 def last_runs(db: Database, n: int = 5) -> list[dict[str, Any]]:
-    return SqliteDreamRuns(db).recent(n)
+    return dream_runs_for(db).recent(n)

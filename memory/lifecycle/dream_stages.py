@@ -24,9 +24,9 @@ from pydantic import BaseModel, Field
 from memory.files.atomic import read_workspace_text
 from memory.files.discovery import file_day
 from memory.store.db import Database
-from memory.store.dreams_store import SqliteStagingLookups
+from memory.store.dreams_store import staging_lookups_for
 from memory.store.lineage import LineageStore, file_origin
-from memory.store.recall_signals import SqliteRecallSignals
+from memory.store.recall_signals import signals_for
 from memory.text import estimate_tokens
 
 MEMORY_FILE = "MEMORY.md"
@@ -160,7 +160,7 @@ def stage_candidates(
         return out
     oldest = _days_before(today, lookback_days)
     tombstones = LineageStore(db).tombstones()
-    lookups = SqliteStagingLookups(db)
+    lookups = staging_lookups_for(db)
     for p in sorted(mem_dir.glob("*.md")):
         if p.is_symlink() or not p.is_file():
             continue
@@ -204,7 +204,7 @@ def _days_before(day: str, n: int) -> str:
 
 def reinforce(db: Database, candidates: Sequence[Candidate]) -> list[Reinforced]:
     """REM: each candidate with its recall figures (signals overlapping its lines) and theme."""
-    signals = SqliteRecallSignals(db)
+    signals = signals_for(db)
     signals.flush()
     out: list[Reinforced] = []
     words: dict[str, set[str]] = {}

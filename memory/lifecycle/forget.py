@@ -42,7 +42,7 @@ from memory.lifecycle.forget_dreams import (
     forget_dreams,
     plan_dreams,
 )
-from memory.store.forget_store import KeptNote, SessionErasure, SqliteForgetStore
+from memory.store.forget_store import KeptNote, SessionErasure, forget_store_for
 from memory.store.lineage import (
     KEPT_SESSION,
     LineageRow,
@@ -209,7 +209,7 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
     # and a kept note is the owner's, indexed as such (Tombstones.kept_notes).
     kept = {i.path for i in done if i.action == "keep" and i.path}
     recorded = {r.path for r in rows}
-    SqliteForgetStore(index.db).erase(
+    forget_store_for(index.db).erase(
         SessionErasure(
             sid,
             plan.session_key,
@@ -221,8 +221,10 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
             kept_notes=[
                 KeptNote(i.path, i.reason)
                 for i in done
-                if i.kind == "session_note" and i.action == "keep" and i.path
-                if i.path not in recorded
+                if i.kind == "session_note"
+                and i.action == "keep"
+                and i.path
+                and i.path not in recorded
             ],
         )
     )
@@ -384,4 +386,4 @@ def _chunk_count(index: MemoryIndex, path: str) -> int:
     active = index.active_generation()
     if active is None:
         return 0
-    return SqliteForgetStore(index.db).chunk_count(active[0], path)
+    return forget_store_for(index.db).chunk_count(active[0], path)

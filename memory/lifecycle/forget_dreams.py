@@ -32,8 +32,8 @@ from memory.files.writes import WorkspaceWriter
 from memory.lifecycle.dream_memory import content_hash, entry_line
 from memory.lifecycle.dream_stages import MEMORY_FILE, PREIMAGE_DIR, Candidate, log_entries
 from memory.store.db import Database
-from memory.store.dreams_store import SqliteDreamRuns
-from memory.store.recall_signals import Span, SqliteRecallSignals
+from memory.store.dreams_store import dream_runs_for
+from memory.store.recall_signals import Span, signals_for
 
 FORGOTTEN_REPORT = "(an entry here was removed by `pinch memory forget`)"
 
@@ -79,7 +79,7 @@ def attributed(path: str, text: str, spans: Sequence[Span]) -> list[Attributed]:
 
 def count_signals(db: Database, spans: Sequence[Span]) -> dict[str, int]:
     """path -> how many recall signals fall on `spans`."""
-    return SqliteRecallSignals(db).count_on(spans)
+    return signals_for(db).count_on(spans)
 
 
 # ---- MEMORY.md, preimages, DREAMS.md ----------------------------------------------------------
@@ -155,7 +155,7 @@ def plan_dreams(db: Database, workspace: Path, entries: Sequence[Attributed]) ->
         if n:
             out.append(DreamFinding("dream_preimage", "remove", rel, count=n))
     runs = [
-        run_id for run_id, text in SqliteDreamRuns(db).preimage_texts() if _without(text, wanted)[1]
+        run_id for run_id, text in dream_runs_for(db).preimage_texts() if _without(text, wanted)[1]
     ]
     if runs:
         out.append(DreamFinding("dream_preimage_db", "remove", None, count=len(runs)))
@@ -187,7 +187,7 @@ def forget_dreams(
         done = [f for f in done if f.kind != "memory_entry"]
         done = _memory_findings(swap[0], entries) + done
         # The last dream's undo still works: it checks MEMORY.md against what the dream wrote.
-        SqliteDreamRuns(db).replace_post_hash(content_hash(swap[0]), content_hash(swap[1]))
+        dream_runs_for(db).replace_post_hash(content_hash(swap[0]), content_hash(swap[1]))
     for f in done:
         if f.kind == "dream_preimage" and f.path:
             _rewrite_hidden(workspace, f.path, lambda t: _without(t, wanted)[0])
@@ -198,7 +198,7 @@ def forget_dreams(
         new, n = _without(text, wanted)
         return new if n else None
 
-    SqliteDreamRuns(db).rewrite_preimages(cut_preimage)
+    dream_runs_for(db).rewrite_preimages(cut_preimage)
     return done
 
 

@@ -34,9 +34,9 @@ from memory.store.intents_store import (
     IntentRepository,
     IntentScope,
     NewIntent,
-    SqliteIntentRepository,
     StandingIntent,
     ensure_intent_schema,
+    intents_for,
 )
 from memory.text import CJK_CHAR, ENGLISH_STOPWORDS, normalised_runs
 
@@ -99,7 +99,7 @@ class IntentStore:
 
     def __init__(self, db: Database, repository: IntentRepository | None = None) -> None:
         self.db = db
-        self.rows = repository if repository is not None else SqliteIntentRepository(db)
+        self.rows = repository if repository is not None else intents_for(db)
 
     @classmethod
     def open(cls, db: Database, *, now: float | None = None) -> IntentStore:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from memory.store.recall_signals import RecallSignal, SqliteRecallSignals
+from memory.store.recall_signals import RecallSignal, signals_for
 
 if TYPE_CHECKING:
     from memory.search.hybrid import SearchHit
@@ -41,7 +41,7 @@ def _snippet_hash(text: str) -> str:
 
 def stop_recording(db: Database) -> None:
     """Record no signals through `db` from now on (`[dreaming] enabled = false`)."""
-    SqliteRecallSignals(db).disable()
+    signals_for(db).disable()
 
 
 def record_recall(
@@ -67,21 +67,21 @@ def record_recall(
             )
             for h in hits
         ]
-        SqliteRecallSignals(db).add(signals)
+        signals_for(db).add(signals)
     except Exception:  # a signal lost is better than a search failed
         log.debug("Could not record recall signals", exc_info=True)
 
 
 def flush_signals(db: Database) -> None:
     """Write any buffered signals now, waiting for the write lock if need be (Dreaming)."""
-    SqliteRecallSignals(db).flush()
+    signals_for(db).flush()
 
 
 def prune_signals(db: Database, before_day: str) -> int:
     """Delete signals older than `before_day` (YYYY-MM-DD); returns how many went."""
-    return SqliteRecallSignals(db).prune(before_day)
+    return signals_for(db).prune(before_day)
 
 
 def forget_signals(db: Database, path: str) -> int:
     """Delete the signals of one file (for forgetting); returns how many went."""
-    return SqliteRecallSignals(db).delete_path(path)
+    return signals_for(db).delete_path(path)

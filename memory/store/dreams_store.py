@@ -293,3 +293,13 @@ class SqliteStagingLookups:
             tuple(ids),
         )
         return {str(r[0]) for r in rows}
+
+
+def dream_runs_for(db: Database) -> DreamRunStore:
+    """The dream runs and lease of `db` (the SQLite implementation: the only one so far)."""
+    return SqliteDreamRuns(db)
+
+
+def staging_lookups_for(db: Database) -> StagingLookups:
+    """Light's lookups in `db` (the SQLite implementation: the only one so far)."""
+    return SqliteStagingLookups(db)

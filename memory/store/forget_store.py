@@ -101,3 +101,9 @@ class SqliteForgetStore:
                     "VALUES (?, 'session_note', ?, NULL, ?, ?)",
                     (sid, note.path, json.dumps({"kept": note.reason}), erasure.forgotten_at),
                 )
+
+
+def forget_store_for(db: Database) -> ForgetStore:
+    """The database side of forgetting in `db` (the SQLite implementation: the only one so
+    far)."""
+    return SqliteForgetStore(db)

@@ -411,3 +411,8 @@ class SqliteIntentRepository:
                 if state.fetchone()[0] == "done":
                     _drop_triggers(conn, intent_id)
         return fired
+
+
+def intents_for(db: Database) -> IntentRepository:
+    """The standing intents of `db` (the SQLite implementation: the only one so far)."""
+    return SqliteIntentRepository(db)

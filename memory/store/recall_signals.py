@@ -229,3 +229,8 @@ class SqliteRecallSignals:
         apply_dreaming_migrations(self.db)
         with self.db.transaction() as conn:
             return int(conn.execute("DELETE FROM recall_signals WHERE path = ?", (path,)).rowcount)
+
+
+def signals_for(db: Database) -> RecallSignalStore:
+    """The recall signals of `db` (the SQLite implementation: the only one so far)."""
+    return SqliteRecallSignals(db)
