@@ -99,7 +99,7 @@ class IntentStore:
 
     def __init__(self, db: Database, repository: IntentRepository | None = None) -> None:
         self.db = db
-        self.rows = repository if repository is not None else intents_for(db)
+        self.repository = repository if repository is not None else intents_for(db)
 
     @classmethod
     def open(cls, db: Database, *, now: float | None = None) -> IntentStore:
@@ -148,12 +148,12 @@ class IntentStore:
             now,
             now + expires_in_s,
         )
-        return self.rows.create(new)
+        return self.repository.create(new)
 
     def cancel(self, intent_id: int, *, now: float) -> StandingIntent:
         """Cancel an active intent (its row and fires stay, as history). Raises IntentError
         when there is no such intent or it has already ended."""
-        changed = self.rows.cancel(intent_id, now=now)
+        changed = self.repository.cancel(intent_id, now=now)
         intent = self.get(intent_id)
         if intent is None:
             raise IntentError(
@@ -165,21 +165,21 @@ class IntentStore:
 
     def expire_due(self, *, now: float) -> int:
         """Mark active intents past their expiry as expired; returns how many."""
-        return self.rows.expire_due(now=now)
+        return self.repository.expire_due(now=now)
 
     # -- reading -----------------------------------------------------------------------------
 
     def get(self, intent_id: int) -> StandingIntent | None:
-        return self.rows.get(intent_id)
+        return self.repository.get(intent_id)
 
     def intents(
         self, *, scope: IntentScope | None = None, include_ended: bool = False
     ) -> list[StandingIntent]:
         """Intents, oldest first: active ones (all, with `include_ended`), of `scope` if given."""
-        return self.rows.intents(scope=scope, include_ended=include_ended)
+        return self.repository.intents(scope=scope, include_ended=include_ended)
 
     def fires(self, intent_id: int) -> list[IntentFire]:
-        return self.rows.fires(intent_id)
+        return self.repository.fires(intent_id)
 
     # -- matching ----------------------------------------------------------------------------
 
@@ -194,14 +194,16 @@ class IntentStore:
         if not terms:
             return []
         matched: dict[int, int] = {}  # intent id -> terms of its best matching entry
-        entries = self.rows.matching_entries(scope, sorted(terms), now=now, limit=MAX_CANDIDATES)
+        entries = self.repository.matching_entries(
+            scope, sorted(terms), now=now, limit=MAX_CANDIDATES
+        )
         for intent_id, needed in entries:
             if all(t in terms for t in needed):
                 matched[intent_id] = max(matched.get(intent_id, 0), len(needed))
         best = sorted(matched, key=lambda i: (-matched[i], i))[:limit]
         if not best:
             return []
-        return sorted(self.rows.get_many(best), key=lambda i: best.index(i.id))
+        return sorted(self.repository.get_many(best), key=lambda i: best.index(i.id))
 
     def fire(self, intent_id: int, *, now: float, session_key: str, excerpt: str = "") -> bool:
         """Record one fire of `intent_id` if it may fire now; False if it may not (another
@@ -213,7 +215,7 @@ class IntentStore:
         self, intent_ids: Sequence[int], *, now: float, session_key: str, excerpt: str = ""
     ) -> list[int]:
         """`fire` for several intents in one transaction; returns the ids that fired."""
-        return self.rows.fire_all(
+        return self.repository.fire_all(
             intent_ids, now=now, session_key=session_key, excerpt=excerpt[:200]
         )
 
