@@ -62,7 +62,7 @@ def read_workspace_text(workspace: Path, rel: str) -> str | None:
     """The file's text, None if it does not exist; refuses binary and non-UTF-8 files.
 
     Opened without following links (`read_confined`): a file swapped for a symbolic link after
-    `_confine` checked it cannot bring outside content into the workspace.
+    `confine_path` checked it cannot bring outside content into the workspace.
     """
     try:
         data = read_confined(workspace, rel)
