@@ -15,8 +15,8 @@ from memory.embeddings.litellm_env import OFFLINE_ENVIRONMENT, bundled_tokenizer
 PROBE = """
 import json, os, sys
 if sys.argv[1] == "embeddings":
-    from memory.embeddings.providers import _import_litellm
-    _import_litellm()
+    from memory.embeddings.litellm_provider import load_litellm
+    load_litellm()
 else:
     import asyncio
     from agent.model.litellm_client import load_litellm
