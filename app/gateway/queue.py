@@ -28,8 +28,8 @@ from typing import Any
 
 from app.gateway.schema import GATEWAY
 from channels.base import Attachment, InboundMessage, SentMessage
-from memory.index.generations import pid_alive
 from memory.store.db import Database
+from memory.store.liveness import pid_alive
 from memory.store.schema import apply
 
 DEDUP_MIN_S = 600.0  # Slack retries for about 5 minutes; keep ids at least twice that
