@@ -16,8 +16,8 @@ from memory.store.lineage import OUTSIDE_CONTENT_TOOLS
 from memory.store.sessions import SessionStore, TranscriptEvent
 from memory.text import shorten
 
-TRANSCRIPT_SOURCE = "sessions"
-TOOL_RESULT_CHARS = 500
+TRANSCRIPT_SOURCE = "sessions"  # the source of transcript chunks in the memory index
+TOOL_RESULT_CHARS = 500  # a tool result is cut to this, read back and indexed alike
 READ_MAX_EVENTS = 200
 UNTRUSTED_LEFT_OUT = "[untrusted content left out]"
 READ_MAX_CHARS = 20_000
