@@ -47,7 +47,7 @@ from agent.session_hook import save_session_note
 from agent.tools import MemoryTools, ToolContext, TurnTaint, session_attachments
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
 from agent.web_fetch import WebFetcher
-from common.clock import Clock, load_timezone
+from common.clock import Clock, owner_zone
 from memory.files.writes import WorkspaceWriter
 from memory.index.index import IndexStatus, MemoryIndex
 from memory.lifecycle.intents import IntentStore
@@ -123,7 +123,7 @@ class Agent:
         self.index = index
         self.workspace = workspace
         self.config = config or AgentConfig()
-        self.clock = clock or Clock(load_timezone(self.config.timezone))
+        self.clock = clock or Clock(owner_zone(self.config.timezone, workspace))
         self.recall = recall
         # Every write re-indexes memory; writes already run in worker threads.
         self.writer = WorkspaceWriter(workspace, on_written=self._reindex, tz=self.clock.tz)

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from agent.active_memory import ActiveMemory
 from agent.model.factory import ModelClient, create_model_client, preload
 from agent.runtime import Agent
-from common.clock import Clock, load_timezone, owner_timezone
+from app.automations.assembly import Automations, build_automations
+from common.clock import Clock, owner_zone
 from memory.errors import MemoryError_
 from memory.index.index import MemoryIndex
 from memory.index.watch import MemoryWatcher
@@ -49,6 +50,7 @@ class Runtime:
     agent: Agent
     watcher: MemoryWatcher
     clock: Clock
+    automations: Automations | None = None  # when [automations] is on
     _preloading: asyncio.Future[None] | None = None
     _closed: bool = False
 
@@ -109,8 +111,7 @@ async def build_runtime(
             timeout_s=settings.agent.timeout_s,
             max_retries=settings.agent.max_retries,
         )
-        zone = owner_timezone(settings.agent.timezone, settings.workspace_dir)
-        clock = clock or Clock(load_timezone(zone))
+        clock = clock or Clock(owner_zone(settings.agent.timezone, settings.workspace_dir))
         if not settings.dreaming.enabled:
             stop_recording(index.db)  # no recall signals are kept for a disabled Dreaming
         store = SessionStore(index.db)
@@ -143,10 +144,9 @@ async def build_runtime(
         clock=clock,
         _preloading=asyncio.ensure_future(_preload_quietly(model)),
     )
-    if settings.automations.enabled:
-        from app.automations.scheduler import add_schedule_tool
-
-        await asyncio.to_thread(add_schedule_tool, runtime)  # creates the jobs tables
+    if settings.automations.enabled:  # the jobs, a scheduler the gateway starts, the tool
+        runtime.automations = await asyncio.to_thread(build_automations, settings, index.db, clock)
+        agent.tools.add(runtime.automations.tool)
     return runtime
 
 

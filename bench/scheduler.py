@@ -34,11 +34,12 @@ from agent.agent_config import AgentConfig
 from agent.model.factory import AnthropicClient
 from agent.requests import AgentRequest
 from agent.runtime import Agent
-from app.automations.jobs import JobStore, NewJob, Schedule, Target
+from app.automations.jobs import Jobs, NewJob, Schedule, Target
 from app.automations.scheduler import Scheduler
 from channels.base import OutboundMessage
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.jobs_store import SqliteJobStore
 from memory.store.sessions import SessionKey, SessionStore
 from tests.fakes.model_server import FakeModelServer, text_reply
 
@@ -70,7 +71,7 @@ async def bench(jobs: int, window: float, busy: int, root: Path) -> dict[str, ob
         workspace=workspace,
         config=AgentConfig(model="claude-test"),
     )
-    store = JobStore(index.db)
+    store = Jobs(SqliteJobStore(index.db))
     due: dict[str, datetime] = {}
     lateness: list[float] = []
     done = asyncio.Event()

@@ -287,9 +287,11 @@ import sys
 from app.config import load_settings
 from app.gateway.queue import GatewayStore, this_process
 from memory.store.db import open_database
+from memory.store.queue_store import SqliteQueueStore
 from memory.store.sessions import SessionKey
 
-store = GatewayStore(open_database(load_settings().database_path, vector_backend="numpy"))
+db = open_database(load_settings().database_path, vector_backend="numpy")
+store = GatewayStore(SqliteQueueStore(db))
 me = this_process("telegram", "a-gateway")
 store.acquire_lease(str(SessionKey.owner_main("main")), me, stale_s=30)
 print("held", flush=True)

@@ -1,4 +1,4 @@
-""""one poller per token" held only within one
+""" "one poller per token" held only within one
 PINCH_HOME, so two data directories with the same bot token both polled and fought with 409
 Conflicts. The lock is now machine-wide (and still per data directory)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from channels.base import ChannelError
-from channels.telegram.updates import TokenLock
+from channels.telegram.token_lock import TokenLock
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram_support import Inbox, make_channel
 

@@ -70,7 +70,7 @@ def test_the_start_up_sync_compacts_after_a_rebuild_and_starts_reading_the_vecto
     settings: Settings, monkeypatch: pytest.MonkeyPatch, use_model: None
 ) -> None:
     from memory.memory_config import ChunkingConfig, EmbeddingConfig
-    from memory.search import vectors
+    from memory.search import matrix_cache
     from memory.store.compact import space_usage
 
     initialise(settings, TEMPLATE_DIR)
@@ -86,9 +86,9 @@ def test_the_start_up_sync_compacts_after_a_rebuild_and_starts_reading_the_vecto
         }
     )
     preloaded: list[int] = []
-    real = vectors._MatrixCache.preload
+    real = matrix_cache.MatrixCache.preload
     monkeypatch.setattr(
-        vectors._MatrixCache,
+        matrix_cache.MatrixCache,
         "preload",
         lambda self, generation: preloaded.append(generation) or real(self, generation),
     )

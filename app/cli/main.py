@@ -289,9 +289,10 @@ def _dreaming_status(settings: Settings, last: LastDream | None) -> dict[str, st
 
     d = settings.dreaming
     if d.enabled:
-        from common.clock import owner_timezone
+        from common.clock import iana_name, owner_zone
 
-        zone = owner_timezone(settings.agent.timezone, settings.workspace_dir) or "local time"
+        tz = owner_zone(settings.agent.timezone, settings.workspace_dir)
+        zone = iana_name(tz) or "local time"
         schedule = f"nightly at {d.hour:02d}:{d.minute:02d} {zone} while `pinch gateway` runs"
     else:
         schedule = "off ([dreaming] enabled = false)"
@@ -674,10 +675,13 @@ def pairing() -> None:
 
 
 def _pairing_store(settings: Settings) -> Any:
-    from app.gateway.access import PairingStore
+    from app.gateway.access import Pairing
     from memory.store.db import open_database
+    from memory.store.pairing_store import SqlitePairingStore
 
-    return PairingStore(open_database(settings.database_path, vector_backend="numpy"))
+    return Pairing(
+        SqlitePairingStore(open_database(settings.database_path, vector_backend="numpy"))
+    )
 
 
 @pairing.command("list")
@@ -690,7 +694,7 @@ def pairing_list() -> None:
     try:
         pending, approved = store.pending(), store.approved()
     finally:
-        store.db.close()
+        store.close()
     if not pending:
         click.echo("No pending pairing requests.")
     for req in pending:
@@ -711,7 +715,7 @@ def pairing_approve(code: str) -> None:
     try:
         req = store.decide(code, approve=True)
     finally:
-        store.db.close()
+        store.close()
     who = f"{req.sender_id} ({req.sender_name})" if req.sender_name else req.sender_id
     click.echo(f"Approved {req.channel} user {who}: their next message will be answered.")
 
@@ -725,7 +729,7 @@ def pairing_reject(code: str) -> None:
     try:
         req = store.decide(code, approve=False)
     finally:
-        store.db.close()
+        store.close()
     click.echo(f"Rejected the request of {req.channel} user {req.sender_id}.")
 
 
@@ -750,11 +754,11 @@ def _intent_store(settings: Settings) -> Any:
 def _when(ts: float | None, settings: Settings) -> str:
     from datetime import datetime
 
-    from common.clock import load_timezone, owner_timezone
+    from common.clock import owner_zone
 
     if ts is None:
         return "never"
-    zone = load_timezone(owner_timezone(settings.agent.timezone, settings.workspace_dir))
+    zone = owner_zone(settings.agent.timezone, settings.workspace_dir)
     return f"{datetime.fromtimestamp(ts, zone):%Y-%m-%d %H:%M}"
 
 

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.text import Text
 
 from app.cli.printable import printable
-from app.gateway.access import Access, PairingStore
+from app.gateway.access import Access, Pairing
 from app.gateway.queue import GatewayStore
 from app.gateway.routing import session_key_for
 from app.gateway.server import Gateway, options_from
@@ -37,6 +37,8 @@ from app.wiring import Runtime, build_runtime
 from channels.terminal import ChatIO, CliChannel, PipedIO, TerminalIO
 from common.redact import redact
 from memory.errors import MemoryError_
+from memory.store.pairing_store import SqlitePairingStore
+from memory.store.queue_store import SqliteQueueStore
 from memory.store.sessions import SessionKey
 
 if TYPE_CHECKING:
@@ -84,8 +86,8 @@ async def _run_chat(
         gateway = Gateway(
             runtime=runtime,
             channels={"cli": channel},
-            store=GatewayStore(db, claimant=channel.instance),
-            access=Access(owners={}, channels={}, pairing=PairingStore(db)),
+            store=GatewayStore(SqliteQueueStore(db, claimant=channel.instance)),
+            access=Access(owners={}, channels={}, pairing=Pairing(SqlitePairingStore(db))),
             options=replace(options_from(settings), heartbeat_path=None),
         )
         key = session_key_for(

@@ -13,7 +13,7 @@ message recorded right after the platform accepted it.
 One turn per session across processes: `pinch chat` runs this same machinery with only the `cli`
 channel (app/gateway/repl.py), beside or without `pinch gateway`. Each process claims only its own
 queue
-rows (`GatewayStore(claimant=…)`), and a turn first takes the session's lease in the database
+rows (a store's `claimant=…`), and a turn first takes the session's lease in the database
 (`session_leases`; free when its holder's heartbeat is old or its process gone), so the owner's
 main session is never written by two processes at once: the second turn waits, and a channel
 that presents turns itself (`channels.terminal.TurnAware`) is told "waiting for a reply on Telegram
@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import importlib
 import json
 import logging
 import os
@@ -46,11 +45,12 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from agent.model.errors import ModelError
 from agent.requests import Attachment
+from app.automations.assembly import owner_zone, start_automations
 from app.automations.jobs import Target
 from app.automations.nightly_dream import start_nightly_dream
 from app.automations.schedule_tool import current_target
-from app.automations.scheduler import owner_zone, start_automations
-from app.gateway.access import Access, PairingStore
+from app.channel_registry import CHANNELS, Owners, adapter_class, channel_settings
+from app.gateway.access import Access, Pairing
 from app.gateway.delivery import ReplyStream
 from app.gateway.queue import Batch, GatewayStore, LeaseHolder, this_process
 from app.gateway.routing import session_key_for
@@ -59,9 +59,13 @@ from app.logging_setup import add_redacted_handler
 from channels.base import Attachment as InboundAttachment
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
 from channels.terminal import TurnAware, TurnOutcome
+from common.clock import owner_zone as owner_tz
+from common.text import shorten
 from memory.errors import MemoryError_
+from memory.files.inbox import Inbox
+from memory.store.pairing_store import SqlitePairingStore
+from memory.store.queue_store import SqliteQueueStore
 from memory.store.sessions import SessionKey
-from memory.text import shorten
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -669,36 +673,26 @@ def turn_request(key: SessionKey, batch: Batch) -> TurnRequest:
 
 def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str, Channel]:
     """The channels whose tokens are set; a one-line note for each that is skipped."""
-    wanted = {
-        "telegram": (
-            "channels.telegram.adapter",
-            "TelegramChannel",
-            settings.telegram,
-            settings.telegram.bot_token,
-            "PINCH_TELEGRAM__BOT_TOKEN",
-        ),
-        "slack": (
-            "channels.slack.adapter",
-            "SlackChannel",
-            settings.slack,
-            settings.slack.bot_token,
-            "PINCH_SLACK__BOT_TOKEN",
-        ),
-    }
     found: dict[str, Channel] = {}
-    for name, (module, cls, config, token, env) in wanted.items():
-        if token is None:
-            note(f"{name}: skipped (no token; set {env} to run it)")
+    # Received files are dated in the owner's zone, as everything else the owner reads.
+    inbox = Inbox(
+        settings.workspace_dir, tz=owner_tz(settings.agent.timezone, settings.workspace_dir)
+    )
+    for row in CHANNELS:
+        if row.adapter is None or row.config_section is None:
+            continue  # not run by the gateway (the terminal)
+        config = getattr(settings, row.config_section)
+        if config.bot_token is None:
+            note(f"{row.name}: skipped (no token; set {row.token_variable} to run it)")
             continue
         try:
-            factory = getattr(importlib.import_module(module), cls)
-            found[name] = factory(
+            found[row.name] = adapter_class(row)(
                 config,
-                inbox_dir=settings.workspace_dir / "inbox",
+                inbox=inbox,
                 state_dir=settings.home / "state",
             )
         except Exception as exc:
-            note(f"{name}: skipped ({type(exc).__name__}: {exc})")
+            note(f"{row.name}: skipped ({type(exc).__name__}: {exc})")
     return found
 
 
@@ -755,14 +749,14 @@ async def run_gateway(
             runtime.watcher.start()
             db = runtime.index.db
             access = Access(
-                owners={"telegram": settings.owners.telegram, "slack": settings.owners.slack},
-                channels={"telegram": settings.telegram, "slack": settings.slack},
-                pairing=PairingStore(db),
+                owners=Owners.from_settings(settings),
+                channels=channel_settings(settings),
+                pairing=Pairing(SqlitePairingStore(db)),
             )
             gateway = Gateway(
                 runtime=runtime,
                 channels=channels,
-                store=GatewayStore(db),
+                store=GatewayStore(SqliteQueueStore(db)),
                 access=access,
                 options=options_from(settings),
             )
@@ -780,7 +774,7 @@ async def run_gateway(
             await gateway.start()  # logs which channels run; raises when none could start
             health = await _start_health_server(settings, gateway)
             scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
-            dreams = await start_nightly_dream(settings, owner_zone(runtime))  # either way
+            dreams = await start_nightly_dream(settings, owner_zone(runtime.clock))  # either way
             await stop.wait()
             if dreams is not None:
                 dreams.shutdown(wait=False)

@@ -34,8 +34,9 @@ from typing import Any, Protocol, assert_never
 import numpy as np
 import numpy.typing as npt
 
+from common.home import config_file_hint
 from memory.embeddings.litellm_env import import_litellm
-from memory.memory_config import EmbeddingConfig, config_file_hint
+from memory.memory_config import EmbeddingConfig
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from common.text import strip_comments
 from memory.store.content_hash import hash_text
-from memory.text import estimate_tokens, strip_comments
+from memory.text import estimate_tokens
 
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
 __all__ = ["Chunk", "Unit", "chunk_markdown", "hash_text", "is_heading", "split_units"]

@@ -15,9 +15,9 @@ import numpy as np
 from memory.embeddings.providers import EmbeddingError, EmbeddingProvider
 from memory.errors import IndexingError
 from memory.index.chunking import hash_text
-from memory.search.vectors import from_blob, to_blob
 from memory.store.db import Database
 from memory.store.index_embedcache import EmbeddingCacheRepository, ModelKey
+from memory.store.vector_tables import from_blob, to_blob
 
 ProgressCallback = Callable[[int, int, str], None]  # (done_chunks, total_chunks, current_path)
 

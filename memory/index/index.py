@@ -42,12 +42,14 @@ from memory.memory_config import MemoryConfig
 from memory.search.filters import SearchFilter
 from memory.search.hybrid import SearchHit, run_search
 from memory.search.presets import SearchPreset, get_preset
-from memory.search.vectors import NumpyStore, SqliteVecStore, VectorStore, drop_vec_table
+from memory.search.sqlite_vec import SqliteVecStore
+from memory.search.vectors import NumpyStore, VectorStore
 from memory.store.compact import space_usage
 from memory.store.db import Database, open_database
 from memory.store.index_embedcache import SqliteEmbeddingCache
 from memory.store.index_generations import SqliteGenerations
 from memory.store.index_rows import SqliteIndexRows
+from memory.store.vector_tables import drop_vec_table
 
 log = logging.getLogger(__name__)
 

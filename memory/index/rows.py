@@ -16,8 +16,9 @@ import numpy as np
 
 from memory.files.workspace import MemoryFile, file_day
 from memory.index.chunking import Chunk, Unit, split_units
-from memory.search.vectors import VectorStore, to_blob
+from memory.search.vectors import VectorStore
 from memory.store.index_rows import ChunkRow, IndexRowRepository, PassageRow, SourceRow
+from memory.store.vector_tables import to_blob
 from memory.text import fts_body
 
 # The vector store of a generation's dimensions (None: that generation has no vectors here).

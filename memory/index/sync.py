@@ -42,7 +42,7 @@ from memory.index.reading import (
 )
 from memory.index.rows import IndexRows, StoreFor
 from memory.memory_config import MemoryConfig
-from memory.search.vectors import refresh_pack
+from memory.search.matrix_cache import refresh_pack
 from memory.store.db import Database
 from memory.store.index_generations import RebuildLeaseHolder
 from memory.store.lineage import LineageStore, file_origin

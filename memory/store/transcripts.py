@@ -11,10 +11,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from common.text import shorten
 from memory.errors import SessionError
 from memory.store.lineage import OUTSIDE_CONTENT_TOOLS
 from memory.store.sessions import SessionStore, TranscriptEvent
-from memory.text import shorten
 
 TRANSCRIPT_SOURCE = "sessions"  # the source of transcript chunks in the memory index
 TOOL_RESULT_CHARS = 500  # a tool result is cut to this, read back and indexed alike
