@@ -61,10 +61,11 @@ def echo(request: RecordedRequest) -> Reply:
 
 
 async def overhead(conversations: int, messages: int, home: Path) -> dict[str, float]:
+    from agent.requests import AgentRequest
     from app.gateway.access import Access, Pairing
     from app.gateway.queue import GatewayStore
     from app.gateway.server import Gateway, GatewayOptions
-    from app.gateway.turns import Runtime, TurnRequest, TurnResult
+    from app.gateway.turns import Runtime, TurnResult
     from channels.base import OutboundMessage, SentMessage
     from channels.channel_config import TelegramConfig
     from memory.store.db import open_database
@@ -87,7 +88,7 @@ async def overhead(conversations: int, messages: int, home: Path) -> dict[str, f
     channel.send = timed_send  # type: ignore[method-assign]
 
     async def instant(
-        runtime: Runtime, request: TurnRequest, on_text: Callable[[str], None]
+        runtime: Runtime, request: AgentRequest, on_text: Callable[[str], None]
     ) -> TurnResult:
         return TurnResult(f"re: {request.text}")
 

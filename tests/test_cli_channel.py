@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.requests import AgentRequest
 from app.gateway.access import Access, Pairing
 from app.gateway.queue import GatewayStore, LeaseHolder
 from app.gateway.server import Gateway, GatewayOptions
-from app.gateway.turns import Runtime, TurnRequest, TurnResult, run_turn
+from app.gateway.turns import Runtime, TurnResult, run_turn
 from channels.base import InboundMessage
 from channels.terminal import CHAT_HELP, CliChannel, TurnOutcome
 from memory.store.db import Database
@@ -226,7 +227,7 @@ def test_the_terminal_waits_for_a_telegram_reply_on_the_same_session(tmp_path: P
         started, gate = asyncio.Event(), asyncio.Event()
 
         async def gated(
-            rt: Runtime, req: TurnRequest, on_text: Callable[[str], None]
+            rt: Runtime, req: AgentRequest, on_text: Callable[[str], None]
         ) -> TurnResult:
             started.set()
             await gate.wait()
@@ -326,7 +327,7 @@ def test_ctrl_c_while_waiting_for_telegrams_reply_gives_up_the_wait(tmp_path: Pa
         started, gate = asyncio.Event(), asyncio.Event()
 
         async def gated(
-            rt: Runtime, req: TurnRequest, on_text: Callable[[str], None]
+            rt: Runtime, req: AgentRequest, on_text: Callable[[str], None]
         ) -> TurnResult:
             started.set()
             await gate.wait()

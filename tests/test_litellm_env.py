@@ -19,8 +19,8 @@ if sys.argv[1] == "embeddings":
     _import_litellm()
 else:
     import asyncio
-    from agent.model.litellm_client import _litellm
-    asyncio.run(_litellm())
+    from agent.model.litellm_client import load_litellm
+    asyncio.run(load_litellm())
 names = [*json.loads(sys.argv[2]), "TIKTOKEN_CACHE_DIR"]
 print(json.dumps({name: os.environ.get(name) for name in names}))
 """

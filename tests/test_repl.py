@@ -253,7 +253,7 @@ def test_piped_help_lists_the_chats_own_keys() -> None:
 
 def test_the_chat_runs_beside_a_running_gateway(server: FakeModelServer, home: Path) -> None:
     from app.config import load_settings
-    from app.gateway.server import acquire_lock
+    from app.gateway.run import acquire_lock
 
     server.script(text_reply("Hello beside the gateway."))
     lock = acquire_lock(load_settings().agent_dir / "gateway.lock")  # as `pinch gateway` holds it

@@ -134,3 +134,44 @@ def test_without_a_configured_zone_the_owner_zone_comes_from_user_md(settings: S
 async def _zone_of(settings: Settings) -> str:
     async with await build_runtime(settings) as runtime:
         return runtime.agent.clock.zone_name
+
+
+def test_the_agent_is_handed_one_tool_registry_shared_by_its_compactor_and_recall(
+    settings: Settings,
+) -> None:
+    from agent.active_memory import ActiveMemory
+
+    initialise(settings, TEMPLATE_DIR)
+
+    async def built() -> None:
+        async with await build_runtime(settings) as runtime:
+            agent = runtime.agent
+            assert isinstance(agent.recall, ActiveMemory)
+            assert agent.recall.tools is agent.tools
+            assert agent.compactor.tools is agent.tools
+            names = {spec.name for spec in agent.tools.specs}
+            assert {"memory_search", "remember", "web_fetch", "intent"} <= names
+
+    asyncio.run(built())
+
+
+def test_the_chat_gateway_claims_only_its_terminal_rows_and_writes_no_heartbeat(
+    settings: Settings,
+) -> None:
+    from app.wiring import build_gateway
+    from channels.base import Channel
+
+    initialise(settings, TEMPLATE_DIR)
+
+    async def built() -> None:
+        async with await build_runtime(settings) as runtime:
+            channels: dict[str, Channel] = {}
+            gateway = build_gateway(settings, runtime, channels)
+            chat = build_gateway(settings, runtime, channels, chat_claimant="cli-1")
+            assert gateway.store.claimant is None
+            assert gateway.options.heartbeat_path == settings.home / "gateway.heartbeat"
+            assert chat.store.claimant == "cli-1"
+            assert chat.options.heartbeat_path is None
+            assert gateway.runtime is runtime and chat.runtime is runtime
+
+    asyncio.run(built())

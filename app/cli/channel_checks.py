@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.cli.doctor import Check, CheckResult, channel_check
-from app.gateway.server import build_channels
+from app.wiring import build_channels
 
 if TYPE_CHECKING:
     from app.config import Settings

@@ -657,7 +657,7 @@ def gateway() -> None:
     import asyncio
 
     from app.cli.setup import initialise
-    from app.gateway.server import GatewayError, configure_logging, run_gateway
+    from app.gateway.run import GatewayError, configure_logging, run_gateway
 
     settings = _settings()
     if not settings.workspace_dir.exists():
