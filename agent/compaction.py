@@ -31,8 +31,8 @@ from agent.tools import FLUSH_TOOLS, ToolContext, ToolRegistry
 from agent.types import Message, ModelRequest, TextBlock, Usage
 from common.text import shorten
 from memory.index.index import MemoryIndex
+from memory.index.transcripts import index_transcript
 from memory.store.sessions import Session, SessionStore, TranscriptEvent
-from memory.store.transcripts import index_transcript
 from memory.text import estimate_tokens
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from channels.base import ChannelHealth
-from memory.index.generations import pid_alive
+from memory.store.liveness import pid_alive
 
 HEARTBEAT_FILE = "gateway.heartbeat"
 MAX_AGE_S = 90.0  # several missed beats at the gateway's 15 s interval

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from channels.base import Attachment, InboundMessage, SentMessage
-from memory.index.generations import pid_alive
+from memory.store.liveness import pid_alive
 from memory.store.queue_store import ClaimedTurn, Delivery, LeaseHolder, QueueStore
 
 __all__ = ["Batch", "GatewayStore", "LeaseHolder", "QueuedMessage", "this_process"]

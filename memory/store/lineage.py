@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from memory.index.chunking import hash_text
+from memory.store.content_hash import hash_text
 from memory.store.db import Database
 
 TRUST_ORDER = ("owner", "agent", "system", "untrusted")  # most trusted first
