@@ -47,6 +47,7 @@ from agent.prompts import render
 from agent.recall_intent import recall_intent
 from agent.tools import ToolContext, ToolRegistry
 from agent.types import Message, ModelRequest, Usage
+from common.text import shorten
 from memory.index.index import MemoryIndex
 from memory.lifecycle.triggers import STRONG_MATCH, TriggerFiles, TriggerHit
 from memory.store.sessions import SessionKey, SessionStore
@@ -290,10 +291,7 @@ def clean_summary(text: str) -> str | None:
     text = " ".join(text.split())
     if not text or text.upper().startswith(NONE_ANSWER) or _NOTHING_FOUND.match(text):
         return None
-    if len(text) > SUMMARY_CHARS:
-        cut = text.rfind(" ", SUMMARY_CHARS // 2, SUMMARY_CHARS - 1)
-        text = text[: cut if cut > 0 else SUMMARY_CHARS - 1].rstrip() + "…"
-    return text
+    return shorten(text, SUMMARY_CHARS, at_space=True)
 
 
 def recent_turns(store: SessionStore, session_id: str) -> list[tuple[str, str]]:
@@ -332,6 +330,5 @@ def _render_request(recent: list[tuple[str, str]], message: str) -> str:
 
 def _render_hit(hit: TriggerHit) -> str:
     text = _BULLET.sub("", hit.entry.text)
-    if len(text) > FAST_ENTRY_CHARS:
-        text = text[: FAST_ENTRY_CHARS - 1].rstrip() + "…"
+    text = shorten(text, FAST_ENTRY_CHARS)
     return f"- {text} ({hit.entry.path}, line {hit.entry.line})"

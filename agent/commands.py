@@ -13,14 +13,15 @@ import asyncio
 import re
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from agent.active_memory import ActiveMemory
-from agent.context import render_context
-from memory.store.sessions import SessionKey
-
-if TYPE_CHECKING:
-    from agent.runtime import Agent, AgentStatus
+from agent.agent_config import AgentConfig
+from agent.compaction import Compactor
+from agent.context import Context, render_context
+from common.clock import Clock
+from memory.index.index import IndexStatus
+from memory.store.sessions import Session, SessionKey, SessionStore
 
 HELP = {
     "/new": "start a fresh session; the current one is saved as a note in memory/",
@@ -45,6 +46,39 @@ class CommandResult:
     follow_up: str | None = None  # a message to handle after the command ("/new <message>")
 
 
+@dataclass(frozen=True)
+class AgentStatus:
+    """What /status shows: the model, the session, its context size and usage, the index."""
+
+    model: str
+    fallback_models: tuple[str, ...]
+    session: Session
+    context_tokens: int
+    threshold: int
+    context_window: int
+    usage_totals: dict[str, int]
+    index: IndexStatus
+
+
+class CommandHost(Protocol):
+    """What the commands use of the agent (`agent.runtime.Agent` is one)."""
+
+    @property
+    def store(self) -> SessionStore: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def config(self) -> AgentConfig: ...
+    @property
+    def compactor(self) -> Compactor: ...
+    @property
+    def recall(self) -> object: ...  # an `ActiveMemory` reports its last recall in /status
+
+    async def new_session(self, key: SessionKey) -> tuple[Session, str | None, bool]: ...
+    async def status(self, key: SessionKey) -> AgentStatus: ...
+    async def context(self, key: SessionKey) -> Context: ...
+
+
 def parse_command(text: str) -> Command | None:
     """The command `text` is, or None for an ordinary message (including paths like /etc/hosts)."""
     stripped = text.strip()
@@ -56,10 +90,11 @@ def parse_command(text: str) -> Command | None:
 
 
 async def run_command(
-    agent: Agent, key: SessionKey, command: Command, *, channel: str | None = None
+    agent: CommandHost, key: SessionKey, command: Command, *, channel: str | None = None
 ) -> CommandResult:
-    """Answer `command` in `key`'s conversation; `channel` (where it arrived) decides whether
-    columns go in a code block (a chat) or stay plain lines (the terminal)."""
+    """Answer `command` in `key`'s conversation; the command is stored as a `command` event.
+    `channel` (where it arrived) decides whether columns go in a code block (a chat) or stay
+    plain lines (the terminal)."""
     session = await asyncio.to_thread(agent.store.current, key)
     await asyncio.to_thread(agent.store.append, session.id, "command", {"text": command.text})
     if command.name in ("/new", "/reset"):

@@ -29,9 +29,10 @@ from agent.model.factory import ModelClient
 from agent.prompts import render
 from agent.tools import FLUSH_TOOLS, ToolContext, ToolRegistry
 from agent.types import Message, ModelRequest, TextBlock, Usage
+from common.text import shorten
 from memory.index.index import MemoryIndex
+from memory.index.transcripts import index_transcript
 from memory.store.sessions import Session, SessionStore, TranscriptEvent
-from memory.store.transcripts import index_transcript
 from memory.text import estimate_tokens
 
 log = logging.getLogger(__name__)
@@ -234,8 +235,7 @@ def render_turns(turns: Sequence[Turn]) -> str:
                 lines.append(f"[#{e.seq}] Tool call {c.get('name')}: {args}")
             elif e.kind == "tool_result":
                 text = str(c.get("content", ""))
-                if len(text) > TOOL_RESULT_CHARS_IN_SUMMARY:
-                    text = text[:TOOL_RESULT_CHARS_IN_SUMMARY] + " …"
+                text = shorten(text, TOOL_RESULT_CHARS_IN_SUMMARY + 1)
                 error = " (error)" if c.get("is_error") else ""
                 lines.append(f"[#{e.seq}] Tool result{error}: {text}")
     return "\n".join(lines)

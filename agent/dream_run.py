@@ -32,11 +32,11 @@ from agent.model.errors import (
 )
 from agent.prompts import render
 from agent.types import Message, ModelRequest
-from memory.files.writes import _read_text
+from memory.files.atomic import read_workspace_text
 from memory.lifecycle.dreaming import (
     MEMORY_FILE,
-    Decision,
     DreamingConfig,
+    PromotionDecision,
     Reinforced,
     WriteResult,
     acquire_lease,
@@ -75,7 +75,7 @@ class DreamReport:
     dry_run: bool
     ran: bool = True
     candidates: list[Reinforced] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: list[PromotionDecision] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # candidate key → why
     model_calls: int = 0
     tokens: int = 0
@@ -139,7 +139,7 @@ class DreamReport:
 
 async def choose(
     model: ModelClient, r: Reinforced, entries: list[str], max_tokens: int
-) -> tuple[Decision | None, int]:
+) -> tuple[PromotionDecision | None, int]:
     """Ask the model what to do with one candidate; (decision or None if invalid, tokens used)."""
     prompt = render("dream", entries=entries, source=r.candidate.source, note=r.candidate.text)
     request = ModelRequest(
@@ -151,7 +151,7 @@ async def choose(
     return parse_choice(response.text, r, len(entries)), used
 
 
-def parse_choice(text: str, r: Reinforced, n_entries: int) -> Decision | None:
+def parse_choice(text: str, r: Reinforced, n_entries: int) -> PromotionDecision | None:
     """The decision in a model's answer, or None when it is not a valid one."""
     m = _JSON.search(text)
     if not m:
@@ -164,11 +164,11 @@ def parse_choice(text: str, r: Reinforced, n_entries: int) -> Decision | None:
         return None
     action = data.get("action")
     if action == "added":
-        return Decision(r, "added")
+        return PromotionDecision(r, "added")
     target = data.get("entry")
     valid = isinstance(target, int) and not isinstance(target, bool) and 0 <= target < n_entries
     if action in ("merged", "superseded") and valid:
-        return Decision(r, action, target)
+        return PromotionDecision(r, action, target)
     return None
 
 
@@ -228,7 +228,7 @@ async def _phases(
     started = time.time()
     if not report.dry_run:  # before any model call and any write
         await asyncio.to_thread(check_writable, workspace)
-    before = await asyncio.to_thread(_read_text, workspace, MEMORY_FILE)
+    before = await asyncio.to_thread(read_workspace_text, workspace, MEMORY_FILE)
     entries = [line for _, line in memory_entries(before or "")]
     for r in passing:
         if report.model_calls >= config.max_model_calls:
@@ -239,13 +239,13 @@ async def _phases(
             continue
         # Appending is the longest outcome (merging or superseding writes less): check that.
         if (
-            len(build_append(before or "", [*report.decisions, Decision(r, "added")]))
+            len(build_append(before or "", [*report.decisions, PromotionDecision(r, "added")]))
             > budget_chars
         ):
             report.skipped[r.candidate.key] = f"MEMORY.md budget {budget_chars} chars reached"
             continue
         if model is None:
-            decision: Decision | None = Decision(r, "added")
+            decision: PromotionDecision | None = PromotionDecision(r, "added")
         else:
             report.model_calls += 1
             try:
@@ -260,7 +260,7 @@ async def _phases(
             report.skipped[r.candidate.key] = "the model's answer was not a valid choice"
             continue
         if any(d.target is not None and d.target == decision.target for d in report.decisions):
-            decision = Decision(r, "added")  # one change per prior entry
+            decision = PromotionDecision(r, "added")  # one change per prior entry
         report.decisions.append(decision)
     if report.dry_run:
         return

@@ -21,6 +21,7 @@ from agent.requests import AgentRequest
 from agent.tools import Tool, ToolContext, ToolFailure
 from agent.types import ToolSpec
 from common.clock import Clock
+from common.text import shorten
 from memory.lifecycle.intents import (
     DAY_S,
     DEFAULT_EXPIRY_S,
@@ -43,8 +44,7 @@ def request_scope(request: AgentRequest) -> IntentScope:
 def intent_line(intent: StandingIntent) -> str:
     """One intent as the model reads it in the block."""
     triggers = " / ".join(f'"{t}"' for t in intent.triggers)
-    if len(triggers) > _TRIGGERS_SHOWN:
-        triggers = triggers[: _TRIGGERS_SHOWN - 1] + "…"
+    triggers = shorten(triggers, _TRIGGERS_SHOWN)
     return (
         f"#{intent.id} on {triggers} (fire {intent.fire_count + 1} of {intent.max_fires}): "
         f"{intent.action}"

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.requests import SenderKind
+from common.channel_table import channel_names
 from memory.search.filters import SearchFilter
 from memory.store.lineage import OUTSIDE_CONTENT_TOOLS
 from memory.store.sessions import SessionKey
@@ -40,8 +41,8 @@ from memory.store.sessions import SessionKey
 SHARED_FILES = frozenset({"AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "HEARTBEAT.md"})
 OWNER_FILES = frozenset({"MEMORY.md", "USER.md"})
 # Channels whose owner direct chats are the owner's "other conversations" when
-# `owner_dm_scope = "per-channel"` keeps one session per channel.
-OWNER_CHANNELS = ("cli", "telegram", "slack")
+# `owner_dm_scope = "per-channel"` keeps one session per channel: every channel of the table.
+OWNER_CHANNELS = channel_names()
 
 # Shared sessions get only these (an allowlist: a tool added later is the owner's until it is
 # listed here). The owner's direct chats get every tool.

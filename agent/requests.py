@@ -62,6 +62,10 @@ class AgentRequest:
     # The channel the message arrived on, when it differs from the session's (the owner's one
     # main session is keyed "cli" but answers Telegram and Slack too): picks the format hint.
     channel: str | None = None
+    # The same messages were handed to the agent before a restart (the gateway's queue knows):
+    # the turn is finished from what was stored then — the message is not stored twice, and a
+    # stored final answer is returned as it is, without a model call.
+    resumed: bool = False
 
     def __post_init__(self) -> None:
         if self.sender not in SENDER_KINDS:

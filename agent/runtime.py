@@ -10,8 +10,11 @@ stores the message — with who sent it, when that is not the owner — before c
 then runs the tool loop — model call, tool calls, tool results, each stored as it happens — until
 the model answers without tools; the final answer is stored before the `Final` event. When the
 context grows too big the memory flush and compaction run first (compaction.py); slash commands
-are answered without the model (commands.py). A restart resumes every session from the database.
-What a turn may see and do comes from its `SessionPolicy` (policy.py).
+are answered without the model (commands.py). A restart resumes every session from the database;
+a request marked `resumed` (the gateway hands it again after a stop) finishes its interrupted turn
+instead of storing the message twice. What a turn may see and do comes from its `SessionPolicy`
+(policy.py). The `Agent` builds nothing itself: app/wiring.py `build_agent` hands it its tools,
+writer, intents, context builder, compactor and recall.
 
 `Agent.handle(key, text, on_text)` is the older, owner-only form with a synchronous callback,
 kept for tests and benchmarks.
@@ -32,24 +35,31 @@ from pathlib import Path
 from typing import Any
 
 from agent.agent_config import AgentConfig
-from agent.commands import parse_command, run_command
+from agent.commands import AgentStatus, parse_command, run_command
 from agent.compaction import CompactionError, Compactor, summary_block
 from agent.context import Context, ContextBuilder
-from agent.history import CANCELLED_EVENT, build_history, usage_record
-from agent.intents import IntentTool, standing_intents_block
+from agent.history import CANCELLED_EVENT, build_history
+from agent.intents import standing_intents_block
+from agent.memory_tools import session_attachments
 from agent.message_limit import fit_message
 from agent.model.errors import ContextTooLongError, cut_off_notice
 from agent.model.factory import ModelClient
-from agent.policy import TAINTING_TOOLS, SessionPolicy, policy_for
+from agent.policy import SessionPolicy, policy_for
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
 from agent.session_hook import save_session_note
-from agent.tools import MemoryTools, ToolContext, TurnTaint, session_attachments
+from agent.tools import ToolContext, ToolRegistry, TurnTaint
+from agent.turn_events import (
+    read_outside_content,
+    same_turn,
+    store_response,
+    store_results,
+    user_content,
+)
 from agent.types import ModelResponse, ToolCall, ToolResult, Usage
-from agent.web_fetch import WebFetcher
-from common.clock import Clock, load_timezone
+from common.clock import Clock
 from memory.files.writes import WorkspaceWriter
-from memory.index.index import IndexStatus, MemoryIndex
+from memory.index.index import MemoryIndex
 from memory.lifecycle.intents import IntentStore
 from memory.store.lineage import record_session_note
 from memory.store.sessions import Session, SessionKey, SessionStore
@@ -77,18 +87,6 @@ TOOL_LIMIT_RESULT = (
 )
 
 
-@dataclass(frozen=True)
-class AgentStatus:
-    model: str
-    fallback_models: tuple[str, ...]
-    session: Session
-    context_tokens: int
-    threshold: int
-    context_window: int
-    usage_totals: dict[str, int]
-    index: IndexStatus
-
-
 @dataclass
 class _Turn:
     """The mutable state of one turn: its session may change if compaction has to reset it."""
@@ -108,6 +106,11 @@ class _Turn:
 
 
 class Agent:
+    """One agent over one session store and memory index. Everything it uses is handed in,
+    built by the composition root (app/wiring.py `build_agent`): the tools the model may call,
+    the writer of memory files, the standing intents, the context builder, the compactor and
+    the recall of active memory (None: no recall)."""
+
     def __init__(
         self,
         *,
@@ -115,40 +118,27 @@ class Agent:
         store: SessionStore,
         index: MemoryIndex,
         workspace: Path,
-        config: AgentConfig | None = None,
-        clock: Clock | None = None,
-        recall: Recall | None = None,
-        fetcher: WebFetcher | None = None,
+        config: AgentConfig,
+        clock: Clock,
+        writer: WorkspaceWriter,
+        intents: IntentStore,
+        tools: ToolRegistry,
+        context_builder: ContextBuilder,
+        compactor: Compactor,
+        recall: Recall | None,
     ) -> None:
         self.model = model
         self.store = store
         self.index = index
         self.workspace = workspace
-        self.config = config or AgentConfig()
-        self.clock = clock or Clock(load_timezone(self.config.timezone))
+        self.config = config
+        self.clock = clock
+        self.writer = writer  # the owner's memory files (session notes)
+        self.intents = intents  # standing intents, matched before every reply
+        self.tools = tools
+        self.context_builder = context_builder
+        self.compactor = compactor
         self.recall = recall
-        # Every write re-indexes memory; writes already run in worker threads.
-        self.writer = WorkspaceWriter(workspace, on_written=self._reindex, tz=self.clock.tz)
-        # Standing intents, matched before every reply (agent/intents.py).
-        self.intents = IntentStore.open(index.db, now=self.clock.now().timestamp())
-        memory_tools = MemoryTools(
-            workspace=workspace,
-            index=index,
-            store=store,
-            writer=self.writer,
-            clock=self.clock,
-            fetcher=fetcher,
-        )
-        intent_tool = IntentTool(self.intents, self.clock, memory_tools.context_tainted)
-        self.tools = memory_tools.registry(intent_tool.tool())
-        self.context_builder = ContextBuilder(
-            workspace,
-            max_chars=self.config.bootstrap_max_chars,
-            total_max_chars=self.config.bootstrap_total_max_chars,
-        )
-        self.compactor = Compactor(
-            model=model, store=store, index=index, tools=self.tools, config=self.config
-        )
         self._locks: dict[str, asyncio.Lock] = {}
         self._ending: set[asyncio.Task[str | None]] = set()  # notes of ended sessions
 
@@ -194,6 +184,8 @@ class Agent:
     async def _handle(self, request: AgentRequest, emit: Emit) -> AgentReply:
         key = request.key
         async with self._locks.setdefault(str(key), asyncio.Lock()):
+            if request.resumed and (resumed := await self._resume(request, emit)) is not None:
+                return resumed
             command = parse_command(request.text)
             if command is None:
                 return await self._run_turn(request, request.text, emit)
@@ -203,17 +195,16 @@ class Agent:
             session = await asyncio.to_thread(self.store.current, key)
             return AgentReply(result.text, session.id, command=command.name)
 
-    async def mark_cancelled(self, key: SessionKey, message_ids: Sequence[str], text: str) -> bool:
-        """The owner cancelled the turn answering this message (Ctrl-C), after it ended: the
-        message stays in `key`'s transcript, marked cancelled, and later requests leave that
-        turn out (it is not answered unless asked again). False when the transcript does not
-        end in that message's turn (it was cancelled before being stored)."""
+    async def mark_cancelled(self, request: AgentRequest) -> bool:
+        """The owner cancelled the turn answering `request` (Ctrl-C), after it ended: its
+        message stays in the transcript, marked cancelled, and later requests leave that turn
+        out (it is not answered unless asked again). False when the transcript does not end in
+        that message's turn (it was cancelled before being stored)."""
+        key = request.key
         async with self._locks.setdefault(str(key), asyncio.Lock()):
             session = await asyncio.to_thread(self.store.current, key)
             users = await asyncio.to_thread(self.store.events, session.id, kinds=("user",))
-            last = users[-1].content if users else {}
-            stored = last.get("message_ids") == list(message_ids) if message_ids else False
-            if not (stored or (not message_ids and last.get("text") == text)):
+            if not users or not same_turn(users[-1].content, request):
                 return False
             await asyncio.to_thread(self.store.append, session.id, "assistant", CANCELLED_EVENT)
             return True
@@ -250,7 +241,7 @@ class Agent:
     async def _session_note(self, old: Session) -> str | None:
         note = None
         try:
-            tainted = await asyncio.to_thread(self._read_outside_content, old.id)
+            tainted = await asyncio.to_thread(read_outside_content, self.store, old.id)
             note = await save_session_note(
                 old,
                 store=self.store,
@@ -332,6 +323,34 @@ class Agent:
             cut_off=turn.cut_off,
         )
 
+    async def _resume(self, request: AgentRequest, emit: Emit) -> AgentReply | None:
+        """Finish the turn a stopped process began for `request`, from its transcript; None when
+        the transcript does not end in this request's messages (then it is a new message)."""
+        key = request.key
+        session = await asyncio.to_thread(self.store.current, key)
+        users = await asyncio.to_thread(self.store.events, session.id, kinds=("user",))
+        if not users or not same_turn(users[-1].content, request):
+            return None
+        tail = await asyncio.to_thread(self.store.events, session.id, after_seq=users[-1].seq)
+        if tail and tail[-1].kind == "assistant":  # answered; only the delivery was missing
+            return AgentReply(str(tail[-1].content.get("text", "")), session.id)
+
+        def text_only(event: AgentEvent) -> None:  # the notices were said the first time
+            if isinstance(event, TextDelta):
+                emit(event)
+
+        policy = policy_for(key, request.sender)
+        turn = _Turn(key, session, dict(users[-1].content), policy, text_only)
+        answer = await self._tool_loop(turn)
+        return AgentReply(
+            answer,
+            turn.session.id,
+            turn.usage,
+            turn.model,
+            compacted=turn.compacted,
+            cut_off=turn.cut_off,
+        )
+
     async def _tool_loop(self, turn: _Turn) -> str:
         """Call the model and run the tools it asks for until it answers; returns the answer.
 
@@ -341,7 +360,7 @@ class Agent:
         rounds = self.config.max_tool_rounds
         for round_ in range(rounds + 2):
             response = await self._complete(turn)
-            await asyncio.to_thread(self._store_response, turn.session, response)
+            await asyncio.to_thread(store_response, self.store, turn.session.id, response)
             if response.cut_off:  # stored marked incomplete; the owner is told why
                 return _with_cut_off_notice(turn, response)
             if not response.tool_calls:
@@ -429,7 +448,7 @@ class Agent:
             results = [ToolResult(c.id, TOOL_LIMIT_RESULT, is_error=True) for c in calls]
         else:
             results = list(await asyncio.gather(*(self.tools.call(c, ctx) for c in calls)))
-        await asyncio.to_thread(self._store_results, turn.session, results)
+        await asyncio.to_thread(store_results, self.store, turn.session.id, results)
 
     # -- the transcript ----------------------------------------------------------------------
 
@@ -454,49 +473,6 @@ class Agent:
             policy=policy,
             channel=channel,
         )
-
-    def _store_response(self, session: Session, response: ModelResponse) -> None:
-        usage = usage_record(response.usage, response.model)
-        content: dict[str, object] = {"text": response.text}
-        if response.cut_off:
-            content["incomplete"] = True
-        self.store.append(session.id, "assistant", content, usage)
-        for call in response.tool_calls:
-            content = {"id": call.id, "name": call.name, "input": dict(call.input)}
-            self.store.append(session.id, "tool_call", content)
-
-    def _store_results(self, session: Session, results: Sequence[ToolResult]) -> None:
-        for r in results:
-            content = {"tool_use_id": r.tool_use_id, "content": r.content, "is_error": r.is_error}
-            self.store.append(session.id, "tool_result", content)
-
-    def _read_outside_content(self, session_id: str) -> bool:
-        calls = self.store.events(session_id, kinds=("tool_call",))
-        return any(str(e.content.get("name")) in TAINTING_TOOLS for e in calls)
-
-    def _reindex(self, rel_path: str) -> None:
-        self.index.sync()
-
-
-def user_content(request: AgentRequest, text: str) -> dict[str, Any]:
-    """The stored `user` event of a message: its text and, when it is not the owner's, who sent
-    it (no `sender` means the owner, as in transcripts from before senders were recorded)."""
-    content: dict[str, Any] = {"text": text}
-    if request.sender != "owner":
-        sender = {
-            "kind": request.sender,
-            "id": request.sender_id,
-            "name": request.sender_name,
-            "channel": request.key.channel,
-        }
-        content["sender"] = {k: v for k, v in sender.items() if v is not None}
-    if request.attachments:
-        content["attachments"] = [
-            {k: v for k, v in vars(a).items() if v is not None} for a in request.attachments
-        ]
-    if request.message_ids:
-        content["message_ids"] = list(request.message_ids)
-    return content
 
 
 def _with_cut_off_notice(turn: _Turn, response: ModelResponse) -> str:

@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from agent.agent_config import AgentConfig
+from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.lifecycle.dreaming import DreamingConfig
 from memory.memory_config import MemoryConfig
@@ -80,43 +81,6 @@ class GatewayConfig(BaseModel):
     max_concurrent_turns: int = Field(default=4, ge=1, le=64)  # sessions answered in parallel
     health_listen: str = "127.0.0.1"
     health_port: int | None = Field(default=None, ge=1, le=65535)  # GET /healthz when set
-
-
-class AutomationsConfig(BaseModel):
-    """`[automations]`: reminders and scheduled tasks (app/automations/scheduler.py)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = True
-    misfire_grace_s: float = Field(default=3_600.0, ge=0)  # later than this: reported as missed
-
-
-class HeartbeatConfig(BaseModel):
-    """`[heartbeat]`: a periodic check of HEARTBEAT.md's checklist in the owner's main session."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    every: str | None = None  # e.g. "30m"; unset: no heartbeat
-    active_hours: str | None = "08:00-22:00"  # in [agent] timezone; unset: around the clock
-
-    @field_validator("every")
-    @classmethod
-    def _duration(cls, v: str | None) -> str | None:
-        if v:
-            from app.automations.jobs import parse_duration
-
-            if parse_duration(v) < 60:
-                raise ValueError('the heartbeat runs at most once a minute (e.g. "30m")')
-        return v or None
-
-    @field_validator("active_hours")
-    @classmethod
-    def _hours(cls, v: str | None) -> str | None:
-        if v:
-            from app.automations.scheduler import parse_active_hours
-
-            parse_active_hours(v)
-        return v or None
 
 
 def pinch_home() -> Path:

@@ -11,34 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from common.redact import redact
-
-
-class RedactingFilter(logging.Filter):
-    """Rewrites a record's message, arguments and traceback with the secrets blanked out;
-    `extra` are secrets known to the caller beyond the environment (a token in config.toml)."""
-
-    def __init__(self, extra: Iterable[str | None] = ()) -> None:
-        super().__init__()
-        self.extra = tuple(s for s in extra if s)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if getattr(record, "_pinch_redacted", False):
-            return True  # already done by another handler's filter
-        try:
-            message = record.getMessage()
-        except Exception:  # a malformed format string: the handler reports it as usual
-            return True
-        record.msg, record.args = redact(message, self.extra), None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = redact(record.exc_text, self.extra)
-            record.exc_info = None  # else a formatter could render the raw traceback again
-        if record.stack_info:
-            record.stack_info = redact(record.stack_info, self.extra)
-        record._pinch_redacted = True
-        return True
+from common.redact import RedactingFilter
 
 
 def install_log_redaction(logger: logging.Logger | None = None) -> None:

@@ -1,16 +1,19 @@
-"""The composition root: the one place the memory index, session store, watcher, model client
-and `Agent` are built from settings and wired together.
+"""The composition root: the one place the memory index, session store, watcher, model client,
+`Agent` (with its tools, writer, intents, context builder, compactor and recall), channels and
+`Gateway` are built from settings and wired together; everything else receives what it uses.
 
     runtime = await build_runtime(settings)
     try:
         async for event in runtime.agent.run(AgentRequest(key, text)): ...
     finally:
         await runtime.aclose()
+    gateway = build_gateway(settings, runtime, build_channels(settings, print))
 
-`pinch chat` uses it, and so do the gateway and (later) the scheduler: nothing else constructs
-an `Agent` from settings. Building opens the agent database and the index (blocking work, done in
-a worker thread) but does not sync the index nor start the watcher: `await runtime.start()` does
-both (the gateway); the chat calls `sync_index()` and `watcher.start()` itself, to show progress.
+`pinch gateway` (app/gateway/run.py) and `pinch chat` (app/gateway/repl.py) build here; nothing
+else constructs an `Agent` or a `Gateway` from settings (tests and benchmarks use `build_agent`).
+Building the runtime opens the agent database and the index (blocking work, done in a worker
+thread) but neither syncs the index nor starts the watcher: `await runtime.start()` does both;
+the chat and the gateway call `sync_index()` and `watcher.start()` themselves.
 """
 
 from __future__ import annotations
@@ -18,79 +21,44 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.active_memory import ActiveMemory
+from agent.agent_config import AgentConfig
+from agent.compaction import Compactor
+from agent.context import ContextBuilder
+from agent.intents import IntentTool
+from agent.memory_tools import MemoryTools
 from agent.model.factory import ModelClient, create_model_client, preload
 from agent.runtime import Agent
-from common.clock import Clock, load_timezone, owner_timezone
-from memory.errors import MemoryError_
+from agent.tools import Tool
+from agent.web_fetch import WebFetcher
+from app.automations.assembly import build_automations
+from app.channel_registry import CHANNELS, Owners, adapter_class, channel_settings
+from app.gateway.access import Access, Pairing
+from app.gateway.healthz import HealthServer
+from app.gateway.queue import GatewayStore
+from app.gateway.server import Gateway, GatewayOptions
+from app.process import Runtime
+from channels.base import Channel
+from common.clock import Clock, owner_zone
+from memory.files.inbox import Inbox
+from memory.files.writes import WorkspaceWriter
 from memory.index.index import MemoryIndex
 from memory.index.watch import MemoryWatcher
+from memory.lifecycle.intents import IntentStore
 from memory.lifecycle.signals import stop_recording
-from memory.store.compact import compact_if_worth_it
+from memory.store.pairing_store import SqlitePairingStore
+from memory.store.queue_store import SqliteQueueStore
 from memory.store.sessions import SessionStore
 
 if TYPE_CHECKING:
     from app.config import Settings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Runtime:
-    """Everything one running Pinch process shares: one index, one store, one agent."""
-
-    settings: Settings
-    index: MemoryIndex
-    store: SessionStore
-    model: ModelClient
-    agent: Agent
-    watcher: MemoryWatcher
-    clock: Clock
-    _preloading: asyncio.Future[None] | None = None
-    _closed: bool = False
-
-    async def sync_index(self) -> None:
-        """Bring the memory index up to date (raises the index's `MemoryError_` on failure) and
-        get ready to search: after a rebuild that left a quarter of the file free, compact it;
-        then start reading the vectors (150 MB at 100k chunks) in the background, so the first
-        message finds them in memory. The chat and the gateway call this at start-up."""
-        try:
-            report = await asyncio.to_thread(self.index.sync)
-            if report.rebuilt:
-                await asyncio.to_thread(compact_if_worth_it, self.index.db)
-        finally:
-            await asyncio.to_thread(self.index.warm)
-
-    async def start(self) -> None:
-        """Sync the index and start the watcher (what a long-running process does first).
-
-        A failed sync is logged, not raised: search serves the last complete index."""
-        try:
-            await self.sync_index()
-        except MemoryError_ as exc:
-            log.warning("The memory index could not be updated: %s", exc)
-        self.watcher.start()
-
-    async def aclose(self) -> None:
-        """Stop the watcher, close the model clients and the database; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._preloading is not None:
-            self._preloading.cancel()
-        await self.agent.drain()  # notes of sessions ended with /new are not lost
-        self.watcher.stop()
-        await _close_model(self.model)
-        self.index.close()
-
-    async def __aenter__(self) -> Runtime:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 async def build_runtime(
@@ -110,26 +78,22 @@ async def build_runtime(
             timeout_s=settings.agent.timeout_s,
             max_retries=settings.agent.max_retries,
         )
-        zone = owner_timezone(settings.agent.timezone, settings.workspace_dir)
-        clock = clock or Clock(load_timezone(zone))
+        clock = clock or Clock(owner_zone(settings.agent.timezone, settings.workspace_dir))
         if not settings.dreaming.enabled:
             stop_recording(index.db)  # no recall signals are kept for a disabled Dreaming
         store = SessionStore(index.db)
-        agent = Agent(
+        automations = None
+        if settings.automations.enabled:  # the jobs, a scheduler the gateway starts, the tool
+            automations = await asyncio.to_thread(build_automations, settings, index.db, clock)
+        agent = build_agent(
             model=model,
             store=store,
             index=index,
             workspace=settings.workspace_dir,
             config=settings.agent,
             clock=clock,
-        )
-        agent.recall = ActiveMemory(
-            model=model,
-            store=store,
-            tools=agent.tools,
-            workspace=agent.workspace,
-            config=settings.agent,
-            index=index,
+            active_memory=True,
+            extra_tools=(automations.tool,) if automations is not None else (),
         )
     except BaseException:
         index.close()
@@ -142,13 +106,70 @@ async def build_runtime(
         agent=agent,
         watcher=MemoryWatcher(index),
         clock=clock,
+        automations=automations,
         _preloading=asyncio.ensure_future(_preload_quietly(model)),
     )
-    if settings.automations.enabled:
-        from app.automations.scheduler import add_schedule_tool
-
-        await asyncio.to_thread(add_schedule_tool, runtime)  # creates the jobs tables
     return runtime
+
+
+def build_agent(
+    *,
+    model: ModelClient,
+    store: SessionStore,
+    index: MemoryIndex,
+    workspace: Path,
+    config: AgentConfig | None = None,
+    clock: Clock | None = None,
+    fetcher: WebFetcher | None = None,
+    extra_tools: Sequence[Tool] = (),
+    active_memory: bool = False,
+) -> Agent:
+    """An `Agent` and its parts over `index` and `store`: the workspace writer (every write
+    re-indexes memory), the standing intents, the memory and `intent` tools, the context
+    builder, the compactor and — with `active_memory` — the recall before owner messages.
+    `extra_tools` are offered after the built-in ones (each still subject to the turn's policy).
+
+    `config` defaults to `AgentConfig()`, `clock` to the configured time zone, `fetcher` to a
+    real `WebFetcher`. Blocking (opens the intents tables): call it from a worker thread or
+    at start-up. Tests and benchmarks build their agents here too."""
+    config = config or AgentConfig()
+    clock = clock or Clock(owner_zone(config.timezone, workspace))
+
+    def reindex(_rel_path: str) -> None:  # writes run in worker threads, and so does this
+        index.sync()
+
+    writer = WorkspaceWriter(workspace, on_written=reindex, tz=clock.tz)
+    intents = IntentStore.open(index.db, now=clock.now().timestamp())
+    memory_tools = MemoryTools(
+        workspace=workspace, index=index, store=store, writer=writer, clock=clock, fetcher=fetcher
+    )
+    intent_tool = IntentTool(intents, clock, memory_tools.context_tainted).tool()
+    tools = memory_tools.registry(intent_tool, *extra_tools)
+    recall = (
+        ActiveMemory(
+            model=model, store=store, tools=tools, workspace=workspace, config=config, index=index
+        )
+        if active_memory
+        else None
+    )
+    return Agent(
+        model=model,
+        store=store,
+        index=index,
+        workspace=workspace,
+        config=config,
+        clock=clock,
+        writer=writer,
+        intents=intents,
+        tools=tools,
+        context_builder=ContextBuilder(
+            workspace,
+            max_chars=config.bootstrap_max_chars,
+            total_max_chars=config.bootstrap_total_max_chars,
+        ),
+        compactor=Compactor(model=model, store=store, index=index, tools=tools, config=config),
+        recall=recall,
+    )
 
 
 async def _preload_quietly(model: ModelClient) -> None:
@@ -156,9 +177,83 @@ async def _preload_quietly(model: ModelClient) -> None:
         await preload(model)
 
 
-async def _close_model(model: ModelClient) -> None:
-    for client in getattr(model, "clients", [model]):  # a FallbackClient holds several
-        close = getattr(client, "aclose", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                await close()
+# -- the gateway (`pinch gateway`, and `pinch chat` with the terminal) ------------------------
+
+
+def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str, Channel]:
+    """The channels of the registry whose tokens are set; a one-line note for each that is
+    skipped. Received files go to the one inbox, dated in the owner's zone."""
+    inbox = Inbox(
+        settings.workspace_dir, tz=owner_zone(settings.agent.timezone, settings.workspace_dir)
+    )
+    found: dict[str, Channel] = {}
+    for row in CHANNELS:
+        if row.adapter is None or row.config_section is None:
+            continue  # not run by the gateway (the terminal)
+        config = getattr(settings, row.config_section)
+        if config.bot_token is None:
+            note(f"{row.name}: skipped (no token; set {row.token_variable} to run it)")
+            continue
+        try:
+            found[row.name] = adapter_class(row)(
+                config, inbox=inbox, state_dir=settings.home / "state"
+            )
+        except Exception as exc:
+            note(f"{row.name}: skipped ({type(exc).__name__}: {exc})")
+    return found
+
+
+def options_from(settings: Settings) -> GatewayOptions:
+    return GatewayOptions(
+        agent_id=settings.agent_id,
+        owner_dm_scope=settings.gateway.owner_dm_scope,
+        collect_window_s=settings.gateway.collect_window_ms / 1000,
+        max_concurrent_turns=settings.gateway.max_concurrent_turns,
+        dedup_ttl_s=settings.slack.dedup_ttl_s,
+        heartbeat_path=settings.home / "gateway.heartbeat",
+    )
+
+
+def build_gateway(
+    settings: Settings,
+    runtime: Runtime,
+    channels: Mapping[str, Channel],
+    *,
+    chat_claimant: str | None = None,
+) -> Gateway:
+    """The gateway answering `channels` with `runtime`'s agent (start it with `await
+    gateway.start()`). `pinch gateway` passes the platform channels; `pinch chat` passes the
+    terminal and its `chat_claimant` (the terminal's instance): that gateway claims only the
+    queue rows its terminal wrote, writes no heartbeat file (the heartbeat is `pinch
+    gateway`'s), and knows no platform owners (the terminal's user is the owner)."""
+    db = runtime.index.db
+    if chat_claimant is not None:
+        return Gateway(
+            runtime=runtime,
+            channels=channels,
+            store=GatewayStore(SqliteQueueStore(db, claimant=chat_claimant)),
+            access=Access(owners={}, channels={}, pairing=Pairing(SqlitePairingStore(db))),
+            options=replace(options_from(settings), heartbeat_path=None),
+        )
+    access = Access(
+        owners=Owners.from_settings(settings),
+        channels=channel_settings(settings),
+        pairing=Pairing(SqlitePairingStore(db)),
+    )
+    return Gateway(
+        runtime=runtime,
+        channels=channels,
+        store=GatewayStore(SqliteQueueStore(db)),
+        access=access,
+        options=options_from(settings),
+    )
+
+
+def build_health_server(settings: Settings, gateway: Gateway) -> HealthServer | None:
+    """`GET /healthz` over `gateway`'s channel health, when `[gateway] health_port` is set
+    (start it after the gateway, stop it after)."""
+    if settings.gateway.health_port is None:
+        return None
+    return HealthServer(
+        lambda: gateway.health, settings.gateway.health_listen, settings.gateway.health_port
+    )

@@ -76,6 +76,7 @@ from agent.recall_intent import recall_intent
 from agent.runtime import RESET_NOTICE, Agent
 from agent.tools import ToolContext
 from agent.types import ToolCall
+from app.wiring import build_agent
 from bench.recall import madial_user_utterances
 from common.clock import Clock
 from memory.index.index import MemoryIndex
@@ -872,7 +873,7 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
     with FakeModelServer() as server:
         server.respond_with(model)
         client = AnthropicClient(MODEL, api_key="bench-key", base_url=server.url, max_retries=0)
-        agent = Agent(
+        agent = build_agent(
             model=client,
             store=store,
             index=index,
@@ -922,7 +923,7 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
                 shutil.copytree(snapshot, copy)
                 am_index = MemoryIndex.open(copy / "workspace", copy / "agent.sqlite", memory)
                 am_store = SessionStore(am_index.db)
-                am_agent = Agent(
+                am_agent = build_agent(
                     model=client,
                     store=am_store,
                     index=am_index,

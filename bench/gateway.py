@@ -61,13 +61,16 @@ def echo(request: RecordedRequest) -> Reply:
 
 
 async def overhead(conversations: int, messages: int, home: Path) -> dict[str, float]:
-    from app.gateway.access import Access, PairingStore
+    from agent.requests import AgentRequest
+    from app.gateway.access import Access, Pairing
     from app.gateway.queue import GatewayStore
     from app.gateway.server import Gateway, GatewayOptions
-    from app.gateway.turns import Runtime, TurnRequest, TurnResult
+    from app.gateway.turns import Runtime, TurnResult
     from channels.base import OutboundMessage, SentMessage
     from channels.channel_config import TelegramConfig
     from memory.store.db import open_database
+    from memory.store.pairing_store import SqlitePairingStore
+    from memory.store.queue_store import SqliteQueueStore
     from tests.gateway_support import FakeChannel
 
     db = open_database(home / "overhead.sqlite", vector_backend="numpy")
@@ -85,18 +88,18 @@ async def overhead(conversations: int, messages: int, home: Path) -> dict[str, f
     channel.send = timed_send  # type: ignore[method-assign]
 
     async def instant(
-        runtime: Runtime, request: TurnRequest, on_text: Callable[[str], None]
+        runtime: Runtime, request: AgentRequest, on_text: Callable[[str], None]
     ) -> TurnResult:
         return TurnResult(f"re: {request.text}")
 
     gateway = Gateway(
         runtime=None,  # type: ignore[arg-type]
         channels={"telegram": channel},
-        store=GatewayStore(db),
+        store=GatewayStore(SqliteQueueStore(db)),
         access=Access(
             owners={},
             channels={"telegram": TelegramConfig(dm_policy="open")},
-            pairing=PairingStore(db),
+            pairing=Pairing(SqlitePairingStore(db)),
         ),
         options=GatewayOptions(collect_window_s=0),
         turn_runner=instant,

@@ -70,6 +70,7 @@ from agent.agent_config import AgentConfig
 from agent.model.factory import AnthropicClient, TextCallback, anthropic_params
 from agent.runtime import Agent
 from agent.types import ModelRequest, ModelResponse
+from app.wiring import build_agent
 from common.clock import Clock
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
@@ -161,7 +162,7 @@ def make_agent(root: Path, server: FakeModelServer) -> tuple[Agent, RecordingCli
     client = RecordingClient(
         AnthropicClient(MODEL, api_key="bench-key", base_url=server.url, max_retries=0)
     )
-    agent = Agent(
+    agent = build_agent(
         model=client,
         store=SessionStore(index.db),
         index=index,

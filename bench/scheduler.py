@@ -33,12 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from agent.agent_config import AgentConfig
 from agent.model.factory import AnthropicClient
 from agent.requests import AgentRequest
-from agent.runtime import Agent
-from app.automations.jobs import JobStore, NewJob, Schedule, Target
+from app.automations.jobs import Jobs, NewJob, Schedule, Target
 from app.automations.scheduler import Scheduler
+from app.wiring import build_agent
 from channels.base import OutboundMessage
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.jobs_store import SqliteJobStore
 from memory.store.sessions import SessionKey, SessionStore
 from tests.fakes.model_server import FakeModelServer, text_reply
 
@@ -63,14 +64,14 @@ async def bench(jobs: int, window: float, busy: int, root: Path) -> dict[str, ob
     )
     server = FakeModelServer().start()
     server.respond_with(lambda request: text_reply("Noted. " * 40))
-    agent = Agent(
+    agent = build_agent(
         model=AnthropicClient("claude-test", api_key="k", base_url=server.url, max_retries=0),
         store=SessionStore(index.db),
         index=index,
         workspace=workspace,
         config=AgentConfig(model="claude-test"),
     )
-    store = JobStore(index.db)
+    store = Jobs(SqliteJobStore(index.db))
     due: dict[str, datetime] = {}
     lateness: list[float] = []
     done = asyncio.Event()

@@ -37,7 +37,7 @@ from bench.workspace import write_workspace
 from memory.index.chunking import chunk_markdown, split_units
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
-from memory.search import hybrid as search_module
+from memory.search import candidates as search_module
 
 REPO = Path(__file__).resolve().parents[1]
 LOG_BYTES = 150_000

@@ -85,7 +85,8 @@ def write_worker(db_path: Path, backend: str) -> dict[str, Any]:
     """Runs with the compared tree first on sys.path (see `main`)."""
     import numpy as np
 
-    from memory.search.vectors import NumpyStore, SqliteVecStore
+    from memory.search.sqlite_vec import SqliteVecStore
+    from memory.search.vectors import NumpyStore
     from memory.store.db import open_database
 
     db = open_database(db_path, vector_backend=backend)
@@ -162,7 +163,7 @@ def write(old: Path, db_path: Path, rounds: int) -> None:
 def pack(db_path: Path) -> None:
     """Write the packed matrix of `db_path`'s active generation (what a sync of this tree does
     at its end), so both trees' workers search the same file: the old tree ignores the pack."""
-    from memory.search.vectors import refresh_pack
+    from memory.search.matrix_cache import refresh_pack
     from memory.store.db import open_database
 
     db = open_database(db_path)

@@ -1,16 +1,18 @@
 """What a channel knows of Pinch: messages in, messages out, and a small adapter interface.
 
-    channel = TelegramChannel(config, inbox_dir=workspace / "inbox")
+    channel = TelegramChannel(config, inbox=inbox, state_dir=home / "state")
     await channel.start(on_message)      # the gateway's callback; it queues durably, then returns
     sent = await channel.send(OutboundMessage("telegram", chat_id="42", text="**hi**"))
     await channel.edit(sent[-1], "**hi there**")
     await channel.typing("42")
     await channel.stop()
 
-`channels/` imports nothing from `agent/`, `memory/` or `app/`: an adapter turns platform events
-into `InboundMessage` and delivers `OutboundMessage` (Markdown source text, converted to the
-platform's format by the adapter, with a plain-text retry when the platform refuses the
-formatting). Access control, sessions, queues and the agent live in the gateway (`app/`).
+`channels/` imports nothing from `agent/`, `memory/` or `app/` (only `common/`): an adapter turns
+platform events into `InboundMessage` and delivers `OutboundMessage` (Markdown source text,
+converted to the platform's format by the adapter, with a plain-text retry when the platform
+refuses the formatting). Access control, sessions, queues and the agent live in the gateway
+(`app/`). Received files are handed, as bytes, to the `InboxWriter` the composition root passes
+in (memory/files/inbox.py), which decides where and how they are stored.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import abc
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from datetime import datetime
+from typing import Literal, Protocol
+
+from channels.split import split_text
 
 ChatType = Literal["direct", "group", "channel"]
 AttachmentKind = Literal["photo", "document", "voice", "audio", "video", "sticker", "other"]
@@ -37,6 +42,16 @@ class Attachment:
     mime_type: str | None = None
     size: int | None = None
     error: str | None = None
+
+
+class InboxWriter(Protocol):
+    """Where an adapter puts the files that came with messages (memory.files.inbox.Inbox)."""
+
+    def save(self, name: str, data: bytes, received_at: datetime) -> str:
+        """Store `data` under a safe form of `name` (any characters; the writer sanitises) in
+        the folder of `received_at`'s day; returns the workspace-relative path that goes into
+        `Attachment.path`. Blocking: call it in a worker thread. Raises OSError."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -140,24 +155,6 @@ class Channel(abc.ABC):
     @abc.abstractmethod
     async def check(self) -> ChannelHealth:
         """Reachability and liveness for `pinch doctor` (getMe / auth.test, polling health)."""
-
-
-def split_text(text: str, limit: int) -> list[str]:
-    """`text` in pieces of at most `limit` characters, cut at a paragraph, line or space break
-    in the second half of a piece when there is one."""
-    pieces: list[str] = []
-    while len(text) > limit:
-        cut = -1
-        for sep in ("\n\n", "\n", " "):
-            cut = text.rfind(sep, limit // 2, limit)
-            if cut > 0:
-                break
-        if cut <= 0:
-            cut = limit
-        pieces.append(text[:cut].rstrip())
-        text = text[cut:].lstrip()
-    pieces.append(text)
-    return pieces
 
 
 class ChannelError(Exception):

@@ -1,4 +1,8 @@
-"""The owner's time zone and the current time, in one place a test can replace."""
+"""The owner's time zone and the current time, in one place a test can replace.
+
+clock = Clock(owner_zone(settings.agent.timezone, settings.workspace_dir))
+clock.now()        # aware, in the owner's zone
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,8 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from memory.memory_config import config_file_hint
-from memory.text import strip_comments
+from common.home import config_file_hint
+from common.text import strip_comments
 
 
 def load_timezone(name: str | None) -> tzinfo:
@@ -69,9 +73,18 @@ def zone_from_user_md(workspace: Path) -> str | None:
     return found
 
 
-def owner_timezone(configured: str | None, workspace: Path) -> str | None:
-    """The owner's zone name: `[agent] timezone`, else USER.md's, else None (the machine's)."""
-    return configured or zone_from_user_md(workspace)
+def owner_zone(configured: str | None, workspace: Path) -> tzinfo:
+    """The owner's time zone: `[agent] timezone` (`configured`), else the one USER.md in
+    `workspace` gives, else the machine's. Raises ValueError with advice for an unknown
+    configured name."""
+    return load_timezone(configured or zone_from_user_md(workspace))
+
+
+def iana_name(tz: tzinfo) -> str | None:
+    """The IANA name of `tz` ("Europe/Berlin"), or None for a zone without one (the machine's
+    local zone read from the system clock)."""
+    key = getattr(tz, "key", None)
+    return key if isinstance(key, str) else None
 
 
 @dataclass(frozen=True)
@@ -86,5 +99,4 @@ class Clock:
 
     @property
     def zone_name(self) -> str:
-        key = getattr(self.tz, "key", None)
-        return key if isinstance(key, str) else (self.now().tzname() or "local time")
+        return iana_name(self.tz) or self.now().tzname() or "local time"

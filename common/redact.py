@@ -11,10 +11,13 @@ What counts as a secret:
   the value after `Bearer `.
 
 Values shorter than 8 characters are not replaced (a variable set to "1" would blank every 1).
+`RedactingFilter` does the same to log records (app/logging_setup.py puts it on every handler;
+a channel puts one with its token on the loggers of the libraries that log request URLs).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -60,3 +63,31 @@ def redact(text: str, extra: Iterable[str | None] = ()) -> str:
         text = text.replace(value, REDACTED)
     text = _CREDENTIAL_PATTERNS.sub(REDACTED, text)
     return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites a record's message, arguments and traceback with the secrets blanked out;
+    `extra` are secrets known to the caller beyond the environment (a token in config.toml)."""
+
+    def __init__(self, extra: Iterable[str | None] = ()) -> None:
+        super().__init__()
+        self.extra = tuple(s for s in extra if s)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        done: frozenset[str] | None = getattr(record, "_pinch_redacted", None)
+        if done is not None and done.issuperset(self.extra):
+            return True  # already done by another filter that knew these secrets
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed format string: the handler reports it as usual
+            return True
+        record.msg, record.args = redact(message, self.extra), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, self.extra)
+            record.exc_info = None  # else a formatter could render the raw traceback again
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, self.extra)
+        record._pinch_redacted = frozenset(self.extra).union(done or ())
+        return True

@@ -6,7 +6,6 @@ itself never reads files or the environment for configuration.
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -63,10 +62,3 @@ class MemoryConfig(BaseModel):
     def _known_preset(cls, name: str) -> str:
         get_preset(name)  # a ValueError naming the known presets, reported at startup
         return name
-
-
-def config_file_hint() -> str:
-    """Where the owner's config.toml is, as advice in messages: `$PINCH_HOME/config.toml` when
-    PINCH_HOME moves the home (app/config.py), else ~/.pinch/config.toml."""
-    home = os.environ.get("PINCH_HOME", "").strip()
-    return f"{home.rstrip('/')}/config.toml" if home else "~/.pinch/config.toml"

@@ -12,6 +12,8 @@ import re
 import unicodedata
 from functools import lru_cache
 
+from common.text import strip_comments
+
 # Han (incl. extension A and compatibility), Hiragana, Katakana, Hangul syllables and Jamo.
 _CJK_CLASS = (
     "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
@@ -35,30 +37,6 @@ ENGLISH_STOPWORDS = frozenset(
 CJK_STOP_BIGRAMS = frozenset(
     ["什么", "怎么", "哪些", "哪个", "是否", "我们", "你们", "他们", "这个", "那个", "一个", "的是"]
 )
-
-
-_COMMENT = re.compile(r"<!--(.*?)-->", re.DOTALL)
-_TRIGGER_TERMS = re.compile(r"\s*trigger:\s*(.*?)\s*", re.IGNORECASE | re.DOTALL)
-
-
-def strip_comments(text: str) -> str:
-    """`text` as search reads it, without its HTML comments: Pinch's markers (origin and session,
-    source, importance, observed) and the templates' guidance are about the text, not in it, and
-    their words and ids would match queries and blur the passage's embedding. A trigger marker
-    keeps its terms: they are the owner's own words for when the entry matters."""
-    if "<!--" not in text:
-        return text
-
-    def keep(m: re.Match[str]) -> str:  # spaced, so the words on either side stay two words
-        trigger = _TRIGGER_TERMS.fullmatch(m.group(1))
-        return f" {trigger.group(1)} " if trigger else " "
-
-    return _COMMENT.sub(keep, text)
-
-
-def shorten(text: str, limit: int) -> str:
-    """`text`, or its first `limit` - 1 characters and "…" when it is longer."""
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def estimate_tokens(text: str) -> int:

@@ -16,6 +16,7 @@ from agent.agent_config import AgentConfig
 from agent.model.factory import AnthropicClient, LiteLLMClient, ModelClient
 from agent.runtime import Agent
 from agent.web_fetch import WebFetcher
+from app.wiring import build_agent
 from common.clock import Clock
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
@@ -103,7 +104,7 @@ def make_kit(
     memory = memory or MemoryConfig(embedding=EmbeddingConfig(provider="none"))
     index = MemoryIndex.open(workspace, tmp_path / db_name, memory)
     store = SessionStore(index.db)
-    agent = Agent(
+    agent = build_agent(
         model=model_client(server, api),
         store=store,
         index=index,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from app.cli.setup import initialise
 from app.config import load_settings
-from app.gateway.server import GatewayError, configure_logging, run_gateway
+from app.gateway.run import GatewayError, configure_logging, run_gateway
 from tests.fakes.relay_server import RelayChannel
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "workspace_template"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import load_settings
-from app.gateway.access import Access, PairingStore
+from app.gateway.access import Access, Pairing
 from app.gateway.queue import GatewayStore
 from app.gateway.server import Gateway, GatewayOptions, TurnRunner
 from app.gateway.turns import Runtime, run_turn
@@ -25,6 +25,8 @@ from channels.base import (
 )
 from channels.channel_config import GroupRule, SlackConfig, TelegramConfig
 from memory.index.watch import MemoryWatcher
+from memory.store.pairing_store import SqlitePairingStore
+from memory.store.queue_store import SqliteQueueStore
 from tests.agent_support import Kit, make_kit
 from tests.fakes.model_server import FakeModelServer
 
@@ -141,7 +143,7 @@ def make_rig(
     access = Access(
         owners={"telegram": [OWNER_TG], "slack": [OWNER_SLACK]},
         channels={"telegram": telegram or TelegramConfig(), "slack": slack or SlackConfig()},
-        pairing=PairingStore(db),
+        pairing=Pairing(SqlitePairingStore(db)),
     )
     settings = load_settings(workspace=kit.workspace)
     runtime = Runtime(
@@ -156,7 +158,7 @@ def make_rig(
     gateway = Gateway(
         runtime=runtime,
         channels={"telegram": tg, "slack": sl},
-        store=GatewayStore(db),
+        store=GatewayStore(SqliteQueueStore(db)),
         access=access,
         options=options or GatewayOptions(collect_window_s=0.0),
         turn_runner=turn_runner,

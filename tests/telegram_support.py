@@ -15,6 +15,7 @@ from pydantic import SecretStr
 from channels.base import InboundMessage
 from channels.channel_config import TelegramConfig
 from channels.telegram.adapter import TelegramChannel
+from memory.files.inbox import Inbox as FileInbox
 from tests.fakes.telegram_server import FakeTelegram
 
 
@@ -65,7 +66,7 @@ async def until(check: Callable[[], bool], timeout: float = 5.0, what: str = "co
 def make_channel(tg: FakeTelegram, tmp_path: Path, **changes: Any) -> TelegramChannel:
     return TelegramChannel(
         telegram_config(tg, **changes),
-        inbox_dir=tmp_path / "workspace" / "inbox",
+        inbox=FileInbox(tmp_path / "workspace"),
         state_dir=tmp_path / "state",
         retry_base_s=0.05,
     )

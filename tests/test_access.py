@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from app.gateway.access import CODE_ALPHABET, Access, PairingStore
+from app.gateway.access import CODE_ALPHABET, Access, Pairing
 from app.gateway.routing import owner_main_key, session_key_for
 from channels.base import InboundMessage
 from channels.channel_config import GroupRule, TelegramConfig
 from memory.store.db import open_database
+from memory.store.pairing_store import SqlitePairingStore
 from memory.store.sessions import SessionKey
 
 
@@ -32,13 +33,13 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def pairing(tmp_path: Path, clock: Clock) -> Iterator[PairingStore]:
+def pairing(tmp_path: Path, clock: Clock) -> Iterator[Pairing]:
     db = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
-    yield PairingStore(db, clock=clock)
+    yield Pairing(SqlitePairingStore(db), clock=clock)
     db.close()
 
 
-def access_for(pairing: PairingStore, **telegram: Any) -> Access:
+def access_for(pairing: Pairing, **telegram: Any) -> Access:
     return Access(
         owners={"telegram": ["111"]},
         channels={"telegram": TelegramConfig(**telegram)},
@@ -69,7 +70,7 @@ def in_group(sender: str, chat: str = "-100", *, mentioned: bool = True) -> Inbo
 
 
 def test_an_unknown_sender_gets_an_eight_character_unambiguous_code(
-    pairing: PairingStore,
+    pairing: Pairing,
 ) -> None:
     decision = access_for(pairing).check(dm("999"))
 
@@ -80,7 +81,7 @@ def test_an_unknown_sender_gets_an_eight_character_unambiguous_code(
 
 
 def test_a_sender_who_asks_again_within_the_hour_gets_the_same_code(
-    pairing: PairingStore, clock: Clock
+    pairing: Pairing, clock: Clock
 ) -> None:
     access = access_for(pairing)
     first = access.check(dm("999"))
@@ -94,7 +95,7 @@ def test_a_sender_who_asks_again_within_the_hour_gets_the_same_code(
 
 
 def test_a_code_expires_after_an_hour_and_a_new_one_is_issued(
-    pairing: PairingStore, clock: Clock
+    pairing: Pairing, clock: Clock
 ) -> None:
     access = access_for(pairing)
     access.check(dm("999"))
@@ -108,7 +109,7 @@ def test_a_code_expires_after_an_hour_and_a_new_one_is_issued(
     assert pairing.pending()[0].code != old
 
 
-def test_at_most_three_codes_are_pending_per_channel(pairing: PairingStore) -> None:
+def test_at_most_three_codes_are_pending_per_channel(pairing: Pairing) -> None:
     access = access_for(pairing)
     decisions = [access.check(dm(str(500 + i))) for i in range(4)]
 
@@ -116,7 +117,7 @@ def test_at_most_three_codes_are_pending_per_channel(pairing: PairingStore) -> N
     assert len(pairing.pending()) == 3
 
 
-def test_an_approved_sender_is_answered_as_a_person(pairing: PairingStore) -> None:
+def test_an_approved_sender_is_answered_as_a_person(pairing: Pairing) -> None:
     access = access_for(pairing)
     access.check(dm("999", sender_name="Ann"))
 
@@ -127,7 +128,7 @@ def test_an_approved_sender_is_answered_as_a_person(pairing: PairingStore) -> No
     assert (decision.action, decision.role) == ("answer", "person")
 
 
-def test_a_rejected_sender_gets_nothing_more_within_the_hour(pairing: PairingStore) -> None:
+def test_a_rejected_sender_gets_nothing_more_within_the_hour(pairing: Pairing) -> None:
     access = access_for(pairing)
     access.check(dm("999"))
     pairing.decide(pairing.pending()[0].code, approve=False)
@@ -135,7 +136,7 @@ def test_a_rejected_sender_gets_nothing_more_within_the_hour(pairing: PairingSto
     assert access.check(dm("999")).action == "ignore"
 
 
-def test_pairing_grants_direct_messages_only(pairing: PairingStore) -> None:
+def test_pairing_grants_direct_messages_only(pairing: Pairing) -> None:
     access = access_for(pairing, groups={"-100": GroupRule(allow_from=["555"])})
     access.check(dm("999"))
     pairing.decide(pairing.pending()[0].code, approve=True)
@@ -144,7 +145,7 @@ def test_pairing_grants_direct_messages_only(pairing: PairingStore) -> None:
 
 
 def test_pairing_codes_never_reach_the_log(
-    pairing: PairingStore, caplog: pytest.LogCaptureFixture
+    pairing: Pairing, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.DEBUG):
         access_for(pairing).check(dm("999"))
@@ -157,18 +158,18 @@ def test_pairing_codes_never_reach_the_log(
 # -- the other policies ----------------------------------------------------------------------
 
 
-def test_owners_always_pass_even_with_direct_messages_disabled(pairing: PairingStore) -> None:
+def test_owners_always_pass_even_with_direct_messages_disabled(pairing: Pairing) -> None:
     decision = access_for(pairing, dm_policy="disabled").check(dm("111"))
 
     assert (decision.action, decision.role) == ("answer", "owner")
 
 
-def test_disabled_ignores_everyone_else(pairing: PairingStore) -> None:
+def test_disabled_ignores_everyone_else(pairing: Pairing) -> None:
     assert access_for(pairing, dm_policy="disabled").check(dm("999")).action == "ignore"
     assert pairing.pending() == []
 
 
-def test_allowlist_answers_only_listed_ids(pairing: PairingStore) -> None:
+def test_allowlist_answers_only_listed_ids(pairing: Pairing) -> None:
     access = access_for(pairing, dm_policy="allowlist", allow_from=["777"])
 
     assert access.check(dm("777")).action == "answer"
@@ -176,23 +177,23 @@ def test_allowlist_answers_only_listed_ids(pairing: PairingStore) -> None:
     assert pairing.pending() == []
 
 
-def test_open_answers_anyone_as_a_person(pairing: PairingStore) -> None:
+def test_open_answers_anyone_as_a_person(pairing: Pairing) -> None:
     decision = access_for(pairing, dm_policy="open").check(dm("999"))
 
     assert (decision.action, decision.role) == ("answer", "person")
 
 
-def test_messages_from_bots_are_ignored(pairing: PairingStore) -> None:
+def test_messages_from_bots_are_ignored(pairing: Pairing) -> None:
     assert access_for(pairing, dm_policy="open").check(dm("999", is_bot=True)).action == "ignore"
 
 
-def test_a_channel_without_access_settings_pairs_by_default(pairing: PairingStore) -> None:
+def test_a_channel_without_access_settings_pairs_by_default(pairing: Pairing) -> None:
     access = Access(owners={}, channels={}, pairing=pairing)
 
     assert access.check(dm("999", channel="slack")).action == "reply"
 
 
-def test_the_terminal_user_is_the_owner(pairing: PairingStore) -> None:
+def test_the_terminal_user_is_the_owner(pairing: Pairing) -> None:
     access = Access(owners={}, channels={}, pairing=pairing)
 
     assert access.check(dm("local", channel="cli")).role == "owner"
@@ -201,25 +202,25 @@ def test_the_terminal_user_is_the_owner(pairing: PairingStore) -> None:
 # -- groups -------------------------------------------------------------------------------------
 
 
-def test_groups_are_ignored_without_group_config(pairing: PairingStore) -> None:
+def test_groups_are_ignored_without_group_config(pairing: Pairing) -> None:
     assert access_for(pairing, dm_policy="open").check(in_group("111")).action == "ignore"
 
 
-def test_a_configured_group_needs_a_mention_by_default(pairing: PairingStore) -> None:
+def test_a_configured_group_needs_a_mention_by_default(pairing: Pairing) -> None:
     access = access_for(pairing, groups={"-100": GroupRule()})
 
     assert access.check(in_group("555", mentioned=False)).action == "ignore"
     assert access.check(in_group("555", mentioned=True)).action == "answer"
 
 
-def test_a_group_can_answer_without_mentions(pairing: PairingStore) -> None:
+def test_a_group_can_answer_without_mentions(pairing: Pairing) -> None:
     access = access_for(pairing, groups={"-100": GroupRule(require_mention=False)})
 
     assert access.check(in_group("555", mentioned=False)).action == "answer"
 
 
 def test_a_group_sender_allowlist_holds_even_when_the_bot_is_mentioned(
-    pairing: PairingStore,
+    pairing: Pairing,
 ) -> None:
     access = access_for(pairing, groups={"-100": GroupRule(allow_from=["555"])})
 

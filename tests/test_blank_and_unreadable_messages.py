@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from app.channel_registry import Owners
+from memory.files.inbox import Inbox as FileInbox
 from tests.agent_support import responder
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 from tests.fakes.slack_server import FakeSlack
@@ -76,10 +78,11 @@ def test_a_whitespace_only_slack_message_costs_no_model_call_and_no_reply(tmp_pa
             server.respond_with(responder(turn=echo))
             async with FakeSlack() as slack:
                 rig = make_rig(tmp_path, server)
-                rig.gateway.access.owners["slack"] = frozenset({"U0OWNER"})
+                access = rig.gateway.access
+                access.owners = Owners.of({**access.owners.ids, "slack": ["U0OWNER"]})
                 rig.gateway.channels["slack"] = SlackChannel(
                     slack_config(slack),
-                    inbox_dir=tmp_path / "workspace" / "inbox",
+                    inbox=FileInbox(tmp_path / "workspace"),
                     state_dir=tmp_path / "state",
                 )
                 await rig.gateway.start()

@@ -6,8 +6,9 @@ import itertools
 import random
 import time
 
+from common.text import strip_comments
 from memory.index.chunking import chunk_markdown, hash_text, is_heading, split_units
-from memory.text import estimate_tokens, strip_comments
+from memory.text import estimate_tokens
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
 

@@ -19,18 +19,26 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.gateway.access import Access, PairingStore
+from agent.requests import AgentRequest
+from app.gateway.access import Access, Pairing
 from app.gateway.queue import GatewayStore, LeaseHolder
 from app.gateway.server import Gateway, GatewayOptions
-from app.gateway.turns import Runtime, TurnRequest, TurnResult, run_turn
+from app.gateway.turns import Runtime, TurnResult, run_turn
 from channels.base import InboundMessage
 from channels.terminal import CHAT_HELP, CliChannel, TurnOutcome
+from memory.store.db import Database
+from memory.store.pairing_store import SqlitePairingStore
+from memory.store.queue_store import SqliteQueueStore
 from memory.store.sessions import SessionKey
 from tests.agent_support import all_text, make_kit, responder
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 from tests.gateway_support import DB_NAME, OWNER_TG, make_rig
 
 OWNER_MAIN = str(SessionKey.owner_main("main"))
+
+
+def queue_of(db: Database, *, claimant: str | None = None) -> GatewayStore:
+    return GatewayStore(SqliteQueueStore(db, claimant=claimant))
 
 
 def echo(request: RecordedRequest) -> Reply:
@@ -84,8 +92,8 @@ def chat_gateway(runtime: Runtime, io: ScriptedIO) -> tuple[Gateway, CliChannel]
     gateway = Gateway(
         runtime=runtime,
         channels={"cli": channel},
-        store=GatewayStore(db, claimant=channel.instance),
-        access=Access(owners={}, channels={}, pairing=PairingStore(db)),
+        store=queue_of(db, claimant=channel.instance),
+        access=Access(owners={}, channels={}, pairing=Pairing(SqlitePairingStore(db))),
         options=GatewayOptions(collect_window_s=0.0, lease_poll_s=0.01),
     )
 
@@ -106,13 +114,13 @@ def cli_message(text: str, n: int = 1) -> InboundMessage:
 def test_the_gateway_never_claims_a_terminals_message(tmp_path: Path) -> None:
     with FakeModelServer() as server:
         kit = make_kit(tmp_path, server, db_name=DB_NAME)
-        chat_store = GatewayStore(kit.index.db, claimant="cli-one")
-        gateway_store = GatewayStore(kit.index.db)
+        chat_store = queue_of(kit.index.db, claimant="cli-one")
+        gateway_store = queue_of(kit.index.db)
         chat_store.accept(cli_message("hi"), OWNER_MAIN, "owner")
 
         assert gateway_store.pending_sessions() == []
         assert gateway_store.next_batch(OWNER_MAIN) is None
-        assert GatewayStore(kit.index.db, claimant="cli-two").next_batch(OWNER_MAIN) is None
+        assert queue_of(kit.index.db, claimant="cli-two").next_batch(OWNER_MAIN) is None
         batch = chat_store.next_batch(OWNER_MAIN)
         assert batch is not None and batch.messages[0].message.text == "hi"
 
@@ -121,9 +129,9 @@ def test_a_terminal_never_claims_a_telegram_message_of_the_same_session(tmp_path
     with FakeModelServer() as server:
         kit = make_kit(tmp_path, server, db_name=DB_NAME)
         msg = InboundMessage("telegram", OWNER_TG, OWNER_TG, "direct", "hi", "1", "111:1")
-        GatewayStore(kit.index.db).accept(msg, OWNER_MAIN, "owner")
+        queue_of(kit.index.db).accept(msg, OWNER_MAIN, "owner")
 
-        assert GatewayStore(kit.index.db, claimant="cli-one").next_batch(OWNER_MAIN) is None
+        assert queue_of(kit.index.db, claimant="cli-one").next_batch(OWNER_MAIN) is None
 
 
 # ---- the session lease --------------------------------------------------------------------------
@@ -137,7 +145,7 @@ def holder(name: str, pid: int, channel: str = "telegram") -> LeaseHolder:
 
 def test_a_live_process_holding_a_session_keeps_others_out(tmp_path: Path) -> None:
     with FakeModelServer() as server:
-        store = GatewayStore(make_kit(tmp_path, server, db_name=DB_NAME).index.db)
+        store = queue_of(make_kit(tmp_path, server, db_name=DB_NAME).index.db)
         gateway = holder("gateway", pid=os.getppid())
 
         assert store.acquire_lease(OWNER_MAIN, gateway, stale_s=30) is None
@@ -155,7 +163,7 @@ def test_the_lease_of_a_process_that_died_is_free(tmp_path: Path) -> None:
         text=True,
     )
     with FakeModelServer() as server:
-        store = GatewayStore(make_kit(tmp_path, server, db_name=DB_NAME).index.db)
+        store = queue_of(make_kit(tmp_path, server, db_name=DB_NAME).index.db)
         store.acquire_lease(OWNER_MAIN, holder("gone", int(ended.stdout)), stale_s=30)
 
         assert store.acquire_lease(OWNER_MAIN, holder("chat", 1, "cli"), stale_s=30) is None
@@ -163,7 +171,7 @@ def test_the_lease_of_a_process_that_died_is_free(tmp_path: Path) -> None:
 
 def test_a_lease_whose_heartbeat_stopped_is_free(tmp_path: Path) -> None:
     with FakeModelServer() as server:
-        store = GatewayStore(make_kit(tmp_path, server, db_name=DB_NAME).index.db)
+        store = queue_of(make_kit(tmp_path, server, db_name=DB_NAME).index.db)
         hung = holder("hung", os.getppid())
         store.acquire_lease(OWNER_MAIN, hung, stale_s=30)
 
@@ -219,7 +227,7 @@ def test_the_terminal_waits_for_a_telegram_reply_on_the_same_session(tmp_path: P
         started, gate = asyncio.Event(), asyncio.Event()
 
         async def gated(
-            rt: Runtime, req: TurnRequest, on_text: Callable[[str], None]
+            rt: Runtime, req: AgentRequest, on_text: Callable[[str], None]
         ) -> TurnResult:
             started.set()
             await gate.wait()
@@ -305,13 +313,13 @@ def test_piped_exit_status_is_one_when_a_message_got_no_answer(tmp_path: Path) -
 def test_a_closed_terminals_unanswered_message_is_pruned_by_the_gateway(tmp_path: Path) -> None:
     with FakeModelServer() as server:
         db = make_kit(tmp_path, server, db_name=DB_NAME).index.db
-        GatewayStore(db, claimant="cli-gone").accept(cli_message("hi"), OWNER_MAIN, "owner")
+        queue_of(db, claimant="cli-gone").accept(cli_message("hi"), OWNER_MAIN, "owner")
         with db.transaction() as conn:  # the terminal closed an hour ago without an answer
             conn.execute("UPDATE inbound_queue SET received_at = received_at - 3600")
 
-        GatewayStore(db).prune(dedup_ttl_s=600)
+        queue_of(db).prune(dedup_ttl_s=600)
 
-        assert GatewayStore(db, claimant="cli-gone").counts() == {}
+        assert queue_of(db, claimant="cli-gone").counts() == {}
 
 
 def test_ctrl_c_while_waiting_for_telegrams_reply_gives_up_the_wait(tmp_path: Path) -> None:
@@ -319,7 +327,7 @@ def test_ctrl_c_while_waiting_for_telegrams_reply_gives_up_the_wait(tmp_path: Pa
         started, gate = asyncio.Event(), asyncio.Event()
 
         async def gated(
-            rt: Runtime, req: TurnRequest, on_text: Callable[[str], None]
+            rt: Runtime, req: AgentRequest, on_text: Callable[[str], None]
         ) -> TurnResult:
             started.set()
             await gate.wait()

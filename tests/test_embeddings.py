@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory.embeddings import providers as embeddings
+from memory.embeddings import local_models
 from memory.embeddings.providers import (
     EmbeddingError,
     EmbeddingProvider,
@@ -141,7 +141,7 @@ def test_provider_none_means_no_embeddings() -> None:
 @pytest.fixture
 def no_loaded_models(monkeypatch: pytest.MonkeyPatch) -> None:
     """An empty model cache, so the next provider really loads its model."""
-    monkeypatch.setattr(embeddings, "_loaded_models", {})
+    monkeypatch.setattr(local_models, "_loaded_models", {})
 
 
 @pytest.mark.usefixtures("no_loaded_models")

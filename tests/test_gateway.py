@@ -341,7 +341,7 @@ def test_log_lines_never_contain_a_bot_token(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from app.config import load_settings
-    from app.gateway.server import configure_logging
+    from app.gateway.run import configure_logging
 
     token = "123456:AAH-secret-bot-token"
     monkeypatch.setenv("PINCH_TELEGRAM__BOT_TOKEN", token)

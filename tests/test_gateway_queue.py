@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from app.gateway.server import GatewayError, GatewayOptions, acquire_lock
-from app.gateway.turns import Runtime, TurnRequest, TurnResult
+from agent.requests import AgentRequest
+from app.gateway.run import acquire_lock
+from app.gateway.server import GatewayError, GatewayOptions
+from app.gateway.turns import Runtime, TurnResult
 from tests.agent_support import make_kit, responder
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 from tests.gateway_support import DB_NAME, OWNER_TG, FakeChannel, make_rig
@@ -92,14 +94,14 @@ def test_a_turn_interrupted_after_its_reply_began_edits_that_reply_after_a_resta
     tmp_path: Path,
 ) -> None:
     async def stuck(
-        runtime: Runtime, request: TurnRequest, on_text: Callable[[str], None]
+        runtime: Runtime, request: AgentRequest, on_text: Callable[[str], None]
     ) -> TurnResult:
         on_text("Thinking about it")
         await asyncio.sleep(60)
         raise AssertionError("never reached")
 
     async def answer(
-        runtime: Runtime, request: TurnRequest, on_text: Callable[[str], None]
+        runtime: Runtime, request: AgentRequest, on_text: Callable[[str], None]
     ) -> TurnResult:
         return TurnResult("The full answer.")
 
@@ -157,7 +159,7 @@ def test_a_second_gateway_on_the_same_data_directory_is_refused(tmp_path: Path) 
 
 def test_options_default_to_the_gateway_settings() -> None:
     from app.config import load_settings
-    from app.gateway.server import options_from
+    from app.wiring import options_from
 
     options = options_from(load_settings())
     assert options.collect_window_s == 1.5

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from app.channel_registry import Owners
 from app.cli.main import main
 from channels.channel_config import GroupRule
+from memory.files.inbox import Inbox as FileInbox
 from tests.agent_support import responder
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 from tests.fakes.telegram_server import GROUP, STRANGER, FakeTelegram
@@ -185,10 +187,11 @@ def test_the_owner_on_telegram_then_slack_continues_one_conversation(tmp_path: P
             server.respond_with(responder(turn=echo))
             async with FakeSlack() as slack:
                 rig = telegram_rig(tmp_path, server, tg)
-                rig.gateway.access.owners["slack"] = frozenset({"U0OWNER"})
+                access = rig.gateway.access
+                access.owners = Owners.of({**access.owners.ids, "slack": ["U0OWNER"]})
                 rig.gateway.channels["slack"] = SlackChannel(
                     slack_config(slack),
-                    inbox_dir=tmp_path / "workspace" / "inbox",
+                    inbox=FileInbox(tmp_path / "workspace"),
                     state_dir=tmp_path / "state",
                 )
                 await rig.gateway.start()

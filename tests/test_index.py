@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import memory.index.index
+import memory.index.reading
 import memory.index.sync
 from memory.embeddings.providers import EmbeddingError
 from memory.errors import IndexingError, WorkspaceError
@@ -647,7 +648,7 @@ def test_a_file_that_turns_binary_keeps_its_last_good_chunks(
 def test_a_file_over_the_size_limit_is_skipped_with_advice(
     make_workspace: WorkspaceFactory, make_index: IndexFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory.index.sync, "MAX_FILE_BYTES", 1000)
+    monkeypatch.setattr(memory.index.reading, "MAX_FILE_BYTES", 1000)
     idx = make_index(make_workspace({**FILES, "memory/huge.md": "all work and no play\n" * 100}))
 
     report = idx.sync()

@@ -16,16 +16,15 @@ import pytest
 
 from memory.lifecycle.intents import (
     DAY_S,
-    INTENT_MIGRATIONS,
     IntentError,
     IntentScope,
     IntentStore,
-    ensure_intent_schema,
     message_terms,
     trigger_terms,
 )
 from memory.search.porter import porter_stem
 from memory.store.db import Database, open_database
+from memory.store.intents_store import INTENT_MIGRATIONS, ensure_intent_schema
 from memory.store.sessions import SessionKey
 
 T0 = 1_770_000_000.0  # 2026-02-02 02:40 UTC

@@ -6,15 +6,16 @@ from datetime import UTC, datetime, timedelta
 
 from click.testing import CliRunner
 
-from app.automations.jobs import JobStore, NewJob, Schedule, Target
+from app.automations.jobs import Jobs, NewJob, Schedule, Target
 from app.cli.main import main
 from app.config import load_settings
 from memory.store.db import open_database
+from memory.store.jobs_store import SqliteJobStore
 
 
 def add_job(zone: str = "Europe/Berlin") -> int:
     settings = load_settings()
-    store = JobStore(open_database(settings.database_path, vector_backend="numpy"))
+    store = Jobs(SqliteJobStore(open_database(settings.database_path, vector_backend="numpy")))
     now = datetime.now(UTC)
     job = store.create(
         NewJob(
@@ -30,7 +31,7 @@ def add_job(zone: str = "Europe/Berlin") -> int:
     run_id = store.claim(job, job.next_run_utc, job.next_run_utc + timedelta(days=1), now)  # type: ignore[arg-type,operator]
     assert run_id is not None
     store.finish_run(run_id, "late", now, 7800, "late by 2 h 10 min: Pinch was not running")
-    store.db.close()
+    store.close()
     return job.id
 
 
@@ -66,7 +67,7 @@ def test_history_says_how_many_runs_a_coalesced_run_stood_for() -> None:
     from app.automations.scheduler import Scheduler
 
     settings = load_settings()
-    store = JobStore(open_database(settings.database_path, vector_backend="numpy"))
+    store = Jobs(SqliteJobStore(open_database(settings.database_path, vector_backend="numpy")))
     t0 = datetime(2026, 12, 1, 7, tzinfo=UTC)
     job = store.create(
         NewJob(
@@ -89,7 +90,7 @@ def test_history_says_how_many_runs_a_coalesced_run_stood_for() -> None:
     later = t0 + timedelta(hours=5, minutes=5, seconds=10)
     scheduler = Scheduler(store, deliver=deliver, run_turn=no_turn, now=lambda: later)
     asyncio.run(scheduler.fire(job.id))
-    store.db.close()
+    store.close()
     out = pinch("history")
     assert "#1 due Tue 2026-12-01 13:05 CET (Europe/Berlin): ok — 60 earlier runs missed" in out
 
@@ -118,7 +119,7 @@ def test_an_unknown_job_is_one_line_of_advice() -> None:
 def ended_jobs() -> tuple[int, int]:
     """A one-shot that has run (done) and a cancelled daily job."""
     settings = load_settings()
-    store = JobStore(open_database(settings.database_path, vector_backend="numpy"))
+    store = Jobs(SqliteJobStore(open_database(settings.database_path, vector_backend="numpy")))
     now = datetime.now(UTC)
     done = store.create(
         NewJob(
@@ -134,7 +135,7 @@ def ended_jobs() -> tuple[int, int]:
     store.mark_done(done.id)
     cancelled = add_job()
     store.set_state(cancelled, "cancelled", now)
-    store.db.close()
+    store.close()
     return done.id, cancelled
 
 

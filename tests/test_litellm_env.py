@@ -15,12 +15,12 @@ from memory.embeddings.litellm_env import OFFLINE_ENVIRONMENT, bundled_tokenizer
 PROBE = """
 import json, os, sys
 if sys.argv[1] == "embeddings":
-    from memory.embeddings.providers import _import_litellm
-    _import_litellm()
+    from memory.embeddings.litellm_provider import load_litellm
+    load_litellm()
 else:
     import asyncio
-    from agent.model.litellm_client import _litellm
-    asyncio.run(_litellm())
+    from agent.model.litellm_client import load_litellm
+    asyncio.run(load_litellm())
 names = [*json.loads(sys.argv[2]), "TIKTOKEN_CACHE_DIR"]
 print(json.dumps({name: os.environ.get(name) for name in names}))
 """

@@ -11,10 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory.search import matrix_pack, vectors
-from memory.search.matrix_pack import pack_info, pack_table
-from memory.search.vectors import NumpyStore, SqliteVecStore, VectorStore, refresh_pack
+from memory.search import matrix_cache, matrix_pack
+from memory.search.matrix_cache import refresh_pack
+from memory.search.sqlite_vec import SqliteVecStore
+from memory.search.vectors import NumpyStore, VectorStore
+from memory.store import vector_pack, vector_readers, vector_tables
 from memory.store.db import Database, open_database
+from memory.store.vector_pack import SqliteMatrixPack
+from memory.store.vector_tables import pack_table
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
 from tests.test_vectors import (
     DIMS,
@@ -26,12 +30,14 @@ from tests.test_vectors import (
     unit_rows,
 )
 
+pack_info = SqliteMatrixPack().info
+
 
 @pytest.fixture(autouse=True)
 def small_packs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pack generations of a few hundred chunks, in blocks of 64 rows (several blocks)."""
-    monkeypatch.setattr(vectors, "PACK_MIN_ROWS", 100)
-    monkeypatch.setattr(matrix_pack, "BLOCK_ROWS", 64)
+    monkeypatch.setattr(matrix_cache, "PACK_MIN_ROWS", 100)
+    monkeypatch.setattr(vector_pack, "BLOCK_ROWS", 64)
 
 
 def db_of(backend: str, vec_db: Database, numpy_db: Database) -> Database:
@@ -51,7 +57,9 @@ def live_matrix(store: VectorStore) -> dict[int, tuple[str, bytes]]:
 
 
 def fresh_row_read(db: Database, generation: int = 1) -> dict[int, tuple[str, bytes]]:
-    rows = db.execute(f"SELECT chunk_id, scope, vector FROM {vectors.matrix_table(generation)}")
+    rows = db.execute(
+        f"SELECT chunk_id, scope, vector FROM {vector_tables.matrix_table(generation)}"
+    )
     return {int(cid): (scope, bytes(blob)) for cid, scope, blob in rows}
 
 
@@ -81,7 +89,7 @@ def loaded_afresh(db: Database, backend: str) -> tuple[VectorStore, list[str]]:
         return store, reader_statements(store, lambda: first_search(store, query))
     store = SqliteVecStore(other, DIMS)
     statements: list[str] = []  # it reads in the background, on a connection of its own
-    real_open = vectors.open_reader
+    real_open = vector_readers.open_reader
 
     def traced(d: Database) -> Database:
         r = real_open(d)
@@ -89,7 +97,7 @@ def loaded_afresh(db: Database, backend: str) -> tuple[VectorStore, list[str]]:
         return r
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(vectors, "open_reader", traced)
+        mp.setattr(vector_readers, "open_reader", traced)
         first_search(store, query)
     return store, statements
 
@@ -157,7 +165,7 @@ def test_without_a_pack_the_rows_are_read(numpy_db: Database) -> None:
 def test_a_pack_whose_changes_the_log_no_longer_holds_is_not_used(
     numpy_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(vectors, "LOG_KEEP", 5)
+    monkeypatch.setattr(vector_tables, "LOG_KEEP", 5)
     store = NumpyStore(numpy_db)
     rng = np.random.default_rng(24)
     ids = insert_chunks(numpy_db, store, unit_rows(rng, 200), [""] * 200)
@@ -206,7 +214,9 @@ def test_the_pack_is_written_again_only_past_a_share_of_changes(numpy_db: Databa
     assert refresh_pack(numpy_db, 1) == 400
     with numpy_db.lock:
         info = pack_info(numpy_db.conn, 1)
-        (seq,) = numpy_db.conn.execute(f"SELECT max(seq) FROM {vectors.log_table(1)}").fetchone()
+        (seq,) = numpy_db.conn.execute(
+            f"SELECT max(seq) FROM {vector_tables.log_table(1)}"
+        ).fetchone()
     assert info is not None and info.seq == seq
 
 
@@ -228,7 +238,7 @@ def test_a_sync_leaves_a_pack_current_with_the_log(
         {f"memory/2026-01-{d:02d}.md": f"# Day {d}\n\nNote number {d}.\n" for d in range(1, 29)}
     )
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(vectors, "PACK_MIN_ROWS", 1)
+        mp.setattr(matrix_cache, "PACK_MIN_ROWS", 1)
         idx = make_index(ws, use_config())
         generation = idx.sync().generation
     assert generation is not None
@@ -236,7 +246,7 @@ def test_a_sync_leaves_a_pack_current_with_the_log(
     with idx.db.lock:
         info = pack_info(idx.db.conn, generation)
         (seq,) = idx.db.conn.execute(
-            f"SELECT max(seq) FROM {vectors.log_table(generation)}"
+            f"SELECT max(seq) FROM {vector_tables.log_table(generation)}"
         ).fetchone()
     assert info is not None and info.seq == seq
     assert (
@@ -263,7 +273,7 @@ def test_the_pack_is_read_by_several_connections_at_once(numpy_db: Database) -> 
     theirs: list[str] = []
 
     def connect() -> object:
-        c = vectors._plain_reader(numpy_db)
+        c = vector_readers.open_plain_reader(numpy_db)
         c.set_trace_callback(theirs.append)
         return c
 
@@ -298,7 +308,9 @@ def test_a_pack_rewritten_while_it_is_read_is_read_on_the_callers_snapshot(
     edit_chunks(numpy_db, store, ids[:100], rng)
     assert refresh_pack(numpy_db, 1) == 300  # the pack is written again meanwhile
 
-    packed = matrix_pack.read_pack(conn, 1, info, 400, lambda: vectors._plain_reader(reader))
+    packed = matrix_pack.read_pack(
+        conn, 1, info, 400, lambda: vector_readers.open_plain_reader(reader)
+    )
     conn.execute("COMMIT")
     reader.close()
 
@@ -331,14 +343,14 @@ def test_only_a_search_that_waits_for_the_pack_reads_it_on_several_connections(
     )
     refresh_pack(db, 1)
     opened: list[object] = []
-    real = vectors._plain_reader
+    real = vector_readers.open_plain_reader
 
     def counted(d: Database) -> object:
         opened.append(d)
         return real(d)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(vectors, "_plain_reader", counted)
+        mp.setattr(vector_readers, "open_plain_reader", counted)
         searcher, sql = loaded_afresh(db, backend)
 
     assert read_the_pack(sql)

@@ -38,7 +38,7 @@ from agent.model.factory import (
     create_model_client,
 )
 from agent.types import Message, ModelRequest, ModelResponse, ToolResult, ToolSpec
-from memory.memory_config import config_file_hint
+from common.home import config_file_hint
 from tests.fakes.model_server import (
     FakeModelServer,
     RecordedRequest,

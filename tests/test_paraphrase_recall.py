@@ -11,9 +11,10 @@ import pytest
 
 from memory.embeddings.providers import create_provider
 from memory.index.index import MemoryIndex
+from memory.index.transcripts import index_transcript
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.store.sessions import SessionKey, SessionStore
-from memory.store.transcripts import index_transcript, transcript_path
+from memory.store.transcripts import transcript_path
 from tests.conftest import IndexFactory, WorkspaceFactory
 
 ANNA = SessionKey("main", "telegram", "direct", "111")

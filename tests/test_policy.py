@@ -18,10 +18,10 @@ from agent.policy import policy_for
 from agent.requests import AgentRequest, Attachment, Final
 from agent.tools import ToolContext
 from agent.types import ToolCall, ToolResult
+from memory.index.transcripts import index_transcript
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.search.filters import SearchFilter
 from memory.store.sessions import SessionKey
-from memory.store.transcripts import index_transcript
 from tests.agent_support import (
     GROUP,
     OWNER,

@@ -18,10 +18,11 @@ from agent.tools import ToolContext
 from agent.types import ToolCall
 from agent.web_fetch import WebFetcher
 from memory.files.writes import WorkspaceWriter
+from memory.index.transcripts import index_transcript
 from memory.lifecycle.triggers import TriggerFiles
 from memory.search.filters import TRUSTED_ORIGINS, SearchFilter, is_trusted
 from memory.store.lineage import LineageStore, line_origins, marked_entries, origin_marker
-from memory.store.transcripts import index_transcript, transcript_path
+from memory.store.transcripts import transcript_path
 from tests.agent_support import NOW, OWNER, Kit, make_kit, template_workspace, tool_results
 from tests.fakes.model_server import (
     FakeModelServer,

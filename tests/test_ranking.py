@@ -9,10 +9,9 @@ from datetime import datetime
 import pytest
 
 from memory.index.chunking import Chunk, hash_text, split_units
-from memory.search.hybrid import (
-    _Candidate,
-    focused_snippet,
-    head_snippet,
+from memory.search.presets import get_preset
+from memory.search.ranking import (
+    Candidate,
     keep_vector_best,
     merge_hybrid,
     mmr_select,
@@ -20,7 +19,7 @@ from memory.search.hybrid import (
     rerank_by_lines,
     temporal_multiplier,
 )
-from memory.search.presets import get_preset
+from memory.search.snippets import focused_snippet, head_snippet
 
 PINCH = get_preset("pinch")
 
@@ -30,9 +29,9 @@ def chunk(text: str, start_line: int = 1) -> Chunk:
     return Chunk(start_line, start_line + len(lines) - 1, text, hash_text(text), None)
 
 
-def cand(cid: int, text: str, score: float = 0.0, start_line: int = 1) -> _Candidate:
+def cand(cid: int, text: str, score: float = 0.0, start_line: int = 1) -> Candidate:
     end = start_line + len(text.split("\n")) - 1
-    return _Candidate(
+    return Candidate(
         cid, f"f{cid}.md", "memory", "owner", start_line, end, text, None, None, 0.0, 0.0, score
     )
 
@@ -189,7 +188,7 @@ def test_mmr_with_lambda_one_is_plain_ranking() -> None:
 # ---- the best chunks by meaning --------------------------------------------------------------
 
 
-def _pool(n: int) -> dict[int, _Candidate]:
+def _pool(n: int) -> dict[int, Candidate]:
     return {i: cand(i, f"line {i}", score=1.0 - i / 100) for i in range(1, n + 1)}
 
 

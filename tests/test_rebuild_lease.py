@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from memory.index.generations import LeaseHolder
+from memory.store.index_generations import RebuildLeaseHolder
 from tests.conftest import IndexFactory, WorkspaceFactory
 from tests.test_index import FILES, generations, hold_lease, leases
 
@@ -24,14 +24,14 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 @linux_only
 def test_a_lease_from_before_this_process_started_is_stale_though_the_pid_matches() -> None:
     now = time.time()
-    holder = LeaseHolder(7, "old-run", os.getpid(), os.uname().nodename, now - 10**6, now)
+    holder = RebuildLeaseHolder(7, "old-run", os.getpid(), os.uname().nodename, now - 10**6, now)
 
     assert not holder.alive(now)
 
 
 def test_a_lease_taken_by_this_running_process_is_alive() -> None:
     now = time.time()
-    holder = LeaseHolder(7, "this-run", os.getpid(), os.uname().nodename, now, now)
+    holder = RebuildLeaseHolder(7, "this-run", os.getpid(), os.uname().nodename, now, now)
 
     assert holder.alive(now)
 

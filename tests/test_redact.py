@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli.main import main
-from app.logging_setup import RedactingFilter, install_log_redaction
+from app.logging_setup import install_log_redaction
 from channels.channel_config import SECRET_FIELDS
-from common.redact import REDACTED, is_secret_name, redact
+from common.redact import REDACTED, RedactingFilter, is_secret_name, redact
 
 TELEGRAM = "1234567890:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw0"
 

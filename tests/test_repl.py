@@ -312,7 +312,7 @@ def test_piped_help_lists_the_chats_own_keys() -> None:
 
 def test_the_chat_runs_beside_a_running_gateway(server: FakeModelServer, home: Path) -> None:
     from app.config import load_settings
-    from app.gateway.server import acquire_lock
+    from app.gateway.run import acquire_lock
 
     server.script(text_reply("Hello beside the gateway."))
     lock = acquire_lock(load_settings().agent_dir / "gateway.lock")  # as `pinch gateway` holds it
@@ -346,9 +346,11 @@ import sys
 from app.config import load_settings
 from app.gateway.queue import GatewayStore, this_process
 from memory.store.db import open_database
+from memory.store.queue_store import SqliteQueueStore
 from memory.store.sessions import SessionKey
 
-store = GatewayStore(open_database(load_settings().database_path, vector_backend="numpy"))
+db = open_database(load_settings().database_path, vector_backend="numpy")
+store = GatewayStore(SqliteQueueStore(db))
 me = this_process("telegram", "a-gateway")
 store.acquire_lease(str(SessionKey.owner_main("main")), me, stale_s=30)
 print("held", flush=True)

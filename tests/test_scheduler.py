@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 
 from agent.requests import AgentRequest
-from app.automations.jobs import JobStore, NewJob, Schedule, Target
-from app.automations.scheduler import AutomationSettings, Scheduler, heartbeat_items
+from app.automations.checklist import heartbeat_items
+from app.automations.jobs import Jobs, NewJob, Schedule, Target
+from app.automations.scheduler import AutomationSettings, Scheduler
 from channels.base import OutboundMessage
 from memory.store.db import open_database
+from memory.store.jobs_store import SqliteJobStore
 
 T0 = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
 CHAT = Target("telegram", "42")
@@ -47,7 +49,7 @@ class Harness:
 
     def __init__(self, path: Path, clock: Clock | None = None, **settings: Any) -> None:
         self.db = open_database(path / "agent.sqlite", vector_backend="numpy")
-        self.store = JobStore(self.db)
+        self.store = Jobs(SqliteJobStore(self.db))
         self.clock = clock or Clock()
         self.sent: list[OutboundMessage] = []
         self.turns: list[AgentRequest] = []
@@ -58,7 +60,6 @@ class Harness:
             run_turn=self.turn,
             now=self.clock,
             settings=AutomationSettings(**settings),
-            name=f"test-{id(self)}",
         )
 
     async def deliver(self, msg: OutboundMessage) -> None:

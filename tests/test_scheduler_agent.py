@@ -8,10 +8,13 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from app.automations.jobs import JobStore, NewJob, Schedule, Target
-from app.automations.schedule_tool import owner_route, schedule_tool
-from app.automations.scheduler import Scheduler, agent_turn, task_session
+from app.automations.assembly import agent_turn
+from app.automations.jobs import Jobs, NewJob, Schedule, Target
+from app.automations.schedule_tool import schedule_tool
+from app.automations.scheduler import Scheduler, task_session
+from app.channel_registry import Owners
 from channels.base import OutboundMessage
+from memory.store.jobs_store import SqliteJobStore
 from tests.agent_support import Kit, all_text, make_kit, template_workspace, tool_results
 from tests.fakes.model_server import FakeModelServer, text_reply, tool_reply
 
@@ -24,8 +27,8 @@ def kit_with_secret(tmp_path: Path, server: FakeModelServer) -> Kit:
     return make_kit(tmp_path, server, workspace=workspace)
 
 
-def run_task(kit: Kit, *, private: bool) -> tuple[JobStore, int, list[OutboundMessage]]:
-    store = JobStore(kit.index.db)
+def run_task(kit: Kit, *, private: bool) -> tuple[Jobs, int, list[OutboundMessage]]:
+    store = Jobs(SqliteJobStore(kit.index.db))
     job = store.create(
         NewJob(
             Schedule("at", "x", "Europe/Berlin", T0 + timedelta(hours=1)),
@@ -47,7 +50,6 @@ def run_task(kit: Kit, *, private: bool) -> tuple[JobStore, int, list[OutboundMe
         deliver=deliver,
         run_turn=agent_turn(kit.agent),
         now=lambda: T0 + timedelta(hours=1),
-        name=f"agent-{id(kit)}",
     )
     asyncio.run(scheduler.fire(job.id))
     return store, job.id, sent
@@ -91,9 +93,9 @@ def test_a_tasks_turn_cannot_create_jobs(tmp_path: Path) -> None:
         kit = kit_with_secret(tmp_path, server)
         kit.agent.tools.add(
             schedule_tool(
-                JobStore(kit.index.db),
+                Jobs(SqliteJobStore(kit.index.db)),
                 zone="Europe/Berlin",
-                route=owner_route({"telegram": ["111"]}),
+                route=Owners.of({"telegram": ["111"]}).route,
                 now=lambda: T0,
             )
         )

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from agent.requests import AgentRequest
-from app.automations.jobs import JobStore, NewJob, Schedule, Target
-from app.automations.scheduler import AutomationSettings, Scheduler, deliver_via
+from app.automations.assembly import deliver_via
+from app.automations.jobs import Jobs, NewJob, Schedule, Target
+from app.automations.scheduler import AutomationSettings, Scheduler
 from memory.store.db import open_database
+from memory.store.jobs_store import SqliteJobStore
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram_support import running as telegram_running
 from tests.test_slack import running as slack_running
@@ -32,14 +34,14 @@ async def no_turn(request: AgentRequest) -> str:
     raise AssertionError("a reminder makes no model call")
 
 
-def scheduler_for(store: JobStore, channels: dict[str, Any], **options: Any) -> Scheduler:
+def scheduler_for(store: Jobs, channels: dict[str, Any], **options: Any) -> Scheduler:
     """A scheduler delivering over `channels`, an hour after T0 unless `now` is given."""
     options.setdefault("now", lambda: T0 + timedelta(hours=1))
     return Scheduler(store, deliver=deliver_via(channels), run_turn=no_turn, **options)
 
 
-def due_reminder(tmp_path: Path, target: Target) -> tuple[JobStore, int]:
-    store = JobStore(open_database(tmp_path / "agent.sqlite", vector_backend="numpy"))
+def due_reminder(tmp_path: Path, target: Target) -> tuple[Jobs, int]:
+    store = Jobs(SqliteJobStore(open_database(tmp_path / "agent.sqlite", vector_backend="numpy")))
     job = store.create(
         NewJob(
             Schedule("at", "x", "Europe/Berlin", T0 + timedelta(hours=1)),
@@ -108,7 +110,7 @@ async def test_an_owners_reminder_whose_channel_is_not_running_reaches_them_on_a
 
 @run
 async def test_a_failure_alert_goes_to_the_owner_on_a_channel_that_works(tmp_path: Path) -> None:
-    store = JobStore(open_database(tmp_path / "agent.sqlite", vector_backend="numpy"))
+    store = Jobs(SqliteJobStore(open_database(tmp_path / "agent.sqlite", vector_backend="numpy")))
     group = store.create(
         NewJob(
             Schedule("every", "3600", "Europe/Berlin", T0 + timedelta(hours=1)),

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.automations.scheduler import start_automations
+from app.automations.assembly import build_automations, start_automations
+from app.automations.jobs import Jobs
 from app.cli.main import TEMPLATE_DIR
 from app.cli.setup import initialise
 from app.config import Settings
@@ -76,21 +77,29 @@ def test_the_heartbeat_runs_a_turn_and_delivers_to_the_owner_on_telegram(
     assert "Open TODOs" in server.requests[0].last_user_text()  # HEARTBEAT.md's checklist
 
 
+def add_schedule_tool(runtime: Any) -> Jobs:
+    """What the composition root does for a runtime with automations on: build them and offer
+    the `schedule` tool (for runtimes the tests assemble themselves)."""
+    automations = build_automations(runtime.settings, runtime.index.db, runtime.clock)
+    runtime.automations = automations
+    runtime.agent.tools.add(automations.tool)
+    return automations.jobs
+
+
 def test_a_machine_zone_without_an_iana_name_falls_back_to_utc_for_jobs() -> None:
     from types import SimpleNamespace
 
-    from app.automations.scheduler import owner_zone
+    from app.automations.assembly import owner_zone
 
-    def runtime(name: str) -> Any:
-        return SimpleNamespace(clock=SimpleNamespace(zone_name=name))
+    def clock(name: str) -> Any:
+        return SimpleNamespace(zone_name=name)
 
-    assert owner_zone(runtime("Europe/Berlin")) == "Europe/Berlin"
-    assert owner_zone(runtime("XYZT")) == "UTC"
+    assert owner_zone(clock("Europe/Berlin")) == "Europe/Berlin"
+    assert owner_zone(clock("XYZT")) == "UTC"
 
 
 def test_a_reminder_asked_for_in_a_slack_dm_is_delivered_to_that_dm(tmp_path: Path) -> None:
     from app.automations.jobs import Target
-    from app.automations.scheduler import add_schedule_tool
     from tests.fakes.model_server import tool_reply
     from tests.gateway_support import OWNER_SLACK, make_rig
 
@@ -125,7 +134,6 @@ def _terminal_scenario(
 ) -> Any:
     """`pinch chat` asks for a reminder (the terminal turn through the gateway machinery), then
     `pinch gateway`'s scheduler (Telegram and Slack running, no terminal) runs it."""
-    from app.automations.scheduler import add_schedule_tool
     from app.config import OwnersConfig
     from tests.gateway_support import make_rig
     from tests.test_cli_channel import ScriptedIO, chat_gateway

@@ -7,16 +7,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.automations.jobs import (
-    Schedule,
-    ScheduleError,
-    backoff_s,
-    cron_trigger,
-    human_duration,
-    next_run,
-    parse_at,
-    parse_duration,
-)
+from app.automations.durations import ScheduleError, human_duration, parse_duration
+from app.automations.schedules import backoff_s, cron_trigger, next_run, parse_at
+from memory.store.jobs_store import Schedule
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 

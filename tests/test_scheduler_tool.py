@@ -11,20 +11,22 @@ import pytest
 
 from agent.policy import policy_for
 from agent.tools import ToolContext
-from app.automations.jobs import JobStore, Target
-from app.automations.schedule_tool import current_target, owner_route, schedule_spec, schedule_tool
+from app.automations.jobs import Jobs, Target
+from app.automations.schedule_tool import current_target, schedule_spec, schedule_tool
+from app.channel_registry import Owners
 from bench.overhead import load_counters
 from memory.store.db import open_database
+from memory.store.jobs_store import SqliteJobStore
 from memory.store.sessions import SessionKey
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
 OWNER = SessionKey.owner_direct("telegram")
 
 
-def make(tmp_path: Path) -> tuple[JobStore, object]:
-    store = JobStore(open_database(tmp_path / "agent.sqlite", vector_backend="numpy"))
+def make(tmp_path: Path) -> tuple[Jobs, object]:
+    store = Jobs(SqliteJobStore(open_database(tmp_path / "agent.sqlite", vector_backend="numpy")))
     tool = schedule_tool(
-        store, zone="Europe/Berlin", route=owner_route({"telegram": ["111"]}), now=lambda: NOW
+        store, zone="Europe/Berlin", route=Owners.of({"telegram": ["111"]}).route, now=lambda: NOW
     )
     return store, tool
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from app.gateway.queue import GatewayStore
-from app.gateway.schema import GATEWAY
 from memory.store.db import _load_driver, open_database
+from memory.store.gateway_schema import GATEWAY
 from memory.store.migrations import MIGRATIONS
+from memory.store.queue_store import SqliteQueueStore
 from memory.store.schema import MigrationSet, applied, apply
 
 
@@ -56,7 +57,7 @@ def test_a_database_created_before_migration_sets_opens_and_migrates(tmp_path: P
     make_database_as_main_did_before_sets(path)
 
     db = open_database(path)
-    GatewayStore(db)
+    GatewayStore(SqliteQueueStore(db))
 
     assert db.execute("SELECT value FROM meta WHERE key = 'kept'") == [("yes",)]
     assert applied(db.conn, "memory") == {m.__name__ for m in MIGRATIONS}
@@ -67,7 +68,7 @@ def test_a_database_created_before_migration_sets_opens_and_migrates(tmp_path: P
 
 def test_each_set_records_its_own_migrations(tmp_path: Path) -> None:
     db = open_database(tmp_path / "agent.sqlite")
-    GatewayStore(db)
+    GatewayStore(SqliteQueueStore(db))
 
     owners = dict(db.execute("SELECT owner, count(*) FROM schema_migrations GROUP BY owner"))
 

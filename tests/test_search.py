@@ -444,12 +444,19 @@ def test_a_damaged_keyword_index_raises_instead_of_finding_nothing(
 
 
 def test_a_query_fts5_cannot_parse_finds_nothing_by_keyword(keyword_index: MemoryIndex) -> None:
-    from memory.search.hybrid import keyword_candidates
+    from memory.search.candidates import keyword_candidates
+    from memory.store.search_queries import search_queries
 
     generation = keyword_index.active_generation()
     assert generation is not None
-    assert keyword_candidates(keyword_index.db, generation[0], '"unclosed', 10, [""]) == []
-    assert keyword_candidates(keyword_index.db, generation[0], "AND OR (", 10, [""]) == []
+    assert (
+        keyword_candidates(search_queries(keyword_index.db), generation[0], '"unclosed', 10, [""])
+        == []
+    )
+    assert (
+        keyword_candidates(search_queries(keyword_index.db), generation[0], "AND OR (", 10, [""])
+        == []
+    )
 
 
 # ---- very common words at scale -------------------------------------------------------------
@@ -473,10 +480,13 @@ def generation_of(idx: MemoryIndex) -> int:
 def test_a_very_common_word_is_left_out_of_the_keyword_query(
     common_words_index: MemoryIndex,
 ) -> None:
-    from memory.search.hybrid import common_term_match
+    from memory.search.candidates import common_term_match
+    from memory.store.search_queries import search_queries
 
     idx = common_words_index
-    match = common_term_match(idx.db, generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1)
+    match = common_term_match(
+        search_queries(idx.db), generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1
+    )
 
     assert match == '"zeppelin"'
 
@@ -484,8 +494,9 @@ def test_a_very_common_word_is_left_out_of_the_keyword_query(
 def test_term_counts_are_remembered_until_the_index_changes(
     common_words_index: MemoryIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memory.search import hybrid as search
-    from memory.search.hybrid import common_term_match
+    from memory.search import candidates as search
+    from memory.search.candidates import common_term_match
+    from memory.store.search_queries import search_queries
 
     idx = common_words_index
     counted: list[str | None] = []
@@ -493,15 +504,21 @@ def test_term_counts_are_remembered_until_the_index_changes(
     monkeypatch.setattr(
         search, "_match_count", lambda db, m, *rest: counted.append(m) or real(db, m, *rest)
     )
-    common_term_match(idx.db, generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1)
+    common_term_match(
+        search_queries(idx.db), generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1
+    )
     first = len(counted)
-    common_term_match(idx.db, generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1)
+    common_term_match(
+        search_queries(idx.db), generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1
+    )
     assert len(counted) == first  # nothing counted again
 
     note = idx.workspace / "memory" / "note21.md"
     note.write_text("Another zeppelin, and Anna again.\n")
     idx.sync()  # a write: every count may have changed
-    match = common_term_match(idx.db, generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1)
+    match = common_term_match(
+        search_queries(idx.db), generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1
+    )
 
     assert len(counted) > first and match == '"zeppelin"'
 
@@ -509,10 +526,13 @@ def test_term_counts_are_remembered_until_the_index_changes(
 def test_when_every_word_is_common_the_chunks_holding_all_of_them_are_ranked(
     common_words_index: MemoryIndex,
 ) -> None:
-    from memory.search.hybrid import common_term_match
+    from memory.search.candidates import common_term_match
+    from memory.store.search_queries import search_queries
 
     idx = common_words_index
-    match = common_term_match(idx.db, generation_of(idx), ["anna", "dog"], 0.2, floor=1)
+    match = common_term_match(
+        search_queries(idx.db), generation_of(idx), ["anna", "dog"], 0.2, floor=1
+    )
 
     assert match == '"anna" AND "dog"'
 
@@ -520,12 +540,15 @@ def test_when_every_word_is_common_the_chunks_holding_all_of_them_are_ranked(
 def test_the_rank_cap_ranks_only_the_newest_matching_chunks(
     common_words_index: MemoryIndex,
 ) -> None:
-    from memory.search.hybrid import keyword_candidates
+    from memory.search.candidates import keyword_candidates
+    from memory.store.search_queries import search_queries
 
     idx = common_words_index
     newest = sorted(int(r[0]) for r in idx.db.execute("SELECT rowid FROM memory_fts"))[-3:]
 
-    found = keyword_candidates(idx.db, generation_of(idx), '"anna"', 10, [""], rank_cap=3)
+    found = keyword_candidates(
+        search_queries(idx.db), generation_of(idx), '"anna"', 10, [""], rank_cap=3
+    )
 
     assert sorted(i for i, _ in found) == newest
 

@@ -26,6 +26,7 @@ from pydantic import SecretStr
 from channels.base import ChannelError, InboundMessage, OutboundMessage
 from channels.channel_config import SlackConfig
 from channels.slack.adapter import SCOPES, SlackChannel
+from memory.files.inbox import Inbox as FileInbox
 from tests.fakes.slack_server import BOT_USER_ID, FakeSlack
 
 
@@ -78,7 +79,7 @@ async def running(
     async with FakeSlack() as slack:
         channel = SlackChannel(
             slack_config(slack, **changes),
-            inbox_dir=tmp_path / "workspace" / "inbox",
+            inbox=FileInbox(tmp_path / "workspace"),
             state_dir=tmp_path / "state",
         )
         inbox = Inbox()
@@ -598,7 +599,7 @@ async def test_typing_posts_nothing(tmp_path: Path) -> None:
 async def test_a_bad_bot_token_stops_start_with_advice(tmp_path: Path) -> None:
     async with FakeSlack() as slack:
         config = slack_config(slack, bot_token=SecretStr("xoxb-wrong"))
-        channel = SlackChannel(config, inbox_dir=tmp_path / "inbox", state_dir=tmp_path)
+        channel = SlackChannel(config, inbox=FileInbox(tmp_path), state_dir=tmp_path)
         with pytest.raises(ChannelError, match="PINCH_SLACK__BOT_TOKEN"):
             await channel.start(Inbox())
         await channel.stop()
@@ -608,7 +609,7 @@ async def test_a_bad_bot_token_stops_start_with_advice(tmp_path: Path) -> None:
 async def test_a_bot_token_given_as_app_token_stops_start_with_advice(tmp_path: Path) -> None:
     async with FakeSlack() as slack:
         config = slack_config(slack, app_token=SecretStr(slack.bot_token))
-        channel = SlackChannel(config, inbox_dir=tmp_path / "inbox", state_dir=tmp_path)
+        channel = SlackChannel(config, inbox=FileInbox(tmp_path), state_dir=tmp_path)
         with pytest.raises(ChannelError, match="xapp-"):
             await channel.start(Inbox())
         await channel.stop()
@@ -775,7 +776,7 @@ def test_the_readme_manifest_asks_for_exactly_the_scopes_checked() -> None:
 @run
 async def test_check_works_without_start_and_leaves_nothing_open(tmp_path: Path) -> None:
     async with FakeSlack() as slack:
-        channel = SlackChannel(slack_config(slack), inbox_dir=tmp_path / "in", state_dir=tmp_path)
+        channel = SlackChannel(slack_config(slack), inbox=FileInbox(tmp_path), state_dir=tmp_path)
         health = await channel.check()
         assert health.ok and "@pinch" in health.detail
         assert channel._session is None
@@ -783,7 +784,7 @@ async def test_check_works_without_start_and_leaves_nothing_open(tmp_path: Path)
 
 @run
 async def test_check_without_a_token_says_which_variable_to_set(tmp_path: Path) -> None:
-    channel = SlackChannel(SlackConfig(), inbox_dir=tmp_path / "inbox", state_dir=tmp_path)
+    channel = SlackChannel(SlackConfig(), inbox=FileInbox(tmp_path), state_dir=tmp_path)
     health = await channel.check()
     assert not health.ok
     assert "PINCH_SLACK__BOT_TOKEN" in health.detail
@@ -834,7 +835,7 @@ async def events_mode(tmp_path: Path) -> AsyncIterator[tuple[FakeSlack, str, Inb
             signing_secret=SecretStr(SIGNING_SECRET),
             events_port=port,
         )
-        channel = SlackChannel(config, inbox_dir=tmp_path / "inbox", state_dir=tmp_path)
+        channel = SlackChannel(config, inbox=FileInbox(tmp_path), state_dir=tmp_path)
         inbox = Inbox()
         await channel.start(inbox)
         try:

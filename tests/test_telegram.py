@@ -15,7 +15,8 @@ import pytest
 from channels.base import ChannelError, OutboundMessage
 from channels.channel_config import TelegramConfig
 from channels.telegram.adapter import TelegramChannel
-from channels.telegram.updates import TokenLock
+from channels.telegram.token_lock import TokenLock
+from memory.files.inbox import Inbox as FileInbox
 from tests.fakes.telegram_server import (
     BOT_USERNAME,
     FORUM,
@@ -572,7 +573,7 @@ def test_the_token_never_reaches_the_logs(tg, tmp_path, caplog):
 
 def test_missing_token_is_refused_with_the_variable_to_set(tmp_path):
     with pytest.raises(ChannelError, match="PINCH_TELEGRAM__BOT_TOKEN"):
-        TelegramChannel(TelegramConfig(), inbox_dir=tmp_path, state_dir=tmp_path)
+        TelegramChannel(TelegramConfig(), inbox=FileInbox(tmp_path), state_dir=tmp_path)
 
 
 def test_typing_is_one_action_per_call_and_never_repeats_by_itself(tg, tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from channels.base import ChannelError
-from channels.telegram.updates import TokenLock
+from channels.telegram.token_lock import TokenLock
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram_support import Inbox, make_channel
 

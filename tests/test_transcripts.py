@@ -12,10 +12,10 @@ import pytest
 
 from memory.errors import SessionError
 from memory.index.index import MemoryIndex
+from memory.index.transcripts import index_transcript
 from memory.memory_config import ChunkingConfig
 from memory.store.sessions import Session, SessionKey, SessionStore
 from memory.store.transcripts import (
-    index_transcript,
     read_transcript,
     session_id_from_path,
     transcript_path,

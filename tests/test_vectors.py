@@ -12,9 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory.search import vectors
-from memory.search.vectors import NumpyStore, SqliteVecStore, VectorStore, matrix_table
+from memory.search import matrix_cache
+from memory.search.sqlite_vec import SqliteVecStore
+from memory.search.vectors import NumpyStore, VectorStore
+from memory.store import vector_tables
 from memory.store.db import Database, open_database
+from memory.store.vector_tables import matrix_table
 from tests.conftest import (
     IndexFactory,
     WorkspaceFactory,
@@ -287,7 +290,7 @@ def test_a_matrix_kept_current_through_many_writes_equals_one_read_afresh(
 def test_a_reader_behind_a_pruned_change_log_reads_the_matrix_again(
     numpy_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(vectors, "LOG_KEEP", 5)
+    monkeypatch.setattr(vector_tables, "LOG_KEEP", 5)
     store = NumpyStore(numpy_db)
     rng = np.random.default_rng(13)
     insert_chunks(numpy_db, store, unit_rows(rng, 100), [""] * 100)
@@ -295,7 +298,7 @@ def test_a_reader_behind_a_pruned_change_log_reads_the_matrix_again(
     targets = unit_rows(rng, 10)
     added = [insert_chunks(numpy_db, store, targets[i : i + 1], [""])[0] for i in range(10)]
     with numpy_db.transaction() as conn:
-        (kept,) = conn.execute(f"SELECT count(*) FROM {vectors.log_table(1)}").fetchone()
+        (kept,) = conn.execute(f"SELECT count(*) FROM {vector_tables.log_table(1)}").fetchone()
 
     sql = reader_statements(store, lambda: store.search(targets[0], 1, 1, [""]))
 
@@ -367,7 +370,7 @@ def test_a_numpy_search_during_a_preload_waits_for_it_and_reads_once(
     query = unit_rows(rng, 1)[0]
     reads: list[int] = []
     searching = threading.Event()
-    real_read, real_search = vectors._read_matrix, vectors._MatrixCache.search
+    real_read, real_search = matrix_cache.read_matrix, matrix_cache.MatrixCache.search
 
     def slow_read(*args: Any, **kwargs: Any) -> Any:
         reads.append(1)
@@ -378,8 +381,8 @@ def test_a_numpy_search_during_a_preload_waits_for_it_and_reads_once(
         searching.set()
         return real_search(self, *args, **kwargs)
 
-    monkeypatch.setattr(vectors, "_read_matrix", slow_read)
-    monkeypatch.setattr(vectors._MatrixCache, "search", search)
+    monkeypatch.setattr(matrix_cache, "read_matrix", slow_read)
+    monkeypatch.setattr(matrix_cache.MatrixCache, "search", search)
     store.preload(1)
     found: list[list[tuple[int, float]]] = []
     searcher = threading.Thread(target=lambda: found.append(store.search(query, 5, 1, [""])))

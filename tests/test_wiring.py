@@ -70,7 +70,7 @@ def test_the_start_up_sync_compacts_after_a_rebuild_and_starts_reading_the_vecto
     settings: Settings, monkeypatch: pytest.MonkeyPatch, use_model: None
 ) -> None:
     from memory.memory_config import ChunkingConfig, EmbeddingConfig
-    from memory.search import vectors
+    from memory.search import matrix_cache
     from memory.store.compact import space_usage
 
     initialise(settings, TEMPLATE_DIR)
@@ -86,9 +86,9 @@ def test_the_start_up_sync_compacts_after_a_rebuild_and_starts_reading_the_vecto
         }
     )
     preloaded: list[int] = []
-    real = vectors._MatrixCache.preload
+    real = matrix_cache.MatrixCache.preload
     monkeypatch.setattr(
-        vectors._MatrixCache,
+        matrix_cache.MatrixCache,
         "preload",
         lambda self, generation: preloaded.append(generation) or real(self, generation),
     )
@@ -134,3 +134,44 @@ def test_without_a_configured_zone_the_owner_zone_comes_from_user_md(settings: S
 async def _zone_of(settings: Settings) -> str:
     async with await build_runtime(settings) as runtime:
         return runtime.agent.clock.zone_name
+
+
+def test_the_agent_is_handed_one_tool_registry_shared_by_its_compactor_and_recall(
+    settings: Settings,
+) -> None:
+    from agent.active_memory import ActiveMemory
+
+    initialise(settings, TEMPLATE_DIR)
+
+    async def built() -> None:
+        async with await build_runtime(settings) as runtime:
+            agent = runtime.agent
+            assert isinstance(agent.recall, ActiveMemory)
+            assert agent.recall.tools is agent.tools
+            assert agent.compactor.tools is agent.tools
+            names = {spec.name for spec in agent.tools.specs}
+            assert {"memory_search", "remember", "web_fetch", "intent"} <= names
+
+    asyncio.run(built())
+
+
+def test_the_chat_gateway_claims_only_its_terminal_rows_and_writes_no_heartbeat(
+    settings: Settings,
+) -> None:
+    from app.wiring import build_gateway
+    from channels.base import Channel
+
+    initialise(settings, TEMPLATE_DIR)
+
+    async def built() -> None:
+        async with await build_runtime(settings) as runtime:
+            channels: dict[str, Channel] = {}
+            gateway = build_gateway(settings, runtime, channels)
+            chat = build_gateway(settings, runtime, channels, chat_claimant="cli-1")
+            assert gateway.store.store.claimant is None
+            assert gateway.options.heartbeat_path == settings.home / "gateway.heartbeat"
+            assert chat.store.store.claimant == "cli-1"
+            assert chat.options.heartbeat_path is None
+            assert gateway.runtime is runtime and chat.runtime is runtime
+
+    asyncio.run(built())

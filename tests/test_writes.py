@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from memory.errors import WorkspaceError
-from memory.files import writes
+from memory.files import atomic
 from memory.files.writes import WorkspaceWriter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -399,7 +399,7 @@ def test_an_edit_made_while_writing_is_not_lost(
 ) -> None:
     log = workspace / "memory/2026-01-10.md"
     log.write_text("# 2026-01-10\n\nfirst\n")
-    real = writes._temp_copy
+    real = atomic._temp_copy
     calls: list[Path] = []
 
     def owner_saves_meanwhile(target: Path, data: bytes, mode: int) -> str:
@@ -408,7 +408,7 @@ def test_an_edit_made_while_writing_is_not_lost(
         calls.append(target)
         return real(target, data, mode)
 
-    monkeypatch.setattr(writes, "_temp_copy", owner_saves_meanwhile)
+    monkeypatch.setattr(atomic, "_temp_copy", owner_saves_meanwhile)
     writer.append_daily_log("agent note", now=DAY)
     assert log.read_text() == "# 2026-01-10\n\nfirst\n\nowner typed this\n\nagent note\n"
     assert len(calls) == 2 and leftovers(workspace / "memory") == []

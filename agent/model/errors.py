@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from common.home import config_file_hint
 from common.redact import redact
-from memory.memory_config import config_file_hint
 
 
 def _other_model_hint() -> str:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from agent.model.anthropic_client import AnthropicClient, anthropic_params
 from agent.model.base import DEFAULT_MODEL, ModelClient, StreamRelay, TextCallback
 from agent.model.errors import ModelError
-from agent.model.litellm_client import LiteLLMClient, _litellm, openai_messages
+from agent.model.litellm_client import LiteLLMClient, load_litellm, openai_messages
 from agent.types import ModelRequest, ModelResponse
 
 __all__ = [
@@ -101,7 +101,7 @@ async def preload(model: ModelClient) -> None:
         if isinstance(client, AnthropicClient):
             await asyncio.to_thread(importlib.import_module, "anthropic")
         elif isinstance(client, LiteLLMClient):
-            await _litellm()
+            await load_litellm()
 
 
 async def check_key(model: ModelClient) -> None:

@@ -45,7 +45,7 @@ _OPENAI_STOP_REASONS: dict[str | None, StopReason] = {
 }
 
 
-async def _litellm() -> Any:
+async def load_litellm() -> Any:
     """The litellm module, imported off the event loop the first time (it takes seconds)."""
     import sys
 
@@ -102,7 +102,7 @@ class LiteLLMClient(RetryingClient):
         return await super().complete(request, on_text)
 
     async def check_key(self) -> None:
-        litellm = await _litellm()
+        litellm = await load_litellm()
         try:  # before any request: litellm's own error would blame the server
             litellm.get_llm_provider(model=self._litellm_model, api_base=self.api_base)
         except Exception:
@@ -112,10 +112,10 @@ class LiteLLMClient(RetryingClient):
             raise MissingKeyError(missing, model=self.model)
 
     async def _prepare(self) -> None:
-        await _litellm()
+        await load_litellm()
 
     async def _attempt(self, request: ModelRequest, on_text: TextCallback) -> ModelResponse:
-        litellm = await _litellm()
+        litellm = await load_litellm()
         api_key = self._api_key
         if api_key is None and self.api_base and self._provider == "openai":
             # The OpenAI SDK refuses to send without a key; local servers ignore it.

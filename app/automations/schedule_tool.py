@@ -1,13 +1,13 @@
 """The `schedule` tool: the owner asks for reminders and scheduled tasks in words.
 
-    tool = schedule_tool(store, zone="Europe/Berlin", route=route, scheduler=lambda: sched)
-    runtime.agent.tools.add(tool)
+    tool = schedule_tool(jobs, zone="Europe/Berlin", route=owners.route, scheduler=scheduler)
 
 Offered only in the owner's private chats and run only on the owner's own message
 (agent/policy.py: "schedule" is an owner-word tool, refused to automations, so a job's turn
 never creates jobs). Every confirmation states the zone. Results go to the chat that asked:
 `current_target` (set by the gateway for the turn it runs); for the terminal, which is gone by
-the time a job runs, `route(key)`: the owner's chat per `[owners]` (no owner id: refused).
+the time a job runs, `route(key)`: the owner's chat per `[owners]` (no owner id: refused;
+app/channel_registry.py `Owners.route`).
 """
 
 from __future__ import annotations
@@ -16,32 +16,37 @@ import asyncio
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agent.tools import Tool, ToolContext, ToolFailure
 from agent.types import ToolSpec
-from app.automations.jobs import (
-    Job,
-    JobStore,
-    NewJob,
-    Schedule,
-    ScheduleError,
-    Target,
-    later_by,
-    local_text,
-    parse_at,
-    parse_duration,
-)
+from app.automations.durations import ScheduleError, later_by, parse_duration
+from app.automations.jobs import Job, Jobs, NewJob, Schedule, Target
+from app.automations.schedules import describe, local_text, parse_at, summary
+from common.channel_table import CHANNELS, TERMINAL
 from memory.store.sessions import SessionKey
-
-if TYPE_CHECKING:
-    from app.automations.scheduler import Scheduler
 
 # The chat the current turn answers (the gateway sets it around a turn).
 current_target: ContextVar[Target | None] = ContextVar("pinch_current_target", default=None)
 
 Route = Callable[[SessionKey], Target | None]
-TERMINAL = "cli"  # the channel of `pinch chat`
+# The channels an owner id can be set for (common/channel_table.py), for advice.
+_OWNER_KEYS = tuple(row.owners_key for row in CHANNELS if row.owners_key)
+_OWNER_CHANNELS = " or ".join(row.title for row in CHANNELS if row.owners_key)
+
+
+def _title(channel: str) -> str:
+    return next((row.title for row in CHANNELS if row.name == channel), channel.title())
+
+
+class JobTimer(Protocol):
+    """What the tool needs of the scheduler (app/automations/scheduler.py `Scheduler`): arm a
+    new job at once, cancel one (a run in progress too). A scheduler that is not running (in
+    `pinch chat`) only records the change; the gateway's scheduler picks it up."""
+
+    def arm(self, job_id: int, when: datetime) -> None: ...
+
+    async def cancel(self, job_id: int) -> Job | None: ...
 
 
 def schedule_spec(zone: str) -> ToolSpec:
@@ -69,14 +74,14 @@ def schedule_spec(zone: str) -> ToolSpec:
 
 
 def schedule_tool(
-    store: JobStore,
+    store: Jobs,
     *,
     zone: str,
     route: Route,
-    scheduler: Callable[[], Scheduler | None] = lambda: None,
+    scheduler: JobTimer | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> Tool:
-    """The `schedule` tool over `store`; `scheduler()` (when running here) arms jobs at once."""
+    """The `schedule` tool over `store`; `scheduler` (when given) arms and cancels jobs."""
 
     async def run(ctx: ToolContext, args: Mapping[str, Any]) -> str:
         action = args.get("action")
@@ -85,7 +90,7 @@ def schedule_tool(
             mine = [j for j in jobs if j.managed is None]
             if not mine:
                 return f"No scheduled jobs. (Times are in {zone}.)"
-            return "\n".join(j.summary() for j in mine)
+            return "\n".join(summary(j) for j in mine)
         if action == "cancel":
             job_id = args.get("id")
             if not isinstance(job_id, int):
@@ -93,19 +98,17 @@ def schedule_tool(
             job = await asyncio.to_thread(store.get, job_id)
             if job is None or job.managed is not None:
                 raise ToolFailure(f"There is no job #{job_id}: see action=list.")
-            sched = scheduler()
-            if sched is not None:
-                await sched.cancel(job_id)
+            if scheduler is not None:
+                await scheduler.cancel(job_id)
             else:
                 await asyncio.to_thread(store.set_state, job_id, "cancelled", now())
-            return f"Cancelled job #{job_id} ({job.schedule.describe()}; times in {zone})."
+            return f"Cancelled job #{job_id} ({describe(job.schedule)}; times in {zone})."
         if action != "create":
             raise ToolFailure('action must be "create", "list" or "cancel".')
         asked = current_target.get()
         job = await asyncio.to_thread(_create, store, ctx, args, zone, route, now())
-        sched = scheduler()
-        if sched is not None and job.next_run_utc is not None:
-            sched.arm(job.id, job.next_run_utc)
+        if scheduler is not None and job.next_run_utc is not None:
+            scheduler.arm(job.id, job.next_run_utc)
         asked_in = asked.channel if asked else ctx.key.channel
         return _confirmation(job, from_terminal=asked_in == TERMINAL)
 
@@ -113,7 +116,7 @@ def schedule_tool(
 
 
 def _create(
-    store: JobStore,
+    store: Jobs,
     ctx: ToolContext,
     args: Mapping[str, Any],
     zone: str,
@@ -134,8 +137,9 @@ def _create(
     if target is None:
         raise ToolFailure(
             "Nothing could deliver this: scheduled messages are sent by `pinch gateway` to "
-            "your chat on Telegram or Slack, and no owner id is set. Set [owners] telegram = "
-            '["<your user id>"] (or slack) in config.toml, or ask from Telegram or Slack.'
+            f"your chat on {_OWNER_CHANNELS}, and no owner id is set. Set [owners] "
+            f'{_OWNER_KEYS[0]} = ["<your user id>"] (or {" or ".join(_OWNER_KEYS[1:])}) in '
+            f"config.toml, or ask from {_OWNER_CHANNELS}."
         )
     try:
         if args.get("when"):
@@ -164,36 +168,12 @@ def _confirmation(job: Job, *, from_terminal: bool = False) -> str:
     what = "Task" if job.payload == "task" else "Reminder"
     first = local_text(job.next_run_utc, job.schedule.tz) if job.next_run_utc else "—"
     where = (
-        f" It will be sent to your {job.target.channel.title()} chat by `pinch gateway` "
+        f" It will be sent to your {_title(job.target.channel)} chat by `pinch gateway` "
         "(the terminal cannot show it later)."
         if from_terminal
         else ""
     )
     return (
-        f"{what} #{job.id} scheduled, {job.schedule.describe()}; first run {first}. "
+        f"{what} #{job.id} scheduled, {describe(job.schedule)}; first run {first}. "
         f"Times are in {job.schedule.tz}.{where}"
     )
-
-
-def owner_chats(owners: Mapping[str, list[str]]) -> tuple[Target, ...]:
-    """The owner's direct chat on each channel with an id in `[owners]`, Telegram first (a
-    Telegram private chat's id is the user's id; Slack accepts a user id as a DM channel)."""
-    return tuple(Target(c, owners[c][0]) for c in ("telegram", "slack") if owners.get(c))
-
-
-def owner_route(owners: Mapping[str, list[str]]) -> Route:
-    """Where the owner's direct chat is on each channel, from `[owners]` (a Telegram private
-    chat's id is the user's id; Slack accepts a user id as a DM channel). In the shared "main"
-    session (channel "cli") the first channel with an owner id is used."""
-
-    def route(key: SessionKey) -> Target | None:
-        if not key.is_owner_direct:
-            if key.chat_type == "direct":
-                return Target(key.channel, key.peer_id)
-            return Target(key.channel, key.peer_id, key.thread_id)
-        chats = owner_chats(owners)
-        if key.channel != "cli":
-            chats = tuple(c for c in chats if c.channel == key.channel)
-        return chats[0] if chats else None
-
-    return route

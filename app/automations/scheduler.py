@@ -1,15 +1,18 @@
 """The scheduler: runs the jobs of app/automations/jobs.py on time, once, and says so when it could
 not.
 
-    scheduler = Scheduler(store, deliver=send, run_turn=turn, settings=AutomationSettings())
+    scheduler = Scheduler(jobs, deliver=send, run_turn=turn, settings=AutomationSettings())
     await scheduler.start()       # inside the running loop; arms every active job from the table
     ...
     await scheduler.stop()
 
+(`deliver` and `run_turn` may instead be given to `start`: the composition root builds the
+scheduler before the agent and the channels exist, and hands it to the schedule tool.)
+
 The jobs table is the truth; APScheduler 3.x (`AsyncIOScheduler`, in-memory store) is only the
 timer. Each job is armed as a one-shot date trigger with an explicit id and
-`replace_existing=True`, calling the module-level `fire_job(name, job_id)` with plain data, so a
-restart re-arms the same ids (no duplicates). `misfire_grace_time=None` and `coalesce=True` keep
+`replace_existing=True`, calling this scheduler's `fire(job_id)`, so a restart re-arms the same
+ids (no duplicates). `misfire_grace_time=None` and `coalesce=True` keep
 APScheduler from dropping a late job silently: lateness is decided here, by `misfire_grace_s`:
 
 - due and on time (or late by less than the grace) → run now; a run late by more than a minute
@@ -31,40 +34,31 @@ import asyncio
 import contextlib
 import functools
 import logging
-import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from agent.requests import AgentRequest, Final
-from app.automations.jobs import (
-    ALERT_AFTER_FAILURES,
-    DISABLE_AFTER_FAILURES,
-    Job,
-    JobStore,
-    NewJob,
-    Schedule,
-    ScheduleError,
-    Target,
-    human_duration,
-    local_text,
-    next_run,
-    parse_duration,
-    zone,
+from agent.requests import AgentRequest
+from app.automations.checklist import (
+    HEARTBEAT_OK,
+    NO_REPLY,
+    heartbeat_items,
+    heartbeat_message,
+    within_hours,
 )
-from channels.base import Channel, OutboundMessage
+from app.automations.durations import human_duration
+from app.automations.jobs import ALERT_AFTER_FAILURES, DISABLE_AFTER_FAILURES, Job, Jobs, Target
+from app.automations.schedules import describe, local_text, next_run
+from channels.base import OutboundMessage
+from common.text import shorten
 from memory.store.sessions import OWNER_PEER, SessionKey
-from memory.text import shorten
-
-if TYPE_CHECKING:
-    from app.wiring import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -75,26 +69,6 @@ Now = Callable[[], datetime]
 LATE_NOTE_S = 60.0  # later than this, a run says how late it is
 RUN_LEASE_S = 600.0  # a one-shot claimed by a process that died mid-run is retried after this
 RESYNC_S = 30.0  # how often changes made by `pinch jobs` in another process are picked up
-NO_REPLY = (
-    "NO_REPLY"  # a task's answer that means "nothing to deliver" (already sent, or nothing new)
-)
-HEARTBEAT_OK = "HEARTBEAT_OK"
-
-
-def heartbeat_message(reply: str) -> str | None:
-    """What a heartbeat's reply tells the owner: None when it is only the all-clear
-    (HEARTBEAT_OK, NO_REPLY, or nothing); otherwise the reply without the token, so an answer
-    that says "HEARTBEAT_OK — but the invoice is due today" is still delivered."""
-    text = reply.strip()
-    if text == NO_REPLY:
-        return None
-    rest = text.replace(HEARTBEAT_OK, " ").strip()
-    if not re.search(r"\w", rest):
-        return None
-    return re.sub(r"^[\s.,:;!—–-]+", "", rest).strip() if HEARTBEAT_OK in text else text
-
-
-_SCHEDULERS: dict[str, Scheduler] = {}
 
 
 class ChannelNotRunning(RuntimeError):
@@ -102,19 +76,6 @@ class ChannelNotRunning(RuntimeError):
 
 
 _T = TypeVar("_T")
-
-
-async def fire_job(name: str, job_id: int) -> None:
-    """APScheduler's entry point (module-level, plain arguments): run job `job_id` if due."""
-    scheduler = _SCHEDULERS.get(name)
-    if scheduler is not None:
-        await scheduler.fire(job_id)
-
-
-async def resync_jobs(name: str) -> None:
-    scheduler = _SCHEDULERS.get(name)
-    if scheduler is not None:
-        await scheduler.resync()
 
 
 @dataclass(frozen=True)
@@ -129,27 +90,29 @@ class AutomationSettings:
     owner_chats: tuple[Target, ...] = ()
 
 
-def _utcnow() -> datetime:
+def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
 class Scheduler:
+    """Runs the jobs of `store` on time (see the module's docstring). Built by the composition
+    root before it starts; until `start`, `arm` only records and `cancel` only cancels in the
+    table, so the schedule tool may hold a scheduler that never runs (`pinch chat`)."""
+
     def __init__(
         self,
-        store: JobStore,
+        store: Jobs,
         *,
-        deliver: Deliver,
-        run_turn: RunTurn,
+        deliver: Deliver | None = None,
+        run_turn: RunTurn | None = None,
         settings: AutomationSettings | None = None,
-        now: Now = _utcnow,
-        name: str = "pinch",
+        now: Now = utcnow,
     ) -> None:
         self.store = store
-        self.deliver = deliver
-        self.run_turn = run_turn
+        self._deliver = deliver
+        self._run_turn = run_turn
         self.settings = settings or AutomationSettings()
         self.now = now
-        self.name = name
         self._aps: AsyncIOScheduler | None = None
         self._armed: dict[int, datetime] = {}
         self._running: dict[int, asyncio.Task[None]] = {}
@@ -158,11 +121,18 @@ class Scheduler:
 
     # -- life cycle ------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start the timer in the running loop and arm every active job from the table."""
+    async def start(
+        self, *, deliver: Deliver | None = None, run_turn: RunTurn | None = None
+    ) -> None:
+        """Start the timer in the running loop and arm every active job from the table.
+        `deliver` and `run_turn` replace the ones given to the constructor."""
         asyncio.get_running_loop()  # AsyncIOScheduler.start() needs one: fail clearly here
-        _SCHEDULERS[self.name] = self
+        self._deliver = deliver or self._deliver
+        self._run_turn = run_turn or self._run_turn
+        if self._deliver is None or self._run_turn is None:
+            raise ValueError("A scheduler needs `deliver` and `run_turn` to start.")
         self._stopping = False
+        self._armed.clear()  # jobs armed while not running are armed for real by resync()
         # Runs left 'running' by a process that died: the one-gateway lock says none is live.
         await self._db(self.store.close_interrupted_runs, self.now())
         self._aps = AsyncIOScheduler(
@@ -174,9 +144,8 @@ class Scheduler:
         )
         self._aps.start()
         self._aps.add_job(
-            resync_jobs,
+            self.resync,
             IntervalTrigger(seconds=RESYNC_S, timezone=UTC),
-            args=[self.name],
             id="pinch-resync",
             replace_existing=True,
         )
@@ -197,8 +166,6 @@ class Scheduler:
         for task in list(self._running.values()):
             with contextlib.suppress(BaseException):
                 await task
-        if _SCHEDULERS.get(self.name) is self:
-            del _SCHEDULERS[self.name]
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -224,9 +191,9 @@ class Scheduler:
         if self._aps is None:
             return
         self._aps.add_job(
-            fire_job,
+            self.fire,
             DateTrigger(run_date=when, timezone=UTC),
-            args=[self.name, job_id],
+            args=[job_id],
             id=f"pinch-job-{job_id}",
             replace_existing=True,
         )
@@ -247,6 +214,28 @@ class Scheduler:
             with contextlib.suppress(BaseException):
                 await task
         return job
+
+    @property
+    def deliver(self) -> Deliver:
+        """How results reach their chat (given to the constructor or to `start`)."""
+        if self._deliver is None:
+            raise RuntimeError("The scheduler has nothing to deliver with: start() it first.")
+        return self._deliver
+
+    @deliver.setter
+    def deliver(self, deliver: Deliver) -> None:
+        self._deliver = deliver
+
+    @property
+    def run_turn(self) -> RunTurn:
+        """How a task's turn runs (given to the constructor or to `start`)."""
+        if self._run_turn is None:
+            raise RuntimeError("The scheduler has no agent to run tasks: start() it first.")
+        return self._run_turn
+
+    @run_turn.setter
+    def run_turn(self, run_turn: RunTurn) -> None:
+        self._run_turn = run_turn
 
     # -- one run ---------------------------------------------------------------------------
 
@@ -339,7 +328,7 @@ class Scheduler:
         more = f" ({skipped + 1} runs missed)" if skipped else ""
         moves = f" Next run: {local_text(nxt, tz)}." if nxt and job.schedule.kind != "at" else ""
         note = (
-            f"Missed{more}: {_what(job)} (job #{job.id}, {job.schedule.describe()}) was due "
+            f"Missed{more}: {_what(job)} (job #{job.id}, {describe(job.schedule)}) was due "
             f"{local_text(due, tz)}; Pinch was not running and it is now "
             f"{human_duration(late_by)} late, more than the "
             f"{human_duration(self.settings.misfire_grace_s)} grace.{moves}"
@@ -496,7 +485,7 @@ def task_session(job: Job, agent_id: str) -> SessionKey:
 
 
 def _label(job: Job) -> str:
-    return f"Job #{job.id} ({job.schedule.describe()})"
+    return f"Job #{job.id} ({describe(job.schedule)})"
 
 
 def _what(job: Job, limit: int = 80) -> str:
@@ -508,170 +497,3 @@ def _what(job: Job, limit: int = 80) -> str:
 
 def _message(job: Job, text: str) -> OutboundMessage:
     return OutboundMessage(job.target.channel, job.target.chat_id, text, job.target.thread_id)
-
-
-def heartbeat_items(path: Path) -> str:
-    """HEARTBEAT.md's checklist lines ('- …', '* …', '1. …'), or "" when it has none."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return ""
-    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)  # commented-out items are no items
-    items = []
-    for line in text.splitlines():
-        s = line.strip()
-        body = s[2:].strip() if s[:2] in ("- ", "* ", "+ ") else ""
-        if not body and s[:1].isdigit() and ". " in s[:4]:
-            body = s.split(". ", 1)[1].strip()
-        if body and body not in ("[ ]", "[x]"):
-            items.append(s)
-    return "\n".join(items)
-
-
-def within_hours(now: datetime, tz: str, hours: tuple[int, int] | None) -> bool:
-    if hours is None:
-        return True
-    local = now.astimezone(zone(tz))
-    minute = local.hour * 60 + local.minute
-    start, end = hours
-    return start <= minute < end if start <= end else (minute >= start or minute < end)
-
-
-def parse_active_hours(text: str) -> tuple[int, int]:
-    """'08:00-22:00' → minutes of the day (start, end)."""
-    try:
-        a, b = text.split("-")
-        ha, ma = (int(x) for x in a.strip().split(":"))
-        hb, mb = (int(x) for x in b.strip().split(":"))
-        if not (0 <= ha <= 24 and 0 <= hb <= 24 and 0 <= ma < 60 and 0 <= mb < 60):
-            raise ValueError
-    except ValueError:
-        raise ValueError(f'"{text}" is not a range of hours: write e.g. "08:00-22:00".') from None
-    return ha * 60 + ma, hb * 60 + mb
-
-
-# -- wiring ------------------------------------------------------------------------------------
-
-
-def agent_turn(agent: Any) -> RunTurn:
-    """A `RunTurn` over `agent.run`: the stored reply text of one turn."""
-
-    async def run(request: AgentRequest) -> str:
-        text = ""
-        async for event in agent.run(request):
-            if isinstance(event, Final):
-                text = event.reply.text
-        return text
-
-    return run
-
-
-def owner_zone(runtime: Runtime) -> str:
-    """The IANA name of the owner's zone; "UTC" (logged) when the machine's zone has none."""
-    name = runtime.clock.zone_name
-    try:
-        zone(name)
-    except ScheduleError:
-        log.warning(
-            'The local time zone "%s" has no IANA name; jobs use UTC. Set [agent] timezone '
-            '(e.g. "Europe/Berlin") for times in your zone.',
-            name,
-        )
-        return "UTC"
-    return name
-
-
-def add_schedule_tool(runtime: Runtime) -> JobStore:
-    """Offer the `schedule` tool in `runtime`'s agent (owner only, by policy); returns the store.
-
-    Jobs it creates are armed at once by the scheduler running in this process, if any."""
-    from app.automations.schedule_tool import owner_route, schedule_tool
-
-    store = JobStore(runtime.index.db)
-    owners = runtime.settings.owners
-    tool = schedule_tool(
-        store,
-        zone=owner_zone(runtime),
-        route=owner_route({"telegram": owners.telegram, "slack": owners.slack}),
-        scheduler=lambda: _SCHEDULERS.get("pinch"),
-    )
-    runtime.agent.tools.add(tool)
-    return store
-
-
-def build_scheduler(runtime: Runtime, deliver: Deliver, *, now: Now = _utcnow) -> Scheduler:
-    """The gateway's scheduler over `runtime` (call `await scheduler.start()` in the loop).
-
-    Also creates, updates or cancels the managed heartbeat job from `[heartbeat]`."""
-    from app.automations.schedule_tool import owner_chats as chats_of
-
-    settings = runtime.settings
-    store = JobStore(runtime.index.db)
-    zone_name = owner_zone(runtime)
-    hb = settings.heartbeat
-    owners = settings.owners
-    main_key = SessionKey.owner_main(settings.agent_id)
-    owner_chats = chats_of({"telegram": owners.telegram, "slack": owners.slack})
-    target = owner_chats[0] if owner_chats else None  # the main session's chat
-    if hb.every and target is not None:
-        seconds = parse_duration(hb.every)
-        store.replace_managed(
-            NewJob(
-                Schedule("every", str(seconds), zone_name, now() + timedelta(seconds=seconds)),
-                "heartbeat",
-                "heartbeat",
-                target,
-                str(main_key),
-                owner_private=True,
-                managed="heartbeat",
-            ),
-            now(),
-        )
-    else:
-        if hb.every:
-            log.warning("The heartbeat needs an owner id in [owners] to deliver to; it is off.")
-        store.remove_managed("heartbeat")
-    return Scheduler(
-        store,
-        deliver=deliver,
-        run_turn=agent_turn(runtime.agent),
-        settings=AutomationSettings(
-            misfire_grace_s=settings.automations.misfire_grace_s,
-            agent_id=settings.agent_id,
-            workspace=settings.workspace_dir,
-            heartbeat_active_hours=parse_active_hours(hb.active_hours) if hb.active_hours else None,
-            owner_tz=zone_name,
-            owner_chats=owner_chats,
-        ),
-        now=now,
-    )
-
-
-def deliver_via(channels: Mapping[str, Channel]) -> Deliver:
-    """A `Deliver` over the gateway's running channels. A channel that is not running raises
-    `ChannelNotRunning`, so the run counts as failed and is retried with backoff (or, for the
-    owner's own jobs, goes to their chat on a channel that runs)."""
-
-    async def deliver(message: OutboundMessage) -> None:
-        channel = channels.get(message.channel)
-        if channel is None:
-            raise ChannelNotRunning(
-                f"no {message.channel} channel is running to deliver to; configure it "
-                "or cancel the job"
-            )
-        await channel.send(message)
-
-    return deliver
-
-
-async def start_automations(runtime: Runtime, channels: Mapping[str, Channel]) -> Scheduler | None:
-    """Build and start the scheduler in the running gateway (None when `[automations]` is off).
-
-    The gateway calls this after its channels started and `await scheduler.stop()` before
-    stopping them; its one-gateway lock keeps a second process from running jobs (each run is
-    also claimed in the database)."""
-    if not runtime.settings.automations.enabled:
-        return None
-    scheduler = await asyncio.to_thread(build_scheduler, runtime, deliver_via(channels))
-    await scheduler.start()
-    return scheduler

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from app.cli.checks import Check, CheckResult, channel_check
 from app.gateway.heartbeat import health_problem, read_heartbeat
-from app.gateway.server import build_channels
+from app.wiring import build_channels
 from channels.base import ChannelHealth
 
 if TYPE_CHECKING:

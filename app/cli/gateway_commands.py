@@ -51,7 +51,7 @@ def gateway() -> None:
     import asyncio
 
     from app.cli.setup import initialise
-    from app.gateway.server import GatewayError, configure_logging, run_gateway
+    from app.gateway.run import GatewayError, configure_logging, run_gateway
 
     settings = load_settings()
     if not settings.workspace_dir.exists():
@@ -69,10 +69,13 @@ def pairing() -> None:
 
 
 def _pairing_store(settings: Settings) -> Any:
-    from app.gateway.access import PairingStore
+    from app.gateway.access import Pairing
     from memory.store.db import open_database
+    from memory.store.pairing_store import SqlitePairingStore
 
-    return PairingStore(open_database(settings.database_path, vector_backend="numpy"))
+    return Pairing(
+        SqlitePairingStore(open_database(settings.database_path, vector_backend="numpy"))
+    )
 
 
 @pairing.command("list")
@@ -85,7 +88,7 @@ def pairing_list() -> None:
     try:
         pending, approved = store.pending(), store.approved()
     finally:
-        store.db.close()
+        store.close()
     if not pending:
         click.echo("No pending pairing requests.")
     for req in pending:
@@ -106,7 +109,7 @@ def pairing_approve(code: str) -> None:
     try:
         req = store.decide(code, approve=True)
     finally:
-        store.db.close()
+        store.close()
     who = f"{req.sender_id} ({req.sender_name})" if req.sender_name else req.sender_id
     click.echo(f"Approved {req.channel} user {who}: their next message will be answered.")
 
@@ -120,5 +123,5 @@ def pairing_reject(code: str) -> None:
     try:
         req = store.decide(code, approve=False)
     finally:
-        store.db.close()
+        store.close()
     click.echo(f"Rejected the request of {req.channel} user {req.sender_id}.")

@@ -31,11 +31,11 @@ def _intent_store(settings: Settings) -> Any:
 def _when(ts: float | None, settings: Settings) -> str:
     from datetime import datetime
 
-    from common.clock import load_timezone, owner_timezone
+    from common.clock import owner_zone
 
     if ts is None:
         return "never"
-    zone = load_timezone(owner_timezone(settings.agent.timezone, settings.workspace_dir))
+    zone = owner_zone(settings.agent.timezone, settings.workspace_dir)
     return f"{datetime.fromtimestamp(ts, zone):%Y-%m-%d %H:%M}"
 
 

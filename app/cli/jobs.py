@@ -14,20 +14,21 @@ import click
 from app.cli.support import friendly_errors, load_settings
 
 if TYPE_CHECKING:
-    from app.automations.jobs import Job, JobStore
+    from app.automations.jobs import Job, Jobs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _store() -> JobStore:
-    from app.automations.jobs import JobStore
+def _store() -> Jobs:
+    from app.automations.jobs import Jobs
     from memory.store.db import open_database
+    from memory.store.jobs_store import SqliteJobStore
 
     settings = load_settings()
-    return JobStore(open_database(settings.database_path))
+    return Jobs(SqliteJobStore(open_database(settings.database_path)))
 
 
-def _job_or_fail(store: JobStore, job_id: int) -> Job:
+def _job_or_fail(store: Jobs, job_id: int) -> Job:
     job = store.get(job_id)
     if job is None:
         raise click.ClickException(
@@ -43,7 +44,7 @@ def _with_store(fn: F) -> F:
         try:
             return fn(store, *args, **kwargs)
         finally:
-            store.db.close()
+            store.close()
 
     return friendly_errors(wrapper)  # type: ignore[return-value]
 
@@ -60,22 +61,24 @@ def jobs() -> None:
 @jobs.command("list")
 @click.option("--all", "show_all", is_flag=True, help="Also cancelled, done and disabled jobs.")
 @_with_store
-def jobs_list(store: JobStore, show_all: bool) -> None:
+def jobs_list(store: Jobs, show_all: bool) -> None:
     """The active and paused jobs (times in each job's zone)."""
+    from app.automations.schedules import summary
+
     found = store.jobs() if show_all else store.jobs(states=("active", "paused", "disabled"))
     if not found:
         click.echo("No jobs. Ask Pinch: “remind me tomorrow at 9 to check the train tickets”.")
     for job in found:
         failing = f" ({job.consecutive_failures} failures)" if job.consecutive_failures else ""
-        click.echo(job.summary() + failing)
+        click.echo(summary(job) + failing)
 
 
 @jobs.command("show")
 @click.argument("job_id", type=int)
 @_with_store
-def jobs_show(store: JobStore, job_id: int) -> None:
+def jobs_show(store: Jobs, job_id: int) -> None:
     """One job in full, with its last runs."""
-    from app.automations.jobs import local_text
+    from app.automations.schedules import describe, local_text
 
     job = _job_or_fail(store, job_id)
     s, t = job.schedule, job.target
@@ -83,7 +86,7 @@ def jobs_show(store: JobStore, job_id: int) -> None:
     rows = [
         ("job", f"#{job.id} ({job.managed or job.payload})"),
         ("state", job.state),
-        ("schedule", s.describe()),
+        ("schedule", describe(s)),
         ("zone", s.tz),
         ("next run", nxt),
         (
@@ -103,13 +106,14 @@ def jobs_show(store: JobStore, job_id: int) -> None:
 @click.option("--job", "job_id", type=int, default=None, help="Only this job's runs.")
 @click.option("--limit", type=int, default=30, show_default=True)
 @_with_store
-def jobs_history(store: JobStore, job_id: int | None, limit: int) -> None:
+def jobs_history(store: Jobs, job_id: int | None, limit: int) -> None:
     """The latest runs: when due, status (ok, late, missed, failed, cancelled), note."""
     _print_runs(store, job_id, limit=limit)
 
 
-def _print_runs(store: JobStore, job_id: int | None, *, limit: int) -> None:
-    from app.automations.jobs import human_duration, local_text
+def _print_runs(store: Jobs, job_id: int | None, *, limit: int) -> None:
+    from app.automations.durations import human_duration
+    from app.automations.schedules import local_text
 
     runs = store.runs(job_id, limit=limit)
     if not runs:
@@ -125,9 +129,9 @@ def _print_runs(store: JobStore, job_id: int | None, *, limit: int) -> None:
         click.echo(f"#{r.job_id} due {local_text(r.scheduled_for, tz)}: {r.status}{late}{note}")
 
 
-def _change(verb: str, state: str | None = None) -> Callable[[JobStore, int], None]:
-    def command(store: JobStore, job_id: int) -> None:
-        from app.automations.jobs import local_text
+def _change(verb: str, state: str | None = None) -> Callable[[Jobs, int], None]:
+    def command(store: Jobs, job_id: int) -> None:
+        from app.automations.schedules import describe, local_text
 
         job = _job_or_fail(store, job_id)
         if state is None:
@@ -135,7 +139,7 @@ def _change(verb: str, state: str | None = None) -> Callable[[JobStore, int], No
                 raise click.ClickException(f"Job #{job_id} is {job.state}; resume it first.")
             updated = store.run_now(job_id, _now())
         else:
-            from app.automations.jobs import ScheduleError
+            from app.automations.durations import ScheduleError
 
             try:
                 updated = store.set_state(job_id, state, _now())  # type: ignore[arg-type]
@@ -148,7 +152,7 @@ def _change(verb: str, state: str | None = None) -> Callable[[JobStore, int], No
             else ""
         )
         click.echo(
-            f"Job #{job_id} ({updated.schedule.describe()}) {verb}{nxt}. "
+            f"Job #{job_id} ({describe(updated.schedule)}) {verb}{nxt}. "
             "A running gateway picks this up within 30 s."
         )
 

@@ -89,9 +89,10 @@ def _dreaming_status(settings: Settings, last: LastDream | None) -> dict[str, st
 
     d = settings.dreaming
     if d.enabled:
-        from common.clock import owner_timezone
+        from common.clock import iana_name, owner_zone
 
-        zone = owner_timezone(settings.agent.timezone, settings.workspace_dir) or "local time"
+        tz = owner_zone(settings.agent.timezone, settings.workspace_dir)
+        zone = iana_name(tz) or "local time"
         schedule = f"nightly at {d.hour:02d}:{d.minute:02d} {zone} while `pinch gateway` runs"
     else:
         schedule = "off ([dreaming] enabled = false)"

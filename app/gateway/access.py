@@ -1,7 +1,7 @@
 """Who may talk to the assistant: owners, approved people, allowlists, groups, pairing codes.
 
-    access = Access(owners={"telegram": ["111"]}, channels={"telegram": settings.telegram},
-                    pairing=PairingStore(db))
+    access = Access(owners=Owners.from_settings(settings), channels=channel_settings(settings),
+                    pairing=Pairing(SqlitePairingStore(db)))
     decision = access.check(msg)   # answer (as "owner"/"person"), reply (pairing), or ignore
 
 Direct messages follow the channel's `dm_policy`: `pairing` (default: an unknown sender gets an
@@ -21,11 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from app.gateway.schema import GATEWAY
+from app.channel_registry import Owners
 from channels.base import InboundMessage
 from channels.channel_config import DmPolicy, GroupRule
-from memory.store.db import Database
-from memory.store.schema import apply
+from memory.store.pairing_store import ApprovedSender, PairingRequest, PairingStore
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +57,6 @@ class Decision:
     routine: bool = False
 
 
-@dataclass(frozen=True)
-class PairingRequest:
-    code: str
-    channel: str
-    sender_id: str
-    sender_name: str | None
-    state: str
-    created_at: float
-    expires_at: float
-
-
 def new_code() -> str:
     return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
 
@@ -77,121 +65,59 @@ def normalise_code(code: str) -> str:
     return code.strip().upper().replace("-", "").replace(" ", "")
 
 
-class PairingStore:
-    """Pairing requests and approvals in the agent database (the gateway's tables)."""
+class Pairing:
+    """Pairing codes and approvals: the rules (code alphabet, an hour's validity, at most
+    `MAX_PENDING_PER_CHANNEL` pending per channel) over a `PairingStore` repository."""
 
-    def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
-        self.db = db
+    def __init__(self, store: PairingStore, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
         self.clock = clock
-        with db.lock:
-            apply(db.conn, GATEWAY)
 
     def is_approved(self, channel: str, sender_id: str) -> bool:
-        rows = self.db.execute(
-            "SELECT 1 FROM approved_senders WHERE channel = ? AND sender_id = ?",
-            (channel, sender_id),
-        )
-        return bool(rows)
+        return self.store.is_approved(channel, sender_id)
 
     def latest(self, channel: str, sender_id: str) -> PairingRequest | None:
         """The sender's request of the last hour, whatever its state."""
-        rows = self.db.execute(
-            f"SELECT {_COLUMNS} FROM pairing_requests WHERE channel = ? AND sender_id = ? "
-            "AND expires_at > ? ORDER BY created_at DESC LIMIT 1",
-            (channel, sender_id, self.clock()),
-        )
-        return _request(rows[0]) if rows else None
+        return self.store.latest(channel, sender_id, self.clock())
 
     def request(
         self, channel: str, sender_id: str, sender_name: str | None
     ) -> PairingRequest | None:
         """A new pending code for the sender, or None when the channel already has
         MAX_PENDING_PER_CHANNEL pending (unexpired) codes."""
-        now = self.clock()
-        with self.db.transaction() as conn:
-            (pending,) = conn.execute(
-                "SELECT count(*) FROM pairing_requests WHERE channel = ? AND state = 'pending' "
-                "AND expires_at > ?",
-                (channel, now),
-            ).fetchone()
-            if pending >= MAX_PENDING_PER_CHANNEL:
-                return None
-            code = new_code()
-            conn.execute(
-                "INSERT INTO pairing_requests (channel, sender_id, sender_name, code, state, "
-                "created_at, expires_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
-                (channel, sender_id, sender_name, code, now, now + CODE_TTL_S),
-            )
-        expires = now + CODE_TTL_S
-        return PairingRequest(code, channel, sender_id, sender_name, "pending", now, expires)
+        return self.store.create_request(
+            channel,
+            sender_id,
+            sender_name,
+            new_code(),
+            self.clock(),
+            ttl_s=CODE_TTL_S,
+            max_pending=MAX_PENDING_PER_CHANNEL,
+        )
 
     def pending(self) -> list[PairingRequest]:
-        rows = self.db.execute(
-            f"SELECT {_COLUMNS} FROM pairing_requests WHERE state = 'pending' AND expires_at > ? "
-            "ORDER BY created_at",
-            (self.clock(),),
-        )
-        return [_request(r) for r in rows]
+        return self.store.pending(self.clock())
 
-    def approved(self) -> list[tuple[str, str, str | None, float]]:
-        rows = self.db.execute(
-            "SELECT channel, sender_id, sender_name, approved_at FROM approved_senders "
-            "ORDER BY approved_at"
-        )
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
+    def approved(self) -> list[ApprovedSender]:
+        return self.store.approved()
 
     def decide(self, code: str, approve: bool) -> PairingRequest:
         """Approve or reject the pending request with `code`; ValueError with advice when there
         is no such pending code (wrong, expired or already decided)."""
         code = normalise_code(code)
-        now = self.clock()
-        with self.db.transaction() as conn:
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM pairing_requests WHERE code = ? AND state = 'pending' "
-                "AND expires_at > ?",
-                (code, now),
-            ).fetchone()
-            if row is None:
-                raise ValueError(
-                    f"No pending pairing request has the code {code}: codes expire after an hour "
-                    "and work once. `pinch pairing list` shows the pending ones."
-                )
-            req = _request(row)
-            state = "approved" if approve else "rejected"
-            conn.execute(
-                "UPDATE pairing_requests SET state = ?, decided_at = ? WHERE code = ? "
-                "AND state = 'pending'",
-                (state, now, code),
+        decided = self.store.decide(code, approve=approve, now=self.clock())
+        if decided is None:
+            raise ValueError(
+                f"No pending pairing request has the code {code}: codes expire after an hour "
+                "and work once. `pinch pairing list` shows the pending ones."
             )
-            if approve:
-                conn.execute(
-                    "INSERT OR REPLACE INTO approved_senders VALUES (?, ?, ?, ?)",
-                    (req.channel, req.sender_id, req.sender_name, now),
-                )
-        return PairingRequest(
-            req.code,
-            req.channel,
-            req.sender_id,
-            req.sender_name,
-            state,
-            req.created_at,
-            req.expires_at,
-        )
+        return decided
 
     def revoke(self, channel: str, sender_id: str) -> bool:
-        with self.db.transaction() as conn:
-            cur = conn.execute(
-                "DELETE FROM approved_senders WHERE channel = ? AND sender_id = ?",
-                (channel, sender_id),
-            )
-            return bool(cur.rowcount)
+        return self.store.revoke(channel, sender_id)
 
-
-_COLUMNS = "code, channel, sender_id, sender_name, state, created_at, expires_at"
-
-
-def _request(row: Sequence[object]) -> PairingRequest:
-    return PairingRequest(*row)  # type: ignore[arg-type]
+    def close(self) -> None:
+        self.store.close()
 
 
 def pairing_notice(code: str) -> str:
@@ -211,18 +137,17 @@ class Access:
     def __init__(
         self,
         *,
-        owners: Mapping[str, Sequence[str]],
+        owners: Owners | Mapping[str, Sequence[str]],
         channels: Mapping[str, ChannelAccess],
-        pairing: PairingStore,
+        pairing: Pairing,
     ) -> None:
-        self.owners = {name: frozenset(ids) for name, ids in owners.items()}
+        """`owners`: the registry's `Owners`, or a plain mapping channel → ids (tests)."""
+        self.owners = owners if isinstance(owners, Owners) else Owners.of(owners)
         self.channels = channels
         self.pairing = pairing
 
     def is_owner(self, msg: InboundMessage) -> bool:
-        if msg.channel == "cli":  # the terminal is the owner's own machine
-            return True
-        return msg.sender_id in self.owners.get(msg.channel, frozenset())
+        return self.owners.is_owner(msg.channel, msg.sender_id)
 
     def check(self, msg: InboundMessage) -> Decision:
         """What to do with `msg` (may write a pairing request; never calls the model)."""

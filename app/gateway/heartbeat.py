@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from channels.base import ChannelHealth
-from memory.index.generations import pid_alive
+from memory.store.liveness import pid_alive
 
 HEARTBEAT_FILE = "gateway.heartbeat"
 MAX_AGE_S = 90.0  # several missed beats at the gateway's 15 s interval
@@ -59,6 +59,24 @@ def write_heartbeat(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_heartbeat_file(
+    path: Path, channels: Mapping[str, ChannelHealth], *, stopping: bool = False
+) -> None:
+    """The gateway's beat at `path`: written to a 0600 `<path>.tmp` beside it, then renamed
+    (readers never see half). One writer at a time: the tmp file is shared."""
+    beat = {
+        "pid": os.getpid(),
+        "at": time.time(),
+        "stopping": stopping,
+        "channels": {name: {"ok": h.ok, "detail": h.detail} for name, h in channels.items()},
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(beat))
+    os.replace(tmp, path)
 
 
 def read_heartbeat(home: Path) -> Heartbeat | None:

@@ -1,8 +1,10 @@
 """The gateway's durable inbound queue, de-duplication records and delivery records.
 
-Every method is one short SQLite transaction; the gateway calls them in a worker thread.
+The rules (message JSON, de-duplication window, lease liveness) over a `QueueStore` repository
+(memory/store/queue_store.py), where every method is one short transaction; the gateway calls
+them in a worker thread.
 
-    store = GatewayStore(db)                       # applies the gateway's migration set
+    store = GatewayStore(SqliteQueueStore(db))     # applies the gateway's migration set
     row = store.accept(msg, key, "person")         # None: a redelivery, already accepted
     batch = store.next_batch(str(key))             # claims the queued messages of one turn
     store.record_delivery(batch.turn_id, 0, sent)  # right after the platform accepted it
@@ -26,11 +28,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.gateway.schema import GATEWAY
 from channels.base import Attachment, InboundMessage, SentMessage
-from memory.index.generations import pid_alive
-from memory.store.db import Database
-from memory.store.schema import apply
+from memory.store.liveness import pid_alive
+from memory.store.queue_store import ClaimedTurn, Delivery, LeaseHolder, QueueStore
+
+__all__ = ["Batch", "GatewayStore", "LeaseHolder", "QueuedMessage", "this_process"]
 
 DEDUP_MIN_S = 600.0  # Slack retries for about 5 minutes; keep ids at least twice that
 
@@ -53,16 +55,6 @@ class Batch:
     resumed: bool = False  # claimed before, by a gateway that stopped before answering
 
 
-@dataclass(frozen=True)
-class LeaseHolder:
-    """Who holds a session's lease: a process (by instance id) answering a message on `channel`."""
-
-    holder: str
-    pid: int
-    host: str
-    channel: str
-
-
 def this_process(channel: str, instance: str) -> LeaseHolder:
     return LeaseHolder(instance, os.getpid(), socket.gethostname(), channel)
 
@@ -77,157 +69,75 @@ def message_from_json(text: str) -> InboundMessage:
     return InboundMessage(**data)
 
 
+def _batch(claimed: ClaimedTurn) -> Batch:
+    messages = tuple(
+        QueuedMessage(m.id, claimed.session_key, m.sender_role, message_from_json(m.message_json))
+        for m in claimed.messages
+    )
+    return Batch(claimed.turn_id, claimed.session_key, messages, resumed=claimed.resumed)
+
+
 class GatewayStore:
-    def __init__(self, db: Database, *, claimant: str | None = None) -> None:
-        self.db = db
-        self.claimant = claimant
-        with db.lock:
-            apply(db.conn, GATEWAY)
+    """The gateway's queue in terms of channel messages, over a `QueueStore`."""
+
+    def __init__(self, store: QueueStore) -> None:
+        self.store = store
 
     # -- inbound --------------------------------------------------------------------------
 
     def accept(self, msg: InboundMessage, session_key: str, sender_role: str) -> int | None:
         """Queue `msg` durably (committed on return) and return its queue id, or None when the
         same platform message (channel, dedup_key) was accepted before."""
-        now = time.time()
-        with self.db.transaction() as conn:
-            seen = conn.execute(
-                "INSERT OR IGNORE INTO inbound_dedup VALUES (?, ?, ?)",
-                (msg.channel, msg.dedup_key, now),
-            )
-            if seen.rowcount == 0:
-                return None
-            cur = conn.execute(
-                "INSERT INTO inbound_queue (session_key, channel, sender_role, message, state, "
-                "received_at, claimant) VALUES (?, ?, ?, ?, 'queued', ?, ?)",
-                (session_key, msg.channel, sender_role, message_to_json(msg), now, self.claimant),
-            )
-            return int(cur.lastrowid)
+        return self.store.accept(
+            msg.channel, msg.dedup_key, session_key, sender_role, message_to_json(msg), time.time()
+        )
 
     def first_sight(self, msg: InboundMessage) -> bool:
         """Record `msg`'s platform id without queueing it (a message answered by the gateway
         itself, such as a pairing notice); False when it was seen before."""
-        with self.db.transaction() as conn:
-            cur = conn.execute(
-                "INSERT OR IGNORE INTO inbound_dedup VALUES (?, ?, ?)",
-                (msg.channel, msg.dedup_key, time.time()),
-            )
-            return bool(cur.rowcount)
+        return self.store.first_sight(msg.channel, msg.dedup_key, time.time())
 
     def recover(self) -> int:
         """After a restart: turns that were running are queued again (keeping their grouping,
         so the reply they began is edited, not repeated). Returns how many messages."""
-        with self.db.transaction() as conn:
-            cur = conn.execute(
-                "UPDATE inbound_queue SET state = 'queued' WHERE state = 'running' "
-                "AND claimant IS ?",
-                (self.claimant,),
-            )
-            return int(cur.rowcount)
+        return self.store.recover()
 
     def pending_sessions(self) -> list[str]:
-        rows = self.db.execute(
-            "SELECT session_key, min(id) FROM inbound_queue WHERE state = 'queued' "
-            "AND claimant IS ? GROUP BY session_key ORDER BY min(id)",
-            (self.claimant,),
-        )
-        return [row[0] for row in rows]
+        return self.store.pending_sessions()
 
     def has_queued(self, session_key: str) -> bool:
-        rows = self.db.execute(
-            "SELECT 1 FROM inbound_queue WHERE state = 'queued' AND session_key = ? "
-            "AND claimant IS ? LIMIT 1",
-            (session_key, self.claimant),
-        )
-        return bool(rows)
+        return self.store.has_queued(session_key)
 
     def next_batch(self, session_key: str) -> Batch | None:
         """Claim the next turn's messages of `session_key`: an interrupted turn's messages as
         they were grouped, else every queued message (in arrival order)."""
-        with self.db.transaction() as conn:
-            rows = conn.execute(
-                "SELECT id, sender_role, message, turn_id FROM inbound_queue "
-                "WHERE state = 'queued' AND session_key = ? AND claimant IS ? ORDER BY id",
-                (session_key, self.claimant),
-            ).fetchall()
-            if not rows:
-                return None
-            # An interrupted turn keeps its grouping; otherwise every message not yet in a turn.
-            first_turn = rows[0][3]
-            picked = [r for r in rows if r[3] == first_turn]
-            turn_id = int(first_turn or picked[0][0])
-            ids = [r[0] for r in picked]
-            marks = ",".join("?" * len(ids))
-            conn.execute(
-                f"UPDATE inbound_queue SET state = 'running', turn_id = ? WHERE id IN ({marks})",
-                (turn_id, *ids),
-            )
-        messages = tuple(
-            QueuedMessage(r[0], session_key, r[1], message_from_json(r[2])) for r in picked
-        )
-        return Batch(turn_id, session_key, messages, resumed=first_turn is not None)
+        claimed = self.store.claim_next(session_key)
+        return _batch(claimed) if claimed is not None else None
 
     # -- outbound -------------------------------------------------------------------------
 
     def record_delivery(self, turn_id: int, part: int, sent: SentMessage) -> None:
         """Remember that part `part` of turn `turn_id`'s reply is on the platform as `sent`."""
-        with self.db.transaction() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO outbound_deliveries (turn_id, part, channel, chat_id, "
-                "message_id, thread_id, final, delivered_at) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
-                (
-                    turn_id,
-                    part,
-                    sent.channel,
-                    sent.chat_id,
-                    sent.message_id,
-                    sent.thread_id,
-                    time.time(),
-                ),
-            )
+        delivery = Delivery(sent.channel, sent.chat_id, sent.message_id, sent.thread_id)
+        self.store.record_delivery(turn_id, part, delivery, time.time())
 
     def deliveries(self, turn_id: int) -> list[SentMessage]:
-        rows = self.db.execute(
-            "SELECT channel, chat_id, message_id, thread_id FROM outbound_deliveries "
-            "WHERE turn_id = ? ORDER BY part",
-            (turn_id,),
-        )
-        return [SentMessage(r[0], r[1], r[2], r[3]) for r in rows]
+        return [
+            SentMessage(d.channel, d.chat_id, d.message_id, d.thread_id)
+            for d in self.store.deliveries(turn_id)
+        ]
 
     def finish(self, turn_id: int) -> None:
         """The turn's reply is delivered: its messages are answered and never run again."""
-        now = time.time()
-        with self.db.transaction() as conn:
-            conn.execute(
-                "UPDATE inbound_queue SET state = 'done', done_at = ? WHERE turn_id = ?",
-                (now, turn_id),
-            )
-            conn.execute("UPDATE outbound_deliveries SET final = 1 WHERE turn_id = ?", (turn_id,))
+        self.store.finish(turn_id, time.time())
 
     def prune(self, dedup_ttl_s: float) -> None:
         """Forget de-duplication ids older than `dedup_ttl_s` (at least 10 minutes) and
         answered messages and their delivery records older than that."""
-        cutoff = time.time() - max(dedup_ttl_s, DEDUP_MIN_S)
-        with self.db.transaction() as conn:
-            conn.execute("DELETE FROM inbound_dedup WHERE seen_at < ?", (cutoff,))
-            conn.execute(
-                "DELETE FROM outbound_deliveries WHERE turn_id IN (SELECT turn_id FROM "
-                "inbound_queue WHERE state = 'done' AND done_at < ?)",
-                (cutoff,),
-            )
-            conn.execute(
-                "DELETE FROM inbound_queue WHERE state = 'done' AND done_at < ?", (cutoff,)
-            )
-            # A closed terminal's unanswered messages: nobody else may answer them.
-            conn.execute(
-                "DELETE FROM inbound_queue WHERE claimant IS NOT NULL AND claimant IS NOT ? "
-                "AND state != 'done' AND received_at < ?",
-                (self.claimant, cutoff),
-            )
+        self.store.prune(time.time() - max(dedup_ttl_s, DEDUP_MIN_S))
 
     def counts(self) -> dict[str, int]:
-        rows = self.db.execute("SELECT state, count(*) FROM inbound_queue GROUP BY state")
-        return {r[0]: int(r[1]) for r in rows}
+        return self.store.counts()
 
     # -- one turn per session across processes ----------------------------------------------
 
@@ -236,34 +146,14 @@ class GatewayStore:
     ) -> LeaseHolder | None:
         """Take (or renew) `session_key`'s lease for `me`; returns the other holder instead
         when a live process holds it (its heartbeat newer than `stale_s`, its pid alive)."""
-        now = time.time()
-        with self.db.transaction() as conn:
-            row = conn.execute(
-                "SELECT holder, pid, host, channel, heartbeat_at FROM session_leases "
-                "WHERE session_key = ?",
-                (session_key,),
-            ).fetchone()
-            if row is not None and row[0] != me.holder:
-                other = LeaseHolder(row[0], int(row[1]), row[2], row[3])
-                dead = other.host == me.host and not pid_alive(other.pid)
-                if not dead and row[4] > now - stale_s:
-                    return other
-            conn.execute(
-                "INSERT OR REPLACE INTO session_leases VALUES (?, ?, ?, ?, ?, ?)",
-                (session_key, me.holder, me.pid, me.host, me.channel, now),
-            )
-        return None
+
+        def alive(other: LeaseHolder) -> bool:
+            return not (other.host == me.host and not pid_alive(other.pid))
+
+        return self.store.acquire_lease(session_key, me, time.time(), stale_s, alive)
 
     def renew_lease(self, session_key: str, me: LeaseHolder) -> None:
-        with self.db.transaction() as conn:
-            conn.execute(
-                "UPDATE session_leases SET heartbeat_at = ? WHERE session_key = ? AND holder = ?",
-                (time.time(), session_key, me.holder),
-            )
+        self.store.renew_lease(session_key, me, time.time())
 
     def release_lease(self, session_key: str, me: LeaseHolder) -> None:
-        with self.db.transaction() as conn:
-            conn.execute(
-                "DELETE FROM session_leases WHERE session_key = ? AND holder = ?",
-                (session_key, me.holder),
-            )
+        self.store.release_lease(session_key, me)

@@ -29,11 +29,9 @@ from rich.console import Console
 from rich.text import Text
 
 from app.cli.printable import printable
-from app.gateway.access import Access, PairingStore
-from app.gateway.queue import GatewayStore
 from app.gateway.routing import session_key_for
-from app.gateway.server import Gateway, options_from
-from app.wiring import Runtime, build_runtime
+from app.process import Runtime
+from app.wiring import build_gateway, build_runtime
 from channels.terminal import ChatIO, CliChannel, PipedIO, TerminalIO
 from common.redact import redact
 from memory.errors import MemoryError_
@@ -80,14 +78,7 @@ async def _run_chat(
             io = PipedIO(printable)
         runtime.watcher.start()
         channel = CliChannel(io, session=session)
-        db = runtime.index.db
-        gateway = Gateway(
-            runtime=runtime,
-            channels={"cli": channel},
-            store=GatewayStore(db, claimant=channel.instance),
-            access=Access(owners={}, channels={}, pairing=PairingStore(db)),
-            options=replace(options_from(settings), heartbeat_path=None),
-        )
+        gateway = build_gateway(settings, runtime, {"cli": channel}, chat_claimant=channel.instance)
         key = session_key_for(
             channel.message(""),
             agent_id=settings.agent_id,

@@ -1,5 +1,7 @@
 """Which conversation (session) an inbound message belongs to.
 
+Who the owner is was decided before (app/channel_registry.py `Owners`, through access).
+
 - The owner's direct chats: one main session shared by every channel (`[gateway]
   owner_dm_scope = "main"`, the default), so a conversation started on Telegram continues on
   Slack or in the terminal; or one per channel ("per-channel").
@@ -12,16 +14,12 @@ from __future__ import annotations
 from typing import Literal
 
 from channels.base import InboundMessage
-from memory.store.sessions import SessionKey
-
-OWNER_PEER = "owner"
+from memory.store.sessions import OWNER_PEER, SessionKey
 
 
 def owner_main_key(agent_id: str) -> SessionKey:
     """The owner's main session (the terminal's own conversation)."""
-    make = getattr(SessionKey, "owner_main", None) or SessionKey.owner_cli
-    key: SessionKey = make(agent_id)
-    return key
+    return SessionKey.owner_main(agent_id)
 
 
 def session_key_for(

@@ -16,8 +16,10 @@ import re
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 
+from channels.split import FENCE as _FENCE
+from channels.split import split_text
+
 _MD = MarkdownIt("commonmark").enable("table").enable("strikethrough")
-_FENCE = "```"
 _SAFE_LINK = re.compile(r"^(https?|mailto):", re.IGNORECASE)
 
 
@@ -149,48 +151,12 @@ def split_mrkdwn(text: str, limit: int) -> list[str]:
     else at a space; a code block cut in two is closed and reopened so both halves render as
     code. Never cuts inside an `&amp;` entity or a `<url|link>`.
     """
-    return _split(text, limit, guard_markup=True)
+    return split_text(text, limit, fences=True, adjust=_outside_markup)
 
 
 def split_markdown(text: str, limit: int) -> list[str]:
     """Split Markdown source the same way (paragraphs first, code fences closed and reopened)."""
-    return _split(text, limit, guard_markup=False)
-
-
-def _split(text: str, limit: int, *, guard_markup: bool) -> list[str]:
-    if limit < 40:
-        raise ValueError("limit too small to split messages sensibly")
-    chunks: list[str] = []
-    rest = text
-    reopen = False
-    while rest:
-        if reopen:
-            rest = f"{_FENCE}\n{rest}"
-        if len(rest) <= limit:
-            chunks.append(rest)
-            break
-        # Room for a closing fence if the cut lands inside a code block.
-        budget = limit - len(_FENCE) - 1
-        cut = _cut_point(rest, budget, guard_markup)
-        if cut <= len(_FENCE) + 1:  # only a reopened fence fits before the cut: cut hard
-            cut = budget
-        head, rest = rest[:cut].rstrip("\n"), rest[cut:].lstrip("\n")
-        reopen = _inside_fence(head)
-        if reopen:
-            head = f"{head}\n{_FENCE}"
-        chunks.append(head)
-    return [c for c in chunks if c.strip()]
-
-
-def _cut_point(text: str, budget: int, guard_markup: bool) -> int:
-    window = text[:budget]
-    cut = budget
-    for sep in ("\n\n", "\n", " "):
-        at = window.rfind(sep)
-        if at >= budget // 2:
-            cut = at + len(sep)
-            break
-    return _outside_markup(text, cut) if guard_markup else cut
+    return split_text(text, limit, fences=True)
 
 
 def _outside_markup(text: str, cut: int) -> int:
@@ -202,10 +168,6 @@ def _outside_markup(text: str, cut: int) -> int:
     if lt != -1 and ">" not in text[lt:cut] and lt > 0:
         cut = lt
     return max(cut, 1)
-
-
-def _inside_fence(text: str) -> bool:
-    return sum(1 for line in text.split("\n") if line.strip().startswith(_FENCE)) % 2 == 1
 
 
 _SLACK_MARKUP = re.compile(r"<([^<>\n]+)>")

@@ -1,6 +1,6 @@
 """The Telegram adapter (python-telegram-bot 22, Bot API over HTTPS).
 
-    channel = TelegramChannel(settings.telegram, inbox_dir=workspace / "inbox",
+    channel = TelegramChannel(settings.telegram, inbox=Inbox(workspace, tz=clock.tz),
                               state_dir=pinch_home / "state")
     await channel.start(on_message)    # long polling (default) or webhook; returns once running
     sent = await channel.send(OutboundMessage("telegram", chat_id="42", text="**hi**"))
@@ -50,21 +50,19 @@ from channels.base import (
     Channel,
     ChannelError,
     ChannelHealth,
+    InboxWriter,
     MessageHandler,
     OutboundMessage,
     SentMessage,
 )
 from channels.channel_config import TelegramConfig
+from channels.telegram.dispatch import UpdateDispatcher
 from channels.telegram.format import Chunk, split_for_telegram
 from channels.telegram.inbound import GENERAL_TOPIC, BotIdentity, MessageConverter
-from channels.telegram.updates import (
-    Poller,
-    RawUpdatesBot,
-    TokenLock,
-    UpdateDispatcher,
-    WebhookReceiver,
-    retry_after_s,
-)
+from channels.telegram.polling import Poller, RawUpdatesBot, retry_after_s
+from channels.telegram.token_lock import TokenLock
+from channels.telegram.webhook import WebhookReceiver
+from common.redact import RedactingFilter, redact
 
 log = logging.getLogger("channels.telegram.adapter")
 
@@ -89,15 +87,14 @@ class TelegramChannel(Channel):
         self,
         config: TelegramConfig,
         *,
-        inbox_dir: Path,
-        inbox_rel: str = "inbox",
+        inbox: InboxWriter,
         state_dir: Path,
         retry_base_s: float = 1.0,
     ) -> None:
-        """`inbox_dir`: where received files go (`<inbox_dir>/YYYY-MM-DD/`), shown to the
-        gateway as `<inbox_rel>/YYYY-MM-DD/<name>`; `state_dir`: this data directory's copy of
-        the per-token poller lock (the other is machine-wide, see `TokenLock`); `retry_base_s`:
-        the first backoff delay after a failed poll (doubling, ≤ 30 s)."""
+        """`inbox`: where received files go (it names and dates them); `state_dir`: this data
+        directory's copy of the per-token poller lock (the other is machine-wide, see
+        `TokenLock`); `retry_base_s`: the first backoff delay after a failed poll (doubling,
+        ≤ 30 s)."""
         if config.bot_token is None or not config.bot_token.get_secret_value():
             raise ChannelError(
                 "No Telegram bot token: set PINCH_TELEGRAM__BOT_TOKEN (from @BotFather)"
@@ -105,8 +102,7 @@ class TelegramChannel(Channel):
         self._config = config
         self._token = config.bot_token.get_secret_value()
         _redact_token_in_logs(self._token)
-        self._inbox_dir = inbox_dir
-        self._inbox_rel = inbox_rel
+        self._inbox = inbox
         self._lock = TokenLock(state_dir, self._token)
         self._retry_base_s = retry_base_s
         self._bot = self._make_bot(pool_size=8, read_timeout=20.0)
@@ -219,8 +215,7 @@ class TelegramChannel(Channel):
         converter = MessageConverter(
             self._bot,
             self._identity,
-            inbox_dir=self._inbox_dir,
-            inbox_rel=self._inbox_rel,
+            inbox=self._inbox,
             max_download_mb=self._config.max_download_mb,
         )
         self._dispatcher = UpdateDispatcher(
@@ -412,7 +407,7 @@ class TelegramChannel(Channel):
 
     def _describe(self, error: BaseException) -> str:
         text = getattr(error, "message", None) or str(error) or type(error).__name__
-        return str(text).replace(self._token, "<bot-token>")
+        return redact(str(text), [self._token])
 
     def _advice(self, error: TelegramError) -> ChannelError:
         detail = self._describe(error)
@@ -450,19 +445,6 @@ def _send_thread(thread_id: str | None) -> int | None:
     return int(thread_id)
 
 
-class _RedactToken(logging.Filter):
-    def __init__(self, token: str) -> None:
-        super().__init__()
-        self.token = token
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if self.token in message:
-            record.msg = message.replace(self.token, "<bot-token>")
-            record.args = None
-        return True
-
-
 def _redact_token_in_logs(token: str) -> None:
     """httpx logs every request URL at INFO and PTB its API URL at DEBUG; both contain the
     token. A filter on those loggers replaces it before any handler sees the line."""
@@ -475,8 +457,8 @@ def _redact_token_in_logs(token: str) -> None:
         "telegram.ext.Updater",
     ):
         logger = logging.getLogger(name)
-        if not any(isinstance(f, _RedactToken) and f.token == token for f in logger.filters):
-            logger.addFilter(_RedactToken(token))
+        if not any(isinstance(f, RedactingFilter) and token in f.extra for f in logger.filters):
+            logger.addFilter(RedactingFilter([token]))
 
 
 def _maybe_delivered(error: NetworkError) -> bool:

@@ -22,6 +22,8 @@ from functools import lru_cache
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from channels.split import break_before
+
 TELEGRAM_MAX_CHARS = 4096
 _SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -151,16 +153,16 @@ def _split_block(block: str, limit: int) -> list[_Unit]:
 
 
 def _split_words(line: str, limit: int) -> list[tuple[str, str]]:
-    """A line longer than a message, as (separator, piece) pairs: cut after a sentence, else at
-    a space, else anywhere. Each piece's escaped text is at most half the limit, which leaves
-    room for the markup of its spans."""
+    """A line longer than a message, as (separator, piece) pairs: cut at the last space, else
+    anywhere. Each piece's escaped text is at most half the limit, which leaves room for the
+    markup of its spans."""
     budget = max(limit // 2, 1)
     pieces: list[tuple[str, str]] = []
     sep, rest = "", line
     while utf16_len(escape_html(rest)) > budget:
         window = _prefix_within(rest, budget)
-        cut = max(window.rfind(". ") + 1, window.rfind(" "))
-        if cut > 0:
+        cut = break_before(window, len(window), breaks=(" ",), earliest=1)
+        if cut is not None:
             pieces.append((sep, rest[:cut].rstrip()))
             sep, rest = " ", rest[cut:].lstrip()
         else:

@@ -4,17 +4,18 @@ Mentions: in a group the bot is addressed by an `@bot` mention entity, a `text_m
 bot, a reply to one of its messages (not the service message every forum-topic post "replies"
 to), or `/cmd@bot`; the mention is removed from the text and `/new@bot` reads `/new`. Forum
 topics are threads: `thread_id` is the topic id, and "1" for the General topic, whose messages
-carry no id. Photos (the largest size), documents, voice notes, audio and video are saved to
-`inbox_dir/YYYY-MM-DD/`; a file over the download limit, a failed download and a message type
-the assistant can't read (sticker, location, poll, …) become an `Attachment` with `error` saying
-so — never a bare placeholder — and the gateway answers politely.
+carry no id. Photos (the largest size), documents, voice notes, audio and video are downloaded
+and handed to the inbox (`InboxWriter`: it names, dates and stores them); a file over the
+download limit, a failed download and a message type the assistant can't read (sticker,
+location, poll, …) become an `Attachment` with `error` saying so — never a bare placeholder —
+and the gateway answers politely.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import mimetypes
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import Any
 from telegram import Bot, Message, MessageEntity
 from telegram.error import BadRequest, TelegramError
 
-from channels.base import Attachment, AttachmentKind, ChatType, InboundMessage
+from channels.base import Attachment, AttachmentKind, ChatType, InboundMessage, InboxWriter
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +90,12 @@ class MessageConverter:
         bot: Bot,
         identity: BotIdentity,
         *,
-        inbox_dir: Path,
-        inbox_rel: str,
+        inbox: InboxWriter,
         max_download_mb: int,
     ) -> None:
         self._bot = bot
         self.identity = identity
-        self._inbox_dir = inbox_dir
-        self._inbox_rel = inbox_rel.strip("/")
+        self._inbox = inbox
         self._max_download_mb = max_download_mb
 
     async def convert(self, messages: Sequence[Message]) -> InboundMessage:
@@ -199,20 +198,14 @@ class MessageConverter:
             return failed(f"download failed ({error.message}); ask for the file to be sent again")
         except TelegramError as error:
             return failed(f"download failed ({error.message}); ask for the file to be sent again")
-        day = message.date.astimezone().date().isoformat()
         name = _file_name(message, kind, file_name, tg_file.file_path, mime_type)
-        folder = self._inbox_dir / day
-        dest = folder / name
         try:
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            await tg_file.download_to_drive(dest, read_timeout=120)
-            os.chmod(dest, 0o600)
+            data = bytes(await tg_file.download_as_bytearray(read_timeout=120))
+            rel = await asyncio.to_thread(self._inbox.save, name, data, message.date)
         except (TelegramError, OSError) as error:
-            dest.unlink(missing_ok=True)
             reason = error.message if isinstance(error, TelegramError) else str(error)
             return failed(f"download failed ({reason}); ask for the file to be sent again")
-        rel = f"{self._inbox_rel}/{day}/{name}" if self._inbox_rel else f"{day}/{name}"
-        return Attachment(kind, rel, file_name, mime_type, dest.stat().st_size)
+        return Attachment(kind, rel, file_name, mime_type, len(data))
 
     def _too_large(self, size: int | None) -> str:
         limit = self._max_download_mb
@@ -258,12 +251,12 @@ def _file_name(
     mime_type: str | None,
 ) -> str:
     """`<kind>-<chat>-<message>.<ext>`, or `<chat>-<message>-<original name>` for documents;
-    the chat is part of the name because message ids are only unique within a chat."""
+    the chat is part of the name because message ids are only unique within a chat. The inbox
+    sanitises it."""
     prefix = f"{abs(message.chat.id)}-{message.message_id}"
-    if original:
-        safe = re.sub(r"[^\w.\-]+", "_", Path(original).name).lstrip(".")[-100:]
-        if safe:
-            return f"{prefix}-{safe}"
+    base = Path(original).name if original else ""
+    if base.strip(". "):
+        return f"{prefix}-{base}"
     suffix = Path(file_path or "").suffix
     if not suffix and mime_type:
         suffix = mimetypes.guess_extension(mime_type) or ""

@@ -1,8 +1,8 @@
-"""The workspace on disk: which files are memory, and safe reads of them.
+"""The workspace on disk: confined paths and safe reads of memory files (which files are memory
+is memory/files/discovery.py's; its names are re-exported here).
 
-Memory files are `MEMORY.md`, `USER.md`, `memory/**/*.md` and configured extra paths (files or
-folders of `.md` files). Symlinks are skipped when discovering and refused when reading, so no
-path can lead outside the workspace. Reads open the file one path component at a time without
+Symbolic links are skipped when discovering and refused when reading, so no path can lead
+outside the workspace. Reads open the file one path component at a time without
 following symbolic links (`open_confined`), so swapping a file for a link between the check and
 the read cannot escape either. A file with more than one hard link may be the same file as one
 outside the workspace: it is treated as outside unless `[memory] allow_hard_links = true`.
@@ -19,14 +19,37 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memory.errors import WorkspaceError
+from memory.files.discovery import (
+    DREAMS_FILE,
+    EVERGREEN_FILES,
+    MemoryFile,
+    default_origin,
+    discover_memory_files,
+    extra_path_base,
+    extra_path_problems,
+    file_day,
+    is_memory_path,
+    skipped_links,
+)
 
-EVERGREEN_FILES = ("MEMORY.md", "USER.md")
-DREAMS_FILE = "DREAMS.md"  # the dream diary: for the owner to read, never indexed nor loaded
+# Discovery's names, for callers that import them from here (memory/files/discovery.py).
+__all__ = [
+    "DREAMS_FILE",
+    "EVERGREEN_FILES",
+    "MemoryFile",
+    "default_origin",
+    "discover_memory_files",
+    "extra_path_base",
+    "extra_path_problems",
+    "file_day",
+    "is_memory_path",
+    "skipped_links",
+]
+
 # Linux limits: one path component and a whole path. Checked before any system call, so an
 # over-long path is refused like any other bad path instead of failing with ENAMETOOLONG.
 MAX_COMPONENT_BYTES = 255
 MAX_PATH_BYTES = 4000
-_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:-[^/]*)?\.md$")
 
 
 # Everything Pinch creates is private to the owner: memory files and the database hold chats.
@@ -56,27 +79,6 @@ class FileMissingError(WorkspaceError):
     """The confined path is allowed but no file is there (yet)."""
 
 
-@dataclass(frozen=True)
-class MemoryFile:
-    rel_path: str  # '/'-separated, relative to the workspace (or 'extra:<n>/...' for outside)
-    abs_path: Path
-    source: str  # 'memory' | 'extra'
-    origin: str  # default origin of its chunks: 'owner' | 'agent'
-
-
-def file_day(rel_path: str) -> str | None:
-    """YYYY-MM-DD for dated logs (memory/2026-01-10.md, memory/2026-01-10-trip.md), else None."""
-    m = _DATED.search(rel_path)
-    if not m or not rel_path.startswith("memory/"):
-        return None
-    return f"{m.group(1)}-{m.group(2)}-{m.group(3)}"
-
-
-def default_origin(rel_path: str) -> str:
-    # Curated files are the owner's; logs and session notes are mostly written by the agent.
-    return "owner" if rel_path in EVERGREEN_FILES else "agent"
-
-
 def _hard_linked(path: Path) -> bool:
     """True if `path` is a regular file with more than one name (maybe one outside)."""
     try:
@@ -84,131 +86,6 @@ def _hard_linked(path: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
-
-
-def _walk_md(root: Path) -> list[Path]:
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(
-            d for d in dirnames if not d.startswith(".") and not Path(dirpath, d).is_symlink()
-        )
-        for name in sorted(filenames):
-            p = Path(dirpath, name)
-            if name.endswith(".md") and not name.startswith(".") and not p.is_symlink():
-                found.append(p)
-    return found
-
-
-def extra_path_base(workspace: Path, configured: str) -> Path:
-    """Where an `[memory] extra_paths` entry points: `~` expanded, a relative path taken from the
-    workspace (not resolved: a symbolic link stays one, to be refused)."""
-    base = Path(configured).expanduser()
-    return base if base.is_absolute() else workspace / base
-
-
-def discover_memory_files(
-    workspace: Path, extra_paths: list[str] | None = None
-) -> list[MemoryFile]:
-    """All memory files, in a stable order. Raises WorkspaceError if the workspace is missing.
-
-    Symbolic links are skipped. Files with several hard links are listed: opening them
-    (`open_memory_file`) refuses them unless `allow_hard_links` (`[memory] allow_hard_links`), so
-    the indexer reports each with what to do instead of leaving it out without a word.
-    """
-    if not workspace.is_dir():
-        raise WorkspaceError(
-            f"The workspace {workspace} does not exist. Run `pinch init` to create it "
-            "(or set PINCH_WORKSPACE to where your memory files are)."
-        )
-    files: list[MemoryFile] = []
-    for name in EVERGREEN_FILES:
-        p = workspace / name
-        if p.is_file() and not p.is_symlink():
-            files.append(MemoryFile(name, p, "memory", "owner"))
-    mem_dir = workspace / "memory"
-    if mem_dir.is_dir() and not mem_dir.is_symlink():
-        for p in _walk_md(mem_dir):
-            rel = p.relative_to(workspace).as_posix()
-            files.append(MemoryFile(rel, p, "memory", default_origin(rel)))
-    seen = {f.rel_path for f in files}
-    for raw in extra_paths or []:
-        base = extra_path_base(workspace, raw)
-        if base.is_symlink() or not base.exists():
-            continue
-        candidates = [base] if base.is_file() else _walk_md(base)
-        for p in candidates:
-            if p.suffix != ".md":
-                continue
-            try:
-                rel = p.resolve().relative_to(workspace.resolve()).as_posix()
-            except ValueError:
-                rel = p.resolve().as_posix()
-            if rel not in seen and rel != DREAMS_FILE:  # Dreaming's diary is never a source
-                seen.add(rel)
-                files.append(MemoryFile(rel, p, "extra", "owner"))
-    return files
-
-
-def extra_path_problems(workspace: Path, extra_paths: list[str] | None) -> dict[str, str]:
-    """{configured extra path: why nothing is indexed from it} for paths that are missing or are
-    symbolic links (never followed), so a typo or a linked folder is not ignored without a word."""
-    problems: dict[str, str] = {}
-    for raw in extra_paths or []:
-        base = extra_path_base(workspace, raw)
-        if base.is_symlink():
-            problems[raw] = (
-                f"skipped: {base} is a symbolic link, which Pinch does not follow; put the "
-                f"folder it points to ({os.path.realpath(base)}) in [memory] extra_paths instead"
-            )
-        elif not base.exists():
-            problems[raw] = (
-                f"skipped: {base} does not exist; fix the path in [memory] extra_paths "
-                "(relative paths are taken from the workspace)"
-            )
-    return problems
-
-
-def skipped_links(workspace: Path) -> dict[str, str]:
-    """{path in the workspace: why it is not indexed} for the symbolic links where memory files
-    would be (MEMORY.md, USER.md, the memory folder, Markdown files and folders inside it):
-    `discover_memory_files` never follows them, and a file left out must not go without a word.
-    """
-    found: dict[str, str] = {}
-
-    def add(p: Path) -> None:
-        rel = p.relative_to(workspace).as_posix()
-        found[rel] = (
-            "skipped: a symbolic link, which Pinch does not follow inside the workspace (so no "
-            "link can point memory tools at files elsewhere); put the file itself here, or add "
-            f"what it points to ({os.path.realpath(p)}) to [memory] extra_paths"
-        )
-
-    for name in EVERGREEN_FILES:
-        if (workspace / name).is_symlink():
-            add(workspace / name)
-    mem_dir = workspace / "memory"
-    if mem_dir.is_symlink():
-        add(mem_dir)
-    elif mem_dir.is_dir():
-        for dirpath, dirnames, filenames in os.walk(mem_dir, followlinks=False):
-            for name in sorted([*dirnames, *filenames]):
-                p = Path(dirpath, name)
-                if (
-                    not name.startswith(".")
-                    and p.is_symlink()
-                    and (p.is_dir() or name.endswith(".md"))
-                ):
-                    add(p)
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-    return found
-
-
-def is_memory_path(rel_path: str) -> bool:
-    return (
-        rel_path in EVERGREEN_FILES
-        or rel_path.lower() == "memory.md"
-        or (rel_path.startswith("memory/") and rel_path.endswith(".md"))
-    )
 
 
 def _hard_link_refusal(rel: str) -> WorkspaceError:

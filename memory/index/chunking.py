@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 
-from memory.text import estimate_tokens, strip_comments
+from common.text import strip_comments
+from memory.store.content_hash import hash_text
+from memory.text import estimate_tokens
 
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
+__all__ = ["Chunk", "Unit", "chunk_markdown", "hash_text", "is_heading", "split_units"]
+
 _IMPORTANCE = re.compile(r"<!--\s*importance:\s*([0-9])\s*-->", re.IGNORECASE)
 
 
@@ -19,10 +22,6 @@ class Chunk:
     text: str
     hash: str
     importance: int | None  # highest <!-- importance: N --> marker inside, if any
-
-
-def hash_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def is_heading(line: str) -> bool:

@@ -7,7 +7,6 @@ texts never seen by this model run through it, in batches, each batch cached as 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -16,8 +15,9 @@ import numpy as np
 from memory.embeddings.providers import EmbeddingError, EmbeddingProvider
 from memory.errors import IndexingError
 from memory.index.chunking import hash_text
-from memory.search.vectors import from_blob, to_blob
 from memory.store.db import Database
+from memory.store.index_embedcache import EmbeddingCacheRepository, ModelKey
+from memory.store.vector_tables import from_blob, to_blob
 
 ProgressCallback = Callable[[int, int, str], None]  # (done_chunks, total_chunks, current_path)
 
@@ -33,26 +33,18 @@ class Embeddable(Protocol):
 class EmbeddingCache:
     """Cached embedding of texts for one agent database."""
 
-    def __init__(self, db: Database, batch_size: int) -> None:
+    def __init__(self, db: Database, repo: EmbeddingCacheRepository, batch_size: int) -> None:
         self.db = db
+        self.repo = repo
         self.batch_size = batch_size
 
     def count(self) -> int:
-        return int(self.db.execute("SELECT count(*) FROM embedding_cache")[0][0])
+        return self.repo.count()
 
     def cached(self, p: EmbeddingProvider, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         """The cached vectors among `hashes` for this provider and model."""
-        found: dict[str, np.ndarray] = {}
-        for i in range(0, len(hashes), 500):
-            part = list(hashes[i : i + 500])
-            marks = ",".join("?" for _ in part)
-            for h, blob in self.db.execute(
-                f"SELECT chunk_hash, vector FROM embedding_cache WHERE provider = ? AND model = ? "
-                f"AND dimensions = ? AND chunk_hash IN ({marks})",
-                (p.provider, p.model, p.dimensions, *part),
-            ):
-                found[h] = from_blob(blob)
-        return found
+        blobs = self.repo.get(_key(p), hashes)
+        return {h: from_blob(blob) for h, blob in blobs.items()}
 
     def embed(
         self,
@@ -85,13 +77,8 @@ class EmbeddingCache:
             except Exception as exc:  # a model library failing mid-run
                 raise IndexingError(f"The embedding model failed: {exc}") from exc
             with self.db.transaction() as conn:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?)",
-                    [
-                        (p.provider, p.model, c.hash, p.dimensions, to_blob(v), time.time())
-                        for c, v in zip(part, vecs, strict=True)
-                    ],
-                )
+                blobs = [(c.hash, to_blob(v)) for c, v in zip(part, vecs, strict=True)]
+                self.repo.put(conn, _key(p), blobs)
                 if on_batch is not None:
                     on_batch(conn)
             for c, v in zip(part, vecs, strict=True):
@@ -102,11 +89,10 @@ class EmbeddingCache:
 
     def prime(self, p: EmbeddingProvider, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Store vectors for texts without running the model (benchmarks, imports)."""
+        blobs = [(hash_text(t), to_blob(v)) for t, v in zip(texts, vectors, strict=True)]
         with self.db.transaction() as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (p.provider, p.model, hash_text(t), p.dimensions, to_blob(v), time.time())
-                    for t, v in zip(texts, vectors, strict=True)
-                ],
-            )
+            self.repo.put(conn, _key(p), blobs)
+
+
+def _key(p: EmbeddingProvider) -> ModelKey:
+    return ModelKey(p.provider, p.model, p.dimensions)

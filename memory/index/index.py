@@ -3,9 +3,10 @@ Markdown files, and answers searches.
 
 Files are the source of truth; everything here can be rebuilt from them. `MemoryIndex` is a thin
 facade over the parts: memory/index/generations.py (which build serves, the rebuild lease),
-memory/index/sync.py (the sync pipeline, single-flight), memory/index/embedcache.py (the embedding
-cache)
-and memory/index/rows.py (chunk, keyword, passage and vector rows). An index *generation* is one
+memory/index/sync.py (the sync pipeline; single_flight.py), memory/index/embedcache.py (the
+embedding cache), memory/index/rows.py (chunk, keyword, passage and vector rows),
+memory/index/virtual.py (chunks no file backs) and memory/index/transcripts.py (conversations).
+Their rows are kept by the repositories in memory/store/index_*.py. An index *generation* is one
 complete build. Incremental syncs update the active generation file by file; a full rebuild
 (`sync(force=True)`, or a changed embedding model / chunking) fills a new generation beside the
 active one and swaps it in, in one transaction, only when complete — searches keep using the old
@@ -17,10 +18,8 @@ serving and updating the live generation.
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,35 +28,36 @@ import numpy as np
 
 from memory.embeddings.providers import EmbeddingError, EmbeddingProvider, create_provider
 from memory.errors import IndexingError
-from memory.index.chunking import Chunk, hash_text, split_units
 from memory.index.embedcache import EmbeddingCache
-from memory.index.generations import STALE_LEASE_SECONDS, Generations, LeaseHolder
-from memory.index.rows import IndexRows, VecRow
-from memory.index.sync import (
-    MAX_FILE_BYTES,
-    ProgressCallback,
-    SingleFlight,
-    SyncPipeline,
-    SyncReport,
-    read_memory_file,
-    shown_path,
-)
+from memory.index.generations import STALE_LEASE_SECONDS, Generations
+from memory.index.reading import MAX_FILE_BYTES
+from memory.index.rows import IndexRows
+from memory.index.single_flight import SingleFlight
+from memory.index.status import IndexStatus, dirty_files
+from memory.index.sync import ProgressCallback, SyncPipeline, SyncReport
+from memory.index.transcripts import replay_transcripts
+from memory.index.virtual import VIRTUAL_SOURCES, VirtualChunk, VirtualChunks
 from memory.lifecycle.signals import record_recall
 from memory.memory_config import MemoryConfig
 from memory.search.filters import SearchFilter
 from memory.search.hybrid import SearchHit, run_search
 from memory.search.presets import SearchPreset, get_preset
-from memory.search.vectors import NumpyStore, SqliteVecStore, VectorStore, drop_vec_table
+from memory.search.sqlite_vec import SqliteVecStore
+from memory.search.vectors import NumpyStore, VectorStore
 from memory.store.compact import space_usage
 from memory.store.db import Database, open_database
+from memory.store.index_embedcache import SqliteEmbeddingCache
+from memory.store.index_generations import SqliteGenerations
+from memory.store.index_rows import SqliteIndexRows
+from memory.store.vector_tables import drop_vec_table
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_FILE_BYTES",
     "STALE_LEASE_SECONDS",
+    "VIRTUAL_SOURCES",
     "IndexStatus",
-    "LeaseHolder",
     "MemoryIndex",
     "ProgressCallback",
     "SyncReport",
@@ -68,47 +68,10 @@ TOKENIZER_VERSION = "pinch-fts-v2"  # bump when fts_body() or chunking rules cha
 PASSAGES_VERSION = "units-v4"  # bump when split_units() or how passages are stored changes
 ORIGINS_VERSION = "file-lowest-v1"  # bump when how chunks get their origin changes
 
-# Chunk sources that no workspace file backs (conversation transcripts,
-# memory/store/transcripts.py):
-# an incremental sync never removes them, and a rebuild re-creates them through `rebuild_hooks`.
-VIRTUAL_SOURCES = frozenset({"sessions"})
+# A rebuild re-creates chunks no file backs through `rebuild_hooks` (transcripts by default).
 RebuildHook = Callable[["MemoryIndex", int], None]  # (index, the generation being built)
 StoreFactory = Callable[[int], VectorStore]  # the vector store for vectors of N dimensions
 _FROM_CONFIG: Any = object()
-
-
-@dataclass(frozen=True)
-class VirtualChunk:
-    """A chunk no workspace file backs; its line numbers are whatever its source counts."""
-
-    start_line: int
-    end_line: int
-    text: str
-    origin: str  # 'owner' | 'agent' | 'untrusted' | 'system'
-    day: str | None = None  # YYYY-MM-DD when dated (temporal decay applies)
-
-
-@dataclass
-class IndexStatus:
-    workspace: str
-    database: str
-    generation: int | None
-    files: int
-    chunks: int
-    provider: str
-    model: str
-    dimensions: int | None
-    vector_backend: str
-    degraded: str | None  # why search is keyword-only, if it is
-    sqlite_version: str
-    driver: str
-    pending_rebuild: bool
-    problems: dict[str, str]
-    cache_entries: int
-    dirty_files: list[str] | None = None  # --deep: files changed since the last sync
-    rebuilding: str | None = None  # another process building a new generation: who
-    file_bytes: int = 0  # the database file
-    free_bytes: int = 0  # free pages inside it (a rebuild's old index until compacted)
 
 
 class MemoryIndex:
@@ -141,10 +104,11 @@ class MemoryIndex:
         self._query_cache: dict[tuple[str, str, str], np.ndarray] = {}
         # Run on a full rebuild, after the files and before the swap, to fill the new
         # generation with chunks that files do not back. Transcripts by default.
-        self.rebuild_hooks: list[RebuildHook] = [_replay_transcripts]
-        self.generations = Generations(db, self._drop_vectors)
-        self.rows = IndexRows(self._store_for_rows, self.generations.dimensions_of)
-        self.cache = EmbeddingCache(db, config.embedding.batch_size)
+        self.rebuild_hooks: list[RebuildHook] = [replay_transcripts]
+        row_repo = SqliteIndexRows(db)
+        self.generations = Generations(db, SqliteGenerations(db), row_repo, self._drop_vectors)
+        self.rows = IndexRows(row_repo, self._store_for_rows, self.generations.dimensions_of)
+        self.cache = EmbeddingCache(db, SqliteEmbeddingCache(db), config.embedding.batch_size)
         self._pipeline = SyncPipeline(
             db=db,
             workspace=workspace,
@@ -158,6 +122,14 @@ class MemoryIndex:
             token=uuid.uuid4().hex,  # tells this index's lease from another's in one process
         )
         self._flight = SingleFlight()
+        self._virtual = VirtualChunks(
+            db=db,
+            generations=self.generations,
+            rows=self.rows,
+            pipeline=self._pipeline,
+            provider=lambda: self.provider,
+            store_for=lambda dims: self._store(dims),
+        )
 
     @classmethod
     def open(
@@ -316,25 +288,10 @@ class MemoryIndex:
 
     # ---- chunks without files (transcripts) ---------------------------------------------
 
-    def _generation_for_write(self, generation: int | None) -> int:
-        if generation is not None:
-            return generation
-        active = self.active_generation()
-        if active is None:
-            raise IndexingError("The memory index has not been built yet: run a sync first.")
-        return active[0]
-
     def virtual_tail(self, path: str, *, generation: int | None = None) -> list[VirtualChunk]:
         """The chunks of `path` that start at its highest start line (several when one long
         entry was split), oldest first; empty when the path has no chunks."""
-        gen = self._generation_for_write(generation)
-        rows = self.db.execute(
-            "SELECT start_line, end_line, text, origin, day FROM memory_chunks "
-            "WHERE generation = ? AND path = ? AND start_line = (SELECT max(start_line) "
-            "FROM memory_chunks WHERE generation = ? AND path = ?) ORDER BY id",
-            (gen, path, gen, path),
-        )
-        return [VirtualChunk(int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows]
+        return self._virtual.tail(path, generation)
 
     def add_virtual_chunks(
         self,
@@ -354,45 +311,18 @@ class MemoryIndex:
         until the next rebuild. Returns how many chunks were added (0 when the generation was
         swapped out meanwhile: the new one replays from the source).
         """
-        if source not in VIRTUAL_SOURCES:
-            raise ValueError(f"{source!r} is not a virtual source ({sorted(VIRTUAL_SOURCES)})")
-        gen = self._generation_for_write(generation)
-        identity = self.generations.identity_of(gen)
-        if identity is None:
-            return 0  # swapped out meanwhile; the new generation replays from the source
-        real = [Chunk(c.start_line, c.end_line, c.text, hash_text(c.text), None) for c in chunks]
-        p = self.provider
-        vectors: dict[str, np.ndarray] = {}
-        store = None
-        built_with = (identity["provider"], identity["model"], identity["dimensions"])
-        if p is not None and built_with == (p.provider, p.model, p.dimensions):
-            # One vector per passage (a turn or a few short ones), as for files: a fact said in
-            # one line of a long conversation chunk is not averaged away by the turns around it.
-            units = [u for chunk in real for u in split_units(chunk)]
-            vectors = self._pipeline.embed(units, SyncReport(gen, rebuilt=False), None)
-            store = self._store(p.dimensions)
-        with self.db.transaction() as conn:
-            if not conn.execute("SELECT 1 FROM memory_generations WHERE id = ?", (gen,)).fetchone():
-                return 0
-            if replace_from_line is not None:
-                self.rows.delete_chunks(conn, gen, path, replace_from_line)
-            vec_rows: list[VecRow] = []
-            for c, chunk in zip(chunks, real, strict=True):
-                where = (path, source, c.origin, scope)
-                units = split_units(chunk)
-                self.rows.insert_chunk(conn, gen, where, chunk, c.day, units, vectors, vec_rows)
-            if store is not None and vec_rows:
-                store.add(conn, vec_rows)
-            self.generations.bump_version(conn)
-        return len(chunks)
+        return self._virtual.add(
+            path,
+            source,
+            scope,
+            chunks,
+            replace_from_line=replace_from_line,
+            generation=generation,
+        )
 
     def delete_virtual(self, path: str, *, generation: int | None = None) -> int:
         """Remove every chunk of a virtual path (e.g. a forgotten conversation)."""
-        gen = self._generation_for_write(generation)
-        with self.db.transaction() as conn:
-            removed = self.rows.delete_chunks(conn, gen, path, None)
-            self.generations.bump_version(conn)
-        return removed
+        return self._virtual.delete(path, generation)
 
     def prime_embedding_cache(self, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Store vectors for texts the index embeds — the passages `split_units` cuts chunks
@@ -474,28 +404,20 @@ class MemoryIndex:
         identity = self.identity()
         files = chunks = 0
         problems: dict[str, str] = {}
+        repo = self.rows.repo
         if generation is not None:
-            files = int(
-                self.db.execute(
-                    "SELECT count(*) FROM memory_sources WHERE generation = ? AND error IS NULL",
-                    (generation,),
-                )[0][0]
-            )
-            chunks = int(
-                self.db.execute(
-                    "SELECT count(*) FROM memory_chunks WHERE generation = ?", (generation,)
-                )[0][0]
-            )
-            problems = dict(
-                self.db.execute(
-                    "SELECT path, coalesce(error, warning) FROM memory_sources "
-                    "WHERE generation = ? AND (error IS NOT NULL OR warning IS NOT NULL)",
-                    (generation,),
-                )
-            )
+            files = repo.indexed_file_count(generation)
+            chunks = repo.chunk_count(generation)
+            problems = repo.problems(generation)
         dirty: list[str] | None = None
         if deep:
-            dirty = self._dirty_files(generation)
+            indexed = repo.sources(generation) if generation is not None else None
+            dirty = dirty_files(
+                self.workspace,
+                self._pipeline.discover(),
+                indexed,
+                allow_hard_links=self.config.allow_hard_links,
+            )
         cache = self.cache.count()
         building = self.generations.live_rebuild()
         usage = space_usage(self.db)
@@ -520,35 +442,3 @@ class MemoryIndex:
             file_bytes=usage.file_bytes,
             free_bytes=usage.free_bytes,
         )
-
-    def _dirty_files(self, generation: int | None) -> list[str]:
-        if generation is None:
-            return [f.rel_path for f in self._pipeline.discover()]
-        known = dict(
-            (r[0], r[1])
-            for r in self.db.execute(
-                "SELECT path, hash FROM memory_sources WHERE generation = ?", (generation,)
-            )
-        )
-        dirty = []
-        files = self._pipeline.discover()
-        for f in files:
-            path = shown_path(f.rel_path)
-            try:
-                st = os.lstat(f.abs_path)
-                _, h, _ = read_memory_file(  # never blocks on a FIFO
-                    self.workspace, f, st, allow_hard_links=self.config.allow_hard_links
-                )
-            except (OSError, IndexingError):
-                dirty.append(path)
-                continue
-            if known.get(path) != h:
-                dirty.append(path)
-        dirty.extend(sorted(set(known) - {shown_path(f.rel_path) for f in files}))
-        return dirty
-
-
-def _replay_transcripts(index: MemoryIndex, generation: int) -> None:
-    from memory.store.transcripts import replay_transcripts  # imports this module; import when used
-
-    replay_transcripts(index, generation)

@@ -1,14 +1,14 @@
-"""The rows of one indexed chunk: memory_chunks, its memory_fts keyword row, its memory_units
-passages and its centroid in the vector store; and the memory_sources row of each file.
+"""What an indexed chunk and file become in the index: a chunk row, its keyword body, its
+passages with their vectors, its centroid in the vector store; and each file's source row.
 
-Every function here runs inside the caller's write transaction (`conn`), so a file's chunks,
-keywords and vectors change together or not at all.
+The rows are kept by memory/store/index_rows.py. Every method here runs inside the caller's
+write transaction (`conn`), so a file's chunks, keywords and vectors change together or not at
+all.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,7 +16,9 @@ import numpy as np
 
 from memory.files.workspace import MemoryFile, file_day
 from memory.index.chunking import Chunk, Unit, split_units
-from memory.search.vectors import VectorStore, to_blob
+from memory.search.vectors import VectorStore
+from memory.store.index_rows import ChunkRow, IndexRowRepository, PassageRow, SourceRow
+from memory.store.vector_tables import to_blob
 from memory.text import fts_body
 
 # The vector store of a generation's dimensions (None: that generation has no vectors here).
@@ -27,7 +29,13 @@ VecRow = tuple[int, int, str, np.ndarray]  # (chunk id, generation, scope, centr
 class IndexRows:
     """Writes and deletes chunk, keyword, passage, vector and source rows."""
 
-    def __init__(self, store_for: StoreFor, dimensions_of: Callable[[Any, int], int | None]):
+    def __init__(
+        self,
+        repo: IndexRowRepository,
+        store_for: StoreFor,
+        dimensions_of: Callable[[Any, int], int | None],
+    ):
+        self.repo = repo
         self._store_for = store_for
         self._dimensions_of = dimensions_of
 
@@ -44,50 +52,36 @@ class IndexRows:
     ) -> int:
         """Insert one chunk, its keyword row and its passages; queue the passages' vectors."""
         path, source, origin, scope = where
-        cur = conn.execute(
-            "INSERT INTO memory_chunks(generation, path, source, origin, scope, "
-            "start_line, end_line, hash, text, importance, day) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                generation,
-                path,
-                source,
-                origin,
-                scope,
-                chunk.start_line,
-                chunk.end_line,
-                chunk.hash,
-                chunk.text,
-                chunk.importance,
-                day,
-            ),
+        row = ChunkRow(
+            generation=generation,
+            path=path,
+            source=source,
+            origin=origin,
+            scope=scope,
+            start_line=chunk.start_line,
+            end_line=chunk.end_line,
+            hash=chunk.hash,
+            text=chunk.text,
+            importance=chunk.importance,
+            day=day,
+            keywords=fts_body(chunk.text),
         )
-        cid = int(cur.lastrowid)
-        conn.execute(
-            "INSERT INTO memory_fts(rowid, body) VALUES (?, ?)", (cid, fts_body(chunk.text))
-        )
+        cid = self.repo.insert_chunk(conn, row)
         found = [vectors[u.hash] for u in units if u.hash in vectors]
-        conn.executemany(
-            "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash, vector) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    cid,
-                    generation,
-                    u.start_line,
-                    u.end_line,
-                    u.hash,
-                    to_blob(vectors[u.hash]) if u.hash in vectors else None,
-                )
-                for u in units
-            ],
-        )
+        passages = [
+            PassageRow(
+                u.start_line,
+                u.end_line,
+                u.hash,
+                to_blob(vectors[u.hash]) if u.hash in vectors else None,
+            )
+            for u in units
+        ]
+        self.repo.insert_passages(conn, cid, generation, passages)
         if found:
             centroid = np.mean(np.vstack(found), axis=0)
             centroid /= float(np.linalg.norm(centroid)) or 1.0
-            conn.execute(
-                "UPDATE memory_chunks SET centroid = ? WHERE id = ?", (to_blob(centroid), cid)
-            )
+            self.repo.set_centroid(conn, cid, to_blob(centroid))
             vec_rows.append((cid, generation, scope, centroid.astype(np.float32)))
         return cid
 
@@ -114,21 +108,10 @@ class IndexRows:
             self.insert_chunk(conn, generation, where, c, day, split_units(c), vectors, vec_rows)
         if store is not None and vec_rows:
             store.add(conn, vec_rows)
-        conn.execute(
-            "INSERT INTO memory_sources(generation, path, source, origin, hash, mtime, size, "
-            "indexed_at, error, warning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
-            (
-                generation,
-                f.rel_path,
-                f.source,
-                origin,
-                file_hash,
-                st.st_mtime,
-                st.st_size,
-                time.time(),
-                warning,
-            ),
+        source = SourceRow(
+            generation, f.rel_path, f.source, origin, file_hash, st.st_mtime, st.st_size, warning
         )
+        self.repo.write_source(conn, source)
 
     def record_problem(
         self,
@@ -140,43 +123,20 @@ class IndexRows:
         message: str,
     ) -> None:
         """Remember why a file was skipped; its previous chunks (if any) keep serving."""
-        path, source, origin = where
-        conn.execute(
-            "INSERT INTO memory_sources(generation, path, source, origin, hash, mtime, size, "
-            "indexed_at, error) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?) "
-            "ON CONFLICT(generation, path) DO UPDATE SET error = excluded.error, "
-            "mtime = excluded.mtime, size = excluded.size",
-            (generation, path, source, origin, mtime, size, time.time(), message),
-        )
+        self.repo.record_problem(conn, generation, where, mtime, size, message)
 
     def touch_source(self, conn: Any, generation: int, path: str, st: os.stat_result) -> None:
         """A file touched but not changed: remember its new mtime and size."""
-        conn.execute(
-            "UPDATE memory_sources SET mtime = ?, size = ? WHERE generation = ? AND path = ?",
-            (st.st_mtime, st.st_size, generation, path),
-        )
+        self.repo.touch_source(conn, generation, path, st.st_mtime, st.st_size)
 
     def delete_path(self, conn: Any, generation: int, path: str) -> None:
         """Remove a file's chunks and its source row."""
-        ids = [
-            int(r[0])
-            for r in conn.execute(
-                "SELECT id FROM memory_chunks WHERE generation = ? AND path = ?", (generation, path)
-            )
-        ]
-        self.delete_chunk_ids(conn, generation, ids)
-        conn.execute(
-            "DELETE FROM memory_sources WHERE generation = ? AND path = ?", (generation, path)
-        )
+        self.delete_chunk_ids(conn, generation, self.repo.chunk_ids(conn, generation, path))
+        self.repo.delete_source(conn, generation, path)
 
     def delete_chunks(self, conn: Any, generation: int, path: str, from_line: int | None) -> int:
         """Remove a path's chunks (those starting at or after `from_line`); returns how many."""
-        sql = "SELECT id FROM memory_chunks WHERE generation = ? AND path = ?"
-        params: tuple[Any, ...] = (generation, path)
-        if from_line is not None:
-            sql += " AND start_line >= ?"
-            params += (from_line,)
-        ids = [int(r[0]) for r in conn.execute(sql, params)]
+        ids = self.repo.chunk_ids(conn, generation, path, from_line)
         self.delete_chunk_ids(conn, generation, ids)
         return len(ids)
 
@@ -184,9 +144,8 @@ class IndexRows:
         """Remove chunks with their keyword rows, passages and vectors."""
         if not ids:
             return
-        conn.executemany("DELETE FROM memory_fts WHERE rowid = ?", [(i,) for i in ids])
+        self.repo.delete_keywords(conn, ids)
         store = self._store_for(self._dimensions_of(conn, generation))
         if store is not None:
             store.delete(conn, generation, ids)
-        conn.executemany("DELETE FROM memory_units WHERE chunk_id = ?", [(i,) for i in ids])
-        conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in ids])
+        self.repo.delete_chunks(conn, ids)

@@ -7,18 +7,16 @@ cannot be read is recorded with what to do and skipped; the others are indexed.
 Several processes share one database: a full rebuild is built only by the holder of the rebuild
 lease (memory/index/generations.py); a sync that meets another process's rebuild works on the live
 generation (and a write that finds its generation swapped out starts over on the new one), or
-with `wait=True` waits for the rebuild to finish. Within a process, `SingleFlight` makes sync
-single-flight: calls arriving during a run coalesce onto one following run.
+with `wait=True` waits for the rebuild to finish. Within a process, `SingleFlight`
+(memory/index/single_flight.py) makes sync single-flight: calls arriving during a run coalesce
+onto one following run. Reading one file safely is memory/index/reading.py.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import re
 import stat
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,20 +27,30 @@ from typing import Any
 import numpy as np
 
 from memory.embeddings.providers import EmbeddingProvider
-from memory.errors import IndexingError, WorkspaceError
-from memory.files.workspace import MemoryFile, discover_memory_files, open_memory_file
-from memory.index.chunking import Chunk, chunk_markdown, hash_text, split_units
+from memory.errors import IndexingError
+from memory.files.workspace import MemoryFile, discover_memory_files
+from memory.index.chunking import Chunk, chunk_markdown, split_units
 from memory.index.embedcache import EmbeddingCache, ProgressCallback
-from memory.index.generations import GenerationGone, Generations, LeaseHolder
+from memory.index.generations import GenerationGone, Generations
+from memory.index.reading import (
+    BAD_NAME,
+    MAX_FILE_BYTES,
+    NOT_REGULAR,
+    os_advice,
+    read_memory_file,
+    shown_path,
+)
 from memory.index.rows import IndexRows, StoreFor
 from memory.memory_config import MemoryConfig
-from memory.search.vectors import refresh_pack
+from memory.search.matrix_cache import refresh_pack
 from memory.store.db import Database
+from memory.store.index_generations import RebuildLeaseHolder
 from memory.store.lineage import LineageStore, file_origin
 
 log = logging.getLogger(__name__)
 
-MAX_FILE_BYTES = 10 * 1024 * 1024
+__all__ = ["MAX_FILE_BYTES", "ProgressCallback", "RebuildStep", "SyncPipeline", "SyncReport"]
+
 LEASE_POLL_SECONDS = 0.2
 MAX_RESTARTS = 5  # a sync whose generation was swapped out starts over at most this often
 
@@ -64,81 +72,6 @@ class SyncReport:
     waited_for: str | None = None  # the rebuild this sync waited for, if it waited
 
 
-def shown_path(rel_path: str) -> str:
-    """The path as it can be stored and printed: bytes that are not UTF-8 and control
-    characters (which could drive a terminal) become \\xNN escapes."""
-    try:
-        rel_path.encode("utf-8")
-        text = rel_path
-    except UnicodeEncodeError:
-        text = rel_path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def read_memory_file(
-    workspace: Path, f: MemoryFile, st: os.stat_result, *, allow_hard_links: bool = False
-) -> tuple[str, str, str | None]:
-    """(text, sha256 of the bytes, warning) of a regular file, or IndexingError with advice.
-
-    Opened through `open_memory_file`: one path component at a time without following a
-    symbolic link, without blocking (a FIFO named *.md must never hang the index), hard links
-    refused unless allowed — and checked again on the open descriptor: what was stat'ed is what
-    is read.
-    """
-    if st.st_size > MAX_FILE_BYTES:
-        raise _too_big(st.st_size)
-    try:
-        fd = open_memory_file(workspace, f, allow_hard_links=allow_hard_links)
-    except WorkspaceError as exc:
-        cause = exc.__cause__
-        if isinstance(cause, OSError) and cause.errno in _ADVISED:
-            raise IndexingError(_os_advice(cause)) from exc
-        raise IndexingError(f"skipped: {exc}") from exc
-    try:
-        opened = os.fstat(fd)
-        if not stat.S_ISREG(opened.st_mode):
-            raise IndexingError(_NOT_REGULAR)
-        if opened.st_size > MAX_FILE_BYTES:
-            raise _too_big(opened.st_size)
-        parts = []
-        size = 0
-        while True:
-            part = os.read(fd, 1 << 20)
-            if not part:
-                break
-            parts.append(part)
-            size += len(part)
-            if size > MAX_FILE_BYTES:
-                raise _too_big(size)
-        data = b"".join(parts)
-    except OSError as exc:
-        raise IndexingError(_os_advice(exc)) from exc
-    finally:
-        os.close(fd)
-    if b"\x00" in data:
-        raise IndexingError("skipped: binary content (NUL bytes), not Markdown text")
-    file_hash = hash_text(data.decode("latin-1"))
-    try:
-        return data.decode("utf-8"), file_hash, None
-    except UnicodeDecodeError as exc:
-        return (
-            data.decode("utf-8", errors="replace"),
-            file_hash,
-            f"not valid UTF-8 (first bad byte at offset {exc.start}); indexed with "
-            "replacement characters, the file itself was not changed",
-        )
-
-
-def _too_big(size: int) -> IndexingError:
-    return IndexingError(
-        f"skipped: {size / 1e6:.1f} MB is over the {MAX_FILE_BYTES // 2**20} MB "
-        "limit for one memory file; split it into smaller files"
-    )
-
-
 FORGOTTEN_NOTE = (
     "indexed as empty: it is the note of session {session}, which `pinch memory forget` "
     "removed (a copy from a backup?); delete the file, or remove its `<!-- session: … -->` "
@@ -150,33 +83,6 @@ UNTRUSTED_CURATED = (
     "it counts as untrusted: its trigger entries are off and deep recall and Dreaming skip it; "
     "delete that line or its marker"
 )
-_ADVISED = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM})
-_NOT_REGULAR = (
-    "skipped: not a regular file (a FIFO, socket, device or folder named *.md); "
-    "remove it or rename it so it does not end in .md"
-)
-_BAD_NAME = (
-    "skipped: the file name is not valid UTF-8 or holds control characters; rename the file "
-    "(e.g. with `mv`) to a plain UTF-8 name, then run `pinch memory index`"
-)
-
-
-def _os_advice(exc: OSError) -> str:
-    if exc.errno == errno.ENOENT:
-        return (
-            "skipped: the file disappeared while being indexed (deleted or renamed); "
-            "nothing to do, the next index run catches up"
-        )
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return (
-            "skipped: permission denied; make it readable by the user running Pinch "
-            "(chmod u+r), then run `pinch memory index`"
-        )
-    if exc.errno == errno.ELOOP:
-        return "skipped: it became a symbolic link, which memory files may not be"
-    return (
-        f"skipped: cannot read it ({exc.strerror}); check the file, then run `pinch memory index`"
-    )
 
 
 class SyncPipeline:
@@ -220,7 +126,7 @@ class SyncPipeline:
         self.generations.drop_retired()
         identity = self._identity()
         waited: str | None = None
-        busy: LeaseHolder | None = None
+        busy: RebuildLeaseHolder | None = None
         restarts = 0
         while True:
             other = self.generations.live_rebuild() if wait else None
@@ -286,7 +192,7 @@ class SyncPipeline:
         listed, and refused when read unless allowed, so they are reported)."""
         return discover_memory_files(self.workspace, self.config.extra_paths)
 
-    def _wait_for(self, holder: LeaseHolder) -> None:
+    def _wait_for(self, holder: RebuildLeaseHolder) -> None:
         while True:
             time.sleep(LEASE_POLL_SECONDS)
             now = self.generations.lease_holder()
@@ -345,13 +251,7 @@ class SyncPipeline:
         on_progress: ProgressCallback | None,
         token: str | None,
     ) -> None:
-        known = {
-            row[0]: (row[1], row[2], row[3], row[4])
-            for row in self.db.execute(
-                "SELECT path, hash, mtime, size, error FROM memory_sources WHERE generation = ?",
-                (generation,),
-            )
-        }
+        known = self.rows.repo.sources(generation)
         present = {shown_path(f.rel_path) for f in files}
         for path in sorted(set(known) - present):
             with self._writing(generation, token) as conn:
@@ -371,20 +271,25 @@ class SyncPipeline:
         tombstones = LineageStore(self.db).tombstones()  # `pinch memory forget`
         for f in files:
             if shown_path(f.rel_path) != f.rel_path:
-                problem(f, _BAD_NAME)
+                problem(f, BAD_NAME)
                 continue
             try:
                 st = os.lstat(f.abs_path)
             except OSError as exc:
-                problem(f, _os_advice(exc))
+                problem(f, os_advice(exc))
                 continue
             if not stat.S_ISREG(st.st_mode):
-                problem(f, _NOT_REGULAR, st)
+                problem(f, NOT_REGULAR, st)
                 continue
             prev = known.get(f.rel_path)
             # A second hard link changes no mtime: such a file is read (and refused) again.
             linked = st.st_nlink > 1 and not self.config.allow_hard_links
-            same = prev and prev[1] == st.st_mtime and prev[2] == st.st_size and prev[3] is None
+            same = (
+                prev is not None
+                and prev.mtime == st.st_mtime
+                and prev.size == st.st_size
+                and prev.error is None
+            )
             if same and not linked:
                 report.files_unchanged += 1
                 continue
@@ -397,7 +302,7 @@ class SyncPipeline:
                 continue
             if warning:
                 report.problems[f.rel_path] = warning
-            if prev and prev[0] == file_hash and prev[3] is None:
+            if prev is not None and prev.hash == file_hash and prev.error is None:
                 with self._writing(generation, token) as conn:  # touched, not changed
                     self.rows.touch_source(conn, generation, f.rel_path, st)
                 report.files_unchanged += 1
@@ -455,66 +360,3 @@ class SyncPipeline:
         report.chunks_from_cache += from_cache
         report.chunks_embedded += embedded
         return vectors
-
-
-class SingleFlight:
-    """At most one sync at a time in a process; calls that arrive while one runs mark the index
-    dirty and wait for the one following run, which all of them share (its report, or its
-    error). A rebuild asked for by any of them makes that run a rebuild."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._running: int | None = None  # the thread running a sync
-        self._started = 0  # runs begun
-        self._finished = 0  # runs ended
-        self._force = False  # the next run rebuilds
-        self._wait = False  # the next run waits for another process's rebuild
-        self._outcomes: dict[int, tuple[SyncReport | None, BaseException | None]] = {}
-        self._waiters: dict[int, int] = {}
-
-    def run(self, force: bool, wait: bool, sync: Callable[[bool, bool], SyncReport]) -> SyncReport:
-        me = threading.get_ident()
-        with self._cv:
-            if self._running == me:
-                raise RuntimeError("MemoryIndex.sync() was called from inside a sync")
-            target = self._started + 1  # the first run that starts after this call
-            self._force |= force
-            self._wait |= wait
-            while self._running is not None:
-                self._waiters[target] = self._waiters.get(target, 0) + 1
-                try:
-                    self._cv.wait_for(lambda: self._finished >= target or self._running is None)
-                finally:
-                    self._waiters[target] -= 1
-                if self._finished >= target:
-                    return self._take(target)
-            self._running = me
-            self._started = target
-            force, wait, self._force, self._wait = self._force, self._wait, False, False
-        outcome: tuple[SyncReport | None, BaseException | None] = (None, None)
-        try:
-            report = sync(force, wait)
-            outcome = (report, None)
-            return report
-        except BaseException as exc:
-            outcome = (None, exc)
-            raise
-        finally:
-            with self._cv:
-                if self._waiters.get(target):
-                    self._outcomes[target] = outcome
-                else:
-                    self._waiters.pop(target, None)
-                self._finished = target
-                self._running = None
-                self._cv.notify_all()
-
-    def _take(self, target: int) -> SyncReport:
-        report, error = self._outcomes[target]
-        if not self._waiters.get(target):
-            self._outcomes.pop(target, None)
-            self._waiters.pop(target, None)
-        if error is not None:
-            raise error
-        assert report is not None
-        return report

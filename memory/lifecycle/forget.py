@@ -13,8 +13,8 @@ What goes (each item of the plan says where):
 - its recall signals (on the entries cut, its notes, its transcript; those below a cut move up)
   and what Dreaming made of its entries — MEMORY.md lines promoted from them, the same lines in
   the preimages, DREAMS.md lines quoting them (memory/lifecycle/forget_dreams.py);
-- lineage rows other parts recorded for it: removed, and their own rows too when the part
-  registered a remover (`register_remover`);
+- lineage rows other parts recorded for it: removed (all database changes in one transaction,
+  `ForgetStore.erase`, memory/store/forget_store.py);
 - then a tombstone (lineage_tombstones): re-indexing skips entries still marked with the
   session and reads a note whose header names it as empty (a restored backup; a note `forget`
   kept stays the owner's), transcript indexing skips it, Dreaming does the same. A second run
@@ -26,7 +26,6 @@ workspace or database, and what a model provider already received.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -38,14 +37,12 @@ from memory.index.chunking import hash_text
 from memory.index.index import MemoryIndex
 from memory.lifecycle.forget_dreams import (
     Attributed,
-    Span,
     attributed,
     count_signals,
-    delete_signals,
     forget_dreams,
     plan_dreams,
-    shift_signals,
 )
+from memory.store.forget_store import KeptNote, SessionErasure, forget_store_for
 from memory.store.lineage import (
     KEPT_SESSION,
     LineageRow,
@@ -55,22 +52,14 @@ from memory.store.lineage import (
     origin_marker,
     strip_marker,
 )
+from memory.store.recall_signals import Span
 from memory.store.sessions import Session, SessionKey, SessionStore
 from memory.store.transcripts import transcript_path
 
-# kind -> remover(conn, refs) for lineage kinds kept in other tables; returns rows removed.
-Remover = Callable[[Any, list[str]], int]
-_REMOVERS: dict[str, Remover] = {}
 FILE_KINDS = frozenset({"session_note", "daily_entry"})
 UNRECORDED_NOTE = (
     "written before Pinch recorded lineage, so it may hold your edits: delete it yourself"
 )
-
-
-def register_remover(kind: str, remove: Remover) -> None:
-    """Let `forget` delete your rows: `remove(conn, refs)` runs inside its transaction with the
-    `ref`s of the session's lineage rows of `kind`."""
-    _REMOVERS[kind] = remove
 
 
 @dataclass(frozen=True)
@@ -220,46 +209,34 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
     done += [ForgetItem("recall_signals", "remove", p, count=n) for p, n in signals.items()]
     found = forget_dreams(index.db, index.workspace, writer, _attributed(texts, spans))
     done += [ForgetItem(f.kind, f.action, f.path, f.lines, f.count, f.reason) for f in found]
-    with index.db.transaction() as conn:
-        delete_signals(conn, spans)
-        for path, lines in cut_lines.items():
-            shift_signals(conn, path, lines)
-        for kind, remove in _REMOVERS.items():
-            refs = [r.ref for r in rows if r.kind == kind and r.ref is not None]
-            if refs:
-                remove(conn, refs)
-        conn.execute("DELETE FROM transcript_events WHERE session_id = ?", (sid,))
-        conn.execute("SAVEPOINT forget_session")
-        try:
-            conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
-        except Exception as exc:  # another table still points at it: keep the empty row
-            if "FOREIGN KEY" not in str(exc).upper():
-                raise
-            conn.execute("ROLLBACK TO forget_session")
-        conn.execute("RELEASE forget_session")
-        summary = [
-            {k: v for k, v in asdict(i).items() if v is not None and k != "action"}
-            for i in done
-            if i.action == "remove"
-        ]
-        conn.execute(
-            "INSERT OR REPLACE INTO lineage_tombstones VALUES (?, ?, ?, ?)",
-            (sid, plan.session_key, time.time(), json.dumps(summary)),
+    summary = [
+        {k: v for k, v in asdict(i).items() if v is not None and k != "action"}
+        for i in done
+        if i.action == "remove"
+    ]
+    # Keep the rows of what stayed (edited by hand): they still say where it came from,
+    # and a kept note is the owner's, indexed as such (Tombstones.kept_notes).
+    kept = {i.path for i in done if i.action == "keep" and i.path}
+    recorded = {r.path for r in rows}
+    forget_store_for(index.db).erase(
+        SessionErasure(
+            sid,
+            plan.session_key,
+            time.time(),
+            summary,
+            signal_spans=spans,
+            cut_lines={path: frozenset(lines) for path, lines in cut_lines.items()},
+            lineage_ids=[r.id for r in rows if r.path is None or r.path not in kept],
+            kept_notes=[
+                KeptNote(i.path, i.reason)
+                for i in done
+                if i.kind == "session_note"
+                and i.action == "keep"
+                and i.path
+                and i.path not in recorded
+            ],
         )
-        # Keep the rows of what stayed (edited by hand): they still say where it came from,
-        # and a kept note is the owner's, indexed as such (Tombstones.kept_notes).
-        kept = {i.path for i in done if i.action == "keep" and i.path}
-        for r in rows:
-            if r.path is None or r.path not in kept:
-                conn.execute("DELETE FROM lineage WHERE id = ?", (r.id,))
-        recorded = {r.path for r in rows}
-        for i in done:
-            if i.kind == "session_note" and i.action == "keep" and i.path not in recorded:
-                conn.execute(
-                    "INSERT INTO lineage(session_id, kind, path, ref, detail, created_at) "
-                    "VALUES (?, 'session_note', ?, NULL, ?, ?)",
-                    (sid, i.path, json.dumps({"kept": i.reason}), time.time()),
-                )
+    )
     if index.active_generation() is not None:
         index.delete_virtual(transcript_path(sid))
     index.sync()
@@ -418,7 +395,4 @@ def _chunk_count(index: MemoryIndex, path: str) -> int:
     active = index.active_generation()
     if active is None:
         return 0
-    rows = index.db.execute(
-        "SELECT count(*) FROM memory_chunks WHERE generation = ? AND path = ?", (active[0], path)
-    )
-    return int(rows[0][0])
+    return forget_store_for(index.db).chunk_count(active[0], path)

@@ -21,36 +21,21 @@ the tombstone keeps Light from staging a forgotten session's entries again).
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memory.files.workspace import DREAMS_FILE
-from memory.files.writes import WorkspaceWriter, _atomic_write, _pinned, _read_text, _write_lock
-from memory.lifecycle.dreaming import (
-    MEMORY_FILE,
-    PREIMAGE_DIR,
-    Candidate,
-    _entries,
-    apply_dreaming_migrations,
-    content_hash,
-    entry_line,
-)
-from memory.lifecycle.signals import flush_signals
+from memory.files.atomic import locked_target, read_workspace_text, replace_atomically
+from memory.files.discovery import DREAMS_FILE
+from memory.files.writes import WorkspaceWriter
+from memory.lifecycle.dream_memory import content_hash, entry_line
+from memory.lifecycle.dream_stages import MEMORY_FILE, PREIMAGE_DIR, Candidate, log_entries
 from memory.store.db import Database
+from memory.store.dreams_store import dream_runs_for
+from memory.store.recall_signals import Span, signals_for
 
 FORGOTTEN_REPORT = "(an entry here was removed by `pinch memory forget`)"
-
-
-@dataclass(frozen=True)
-class Span:
-    """Lines `start`..`end` (1-based) of `path` that are being forgotten; None: the whole file."""
-
-    path: str
-    start: int | None = None
-    end: int | None = None
 
 
 @dataclass(frozen=True)
@@ -81,7 +66,7 @@ def attributed(path: str, text: str, spans: Sequence[Span]) -> list[Attributed]:
     """Dreaming's entries of `text` (file `path`) that start inside one of `spans`."""
     mine = [s for s in spans if s.path == path]
     out = []
-    for start, end, body in _entries(text):
+    for start, end, body in log_entries(text):
         for s in mine:
             if s.start is None or s.end is None or s.start <= start <= s.end:
                 out.append(Attributed(path, start, end, body.strip()))
@@ -92,57 +77,9 @@ def attributed(path: str, text: str, spans: Sequence[Span]) -> list[Attributed]:
 # ---- recall signals ---------------------------------------------------------------------------
 
 
-def _signal_where(spans: Iterable[Span]) -> tuple[str, list[Any]]:
-    parts, args = [], list[Any]()
-    for s in spans:
-        if s.start is None or s.end is None:
-            parts.append("path = ?")
-            args.append(s.path)
-        else:
-            parts.append("(path = ? AND start_line <= ? AND end_line >= ?)")
-            args += [s.path, s.end, s.start]
-    return " OR ".join(parts), args
-
-
 def count_signals(db: Database, spans: Sequence[Span]) -> dict[str, int]:
     """path -> how many recall signals fall on `spans`."""
-    if not spans:
-        return {}
-    flush_signals(db)  # signals a search buffered while the database was busy count too
-    where, args = _signal_where(spans)
-    rows = db.execute(
-        f"SELECT path, count(*) FROM recall_signals WHERE {where} GROUP BY path ORDER BY path",
-        tuple(args),
-    )
-    return {str(r[0]): int(r[1]) for r in rows}
-
-
-def delete_signals(conn: Any, spans: Sequence[Span]) -> int:
-    """Delete the recall signals on `spans` inside the caller's transaction; returns how many."""
-    if not spans:
-        return 0
-    where, args = _signal_where(spans)
-    return int(conn.execute(f"DELETE FROM recall_signals WHERE {where}", tuple(args)).rowcount)
-
-
-def shift_signals(conn: Any, path: str, removed: set[int]) -> None:
-    """Move the signals of `path` up past `removed` lines (1-based, before the cut), so each
-    still covers the lines it was recorded for (REM counts signals by line)."""
-    if not removed:
-        return
-    cut = sorted(removed)
-    rows = conn.execute(
-        "SELECT id, start_line, end_line FROM recall_signals WHERE path = ? AND end_line > ?",
-        (path, cut[0]),
-    ).fetchall()
-    for row_id, start, end in rows:
-        new_start = int(start) - bisect_left(cut, int(start))
-        new_end = max(new_start, int(end) - bisect_right(cut, int(end)))
-        if (new_start, new_end) != (start, end):
-            conn.execute(
-                "UPDATE recall_signals SET start_line = ?, end_line = ? WHERE id = ?",
-                (new_start, new_end, int(row_id)),
-            )
+    return signals_for(db).count_on(spans)
 
 
 # ---- MEMORY.md, preimages, DREAMS.md ----------------------------------------------------------
@@ -176,7 +113,8 @@ def _redacted(text: str, entries: Sequence[Attributed]) -> tuple[str, int]:
 
 
 def _read_hidden(workspace: Path, rel: str) -> str | None:
-    """A preimage's text (`_read_text` refuses hidden folders); None if absent or not a file."""
+    """A preimage's text (`read_workspace_text` refuses hidden folders); None if absent or not
+    a file."""
     path = workspace / rel
     if path.is_symlink() or not path.is_file():
         return None
@@ -211,20 +149,17 @@ def plan_dreams(db: Database, workspace: Path, entries: Sequence[Attributed]) ->
     if not entries:
         return []
     wanted = {a.memory_line for a in entries}
-    out = _memory_findings(_read_text(workspace, MEMORY_FILE) or "", entries)
+    out = _memory_findings(read_workspace_text(workspace, MEMORY_FILE) or "", entries)
     for rel in _preimage_files(workspace):
         n = _without(_read_hidden(workspace, rel) or "", wanted)[1]
         if n:
             out.append(DreamFinding("dream_preimage", "remove", rel, count=n))
-    apply_dreaming_migrations(db)
     runs = [
-        int(r[0])
-        for r in db.execute("SELECT id, preimage_text FROM dream_runs WHERE preimage_text != ''")
-        if _without(str(r[1]), wanted)[1]
+        run_id for run_id, text in dream_runs_for(db).preimage_texts() if _without(text, wanted)[1]
     ]
     if runs:
         out.append(DreamFinding("dream_preimage_db", "remove", None, count=len(runs)))
-    diary = _redacted(_read_text(workspace, DREAMS_FILE) or "", entries)[1]
+    diary = _redacted(read_workspace_text(workspace, DREAMS_FILE) or "", entries)[1]
     if diary:
         out.append(DreamFinding("dream_report", "remove", DREAMS_FILE, count=diary))
     return out
@@ -252,35 +187,30 @@ def forget_dreams(
         done = [f for f in done if f.kind != "memory_entry"]
         done = _memory_findings(swap[0], entries) + done
         # The last dream's undo still works: it checks MEMORY.md against what the dream wrote.
-        with db.transaction() as conn:
-            conn.execute(
-                "UPDATE dream_runs SET post_hash = ? WHERE post_hash = ?",
-                (content_hash(swap[1]), content_hash(swap[0])),
-            )
+        dream_runs_for(db).replace_post_hash(content_hash(swap[0]), content_hash(swap[1]))
     for f in done:
         if f.kind == "dream_preimage" and f.path:
             _rewrite_hidden(workspace, f.path, lambda t: _without(t, wanted)[0])
         elif f.kind == "dream_report":
             writer.rewrite(DREAMS_FILE, lambda t: _redacted(t or "", entries)[0])
-    with db.transaction() as conn:
-        for run_id, text in conn.execute(
-            "SELECT id, preimage_text FROM dream_runs WHERE preimage_text != ''"
-        ).fetchall():
-            new, n = _without(str(text), wanted)
-            if n:
-                conn.execute(
-                    "UPDATE dream_runs SET preimage_text = ? WHERE id = ?", (new, int(run_id))
-                )
+
+    def cut_preimage(text: str) -> str | None:
+        new, n = _without(text, wanted)
+        return new if n else None
+
+    dream_runs_for(db).rewrite_preimages(cut_preimage)
     return done
 
 
 def _rewrite_hidden(workspace: Path, rel: str, change: Any) -> None:
     """Rewrite a preimage (memory/.dreams/, outside what the writer may touch) compare-and-swap."""
     target = workspace / rel
-    with _write_lock, _pinned(workspace, target) as pinned:
+    with locked_target(workspace, target) as pinned:
         for _ in range(5):
             current = _read_hidden(workspace, rel)
             if current is None:
                 return
-            if _atomic_write(pinned, change(current).encode("utf-8"), check=True, expect=current):
+            if replace_atomically(
+                pinned, change(current).encode("utf-8"), check=True, expect=current
+            ):
                 return

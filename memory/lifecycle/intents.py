@@ -23,17 +23,21 @@ Every call blocks on SQLite; async callers run them in a worker thread.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
 from memory.errors import MemoryError_
 from memory.search.porter import porter_stem
 from memory.store.db import Database
-from memory.store.schema import MigrationSet, apply
-from memory.store.sessions import SessionKey
+from memory.store.intents_store import (
+    IntentFire,
+    IntentRepository,
+    IntentScope,
+    NewIntent,
+    StandingIntent,
+    ensure_intent_schema,
+    intents_for,
+)
 from memory.text import CJK_CHAR, ENGLISH_STOPWORDS, normalised_runs
 
 DAY_S = 86_400.0
@@ -44,10 +48,6 @@ MAX_CANDIDATES = 256  # prefilter rows verified per message: bounded work on eve
 MAX_TRIGGERS = 8
 MAX_TERMS_PER_TRIGGER = 8
 MAX_ACTION_CHARS = 300  # three intents and their triggers always fit the 1,200-char block
-ACTIVE_STATES = ("armed", "fired")
-STATES = ("armed", "fired", "done", "cancelled", "expired")
-_ROWS = 16  # prefilter rowids per intent (> MAX_TRIGGERS)
-_QUERY_BATCH = 200  # message terms per FTS query (a pasted page has thousands)
 
 
 class IntentError(MemoryError_):
@@ -89,146 +89,17 @@ def trigger_terms(entry: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(terms or glue))
 
 
-# ---- values --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class IntentScope:
-    """Where an intent may fire and whose messages fire it. `sender_id` None: any sender of
-    `sender_kind` ("owner" | "person" | "automation" | "system") in that chat."""
-
-    agent_id: str
-    channel: str
-    chat: str  # SessionKey.memory_scope of the conversation
-    sender_kind: str
-    sender_id: str | None = None
-
-    @classmethod
-    def of(cls, key: SessionKey, sender_kind: str, sender_id: str | None = None) -> IntentScope:
-        return cls(key.agent_id, key.channel, key.memory_scope, sender_kind, sender_id)
-
-
-@dataclass(frozen=True)
-class StandingIntent:
-    id: int
-    scope: IntentScope
-    creator: str
-    triggers: tuple[str, ...]  # the entries as given; any one of them fires it
-    action: str
-    state: str  # one of STATES
-    cooldown_s: float
-    max_fires: int
-    fire_count: int
-    created_at: float
-    expires_at: float
-    last_fired_at: float | None = None
-    ended_at: float | None = None  # when it became done, cancelled or expired
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE_STATES
-
-
-@dataclass(frozen=True)
-class IntentFire:
-    intent_id: int
-    fired_at: float
-    session_key: str
-    excerpt: str  # the start of the message that fired it
-
-
-# ---- schema --------------------------------------------------------------------------------
-
-
-def m001_intents(conn: Any) -> None:
-    conn.executescript(
-        """
-        CREATE TABLE intents (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            agent_id TEXT NOT NULL,
-            channel TEXT NOT NULL,
-            chat TEXT NOT NULL,              -- SessionKey.memory_scope where it may fire
-            sender_kind TEXT NOT NULL,       -- whose messages fire it
-            sender_id TEXT,                  -- NULL: anyone of sender_kind in that chat
-            creator TEXT NOT NULL,
-            triggers TEXT NOT NULL,          -- JSON list of entries as given
-            action TEXT NOT NULL,
-            state TEXT NOT NULL
-                CHECK (state IN ('armed', 'fired', 'done', 'cancelled', 'expired')),
-            cooldown_s REAL NOT NULL,
-            max_fires INTEGER NOT NULL,
-            fire_count INTEGER NOT NULL DEFAULT 0,
-            created_at REAL NOT NULL,
-            expires_at REAL NOT NULL,
-            last_fired_at REAL,
-            ended_at REAL
-        );
-        CREATE INDEX intents_by_chat ON intents (agent_id, chat, action);
-        CREATE INDEX intents_by_expiry ON intents (state, expires_at);
-        -- The prefilter: one row per trigger entry of an active intent, its normalised terms
-        -- space-separated, rowid = intent id * 16 + entry number (so an intent's rows are one
-        -- rowid range). Rows are deleted when the intent ends; the JSON above keeps them.
-        CREATE VIRTUAL TABLE intent_triggers USING fts5(
-            terms, tokenize = 'unicode61 remove_diacritics 0'
-        );
-        CREATE TABLE intent_fires (
-            intent_id INTEGER NOT NULL REFERENCES intents(id) ON DELETE CASCADE,
-            fired_at REAL NOT NULL,
-            session_key TEXT NOT NULL,
-            excerpt TEXT NOT NULL
-        );
-        CREATE INDEX intent_fires_by_intent ON intent_fires (intent_id, fired_at);
-        """
-    )
-
-
-INTENT_MIGRATIONS: list[Callable[[Any], None]] = [m001_intents]
-INTENTS = MigrationSet("intents", INTENT_MIGRATIONS)
-
-
-def ensure_intent_schema(db: Database) -> list[str]:
-    """Apply the intents' pending migrations (their own set, memory/store/schema.py); returns the
-    names applied now. Safe to call from several processes at once."""
-    with db.lock:
-        return apply(db.conn, INTENTS)
-
-
 # ---- the store -----------------------------------------------------------------------------
-
-_COLUMNS = (
-    "id, agent_id, channel, chat, sender_kind, sender_id, creator, triggers, action, state, "
-    "cooldown_s, max_fires, fire_count, created_at, expires_at, last_fired_at, ended_at"
-)
-
-
-def _intent(row: Sequence[Any]) -> StandingIntent:
-    return StandingIntent(
-        id=row[0],
-        scope=IntentScope(row[1], row[2], row[3], row[4], row[5]),
-        creator=row[6],
-        triggers=tuple(json.loads(row[7])),
-        action=row[8],
-        state=row[9],
-        cooldown_s=row[10],
-        max_fires=row[11],
-        fire_count=row[12],
-        created_at=row[13],
-        expires_at=row[14],
-        last_fired_at=row[15],
-        ended_at=row[16],
-    )
-
-
-def _fts_query(terms: Iterable[str]) -> str:
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
 class IntentStore:
-    """The standing intents of one agent database. `now` arguments are Unix seconds (tests
-    pass their own clock's)."""
+    """The standing intents of one agent database: validation and matching here, rows in an
+    `IntentRepository` (SQLite by default). `now` arguments are Unix seconds (tests pass their
+    own clock's)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, repository: IntentRepository | None = None) -> None:
         self.db = db
+        self.repository = repository if repository is not None else intents_for(db)
 
     @classmethod
     def open(cls, db: Database, *, now: float | None = None) -> IntentStore:
@@ -266,50 +137,23 @@ class IntentStore:
             )
         if max_fires < 1 or cooldown_s < 0 or expires_in_s <= 0:
             raise IntentError("max_fires must be at least 1, the cooldown and expiry positive.")
-        with self.db.transaction() as conn:
-            for row in conn.execute(
-                f"SELECT {_COLUMNS} FROM intents WHERE agent_id = ? AND channel = ? AND chat = ? "
-                "AND sender_kind = ? AND sender_id IS ? AND action = ? AND state IN "
-                "('armed', 'fired') AND expires_at > ?",
-                (*_scope_values(scope), action, now),
-            ):
-                if _intent(row).triggers == tuple(entries):
-                    return _intent(row)
-            cursor = conn.execute(
-                "INSERT INTO intents (agent_id, channel, chat, sender_kind, sender_id, creator, "
-                "triggers, action, state, cooldown_s, max_fires, created_at, expires_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'armed', ?, ?, ?, ?)",
-                (
-                    *_scope_values(scope),
-                    creator,
-                    json.dumps(entries, ensure_ascii=False),
-                    action,
-                    float(cooldown_s),
-                    int(max_fires),
-                    now,
-                    now + expires_in_s,
-                ),
-            )
-            intent_id = int(cursor.lastrowid)
-            conn.executemany(
-                "INSERT INTO intent_triggers (rowid, terms) VALUES (?, ?)",
-                [(intent_id * _ROWS + n, " ".join(t)) for n, t in enumerate(terms)],
-            )
-        found = self.get(intent_id)
-        assert found is not None
-        return found
+        new = NewIntent(
+            scope,
+            tuple(entries),
+            tuple(terms),
+            action,
+            creator,
+            float(cooldown_s),
+            int(max_fires),
+            now,
+            now + expires_in_s,
+        )
+        return self.repository.create(new)
 
     def cancel(self, intent_id: int, *, now: float) -> StandingIntent:
         """Cancel an active intent (its row and fires stay, as history). Raises IntentError
         when there is no such intent or it has already ended."""
-        with self.db.transaction() as conn:
-            changed = conn.execute(
-                "UPDATE intents SET state = 'cancelled', ended_at = ? "
-                "WHERE id = ? AND state IN ('armed', 'fired')",
-                (now, intent_id),
-            ).rowcount
-            if changed:
-                _drop_triggers(conn, intent_id)
+        changed = self.repository.cancel(intent_id, now=now)
         intent = self.get(intent_id)
         if intent is None:
             raise IntentError(
@@ -321,53 +165,21 @@ class IntentStore:
 
     def expire_due(self, *, now: float) -> int:
         """Mark active intents past their expiry as expired; returns how many."""
-        with self.db.transaction() as conn:
-            ids = [
-                row[0]
-                for row in conn.execute(
-                    "SELECT id FROM intents WHERE state IN ('armed', 'fired') AND expires_at <= ?",
-                    (now,),
-                )
-            ]
-            for intent_id in ids:
-                conn.execute(
-                    "UPDATE intents SET state = 'expired', ended_at = expires_at WHERE id = ?",
-                    (intent_id,),
-                )
-                _drop_triggers(conn, intent_id)
-        return len(ids)
+        return self.repository.expire_due(now=now)
 
     # -- reading -----------------------------------------------------------------------------
 
     def get(self, intent_id: int) -> StandingIntent | None:
-        rows = self.db.execute(f"SELECT {_COLUMNS} FROM intents WHERE id = ?", (intent_id,))
-        return _intent(rows[0]) if rows else None
+        return self.repository.get(intent_id)
 
     def intents(
         self, *, scope: IntentScope | None = None, include_ended: bool = False
     ) -> list[StandingIntent]:
         """Intents, oldest first: active ones (all, with `include_ended`), of `scope` if given."""
-        where: list[str] = []
-        params: list[Any] = []
-        if not include_ended:
-            where.append("state IN ('armed', 'fired')")
-        if scope is not None:
-            where.append(
-                "agent_id = ? AND channel = ? AND chat = ? AND sender_kind = ? AND sender_id IS ?"
-            )
-            params.extend(_scope_values(scope))
-        sql = f"SELECT {_COLUMNS} FROM intents"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        return [_intent(r) for r in self.db.execute(sql + " ORDER BY id", params)]
+        return self.repository.intents(scope=scope, include_ended=include_ended)
 
     def fires(self, intent_id: int) -> list[IntentFire]:
-        rows = self.db.execute(
-            "SELECT intent_id, fired_at, session_key, excerpt FROM intent_fires "
-            "WHERE intent_id = ? ORDER BY fired_at",
-            (intent_id,),
-        )
-        return [IntentFire(*row) for row in rows]
+        return self.repository.fires(intent_id)
 
     # -- matching ----------------------------------------------------------------------------
 
@@ -381,44 +193,17 @@ class IntentStore:
         terms = message_terms(text)
         if not terms:
             return []
-        ordered = sorted(terms)
         matched: dict[int, int] = {}  # intent id -> terms of its best matching entry
-        scanned = 0
-        for start in range(0, len(ordered), _QUERY_BATCH):
-            rows = self.db.execute(
-                "SELECT i.id, t.terms FROM intent_triggers t "
-                f"JOIN intents i ON i.id = t.rowid / {_ROWS} "
-                "WHERE intent_triggers MATCH ? AND i.agent_id = ? AND i.channel = ? "
-                "AND i.chat = ? AND i.sender_kind = ? "
-                "AND (i.sender_id IS NULL OR i.sender_id = ?) "
-                "AND i.state IN ('armed', 'fired') AND i.expires_at > ? "
-                "AND (i.last_fired_at IS NULL OR i.last_fired_at <= ? - i.cooldown_s) "
-                "LIMIT ?",
-                (
-                    _fts_query(ordered[start : start + _QUERY_BATCH]),
-                    scope.agent_id,
-                    scope.channel,
-                    scope.chat,
-                    scope.sender_kind,
-                    scope.sender_id,
-                    now,
-                    now,
-                    MAX_CANDIDATES - scanned,
-                ),
-            )
-            scanned += len(rows)
-            for intent_id, entry in rows:
-                needed = entry.split(" ")
-                if all(t in terms for t in needed):
-                    matched[intent_id] = max(matched.get(intent_id, 0), len(needed))
-            if scanned >= MAX_CANDIDATES:
-                break
+        entries = self.repository.matching_entries(
+            scope, sorted(terms), now=now, limit=MAX_CANDIDATES
+        )
+        for intent_id, needed in entries:
+            if all(t in terms for t in needed):
+                matched[intent_id] = max(matched.get(intent_id, 0), len(needed))
         best = sorted(matched, key=lambda i: (-matched[i], i))[:limit]
         if not best:
             return []
-        marks = ",".join("?" * len(best))
-        rows = self.db.execute(f"SELECT {_COLUMNS} FROM intents WHERE id IN ({marks})", best)
-        return sorted((_intent(r) for r in rows), key=lambda i: best.index(i.id))
+        return sorted(self.repository.get_many(best), key=lambda i: best.index(i.id))
 
     def fire(self, intent_id: int, *, now: float, session_key: str, excerpt: str = "") -> bool:
         """Record one fire of `intent_id` if it may fire now; False if it may not (another
@@ -430,40 +215,9 @@ class IntentStore:
         self, intent_ids: Sequence[int], *, now: float, session_key: str, excerpt: str = ""
     ) -> list[int]:
         """`fire` for several intents in one transaction; returns the ids that fired."""
-        fired: list[int] = []
-        with self.db.transaction() as conn:
-            for intent_id in intent_ids:
-                changed = conn.execute(
-                    "UPDATE intents SET fire_count = fire_count + 1, last_fired_at = :now, "
-                    "state = CASE WHEN fire_count + 1 >= max_fires THEN 'done' ELSE 'fired' END, "
-                    "ended_at = CASE WHEN fire_count + 1 >= max_fires THEN :now ELSE NULL END "
-                    "WHERE id = :id AND state IN ('armed', 'fired') AND fire_count < max_fires "
-                    "AND (last_fired_at IS NULL OR last_fired_at <= :now - cooldown_s) "
-                    "AND expires_at > :now",
-                    {"now": now, "id": intent_id},
-                ).rowcount
-                if changed != 1:
-                    continue
-                fired.append(intent_id)
-                conn.execute(
-                    "INSERT INTO intent_fires VALUES (?, ?, ?, ?)",
-                    (intent_id, now, session_key, excerpt[:200]),
-                )
-                state = conn.execute("SELECT state FROM intents WHERE id = ?", (intent_id,))
-                if state.fetchone()[0] == "done":
-                    _drop_triggers(conn, intent_id)
-        return fired
-
-
-def _drop_triggers(conn: Any, intent_id: int) -> None:
-    conn.execute(
-        "DELETE FROM intent_triggers WHERE rowid BETWEEN ? AND ?",
-        (intent_id * _ROWS, intent_id * _ROWS + _ROWS - 1),
-    )
-
-
-def _scope_values(scope: IntentScope) -> tuple[Any, ...]:
-    return (scope.agent_id, scope.channel, scope.chat, scope.sender_kind, scope.sender_id)
+        return self.repository.fire_all(
+            intent_ids, now=now, session_key=session_key, excerpt=excerpt[:200]
+        )
 
 
 def _clean_triggers(triggers: Sequence[str]) -> tuple[list[str], list[tuple[str, ...]]]:

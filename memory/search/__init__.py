@@ -1,0 +1,8 @@
+"""Search: hybrid keyword + vector retrieval over the index, ranking and snippets (hybrid,
+candidates, ranking, snippets, presets, filters, porter), and the vector stores' in-process
+matrix search (vectors, sqlite_vec, matrix_cache, centroid_matrix, matrix_pack).
+
+Holds no SQL: what it reads comes through the repositories in memory/store/ (search_queries,
+vector_tables, vector_pack, vector_knn). May import memory.store, memory.text, memory.errors
+and common; never memory.index or anything above memory.
+"""

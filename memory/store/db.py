@@ -133,6 +133,9 @@ class Database:
     sqlite_version: str
     vec_version: str | None
     lock: threading.RLock = field(default_factory=threading.RLock)
+    # What a store keeps with the connection it belongs to, by the store's name (recall signals
+    # waiting for the write lock, say), so every store object on this database shares it.
+    store_state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def vector_backend(self) -> str:

@@ -35,9 +35,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from memory.index.chunking import hash_text
+from memory.store.content_hash import hash_text
 from memory.store.db import Database
 
 TRUST_ORDER = ("owner", "agent", "system", "untrusted")  # most trusted first
@@ -237,8 +237,38 @@ class LineageRow:
     created_at: float
 
 
+class LineageRepository(Protocol):
+    """The lineage and tombstone tables of one agent database. Every call blocks.
+
+    Promises a second implementation must keep: `of_session` lists rows in the order they were
+    recorded (ids increase, never reused); one tombstone per session id (a later one replaces
+    it); `tombstones().kept_notes` are the session-note paths of forgotten sessions whose
+    lineage rows were kept (the notes `forget` left to the owner)."""
+
+    def record(
+        self,
+        session_id: str,
+        kind: str,
+        *,
+        path: str | None = None,
+        ref: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None: ...
+
+    def of_session(self, session_id: str) -> list[LineageRow]: ...
+
+    def is_forgotten(self, session_id: str) -> bool: ...
+
+    def forgotten_sessions(self) -> frozenset[str]: ...
+
+    def tombstone(self, session_id: str) -> tuple[float, str | None] | None: ...
+
+    def tombstones(self) -> Tombstones: ...
+
+
 class LineageStore:
-    """The lineage and tombstone tables of one agent database. Every method blocks (SQLite)."""
+    """`LineageRepository` on the agent SQLite database (tables `lineage`,
+    `lineage_tombstones`). Every method blocks."""
 
     def __init__(self, db: Database) -> None:
         self.db = db

@@ -1,4 +1,4 @@
-"""The automation tables of the agent database: jobs and their runs.
+"""The automation tables of the agent database: jobs and their runs (memory/store/jobs_store.py).
 
 Their own migration set ("automations", memory/store/schema.py): append a migration to the list,
 never edit or reorder one that has shipped.

@@ -1,8 +1,9 @@
 """The gateway's tables in the agent database, as its own migration set (memory/store/schema.py).
 
-Pairing requests and approvals (app/gateway/access.py), the durable inbound queue and de-duplication
-records, and outbound delivery records (app/gateway/queue.py). Append new migrations; never edit one
-that has shipped.
+Pairing requests and approvals (memory/store/pairing_store.py), the durable inbound queue,
+de-duplication records, delivery records and session leases (memory/store/queue_store.py). One
+set for both because they shipped as one migration: append new migrations; never edit, rename or
+reorder one that has shipped.
 """
 
 from __future__ import annotations

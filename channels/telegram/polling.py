@@ -1,37 +1,23 @@
-"""Receiving Telegram updates: long polling (with its watchdog) or a webhook, one pipeline.
+"""Long polling: the getUpdates loop and its watchdog.
 
-`UpdateDispatcher` turns raw updates into `InboundMessage`s: it skips repeated update_ids,
-skips malformed and unknown updates with one log line, and collects an album's parts (several
-updates sharing a media_group_id) into one message. `Poller` runs getUpdates and confirms an
-update's offset only after the gateway's handler returned for it, so a crash re-delivers and
-never loses. It recovers from 409 Conflict (clearing a webhook again), network loss and 5xx
-with backoff, honours 429, and rebuilds its connection when no getUpdates has completed for
-`poll_stall_s` (a poller that looks connected but receives nothing). `TokenLock` lets only one
-process on the machine poll a bot token. `WebhookReceiver` serves Telegram's webhook POSTs with
-the secret token checked.
+`Poller` confirms an update's offset only after the gateway's handler returned for it, so a
+crash re-delivers and never loses. It recovers from 409 Conflict (clearing a webhook again),
+network loss and 5xx with backoff, honours 429, and rebuilds its connection when no getUpdates
+has completed for `poll_stall_s` (a poller that looks connected but receives nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import hashlib
-import hmac
-import json
 import logging
-import os
-import tempfile
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-from telegram import Bot, Message, Update
+from telegram import Bot
 from telegram.error import (
     Conflict,
     Forbidden,
@@ -41,13 +27,9 @@ from telegram.error import (
     TimedOut,
 )
 
-from channels.base import ChannelError, InboundMessage, MessageHandler
-from channels.telegram.inbound import MessageConverter, is_user_content
-
 log = logging.getLogger("channels.telegram.adapter")
 
 ALLOWED_UPDATES = ["message", "channel_post"]
-_SEEN_CAPACITY = 4096
 _HANDLER_ATTEMPTS = 5  # the gateway failing to take the same update this often: skip it
 
 
@@ -55,61 +37,6 @@ def retry_after_s(error: RetryAfter) -> float:
     """Seconds Telegram asked to wait (PTB 22 warns on the public int/timedelta attribute)."""
     value: float | timedelta = getattr(error, "_retry_after", None) or error.retry_after
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-def machine_lock_dir() -> Path:
-    """Where locks shared by every Pinch process of this user on this machine live, whatever
-    its PINCH_HOME: $XDG_RUNTIME_DIR/pinch, else <system temp dir>/pinch-<uid>."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and Path(runtime).is_dir():
-        return Path(runtime) / "pinch"
-    return Path(tempfile.gettempdir()) / f"pinch-{os.getuid()}"
-
-
-class TokenLock:
-    """One poller per bot token on this machine: an exclusive flock on a file named by a hash
-    of the token (never the token itself) in `machine_lock_dir()` — so two data directories
-    can't both poll one bot — and one in `state_dir` (this data directory's own check, which
-    holds even when two processes see different lock directories). Released on `release` or
-    exit."""
-
-    def __init__(self, state_dir: Path, token: str, machine_dir: Path | None = None) -> None:
-        name = f"telegram-{hashlib.sha256(token.encode()).hexdigest()[:16]}.lock"
-        self.path = state_dir / name
-        self.machine_path = (machine_dir or machine_lock_dir()) / name
-        self._fds: list[int] = []
-
-    def acquire(self) -> None:
-        try:
-            for path in dict.fromkeys((self.machine_path, self.path)):
-                self._fds.append(_lock_file(path))
-        except BaseException:
-            self.release()
-            raise
-
-    def release(self) -> None:
-        while self._fds:
-            fd = self._fds.pop()
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-
-def _lock_file(path: Path) -> int:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise ChannelError(
-            f"Another Pinch process (pid {holder}) is already receiving this Telegram bot's "
-            "messages, perhaps with another PINCH_HOME; stop it first — two pollers on one "
-            "token make Telegram answer 409 Conflict and messages go missing."
-        ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
-    return fd
 
 
 class RawUpdatesBot(Bot):
@@ -127,160 +54,6 @@ class RawUpdatesBot(Bot):
         }
         result = await self._post("getUpdates", data, read_timeout=read_timeout)
         return result if isinstance(result, list) else []
-
-
-@dataclass
-class _Album:
-    messages: list[Message] = field(default_factory=list)
-    update_ids: list[int] = field(default_factory=list)
-    done: asyncio.Future[None] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-    timer: asyncio.Task[None] | None = None
-    # Later messages of the same chat wait behind the album, so the gateway sees chat order.
-    followers: list[tuple[Message, int, asyncio.Future[None]]] = field(default_factory=list)
-
-
-class UpdateDispatcher:
-    """Raw update → `on_message`, shared by polling and the webhook."""
-
-    def __init__(
-        self,
-        bot: Bot,
-        converter: MessageConverter,
-        on_message: MessageHandler,
-        *,
-        album_wait_s: float,
-    ) -> None:
-        self._bot = bot
-        self._converter = converter
-        self._on_message = on_message
-        self._album_wait_s = album_wait_s
-        self._seen: OrderedDict[int, None] = OrderedDict()
-        self._albums: dict[tuple[int, str], _Album] = {}
-        self.last_update_at: float | None = None
-
-    async def accept(self, raw: Any) -> asyncio.Future[None]:
-        """Take one update; the returned future completes once the gateway's handler returned
-        for it (at once for a skipped update; after the album's wait for an album part). It
-        raises if the handler raised, and the update is then not marked seen."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        update_id = raw.get("update_id") if isinstance(raw, dict) else None
-        if not isinstance(update_id, int):
-            log.warning("Telegram: skipped an update without an update_id")
-            done.set_result(None)
-            return done
-        if update_id in self._seen:
-            log.info("Telegram: update %s delivered again; already handled", update_id)
-            done.set_result(None)
-            return done
-        self._remember(update_id)
-        self.last_update_at = time.time()
-        message = self._message(raw, update_id)
-        if message is None:
-            done.set_result(None)
-            return done
-        if message.media_group_id:
-            return self._add_to_album(message, update_id)
-        waiting = self._album_in_chat(message.chat.id)
-        if waiting is not None:
-            waiting.followers.append((message, update_id, done))
-            return done
-        try:
-            await self._deliver([message], [update_id])
-        except Exception as error:
-            done.set_exception(error)
-        else:
-            done.set_result(None)
-        return done
-
-    async def close(self) -> None:
-        """Drop unfinished albums (their updates are unconfirmed, so Telegram re-delivers)."""
-        for album in self._albums.values():
-            if album.timer:
-                album.timer.cancel()
-            for future in [album.done, *(f for _, _, f in album.followers)]:
-                if not future.done():
-                    future.cancel()
-        self._albums.clear()
-
-    def _message(self, raw: dict[str, Any], update_id: int) -> Message | None:
-        try:
-            update = Update.de_json(raw, self._bot)
-        except Exception as error:
-            log.warning(
-                "Telegram: skipped malformed update %s (%s)", update_id, type(error).__name__
-            )
-            return None
-        message = update.message or update.channel_post
-        if message is None:
-            kinds = ", ".join(k for k in raw if k != "update_id") or "empty"
-            log.info("Telegram: skipped update %s of a kind Pinch ignores (%s)", update_id, kinds)
-            return None
-        if not is_user_content(message, self._converter.identity):
-            return None
-        return message
-
-    def _add_to_album(self, message: Message, update_id: int) -> asyncio.Future[None]:
-        key = (message.chat.id, str(message.media_group_id))
-        album = self._albums.get(key)
-        if album is None:
-            album = self._albums[key] = _Album()
-        album.messages.append(message)
-        album.update_ids.append(update_id)
-        if album.timer:  # each new part restarts the wait
-            album.timer.cancel()
-        album.timer = asyncio.create_task(self._flush_album_later(key, album))
-        return album.done
-
-    def _album_in_chat(self, chat_id: int) -> _Album | None:
-        return next((a for (chat, _), a in self._albums.items() if chat == chat_id), None)
-
-    async def _flush_album_later(self, key: tuple[int, str], album: _Album) -> None:
-        await asyncio.sleep(self._album_wait_s)
-        self._albums.pop(key, None)
-        failure: Exception | None = None
-        try:
-            await self._deliver(album.messages, album.update_ids)
-        except Exception as error:
-            failure = error
-            album.done.set_exception(error)
-        else:
-            album.done.set_result(None)
-        for message, update_id, done in album.followers:
-            if failure is None:
-                try:
-                    await self._deliver([message], [update_id])
-                except Exception as error:
-                    failure = error
-            if failure is None:
-                done.set_result(None)
-            else:  # keep chat order: what follows a failed hand-over is fetched again too
-                self._seen.pop(update_id, None)
-                done.set_exception(failure)
-
-    async def _deliver(self, messages: list[Message], update_ids: list[int]) -> None:
-        try:
-            inbound: InboundMessage = await self._converter.convert(messages)
-        except Exception as error:  # a message shape nobody foresaw: skip it, keep running
-            log.warning(
-                "Telegram: skipped update %s that could not be read (%s: %s)",
-                update_ids[0],
-                type(error).__name__,
-                error,
-            )
-            return
-        try:
-            await self._on_message(inbound)
-        except Exception:
-            for update_id in update_ids:
-                self._seen.pop(update_id, None)
-            raise
-
-    def _remember(self, update_id: int) -> None:
-        self._seen[update_id] = None
-        while len(self._seen) > _SEEN_CAPACITY:
-            self._seen.popitem(last=False)
 
 
 class Backoff:
@@ -560,57 +333,3 @@ class Poller:
 async def _shutdown(bot: Bot) -> None:
     with contextlib.suppress(Exception):
         await asyncio.wait_for(bot.shutdown(), timeout=5)
-
-
-class WebhookReceiver:
-    """An aiohttp server for Telegram's webhook POSTs: the secret token header is checked, the
-    answer is 200 only after the gateway's handler took the update (else Telegram retries)."""
-
-    def __init__(
-        self, dispatcher: UpdateDispatcher, *, listen: str, port: int, path: str, secret: str
-    ) -> None:
-        self._dispatcher = dispatcher
-        self._listen = listen
-        self._port = port
-        self._path = path or "/"
-        self._secret = secret
-        self._runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        app = web.Application(client_max_size=2 * 1024 * 1024)
-        app.router.add_post(self._path, self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._listen, self._port)
-        try:
-            await site.start()
-        except OSError as error:
-            await self._runner.cleanup()
-            raise ChannelError(
-                f"Cannot listen for the Telegram webhook on {self._listen}:{self._port} "
-                f"({error.strerror}); choose another [telegram] webhook_port"
-            ) from None
-
-    async def stop(self) -> None:
-        await self._dispatcher.close()
-        if self._runner:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def _handle(self, request: web.Request) -> web.Response:
-        given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
-        if not hmac.compare_digest(given.encode(), self._secret.encode()):
-            log.warning("Telegram webhook: refused a request without the right secret token")
-            return web.Response(status=403)
-        try:
-            raw = json.loads(await request.read())
-        except ValueError:
-            log.warning("Telegram webhook: skipped a request whose body is not JSON")
-            return web.Response(status=200)  # Telegram would retry it forever otherwise
-        try:
-            done = await self._dispatcher.accept(raw)
-            await done
-        except Exception as error:
-            log.warning("Telegram webhook: the gateway did not take the update (%s)", error)
-            return web.Response(status=500)
-        return web.Response(status=200)

@@ -1,0 +1,91 @@
+"""`Runtime`: what one running Pinch process shares — one memory index, one session store, one
+model client, one `Agent`, one watcher — and how it starts and closes. Built only by the
+composition root (app/wiring.py `build_runtime`); the gateway, the chat and the scheduler use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agent.model.factory import ModelClient
+from agent.runtime import Agent
+from app.automations.assembly import Automations
+from common.clock import Clock
+from memory.errors import MemoryError_
+from memory.index.index import MemoryIndex
+from memory.index.watch import MemoryWatcher
+from memory.store.compact import compact_if_worth_it
+from memory.store.sessions import SessionStore
+
+if TYPE_CHECKING:
+    from app.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """Everything one running Pinch process shares: one index, one store, one agent."""
+
+    settings: Settings
+    index: MemoryIndex
+    store: SessionStore
+    model: ModelClient
+    agent: Agent
+    watcher: MemoryWatcher
+    clock: Clock
+    automations: Automations | None = None  # when [automations] is on
+    _preloading: asyncio.Future[None] | None = None
+    _closed: bool = False
+
+    async def sync_index(self) -> None:
+        """Bring the memory index up to date (raises the index's `MemoryError_` on failure) and
+        get ready to search: after a rebuild that left a quarter of the file free, compact it;
+        then start reading the vectors (150 MB at 100k chunks) in the background, so the first
+        message finds them in memory. The chat and the gateway call this at start-up."""
+        try:
+            report = await asyncio.to_thread(self.index.sync)
+            if report.rebuilt:
+                await asyncio.to_thread(compact_if_worth_it, self.index.db)
+        finally:
+            await asyncio.to_thread(self.index.warm)
+
+    async def start(self) -> None:
+        """Sync the index and start the watcher (what a long-running process does first).
+
+        A failed sync is logged, not raised: search serves the last complete index."""
+        try:
+            await self.sync_index()
+        except MemoryError_ as exc:
+            log.warning("The memory index could not be updated: %s", exc)
+        self.watcher.start()
+
+    async def aclose(self) -> None:
+        """Stop the watcher, close the model clients and the database; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._preloading is not None:
+            self._preloading.cancel()
+        await self.agent.drain()  # notes of sessions ended with /new are not lost
+        self.watcher.stop()
+        await _close_model(self.model)
+        self.index.close()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def _close_model(model: ModelClient) -> None:
+    for client in getattr(model, "clients", [model]):  # a FallbackClient holds several
+        close = getattr(client, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()

@@ -1,0 +1,58 @@
+"""Which channels exist: one row per channel, plain data (the behaviour is app/channel_registry.py).
+
+A new channel is one row here. Everything that lists channels reads this table: the gateway's
+adapters, access (owner ids, access settings), the owner's chats for the scheduler and the
+schedule tool, the privacy policy's owner sessions (agent/policy.py), and `pinch doctor`.
+Plain strings only, so every package may read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ChannelRow:
+    """One channel.
+
+    `adapter` is "module:Class" of its `Channel` adapter (imported only when the channel runs;
+    None: the channel is not run by the gateway, e.g. the terminal). `config_section` is its
+    settings section (`[telegram]`, also `Settings.telegram`); `owners_key` its list in
+    `[owners]`; `token_variable` the environment variable of the token that turns it on. A
+    channel's owner ids also address the owner's direct chat (a Telegram private chat's id is
+    the user's id; Slack accepts a user id as a DM channel)."""
+
+    name: str
+    title: str
+    adapter: str | None = None
+    config_section: str | None = None
+    owners_key: str | None = None
+    token_variable: str | None = None
+
+
+TERMINAL = "cli"  # the channel of `pinch chat`: its user is always the owner
+
+CHANNELS: tuple[ChannelRow, ...] = (
+    ChannelRow(TERMINAL, "Terminal"),
+    ChannelRow(
+        "telegram",
+        "Telegram",
+        adapter="channels.telegram.adapter:TelegramChannel",
+        config_section="telegram",
+        owners_key="telegram",
+        token_variable="PINCH_TELEGRAM__BOT_TOKEN",
+    ),
+    ChannelRow(
+        "slack",
+        "Slack",
+        adapter="channels.slack.adapter:SlackChannel",
+        config_section="slack",
+        owners_key="slack",
+        token_variable="PINCH_SLACK__BOT_TOKEN",
+    ),
+)
+
+
+def channel_names() -> tuple[str, ...]:
+    """Every channel's name, in the table's order ("cli" first)."""
+    return tuple(row.name for row in CHANNELS)

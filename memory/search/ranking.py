@@ -1,0 +1,183 @@
+"""Ranking a search's candidates: fusing the keyword and vector scores, re-scoring by the
+lines that match, decay by age, and picking diverse results (MMR)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from memory.search.presets import SearchPreset
+from memory.text import line_terms, stem_term
+
+
+@dataclass
+class Candidate:
+    """One chunk found for a query, with the scores the pipeline gives it."""
+
+    id: int
+    path: str
+    source: str
+    origin: str
+    start_line: int
+    end_line: int
+    text: str
+    importance: int | None
+    day: str | None
+    vector_score: float = 0.0
+    keyword_score: float = 0.0
+    score: float = 0.0
+    line_scores: tuple[float, ...] = ()  # how well each line of the chunk matches the query
+    passages: tuple[tuple[int, int, float], ...] = ()  # (start, end, vector score) of its passages
+
+
+def merge_hybrid(
+    vector: list[tuple[int, float]], keyword: list[tuple[int, float]], preset: SearchPreset
+) -> dict[int, tuple[float, float]]:
+    """chunk_id → (vector score, keyword score), each in [0, 1], per the preset's fusion."""
+    out: dict[int, tuple[float, float]] = {}
+    if preset.fusion == "rrf":
+        kw = {i: 61 / (60 + rank) for rank, (i, _) in enumerate(keyword, start=1)}
+        vec = {i: 61 / (60 + rank) for rank, (i, _) in enumerate(vector, start=1)}
+    elif preset.fusion == "weighted":
+        kw = {i: (-r) / (1 - r) if r < 0 else 1 / (1 + r) for i, r in keyword}
+        vec = {i: max(0.0, s) for i, s in vector}
+    else:
+        best_kw = max((-r for _, r in keyword), default=0.0)
+        kw = {i: (-r) / best_kw if best_kw > 0 else 0.0 for i, r in keyword}
+        # Cosine scales differ by model: map the candidates' range onto [0, 1] relative to the
+        # best, keeping absolute gaps (e5's cosines crowd into 0.7–0.9).
+        best_v = max((s for _, s in vector), default=0.0)
+        worst_v = min((s for _, s in vector), default=0.0)
+        span = best_v - worst_v
+        vec = {i: (s - worst_v) / span if span > 1e-6 else 1.0 for i, s in vector}
+    for i in set(kw) | set(vec):
+        out[i] = (vec.get(i, 0.0), kw.get(i, 0.0))
+    return out
+
+
+def _line_weights(lines_terms: list[list[frozenset[str]]], terms: list[str]) -> dict[str, float]:
+    """IDF of each query term over the candidate chunks' lines (rare terms weigh more)."""
+    n = sum(len(lt) for lt in lines_terms) or 1
+    weights: dict[str, float] = {}
+    for t in terms:
+        df = sum(1 for lt in lines_terms for line in lt if t in line)
+        weights[t] = math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
+    return weights
+
+
+def query_coverage(texts: list[str], terms: list[str]) -> float:
+    """The IDF-weighted share of the query's terms found in any of `texts` (the keyword
+    candidates): 1.0 when every word of the question is somewhere, near 0 when only its common
+    words are — a question asked in other words than the notes it is about. A term in no line
+    weighs the most (its IDF over the lines with a document frequency of 0)."""
+    stems = list(dict.fromkeys(stem_term(t) for t in terms))
+    if not stems:
+        return 1.0
+    lines = [line_terms(line) for text in texts for line in text.split("\n")]
+    df = {t: sum(1 for line in lines if t in line) for t in stems}
+    weights = {t: math.log(1 + (len(lines) - d + 0.5) / (d + 0.5)) for t, d in df.items()}
+    total = sum(weights.values())
+    return sum(w for t, w in weights.items() if df[t]) / total if total > 0 else 1.0
+
+
+def rerank_by_lines(
+    candidates: list[Candidate],
+    terms: list[str],
+    weight: float,
+    semantic_weight: float = 1.0,
+    follow_weight: float = 0.0,
+) -> None:
+    """Add `weight` × how much of the query's weight the best 1–2 adjacent lines cover."""
+    stems = list(dict.fromkeys(stem_term(t) for t in terms))
+    split = [c.text.split("\n") for c in candidates]
+    per_line = [[line_terms(line) for line in lines] for lines in split]
+    weights = _line_weights(per_line, stems)
+    total = sum(weights.values())
+    for cand, lts in zip(candidates, per_line, strict=True):
+        if not lts:
+            continue
+        scores = [sum(w for t, w in weights.items() if t in lt) for lt in lts]
+        best = max(scores)
+        # A pair of neighbouring lines (a question and its answer) may cover more together.
+        pair_best = max(
+            [best]
+            + [
+                sum(w for t, w in weights.items() if t in lts[j] or t in lts[j + 1])
+                for j in range(len(lts) - 1)
+            ]
+        )
+        lexical = [x / total for x in scores] if total > 0 else [0.0] * len(scores)
+        semantic = [0.0] * len(lts)
+        for start, end, v in cand.passages:
+            for n in range(start, end + 1):
+                i = n - cand.start_line
+                if 0 <= i < len(semantic):
+                    semantic[i] = max(semantic[i], v)
+        # A line right after a matching one is often its answer: it inherits some of its score.
+        carried = [0.0, *lexical[:-1]]
+        cand.line_scores = tuple(
+            a + follow_weight * f + semantic_weight * b
+            for a, f, b in zip(lexical, carried, semantic, strict=True)
+        )
+        if total > 0 and weight:
+            coverage = 0.5 * best / total + 0.5 * pair_best / total
+            cand.score += weight * coverage
+
+
+def temporal_multiplier(day: str | None, now: datetime, preset: SearchPreset) -> float:
+    """Decay factor for dated logs; evergreen (undated) chunks never decay."""
+    if day is None or not preset.decay_half_life_days:
+        return 1.0
+    try:
+        age = (now.date() - date.fromisoformat(day)).days
+    except ValueError:
+        return 1.0
+    age = max(0, age)
+    decay = 0.5 ** (age / preset.decay_half_life_days)
+    return preset.decay_floor + (1 - preset.decay_floor) * decay
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def mmr_select(candidates: list[Candidate], k: int, lam: float) -> list[Candidate]:
+    """Maximal marginal relevance on word sets: relevant, and not repeating each other."""
+    pool = list(candidates)
+    sets = {c.id: line_terms(c.text) for c in pool}
+    redundancy = {c.id: 0.0 for c in pool}  # max similarity to anything chosen so far
+    chosen: list[Candidate] = []
+    top = max((c.score for c in pool), default=1.0) or 1.0
+    while pool and len(chosen) < k:
+        best = max(pool, key=lambda c: lam * c.score / top - (1 - lam) * redundancy[c.id])
+        chosen.append(best)
+        pool.remove(best)
+        for c in pool:
+            redundancy[c.id] = max(redundancy[c.id], _jaccard(sets[c.id], sets[best.id]))
+    return chosen
+
+
+def keep_vector_best(
+    ranked: list[Candidate],
+    k: int,
+    vector: list[tuple[int, float]],
+    candidates: dict[int, Candidate],
+    slots: int,
+    relevance_floor: float | None,
+) -> list[Candidate]:
+    """The top `k` of `ranked` with the best `slots` chunks of `vector` (chunk id, best passage
+    cosine; best first) among them: each one missing, and at or above `relevance_floor`, takes
+    the place of the lowest-ranked hit and comes after the hits kept."""
+    top = ranked[:k]
+    kept = {c.id for c in top}
+    missing = [
+        candidates[cid]
+        for cid, sim in vector[:slots]
+        if cid not in kept
+        and cid in candidates
+        and (relevance_floor is None or sim >= relevance_floor)
+    ]
+    if not missing:
+        return top
+    return top[: max(0, k - len(missing))] + missing[:k]

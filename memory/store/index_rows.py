@@ -1,0 +1,325 @@
+"""The rows of the memory index, as stored: `memory_chunks` (one indexed chunk), its
+`memory_fts` keyword row, its `memory_units` passages with their vectors, and the
+`memory_sources` row of each indexed file (or why it was skipped).
+
+What goes into the rows — chunking, keyword bodies, vectors, centroids — is decided in
+memory/index/; this module only reads and writes them. Methods that take a `conn` run inside the
+caller's write transaction (`Database.transaction()`), so a file's chunks, keywords, passages and
+source row change together or not at all. Vectors arrive as packed float32 blobs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from memory.store.db import Database
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """One chunk as stored; `keywords` is the body of its full-text row."""
+
+    generation: int
+    path: str
+    source: str
+    origin: str
+    scope: str
+    start_line: int
+    end_line: int
+    hash: str
+    text: str
+    importance: int | None
+    day: str | None
+    keywords: str
+
+
+@dataclass(frozen=True)
+class PassageRow:
+    """One passage of a chunk: its line range, text hash and vector (None: not embedded)."""
+
+    start_line: int
+    end_line: int
+    hash: str
+    vector: bytes | None
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """An indexed file: what it held when indexed (hash, mtime, size)."""
+
+    generation: int
+    path: str
+    source: str
+    origin: str
+    hash: str
+    mtime: float
+    size: int
+    warning: str | None
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """What the index remembers of a file: enough to tell whether it changed."""
+
+    hash: str
+    mtime: float
+    size: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk read back: its line range, text, origin and day."""
+
+    start_line: int
+    end_line: int
+    text: str
+    origin: str
+    day: str | None
+
+
+class IndexRowRepository(Protocol):
+    """Chunk, keyword, passage and source rows of the index, per generation.
+
+    Promises: a chunk id is unique across generations, and a new chunk's id is larger than that
+    of every chunk present (an id may come back only after its chunk was deleted, with its
+    keyword row and vectors); the id is also its keyword row's id and the vector stores' key;
+    passages keep their insertion order; a (generation, path) has at most one source row; reads
+    are ordered as each method says. `conn` is the caller's open write transaction;
+    methods without it read on their own.
+    """
+
+    def insert_chunk(self, conn: Any, row: ChunkRow) -> int:
+        """Insert the chunk and its keyword row; returns the chunk id."""
+        ...
+
+    def insert_passages(
+        self, conn: Any, chunk_id: int, generation: int, passages: Sequence[PassageRow]
+    ) -> None:
+        """Insert the chunk's passages, in the given order."""
+        ...
+
+    def set_centroid(self, conn: Any, chunk_id: int, vector: bytes) -> None: ...
+
+    def chunk_ids(
+        self, conn: Any, generation: int, path: str, from_line: int | None = None
+    ) -> list[int]:
+        """Ids of the path's chunks (starting at or after `from_line` when given)."""
+        ...
+
+    def delete_keywords(self, conn: Any, chunk_ids: Sequence[int]) -> None: ...
+
+    def delete_chunks(self, conn: Any, chunk_ids: Sequence[int]) -> None:
+        """Remove the chunks and their passages (their keyword rows go by delete_keywords)."""
+        ...
+
+    def tail(self, generation: int, path: str) -> list[StoredChunk]:
+        """The path's chunks that start at its highest start line, in insertion order."""
+        ...
+
+    def chunk_count(self, generation: int) -> int: ...
+
+    def write_source(self, conn: Any, row: SourceRow) -> None:
+        """Record a file as indexed (its previous source row was deleted in this transaction)."""
+        ...
+
+    def record_problem(
+        self,
+        conn: Any,
+        generation: int,
+        where: tuple[str, str, str],  # path, source, origin
+        mtime: float,
+        size: int,
+        message: str,
+    ) -> None:
+        """Record why a file was skipped: a new source row, or the error, mtime and size of the
+        existing one (whose hash and chunks stay)."""
+        ...
+
+    def touch_source(
+        self, conn: Any, generation: int, path: str, mtime: float, size: int
+    ) -> None: ...
+
+    def delete_source(self, conn: Any, generation: int, path: str) -> None: ...
+
+    def sources(self, generation: int) -> dict[str, SourceState]:
+        """Every source row of the generation, by path."""
+        ...
+
+    def indexed_file_count(self, generation: int) -> int:
+        """Source rows without an error."""
+        ...
+
+    def problems(self, generation: int) -> dict[str, str]:
+        """path -> error (or else warning) of the source rows that have one."""
+        ...
+
+    def drop_keywords_of(self, conn: Any, generation: int) -> None:
+        """Remove the keyword rows of every chunk of the generation."""
+        ...
+
+    def drop_generation(self, conn: Any, generation: int) -> None:
+        """Remove the generation's passages, chunks and source rows."""
+        ...
+
+
+class SqliteIndexRows:
+    """IndexRowRepository on the agent SQLite file."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def insert_chunk(self, conn: Any, row: ChunkRow) -> int:
+        cur = conn.execute(
+            "INSERT INTO memory_chunks(generation, path, source, origin, scope, "
+            "start_line, end_line, hash, text, importance, day) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                row.generation,
+                row.path,
+                row.source,
+                row.origin,
+                row.scope,
+                row.start_line,
+                row.end_line,
+                row.hash,
+                row.text,
+                row.importance,
+                row.day,
+            ),
+        )
+        cid = int(cur.lastrowid)
+        conn.execute("INSERT INTO memory_fts(rowid, body) VALUES (?, ?)", (cid, row.keywords))
+        return cid
+
+    def insert_passages(
+        self, conn: Any, chunk_id: int, generation: int, passages: Sequence[PassageRow]
+    ) -> None:
+        conn.executemany(
+            "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash, vector) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [(chunk_id, generation, p.start_line, p.end_line, p.hash, p.vector) for p in passages],
+        )
+
+    def set_centroid(self, conn: Any, chunk_id: int, vector: bytes) -> None:
+        conn.execute("UPDATE memory_chunks SET centroid = ? WHERE id = ?", (vector, chunk_id))
+
+    def chunk_ids(
+        self, conn: Any, generation: int, path: str, from_line: int | None = None
+    ) -> list[int]:
+        sql = "SELECT id FROM memory_chunks WHERE generation = ? AND path = ?"
+        params: tuple[Any, ...] = (generation, path)
+        if from_line is not None:
+            sql += " AND start_line >= ?"
+            params += (from_line,)
+        return [int(r[0]) for r in conn.execute(sql, params)]
+
+    def delete_keywords(self, conn: Any, chunk_ids: Sequence[int]) -> None:
+        conn.executemany("DELETE FROM memory_fts WHERE rowid = ?", [(i,) for i in chunk_ids])
+
+    def delete_chunks(self, conn: Any, chunk_ids: Sequence[int]) -> None:
+        conn.executemany("DELETE FROM memory_units WHERE chunk_id = ?", [(i,) for i in chunk_ids])
+        conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in chunk_ids])
+
+    def tail(self, generation: int, path: str) -> list[StoredChunk]:
+        rows = self.db.execute(
+            "SELECT start_line, end_line, text, origin, day FROM memory_chunks "
+            "WHERE generation = ? AND path = ? AND start_line = (SELECT max(start_line) "
+            "FROM memory_chunks WHERE generation = ? AND path = ?) ORDER BY id",
+            (generation, path, generation, path),
+        )
+        return [StoredChunk(int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows]
+
+    def chunk_count(self, generation: int) -> int:
+        return int(
+            self.db.execute(
+                "SELECT count(*) FROM memory_chunks WHERE generation = ?", (generation,)
+            )[0][0]
+        )
+
+    def write_source(self, conn: Any, row: SourceRow) -> None:
+        conn.execute(
+            "INSERT INTO memory_sources(generation, path, source, origin, hash, mtime, size, "
+            "indexed_at, error, warning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+            (
+                row.generation,
+                row.path,
+                row.source,
+                row.origin,
+                row.hash,
+                row.mtime,
+                row.size,
+                time.time(),
+                row.warning,
+            ),
+        )
+
+    def record_problem(
+        self,
+        conn: Any,
+        generation: int,
+        where: tuple[str, str, str],
+        mtime: float,
+        size: int,
+        message: str,
+    ) -> None:
+        path, source, origin = where
+        conn.execute(
+            "INSERT INTO memory_sources(generation, path, source, origin, hash, mtime, size, "
+            "indexed_at, error) VALUES (?, ?, ?, ?, '', ?, ?, ?, ?) "
+            "ON CONFLICT(generation, path) DO UPDATE SET error = excluded.error, "
+            "mtime = excluded.mtime, size = excluded.size",
+            (generation, path, source, origin, mtime, size, time.time(), message),
+        )
+
+    def touch_source(self, conn: Any, generation: int, path: str, mtime: float, size: int) -> None:
+        conn.execute(
+            "UPDATE memory_sources SET mtime = ?, size = ? WHERE generation = ? AND path = ?",
+            (mtime, size, generation, path),
+        )
+
+    def delete_source(self, conn: Any, generation: int, path: str) -> None:
+        conn.execute(
+            "DELETE FROM memory_sources WHERE generation = ? AND path = ?", (generation, path)
+        )
+
+    def sources(self, generation: int) -> dict[str, SourceState]:
+        return {
+            row[0]: SourceState(row[1], row[2], row[3], row[4])
+            for row in self.db.execute(
+                "SELECT path, hash, mtime, size, error FROM memory_sources WHERE generation = ?",
+                (generation,),
+            )
+        }
+
+    def indexed_file_count(self, generation: int) -> int:
+        return int(
+            self.db.execute(
+                "SELECT count(*) FROM memory_sources WHERE generation = ? AND error IS NULL",
+                (generation,),
+            )[0][0]
+        )
+
+    def problems(self, generation: int) -> dict[str, str]:
+        return dict(
+            self.db.execute(
+                "SELECT path, coalesce(error, warning) FROM memory_sources "
+                "WHERE generation = ? AND (error IS NOT NULL OR warning IS NOT NULL)",
+                (generation,),
+            )
+        )
+
+    def drop_keywords_of(self, conn: Any, generation: int) -> None:
+        conn.execute(
+            "DELETE FROM memory_fts WHERE rowid IN "
+            "(SELECT id FROM memory_chunks WHERE generation = ?)",
+            (generation,),
+        )
+
+    def drop_generation(self, conn: Any, generation: int) -> None:
+        conn.execute("DELETE FROM memory_units WHERE generation = ?", (generation,))
+        conn.execute("DELETE FROM memory_chunks WHERE generation = ?", (generation,))
+        conn.execute("DELETE FROM memory_sources WHERE generation = ?", (generation,))

@@ -1,0 +1,231 @@
+"""The read queries a memory search makes over the index: FTS5 keyword ranking, chunk rows,
+passage vectors, and the errors they can meet.
+
+The tables (`memory_chunks`, `memory_units`, the `memory_fts` FTS5 index, `meta`) are written by
+the indexer; a search only reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from memory.errors import DatabaseCorruptError, DatabaseError
+from memory.store.db import Database, as_corruption, corruption_advice
+from memory.store.vector_tables import BATCH, from_blob
+
+# What SQLite says about a MATCH expression it cannot parse (as opposed to a database problem).
+_FTS_QUERY_ERRORS = (
+    "fts5: syntax error",
+    "fts5: parser stack overflow",
+    "unterminated string",
+    "unknown special query",
+    "fts5: column queries are not supported",
+    "no such column",
+)
+
+# (id, path, source, origin, start_line, end_line, text, importance, day)
+ChunkRow = tuple[int, str, str, str, int, int, str, int | None, str | None]
+
+
+class MalformedQuery(Exception):
+    """The keyword expression cannot be parsed: it finds nothing (not a database problem)."""
+
+
+@dataclass(frozen=True)
+class PassageVectors:
+    """The vectors of some chunks' passages: `spans[i]` = (chunk id, start line, end line) of
+    row i of `matrix` (float32, one passage a row)."""
+
+    spans: list[tuple[int, int, int]]
+    matrix: np.ndarray
+
+
+class SearchQueries(Protocol):
+    """What a search reads from one index (one database), through one connection.
+
+    Promises a second implementation must keep:
+    - read-only: nothing here writes;
+    - `keyword_ranked` orders by bm25 rank ascending (lower is better, ranks are negative), and
+      `keyword_newest` by chunk id descending; both compute bm25 the way FTS5 does, over the
+      whole index (every generation), so equal data gives equal ranks;
+    - a keyword expression the engine cannot parse raises `MalformedQuery`, never a database
+      error; a damaged database raises `DatabaseCorruptError`;
+    - `in_scope`, `chunks` and `passage_vectors` return nothing for ids that no longer exist
+      (a write may come between a search's reads); `passage_vectors` lists each chunk's
+      passages together, in the order the store keeps them (the same every time);
+    - `index_version` changes with every write to the index, so counts may be cached by it.
+    """
+
+    @property
+    def identity(self) -> str:
+        """Names the database (its file), so caches of counts can tell databases apart."""
+
+    def index_version(self) -> str: ...
+
+    def chunk_count(self, generation: int) -> int:
+        """Chunks in the generation."""
+
+    def keyword_ranked(self, match: str, limit: int) -> list[tuple[int, float]]:
+        """(chunk id, bm25 rank) of the best `limit` chunks `match` finds, best first."""
+
+    def keyword_newest(self, match: str, limit: int) -> list[tuple[int, float]]:
+        """(chunk id, bm25 rank) of the newest `limit` chunks `match` finds, newest first."""
+
+    def match_count(self, match: str, limit: int | None) -> int:
+        """Chunks `match` finds, counting stops at `limit` (None: count them all)."""
+
+    def in_scope(self, ids: list[int], generation: int, scopes: list[str]) -> set[int]:
+        """The ids among `ids` that belong to the generation and one of the scopes."""
+
+    def passage_vectors(self, chunk_ids: list[int]) -> PassageVectors | None:
+        """The passages with vectors of these chunks (None: none has any)."""
+
+    def chunks(self, ids: list[int]) -> list[ChunkRow]:
+        """The rows of these chunks, in no particular order."""
+
+
+class SqliteSearchQueries:
+    """`SearchQueries` on the agent's SQLite file (FTS5 for keywords)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @property
+    def identity(self) -> str:
+        return str(self.db.path)
+
+    def index_version(self) -> str:
+        version = self.db.execute("SELECT value FROM meta WHERE key = 'index_version'")
+        return str(version[0][0]) if version else "0"
+
+    def chunk_count(self, generation: int) -> int:
+        (n,) = self.db.execute(
+            "SELECT count(*) FROM memory_chunks WHERE generation = ?", (generation,)
+        )[0]
+        return int(n)
+
+    def _keyword(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        try:
+            return self.db.execute(sql, params)
+        except Exception as exc:
+            if is_fts_query_error(exc):
+                raise MalformedQuery(str(exc)) from exc
+            raise
+
+    def keyword_ranked(self, match: str, limit: int) -> list[tuple[int, float]]:
+        rows = self._keyword(
+            "SELECT rowid, bm25(memory_fts) AS r FROM memory_fts "
+            "WHERE memory_fts MATCH ? ORDER BY r LIMIT ?",
+            (match, limit),
+        )
+        return [(int(i), float(r)) for i, r in rows]
+
+    def keyword_newest(self, match: str, limit: int) -> list[tuple[int, float]]:
+        # One pass of FTS5 in rowid order (it iterates its doclists that way).
+        rows = self._keyword(
+            "SELECT rowid, bm25(memory_fts) FROM memory_fts WHERE memory_fts MATCH ? "
+            "ORDER BY rowid DESC LIMIT ?",
+            (match, limit),
+        )
+        return [(int(i), float(r)) for i, r in rows]
+
+    def match_count(self, match: str, limit: int | None) -> int:
+        (n,) = self._keyword(
+            "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
+            (match, -1 if limit is None else limit),
+        )[0]
+        return int(n)
+
+    def in_scope(self, ids: list[int], generation: int, scopes: list[str]) -> set[int]:
+        out: set[int] = set()
+        smarks = ",".join("?" for _ in scopes)
+        for i in range(0, len(ids), BATCH):
+            part = ids[i : i + BATCH]
+            marks = ",".join("?" for _ in part)
+            out.update(
+                int(r[0])
+                for r in self.db.execute(
+                    # Unary + keeps SQLite on primary-key lookups instead of scanning the whole
+                    # generation through its (generation, path) index.
+                    f"SELECT id FROM memory_chunks WHERE id IN ({marks}) AND +generation = ? "
+                    f"AND +scope IN ({smarks})",
+                    (*part, generation, *scopes),
+                )
+            )
+        return out
+
+    def passage_vectors(self, chunk_ids: list[int]) -> PassageVectors | None:
+        rows: list[Any] = []
+        for i in range(0, len(chunk_ids), BATCH):
+            part = chunk_ids[i : i + BATCH]
+            marks = ",".join("?" for _ in part)
+            rows += self.db.execute(
+                "SELECT chunk_id, start_line, end_line, vector FROM memory_units "
+                f"WHERE chunk_id IN ({marks}) AND vector IS NOT NULL",
+                part,
+            )
+        if not rows:
+            return None
+        matrix = from_blob(b"".join(r[3] for r in rows)).reshape(len(rows), -1)
+        return PassageVectors([(r[0], r[1], r[2]) for r in rows], matrix)
+
+    def chunks(self, ids: list[int]) -> list[ChunkRow]:
+        out: list[ChunkRow] = []
+        for i in range(0, len(ids), BATCH):
+            part = ids[i : i + BATCH]
+            marks = ",".join("?" for _ in part)
+            out += self.db.execute(
+                "SELECT id, path, source, origin, start_line, end_line, text, importance, day "
+                f"FROM memory_chunks WHERE id IN ({marks})",
+                part,
+            )
+        return out
+
+
+def search_queries(db: Database) -> SearchQueries:
+    """The search queries for `db` (today always SQLite)."""
+    return SqliteSearchQueries(db)
+
+
+def is_fts_query_error(exc: BaseException) -> bool:
+    """True when `exc` is SQLite refusing a malformed FTS5 query, nothing worse."""
+    if type(exc).__name__ != "OperationalError":
+        return False
+    message = str(exc)
+    return any(m in message for m in _FTS_QUERY_ERRORS)
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """True for an error raised by the database driver."""
+    # sqlite3 and pysqlite3 each have their own DatabaseError class: match by module.
+    return any(
+        c.__name__ == "DatabaseError" and c.__module__.split(".")[0] in ("sqlite3", "pysqlite3")
+        for c in type(exc).__mro__
+    )
+
+
+def search_failure(db: Database, exc: BaseException) -> DatabaseError:
+    """The user-facing error for a database failure during a search."""
+    message = str(exc)
+    damaged = as_corruption(exc, db.path)
+    if damaged is not None:
+        return damaged
+    if "locked" in message or "busy" in message:
+        return DatabaseError(
+            f"The agent database {db.path} is locked by another process ({message}); "
+            "wait for it to finish (is `pinch memory index` running?) and search again."
+        )
+    # Damage shows up as other errors too (sqlite-vec: "vectors blob read error"): ask the file.
+    try:
+        problems = db.quick_check()
+    except Exception:
+        problems = []
+    if problems:
+        return DatabaseCorruptError(corruption_advice(db.path, problems[0]))
+    return DatabaseError(
+        f"Searching the memory index in {db.path} failed ({message}); run `pinch memory "
+        "status`, and if it fails too rebuild the index with `pinch memory index --force`."
+    )

@@ -1,0 +1,171 @@
+"""sqlite-vec's vec0 table per index generation: a KNN index derived from the stored vectors.
+
+`memory_vec_g<N>` (a vec0 virtual table; `scope` a metadata column, so KNN filters
+conversations inside the index) is derived from the matrix table (memory/store/vector_tables.py)
+and used only while in step with it: `meta` key `vec0_seq_g<N>` holds the change log's seq it
+last caught up to. A process without sqlite-vec writes only the matrix table, which leaves the
+vec0 table behind until a process with sqlite-vec catches it up.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from memory.store.vector_tables import (
+    BATCH,
+    SqliteVectorTables,
+    matrix_table,
+    table_exists,
+    to_blob,
+    vec0_seq_key,
+    vec_table,
+)
+
+KNN_MAX_K = 4096  # sqlite-vec answers at most this many neighbours
+
+
+class KnnIndex(Protocol):
+    """A nearest-neighbour index over a generation's stored vectors, kept in step with them
+    through their change log.
+
+    Promises a second implementation must keep:
+    - `catch_up` (inside the caller's write transaction) leaves the index holding exactly the
+      stored vectors as of the log's last seq, and records that seq; `in_step` is true exactly
+      when the recorded seq is the log's last seq (0 for an empty or missing log);
+    - `knn` returns up to k (chunk id, cosine similarity) pairs of the given scopes, best first,
+      ties broken by the lower chunk id; it answers from the index whether or not it is in step
+      (callers check `in_step` in the same snapshot when they need exact answers);
+    - `live` says whether the generation is one that searches may still read (not retired).
+    """
+
+    def catch_up(self, conn: Any, generation: int) -> None: ...
+
+    def in_step(self, conn: Any, generation: int) -> bool: ...
+
+    def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
+        """Remove the chunks from the index (the caller then logs and catches up)."""
+
+    def knn(
+        self, conn: Any, query: np.ndarray, k: int, generation: int, scopes: list[str]
+    ) -> list[tuple[int, float]]: ...
+
+    def count(self, conn: Any, generation: int) -> int:
+        """Rows in the generation's index (0 if it has none)."""
+
+    def live(self, conn: Any, generation: int) -> bool: ...
+
+    def forget(self, generation: int) -> None:
+        """The generation's tables were dropped: create them again on next use."""
+
+
+class SqliteVecIndex:
+    """`KnnIndex` as one vec0 virtual table per generation (needs sqlite-vec loaded)."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.dimensions = dimensions
+        self._tables = SqliteVectorTables()
+        self._ready: set[int] = set()
+
+    def _ensure(self, conn: Any, generation: int) -> str:
+        table = vec_table(generation)
+        if generation not in self._ready:
+            conn.execute(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING vec0("
+                f"scope text, embedding float[{self.dimensions}] distance_metric=cosine)"
+            )
+            self._ready.add(generation)
+        return table
+
+    def forget(self, generation: int) -> None:
+        self._ready.discard(generation)
+
+    def _seq(self, conn: Any, generation: int) -> int | None:
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (vec0_seq_key(generation),))
+        found = row.fetchone()
+        return int(found[0]) if found is not None else None
+
+    def in_step(self, conn: Any, generation: int) -> bool:
+        # A numpy-only write advances the log, not the vec0 table.
+        return self._seq(conn, generation) == (self._tables.last_seq(conn, generation) or 0)
+
+    def _changed_since(self, conn: Any, generation: int, seq: int) -> list[int] | None:
+        """Chunks whose vectors changed after `seq`; None if the change log no longer says."""
+        last = self._tables.last_seq(conn, generation)
+        if last is None or seq > last:  # no log, or it was dropped and made again
+            return None
+        oldest = self._tables.oldest_seq(conn, generation)
+        if oldest is not None and oldest > seq + 1:  # pruned
+            return None
+        return self._tables.changed_since(conn, generation, seq)
+
+    def catch_up(self, conn: Any, generation: int) -> None:
+        table = self._ensure(conn, generation)
+        seq = self._tables.last_seq(conn, generation) or 0
+        since = self._seq(conn, generation)
+        if since == seq:
+            return
+        changed = self._changed_since(conn, generation, since) if since is not None else None
+        if changed is None:  # never in step, or the log no longer covers its lag: copy it all
+            conn.execute(f"DELETE FROM {table}")
+            if table_exists(conn, matrix_table(generation)):
+                conn.execute(
+                    f"INSERT INTO {table}(rowid, scope, embedding) "
+                    f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)}"
+                )
+            else:  # an index from before the matrix table
+                conn.execute(
+                    f"INSERT INTO {table}(rowid, scope, embedding) SELECT id, scope, centroid "
+                    "FROM memory_chunks WHERE generation = ? AND centroid IS NOT NULL",
+                    (generation,),
+                )
+        else:
+            for i in range(0, len(changed), BATCH):
+                part = changed[i : i + BATCH]
+                marks = ",".join("?" for _ in part)
+                conn.execute(f"DELETE FROM {table} WHERE rowid IN ({marks})", part)
+                conn.execute(
+                    f"INSERT INTO {table}(rowid, scope, embedding) SELECT chunk_id, scope, "
+                    f"vector FROM {matrix_table(generation)} WHERE chunk_id IN ({marks})",
+                    part,
+                )
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (vec0_seq_key(generation), str(seq)),
+        )
+
+    def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
+        table = vec_table(generation)
+        if table_exists(conn, table):
+            conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in chunk_ids])
+
+    def knn(
+        self, conn: Any, query: np.ndarray, k: int, generation: int, scopes: list[str]
+    ) -> list[tuple[int, float]]:
+        table = vec_table(generation)
+        if not table_exists(conn, table):
+            return []
+        marks = ",".join("?" for _ in scopes)
+        rows = conn.execute(
+            f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ? "
+            f"AND scope IN ({marks}) ORDER BY distance",
+            (to_blob(query), min(k, KNN_MAX_K), *scopes),
+        ).fetchall()
+        pairs = [(int(uid), 1.0 - float(dist)) for uid, dist in rows]
+        return sorted(pairs, key=lambda p: (-p[1], p[0]))
+
+    def count(self, conn: Any, generation: int) -> int:
+        table = vec_table(generation)
+        if not table_exists(conn, table):
+            return 0
+        return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+    def live(self, conn: Any, generation: int) -> bool:
+        return bool(
+            conn.execute(
+                "SELECT 1 FROM memory_generations WHERE id = ? AND state != 'retired'",
+                (generation,),
+            ).fetchone()
+        )

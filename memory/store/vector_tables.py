@@ -1,0 +1,275 @@
+"""The stored centroid vectors of each index generation and their change log.
+
+Per generation `N`: `memory_matrix_g<N>` holds one row a chunk (chunk id, scope, float32 vector;
+the source of truth for vector search), and `memory_matrix_log_g<N>` names every chunk whose
+vector was written or deleted, in order (`seq`), so a process holding the vectors in memory
+re-reads only what changed. Both vector backends write these tables, so an index built with one
+can be searched with the other. The packed copy (memory/store/vector_pack.py) and sqlite-vec's
+vec0 table (memory/store/vector_knn.py) are derived from them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+
+LOG_KEEP = 100_000  # change-log rows kept per generation (≈ 2 MB)
+BATCH = 500  # ids bound in one statement
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    """A vector as stored: little-endian float32."""
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def from_blob(blob: bytes) -> np.ndarray:
+    """A stored vector (or several, back to back) as a read-only float32 array."""
+    return np.frombuffer(blob, dtype="<f4")
+
+
+def vec_table(generation: int) -> str:
+    return f"memory_vec_g{int(generation)}"
+
+
+def matrix_table(generation: int) -> str:
+    return f"memory_matrix_g{int(generation)}"
+
+
+def log_table(generation: int) -> str:
+    return f"memory_matrix_log_g{int(generation)}"
+
+
+def pack_table(generation: int) -> str:
+    return f"memory_matrix_pack_g{int(generation)}"
+
+
+def vec0_seq_key(generation: int) -> str:
+    return f"vec0_seq_g{int(generation)}"
+
+
+def table_exists(conn: Any, name: str) -> bool:
+    return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone())
+
+
+def drop_vec_table(conn: Any, generation: int) -> None:
+    """Drop a generation's vector tables (matrix, change log, pack, vec0) inside the caller's
+    transaction. Without the extension loaded the vec0 table cannot be dropped and stays until a
+    run that can load sqlite-vec (searches never read a retired generation; a generation that
+    gets its id again starts with its vec0 table out of step, so sqlite-vec empties it before
+    use)."""
+    conn.execute("DELETE FROM meta WHERE key = ?", (vec0_seq_key(generation),))
+    conn.execute(f"DROP TABLE IF EXISTS {matrix_table(generation)}")
+    conn.execute(f"DROP TABLE IF EXISTS {log_table(generation)}")
+    conn.execute(f"DROP TABLE IF EXISTS {pack_table(generation)}")
+    with contextlib.suppress(Exception):
+        conn.execute(f"DROP TABLE IF EXISTS {vec_table(generation)}")
+
+
+Row = tuple[int, int, str, np.ndarray]  # (chunk_id, generation, scope, centroid)
+
+
+class VectorTables(Protocol):
+    """The centroid vectors of each generation's chunks, and a log of which ones changed.
+
+    Promises a second implementation must keep:
+    - one vector per (generation, chunk id): `add` replaces a chunk's row, `delete` removes it;
+      a generation's first `add` also copies in the centroids its chunks already carry;
+    - every `add` and `delete` appends the chunk ids to the generation's change log under
+      increasing `seq` numbers (never reused while the log exists; `drop_generation` drops
+      the log, and a log made again may start lower); at most `LOG_KEEP` rows are kept, the
+      oldest pruned;
+    - writes happen inside the caller's transaction (`conn` from `Database.transaction()`),
+      so rows and log change together or not at all;
+    - reads on one connection inside `snapshot(conn)` see one consistent state: the log's
+      last seq and the rows it covers;
+    - `rows` yields a generation's rows ordered by chunk id; `changed_since` names each chunk
+      once (in the order the store finds them, the same every time for the same log).
+    """
+
+    def add(self, conn: Any, rows: list[Row]) -> None:
+        """Insert or replace (chunk_id, generation, scope, centroid) rows and log them."""
+
+    def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
+        """Remove the chunks' rows and log them (nothing if the generation has no table)."""
+
+    def drop_generation(self, conn: Any, generation: int) -> None:
+        """Drop everything stored for the generation's vectors (derived copies too)."""
+
+    def snapshot(self, conn: Any) -> contextlib.AbstractContextManager[None]:
+        """One read snapshot on `conn` for the reads inside it."""
+
+    def index_version(self, conn: Any) -> str:
+        """The index's version: it changes with every write to the index ("0" if never)."""
+
+    def last_seq(self, conn: Any, generation: int) -> int | None:
+        """The change log's last seq (0 if empty); None when the generation has no log or no
+        vector table (its vectors must then be read in full)."""
+
+    def oldest_seq(self, conn: Any, generation: int) -> int | None:
+        """The oldest seq the log still holds (None if empty): older changes were pruned."""
+
+    def changed_since(self, conn: Any, generation: int, seq: int) -> list[int]:
+        """Chunk ids logged after `seq`, each once."""
+
+    def changes_since(self, conn: Any, generation: int, seq: int) -> tuple[int | None, int]:
+        """(the oldest seq logged after `seq` or None, how many distinct chunks it names)."""
+
+    def logged_chunks(self, conn: Any, generation: int) -> int:
+        """Distinct chunks the whole log names."""
+
+    def vectors_of(
+        self, conn: Any, generation: int, chunk_ids: list[int]
+    ) -> dict[int, tuple[str, np.ndarray]]:
+        """chunk id → (scope, vector) for those of `chunk_ids` that have a row."""
+
+    def count(self, conn: Any, generation: int) -> int:
+        """Rows of the generation (chunks with a centroid)."""
+
+    def rows(
+        self, conn: Any, generation: int, batch: int
+    ) -> Iterator[list[tuple[int, str, bytes]]]:
+        """(chunk id, scope, vector blob) rows ordered by chunk id, `batch` at a time."""
+
+
+class SqliteVectorTables:
+    """`VectorTables` on the agent's SQLite file (one table pair per generation)."""
+
+    def add(self, conn: Any, rows: list[Row]) -> None:
+        for gen in sorted({r[1] for r in rows}):
+            self._log(conn, gen, [r[0] for r in rows if r[1] == gen])
+            table = matrix_table(gen)
+            if not table_exists(conn, table):
+                conn.execute(
+                    f"CREATE TABLE {table} "
+                    "(chunk_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, vector BLOB NOT NULL)"
+                )
+                # A generation indexed before this table existed: copy its vectors once, so the
+                # table always holds every chunk of the generation.
+                conn.execute(
+                    f"INSERT INTO {table}(chunk_id, scope, vector) SELECT id, scope, centroid "
+                    "FROM memory_chunks WHERE generation = ? AND centroid IS NOT NULL",
+                    (gen,),
+                )
+            conn.executemany(
+                f"INSERT OR REPLACE INTO {table}(chunk_id, scope, vector) VALUES (?, ?, ?)",
+                [(cid, scope, to_blob(vec)) for cid, g, scope, vec in rows if g == gen],
+            )
+
+    def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
+        table = matrix_table(generation)
+        if table_exists(conn, table):
+            conn.executemany(f"DELETE FROM {table} WHERE chunk_id = ?", [(i,) for i in chunk_ids])
+            self._log(conn, generation, chunk_ids)
+
+    def drop_generation(self, conn: Any, generation: int) -> None:
+        drop_vec_table(conn, generation)
+
+    @staticmethod
+    def _log(conn: Any, generation: int, chunk_ids: list[int]) -> None:
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {log_table(generation)} "
+            "(seq INTEGER PRIMARY KEY AUTOINCREMENT, chunk_id INTEGER NOT NULL)"
+        )
+        conn.executemany(
+            f"INSERT INTO {log_table(generation)}(chunk_id) VALUES (?)", [(i,) for i in chunk_ids]
+        )
+        # Keep the log bounded: a reader further behind than this reads the whole matrix again.
+        conn.execute(
+            f"DELETE FROM {log_table(generation)} WHERE seq <= "
+            f"(SELECT max(seq) FROM {log_table(generation)}) - ?",
+            (LOG_KEEP,),
+        )
+
+    @contextlib.contextmanager
+    def snapshot(self, conn: Any) -> Iterator[None]:
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            conn.execute("COMMIT")
+
+    def index_version(self, conn: Any) -> str:
+        version = conn.execute("SELECT value FROM meta WHERE key = 'index_version'").fetchone()
+        return version[0] if version else "0"
+
+    def last_seq(self, conn: Any, generation: int) -> int | None:
+        if not (
+            table_exists(conn, log_table(generation))
+            and table_exists(conn, matrix_table(generation))
+        ):
+            return None
+        (seq,) = conn.execute(
+            f"SELECT coalesce(max(seq), 0) FROM {log_table(generation)}"
+        ).fetchone()
+        return int(seq)
+
+    def oldest_seq(self, conn: Any, generation: int) -> int | None:
+        (oldest,) = conn.execute(f"SELECT min(seq) FROM {log_table(generation)}").fetchone()
+        return None if oldest is None else int(oldest)
+
+    def changed_since(self, conn: Any, generation: int, seq: int) -> list[int]:
+        return [
+            int(r[0])
+            for r in conn.execute(
+                f"SELECT DISTINCT chunk_id FROM {log_table(generation)} WHERE seq > ?", (seq,)
+            )
+        ]
+
+    def changes_since(self, conn: Any, generation: int, seq: int) -> tuple[int | None, int]:
+        oldest, newer = conn.execute(
+            f"SELECT min(seq), count(DISTINCT chunk_id) FROM {log_table(generation)} WHERE seq > ?",
+            (seq,),
+        ).fetchone()
+        return (None if oldest is None else int(oldest)), int(newer)
+
+    def logged_chunks(self, conn: Any, generation: int) -> int:
+        (changes,) = conn.execute(
+            f"SELECT count(DISTINCT chunk_id) FROM {log_table(generation)}"
+        ).fetchone()
+        return int(changes)
+
+    def vectors_of(
+        self, conn: Any, generation: int, chunk_ids: list[int]
+    ) -> dict[int, tuple[str, np.ndarray]]:
+        found = {}
+        table = matrix_table(generation)
+        for i in range(0, len(chunk_ids), BATCH):
+            part = chunk_ids[i : i + BATCH]
+            marks = ",".join("?" for _ in part)
+            for cid, scope, blob in conn.execute(
+                f"SELECT chunk_id, scope, vector FROM {table} WHERE chunk_id IN ({marks})", part
+            ):
+                found[int(cid)] = (scope, from_blob(blob))
+        return found
+
+    def _source(self, conn: Any, generation: int) -> tuple[str, str, tuple[Any, ...]]:
+        """(count statement, rows statement, parameters) for the generation's vectors."""
+        table = matrix_table(generation)
+        if table_exists(conn, table):
+            return (
+                f"SELECT count(*) FROM {table}",
+                f"SELECT chunk_id, scope, vector FROM {table} ORDER BY chunk_id",
+                (),
+            )
+        # An index written before the matrix table existed: slower, same result.
+        where = "FROM memory_chunks WHERE generation = ? AND centroid IS NOT NULL"
+        return (
+            f"SELECT count(*) {where}",
+            f"SELECT id, scope, centroid {where} ORDER BY id",
+            (generation,),
+        )
+
+    def count(self, conn: Any, generation: int) -> int:
+        count_sql, _, params = self._source(conn, generation)
+        return int(conn.execute(count_sql, params).fetchone()[0])
+
+    def rows(
+        self, conn: Any, generation: int, batch: int
+    ) -> Iterator[list[tuple[int, str, bytes]]]:
+        _, sql, params = self._source(conn, generation)
+        cursor = conn.execute(sql, params)
+        while rows := cursor.fetchmany(batch):
+            yield rows

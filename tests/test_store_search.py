@@ -1,0 +1,178 @@
+"""The search repository, written against its interface (`SearchQueries`): the fixture yields a
+way to open an implementation on an index the real indexer wrote (today SQLite), so a second
+store can be parametrised in and held to the same promises."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from memory.index.index import MemoryIndex
+from memory.store.db import Database
+from memory.store.search_queries import MalformedQuery, SearchQueries, SqliteSearchQueries
+from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config, use_config
+
+Opener = Callable[[Database], SearchQueries]
+
+NOTES = {
+    "MEMORY.md": "# Memory\n\nAnna keeps bees on the roof.\n",
+    "memory/2026-01-01.md": "# Jan 1\n\nAnna walked the dog by the river.\n",
+    "memory/2026-01-02.md": "# Jan 2\n\nThe dog chased a zeppelin shadow. Anna laughed.\n",
+    "memory/2026-01-03.md": "# Jan 3\n\nBought honey jars for the bees.\n",
+}
+
+
+@pytest.fixture(params=["sqlite"])
+def open_queries(request: pytest.FixtureRequest) -> Opener:
+    return SqliteSearchQueries
+
+
+@pytest.fixture
+def index(make_workspace: WorkspaceFactory, make_index: IndexFactory) -> MemoryIndex:
+    idx = make_index(make_workspace(NOTES), keyword_config())
+    idx.sync()
+    return idx
+
+
+def generation(idx: MemoryIndex) -> int:
+    active = idx.active_generation()
+    assert active is not None
+    return active[0]
+
+
+def all_ids(queries: SearchQueries, idx: MemoryIndex) -> list[int]:
+    return sorted(i for i, _ in queries.keyword_ranked('"anna" OR "dog" OR "bees"', 100))
+
+
+def test_keyword_matches_come_best_bm25_rank_first(
+    index: MemoryIndex, open_queries: Opener
+) -> None:
+    queries = open_queries(index.db)
+
+    ranked = queries.keyword_ranked('"dog" OR "anna"', 10)
+
+    assert len(ranked) >= 3
+    assert [r for _, r in ranked] == sorted(r for _, r in ranked)
+    assert all(r < 0 for _, r in ranked)
+    assert queries.keyword_ranked('"dog" OR "anna"', 1) == ranked[:1]
+
+
+def test_newest_keyword_matches_come_highest_id_first_with_the_same_ranks(
+    index: MemoryIndex, open_queries: Opener
+) -> None:
+    queries = open_queries(index.db)
+
+    newest = queries.keyword_newest('"anna"', 10)
+
+    assert [i for i, _ in newest] == sorted((i for i, _ in newest), reverse=True)
+    assert sorted(newest) == sorted(queries.keyword_ranked('"anna"', 10))
+    assert queries.keyword_newest('"anna"', 1) == newest[:1]
+
+
+@pytest.mark.parametrize("match", ['"unclosed', "AND OR ("])
+def test_an_expression_that_cannot_be_parsed_is_a_malformed_query(
+    index: MemoryIndex, open_queries: Opener, match: str
+) -> None:
+    queries = open_queries(index.db)
+    for ask in (
+        lambda: queries.keyword_ranked(match, 10),
+        lambda: queries.keyword_newest(match, 10),
+        lambda: queries.match_count(match, None),
+    ):
+        with pytest.raises(MalformedQuery):
+            ask()
+
+
+def test_match_counts_stop_at_the_limit(index: MemoryIndex, open_queries: Opener) -> None:
+    queries = open_queries(index.db)
+
+    every = queries.match_count('"anna"', None)
+
+    assert every == len(queries.keyword_ranked('"anna"', 100)) >= 2
+    assert queries.match_count('"anna"', 1) == 1
+    assert queries.match_count('"nowhere"', None) == 0
+
+
+def test_in_scope_keeps_only_the_generation_and_scopes_asked_for(
+    index: MemoryIndex, open_queries: Opener
+) -> None:
+    queries = open_queries(index.db)
+    ids = all_ids(queries, index)
+    gen = generation(index)
+
+    assert queries.in_scope(ids, gen, [""]) == set(ids)
+    assert queries.in_scope(ids, gen, ["some-chat"]) == set()
+    assert queries.in_scope(ids, gen + 1, [""]) == set()
+    assert queries.in_scope([*ids, 10**9], gen, [""]) == set(ids)  # a vanished id: left out
+
+
+def test_chunks_are_the_rows_of_the_ids_that_exist(
+    index: MemoryIndex, open_queries: Opener
+) -> None:
+    queries = open_queries(index.db)
+    ids = all_ids(queries, index)
+
+    rows = queries.chunks([*ids, 10**9])
+
+    assert sorted(r[0] for r in rows) == ids
+    by_path = {r[1]: r for r in rows}
+    assert "Anna keeps bees" in by_path["MEMORY.md"][6]
+    assert by_path["memory/2026-01-01.md"][8] == "2026-01-01"  # a dated log carries its day
+
+
+def test_the_chunk_count_and_index_version_follow_writes(
+    index: MemoryIndex, open_queries: Opener
+) -> None:
+    queries = open_queries(index.db)
+    gen = generation(index)
+    count, version = queries.chunk_count(gen), queries.index_version()
+
+    (index.workspace / "memory" / "2026-01-04.md").write_text("# Jan 4\n\nRain all day.\n")
+    index.sync()
+
+    assert queries.chunk_count(gen) == count + 1
+    assert queries.index_version() != version
+
+
+def test_databases_have_different_identities(
+    index: MemoryIndex,
+    open_queries: Opener,
+    make_workspace: WorkspaceFactory,
+    make_index: IndexFactory,
+) -> None:
+    other = make_index(make_workspace(NOTES, name="other"), keyword_config(), db_name="b.sqlite")
+
+    assert open_queries(index.db).identity != open_queries(other.db).identity
+    assert open_queries(index.db).identity == open_queries(index.db).identity
+
+
+def test_a_keyword_only_index_has_no_passage_vectors(
+    index: MemoryIndex, open_queries: Opener
+) -> None:
+    queries = open_queries(index.db)
+    assert queries.passage_vectors(all_ids(queries, index)) is None
+
+
+def test_passage_vectors_list_each_chunks_passages_together(
+    use_model: None,
+    make_workspace: WorkspaceFactory,
+    make_index: IndexFactory,
+    open_queries: Opener,
+) -> None:
+    idx = make_index(make_workspace(NOTES), use_config())
+    idx.sync()
+    queries = open_queries(idx.db)
+    ids = all_ids(queries, idx)
+
+    found = queries.passage_vectors([*ids, 10**9])
+
+    assert found is not None
+    assert found.matrix.dtype == np.float32 and found.matrix.shape[0] == len(found.spans)
+    chunk_order = [cid for cid, _, _ in found.spans]
+    assert set(chunk_order) == set(ids)
+    assert chunk_order == sorted(chunk_order, key=chunk_order.index)  # grouped, not interleaved
+    again = queries.passage_vectors([*ids, 10**9])
+    assert again is not None and again.spans == found.spans
+    assert np.array_equal(again.matrix, found.matrix)
