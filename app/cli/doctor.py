@@ -95,23 +95,15 @@ def check_file_modes(settings: Settings) -> CheckResult:
 
 def check_database(settings: Settings) -> CheckResult:
     """`PRAGMA quick_check` on a read-only connection (the check changes nothing)."""
-    from memory.store.db import _load_driver, corruption_advice
+    from memory.store.db import corruption_advice, quick_check_read_only
 
     path = settings.database_path
     if not path.exists():
         return CheckResult("database", False, f"{path} does not exist: run `pinch init`")
-    driver, _ = _load_driver(False)
     started = time.monotonic()
-    try:
-        conn = driver.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-        try:
-            rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check").fetchall()]
-        finally:
-            conn.close()
-    except driver.DatabaseError as exc:
-        rows = [str(exc)]
-    if rows != ["ok"]:
-        return CheckResult("database", False, corruption_advice(path, rows[0]))
+    problems = quick_check_read_only(path)
+    if problems:
+        return CheckResult("database", False, corruption_advice(path, problems[0]))
     return CheckResult(
         "database", True, f"{path}: quick_check ok ({time.monotonic() - started:.2f} s)"
     )

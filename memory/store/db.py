@@ -219,6 +219,21 @@ def _make_private(path: Path) -> None:
                 os.chmod(name, PRIVATE_FILE_MODE)
 
 
+def quick_check_read_only(path: Path, *, timeout_s: float = 5.0) -> list[str]:
+    """Problems `PRAGMA quick_check` finds in the file at `path` (empty: it is sound), on a
+    read-only connection: nothing is created or changed, no migration runs."""
+    driver, _ = _load_driver(False)
+    try:
+        conn = driver.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout_s)
+        try:
+            rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check").fetchall()]
+        finally:
+            conn.close()
+    except driver.DatabaseError as exc:
+        return [str(exc)]
+    return [] if rows == ["ok"] else rows
+
+
 def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
     """Open (creating if needed) and migrate the agent database at `path`.
 
