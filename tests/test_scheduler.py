@@ -246,6 +246,22 @@ async def test_a_task_whose_agent_already_delivered_sends_no_second_copy(tmp_pat
 
 
 @run
+async def test_a_failure_alert_sent_to_the_chat_names_no_server_path(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    job = h.add("every", "60", "task", "flaky", anchor=T0 + timedelta(minutes=1))
+    advice = "model down: check api_base in /srv/pinch-home/config.toml and the network"
+    h.replies = [RuntimeError(advice)] * 2
+    h.clock.advance(minutes=1)
+    for _ in range(2):
+        await h.scheduler.fire(job)
+        j = h.store.get(job)
+        assert j is not None and j.next_run_utc is not None
+        h.clock.t = j.next_run_utc
+    [alert] = [t for t in texts(h) if "failed" in t]
+    assert "/srv/pinch-home" not in alert and "config.toml on the server" in alert
+
+
+@run
 async def test_failures_back_off_alert_after_two_and_disable_after_ten(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     job = h.add("every", "60", "task", "flaky", anchor=T0 + timedelta(minutes=1))

@@ -56,6 +56,7 @@ from app.automations.checklist import (
 from app.automations.durations import human_duration
 from app.automations.jobs import ALERT_AFTER_FAILURES, DISABLE_AFTER_FAILURES, Job, Jobs, Target
 from app.automations.schedules import describe, local_text, next_run
+from app.gateway.advice import without_server_paths
 from channels.base import OutboundMessage
 from common.text import shorten
 from memory.store.sessions import OWNER_PEER, SessionKey
@@ -427,6 +428,7 @@ class Scheduler:
         if updated is None:
             return
         n = updated.consecutive_failures
+        detail = without_server_paths(detail)  # the chat's copy; the log has the whole advice
         text = None
         if updated.state == "disabled":
             text = (
