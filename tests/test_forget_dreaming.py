@@ -27,9 +27,9 @@ from memory.index.chunking import hash_text
 from memory.index.index import MemoryIndex
 from memory.lifecycle.dreaming import DreamingConfig, undo_last
 from memory.lifecycle.forget import ForgetPlan, forget, plan_forget
-from memory.lifecycle.signals import record_recall
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.search.hybrid import SearchHit
+from memory.search.recall_signals import record_recall
 from memory.store.lineage import LineageStore, record_session_note
 from memory.store.sessions import SessionStore
 from tests.agent_support import OWNER

@@ -22,7 +22,7 @@ TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "workspace_template"
 
 
 def _fail(message: str) -> None:
-    from app.cli.printable import printable
+    from common.printable import printable
     from common.redact import redact
 
     click.secho(printable(redact(message)), fg="red", err=True)
@@ -231,7 +231,7 @@ def memory_status(deep: bool, as_json: bool) -> None:
     """What is indexed, with which model and vector backend, and what is wrong."""
     from dataclasses import asdict
 
-    from app.cli.printable import printable
+    from common.printable import printable
     from memory.lifecycle.dreaming import last_dream
     from memory.store.compact import COMPACT_FREE_SHARE
 
@@ -441,7 +441,7 @@ def memory_search(
     query: str, preset: str | None, max_results: int | None, min_score: float | None, as_json: bool
 ) -> None:
     """Search memory by meaning and by keyword."""
-    from app.cli.printable import printable
+    from common.printable import printable
 
     settings = _settings()
     idx = _open_index(settings)
@@ -480,7 +480,7 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
     """Print lines of a memory file (MEMORY.md, USER.md, memory/...)."""
     from dataclasses import asdict
 
-    from app.cli.printable import printable
+    from common.printable import printable
     from memory.files.workspace import read_memory_lines
 
     settings = _settings()
@@ -529,7 +529,7 @@ def memory_dream(ctx: click.Context, dry_run: bool, phase: str, undo: bool) -> N
 
     from agent.model.errors import ModelError
     from app.automations.nightly_dream import dream_once
-    from app.cli.printable import printable
+    from common.printable import printable
 
     if undo and ctx.get_parameter_source("phase") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--undo restores the last dream's saved copy; it takes no --phase.")
@@ -558,7 +558,7 @@ def memory_dream(ctx: click.Context, dry_run: bool, phase: str, undo: bool) -> N
 def _undo_dream(settings: Settings, *, dry_run: bool) -> None:
     """`--undo`: allowed with dreaming disabled, so a dream that did harm can be undone after
     turning dreaming off."""
-    from app.cli.printable import printable
+    from common.printable import printable
     from memory.lifecycle.dreaming import plan_undo, undo_last
 
     idx = _open_index(settings)

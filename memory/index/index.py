@@ -37,11 +37,11 @@ from memory.index.status import IndexStatus, dirty_files
 from memory.index.sync import ProgressCallback, SyncPipeline, SyncReport
 from memory.index.transcripts import replay_transcripts
 from memory.index.virtual import VIRTUAL_SOURCES, VirtualChunk, VirtualChunks
-from memory.lifecycle.signals import record_recall
 from memory.memory_config import MemoryConfig
 from memory.search.filters import SearchFilter
 from memory.search.hybrid import SearchHit, run_search
 from memory.search.presets import SearchPreset, get_preset
+from memory.search.recall_signals import record_recall
 from memory.search.sqlite_vec import SqliteVecStore
 from memory.search.vectors import NumpyStore, VectorStore
 from memory.store.compact import space_usage
