@@ -31,7 +31,7 @@ from agent.tools import FLUSH_TOOLS, ToolContext, ToolRegistry
 from agent.types import Message, ModelRequest, TextBlock, Usage
 from common.text import shorten
 from memory.index.index import MemoryIndex
-from memory.index.transcripts import index_transcript
+from memory.index.transcript_indexer import index_transcript
 from memory.store.sessions import Session, SessionStore, TranscriptEvent
 from memory.text import estimate_tokens
 

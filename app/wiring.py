@@ -30,7 +30,7 @@ from agent.active_memory import ActiveMemory
 from agent.agent_config import AgentConfig
 from agent.compaction import Compactor
 from agent.context import ContextBuilder
-from agent.intents import IntentTool
+from agent.intent_tool import IntentTool
 from agent.memory_tools import MemoryTools
 from agent.model.factory import ModelClient, create_model_client, preload
 from agent.runtime import Agent

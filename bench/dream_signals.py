@@ -18,7 +18,7 @@ from memory.index.index import MemoryIndex
 from memory.lifecycle.signals import flush_signals
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.search.hybrid import SearchHit
-from memory.search.recall_signals import record_recall
+from memory.search.signal_recording import record_recall
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ from memory.lifecycle.dreaming import DreamingConfig, undo_last
 from memory.lifecycle.forget import ForgetPlan, forget, plan_forget
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.search.hybrid import SearchHit
-from memory.search.recall_signals import record_recall
+from memory.search.signal_recording import record_recall
 from memory.store.lineage import LineageStore, record_session_note
 from memory.store.sessions import SessionStore
 from tests.agent_support import OWNER

@@ -11,7 +11,7 @@ import pytest
 
 from memory.embeddings.providers import create_provider
 from memory.index.index import MemoryIndex
-from memory.index.transcripts import index_transcript
+from memory.index.transcript_indexer import index_transcript
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.store.sessions import SessionKey, SessionStore
 from memory.store.transcripts import transcript_path

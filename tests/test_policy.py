@@ -19,7 +19,7 @@ from agent.requests import AgentRequest, Final
 from agent.tools import ToolContext
 from agent.types import ToolCall, ToolResult
 from common.attachment import Attachment
-from memory.index.transcripts import index_transcript
+from memory.index.transcript_indexer import index_transcript
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.search.filters import SearchFilter
 from memory.store.sessions import SessionKey

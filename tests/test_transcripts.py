@@ -12,7 +12,7 @@ import pytest
 
 from memory.errors import SessionError
 from memory.index.index import MemoryIndex
-from memory.index.transcripts import index_transcript
+from memory.index.transcript_indexer import index_transcript
 from memory.memory_config import ChunkingConfig
 from memory.store.sessions import Session, SessionKey, SessionStore
 from memory.store.transcripts import (

@@ -2,7 +2,7 @@
 
 Every search records one row per hit (path and lines, a hash of the snippet, a hash of the query,
 the day, the score, the hit's origin) — never the query text. `record_recall`
-(memory/search/recall_signals.py) is called by `MemoryIndex.search` after the results are
+(memory/search/signal_recording.py) is called by `MemoryIndex.search` after the results are
 computed; it never blocks and never fails a search:
 the rows are written without waiting for a lock, and if another process holds the write lock
 they wait in a small bounded buffer for the next search (or `flush_signals`). Measured cost: well
