@@ -5,7 +5,8 @@ Files are the source of truth; everything here can be rebuilt from them. `Memory
 facade over the parts: memory/index/generations.py (which build serves, the rebuild lease),
 memory/index/sync.py (the sync pipeline; single_flight.py), memory/index/embedcache.py (the
 embedding cache), memory/index/rows.py (chunk, keyword, passage and vector rows),
-memory/index/virtual.py (chunks no file backs) and memory/index/transcript_indexer.py (conversations).
+memory/index/virtual.py (chunks no file backs) and memory/index/transcript_indexer.py
+(conversations).
 Their rows are kept by the repositories in memory/store/index_*.py. An index *generation* is one
 complete build. Incremental syncs update the active generation file by file; a full rebuild
 (`sync(force=True)`, or a changed embedding model / chunking) fills a new generation beside the
