@@ -31,7 +31,7 @@ from agent.tools import FLUSH_TOOLS, ToolContext, ToolRegistry
 from agent.types import Message, ModelRequest, TextBlock, Usage
 from common.text import shorten
 from memory.index.index import MemoryIndex
-from memory.index.transcripts import index_transcript
+from memory.index.transcript_indexer import index_transcript
 from memory.store.sessions import Session, SessionStore, TranscriptEvent
 from memory.text import estimate_tokens
 
@@ -189,7 +189,7 @@ class Compactor:
         piece_tokens = max(500, budget - estimate_tokens(instructions + (previous or "")))
         usage = Usage()
         summary = previous
-        for piece in split_text(transcript, piece_tokens):
+        for piece in split_by_tokens(transcript, piece_tokens):
             prompt = render("summary_input", previous=summary, transcript=piece)
             request = ModelRequest(
                 (Message.user(prompt),),
@@ -241,7 +241,7 @@ def render_turns(turns: Sequence[Turn]) -> str:
     return "\n".join(lines)
 
 
-def split_text(text: str, max_tokens: int) -> list[str]:
+def split_by_tokens(text: str, max_tokens: int) -> list[str]:
     """`text` in line-aligned pieces of at most about `max_tokens` tokens each."""
     pieces: list[str] = []
     current: list[str] = []

@@ -28,24 +28,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agent.types import Usage
+from common.attachment import Attachment
 from memory.store.sessions import SessionKey
 
 SenderKind = Literal["owner", "person", "automation", "system"]
 SENDER_KINDS: tuple[SenderKind, ...] = ("owner", "person", "automation", "system")
-
-
-@dataclass(frozen=True)
-class Attachment:
-    """A file that came with a message, saved in the workspace (e.g. inbox/2026-01-10/a.jpg)."""
-
-    path: str  # workspace-relative, '/'-separated
-    kind: str = "document"  # "photo" | "document" | "voice" | "audio" | "video" | …
-    name: str | None = None  # the sender's file name, when the platform gave one
-
-    def __post_init__(self) -> None:
-        parts = self.path.split("/")
-        if not self.path or self.path.startswith(("/", "~")) or ".." in parts or "\\" in self.path:
-            raise ValueError(f"An attachment path must be workspace-relative, not {self.path!r}.")
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from agent.commands import AgentStatus, parse_command, run_command
 from agent.compaction import CompactionError, Compactor, summary_block
 from agent.context import Context, ContextBuilder
 from agent.history import CANCELLED_EVENT, build_history
-from agent.intents import standing_intents_block
+from agent.intent_tool import standing_intents_block
 from agent.memory_tools import session_attachments
 from agent.message_limit import fit_message
 from agent.model.errors import ContextTooLongError, cut_off_notice

@@ -1,6 +1,6 @@
 """How the model's tool calls run: a `Tool` is a JSON schema and an async function; a
 `ToolRegistry` runs calls against the turn's `ToolContext`. The built-in memory tools are in
-agent/memory_tools.py, the `intent` tool in agent/intents.py, `schedule` in app/automations.
+agent/memory_tools.py, the `intent` tool in agent/intent_tool.py, `schedule` in app/automations.
 
 A tool that fails returns its failure to the model as a tool result with `is_error` set, worded
 so the model can correct itself; nothing a tool does can crash a turn. Blocking work (searching,

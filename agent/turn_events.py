@@ -28,8 +28,9 @@ def user_content(request: AgentRequest, text: str) -> dict[str, Any]:
         }
         content["sender"] = {k: v for k, v in sender.items() if v is not None}
     if request.attachments:
-        content["attachments"] = [
-            {k: v for k, v in vars(a).items() if v is not None} for a in request.attachments
+        content["attachments"] = [  # the stored form: path, kind and the sender's name
+            {k: v for k, v in (("path", a.path), ("kind", a.kind), ("name", a.file_name)) if v}
+            for a in request.attachments
         ]
     if request.message_ids:
         content["message_ids"] = list(request.message_ids)

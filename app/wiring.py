@@ -30,7 +30,7 @@ from agent.active_memory import ActiveMemory
 from agent.agent_config import AgentConfig
 from agent.compaction import Compactor
 from agent.context import ContextBuilder
-from agent.intents import IntentTool
+from agent.intent_tool import IntentTool
 from agent.memory_tools import MemoryTools
 from agent.model.factory import ModelClient, create_model_client, preload
 from agent.runtime import Agent
@@ -53,7 +53,7 @@ from memory.lifecycle.intents import IntentStore
 from memory.lifecycle.signals import stop_recording
 from memory.store.pairing_store import SqlitePairingStore
 from memory.store.queue_store import SqliteQueueStore
-from memory.store.sessions import SessionStore
+from memory.store.sessions import SessionStore, SqliteSessionStore
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -81,7 +81,7 @@ async def build_runtime(
         clock = clock or Clock(owner_zone(settings.agent.timezone, settings.workspace_dir))
         if not settings.dreaming.enabled:
             stop_recording(index.db)  # no recall signals are kept for a disabled Dreaming
-        store = SessionStore(index.db)
+        store = SqliteSessionStore(index.db)
         automations = None
         if settings.automations.enabled:  # the jobs, a scheduler the gateway starts, the tool
             automations = await asyncio.to_thread(build_automations, settings, index.db, clock)

@@ -82,7 +82,7 @@ from common.clock import Clock
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.search.porter import porter_stem
-from memory.store.sessions import SessionKey, SessionStore
+from memory.store.sessions import SessionKey, SessionStore, SqliteSessionStore
 from memory.text import CJK_CHAR, line_terms, query_terms, stem_term
 from tests.fakes.model_server import (
     FakeModelServer,
@@ -852,7 +852,7 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
     (workspace / "memory").mkdir(exist_ok=True)
     memory = MemoryConfig(embedding=EmbeddingConfig(provider=provider))  # type: ignore[arg-type]
     index = MemoryIndex.open(workspace, root / "agent.sqlite", memory)
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     config = AgentConfig(
         model=MODEL,
         context_window=args.context_window,
@@ -922,7 +922,7 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
                 copy = root / f"am-{mode}-{question_set}"
                 shutil.copytree(snapshot, copy)
                 am_index = MemoryIndex.open(copy / "workspace", copy / "agent.sqlite", memory)
-                am_store = SessionStore(am_index.db)
+                am_store = SqliteSessionStore(am_index.db)
                 am_agent = build_agent(
                     model=client,
                     store=am_store,

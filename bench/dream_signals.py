@@ -15,9 +15,10 @@ from datetime import datetime
 from pathlib import Path
 
 from memory.index.index import MemoryIndex
-from memory.lifecycle.signals import flush_signals, record_recall
+from memory.lifecycle.signals import flush_signals
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.search.hybrid import SearchHit
+from memory.search.signal_recording import record_recall
 
 
 def main() -> None:

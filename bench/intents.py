@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from agent.intents import INTENT_SPEC, standing_intents_block
+from agent.intent_tool import INTENT_SPEC, standing_intents_block
 from agent.requests import AgentRequest
 from bench.synthetic import (
     CFOODS,

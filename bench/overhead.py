@@ -74,7 +74,7 @@ from app.wiring import build_agent
 from common.clock import Clock
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
-from memory.store.sessions import SessionKey, SessionStore
+from memory.store.sessions import SessionKey, SqliteSessionStore
 from tests.fakes.model_server import (
     FakeModelServer,
     RecordedRequest,
@@ -164,7 +164,7 @@ def make_agent(root: Path, server: FakeModelServer) -> tuple[Agent, RecordingCli
     )
     agent = build_agent(
         model=client,
-        store=SessionStore(index.db),
+        store=SqliteSessionStore(index.db),
         index=index,
         workspace=workspace,
         config=AgentConfig(model=MODEL),

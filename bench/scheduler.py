@@ -40,7 +40,7 @@ from channels.base import OutboundMessage
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.store.jobs_store import SqliteJobStore
-from memory.store.sessions import SessionKey, SessionStore
+from memory.store.sessions import SessionKey, SqliteSessionStore
 from tests.fakes.model_server import FakeModelServer, text_reply
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "workspace_template"
@@ -66,7 +66,7 @@ async def bench(jobs: int, window: float, busy: int, root: Path) -> dict[str, ob
     server.respond_with(lambda request: text_reply("Noted. " * 40))
     agent = build_agent(
         model=AnthropicClient("claude-test", api_key="k", base_url=server.url, max_retries=0),
-        store=SessionStore(index.db),
+        store=SqliteSessionStore(index.db),
         index=index,
         workspace=workspace,
         config=AgentConfig(model="claude-test"),

@@ -25,23 +25,9 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from channels.split import split_text
+from common.attachment import Attachment
 
 ChatType = Literal["direct", "group", "channel"]
-AttachmentKind = Literal["photo", "document", "voice", "audio", "video", "sticker", "other"]
-
-
-@dataclass(frozen=True)
-class Attachment:
-    """A file that came with a message. `path` is where the adapter saved it (workspace-relative,
-    e.g. "inbox/2026-12-01/photo-123.jpg"), or None with `error` saying why it was not saved
-    (too big for the platform's download limit, unsupported, download failed)."""
-
-    kind: AttachmentKind
-    path: str | None = None
-    file_name: str | None = None
-    mime_type: str | None = None
-    size: int | None = None
-    error: str | None = None
 
 
 class InboxWriter(Protocol):

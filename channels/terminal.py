@@ -18,7 +18,7 @@ one message per input line, replies as plain text on stdout, one line on stderr 
 message and exit status 1 if any message got no answer or the last answer was cut off.
 
 Nothing here imports from app/: text is made safe for the terminal by the `clean` function the
-caller passes (app.cli.printable.printable).
+caller passes (common.printable.printable).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from app.wiring import build_agent
 from common.clock import Clock
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
-from memory.store.sessions import SessionKey, SessionStore
+from memory.store.sessions import SessionKey, SessionStore, SqliteSessionStore
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "workspace_template"
@@ -103,7 +103,7 @@ def make_kit(
     workspace = workspace or template_workspace(tmp_path)
     memory = memory or MemoryConfig(embedding=EmbeddingConfig(provider="none"))
     index = MemoryIndex.open(workspace, tmp_path / db_name, memory)
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     agent = build_agent(
         model=model_client(server, api),
         store=store,

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from agent.model.errors import ServerError
-from agent.requests import AgentEvent, AgentRequest, Attachment, Final, Notice, TextDelta
+from agent.requests import AgentEvent, AgentRequest, Final, Notice, TextDelta
 from agent.runtime import TOOL_LIMIT_RESULT
+from common.attachment import Attachment
 from tests.agent_support import (
     GROUP,
     OWNER,
@@ -293,7 +294,7 @@ def test_an_automations_message_is_not_stored_as_the_owners_words(tmp_path: Path
         sender="automation",
         sender_id="job-7",
         sender_name="morning digest",
-        attachments=(Attachment("inbox/2026-01-10/cal.ics", "document"),),
+        attachments=(Attachment("document", "inbox/2026-01-10/cal.ics"),),
     )
     with FakeModelServer() as server:
         kit = make_kit(tmp_path, server)

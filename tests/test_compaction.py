@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent.compaction import choose_cut, split_text
+from agent.compaction import choose_cut, split_by_tokens
 from agent.history import split_turns
 from agent.runtime import RESET_NOTICE, AgentReply
 from memory.store.sessions import TranscriptEvent
@@ -200,7 +200,7 @@ def test_the_cut_keeps_the_newest_turn_and_summarises_at_least_one() -> None:
 
 def test_a_long_transcript_is_summarised_in_pieces() -> None:
     text = "\n".join(f"[#{i}] Owner: " + "word " * 100 for i in range(40))
-    pieces = split_text(text, max_tokens=1_000)
+    pieces = split_by_tokens(text, max_tokens=1_000)
     assert len(pieces) > 1 and "\n".join(pieces) == text
 
 

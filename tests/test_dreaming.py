@@ -26,9 +26,9 @@ from memory.lifecycle.dreaming import (
     acquire_lease,
     undo_last,
 )
-from memory.lifecycle.signals import record_recall
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.search.hybrid import SearchHit
+from memory.search.signal_recording import record_recall
 from memory.store.lineage import LineageStore
 from tests.agent_support import model_client
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply

@@ -21,8 +21,9 @@ from app.config import load_settings
 from memory.files.workspace import discover_memory_files
 from memory.index.index import MemoryIndex
 from memory.lifecycle.dreaming import DreamingConfig
-from memory.lifecycle.signals import flush_signals, query_hash
+from memory.lifecycle.signals import flush_signals
 from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.search.signal_recording import query_hash
 from tests.agent_support import model_client
 from tests.fakes.model_server import FakeModelServer, text_reply
 

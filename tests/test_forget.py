@@ -22,7 +22,7 @@ from memory.lifecycle.dreaming import stage_candidates
 from memory.lifecycle.forget import forget, plan_forget
 from memory.store import sessions
 from memory.store.lineage import LineageStore
-from memory.store.sessions import SessionStore
+from memory.store.sessions import SqliteSessionStore
 from memory.store.transcripts import transcript_path
 from tests.agent_support import OWNER, Kit, make_kit, responder, template_workspace
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply, tool_reply
@@ -267,7 +267,7 @@ def test_the_command_prints_a_dry_run_as_json_then_forgets(pinch_home: Path) -> 
     assert runner.invoke(main, ["init"], env=env).exit_code == 0
     settings = load_settings()
     index = MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
-    sid = SessionStore(index.db).current(OWNER).id
+    sid = SqliteSessionStore(index.db).current(OWNER).id
     entry = WorkspaceWriter(settings.workspace_dir).append_daily_entry(
         "- Secret plan.", origin="agent", session_id=sid
     )

@@ -27,11 +27,11 @@ from memory.index.chunking import hash_text
 from memory.index.index import MemoryIndex
 from memory.lifecycle.dreaming import DreamingConfig, undo_last
 from memory.lifecycle.forget import ForgetPlan, forget, plan_forget
-from memory.lifecycle.signals import record_recall
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.search.hybrid import SearchHit
+from memory.search.signal_recording import record_recall
 from memory.store.lineage import LineageStore, record_session_note
-from memory.store.sessions import SessionStore
+from memory.store.sessions import SqliteSessionStore
 from tests.agent_support import OWNER
 
 NOW = datetime(2026, 11, 5, 3, 0)
@@ -94,7 +94,7 @@ def world(tmp_path: Path) -> Iterator[World]:
     config = MemoryConfig(embedding=EmbeddingConfig(provider="none"))
     index = MemoryIndex.open(ws, tmp_path / "agent.sqlite", config)
     writer = WorkspaceWriter(ws)
-    sid = SessionStore(index.db).current(OWNER).id
+    sid = SqliteSessionStore(index.db).current(OWNER).id
     entry = writer.append_daily_entry(f"- {SECRET}", now=DAY, origin="agent", session_id=sid)
     detail = {"hash": hash_text(entry.text), "lines": 1}
     LineageStore(index.db).record(sid, "daily_entry", path=entry.path, detail=detail)
@@ -256,7 +256,7 @@ def test_the_dry_run_command_lists_what_dreaming_holds(pinch_home: Path) -> None
     settings = load_settings()
     index = MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
     writer = WorkspaceWriter(settings.workspace_dir)
-    sid = SessionStore(index.db).current(OWNER).id
+    sid = SqliteSessionStore(index.db).current(OWNER).id
     entry = writer.append_daily_entry(f"- {SECRET}", origin="agent", session_id=sid)
     detail = {"hash": hash_text(entry.text), "lines": 1}
     LineageStore(index.db).record(sid, "daily_entry", path=entry.path, detail=detail)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agent.intents import INTENT_SPEC, MAX_BLOCK_CHARS, standing_intents_block
+from agent.intent_tool import INTENT_SPEC, MAX_BLOCK_CHARS, standing_intents_block
 from agent.requests import AgentRequest
 from agent.web_fetch import WebFetcher
 from app.cli.main import main

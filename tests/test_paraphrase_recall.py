@@ -11,9 +11,9 @@ import pytest
 
 from memory.embeddings.providers import create_provider
 from memory.index.index import MemoryIndex
-from memory.index.transcripts import index_transcript
+from memory.index.transcript_indexer import index_transcript
 from memory.memory_config import EmbeddingConfig, MemoryConfig
-from memory.store.sessions import SessionKey, SessionStore
+from memory.store.sessions import SessionKey, SqliteSessionStore
 from memory.store.transcripts import transcript_path
 from tests.conftest import IndexFactory, WorkspaceFactory
 
@@ -53,7 +53,7 @@ def index(
 
 def _conversation(index: MemoryIndex) -> str:
     """Filler turns about other topics with the fact said once in the middle; one chunk."""
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     session = store.current(ANNA)
     for topic in TOPICS:
         store.append(session.id, "user", {"text": f"Can you help me think through {topic}?"})

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from agent.policy import policy_for
-from agent.requests import AgentRequest, Attachment, Final
+from agent.requests import AgentRequest, Final
 from agent.tools import ToolContext
 from agent.types import ToolCall, ToolResult
-from memory.index.transcripts import index_transcript
+from common.attachment import Attachment
+from memory.index.transcript_indexer import index_transcript
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.search.filters import SearchFilter
 from memory.store.sessions import SessionKey
@@ -192,7 +193,7 @@ def test_a_shared_session_reads_the_public_workspace_files_and_its_own_attachmen
             "What's on the menu?",
             sender="person",
             sender_id="555",
-            attachments=(Attachment(f"{inbox}/menu.txt", "document"),),
+            attachments=(Attachment("document", f"{inbox}/menu.txt"),),
         )
         asyncio.run(answer(kit, request))
 

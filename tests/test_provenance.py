@@ -18,7 +18,7 @@ from agent.tools import ToolContext
 from agent.types import ToolCall
 from agent.web_fetch import WebFetcher
 from memory.files.writes import WorkspaceWriter
-from memory.index.transcripts import index_transcript
+from memory.index.transcript_indexer import index_transcript
 from memory.lifecycle.triggers import TriggerFiles
 from memory.search.filters import TRUSTED_ORIGINS, SearchFilter, is_trusted
 from memory.store.lineage import LineageStore, line_origins, marked_entries, origin_marker

@@ -28,7 +28,7 @@ from click.testing import CliRunner, Result
 from app.cli.main import main
 from app.config import load_settings
 from memory.store.db import open_database
-from memory.store.sessions import SessionStore
+from memory.store.sessions import SqliteSessionStore
 from tests.agent_support import all_text
 from tests.fakes.model_server import FakeModelServer, fault_reply, text_reply
 
@@ -289,7 +289,7 @@ def test_a_cancelled_message_is_kept_marked_cancelled_and_not_answered_later(
     settings = load_settings()
     db = open_database(settings.database_path)
     try:
-        store = SessionStore(db)
+        store = SqliteSessionStore(db)
         events = [e for s in store.all_sessions() for e in store.events(s.id)]
     finally:
         db.close()

@@ -6,7 +6,7 @@ Real SQLite files in tmp_path; a "restart" closes the database and opens the fil
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ from memory.errors import SessionError
 from memory.store import migrations
 from memory.store.db import Database, open_database
 from memory.store.migrations import MIGRATIONS, apply_migrations, m001_memory_index
-from memory.store.sessions import SessionKey, SessionStore
+from memory.store.sessions import SessionKey, SessionStore, SqliteSessionStore
 
 OWNER = SessionKey("main", "telegram", "direct", "12345")
 GROUP = SessionKey("main", "telegram", "group", "-100777")
@@ -33,9 +33,14 @@ def db(db_path: Path) -> Iterator[Database]:
     database.close()
 
 
-@pytest.fixture
-def store(db: Database) -> SessionStore:
-    return SessionStore(db)
+# The implementations of the `SessionStore` interface the store tests run against: a second
+# backend runs the same tests by adding one entry here.
+STORES: dict[str, Callable[[Database], SessionStore]] = {"sqlite": SqliteSessionStore}
+
+
+@pytest.fixture(params=sorted(STORES))
+def store(request: pytest.FixtureRequest, db: Database) -> SessionStore:
+    return STORES[request.param](db)
 
 
 # ---- keys -------------------------------------------------------------------------------------
@@ -103,15 +108,15 @@ def test_each_key_has_its_own_session(store: SessionStore) -> None:
 
 def test_a_restart_resumes_the_current_session_and_its_events(db_path: Path) -> None:
     db = open_database(db_path)
-    store = SessionStore(db)
+    store = SqliteSessionStore(db)
     session = store.current(OWNER)
     store.append(session.id, "user", {"text": "remember the milk"})
     db.close()
 
     db = open_database(db_path)
-    resumed = SessionStore(db).current(OWNER)
+    resumed = SqliteSessionStore(db).current(OWNER)
     assert resumed.id == session.id
-    assert [e.content for e in SessionStore(db).events(resumed.id)] == [
+    assert [e.content for e in SqliteSessionStore(db).events(resumed.id)] == [
         {"text": "remember the milk"}
     ]
     db.close()
@@ -120,7 +125,7 @@ def test_a_restart_resumes_the_current_session_and_its_events(db_path: Path) -> 
 def test_two_connections_agree_on_the_current_session(db_path: Path) -> None:
     a, b = open_database(db_path), open_database(db_path)
     try:
-        assert SessionStore(a).current(OWNER).id == SessionStore(b).current(OWNER).id
+        assert SqliteSessionStore(a).current(OWNER).id == SqliteSessionStore(b).current(OWNER).id
     finally:
         a.close()
         b.close()
@@ -217,7 +222,7 @@ def test_flush_and_compaction_counters_persist(store: SessionStore, db_path: Pat
     store.mark_flushed(session.id, 1)
     reopened = open_database(db_path)
     try:
-        again = SessionStore(reopened).get(session.id)
+        again = SqliteSessionStore(reopened).get(session.id)
     finally:
         reopened.close()
     assert again is not None and (again.compactions, again.flushed_cycle) == (1, 1)
@@ -270,7 +275,7 @@ def test_m002_upgrades_a_database_created_with_m001_only(
     conn.close()
 
     upgraded = open_database(old)
-    store = SessionStore(upgraded)
+    store = SqliteSessionStore(upgraded)
     session = store.current(OWNER)
     store.append(session.id, "user", {"text": "after the upgrade"})
     upgraded.close()

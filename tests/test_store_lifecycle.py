@@ -22,7 +22,7 @@ from memory.store.intents_store import (
 )
 from memory.store.lineage import LineageRepository, LineageStore
 from memory.store.recall_signals import RecallSignal, RecallSignalStore, Span, SqliteRecallSignals
-from memory.store.sessions import SessionKey, SessionStore
+from memory.store.sessions import SessionKey, SqliteSessionStore
 
 T0 = 1_770_000_000.0
 SCOPE = IntentScope("main", "telegram", "direct:owner", "owner")
@@ -249,7 +249,7 @@ def test_preimages_are_rewritten_and_post_hashes_moved(runs: DreamRunStore, db: 
 def test_erase_removes_the_session_and_leaves_a_tombstone(
     db: Database, forgetting: ForgetStore, lineage: LineageRepository, signals: RecallSignalStore
 ) -> None:
-    sessions = SessionStore(db)
+    sessions = SqliteSessionStore(db)
     session = sessions.current(SessionKey.owner_main())
     sessions.append(session.id, "user", {"text": "hello"})
     lineage.record(session.id, "daily_entry", path="memory/2026-01-10.md", detail={"lines": 1})

@@ -1,5 +1,5 @@
 """Nothing Pinch prints can drive the terminal: escape sequences and control characters in memory
-files or model replies are stripped (app.cli.printable.printable) from search output and piped
+files or model replies are stripped (common.printable.printable) from search output and piped
 replies."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli.main import main
-from app.cli.printable import printable
+from common.printable import printable
 from tests.fakes.model_server import FakeModelServer, text_reply
 
 HOSTILE = "\x1b[2J\x1b]0;owned\x07\x1b[31mred\x1b[0m \x9b1m\u202eevil\x08\x00\r"

@@ -12,7 +12,7 @@ import pytest
 
 from agent.tools import ToolContext
 from agent.types import ToolCall, ToolResult
-from memory.index.transcripts import index_transcript
+from memory.index.transcript_indexer import index_transcript
 from memory.store.sessions import SessionKey
 from tests.agent_support import GROUP, OWNER, Kit, make_kit, template_workspace
 from tests.fakes.model_server import FakeModelServer

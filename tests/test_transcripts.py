@@ -12,9 +12,9 @@ import pytest
 
 from memory.errors import SessionError
 from memory.index.index import MemoryIndex
-from memory.index.transcripts import index_transcript
+from memory.index.transcript_indexer import index_transcript
 from memory.memory_config import ChunkingConfig
-from memory.store.sessions import Session, SessionKey, SessionStore
+from memory.store.sessions import Session, SessionKey, SessionStore, SqliteSessionStore
 from memory.store.transcripts import (
     read_transcript,
     session_id_from_path,
@@ -66,7 +66,7 @@ def chunks_of(idx: MemoryIndex, path: str) -> list[tuple[int, int, str, str]]:
 
 
 def test_a_fact_said_only_in_conversation_is_found_in_its_scope(index: MemoryIndex) -> None:
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     session = store.current(ANNA)
     say(store, session, (FACT, "Got it."), ("Also, what's the weather?", "Sunny."))
     index_transcript(index, session, store.events(session.id))
@@ -79,7 +79,7 @@ def test_a_fact_said_only_in_conversation_is_found_in_its_scope(index: MemoryInd
 
 
 def test_another_conversation_never_sees_it(index: MemoryIndex) -> None:
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     session = store.current(ANNA)
     say(store, session, (FACT, "Got it."))
     index_transcript(index, session, store.events(session.id))
@@ -91,7 +91,7 @@ def test_another_conversation_never_sees_it(index: MemoryIndex) -> None:
 
 
 def test_group_chat_transcripts_stay_in_the_group(index: MemoryIndex) -> None:
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     session = store.current(FAMILY)
     say(store, session, ("Grandma's birthday dinner is at Luigi's trattoria.", "Noted!"))
     index_transcript(index, session, store.events(session.id))
@@ -100,7 +100,7 @@ def test_group_chat_transcripts_stay_in_the_group(index: MemoryIndex) -> None:
 
 
 def test_recalled_context_is_not_indexed(index: MemoryIndex) -> None:
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     session = store.current(ANNA)
     say(store, session, (FACT, "Got it."))
     index_transcript(index, session, store.events(session.id))
@@ -110,7 +110,7 @@ def test_recalled_context_is_not_indexed(index: MemoryIndex) -> None:
 
 
 def test_transcripts_survive_a_full_rebuild(index: MemoryIndex) -> None:
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     session = store.current(ANNA)
     say(store, session, (FACT, "Got it."))
     index_transcript(index, session, store.events(session.id))
@@ -128,7 +128,7 @@ def test_a_new_chunk_size_rechunks_transcripts_from_the_source(
 ) -> None:
     ws = make_workspace(FILES)
     idx = make_index(ws, use_config())
-    store = SessionStore(idx.db)
+    store = SqliteSessionStore(idx.db)
     session = store.current(ANNA)
     say(store, session, *[(f"Turn {i}: {FACT}", f"Reply {i}, noted.") for i in range(6)])
     index_transcript(idx, session, store.events(session.id))
@@ -154,7 +154,7 @@ def small_chunks(
 
 def test_incremental_indexing_does_not_duplicate(small_chunks: MemoryIndex) -> None:
     idx = small_chunks
-    store = SessionStore(idx.db)
+    store = SqliteSessionStore(idx.db)
     session = store.current(ANNA)
     for i in range(8):  # indexed after every turn, as a live conversation would be
         say(store, session, (f"Question {i} about the shed roof?", f"Answer {i}: use felt."))
@@ -174,7 +174,7 @@ def test_incremental_indexing_does_not_duplicate(small_chunks: MemoryIndex) -> N
 
 
 def test_a_caller_passing_only_new_events_leaves_no_gap(index: MemoryIndex) -> None:
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     session = store.current(ANNA)
     say(store, session, (FACT, "Got it."), ("And the shed?", "Felt roof."), ("Later", "Yes"))
     index_transcript(index, session, store.events(session.id, after_seq=3)[:1])
@@ -184,7 +184,7 @@ def test_a_caller_passing_only_new_events_leaves_no_gap(index: MemoryIndex) -> N
 
 
 def test_sync_leaves_transcript_chunks_alone(index: MemoryIndex) -> None:
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     session = store.current(ANNA)
     say(store, session, (FACT, "Got it."))
     index_transcript(index, session, store.events(session.id))
@@ -200,7 +200,7 @@ def test_sync_leaves_transcript_chunks_alone(index: MemoryIndex) -> None:
 
 
 def test_long_messages_are_split_into_several_chunks(small_chunks: MemoryIndex) -> None:
-    store = SessionStore(small_chunks.db)
+    store = SqliteSessionStore(small_chunks.db)
     session = store.current(ANNA)
     essay = " ".join(f"Paragraph {i} of my travel diary about Kyoto temples." for i in range(15))
     say(store, session, (essay, "What a trip."), ("Short follow-up.", "Sure."))
@@ -215,7 +215,7 @@ def test_long_messages_are_split_into_several_chunks(small_chunks: MemoryIndex) 
 
 
 def test_tool_results_are_untrusted_and_memory_tool_results_skipped(index: MemoryIndex) -> None:
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     session = store.current(ANNA)
     store.append(session.id, "user", {"text": "Look up the ferry times, and what I said before."})
     store.append(session.id, "tool_call", {"id": "a", "name": "web_fetch", "input": {"u": "x"}})
@@ -243,7 +243,7 @@ def test_keyword_only_index_finds_transcripts_too(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
     idx = make_index(make_workspace(FILES), keyword_config())
-    store = SessionStore(idx.db)
+    store = SqliteSessionStore(idx.db)
     session = store.current(ANNA)
     say(store, session, (FACT, "Got it."))
     index_transcript(idx, session, store.events(session.id))  # first use builds the index
@@ -252,7 +252,7 @@ def test_keyword_only_index_finds_transcripts_too(
 
 
 def test_archived_sessions_stay_searchable(index: MemoryIndex) -> None:
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     old = store.current(ANNA)
     say(store, old, (FACT, "Got it."))
     index_transcript(index, old, store.events(old.id))
@@ -262,7 +262,7 @@ def test_archived_sessions_stay_searchable(index: MemoryIndex) -> None:
 
 
 def test_delete_virtual_forgets_a_conversation(index: MemoryIndex) -> None:
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     session = store.current(ANNA)
     say(store, session, (FACT, "Got it."))
     index_transcript(index, session, store.events(session.id))
@@ -277,7 +277,7 @@ def test_read_transcript_returns_numbered_lines(tmp_path: Path) -> None:
     from memory.store.db import open_database
 
     db = open_database(tmp_path / "agent.sqlite")
-    store = SessionStore(db)
+    store = SqliteSessionStore(db)
     session = store.current(ANNA)
     say(store, session, ("Hello there", "Hi!"), ("Second", "Two"))
     store.append(session.id, "tool_call", {"id": "x", "name": "current_time", "input": {}})

@@ -367,7 +367,7 @@ class Scheduler:
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
             log.warning("Job %s failed: %s", job.id, detail)
             await self._db(self.store.finish_run, run_id, "failed", self.now(), late_by, detail)
-            await self._failed(job, detail)
+            await self._failed(job, without_server_paths(detail))  # the log has it whole
             return
         # Delivered: a stop arriving now must not undo that (a one-shot released as "due"
         # would be delivered again after the restart), so the record is one shielded write.
@@ -428,7 +428,6 @@ class Scheduler:
         if updated is None:
             return
         n = updated.consecutive_failures
-        detail = without_server_paths(detail)  # the chat's copy; the log has the whole advice
         text = None
         if updated.state == "disabled":
             text = (

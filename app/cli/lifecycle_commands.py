@@ -41,7 +41,7 @@ def memory_dream(ctx: click.Context, dry_run: bool, phase: str, undo: bool) -> N
 
     from agent.model.errors import ModelError
     from app.automations.nightly_dream import dream_once
-    from app.cli.printable import printable
+    from common.printable import printable
 
     if undo and ctx.get_parameter_source("phase") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("--undo restores the last dream's saved copy; it takes no --phase.")
@@ -70,7 +70,7 @@ def memory_dream(ctx: click.Context, dry_run: bool, phase: str, undo: bool) -> N
 def _undo_dream(settings: Settings, *, dry_run: bool) -> None:
     """`--undo`: allowed with dreaming disabled, so a dream that did harm can be undone after
     turning dreaming off."""
-    from app.cli.printable import printable
+    from common.printable import printable
     from memory.lifecycle.dreaming import plan_undo, undo_last
 
     idx = open_index(settings)

@@ -31,7 +31,7 @@ def memory_status(deep: bool, as_json: bool) -> None:
     """What is indexed, with which model and vector backend, and what is wrong."""
     from dataclasses import asdict
 
-    from app.cli.printable import printable
+    from common.printable import printable
     from memory.lifecycle.dreaming import last_dream
     from memory.store.compact import COMPACT_FREE_SHARE
 
@@ -241,7 +241,7 @@ def memory_search(
     query: str, preset: str | None, max_results: int | None, min_score: float | None, as_json: bool
 ) -> None:
     """Search memory by meaning and by keyword."""
-    from app.cli.printable import printable
+    from common.printable import printable
 
     settings = load_settings()
     idx = open_index(settings)
@@ -280,7 +280,7 @@ def memory_get(path: str, from_line: int, lines: int | None, as_json: bool) -> N
     """Print lines of a memory file (MEMORY.md, USER.md, memory/...)."""
     from dataclasses import asdict
 
-    from app.cli.printable import printable
+    from common.printable import printable
     from memory.files.workspace import read_memory_lines
 
     settings = load_settings()

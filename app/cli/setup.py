@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 from app.config import Settings
-from memory.files.workspace import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_private_dirs
+from common.private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_private_dirs
 from memory.store.db import open_database
 
 CONFIG_TEMPLATE = """\

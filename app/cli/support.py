@@ -21,7 +21,7 @@ TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "workspace_template"
 
 def fail(message: str) -> None:
     """Print `message` (redacted, printable) in red on stderr and exit with status 1."""
-    from app.cli.printable import printable
+    from common.printable import printable
     from common.redact import redact
 
     click.secho(printable(redact(message)), fg="red", err=True)

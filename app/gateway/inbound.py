@@ -12,10 +12,10 @@ import time
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from agent.requests import AgentRequest, Attachment
+from agent.requests import AgentRequest
 from app.gateway.queue import Batch
-from channels.base import Attachment as InboundAttachment
 from channels.base import InboundMessage
+from common.attachment import Attachment
 from memory.errors import MemoryError_
 from memory.store.sessions import SessionKey
 
@@ -65,7 +65,7 @@ def encodable(msg: InboundMessage) -> InboundMessage:
     return replace(_replace_surrogates(msg), attachments=attachments)
 
 
-_Fields = TypeVar("_Fields", InboundMessage, InboundAttachment)
+_Fields = TypeVar("_Fields", InboundMessage, Attachment)
 
 
 def _replace_surrogates(item: _Fields) -> _Fields:
@@ -95,7 +95,7 @@ def turn_request(key: SessionKey, batch: Batch) -> AgentRequest:
         text = msg.text
         for item in msg.attachments:
             if item.path:
-                attachments.append(Attachment(item.path, item.kind, item.file_name))
+                attachments.append(item)
             else:
                 text += f"\n[{item.kind} not saved: {item.error or 'unavailable'}]"
         if len(senders) > 1:
@@ -122,6 +122,6 @@ UNREADABLE = (
 )
 
 
-def unreadable(item: InboundAttachment) -> bool:
+def unreadable(item: Attachment) -> bool:
     """An attachment of a type the assistant cannot read (not one that failed to download)."""
     return item.path is None and item.kind in ("sticker", "other")

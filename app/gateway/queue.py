@@ -28,7 +28,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from channels.base import Attachment, InboundMessage, SentMessage
+from channels.base import InboundMessage, SentMessage
+from common.attachment import Attachment
 from memory.store.liveness import pid_alive
 from memory.store.queue_store import ClaimedTurn, Delivery, LeaseHolder, QueueStore
 

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
-from app.cli.printable import printable
 from app.gateway.routing import session_key_for
 from app.process import Runtime
 from app.wiring import build_gateway, build_runtime
 from channels.terminal import ChatIO, CliChannel, PipedIO, TerminalIO
+from common.printable import printable
 from common.redact import redact
 from memory.errors import MemoryError_
 from memory.store.sessions import SessionKey

@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from channels.base import Attachment, AttachmentKind, InboxWriter
+from channels.base import InboxWriter
+from common.attachment import Attachment, AttachmentKind
 
 _MB = 1024 * 1024
 

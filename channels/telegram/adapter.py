@@ -57,7 +57,7 @@ from channels.base import (
 )
 from channels.channel_config import TelegramConfig
 from channels.telegram.dispatch import UpdateDispatcher
-from channels.telegram.format import Chunk, split_for_telegram
+from channels.telegram.format import TelegramPiece, split_for_telegram
 from channels.telegram.inbound import GENERAL_TOPIC, BotIdentity, MessageConverter
 from channels.telegram.polling import Poller, RawUpdatesBot, retry_after_s
 from channels.telegram.token_lock import TokenLock
@@ -240,7 +240,7 @@ class TelegramChannel(Channel):
         return await self._send_chunks(message, chunks)
 
     async def _send_chunks(
-        self, message: OutboundMessage, chunks: list[Chunk]
+        self, message: OutboundMessage, chunks: list[TelegramPiece]
     ) -> list[SentMessage]:
         thread = _send_thread(message.thread_id)
         chat_id = message.chat_id
@@ -263,7 +263,7 @@ class TelegramChannel(Channel):
         return sent
 
     async def _send_chunk(
-        self, chat_id: str, chunk: Chunk, thread: int | None, reply: ReplyParameters | None
+        self, chat_id: str, chunk: TelegramPiece, thread: int | None, reply: ReplyParameters | None
     ) -> Message:
         def call(text: str, parse_mode: str | None) -> Awaitable[Message]:
             return self._bot.send_message(
@@ -315,7 +315,9 @@ class TelegramChannel(Channel):
         except TelegramError as error:
             log.info("Telegram: typing indicator failed (%s)", self._describe(error))
 
-    async def _formatted(self, chunk: Chunk, call: Callable[[str, str | None], Awaitable[T]]) -> T:
+    async def _formatted(
+        self, chunk: TelegramPiece, call: Callable[[str, str | None], Awaitable[T]]
+    ) -> T:
         """Send as HTML; if Telegram can't parse it, once more as plain text from the source."""
         try:
             return await self._retrying(lambda: call(chunk.html, ParseMode.HTML))

@@ -30,7 +30,7 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
 
 @dataclass(frozen=True)
-class Chunk:
+class TelegramPiece:
     """One message's worth of a reply: its Markdown source, HTML rendering and plain twin."""
 
     source: str
@@ -64,7 +64,7 @@ def markdown_to_plain(markdown: str) -> str:
     return _Renderer(markdown, html=False).render()
 
 
-def split_for_telegram(markdown: str, limit: int = TELEGRAM_MAX_CHARS) -> list[Chunk]:
+def split_for_telegram(markdown: str, limit: int = TELEGRAM_MAX_CHARS) -> list[TelegramPiece]:
     """Cut a Markdown reply into chunks whose rendered HTML fits `limit`; [] for blank text."""
     if not markdown.strip():
         return []
@@ -75,7 +75,7 @@ def split_for_telegram(markdown: str, limit: int = TELEGRAM_MAX_CHARS) -> list[C
             units.append(unit)
         else:
             units.extend(_split_block(block, limit))
-    chunks: list[Chunk] = []
+    chunks: list[TelegramPiece] = []
     for group in _pack(units, limit):
         chunks.extend(_verified(group, limit))
     return chunks
@@ -111,14 +111,14 @@ def _pack(units: list[_Unit], limit: int) -> list[list[_Unit]]:
     return groups
 
 
-def _verified(group: list[_Unit], limit: int) -> list[Chunk]:
+def _verified(group: list[_Unit], limit: int) -> list[TelegramPiece]:
     """Render the joined group; if context made it longer than the estimate, split it in half."""
     source = _join(group)
     html = markdown_to_html(source)
     if utf16_len(html) <= limit or len(group) == 1:
         if utf16_len(html) > limit:  # one unit rendered alone fitted, so this cannot happen
             html = escape_html(source)[:limit]
-        return [Chunk(source, html, markdown_to_plain(source))] if html.strip() else []
+        return [TelegramPiece(source, html, markdown_to_plain(source))] if html.strip() else []
     half = len(group) // 2
     return _verified(group[:half], limit) + _verified(group[half:], limit)
 

@@ -25,7 +25,8 @@ from typing import Any
 from telegram import Bot, Message, MessageEntity
 from telegram.error import BadRequest, TelegramError
 
-from channels.base import Attachment, AttachmentKind, ChatType, InboundMessage, InboxWriter
+from channels.base import ChatType, InboundMessage, InboxWriter
+from common.attachment import Attachment, AttachmentKind
 
 log = logging.getLogger(__name__)
 

@@ -20,14 +20,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from common.private_files import PRIVATE_FILE_MODE, make_private_dirs
 from memory.errors import WorkspaceError
-from memory.files.workspace import (
-    PRIVATE_FILE_MODE,
-    FileMissingError,
-    make_private_dirs,
-    open_folder_confined,
-    read_confined,
-)
+from memory.files.workspace import FileMissingError, open_folder_confined, read_confined
 
 # One lock for the process: two writers must not interleave read-modify-write of one file.
 WRITE_LOCK = threading.RLock()

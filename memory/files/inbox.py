@@ -20,7 +20,7 @@ import tempfile
 from datetime import datetime, tzinfo
 from pathlib import Path
 
-from memory.files.workspace import PRIVATE_FILE_MODE, make_private_dirs
+from common.private_files import PRIVATE_FILE_MODE, make_private_dirs
 
 INBOX_FOLDER = "inbox"
 MAX_NAME_CHARS = 100

@@ -5,7 +5,8 @@ Files are the source of truth; everything here can be rebuilt from them. `Memory
 facade over the parts: memory/index/generations.py (which build serves, the rebuild lease),
 memory/index/sync.py (the sync pipeline; single_flight.py), memory/index/embedcache.py (the
 embedding cache), memory/index/rows.py (chunk, keyword, passage and vector rows),
-memory/index/virtual.py (chunks no file backs) and memory/index/transcripts.py (conversations).
+memory/index/virtual.py (chunks no file backs) and memory/index/transcript_indexer.py
+(conversations).
 Their rows are kept by the repositories in memory/store/index_*.py. An index *generation* is one
 complete build. Incremental syncs update the active generation file by file; a full rebuild
 (`sync(force=True)`, or a changed embedding model / chunking) fills a new generation beside the
@@ -35,13 +36,13 @@ from memory.index.rows import IndexRows
 from memory.index.single_flight import SingleFlight
 from memory.index.status import IndexStatus, dirty_files
 from memory.index.sync import ProgressCallback, SyncPipeline, SyncReport
-from memory.index.transcripts import replay_transcripts
+from memory.index.transcript_indexer import replay_transcripts
 from memory.index.virtual import VIRTUAL_SOURCES, VirtualChunk, VirtualChunks
-from memory.lifecycle.signals import record_recall
 from memory.memory_config import MemoryConfig
 from memory.search.filters import SearchFilter
 from memory.search.hybrid import SearchHit, run_search
 from memory.search.presets import SearchPreset, get_preset
+from memory.search.signal_recording import record_recall
 from memory.search.sqlite_vec import SqliteVecStore
 from memory.search.vectors import NumpyStore, VectorStore
 from memory.store.compact import space_usage

@@ -1,6 +1,6 @@
 """Chunks that no workspace file backs (conversation transcripts): written into a generation of
 the index by their source, kept by incremental syncs, and re-created on a full rebuild by the
-index's rebuild hooks (memory/index/transcripts.py replays every stored transcript)."""
+index's rebuild hooks (memory/index/transcript_indexer.py replays every stored transcript)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ from memory.store.lineage import (
     strip_marker,
 )
 from memory.store.recall_signals import Span
-from memory.store.sessions import Session, SessionKey, SessionStore
+from memory.store.sessions import Session, SessionKey, SessionStore, SqliteSessionStore
 from memory.store.transcripts import transcript_path
 
 FILE_KINDS = frozenset({"session_note", "daily_entry"})
@@ -119,7 +119,7 @@ def find_session(store: SessionStore, ref: str) -> Session:
 
 def plan_forget(index: MemoryIndex, ref: str) -> ForgetPlan:
     """Exactly what `forget` would remove (and keep) for the session `ref`. Changes nothing."""
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     lineage = LineageStore(index.db)
     sid = ref.strip().removeprefix("sessions/")
     tombstone = lineage.tombstone(sid)

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.private_files import PRIVATE_FILE_MODE, make_private_dirs
 from memory.errors import DatabaseCorruptError, DatabaseError
-from memory.files.workspace import PRIVATE_FILE_MODE, make_private_dirs
 from memory.store.migrations import apply_migrations
 
 BUSY_TIMEOUT_S = 10.0  # how long a write waits for another process's write to finish

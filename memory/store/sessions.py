@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from memory.errors import SessionError
 from memory.store.db import Database
@@ -154,8 +154,50 @@ def _event(row: Any) -> TranscriptEvent:
     return TranscriptEvent(int(row[0]), row[1], json.loads(row[2]), float(row[3]), usage)
 
 
-class SessionStore:
-    """Sessions and transcript events, in the agent database (tables of `m002_sessions`)."""
+class SessionStore(Protocol):
+    """Sessions and their transcripts: the source of truth for every conversation's history.
+
+    Promises (a second implementation keeps them):
+    - Each key has exactly one current session at a time; `current` creates it on first use and
+      returns the same one until `reset`, which archives it (kept, still readable) and makes a
+      fresh one current in one transaction. Session ids are unique (uuid4 hex).
+    - A session's events are numbered 1, 2, 3 … without gaps, in the order `append` was called;
+      `append` is atomic and durable: when it returns the event is on disk (a crash right after
+      loses nothing), and two appends to one session never get the same seq.
+    - `events` returns events in seq order; `history` and `all_sessions` oldest first;
+      `with_id_prefix` at most `limit` sessions whose id starts with the prefix, in id order.
+    - `mark_flushed` and `increment_compactions` change one session's counters atomically.
+    Every call blocks: async callers run it in a worker thread."""
+
+    def current(self, key: SessionKey) -> Session: ...
+    def reset(self, key: SessionKey) -> Session: ...
+    def get(self, session_id: str) -> Session | None: ...
+    def with_id_prefix(self, prefix: str, limit: int = 5) -> list[Session]: ...
+    def history(self, key: SessionKey) -> list[Session]: ...
+    def all_sessions(self) -> list[Session]: ...
+    def append(
+        self,
+        session_id: str,
+        kind: str,
+        content: dict[str, Any],
+        usage: dict[str, Any] | None = None,
+    ) -> TranscriptEvent: ...
+    def events(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        kinds: Collection[str] | None = None,
+        limit: int | None = None,
+    ) -> list[TranscriptEvent]: ...
+    def latest_compaction(self, session_id: str) -> TranscriptEvent | None: ...
+    def mark_flushed(self, session_id: str, cycle: int) -> None: ...
+    def increment_compactions(self, session_id: str) -> Session: ...
+    def usage_totals(self, session_id: str) -> dict[str, int]: ...
+
+
+class SqliteSessionStore:
+    """`SessionStore` in the agent database (tables of `m002_sessions`)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db

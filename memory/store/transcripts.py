@@ -2,7 +2,7 @@
 of its chunks in search hits (`sessions/<session id>`), and which events may hold outside text.
 
 The transcript table (memory/store/sessions.py) is the source of truth for conversations; how
-they become searchable chunks of the memory index is memory/index/transcripts.py.
+they become searchable chunks of the memory index is memory/index/transcript_indexer.py.
 """
 
 from __future__ import annotations

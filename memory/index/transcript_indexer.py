@@ -25,7 +25,7 @@ from memory.index.virtual import VirtualChunk
 from memory.memory_config import MemoryConfig
 from memory.store.db import Database
 from memory.store.lineage import OUTSIDE_CONTENT_TOOLS, LineageStore
-from memory.store.sessions import Session, SessionStore, TranscriptEvent
+from memory.store.sessions import Session, SessionStore, SqliteSessionStore, TranscriptEvent
 from memory.store.transcripts import (
     EVENT_LABELS,
     TOOL_RESULT_CHARS,
@@ -119,7 +119,7 @@ def index_transcript(
         new = sorted((e for e in events if e.seq > watermark), key=lambda e: e.seq)
         if not new:
             return
-        store = SessionStore(index.db)
+        store = SqliteSessionStore(index.db)
         seqs = [watermark, *(e.seq for e in new)]
         if any(b != a + 1 for a, b in itertools.pairwise(seqs)):
             last = new[-1].seq  # the caller may index only up to a point (compaction)
@@ -141,7 +141,7 @@ def index_transcript(
 
 def replay_transcripts(index: TranscriptIndex, generation: int) -> None:
     """Index every stored transcript into `generation` (a rebuild hook of MemoryIndex)."""
-    store = SessionStore(index.db)
+    store = SqliteSessionStore(index.db)
     budget = _budget(index)
     for session in store.all_sessions():
         events = store.events(session.id)
