@@ -28,6 +28,7 @@ from app.automations.durations import (
     parse_duration,
 )
 from common.clock import load_timezone
+from common.text import shorten
 from memory.store.jobs_store import Job, Kind, Schedule
 
 KINDS: tuple[Kind, ...] = ("at", "every", "cron")
@@ -194,7 +195,7 @@ def summary(job: Job) -> str:
     """One line about `job` for a list: id, state, what, schedule, next run, text."""
     what = "reminder" if job.payload == "reminder" else job.payload
     nxt = local_text(job.upcoming, job.schedule.tz) if job.upcoming else "—"
-    text = job.text if len(job.text) <= 60 else job.text[:57] + "…"
+    text = shorten(job.text, 60)
     return f"#{job.id} {job.state} {what} {describe(job.schedule)}; next {nxt}: {text}"
 
 

@@ -18,6 +18,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.text import shorten
 from memory.errors import WorkspaceError
 from memory.files.discovery import (
     DREAMS_FILE,
@@ -89,7 +90,7 @@ def confine_path(workspace: Path, raw: str, *, allow_hard_links: bool = False) -
     """
     if not raw or not raw.strip():
         raise WorkspaceError("A path is required, e.g. memory/2026-01-10.md or MEMORY.md.")
-    shown = raw if len(raw) <= 80 else raw[:60] + "…"
+    shown = shorten(raw, 80)
     if any(unicodedata.category(ch) == "Cc" for ch in raw):
         raise WorkspaceError(f"{shown!r} contains control characters (such as a NUL byte).")
     if "%" in raw or unicodedata.normalize("NFKC", raw) != raw:
