@@ -69,6 +69,16 @@ class TelegramConfig(_ChannelAccess):
     # An album arrives as one update per photo; parts this far apart still make one message.
     media_group_wait_s: float = Field(default=1.0, gt=0, le=10)
 
+    def needed_secrets(self) -> dict[str, bool]:
+        """The environment variables this configuration needs, each with whether it is set
+        (`pinch doctor`; values are never shown). Nothing when the channel is off."""
+        if self.bot_token is None:
+            return {}
+        needed = {"PINCH_TELEGRAM__BOT_TOKEN": bool(self.bot_token.get_secret_value())}
+        if self.mode == "webhook":
+            needed["PINCH_TELEGRAM__WEBHOOK_SECRET"] = self.webhook_secret is not None
+        return needed
+
     @model_validator(mode="after")
     def _stall_outlasts_a_poll(self) -> TelegramConfig:
         if self.poll_stall_s <= self.poll_timeout_s:
@@ -95,3 +105,15 @@ class SlackConfig(_ChannelAccess):
         default=30.0, gt=0
     )  # per Web API call; a timed-out post is not retried
     ping_interval_s: float = Field(default=10.0, gt=0)  # Socket Mode liveness ping
+
+    def needed_secrets(self) -> dict[str, bool]:
+        """The environment variables this configuration needs, each with whether it is set
+        (`pinch doctor`; values are never shown). Nothing when the channel is off."""
+        if self.bot_token is None and self.app_token is None:
+            return {}
+        needed = {"PINCH_SLACK__BOT_TOKEN": self.bot_token is not None}
+        if self.mode == "socket":
+            needed["PINCH_SLACK__APP_TOKEN"] = self.app_token is not None
+        else:
+            needed["PINCH_SLACK__SIGNING_SECRET"] = self.signing_secret is not None
+        return needed

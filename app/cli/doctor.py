@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from app.channel_registry import channel_settings
 from app.cli.channel_checks import channel_checks
 from app.cli.checks import Check, CheckResult, channel_check
 
@@ -56,17 +57,8 @@ def check_secrets(settings: Settings) -> CheckResult:
     for model in [settings.agent.model, *settings.agent.fallback_models]:
         for name in _model_key_names(model):
             needed[name] = bool(os.environ.get(name))
-    tg, sl = settings.telegram, settings.slack
-    if tg.bot_token is not None:
-        needed["PINCH_TELEGRAM__BOT_TOKEN"] = bool(tg.bot_token.get_secret_value())
-        if tg.mode == "webhook":
-            needed["PINCH_TELEGRAM__WEBHOOK_SECRET"] = tg.webhook_secret is not None
-    if sl.bot_token is not None or sl.app_token is not None:
-        needed["PINCH_SLACK__BOT_TOKEN"] = sl.bot_token is not None
-        if sl.mode == "socket":
-            needed["PINCH_SLACK__APP_TOKEN"] = sl.app_token is not None
-        else:
-            needed["PINCH_SLACK__SIGNING_SECRET"] = sl.signing_secret is not None
+    for channel in channel_settings(settings).values():  # each channel says what it needs
+        needed.update(channel.needed_secrets())
     if not needed:
         return CheckResult("secrets", True, "none needed by this configuration")
     missing = [name for name, present in needed.items() if not present]
