@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+./scripts/system-deps.sh
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"
 ruff check .
