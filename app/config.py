@@ -24,6 +24,7 @@ from pydantic_settings import (
 
 from agent.agent_config import AgentConfig
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
+from app.web.web_config import WebConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.lifecycle.dreaming import DreamingConfig
 from memory.memory_config import MemoryConfig
@@ -106,6 +107,7 @@ class Settings(BaseSettings):
     automations: AutomationsConfig = AutomationsConfig()
     heartbeat: HeartbeatConfig = HeartbeatConfig()
     dreaming: DreamingConfig = DreamingConfig()
+    web: WebConfig = WebConfig()
 
     @field_validator("agent_id")
     @classmethod

@@ -1,0 +1,50 @@
+"""`WebContext`: what every page handler of the web control page is given.
+
+A page module (app/web/pages/NAME.py) exposes `add_routes(app, ctx)`; its handlers read and
+write through `ctx.runtime` (the same stores the CLI uses) and answer with `ctx.render(...)`.
+The security middleware (app/web/security.py) has already checked, before any handler runs:
+the owner's login (every path but /login and /static), the Host header, and — for every POST —
+the Origin and the CSRF token. Handlers never check these themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from app.process import Runtime
+
+# Set on each request by the security middleware: the logged-in session's CSRF token.
+CSRF_KEY = "pinch_csrf"
+
+
+@dataclass
+class WebContext:
+    """The page's shared state: settings, the running Pinch, the templates."""
+
+    settings: Settings
+    runtime: Runtime
+    templates: jinja2.Environment
+    # Extra values every template sees (e.g. the nav), filled by the server.
+    globals: dict[str, Any] = field(default_factory=dict)
+    # Services the gateway adds (the web channel, the pairing, the scheduler...), by name.
+    services: dict[str, Callable[..., Any] | Any] = field(default_factory=dict)
+
+    def render(
+        self, request: web.Request, name: str, *, status: int = 200, **values: Any
+    ) -> web.Response:
+        """Render template `name` (autoescaped) with `values`, the CSRF token and the nav."""
+        template = self.templates.get_template(name)
+        html = template.render(
+            **self.globals,
+            **values,
+            csrf_token=request.get(CSRF_KEY, ""),
+            path=request.path,
+        )
+        return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")

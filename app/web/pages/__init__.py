@@ -1,0 +1,1 @@
+"""The pages of the web control page, one module each, each with `add_routes(app, ctx)`."""
