@@ -346,11 +346,13 @@ class MemoryIndex:
         scopes: Sequence[str] = ("",),
         filter: SearchFilter | None = None,
         record: bool = True,
+        project: str | None = None,
     ) -> list[SearchHit]:
         """Hybrid search of the active generation. An empty index is synced first.
 
         `filter` (the agent's policy) replaces `scopes` and may also limit sources and origins.
         `record=False`: a check, not a recall: it leaves no signal for Dreaming.
+        `project`: the active project; its tagged hits get the preset's `project_boost`.
         """
         if filter is not None:
             scopes = filter.scopes
@@ -381,6 +383,7 @@ class MemoryIndex:
             now=now or datetime.now(),
             scopes=list(scopes),
             admits=filter.admits if filter is not None else None,
+            project=project,
         )
         if record:
             record_recall(self.db, query, hits, now=now)  # Dreaming's signals; never blocks

@@ -28,6 +28,7 @@ from memory.search.ranking import (
     keep_vector_best,
     merge_hybrid,
     mmr_select,
+    project_multiplier,
     query_coverage,
     rerank_by_lines,
     temporal_multiplier,
@@ -107,8 +108,10 @@ def run_search(
     now: datetime,
     scopes: list[str],
     admits: Callable[[str, str], bool] | None = None,
+    project: str | None = None,
 ) -> list[SearchHit]:
-    """`memory_search` over one generation, best hits first.
+    """`memory_search` over one generation, best hits first. `project`: the active project,
+    whose tagged hits the preset's `project_boost` lifts (None: no project preferred).
 
     Raises `IndexCorruptError` when SQLite finds the index damaged and `DatabaseError` for any
     other database failure: a broken index never looks like an empty answer.
@@ -127,6 +130,7 @@ def run_search(
             now=now,
             scopes=scopes,
             admits=admits,
+            project=project,
         )
     except Exception as exc:
         if is_database_error(exc):
@@ -148,6 +152,7 @@ def _run_search(
     now: datetime,
     scopes: list[str],
     admits: Callable[[str, str], bool] | None = None,
+    project: str | None = None,
 ) -> list[SearchHit]:
     query = re.sub(r"\s+", " ", query[: 4 * QUERY_CHARS]).strip()[:QUERY_CHARS]
     if not re.search(r"\w", query):
@@ -241,8 +246,9 @@ def _run_search(
         c.score *= temporal_multiplier(c.day, now, preset)
         if preset.importance_weight and c.importance:
             c.score *= 1 + preset.importance_weight * (c.importance - 3)
-        c.score = min(1.0, c.score)
-    ranked.sort(key=lambda c: (-c.score, c.id))
+        c.score = min(1.0, c.score * project_multiplier(c.project, project, preset))
+    # Among equal scores the active project's hit comes first (a constant without one).
+    ranked.sort(key=lambda c: (-c.score, project is None or c.project != project, c.id))
     ranked = [c for c in ranked if c.score >= floor]
     if preset.mmr_lambda is not None:
         ranked = mmr_select(ranked[: max(3 * k, 20)], k, preset.mmr_lambda)

@@ -45,6 +45,10 @@ class SearchPreset:
     decay_half_life_days: float | None = None
     decay_floor: float = 0.0  # decayed score = score × (floor + (1 − floor) × 0.5^(age/half_life))
     importance_weight: float = 0.0  # score × (1 + weight × (importance − 3)) for marked chunks
+    # score × (1 + boost) for chunks tagged with the active project (memory/project_tags.py);
+    # untagged chunks and other projects' keep their score, and a tie goes to the active one.
+    # No active project, or no tags: no change at all.
+    project_boost: float = 0.0
     mmr_lambda: float | None = None
     snippet: Literal["head", "focused"] = "head"
     snippet_chars: int = 700
@@ -127,6 +131,7 @@ PINCH = SearchPreset(
     # 50 found; LoCoMo dev and MADial unchanged. Three slots found 39 but cost MADial any@5 one
     # English and three Chinese dialogues of 80; ungated, LoCoMo located_any@6 −0.8 points.
     vector_slots=1,
+    project_boost=0.2,
 )
 
 PRESETS: dict[str, SearchPreset] = {p.name: p for p in (PINCH, OPENCLAW, KEYWORD, VECTOR)}

@@ -34,6 +34,7 @@ class ChunkRow:
     importance: int | None
     day: str | None
     keywords: str
+    project: str | None = None  # its `<!-- project: NAME -->` tag (memory/project_tags.py)
 
 
 @dataclass(frozen=True)
@@ -175,8 +176,8 @@ class SqliteIndexRows:
     def insert_chunk(self, conn: Any, row: ChunkRow) -> int:
         cur = conn.execute(
             "INSERT INTO memory_chunks(generation, path, source, origin, scope, "
-            "start_line, end_line, hash, text, importance, day) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "start_line, end_line, hash, text, importance, day, project) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.generation,
                 row.path,
@@ -189,6 +190,7 @@ class SqliteIndexRows:
                 row.text,
                 row.importance,
                 row.day,
+                row.project,
             ),
         )
         cid = int(cur.lastrowid)
