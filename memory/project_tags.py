@@ -18,7 +18,7 @@ memory/lifecycle (triggers, Dreaming) and memory/files (what the agent writes).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 PROJECT_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?")
 ALL_PROJECTS = "*"  # memory_search(project="*"): no project preferred
@@ -148,14 +148,14 @@ def tag_entries(text: str, name: str) -> str:
     lines = text.split("\n")
     marker = project_marker(name)
     tagged = list(lines)
-    starts = _entry_starts(lines)
+    starts = entry_starts(lines)
     for i in starts:
         if not has_project_marker(lines[i]):
             tagged[i] = lines[i].rstrip() + " " + marker
     return "\n".join(tagged)
 
 
-def _entry_starts(lines: Sequence[str]) -> list[int]:
+def entry_starts(lines: Sequence[str]) -> list[int]:
     """The first line of each entry (list item or paragraph) of `lines`, skipping headings
     (their entries are tagged themselves) and fenced code."""
     starts: list[int] = []
@@ -174,3 +174,23 @@ def _entry_starts(lines: Sequence[str]) -> list[int]:
             starts.append(number)
         previous_blank = False
     return starts
+
+
+def count_project_entries(chunks: Iterable[tuple[str, int, str, str]]) -> dict[str, int]:
+    """Entries per project among tagged chunks — (path, start line, text, project) each — an
+    entry in several overlapping chunks counted once."""
+    seen: dict[str, set[tuple[str, int]]] = {}
+    for path, start, text, project in chunks:
+        lines = text.split("\n")
+        found = seen.setdefault(project, set())
+        found.update((path, start + i) for i in entry_starts(lines))
+    return {name: len(found) for name, found in sorted(seen.items()) if found}
+
+
+def tag_section(text: str, name: str) -> str:
+    """`text` (a whole note) tagged with `name`: on its first line when that is a heading (the
+    section is the whole note), else entry by entry (`tag_entries`)."""
+    first, _, rest = text.partition("\n")
+    if _heading_level(first) and not has_project_marker(first):
+        return f"{first.rstrip()} {project_marker(name)}\n{rest}" if rest else first
+    return tag_entries(text, name)

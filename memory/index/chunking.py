@@ -132,7 +132,8 @@ def chunk_markdown(content: str, *, tokens: int = 400, overlap: int = 80) -> lis
             # overlap), so a chunk holds one project's lines (or untagged ones) only.
             if tagged and current and not _neutral(piece):
                 before = next((n for n, x, _ in current if not _neutral(x)), None)
-                heading_break |= before is not None and projects[before - 1] != projects[line_no - 1]
+                other = before is not None and projects[before - 1] != projects[line_no - 1]
+                heading_break = heading_break or other
             if current and (current_tokens + size > tokens or heading_break):
                 keep_overlap = not heading_break  # a new section needs no overlap
                 flush()

@@ -74,6 +74,7 @@ class SearchHit:
     source: str
     origin: str
     day: str | None = None
+    project: str | None = None  # its project tag (memory/project_tags.py), if any
 
     @property
     def untrusted(self) -> bool:
@@ -278,6 +279,16 @@ def _run_search(
             else head_snippet(c.text, preset.snippet_chars)
         )
         hits.append(
-            SearchHit(c.path, c.start_line, c.end_line, c.score, snippet, c.source, c.origin, c.day)
+            SearchHit(
+                c.path,
+                c.start_line,
+                c.end_line,
+                c.score,
+                snippet,
+                c.source,
+                c.origin,
+                c.day,
+                c.project,
+            )
         )
     return hits

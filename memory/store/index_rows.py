@@ -121,6 +121,10 @@ class IndexRowRepository(Protocol):
         """The path's chunks that start at its highest start line, in insertion order."""
         ...
 
+    def tagged_chunks(self, generation: int) -> list[tuple[str, int, str, str]]:
+        """(path, start line, text, project) of the generation's project-tagged chunks."""
+        ...
+
     def chunk_count(self, generation: int) -> int: ...
 
     def write_source(self, conn: Any, row: SourceRow) -> None:
@@ -234,6 +238,14 @@ class SqliteIndexRows:
             (generation, path, generation, path),
         )
         return [StoredChunk(int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows]
+
+    def tagged_chunks(self, generation: int) -> list[tuple[str, int, str, str]]:
+        rows = self.db.execute(
+            "SELECT path, start_line, text, project FROM memory_chunks "
+            "WHERE generation = ? AND project IS NOT NULL ORDER BY path, start_line",
+            (generation,),
+        )
+        return [(r[0], int(r[1]), r[2], r[3]) for r in rows]
 
     def chunk_count(self, generation: int) -> int:
         return int(

@@ -137,16 +137,20 @@ class Session:
     created_at: float
     compactions: int
     flushed_cycle: int  # the compaction cycle whose memory flush already ran (-1: none)
+    # The project chosen with /project (agent/projects.py): None = not chosen (the default from
+    # `[projects.NAME]` applies), "" = none (`/project none`), else its name.
+    project: str | None = None
 
 
 _SESSION_COLUMNS = (
-    "id, agent_id, channel, chat_type, peer_id, thread_id, created_at, compactions, flushed_cycle"
+    "id, agent_id, channel, chat_type, peer_id, thread_id, created_at, compactions, "
+    "flushed_cycle, project"
 )
 
 
 def _session(row: Any) -> Session:
     key = SessionKey(row[1], row[2], row[3], row[4], row[5])
-    return Session(row[0], key, float(row[6]), int(row[7]), int(row[8]))
+    return Session(row[0], key, float(row[6]), int(row[7]), int(row[8]), row[9])
 
 
 def _event(row: Any) -> TranscriptEvent:
@@ -166,7 +170,8 @@ class SessionStore(Protocol):
       loses nothing), and two appends to one session never get the same seq.
     - `events` returns events in seq order; `history` and `all_sessions` oldest first;
       `with_id_prefix` at most `limit` sessions whose id starts with the prefix, in id order.
-    - `mark_flushed` and `increment_compactions` change one session's counters atomically.
+    - `mark_flushed` and `increment_compactions` change one session's counters atomically;
+      `set_project` records the session's chosen project ("" none, None back to the default).
     Every call blocks: async callers run it in a worker thread."""
 
     def current(self, key: SessionKey) -> Session: ...
@@ -193,6 +198,7 @@ class SessionStore(Protocol):
     def latest_compaction(self, session_id: str) -> TranscriptEvent | None: ...
     def mark_flushed(self, session_id: str, cycle: int) -> None: ...
     def increment_compactions(self, session_id: str) -> Session: ...
+    def set_project(self, session_id: str, project: str | None) -> Session: ...
     def usage_totals(self, session_id: str) -> dict[str, int]: ...
 
 
@@ -351,6 +357,17 @@ class SqliteSessionStore:
             conn.execute(
                 "UPDATE sessions SET compactions = compactions + 1 WHERE id = ?", (session_id,)
             )
+            row = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                raise SessionError(f"No session {session_id!r} in this agent database.")
+            return _session(row)
+
+    def set_project(self, session_id: str, project: str | None) -> Session:
+        """Record the project chosen for the session (kept across restarts, like the session)."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE sessions SET project = ? WHERE id = ?", (project, session_id))
             row = conn.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
             ).fetchone()
