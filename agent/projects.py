@@ -56,9 +56,10 @@ class ProjectDirectory:
                 return topic
         return self.chats.get(key.peer_id)
 
-    def folder_default(self, cwd: Path) -> str | None:
+    def folder_default(self, cwd: Path, known: Iterable[str] = ()) -> str | None:
         """The project of `cwd`: a configured folder it is in (the deepest), or else the git
-        repository it is in, when the repository's root folder is named like a project."""
+        repository it is in, when the repository's root folder is named like a project (one
+        configured, or one of `known`: those tagged in memory)."""
         here = cwd.expanduser().resolve()
         inside = [(len(f.parts), name) for f, name in self.folders if here.is_relative_to(f)]
         if inside:
@@ -66,7 +67,7 @@ class ProjectDirectory:
         for folder in (here, *here.parents):
             if (folder / ".git").exists():
                 name = normalise_project(folder.name)
-                return name if name in self.names else None
+                return name if name in {*self.names, *known} else None
         return None
 
     def active(self, session: Session) -> str | None:
@@ -74,6 +75,13 @@ class ProjectDirectory:
         if session.project is not None:
             return session.project or None
         return self.chat_default(session.key)
+
+
+def start_in_project(store: SessionStore, key: SessionKey, project: str) -> Session:
+    """Put `key`'s current session in `project` (`pinch chat` started in a project's folder).
+    Blocks."""
+    session = store.current(key)
+    return session if session.project == project else store.set_project(session.id, project)
 
 
 async def project_command(
