@@ -200,12 +200,12 @@ def m001_intents(conn: Any) -> None:
     )
 
 
-def i002_projects_intent_project(conn: Any) -> None:
+def m002_projects_intent_project(conn: Any) -> None:
     """Feature "projects" (issue 21): the project an intent was created in; NULL fires in any."""
     conn.executescript("ALTER TABLE intents ADD COLUMN project TEXT;")
 
 
-INTENT_MIGRATIONS: list[Callable[[Any], None]] = [m001_intents, i002_projects_intent_project]
+INTENT_MIGRATIONS: list[Callable[[Any], None]] = [m001_intents, m002_projects_intent_project]
 INTENTS = MigrationSet("intents", INTENT_MIGRATIONS)
 
 
