@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.policy import policy_for
 from memory.project_tags import normalise_project, project_name_error
 from memory.store.sessions import Session, SessionKey, SessionStore
 
@@ -96,6 +97,8 @@ async def project_command(
     session = await asyncio.to_thread(store.current, key)
     word = argument.strip()
     if not word:
+        if not policy_for(key).owner_private:  # the owner's projects are not for a group
+            return f"Project: {projects.active(session) or 'none'}."
         counts = await asyncio.to_thread(found)
         return describe_projects(projects.active(session), projects.names, counts)
     if word.lower() in NONE_WORDS:
