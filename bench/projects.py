@@ -147,8 +147,8 @@ def build(seed: int = 7) -> tuple[dict[str, str], list[Question]]:
             where = (i + p) % 3  # each project's topics spread over the three places
             if where == 0:
                 section.append(f"- {note}")
-                start = len(memory)
-                questions.append(Question(question, "MEMORY.md", start + len(section), project, lang))
+                line = len(memory) + len(section)  # the section goes after what is there
+                questions.append(Question(question, "MEMORY.md", line, project, lang))
             elif where == 1:
                 day = TODAY - timedelta(days=rng.randint(1, 60))
                 path = f"memory/{day.isoformat()}.md"
