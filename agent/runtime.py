@@ -485,6 +485,7 @@ class Agent:
             timezone=self.clock.zone_name,
             policy=policy,
             channel=channel,
+            project=self.projects.active(session),
         )
 
 
