@@ -118,6 +118,7 @@ def test_a_trigger_entry_of_project_a_is_not_injected_while_b_is_active(
     say(kit, "Which kitchen tiles did we pick?")
     recalled = newest_user_text(server.requests[-1])
     assert APOLLO_TILES in recalled and RENOVATION_TILES not in recalled
+    assert "Project: apollo" in server.requests[-1].system_text()  # the model knows it too
 
 
 def test_a_trigger_entry_of_project_a_is_injected_while_a_is_active(
