@@ -16,8 +16,8 @@ from agent.active_memory import ActiveMemory
 from agent.projects import ProjectDirectory
 from memory.lifecycle.intents import IntentScope
 from memory.store.sessions import SessionKey
-from tests.agent_support import GROUP, OWNER, Kit, make_kit, template_workspace
-from tests.fakes.model_server import FakeModelServer, RecordedRequest, text_reply, tool_reply
+from tests.agent_support import GROUP, OWNER, Kit, kind_of, make_kit, template_workspace
+from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply, tool_reply
 
 MEMORY = """# MEMORY.md
 ## Facts to keep
@@ -220,3 +220,34 @@ def test_memory_search_takes_a_project_and_star_for_all(kit: Kit, server: FakeMo
     assert json.loads(apollo)["results"][0]["project"] == "apollo"
     assert {h.get("project") for h in json.loads(every)["results"]} >= {"apollo", "renovation"}
     assert "is not a project name" in bad
+
+
+def test_the_memory_flush_before_compaction_carries_the_tag(
+    tmp_path: Path, server: FakeModelServer
+) -> None:
+    from tests.test_compaction import SMALL_WINDOW, chat_until_compacted, small_workspace
+
+    def answer(request: RecordedRequest) -> Reply:
+        match kind_of(request):
+            case "flush":
+                return tool_reply("memory_append", {"text": "Apollo QA starts in May."})
+            case "summary":
+                return text_reply("Decisions: none.")
+            case _:
+                return text_reply("ok")
+
+    kit = make_kit(
+        tmp_path / "flush",
+        server,
+        workspace=small_workspace(tmp_path),
+        projects=PROJECTS,
+        **SMALL_WINDOW,
+    )
+    try:
+        say(kit, "/project apollo")
+        server.respond_with(answer)
+        chat_until_compacted(kit)
+    finally:
+        kit.index.close()
+    log = (kit.workspace / "memory/2026-01-10.md").read_text(encoding="utf-8")
+    assert "Apollo QA starts in May. <!-- project: apollo -->" in log

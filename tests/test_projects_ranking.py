@@ -187,3 +187,33 @@ def test_memory_status_lists_projects_and_search_takes_one(
     assert json.loads(found.output)["results"][0]["project"] == "wedding"
     bad = runner.invoke(main, ["memory", "search", "budget", "--project", "no way"])
     assert bad.exit_code != 0 and "is not a project name" in bad.output
+
+
+def test_an_index_made_before_projects_gets_its_tags_when_upgraded(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    workspace = make_workspace(SHARED)
+    old = make_index(workspace)
+    old.sync()
+    with old.db.transaction() as conn:  # the database as the version before projects left it
+        conn.execute("ALTER TABLE memory_chunks DROP COLUMN project")
+        conn.execute("ALTER TABLE sessions DROP COLUMN project")
+        for table in ("schema_migrations", "_migrations"):
+            conn.execute(f"DELETE FROM {table} WHERE name LIKE 'm007_projects%'")
+    old.close()
+
+    upgraded = make_index(workspace)
+    upgraded.sync()  # unchanged files, but those with a project marker are indexed again
+    assert upgraded.project_counts() == {"apollo": 1, "renovation": 1, "wedding": 1}
+
+
+def test_a_forum_topic_maps_before_its_chat() -> None:
+    from agent.projects import ProjectDirectory
+    from memory.store.sessions import SessionKey
+
+    projects = ProjectDirectory.of({"apollo": (["-100:42"], []), "wedding": (["-100"], [])})
+    topic = SessionKey("main", "telegram", "group", "-100", "42")
+    other = SessionKey("main", "telegram", "group", "-100", "7")
+    assert projects.chat_default(topic) == "apollo"
+    assert projects.chat_default(other) == "wedding"
+    assert projects.chat_default(SessionKey.owner_main()) is None
