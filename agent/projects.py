@@ -123,5 +123,9 @@ def describe_projects(active: str | None, names: Iterable[str], counts: Mapping[
             f"{head}. No projects known yet: tag notes with <!-- project: NAME --> or "
             "add [projects.NAME] to config.toml; /project NAME sets one."
         )
-    listed = ", ".join(f"{n} ({counts.get(n, 0)} entries)" for n in known)
+    listed = ", ".join(f"{n} ({entries(counts.get(n, 0))})" for n in known)
     return f"{head}. Known projects: {listed}. /project NAME sets one, /project none clears it."
+
+
+def entries(n: int) -> str:
+    return f"{n} entry" if n == 1 else f"{n} entries"

@@ -56,7 +56,9 @@ def memory_status(deep: bool, as_json: bool) -> None:
     click.echo(f"vector search   {st.vector_backend}")
     click.echo(f"indexed         {st.files} files, {st.chunks} chunks (generation {st.generation})")
     click.echo(f"embedding cache {st.cache_entries} vectors")
-    listed = ", ".join(f"{n} ({c} entries)" for n, c in sorted(projects.items()))
+    listed = ", ".join(
+        f"{n} ({c} {'entry' if c == 1 else 'entries'})" for n, c in sorted(projects.items())
+    )
     click.echo(printable(f"projects        {listed or 'none (no <!-- project: NAME --> tags)'}"))
     if st.free_bytes and st.free_bytes >= COMPACT_FREE_SHARE * st.file_bytes:
         click.secho(
