@@ -190,7 +190,9 @@ def count_project_entries(chunks: Iterable[tuple[str, int, str, str]]) -> dict[s
 def tag_section(text: str, name: str) -> str:
     """`text` (a whole note) tagged with `name`: on its first line when that is a heading (the
     section is the whole note), else entry by entry (`tag_entries`)."""
-    first, _, rest = text.partition("\n")
-    if _heading_level(first) and not has_project_marker(first):
-        return f"{first.rstrip()} {project_marker(name)}\n{rest}" if rest else first
+    first, newline, rest = text.partition("\n")
+    if _heading_level(first):
+        if has_project_marker(first):
+            return text
+        return f"{first.rstrip()} {project_marker(name)}{newline}{rest}"
     return tag_entries(text, name)
