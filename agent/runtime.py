@@ -445,7 +445,7 @@ class Agent:
 
     async def _reset_after_failure(self, turn: _Turn) -> None:
         await self.compactor.index_transcript(turn.session)  # nothing said is lost to search
-        turn.session = await asyncio.to_thread(self.store.reset, turn.key)
+        turn.session = await asyncio.to_thread(self.store.reset, turn.key, turn.session.project)
         await asyncio.to_thread(self.store.append, turn.session.id, "user", turn.user_content)
         turn.notices.append(RESET_NOTICE)
         turn.emit(Notice(RESET_NOTICE))

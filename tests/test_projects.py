@@ -251,3 +251,11 @@ def test_the_memory_flush_before_compaction_carries_the_tag(
         kit.index.close()
     log = (kit.workspace / "memory/2026-01-10.md").read_text(encoding="utf-8")
     assert "Apollo QA starts in May. <!-- project: apollo -->" in log
+
+
+def test_the_sessions_project_is_stored_and_a_reset_can_carry_it(kit: Kit) -> None:
+    session = kit.store.set_project(kit.store.current(OWNER).id, "apollo")
+    assert kit.store.get(session.id) == session and session.project == "apollo"
+    carried = kit.store.reset(OWNER, session.project)  # a reset after failed compaction
+    assert carried.project == "apollo" and kit.store.current(OWNER) == carried
+    assert kit.store.reset(OWNER).project is None  # /new: the chat's default again

@@ -175,7 +175,7 @@ class SessionStore(Protocol):
     Every call blocks: async callers run it in a worker thread."""
 
     def current(self, key: SessionKey) -> Session: ...
-    def reset(self, key: SessionKey) -> Session: ...
+    def reset(self, key: SessionKey, project: str | None = None) -> Session: ...
     def get(self, session_id: str) -> Session | None: ...
     def with_id_prefix(self, prefix: str, limit: int = 5) -> list[Session]: ...
     def history(self, key: SessionKey) -> list[Session]: ...
@@ -217,21 +217,22 @@ class SqliteSessionStore:
             ).fetchone()
             return _session(row) if row else self._create(conn, key)
 
-    def reset(self, key: SessionKey) -> Session:
-        """Archive the key's current session (kept, still searchable) and start a fresh one."""
+    def reset(self, key: SessionKey, project: str | None = None) -> Session:
+        """Archive the key's current session (kept, still searchable) and start a fresh one
+        (in `project`, as `set_project` records it: a reset Pinch makes keeps the project)."""
         with self.db.transaction() as conn:
             conn.execute(
                 "UPDATE sessions SET state = 'archived', archived_at = ? "
                 "WHERE key = ? AND state = 'current'",
                 (time.time(), str(key)),
             )
-            return self._create(conn, key)
+            return self._create(conn, key, project)
 
-    def _create(self, conn: Any, key: SessionKey) -> Session:
-        session = Session(uuid.uuid4().hex, key, time.time(), 0, -1)
+    def _create(self, conn: Any, key: SessionKey, project: str | None = None) -> Session:
+        session = Session(uuid.uuid4().hex, key, time.time(), 0, -1, project)
         conn.execute(
             "INSERT INTO sessions(id, key, agent_id, channel, chat_type, peer_id, thread_id, "
-            "state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'current', ?)",
+            "state, created_at, project) VALUES (?, ?, ?, ?, ?, ?, ?, 'current', ?, ?)",
             (
                 session.id,
                 str(key),
@@ -241,6 +242,7 @@ class SqliteSessionStore:
                 key.peer_id,
                 key.thread_id,
                 session.created_at,
+                project,
             ),
         )
         return session
