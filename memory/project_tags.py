@@ -177,14 +177,23 @@ def entry_starts(lines: Sequence[str]) -> list[int]:
 
 
 def count_project_entries(chunks: Iterable[tuple[str, int, str, str]]) -> dict[str, int]:
-    """Entries per project among tagged chunks — (path, start line, text, project) each — an
-    entry in several overlapping chunks counted once."""
-    seen: dict[str, set[tuple[str, int]]] = {}
+    """Entries per project among tagged chunks — (path, start line, text, project) each. Lines
+    shared by overlapping chunks count once: each project's lines of a file are put back
+    together and counted run by run (a run of consecutive lines)."""
+    books: dict[tuple[str, str], dict[int, str]] = {}
     for path, start, text, project in chunks:
-        lines = text.split("\n")
-        found = seen.setdefault(project, set())
-        found.update((path, start + i) for i in entry_starts(lines))
-    return {name: len(found) for name, found in sorted(seen.items()) if found}
+        book = books.setdefault((project, path), {})
+        book.update((start + i, line) for i, line in enumerate(text.split("\n")))
+    counts: dict[str, int] = {}
+    for (project, _path), book in books.items():
+        numbers = sorted(book)
+        run: list[str] = []
+        for n, number in enumerate(numbers):
+            run.append(book[number])
+            if n + 1 == len(numbers) or numbers[n + 1] != number + 1:
+                counts[project] = counts.get(project, 0) + len(entry_starts(run))
+                run = []
+    return {name: c for name, c in sorted(counts.items()) if c}
 
 
 def tag_section(text: str, name: str) -> str:
