@@ -217,3 +217,19 @@ def test_a_forum_topic_maps_before_its_chat() -> None:
     assert projects.chat_default(topic) == "apollo"
     assert projects.chat_default(other) == "wedding"
     assert projects.chat_default(SessionKey.owner_main()) is None
+
+
+def test_a_dream_promotes_a_tagged_log_entry_with_its_tag(tmp_path: Path) -> None:
+    from tests.fakes.model_server import FakeModelServer
+    from tests.test_dreaming import ADDED, LOG, MEMORY, memory_text, open_index, recall, run
+
+    log = "# 2026-11-03\n\n- The owner prefers window seats on long flights. <!-- project: trip -->\n"
+    index = open_index(tmp_path, {"MEMORY.md": MEMORY, LOG: log})
+    try:
+        recall(index, 3)
+        with FakeModelServer([ADDED]) as server:
+            assert run(index, server).promoted == 1
+        promoted = next(line for line in memory_text(index).splitlines() if "window" in line)
+    finally:
+        index.close()
+    assert promoted.endswith("<!-- source: memory/2026-11-03.md#L3 --> <!-- project: trip -->")
