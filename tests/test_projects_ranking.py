@@ -223,7 +223,8 @@ def test_a_dream_promotes_a_tagged_log_entry_with_its_tag(tmp_path: Path) -> Non
     from tests.fakes.model_server import FakeModelServer
     from tests.test_dreaming import ADDED, LOG, MEMORY, memory_text, open_index, recall, run
 
-    log = "# 2026-11-03\n\n- The owner prefers window seats on long flights. <!-- project: trip -->\n"
+    entry = "- The owner prefers window seats on long flights. <!-- project: trip -->"
+    log = f"# 2026-11-03\n\n{entry}\n"
     index = open_index(tmp_path, {"MEMORY.md": MEMORY, LOG: log})
     try:
         recall(index, 3)
