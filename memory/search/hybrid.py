@@ -242,14 +242,20 @@ def _run_search(
         ranked = head + ranked[preset.rerank_pool :]
     # Keep the reported score in [0, 1] whatever the weights add up to.
     scale = vector_weight + keyword_weight + preset.line_rerank_weight
+    lifted: dict[int, float] = {}  # scores before the cap, when a project is active
     for c in ranked:
         c.score /= scale or 1.0
         c.score *= temporal_multiplier(c.day, now, preset)
         if preset.importance_weight and c.importance:
             c.score *= 1 + preset.importance_weight * (c.importance - 3)
-        c.score = min(1.0, c.score * project_multiplier(c.project, project, preset))
-    # Among equal scores the active project's hit comes first (a constant without one).
-    ranked.sort(key=lambda c: (-c.score, project is None or c.project != project, c.id))
+        if project is not None:
+            c.score *= project_multiplier(c.project, project, preset)
+            lifted[c.id] = c.score
+        c.score = min(1.0, c.score)
+    if project is None:
+        ranked.sort(key=lambda c: (-c.score, c.id))
+    else:  # hits capped at 1.0 keep their order, and a tie goes to the active project's hit
+        ranked.sort(key=lambda c: (-c.score, -lifted[c.id], c.project != project, c.id))
     ranked = [c for c in ranked if c.score >= floor]
     if preset.mmr_lambda is not None:
         ranked = mmr_select(ranked[: max(3 * k, 20)], k, preset.mmr_lambda)
