@@ -91,7 +91,7 @@ async def _run_chat(
             gateway.cancel_turn(str(key))
 
         channel.on_cancel = cancel
-        project = await _start_in_folder_project(runtime, key, Path.cwd())
+        project = await _start_in_folder_project(runtime, key)
         if interactive:
             _greet(console, runtime, session, project)
         await gateway.start()
@@ -101,12 +101,15 @@ async def _run_chat(
             await gateway.stop(STOP_GRACE_S)
 
 
-async def _start_in_folder_project(runtime: Runtime, key: SessionKey, cwd: Path) -> str | None:
+async def _start_in_folder_project(runtime: Runtime, key: SessionKey) -> str | None:
     """Start the chat in the project of the folder it runs in (`[projects.NAME] folders`, or a
     git repository named like a project), if any; returns the session's active project."""
     agent = runtime.agent
     known = await asyncio.to_thread(runtime.index.project_counts)
-    project = agent.projects.folder_default(cwd, known)
+    try:
+        project = agent.projects.folder_default(Path.cwd(), known)
+    except OSError:  # the folder was deleted or cannot be read: no project from it
+        project = None
     if project is not None:
         session = await asyncio.to_thread(start_in_project, runtime.store, key, project)
     else:
