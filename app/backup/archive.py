@@ -66,15 +66,17 @@ def archive_name(prefix: str = MANUAL_PREFIX, now: datetime | None = None) -> st
     return f"{prefix}{stamp}{ARCHIVE_SUFFIX}"
 
 
-def resolve_destination(settings: Settings, to: Path | None, prefix: str = MANUAL_PREFIX) -> Path:
+def resolve_destination(
+    settings: Settings, to: str | Path | None, prefix: str = MANUAL_PREFIX
+) -> Path:
     """Where the archive goes: `to` if it names a file, a new name inside `to` if it is a folder
     (or ends in "/"), else a new name in `[backup] path` (default <home>/backups)."""
     if to is None:
         folder = settings.backup_dir
-    elif to.is_dir() or str(to).endswith(os.sep):
-        folder = to
+    elif Path(to).expanduser().is_dir() or str(to).endswith(os.sep):
+        folder = Path(to)
     else:
-        return to.expanduser().absolute()
+        return Path(to).expanduser().absolute()
     path = folder.expanduser().absolute() / archive_name(prefix)
     n = 1
     while path.exists():  # two archives in one second
@@ -157,7 +159,7 @@ def _pinch_version() -> str:
 def make_backup(
     settings: Settings,
     *,
-    to: Path | None = None,
+    to: str | Path | None = None,
     include_secrets: bool = False,
     prefix: str = MANUAL_PREFIX,
     on_progress: Callable[[str], None] | None = None,

@@ -40,7 +40,7 @@ def _describe(manifest: Manifest) -> list[str]:
 @click.option(
     "--to",
     "to",
-    type=click.Path(path_type=Path),
+    type=click.Path(),
     help="The archive file, or a folder for it (default: [backup] path, else ~/.pinch/backups).",
 )
 @click.option(
@@ -49,7 +49,7 @@ def _describe(manifest: Manifest) -> list[str]:
     help="Also store the secrets of this environment (tokens, API keys) and credential files.",
 )
 @friendly_errors
-def backup(to: Path | None, include_secrets: bool) -> None:
+def backup(to: str | None, include_secrets: bool) -> None:
     """Write one archive of the home: workspace, config.toml and a consistent snapshot of each
     agent database (safe while the gateway runs), with a manifest of counts and hashes."""
     from app.backup.archive import BackupError, make_backup
