@@ -45,7 +45,10 @@ from memory.store.snapshot import database_facts, snapshot_database
 if TYPE_CHECKING:
     from app.config import Settings
 
-COMPRESS_LEVEL = 6  # zlib's default: most of level 9's size at a third of its time
+SYNC_EVERY = 16 << 20
+# zlib's fastest: vectors (most of a large database) hardly compress at any level, and level 6
+# took three times as long for 2 % less.
+COMPRESS_LEVEL = 1
 
 
 class BackupError(Exception):
@@ -107,6 +110,27 @@ class _Hashing:
         return data
 
 
+class _SyncedWriter:
+    """Writes to `raw`, flushing to disk every SYNC_EVERY bytes: a large archive written at
+    full speed would pile up dirty pages whose write-back stalls every writer of the disk,
+    the gateway's commits among them."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw, self.pending = raw, 0
+
+    def write(self, data: bytes) -> int:
+        written = self.raw.write(data)
+        self.pending += len(data)
+        if self.pending >= SYNC_EVERY:
+            self.raw.flush()
+            os.fdatasync(self.raw.fileno())
+            self.pending = 0
+        return written
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> FileEntry:
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime = len(data), PRIVATE_FILE_MODE, int(mtime)
@@ -122,7 +146,7 @@ def _add_file(tar: tarfile.TarFile, name: str, path: Path) -> FileEntry:
         info = tarfile.TarInfo(name)
         info.size, info.mode, info.mtime = st.st_size, PRIVATE_FILE_MODE, int(st.st_mtime)
         reader = _Hashing(handle, st.st_size)
-        tar.addfile(info, reader)  # type: ignore[arg-type]  # raises if the file shrank
+        tar.addfile(info, reader)  # raises if the file shrank
         return FileEntry(reader.digest.hexdigest(), st.st_size)
 
 
@@ -213,7 +237,10 @@ def make_backup(
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
         with os.fdopen(fd, "wb") as raw:
             with tarfile.open(
-                fileobj=raw, mode="w:gz", compresslevel=COMPRESS_LEVEL, format=tarfile.PAX_FORMAT
+                fileobj=_SyncedWriter(raw),  # type: ignore[arg-type]
+                mode="w:gz",
+                compresslevel=COMPRESS_LEVEL,
+                format=tarfile.PAX_FORMAT,
             ) as tar:
                 if settings.config_path.is_file():
                     manifest.files[CONFIG_NAME] = _add_file(tar, CONFIG_NAME, settings.config_path)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import pkgutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ from common.private_files import PRIVATE_FILE_MODE
 from memory.errors import DatabaseCorruptError, DatabaseError
 from memory.store.db import BUSY_TIMEOUT_S, corruption_advice, sqlite_driver
 from memory.store.schema import MigrationSet
+
+STEP_PAGES = 2048  # pages copied per step (8 MB at SQLite's default 4 KB page)
+STEP_PAUSE_S = 0.01
 
 # What a manifest counts, by the name it gives them: (table, condition).
 COUNTED: dict[str, tuple[str, str]] = {
@@ -75,9 +79,22 @@ def snapshot_database(source: Path, dest: Path) -> None:
     dest.chmod(PRIVATE_FILE_MODE)
     try:
         with _connect(source, read_only=False) as src, _connect(dest, read_only=False) as out:
-            # One step: the whole copy in one read transaction. Several steps would restart
-            # whenever another process writes between them (and never end on a busy gateway).
-            src.backup(out, pages=-1)
+            # One read transaction for every step: the copy is of one moment, and a write by
+            # another process between steps cannot restart it (which, on a busy gateway,
+            # could never end). Small steps with a pause let the disk serve the gateway too.
+            src.execute("BEGIN")
+            src.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            # Each step's pages go to disk before the next (fdatasync): a copy that let hundreds
+            # of MB of dirty pages pile up would stall every other writer of the disk (the
+            # gateway's commits among them) while the kernel wrote them back.
+            with dest.open("rb") as handle:
+                src.backup(
+                    out,
+                    pages=STEP_PAGES,
+                    sleep=STEP_PAUSE_S,
+                    progress=lambda *_: os.fdatasync(handle.fileno()),
+                )
+            src.execute("COMMIT")
             out.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
             problems = [str(r[0]) for r in out.execute("PRAGMA quick_check").fetchall()]
     except driver.Error as exc:
