@@ -246,19 +246,14 @@ def test_a_failed_scheduled_backup_alerts_the_owner(
     assert text.startswith("The scheduled backup failed: Cannot write to")
 
 
-def test_backup_settings_are_checked() -> None:
+def test_backup_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     assert BackupConfig().every == "1d" and BackupConfig().keep == 7
     assert BackupConfig(every="").every_s() is None
     with pytest.raises(ValueError, match="at most once an hour"):
         BackupConfig(every="5m")
-    import os
-
-    os.environ["PINCH_BACKUP__KEEP"] = "0"
-    try:
-        with pytest.raises(ConfigError, match="backup.keep"):
-            load_settings()
-    finally:
-        del os.environ["PINCH_BACKUP__KEEP"]
+    monkeypatch.setenv("PINCH_BACKUP__KEEP", "0")
+    with pytest.raises(ConfigError, match=r"backup\.keep"):
+        load_settings()
 
 
 def test_the_archive_is_gzip_and_private(home: Path, tmp_path: Path) -> None:

@@ -63,6 +63,10 @@ CONFIG_TEMPLATE = """\
 # every = "30m"                     # run HEARTBEAT.md's checklist; unset: no heartbeat
 # [dreaming]
 # enabled = true                    # nightly consolidation into MEMORY.md (03:00 your time)
+# [backup]
+# every = "1d"                      # the gateway's scheduled backups; "" for none
+# keep = 7                          # scheduled archives kept (pinch backup's are never pruned)
+# path = "~/.pinch/backups"         # better: another disk
 """
 
 
