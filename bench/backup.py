@@ -10,13 +10,14 @@ transcript events appended through the session store), then reused. While `make_
 writer thread appends one transcript event every 20 ms through its own connection, as a turn
 does, and each append's wall time is recorded — in the backup's own process, as the gateway's
 scheduled backup runs (sharing the GIL with gzip: the harsher case; `pinch backup` runs in a
-process of its own). The same writer runs for 2 s before the backup as the baseline.
+process of its own). The same writer runs for 5 s before the backup as the baseline.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import threading
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from app.backup.archive import make_backup
+from app.backup.schedule import call_niced
 from app.config import load_settings
 from bench.speed import scale_files
 from bench.synthetic import TextSource
@@ -36,6 +38,7 @@ from memory.store.db import open_database
 from memory.store.sessions import SessionKey, SqliteSessionStore
 
 WRITE_EVERY_S = 0.02
+BASELINE_S = 5.0
 EVENTS_PER_SESSION = 20
 
 
@@ -89,6 +92,7 @@ class Writer(threading.Thread):
         self.store = SqliteSessionStore(self.db)
         self.session = self.store.reset(SessionKey("main", "bench", "direct", "writer"))
         self.waits: list[float] = []
+        self.slowest: list[tuple[float, float]] = []  # (start, wait) of each write
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -96,6 +100,7 @@ class Writer(threading.Thread):
             t0 = time.perf_counter()
             self.store.append(self.session.id, "user", {"text": "a turn while backing up"})
             self.waits.append(time.perf_counter() - t0)
+            self.slowest.append((t0, self.waits[-1]))
             time.sleep(WRITE_EVERY_S)
 
     def take(self) -> list[float]:
@@ -117,28 +122,50 @@ def _summary(waits: list[float]) -> dict[str, float]:
 def run(chunks: int, events: int, out: Path) -> dict[str, Any]:
     home = out / f"home-{chunks}-{events}"
     built = build_home(home, chunks, events)
-    settings = load_settings(home=home, workspace=home / "workspace")
+    # Each run backs up a fresh copy of the (closed) database, so the writer's events of an
+    # earlier run are not counted; the workspace is the built one.
+    run_home = out / "run"
+    shutil.rmtree(run_home, ignore_errors=True)
+    settings = load_settings(home=run_home, workspace=home / "workspace")
     db_path = settings.database_path
+    db_path.parent.mkdir(parents=True)
+    shutil.copyfile(home / "agents" / "main" / "agent.sqlite", db_path)
     writer = Writer(db_path)
     writer.start()
-    time.sleep(2.0)
+    time.sleep(BASELINE_S)
     baseline = writer.take()
+    phases: list[tuple[float, str]] = []
     with tempfile.TemporaryDirectory(dir=out) as archives:
-        result = make_backup(settings, to=f"{archives}/")
+        started = time.perf_counter()
+        writer.slowest = []
+        result = call_niced(  # as `pinch backup` and the scheduled backup run it
+            lambda: make_backup(
+                settings,
+                to=f"{archives}/",
+                on_progress=lambda what: phases.append((time.perf_counter() - started, what)),
+            )
+        )
         during = writer.take()
         writer.stop.set()
         writer.join()
         writer.db.close()
         counts = result.manifest.counts()
+        database_mb = round(db_path.stat().st_size / 1e6, 1)
+        shutil.rmtree(run_home, ignore_errors=True)
         return {
             "chunks": counts.get("chunks"),
             "transcript_events": counts.get("transcript_events"),
             "workspace_files": counts.get("workspace_files"),
-            "database_mb": round(db_path.stat().st_size / 1e6, 1),
+            "database_mb": database_mb,
             "archive_mb": round(result.size / 1e6, 1),
             "backup_s": round(result.seconds, 2),
             "baseline": _summary(baseline),
             "during_backup": _summary(during),
+            "phases_s": [(round(t, 2), what) for t, what in phases],
+            "slowest_writes": [
+                (round(t - started, 2), round(w * 1000, 1))
+                for t, w in sorted(writer.slowest, key=lambda x: -x[1])[:3]
+            ],
             **built,
         }
 

@@ -13,11 +13,15 @@ backup is logged and told to the owner (`alert`), as a failing job is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import threading
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from app.backup.archive import BackupResult, make_backup
 from app.backup.manifest import ARCHIVE_SUFFIX, SCHEDULED_PREFIX
@@ -33,6 +37,9 @@ log = logging.getLogger(__name__)
 
 BACKUP_JOB_ID = "pinch:backup"
 FIRST_DELAY_S = 600.0
+BACKUP_NICE = 10  # the gateway's turns come first
+
+_T = TypeVar("_T")
 
 Alert = Callable[[str], Awaitable[None]]
 
@@ -63,11 +70,31 @@ def first_run(folder: Path, every_s: float, now: datetime, first_delay_s: float)
     return max(soonest, last + timedelta(seconds=every_s))
 
 
+def niced(fn: Callable[[], _T]) -> _T:
+    """Run `fn` at a lower CPU (and, with it, I/O) priority than the gateway's own threads; in
+    a thread of its own (`run_niced`), as the priority stays with the thread."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux, or not allowed: as is
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKUP_NICE)
+    return fn()
+
+
+def call_niced(fn: Callable[[], _T]) -> _T:
+    """`fn` in a new thread at a lower priority (see `niced`); blocks until it returns."""
+    with ThreadPoolExecutor(1, thread_name_prefix="pinch-backup") as pool:
+        return pool.submit(niced, fn).result()
+
+
+async def run_niced(fn: Callable[[], _T]) -> _T:
+    """`fn` in a new thread at a lower priority (see `niced`), awaited."""
+    with ThreadPoolExecutor(1, thread_name_prefix="pinch-backup") as pool:
+        return await asyncio.get_running_loop().run_in_executor(pool, niced, fn)
+
+
 async def run_scheduled_backup(settings: Settings, alert: Alert) -> BackupResult | None:
     """Make one scheduled archive and prune the old ones; never raises. A failure is logged
     and told to the owner through `alert`."""
     try:
-        result = await asyncio.to_thread(make_backup, settings, prefix=SCHEDULED_PREFIX)
+        result = await run_niced(lambda: make_backup(settings, prefix=SCHEDULED_PREFIX))
         pruned = await asyncio.to_thread(prune, result.path.parent, settings.backup.keep)
     except Exception as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__

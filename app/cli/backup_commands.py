@@ -53,10 +53,11 @@ def backup(to: str | None, include_secrets: bool) -> None:
     """Write one archive of the home: workspace, config.toml and a consistent snapshot of each
     agent database (safe while the gateway runs), with a manifest of counts and hashes."""
     from app.backup.archive import BackupError, make_backup
+    from app.backup.schedule import call_niced
 
     settings = load_settings()
-    try:
-        result = make_backup(settings, to=to, include_secrets=include_secrets)
+    try:  # at a lower priority: a running gateway's turns come first
+        result = call_niced(lambda: make_backup(settings, to=to, include_secrets=include_secrets))
     except BackupError as exc:
         fail(str(exc))
         return
