@@ -10,7 +10,7 @@ transcript events appended through the session store), then reused. While `make_
 writer thread appends one transcript event every 20 ms through its own connection, as a turn
 does, and each append's wall time is recorded — in the backup's own process, as the gateway's
 scheduled backup runs (sharing the GIL with gzip: the harsher case; `pinch backup` runs in a
-process of its own). The same writer runs for 5 s before the backup as the baseline.
+process of its own). The same writer runs for 15 s before the backup as the baseline.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from memory.store.db import open_database
 from memory.store.sessions import SessionKey, SqliteSessionStore
 
 WRITE_EVERY_S = 0.02
-BASELINE_S = 5.0
+BASELINE_S = 15.0  # long enough to hold one of SQLite's own WAL checkpoints (~every 300 writes)
 EVENTS_PER_SESSION = 20
 
 
