@@ -261,3 +261,46 @@ def test_the_archive_is_gzip_and_private(home: Path, tmp_path: Path) -> None:
     assert archive.stat().st_mode & 0o777 == 0o600
     with gzip.open(archive) as raw:
         assert raw.read(1)  # plain gzip: `tar xzf` opens it too
+
+
+def test_an_archive_with_an_unsafe_name_or_a_link_is_refused(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = backup(tmp_path)
+    parts = members(archive)
+    manifest = json.loads(parts["manifest.json"])
+    manifest["files"]["../outside.txt"] = manifest["files"]["workspace/MEMORY.md"]
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as out:
+        for name, data in {
+            "../outside.txt": parts["workspace/MEMORY.md"],
+            "manifest.json": json.dumps(manifest).encode(),
+        }.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            out.addfile(info, io.BytesIO(data))
+    linked = tmp_path / "link.tar.gz"
+    with tarfile.open(linked, "w:gz") as out:
+        info = tarfile.TarInfo("workspace/MEMORY.md")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        out.addfile(info)
+    new = tmp_path / "new-home"
+    settings_for(new, monkeypatch)
+    assert "unsafe name '../outside.txt'" in pinch("restore", str(evil), ok=False).output
+    assert "not a plain file" in pinch("restore", str(linked), ok=False).output
+    nothing_written(new)
+    assert not (tmp_path / "outside.txt").exists()
+
+
+def test_a_workspace_outside_the_home_is_restored_where_the_environment_says(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = load_settings()
+    archive = backup(tmp_path)
+    monkeypatch.setenv("PINCH_WORKSPACE", str(tmp_path / "elsewhere" / "notes"))
+    new = settings_for(tmp_path / "restored", monkeypatch)
+    out = pinch("restore", str(archive)).output
+    assert f"workspace {tmp_path / 'elsewhere' / 'notes'}" in out
+    assert file_hashes(new.workspace_dir) == file_hashes(settings.workspace_dir)
+    assert not (new.home / "workspace").exists()
+    assert rows(new.database_path)["transcript_events"]
