@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from app.backup.manifest import (
     AGENTS_DIR,
@@ -237,7 +237,7 @@ def make_backup(
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
         with os.fdopen(fd, "wb") as raw:
             with tarfile.open(
-                fileobj=_SyncedWriter(raw),  # type: ignore[arg-type]
+                fileobj=cast(IO[bytes], _SyncedWriter(raw)),  # it only writes and flushes
                 mode="w:gz",
                 compresslevel=COMPRESS_LEVEL,
                 format=tarfile.PAX_FORMAT,
