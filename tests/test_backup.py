@@ -249,8 +249,8 @@ def test_a_failed_scheduled_backup_alerts_the_owner(
 def test_backup_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     assert BackupConfig().every == "1d" and BackupConfig().keep == 7
     assert BackupConfig(every="").every_s() is None
-    with pytest.raises(ValueError, match="at most once an hour"):
-        BackupConfig(every="5m")
+    with pytest.raises(ValueError, match="at most once a minute"):
+        BackupConfig(every="30s")
     monkeypatch.setenv("PINCH_BACKUP__KEEP", "0")
     with pytest.raises(ConfigError, match=r"backup\.keep"):
         load_settings()

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.automations.durations import parse_duration
 
-MIN_EVERY_S = 3600  # a backup reads the whole database: at most once an hour
+MIN_EVERY_S = 60  # as the heartbeat: at most once a minute (daily is the sense of it)
 
 
 class BackupConfig(BaseModel):
@@ -28,7 +28,7 @@ class BackupConfig(BaseModel):
     @classmethod
     def _duration(cls, v: str | None) -> str | None:
         if v and v.strip().lower() not in ("off", "none") and parse_duration(v) < MIN_EVERY_S:
-            raise ValueError('backups run at most once an hour (e.g. "1d", "12h"; "" for none)')
+            raise ValueError('backups run at most once a minute (e.g. "1d", "12h"; "" for none)')
         return v if v and v.strip().lower() not in ("off", "none") else None
 
     def every_s(self) -> int | None:
