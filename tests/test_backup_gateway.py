@@ -122,3 +122,27 @@ def test_a_backup_taken_under_load_restores_every_event_session_job_intent_and_f
         pinch("memory", "index")
     assert hits(pinch("memory", "search", "green kettle Miso sardines").output) == source_search
     assert source_search
+
+
+def test_a_failed_scheduled_backup_of_a_running_gateway_alerts_the_owner_on_telegram(
+    pinch_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("PINCH_BACKUP__EVERY", "1m")  # the first run 6 s after the start
+    monkeypatch.setenv("PINCH_BACKUP__PATH", str(tmp_path / "a-file" / "backups"))
+    monkeypatch.setenv("PINCH_OWNERS__TELEGRAM", '["111"]')
+    initialise(load_settings(), TEMPLATE)
+    with FakeModelServer() as model, FakeTelegram() as tg:
+        gateway = pinch_gateway(tg, model)
+        try:
+            wait_for(
+                lambda: any("scheduled backup failed" in m.text for m in tg.sent),
+                timeout=40,
+                what="the owner's alert",
+            )
+        finally:
+            gateway.send_signal(signal.SIGTERM)
+            assert gateway.wait(timeout=30) == 0, gateway.stderr.read() if gateway.stderr else ""
+    [alert] = [m for m in tg.sent if "scheduled backup failed" in m.text]
+    assert alert.chat_id == 111
+    assert "Cannot write to" in alert.text and "pinch backup" in alert.text

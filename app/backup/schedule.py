@@ -6,9 +6,9 @@ The gateway starts it with `start_backups(settings, alert)`, a timer of its own 
 dream's (app/automations/nightly_dream.py): an APScheduler interval job with the explicit id
 `BACKUP_JOB_ID`, `coalesce` and `max_instances=1`. The first run is due `every` after the newest
 scheduled archive (so restarting the gateway does not postpone backups forever), and never
-sooner than `FIRST_DELAY_S` (or `every`, if shorter) after the start (a restart is not slowed
-by a backup). A failed
-backup is logged and told to the owner (`alert`), as a failing job is.
+sooner than `FIRST_DELAY_S` (or a tenth of `every`, if shorter) after the start (a restart is
+not slowed by a backup). A failed backup is logged and told to the owner (`alert`), as a
+failing job is.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ async def start_backups(
     if every_s is None:
         return None
     asyncio.get_running_loop()  # AsyncIOScheduler.start() needs one: fail clearly here
-    delay = min(first_delay_s, every_s)
+    delay = min(first_delay_s, every_s / 10)
     start = first_run(settings.backup_dir, every_s, now or datetime.now(UTC), delay)
     timer = AsyncIOScheduler(timezone=UTC)
     timer.add_job(
