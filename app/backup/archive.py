@@ -10,6 +10,7 @@ full disk leaves no half archive under that name. Archives are private to the ow
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import io
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 SYNC_EVERY = 16 << 20
+WORK_PREFIX = ".pinch-backup-"  # a backup's work folder, beside the archive
+STALE_WORK_S = 6 * 3600  # one this old belonged to a backup that was killed
 # zlib's fastest: vectors (most of a large database) hardly compress at any level, and level 6
 # took three times as long for 2 % less.
 COMPRESS_LEVEL = 1
@@ -203,7 +206,8 @@ def make_backup(
         )
     try:
         make_private_dirs(dest.parent)
-        work = Path(tempfile.mkdtemp(prefix=".pinch-backup-", dir=dest.parent))
+        _remove_stale_work(dest.parent)
+        work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=dest.parent))
     except OSError as exc:
         raise BackupError(f"Cannot write to {dest.parent}: {exc.strerror}.") from exc
     partial = work / dest.name
@@ -271,6 +275,14 @@ def make_backup(
         f"left out ({why}): {', '.join(paths[:5])}" for why, paths in manifest.left_out.items()
     ]
     return BackupResult(dest, dest.stat().st_size, manifest, time.monotonic() - started, notes)
+
+
+def _remove_stale_work(folder: Path) -> None:
+    """Remove the work folders of backups killed mid-way (older than STALE_WORK_S)."""
+    for stale in folder.glob(f"{WORK_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            if stale.is_dir() and time.time() - stale.stat().st_mtime > STALE_WORK_S:
+                shutil.rmtree(stale, ignore_errors=True)
 
 
 def _sync_folder(folder: Path) -> None:
