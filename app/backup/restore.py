@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import os
 import shutil
 import tarfile
@@ -154,10 +155,16 @@ def _hash_stream(stream: IO[bytes], out: IO[bytes] | None = None) -> FileEntry:
 def verify_archive(archive: Path) -> Manifest:
     """Read the whole archive without writing anything; its manifest if every file is there,
     whole and as the manifest says, else RestoreError."""
+    return _verify(archive)[0]
+
+
+def _verify(archive: Path) -> tuple[Manifest, str | None]:
+    """`verify_archive`, and the text of the archive's config.toml (None if it has none)."""
     if not archive.is_file():
         raise RestoreError(f"{archive} is not a file; {NOTHING}.")
     found: dict[str, FileEntry] = {}
     manifest_text: str | None = None
+    config_text: str | None = None
     with _members(archive) as members:
         for name, stream in members:
             if name in found or (name == MANIFEST_NAME and manifest_text is not None):
@@ -167,6 +174,10 @@ def verify_archive(archive: Path) -> Manifest:
                 if len(data) > MAX_MANIFEST_BYTES:
                     raise RestoreError(f"the archive's manifest is too large; {NOTHING}.")
                 manifest_text = data.decode("utf-8", errors="replace")
+            elif name == CONFIG_NAME:
+                data = stream.read(MAX_MANIFEST_BYTES + 1)
+                found[name] = _hash_stream(io.BytesIO(data))
+                config_text = data.decode("utf-8", errors="replace")
             else:
                 found[name] = _hash_stream(stream)
     if manifest_text is None:
@@ -203,7 +214,7 @@ def verify_archive(archive: Path) -> Manifest:
                 f"({', '.join(newer[:3])}). Upgrade Pinch (git pull, or pip install -U pinch), "
                 f"then restore again; {NOTHING}."
             )
-    return manifest
+    return manifest, config_text
 
 
 def _target_workspace(settings: Settings, config_text: str | None) -> Path:
@@ -217,14 +228,6 @@ def _target_workspace(settings: Settings, config_text: str | None) -> Path:
             if isinstance(value, str) and value.strip():
                 return Path(value).expanduser()
     return settings.home / WORKSPACE_DIR
-
-
-def _read_config(archive: Path) -> str | None:
-    with _members(archive) as members:
-        for name, stream in members:
-            if name == CONFIG_NAME:
-                return stream.read(MAX_MANIFEST_BYTES).decode("utf-8", errors="replace")
-    return None
 
 
 def _write_private(path: Path, stream: IO[bytes]) -> FileEntry:
@@ -248,8 +251,8 @@ def restore_backup(settings: Settings, archive: Path, *, dry_run: bool = False) 
     home = settings.home.expanduser().absolute()
     archive = archive.expanduser().absolute()
     _check_target(home, settings.workspace_dir)
-    manifest = verify_archive(archive)
-    workspace = _target_workspace(settings, _read_config(archive)).absolute()
+    manifest, config_text = _verify(archive)
+    workspace = _target_workspace(settings, config_text).absolute()
     _check_target(home, workspace)
     report = RestoreReport(archive, manifest, home, workspace, dry_run)
     if manifest.include_secrets:
