@@ -41,7 +41,7 @@ from app.backup.manifest import (
     secrets_env_text,
 )
 from common.private_files import PRIVATE_FILE_MODE, make_private_dirs
-from memory.store.snapshot import database_facts, snapshot_database
+from memory.store.snapshot import DatabaseSnapshots, SqliteSnapshots
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -190,8 +190,11 @@ def make_backup(
     include_secrets: bool = False,
     prefix: str = MANUAL_PREFIX,
     on_progress: Callable[[str], None] | None = None,
+    databases_of: DatabaseSnapshots | None = None,
 ) -> BackupResult:
-    """Write one archive of the home (see the module docstring); BackupError with advice."""
+    """Write one archive of the home (see the module docstring); BackupError with advice.
+    `databases_of` copies the databases (default: SQLite's online backup API)."""
+    store = databases_of or SqliteSnapshots()
     started = time.monotonic()
     say = on_progress or (lambda _: None)
     dest = resolve_destination(settings, to, prefix)
@@ -225,8 +228,8 @@ def make_backup(
             name = f"{AGENTS_DIR}/{db.parent.name}/{db.name}"
             copy = work / f"{len(snapshots)}.sqlite"
             say(f"snapshot {name}")
-            snapshot_database(db, copy)
-            facts = database_facts(copy)
+            store.copy(db, copy)
+            facts = store.facts(copy)
             manifest.databases[name] = DatabaseEntry(
                 facts.counts, facts.migrations, facts.sqlite_version
             )

@@ -1,7 +1,8 @@
 """Consistent copies of a live agent database, and what a backup's manifest says about one.
 
-    snapshot_database(live, copy)       # SQLite's online backup API, one read transaction
-    facts = database_facts(copy)        # row counts and applied migrations, read only
+    snapshots = SqliteSnapshots()                  # behind `DatabaseSnapshots`
+    snapshots.copy(live, copy)                     # SQLite's online backup API, one moment
+    facts = snapshots.facts(copy)                  # row counts and applied migrations
     newer = unknown_migrations(facts.migrations)   # what this code could not read
 
 The copy is taken with SQLite's online backup API in one step, inside one read transaction: in
@@ -21,7 +22,7 @@ import pkgutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from common.private_files import PRIVATE_FILE_MODE
 from memory.errors import DatabaseCorruptError, DatabaseError
@@ -53,6 +54,28 @@ class DatabaseFacts:
     counts: dict[str, int | None]
     migrations: dict[str, list[str]] = field(default_factory=dict)
     sqlite_version: str = ""
+
+
+class DatabaseSnapshots(Protocol):
+    """Consistent copies of a live agent database and what a manifest records of one.
+
+    `copy` makes a new file holding the database as it was at one moment, without blocking
+    its writers for longer than a turn can wait, and raises DatabaseCorruptError if the copy is
+    damaged; `facts` reads counts and applied migrations without changing the file."""
+
+    def copy(self, source: Path, dest: Path) -> None: ...
+
+    def facts(self, path: Path) -> DatabaseFacts: ...
+
+
+class SqliteSnapshots:
+    """`DatabaseSnapshots` of SQLite files (`snapshot_database`, `database_facts`)."""
+
+    def copy(self, source: Path, dest: Path) -> None:
+        snapshot_database(source, dest)
+
+    def facts(self, path: Path) -> DatabaseFacts:
+        return database_facts(path)
 
 
 @contextlib.contextmanager
