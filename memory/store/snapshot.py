@@ -30,7 +30,7 @@ from memory.store.db import BUSY_TIMEOUT_S, corruption_advice, sqlite_driver
 from memory.store.schema import MigrationSet
 
 STEP_PAGES = 2048  # pages copied per step (8 MB at SQLite's default 4 KB page)
-STEP_PAUSE_S = 0.01
+BUSY_PAUSE_S = 0.01  # how long a step that found the database busy waits before trying again
 
 # What a manifest counts, by the name it gives them: (table, condition).
 COUNTED: dict[str, tuple[str, str]] = {
@@ -104,7 +104,7 @@ def snapshot_database(source: Path, dest: Path) -> None:
         with _connect(source, read_only=False) as src, _connect(dest, read_only=False) as out:
             # One read transaction for every step: the copy is of one moment, and a write by
             # another process between steps cannot restart it (which, on a busy gateway,
-            # could never end). Small steps with a pause let the disk serve the gateway too.
+            # could never end).
             src.execute("BEGIN")
             src.execute("SELECT count(*) FROM sqlite_master").fetchone()
             # Each step's pages go to disk before the next (fdatasync): a copy that let hundreds
@@ -114,7 +114,7 @@ def snapshot_database(source: Path, dest: Path) -> None:
                 src.backup(
                     out,
                     pages=STEP_PAGES,
-                    sleep=STEP_PAUSE_S,
+                    sleep=BUSY_PAUSE_S,
                     progress=lambda *_: os.fdatasync(handle.fileno()),
                 )
             src.execute("COMMIT")
