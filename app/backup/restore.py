@@ -39,7 +39,7 @@ from app.backup.manifest import (
 )
 from common.private_files import PRIVATE_FILE_MODE, make_private_dirs
 from memory.errors import MemoryError_
-from memory.store.snapshot import database_facts, unknown_migrations
+from memory.store.snapshot import DatabaseSnapshots, SqliteSnapshots, unknown_migrations
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -245,9 +245,17 @@ def _stage(parent: Path, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{name}.restoring-", dir=parent))
 
 
-def restore_backup(settings: Settings, archive: Path, *, dry_run: bool = False) -> RestoreReport:
+def restore_backup(
+    settings: Settings,
+    archive: Path,
+    *,
+    dry_run: bool = False,
+    databases_of: DatabaseSnapshots | None = None,
+) -> RestoreReport:
     """Restore `archive` into `settings.home` (see the module docstring); RestoreError with
-    advice when refused, and then nothing was written."""
+    advice when refused, and then nothing was written. `databases_of` reads the restored
+    databases' counts back (default: SQLite)."""
+    store = databases_of or SqliteSnapshots()
     home = settings.home.expanduser().absolute()
     archive = archive.expanduser().absolute()
     _check_target(home, settings.workspace_dir)
@@ -285,7 +293,7 @@ def restore_backup(settings: Settings, archive: Path, *, dry_run: bool = False) 
                         f"{name} changed while it was read a second time; {NOTHING}."
                     )
         for name, db in manifest.databases.items():
-            read_back = database_facts(staged_home / name).counts
+            read_back = store.facts(staged_home / name).counts
             if read_back != db.counts:
                 raise RestoreError(
                     f"{name} read back with other counts than the manifest's ({read_back} ≠ "
@@ -307,6 +315,6 @@ def restore_backup(settings: Settings, archive: Path, *, dry_run: bool = False) 
             if folder is not None and folder.exists():
                 shutil.rmtree(folder, ignore_errors=True)
     for name in manifest.databases:
-        for key, value in database_facts(home / name).counts.items():
+        for key, value in store.facts(home / name).counts.items():
             report.restored[key] = report.restored.get(key, 0) + (value or 0)
     return report
