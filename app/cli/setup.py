@@ -66,6 +66,10 @@ CONFIG_TEMPLATE = """\
 # [projects.apollo]                 # memory prefers notes tagged <!-- project: apollo -->
 # chats = ["-1001234567890:42"]     # Telegram chat (or chat:topic) / Slack channel ids
 # folders = ["~/code/apollo"]       # `pinch chat` started here starts in the project
+# [backup]
+# every = "1d"                      # the gateway's scheduled backups; "" for none
+# keep = 7                          # scheduled archives kept (pinch backup's are never pruned)
+# path = "~/.pinch/backups"         # better: another disk
 """
 
 
