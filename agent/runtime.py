@@ -40,6 +40,8 @@ from agent.compaction import CompactionError, Compactor, summary_block
 from agent.context import Context, ContextBuilder
 from agent.history import CANCELLED_EVENT, build_history
 from agent.intent_tool import standing_intents_block
+from agent.media.reader import MediaReader
+from agent.media.render import load_image
 from agent.memory_tools import session_attachments
 from agent.message_limit import fit_message
 from agent.model.errors import ContextTooLongError, cut_off_notice
@@ -126,6 +128,7 @@ class Agent:
         context_builder: ContextBuilder,
         compactor: Compactor,
         recall: Recall | None,
+        media: MediaReader | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -139,6 +142,7 @@ class Agent:
         self.context_builder = context_builder
         self.compactor = compactor
         self.recall = recall
+        self.media = media  # voice notes, images and documents (None: paths only)
         self._locks: dict[str, asyncio.Lock] = {}
         self._ending: set[asyncio.Task[str | None]] = set()  # notes of ended sessions
 
@@ -294,10 +298,14 @@ class Agent:
     ) -> AgentReply:
         key = request.key
         policy = policy_for(key, request.sender)
+        session = await asyncio.to_thread(self.store.current, key)
+        media = None  # voice notes become text here, so the length rule below applies to them
+        if self.media is not None and request.attachments:
+            media = await self.media.prepare(text, request.attachments, session_id=session.id)
+            text, notices = media.text, [*notices, *media.notices]
         text, too_long = fit_message(text, self.config)  # cut once, before it is stored or sent
         notices = [*notices, too_long] if too_long else notices
-        session = await asyncio.to_thread(self.store.current, key)
-        content = user_content(request, text)
+        content = user_content(request, text, media.attachments if media else None)
         # Only the owner's own words in the owner's direct chat (never automation or system).
         recall = policy.owner_private and request.sender == "owner"
         recalled = await self._recall(key, text) if recall else None
@@ -310,6 +318,8 @@ class Agent:
         turn = _Turn(
             key, session, content, policy, emit, notices=list(notices), channel=request.channel
         )
+        if media is not None and media.outside_text:
+            turn.taint.mark("document")  # a document's text is outside content
         for notice in notices:
             emit(Notice(notice))
         answer = await self._tool_loop(turn)
@@ -464,6 +474,8 @@ class Agent:
         )
         events = self.store.events(session.id, after_seq=max(0, first_kept - 1))
         history = build_history(events, summary, first_kept)
+        if self.media is not None:  # the newest turn's images, read from the inbox
+            history = history.with_images(lambda ref: load_image(self.workspace, ref))
         return self.context_builder.build(
             session.key,
             history,

@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from agent.agent_config import AgentConfig
+from agent.media.media_config import MediaConfig, VoiceConfig
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
 from app.web.web_config import WebConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
@@ -108,6 +109,8 @@ class Settings(BaseSettings):
     heartbeat: HeartbeatConfig = HeartbeatConfig()
     dreaming: DreamingConfig = DreamingConfig()
     web: WebConfig = WebConfig()
+    voice: VoiceConfig = VoiceConfig()
+    media: MediaConfig = MediaConfig()
 
     @field_validator("agent_id")
     @classmethod

@@ -31,8 +31,11 @@ from agent.agent_config import AgentConfig
 from agent.compaction import Compactor
 from agent.context import ContextBuilder
 from agent.intent_tool import IntentTool
+from agent.media.media_config import MediaConfig, VoiceConfig
+from agent.media.reader import MediaReader
+from agent.media.transcribe import create_transcriber
 from agent.memory_tools import MemoryTools
-from agent.model.factory import ModelClient, create_model_client, preload
+from agent.model.factory import ModelClient, create_model_client, preload, supports_images
 from agent.runtime import Agent
 from agent.tools import Tool
 from agent.web_fetch import WebFetcher
@@ -94,6 +97,7 @@ async def build_runtime(
             clock=clock,
             active_memory=True,
             extra_tools=(automations.tool,) if automations is not None else (),
+            media=(settings.voice, settings.media),
         )
     except BaseException:
         index.close()
@@ -123,11 +127,14 @@ def build_agent(
     fetcher: WebFetcher | None = None,
     extra_tools: Sequence[Tool] = (),
     active_memory: bool = False,
+    media: tuple[VoiceConfig, MediaConfig] | None = None,
 ) -> Agent:
     """An `Agent` and its parts over `index` and `store`: the workspace writer (every write
     re-indexes memory), the standing intents, the memory and `intent` tools, the context
     builder, the compactor and — with `active_memory` — the recall before owner messages.
     `extra_tools` are offered after the built-in ones (each still subject to the turn's policy).
+    With `media` ([voice] and [media] settings) the agent transcribes voice notes, shows
+    images to a model that reads them and reads documents; without, it names their paths.
 
     `config` defaults to `AgentConfig()`, `clock` to the configured time zone, `fetcher` to a
     real `WebFetcher`. Blocking (opens the intents tables): call it from a worker thread or
@@ -169,6 +176,21 @@ def build_agent(
         ),
         compactor=Compactor(model=model, store=store, index=index, tools=tools, config=config),
         recall=recall,
+        media=build_media_reader(model, workspace, clock, *media) if media else None,
+    )
+
+
+def build_media_reader(
+    model: ModelClient, workspace: Path, clock: Clock, voice: VoiceConfig, media: MediaConfig
+) -> MediaReader:
+    """What turns received files into text and images (the downscaled copies go to the inbox)."""
+    return MediaReader(
+        workspace=workspace,
+        inbox=Inbox(workspace, tz=clock.tz),
+        voice=voice,
+        media=media,
+        transcriber=create_transcriber(voice),
+        vision=lambda: supports_images(model),
     )
 
 

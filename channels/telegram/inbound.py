@@ -206,7 +206,8 @@ class MessageConverter:
         except (TelegramError, OSError) as error:
             reason = error.message if isinstance(error, TelegramError) else str(error)
             return failed(f"download failed ({reason}); ask for the file to be sent again")
-        return Attachment(kind, rel, file_name, mime_type, len(data))
+        seconds = _seconds(getattr(media, "duration", None))
+        return Attachment(kind, rel, file_name, mime_type, len(data), duration_s=seconds)
 
     def _too_large(self, size: int | None) -> str:
         limit = self._max_download_mb
@@ -215,6 +216,15 @@ class MessageConverter:
             f"This file is too large ({shown}); Telegram bots can download up to {limit} MB. "
             "Ask for a smaller file, or a link to it."
         )
+
+
+def _seconds(duration: Any) -> float | None:
+    """A voice note's or video's `duration` (seconds, or a timedelta in newer versions)."""
+    if duration is None:
+        return None
+    if hasattr(duration, "total_seconds"):
+        return float(duration.total_seconds())
+    return float(duration)
 
 
 def _real_reply(message: Message) -> Message | None:
