@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from agent.media.documents import document_kind
+from agent.media.read_part import read_document_part
 from agent.policy import TAINTING_TOOLS, append_origin
 from agent.tools import Tool, ToolContext, ToolFailure, ToolRegistry
 from agent.types import ToolSpec
@@ -128,8 +130,9 @@ class MemoryTools:
                 Tool(
                     ToolSpec(
                         "read_file",
-                        "Read a text file in the workspace (relative path).",
-                        s(["path"], path=text, **{"from": _INT}, lines=_INT),
+                        "Read a workspace file (relative path): text by lines; PDF by pages "
+                        '(pages="8-14"), also DOCX, e.g. files in inbox/.',
+                        s(["path"], path=text, **{"from": _INT}, lines=_INT, pages=text),
                     ),
                     self.read_file,
                 ),
@@ -245,6 +248,14 @@ class MemoryTools:
     async def read_file(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         path = str(args["path"])
         self._refuse_private(ctx, path)
+        if document_kind(path, None) in ("pdf", "docx") or args.get("pages"):
+            return await asyncio.to_thread(
+                read_document_part,
+                self.workspace,
+                path,
+                args,
+                allow_hard_links=self.index.config.allow_hard_links,
+            )
         text = await asyncio.to_thread(
             _read_text_file, self.workspace, path, self.index.config.allow_hard_links
         )

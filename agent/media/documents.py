@@ -4,18 +4,21 @@ md, csv, json, source code, …), cut to a budget with a note of what was left o
     doc = read_document(path, "Q3 report.pdf", max_chars=20_000)        # DocumentError if not
     doc = read_document(path, "Q3 report.pdf", max_chars=20_000, first=8, last=14)  # pages 8-14
 
-A PDF is read page by page and only as far as the budget goes, so a 1,000-page file costs the
-pages that fit, not the whole book. A PDF without a text layer (a scan) and an encrypted one are
+A PDF is read page by page and only as far as the budget goes (its page tree walked lazily), so
+a 1,000-page file costs the pages that fit, not the whole book. A PDF without a text layer (a scan) and an encrypted one are
 said so; a "text" file with binary content (NUL bytes, mostly control characters) is refused
 whatever its name. Units: PDFs count pages, everything else lines.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import zipfile
 from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,7 @@ def document_kind(name: str | None, mime: str | None) -> str | None:
 
 
 def read_document(
-    path: Path,
+    path: Path | bytes,
     name: str,
     *,
     max_chars: int,
@@ -73,9 +76,9 @@ def read_document(
     first: int = 1,
     last: int | None = None,
 ) -> DocumentText:
-    """The text of units `first`..`last` (pages of a PDF, lines otherwise), cut at `max_chars`
-    with a note saying what was left out and how to read it. Blocks; DocumentError if it cannot
-    be read."""
+    """The text of units `first`..`last` (pages of a PDF, lines otherwise) of the file at `path`
+    (or its bytes), cut at `max_chars` with a note saying what was left out. Blocks;
+    DocumentError if it cannot be read."""
     kind = document_kind(name, mime) or "text"
     first = max(1, first)
     if kind == "pdf":
@@ -90,18 +93,19 @@ def read_document(
 # -- PDF -----------------------------------------------------------------------------------------
 
 
-def _read_pdf(path: Path, name: str, max_chars: int, first: int, last: int | None) -> DocumentText:
+def _read_pdf(path: Path | bytes, name: str, max_chars: int, first: int, last: int | None) -> DocumentText:
     from pypdf import PdfReader
     from pypdf.errors import FileNotDecryptedError, PdfReadError
 
     try:
-        reader = PdfReader(path)
+        reader = PdfReader(io.BytesIO(path) if isinstance(path, bytes) else path)
         if reader.is_encrypted and not _opens_without_password(reader):
             raise DocumentError(f"{name} is encrypted (password-protected): ask for a copy without")
-        total = len(reader.pages)
+        root_pages = reader.trailer["/Root"]["/Pages"].get_object()
+        total = int(root_pages.get("/Count", 0))
     except DocumentError:
         raise
-    except (PdfReadError, FileNotDecryptedError, ValueError, KeyError, OSError) as exc:
+    except (PdfReadError, FileNotDecryptedError, ValueError, KeyError, TypeError, OSError) as exc:
         raise DocumentError(f"{name} is not a readable PDF ({_reason(exc)})") from None
     if total == 0:
         return DocumentText("", "page", 1, 0, 0, f"{name} has no pages")
@@ -112,9 +116,14 @@ def _read_pdf(path: Path, name: str, max_chars: int, first: int, last: int | Non
     used = 0
     page_no = first - 1
     cut_inside = False
+    pages = _lazy_pages(reader, root_pages, first)
     for page_no in range(first, end + 1):
         try:
-            text = (reader.pages[page_no - 1].extract_text() or "").strip()
+            page = next(pages, None)
+            if page is None:
+                page_no -= 1
+                break
+            text = (page.extract_text() or "").strip()
         except Exception as exc:  # one bad page must not lose the rest
             log.debug("page %d of %s unreadable", page_no, name, exc_info=True)
             text = f"[page {page_no} could not be read: {_reason(exc)}]"
@@ -137,6 +146,40 @@ def _read_pdf(path: Path, name: str, max_chars: int, first: int, last: int | Non
     return DocumentText(got.rstrip(), "page", first, page_no, total, note)
 
 
+_INHERITED = ("/Resources", "/MediaBox", "/CropBox", "/Rotate")
+
+
+def _lazy_pages(reader: Any, node: Any, first: int, inherited: dict | None = None) -> Iterator[Any]:
+    """The pages from number `first` on, walking the page tree as far as they are needed:
+    pypdf's `reader.pages` parses every page object of the file before the first one is read,
+    seconds for a book. Subtrees wholly before `first` are skipped by their /Count."""
+    from pypdf import PageObject
+    from pypdf.generic import NameObject
+
+    inherited = dict(inherited or {})
+    inherited.update({k: node[k] for k in _INHERITED if k in node})
+    skip = first - 1
+    for ref in node.get("/Kids", []):
+        kid = ref.get_object()
+        if kid.get("/Type") == "/Pages" or "/Kids" in kid:
+            count = int(kid.get("/Count", 0))
+            if skip >= count:
+                skip -= count
+                continue
+            yield from _lazy_pages(reader, kid, skip + 1, inherited)
+            skip = 0
+            continue
+        if skip:
+            skip -= 1
+            continue
+        page = PageObject(reader, getattr(ref, "indirect_reference", None) or ref)
+        page.update(kid)
+        for key, value in inherited.items():
+            if key not in page:
+                page[NameObject(key)] = value
+        yield page
+
+
 def _opens_without_password(reader: object) -> bool:
     """Many PDFs are "encrypted" with an empty user password (only printing is restricted)."""
     try:
@@ -148,12 +191,12 @@ def _opens_without_password(reader: object) -> bool:
 # -- DOCX and text ---------------------------------------------------------------------------------
 
 
-def _docx_lines(path: Path, name: str) -> list[str]:
+def _docx_lines(path: Path | bytes, name: str) -> list[str]:
     import docx
     from docx.opc.exceptions import PackageNotFoundError
 
     try:
-        document = docx.Document(str(path))
+        document = docx.Document(io.BytesIO(path) if isinstance(path, bytes) else str(path))
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
         raise DocumentError(f"{name} is not a readable Word document ({_reason(exc)})") from None
     lines = [p.text for p in document.paragraphs]
@@ -163,8 +206,8 @@ def _docx_lines(path: Path, name: str) -> list[str]:
     return lines
 
 
-def _text_lines(path: Path, name: str) -> list[str]:
-    data = path.read_bytes()
+def _text_lines(path: Path | bytes, name: str) -> list[str]:
+    data = path if isinstance(path, bytes) else path.read_bytes()
     if looks_binary(data[:_SNIFF_BYTES]):
         raise DocumentError(f"{name} holds binary data, not text (whatever its name says)")
     return data.decode("utf-8", errors="replace").splitlines()
@@ -210,10 +253,16 @@ def _left_out(unit: str, first: int, last: int, total: int, cut_inside: bool) ->
     if first <= 1 and last >= total and not cut_inside:
         return None
     shown = f"{unit}s {first}-{last}" if last > first else f"{unit} {last}"
-    more = f"{unit}s {last + 1}-{total}" if last < total else "the rest of that " + unit
     if cut_inside:
         shown += " (cut inside)"
-    return f"showed {shown} of {total}; left out: {more}"
+    gone = []
+    if first > 1:
+        gone.append(f"{unit}s 1-{first - 1}" if first > 2 else f"{unit} 1")
+    if cut_inside:
+        gone.append(f"the rest of {unit} {last}")
+    if last < total:
+        gone.append(f"{unit}s {last + 1}-{total}" if last + 1 < total else f"{unit} {total}")
+    return f"showed {shown} of {total}; left out: {', '.join(gone)}"
 
 
 def _reason(exc: BaseException) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shlex
 import signal
 import time
@@ -25,6 +26,10 @@ from typing import Any, Protocol
 from agent.media.media_config import VoiceConfig
 from common.redact import redact
 from memory.embeddings.litellm_env import import_litellm
+
+
+# "litellm.InternalServerError: InternalServerError: OpenAIException - " before the message
+_PREFIXES = re.compile(r"^(?:(?:litellm\.)?\w+Error: )*(?:\w+Exception - )?")
 
 
 class TranscriptionError(Exception):
@@ -69,7 +74,7 @@ class LiteLLMTranscriber:
     async def transcribe(self, path: Path) -> Transcript:
         litellm = await asyncio.to_thread(import_litellm)
         api_base = self.api_base or os.environ.get("OPENAI_API_BASE") or None
-        self._check_key(litellm, api_base)
+        api_key = self._check_key(litellm, api_base)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -78,6 +83,7 @@ class LiteLLMTranscriber:
                         model=self.model,
                         file=audio,
                         api_base=api_base,
+                        api_key=api_key,
                         timeout=self.timeout_s,
                         max_retries=0,
                     )
@@ -89,18 +95,19 @@ class LiteLLMTranscriber:
         language = _field(response, "language")
         return Transcript(text, str(language) if language else None, time.perf_counter() - started)
 
-    def _check_key(self, litellm: Any, api_base: str | None) -> None:
+    def _check_key(self, litellm: Any, api_base: str | None) -> str | None:
+        """None (the provider's variable is set), or the placeholder key a self-hosted server
+        gets; TranscriptionError when a key is missing."""
         try:
             found = litellm.validate_environment(model=self.model)
         except Exception:
-            return  # an unknown provider: the call itself will say
+            return None  # an unknown provider: the call itself will say
         missing = [k for k in found.get("missing_keys") or [] if "BASE" not in k]
         if missing and not api_base:
             raise TranscriptionError(
                 f"[voice] model = {self.model} needs {', '.join(missing)} in the environment"
             )
-        if missing and "OPENAI_API_KEY" in missing:
-            os.environ.setdefault("OPENAI_API_KEY", "no-key")  # a local server ignores it
+        return "no-key" if missing else None  # the OpenAI SDK sends nothing without a key
 
     def _too_slow(self) -> str:
         return (
@@ -113,7 +120,8 @@ class LiteLLMTranscriber:
         if any(type(e).__name__ in ("Timeout", "APITimeoutError", "ReadTimeout") for e in chain):
             return self._too_slow()
         status = getattr(exc, "status_code", None)
-        detail = redact(str(getattr(exc, "message", "") or exc)).splitlines()[0][:160]
+        detail = redact(str(getattr(exc, "message", "") or exc)).strip()
+        detail = _PREFIXES.sub("", detail.splitlines()[0] if detail else "")[:160]
         if status in (401, 403):
             return f"the transcription service refused the key ({status}) for [voice] model"
         if isinstance(status, int) and status >= 400:
