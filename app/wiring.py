@@ -36,6 +36,7 @@ from agent.media.reader import MediaReader
 from agent.media.transcribe import create_transcriber
 from agent.memory_tools import MemoryTools
 from agent.model.factory import ModelClient, create_model_client, preload, supports_images
+from agent.model.litellm_client import load_litellm
 from agent.runtime import Agent
 from agent.tools import Tool
 from agent.web_fetch import WebFetcher
@@ -111,7 +112,9 @@ async def build_runtime(
         watcher=MemoryWatcher(index),
         clock=clock,
         automations=automations,
-        _preloading=asyncio.ensure_future(_preload_quietly(model)),
+        _preloading=asyncio.ensure_future(
+            _preload_quietly(model, litellm=settings.voice.provider == "litellm")
+        ),
     )
     return runtime
 
@@ -194,9 +197,11 @@ def build_media_reader(
     )
 
 
-async def _preload_quietly(model: ModelClient) -> None:
+async def _preload_quietly(model: ModelClient, *, litellm: bool = False) -> None:
     with contextlib.suppress(Exception):  # the first reply imports it again, and says what failed
         await preload(model)
+        if litellm:  # voice notes are transcribed through litellm: not on the first one's time
+            await load_litellm()
 
 
 # -- the gateway (`pinch gateway`, and `pinch chat` with the terminal) ------------------------

@@ -73,7 +73,7 @@ def test_a_telegram_voice_note_is_transcribed_and_the_model_gets_the_words(tmp_p
             del rig.gateway.channels["slack"]
             await rig.gateway.start()
             tg.push(tg.voice(audio, duration=4))
-            await until(lambda: any(m.chat_id == 111 for m in tg.sent), 15, "the answer")
+            await until(lambda: any(m.chat_id == 111 for m in tg.sent), 60, "the answer")
             await rig.gateway.idle()
             texts = stored_user_texts(kit)
             await rig.close()

@@ -72,7 +72,7 @@ def prepare_image(data: bytes, *, max_pixels: int) -> PreparedImage:
             and not animated
         ):
             with Image.open(io.BytesIO(data)) as check:
-                check.verify()  # a truncated or corrupt file fails here, not at the provider
+                check.load()  # a truncated or corrupt file fails here, not at the provider
             return PreparedImage(data, MEDIA_TYPES[kind], width, height, (width, height), False)
         return _shrink(data, (width, height))
     except ImageError:
