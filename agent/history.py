@@ -17,8 +17,7 @@ stays valid for every provider.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -129,7 +128,9 @@ def user_blocks(content: dict) -> tuple[TextBlock, ...]:
     recalled = content.get("recalled") or ""
     text = content.get("text") or ""
     label = sender_label(content.get("sender"))
-    attached = [a for a in content.get("attachments") or () if isinstance(a, dict) and a.get("path")]
+    attached = [
+        a for a in content.get("attachments") or () if isinstance(a, dict) and a.get("path")
+    ]
     files = [attachment_line(a) for a in attached]
     body = "\n".join(part for part in (label, text, *files) if part)
     documents = [document_block(a) for a in attached]

@@ -52,7 +52,11 @@ def _pdf_escape(text: str) -> str:
 def text_pdf(pages: list[str] | int, *, text_layer: bool = True) -> bytes:
     """A PDF written by hand: one page per string (an int: that many numbered pages), each
     drawn in Helvetica — or, without `text_layer`, only a drawn rectangle (a "scan")."""
-    texts = [f"Page {i + 1} of the long book" for i in range(pages)] if isinstance(pages, int) else pages
+    texts = (
+        [f"Page {i + 1} of the long book" for i in range(pages)]
+        if isinstance(pages, int)
+        else pages
+    )
     objects: list[bytes] = []
     font_id = 3
     page_ids = []
@@ -87,7 +91,9 @@ def text_pdf(pages: list[str] | int, *, text_layer: bool = True) -> bytes:
     out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(body) + 1))
     for offset in offsets:
         out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(body) + 1, xref))
+    out.write(
+        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(body) + 1, xref)
+    )
     del objects
     return out.getvalue()
 

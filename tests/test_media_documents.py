@@ -74,7 +74,9 @@ def test_a_pdf_enters_the_turn_as_untrusted_text_cut_with_a_note_then_read_by_pa
                 tool_reply("read_file", {"path": pdf.path, "pages": "30-31"}),
                 text_reply("Page 30 says ABC-030."),
             )
-            reply, notices = await run(kit, AgentRequest(OWNER, "what is in it?", attachments=(pdf,)))
+            reply, notices = await run(
+                kit, AgentRequest(OWNER, "what is in it?", attachments=(pdf,))
+            )
             assert notices == [] and reply == "Page 30 says ABC-030."
             first = user_texts(server.requests[0])
             assert '<untrusted source="document Booking.pdf (' + str(pdf.path) in first
@@ -82,7 +84,10 @@ def test_a_pdf_enters_the_turn_as_untrusted_text_cut_with_a_note_then_read_by_pa
             assert "Reference ABC-040" not in first  # cut to document_chars
             assert "left out: pages" in first and f'read_file path="{pdf.path}" pages=' in first
             [result] = tool_results(server.requests[1])
-            assert "Reference ABC-030" in result["content"] and "Reference ABC-031" in result["content"]
+            assert (
+                "Reference ABC-030" in result["content"]
+                and "Reference ABC-031" in result["content"]
+            )
             assert "ABC-029" not in result["content"] and not result["is_error"]
             assert "<untrusted" in result["content"]
 
@@ -101,10 +106,10 @@ def test_docx_and_text_files_are_read_and_a_binary_txt_is_refused(tmp_path: Path
                 "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
             )
             csv = save(kit, "costs.csv", b"item,eur\nhotel,310\ntrain,89\n", "text/csv")
-            fake = save(kit, "notes.txt", b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 8, "text/plain")
-            _, notices = await run(
-                kit, AgentRequest(OWNER, "", attachments=(letter, csv, fake))
+            fake = save(
+                kit, "notes.txt", b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 8, "text/plain"
             )
+            _, notices = await run(kit, AgentRequest(OWNER, "", attachments=(letter, csv, fake)))
         texts = user_texts(server.requests[0])
         assert "your appointment is on 3 March." in texts and "hotel,310" in texts
         assert notices == [

@@ -32,7 +32,9 @@ def image_kit(tmp_path: Path, server: FakeModelServer, **kw: object) -> Kit:
     return make_kit(tmp_path, server, media=(VoiceConfig(), media), **kw)  # type: ignore[arg-type]
 
 
-def save(kit: Kit, name: str, data: bytes, kind: str = "photo", mime: str = "image/jpeg") -> Attachment:
+def save(
+    kit: Kit, name: str, data: bytes, kind: str = "photo", mime: str = "image/jpeg"
+) -> Attachment:
     rel = Inbox(kit.workspace).save(name, data, datetime.now(UTC))
     return Attachment(kind, rel, name if kind == "document" else None, mime, len(data))  # type: ignore[arg-type]
 
@@ -103,9 +105,7 @@ def test_a_corrupt_image_gets_one_clear_line_and_the_turn_goes_on(tmp_path: Path
             kit = image_kit(tmp_path, server)
             broken = save(kit, "photo-1.jpg", jpeg(800, 600)[:2000])  # cut off mid-file
             junk = save(kit, "photo-2.jpg", b"\xff\xd8\xff not really a jpeg")
-            reply, notices = await run(
-                kit, AgentRequest(OWNER, "look", attachments=(broken, junk))
-            )
+            reply, notices = await run(kit, AgentRequest(OWNER, "look", attachments=(broken, junk)))
         assert len(notices) == 2
         assert all(n.startswith("(I couldn't read photo-") and "\n" not in n for n in notices)
         assert server.requests[0].images() == []
@@ -162,7 +162,9 @@ def test_an_image_is_sent_in_its_turn_counted_by_context_and_named_after(tmp_pat
         first, second = server.requests
         assert len(first.images()) == 1
         assert second.images() == []  # not re-sent with the next message
-        assert f"[attached photo: {photo.path} (1200×900)]" in json.dumps(second.body, ensure_ascii=False)
+        assert f"[attached photo: {photo.path} (1200×900)]" in json.dumps(
+            second.body, ensure_ascii=False
+        )
         tokens = image_tokens(1200, 900)
         assert tokens == 1440
         line = next(x for x in context.splitlines() if x.strip().startswith("images"))
@@ -209,7 +211,9 @@ def test_a_slack_image_comes_through_files_info_and_the_download(tmp_path: Path)
                 access.owners = Owners.of({**access.owners.ids, "slack": ["U0OWNER"]})
                 rig.gateway.channels = {
                     "slack": SlackChannel(
-                        slack_config(slack), inbox=FileInbox(kit.workspace), state_dir=tmp_path / "s"
+                        slack_config(slack),
+                        inbox=FileInbox(kit.workspace),
+                        state_dir=tmp_path / "s",
                     )
                 }
                 await rig.gateway.start()
@@ -233,7 +237,10 @@ def test_after_compaction_the_summary_names_the_image_by_path(tmp_path: Path) ->
     from agent.history import split_turns
     from memory.store.sessions import TranscriptEvent
 
-    content = {"text": "receipt", "attachments": [{"path": "inbox/2026-12-01/r.jpg", "kind": "photo"}]}
+    content = {
+        "text": "receipt",
+        "attachments": [{"path": "inbox/2026-12-01/r.jpg", "kind": "photo"}],
+    }
     event = TranscriptEvent(1, "user", content, 0.0)
     turns = split_turns([event])
     assert with_file_paths("## Decisions\n- none", turns).endswith(

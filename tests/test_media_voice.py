@@ -152,14 +152,14 @@ def test_the_command_backend_runs_a_real_script_with_the_file(tmp_path: Path) ->
             voice = VoiceConfig(provider="command", command=f"{script} --lang-auto {{file}}")
             kit = voice_kit(tmp_path, server, voice)
             note = save_voice(kit, speech_ogg("hello there", tmp_path))
-            reply, notices = await run(kit, AgentRequest(OWNER, "", attachments=(note,)))
+            _, notices = await run(kit, AgentRequest(OWNER, "", attachments=(note,)))
             assert notices == []
             assert "words from the local model (--lang-auto)" in server.requests[0].last_user_text()
 
             failing = VoiceConfig(provider="command", command=f"{script} --x /nonexistent")
             kit2 = voice_kit(tmp_path / "b", server, failing)
             note2 = save_voice(kit2, b"OggS....")
-            reply, notices = await run(kit2, AgentRequest(OWNER, "hi", attachments=(note2,)))
+            _, notices = await run(kit2, AgentRequest(OWNER, "hi", attachments=(note2,)))
             [notice] = notices
             assert "couldn't transcribe" in notice and "exit status 3" in notice
             assert "\n" not in notice
@@ -168,7 +168,9 @@ def test_the_command_backend_runs_a_real_script_with_the_file(tmp_path: Path) ->
     asyncio.run(scenario())
 
 
-def test_a_slow_command_is_stopped_at_the_timeout_and_the_turn_still_happens(tmp_path: Path) -> None:
+def test_a_slow_command_is_stopped_at_the_timeout_and_the_turn_still_happens(
+    tmp_path: Path,
+) -> None:
     script = tmp_path / "slow"
     script.write_text("#!/bin/sh\nsleep 30\necho late\n")
     script.chmod(0o755)

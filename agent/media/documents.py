@@ -4,10 +4,10 @@ md, csv, json, source code, …), cut to a budget with a note of what was left o
     doc = read_document(path, "Q3 report.pdf", max_chars=20_000)        # DocumentError if not
     doc = read_document(path, "Q3 report.pdf", max_chars=20_000, first=8, last=14)  # pages 8-14
 
-A PDF is read page by page and only as far as the budget goes (its page tree walked lazily), so
-a 1,000-page file costs the pages that fit, not the whole book. A PDF without a text layer (a scan) and an encrypted one are
-said so; a "text" file with binary content (NUL bytes, mostly control characters) is refused
-whatever its name. Units: PDFs count pages, everything else lines.
+A PDF is read page by page and only as far as the budget goes (its page tree walked lazily),
+so a 1,000-page file costs the pages that fit, not the whole book. A PDF without a text layer
+(a scan) and an encrypted one are said so; a "text" file with binary content (NUL bytes, mostly
+control characters) is refused whatever its name. Units: PDFs count pages, everything else lines.
 """
 
 from __future__ import annotations
@@ -15,18 +15,19 @@ from __future__ import annotations
 import io
 import logging
 import zipfile
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
-TEXT_SUFFIXES = frozenset(
+_TEXT_SUFFIXES_LIST = (
     ".txt .md .markdown .csv .tsv .json .jsonl .yaml .yml .toml .ini .cfg .conf .log .xml .html "
     ".htm .rst .tex .py .js .ts .tsx .jsx .java .c .h .cpp .hpp .cs .go .rs .rb .php .sh .bash "
-    ".sql .swift .kt .scala .lua .r .pl .css .scss .vue .ics .vcf .srt .env .gitignore".split()
+    ".sql .swift .kt .scala .lua .r .pl .css .scss .vue .ics .vcf .srt .env .gitignore"
 )
+TEXT_SUFFIXES = frozenset(_TEXT_SUFFIXES_LIST.split(" "))
 _TEXT_MIME = ("text/", "application/json", "application/xml", "application/x-yaml")
 _DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 _SNIFF_BYTES = 8192
@@ -55,7 +56,7 @@ class DocumentText:
 
 
 def document_kind(name: str | None, mime: str | None) -> str | None:
-    """"pdf", "docx", "text", or None for a file this module does not read."""
+    """ "pdf", "docx", "text", or None for a file this module does not read."""
     suffix = Path(name or "").suffix.lower()
     mime = (mime or "").lower()
     if suffix == ".pdf" or mime == "application/pdf":
@@ -83,17 +84,16 @@ def read_document(
     first = max(1, first)
     if kind == "pdf":
         return _read_pdf(path, name, max_chars, first, last)
-    if kind == "docx":
-        lines = _docx_lines(path, name)
-    else:
-        lines = _text_lines(path, name)
+    lines = _docx_lines(path, name) if kind == "docx" else _text_lines(path, name)
     return _cut_lines(lines, name, max_chars, first, last)
 
 
 # -- PDF -----------------------------------------------------------------------------------------
 
 
-def _read_pdf(path: Path | bytes, name: str, max_chars: int, first: int, last: int | None) -> DocumentText:
+def _read_pdf(
+    path: Path | bytes, name: str, max_chars: int, first: int, last: int | None
+) -> DocumentText:
     from pypdf import PdfReader
     from pypdf.errors import FileNotDecryptedError, PdfReadError
 
@@ -101,7 +101,8 @@ def _read_pdf(path: Path | bytes, name: str, max_chars: int, first: int, last: i
         reader = PdfReader(io.BytesIO(path) if isinstance(path, bytes) else path)
         if reader.is_encrypted and not _opens_without_password(reader):
             raise DocumentError(f"{name} is encrypted (password-protected): ask for a copy without")
-        root_pages = reader.trailer["/Root"]["/Pages"].get_object()
+        root: Any = reader.trailer["/Root"]
+        root_pages = root["/Pages"].get_object()
         total = int(root_pages.get("/Count", 0))
     except DocumentError:
         raise

@@ -87,7 +87,9 @@ class MediaReader:
         try:
             return await self._vision()
         except Exception:
-            log.warning("Could not tell whether the model reads images; assuming not", exc_info=True)
+            log.warning(
+                "Could not tell whether the model reads images; assuming not", exc_info=True
+            )
             return False
 
     async def prepare(
@@ -141,9 +143,7 @@ class MediaReader:
                 f"(You sent {shown + cut} pictures; I looked at the first {shown} "
                 f"([media] max_images). The rest are saved in the inbox.)"
             )
-        return PreparedMessage(
-            "\n".join(lines), tuple(stored), tuple(notices), outside, timings
-        )
+        return PreparedMessage("\n".join(lines), tuple(stored), tuple(notices), outside, timings)
 
     # -- voice ----------------------------------------------------------------------------------
 

@@ -58,9 +58,7 @@ def document_block(a: dict[str, Any]) -> str:
         last = int(doc.get("last") or 0)
         arg = "pages" if unit == "page" else "from"
         value = f'"{last + 1}-{last + 10}"' if unit == "page" else str(last + 1)
-        text += (
-            f"\n[{name}: {doc['note']}. Read more with read_file path=\"{path}\" {arg}={value}.]"
-        )
+        text += f'\n[{name}: {doc["note"]}. Read more with read_file path="{path}" {arg}={value}.]'
     return text
 
 
@@ -84,7 +82,9 @@ def load_image(workspace: Path, ref: dict[str, Any]) -> ImageBlock | None:
     except OSError:
         log.info("The image %s is gone from the workspace; sent without it", rel)
         return None
-    return ImageBlock(media_type, data, int(ref.get("width") or 0), int(ref.get("height") or 0), rel)
+    return ImageBlock(
+        media_type, data, int(ref.get("width") or 0), int(ref.get("height") or 0), rel
+    )
 
 
 def _clean(text: str, limit: int = 64) -> str:

@@ -27,7 +27,6 @@ from agent.media.media_config import VoiceConfig
 from common.redact import redact
 from memory.embeddings.litellm_env import import_litellm
 
-
 # "litellm.InternalServerError: InternalServerError: OpenAIException - " before the message
 _PREFIXES = re.compile(r"^(?:(?:litellm\.)?\w+Error: )*(?:\w+Exception - )?")
 
@@ -50,7 +49,7 @@ class Transcriber(Protocol):
 
 
 NOT_CONFIGURED = (
-    "voice notes are not transcribed here: set [voice] provider = \"litellm\" (with model and "
+    'voice notes are not transcribed here: set [voice] provider = "litellm" (with model and '
     'its API key) or provider = "command" (a local whisper.cpp), see the README'
 )
 
@@ -58,7 +57,9 @@ NOT_CONFIGURED = (
 def create_transcriber(config: VoiceConfig) -> Transcriber | None:
     """The configured backend, or None for `provider = "none"`."""
     if config.provider == "litellm":
-        return LiteLLMTranscriber(config.model, api_base=config.api_base, timeout_s=config.timeout_s)
+        return LiteLLMTranscriber(
+            config.model, api_base=config.api_base, timeout_s=config.timeout_s
+        )
     if config.provider == "command" and config.command:
         return CommandTranscriber(config.command, timeout_s=config.timeout_s)
     return None

@@ -20,7 +20,6 @@ from agent.types import (
     StopReason,
     TextBlock,
     ToolCall,
-    ToolResult,
     ToolSpec,
     Usage,
 )

@@ -213,7 +213,9 @@ def _openai_message(message: Message) -> Iterator[dict[str, Any]]:
             yield {"role": "tool", "tool_call_id": block.tool_use_id, "content": content}
     images = message.images
     if images:  # the text first, then each picture as a data URL
-        parts: list[dict[str, Any]] = [{"type": "text", "text": message.text}] if message.text else []
+        parts: list[dict[str, Any]] = (
+            [{"type": "text", "text": message.text}] if message.text else []
+        )
         parts.extend(_openai_image(image) for image in images)
         yield {"role": "user", "content": parts}
     elif message.text:

@@ -363,8 +363,12 @@ class SlackChannel(Channel):
         return tuple(
             [
                 await download_shared_file(
-                    session, await self._file_info(item), token=token, limits=limits,
-                    inbox=self.inbox, ts=ts,
+                    session,
+                    await self._file_info(item),
+                    token=token,
+                    limits=limits,
+                    inbox=self.inbox,
+                    ts=ts,
                 )
                 for item in files[:10]
                 if isinstance(item, dict)

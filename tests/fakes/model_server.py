@@ -523,7 +523,12 @@ class DecodedImage:
     size: int  # bytes, decoded
 
 
-_IMAGE_FORMATS = {"image/jpeg": "JPEG", "image/png": "PNG", "image/webp": "WEBP", "image/gif": "GIF"}
+_IMAGE_FORMATS = {
+    "image/jpeg": "JPEG",
+    "image/png": "PNG",
+    "image/webp": "WEBP",
+    "image/gif": "GIF",
+}
 _MAX_IMAGE_BYTES = 5 * 1024 * 1024  # Anthropic's cap on one image's base64 data
 
 
