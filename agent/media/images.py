@@ -15,6 +15,7 @@ before it is decoded (a "decompression bomb" could take gigabytes).
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass, field
 
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -85,8 +86,9 @@ def prepare_image(data: bytes, *, max_pixels: int) -> PreparedImage:
 
 def _shrink(data: bytes, original: tuple[int, int]) -> PreparedImage:
     with Image.open(io.BytesIO(data)) as image:
-        if image.format == "JPEG":
-            image.draft("RGB", (MAX_EDGE, MAX_EDGE))  # decode at 1/2, 1/4 or 1/8 scale: fast
+        if image.format == "JPEG":  # decode at 1/2, 1/4 or 1/8 scale, still over the target: fast
+            scale = min(1.0, MAX_EDGE / max(original))
+            image.draft("RGB", (math.ceil(original[0] * scale), math.ceil(original[1] * scale)))
         image.seek(0)
         frame = ImageOps.exif_transpose(image)
         frame.load()
