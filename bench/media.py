@@ -43,26 +43,26 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from agent.agent_config import AgentConfig  # noqa: E402
-from agent.media.documents import read_document  # noqa: E402
-from agent.media.images import prepare_image  # noqa: E402
-from agent.media.media_config import MediaConfig, VoiceConfig  # noqa: E402
-from agent.media.transcribe import Transcript, Transcriber, create_transcriber  # noqa: E402
-from agent.model.factory import AnthropicClient  # noqa: E402
-from agent.model.litellm_client import load_litellm  # noqa: E402
-from agent.requests import AgentRequest  # noqa: E402
-from agent.types import image_tokens  # noqa: E402
-from app.wiring import build_agent  # noqa: E402
-from common.attachment import Attachment  # noqa: E402
-from memory.files.inbox import Inbox  # noqa: E402
-from memory.index.index import MemoryIndex  # noqa: E402
-from memory.memory_config import EmbeddingConfig, MemoryConfig  # noqa: E402
-from memory.store.sessions import SessionKey, SqliteSessionStore  # noqa: E402
-from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply  # noqa: E402
-from tests.fakes.transcription_server import FakeTranscriptionServer, Transcription  # noqa: E402
-from tests.media_support import text_pdf  # noqa: E402
+from agent.agent_config import AgentConfig
+from agent.media.documents import read_document
+from agent.media.images import prepare_image
+from agent.media.media_config import MediaConfig, VoiceConfig
+from agent.media.transcribe import Transcriber, Transcript
+from agent.model.factory import AnthropicClient
+from agent.model.litellm_client import load_litellm
+from agent.requests import AgentRequest
+from agent.types import image_tokens
+from app.wiring import build_agent
+from common.attachment import Attachment
+from memory.files.inbox import Inbox
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.sessions import SessionKey, SqliteSessionStore
+from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
+from tests.fakes.transcription_server import FakeTranscriptionServer, Transcription
+from tests.media_support import text_pdf
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "workspace_template"
 SPOKEN = "please remind me to buy oat milk on the way home and call the dentist tomorrow"
