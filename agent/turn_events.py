@@ -62,7 +62,13 @@ def store_response(store: SessionStore, session_id: str, response: ModelResponse
 
 def store_results(store: SessionStore, session_id: str, results: Sequence[ToolResult]) -> None:
     for r in results:
-        content = {"tool_use_id": r.tool_use_id, "content": r.content, "is_error": r.is_error}
+        content: dict[str, Any] = {
+            "tool_use_id": r.tool_use_id,
+            "content": r.content,
+            "is_error": r.is_error,
+        }
+        if r.image:  # the reference, never the picture
+            content["image"] = dict(r.image)
         store.append(session_id, "tool_result", content)
 
 

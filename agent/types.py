@@ -56,6 +56,9 @@ class ToolResult:
     tool_use_id: str
     content: str
     is_error: bool = False
+    # An image the tool attached (read_file on a picture): its stored reference (workspace path,
+    # media type, size); the history sends it after the result, in this turn only.
+    image: Mapping[str, Any] | None = None
 
 
 ContentBlock = TextBlock | ImageBlock | ToolCall | ToolResult

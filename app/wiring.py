@@ -150,8 +150,15 @@ def build_agent(
 
     writer = WorkspaceWriter(workspace, on_written=reindex, tz=clock.tz)
     intents = IntentStore.open(index.db, now=clock.now().timestamp())
+    reader = build_media_reader(model, workspace, clock, *media) if media else None
     memory_tools = MemoryTools(
-        workspace=workspace, index=index, store=store, writer=writer, clock=clock, fetcher=fetcher
+        workspace=workspace,
+        index=index,
+        store=store,
+        writer=writer,
+        clock=clock,
+        fetcher=fetcher,
+        media=reader,
     )
     intent_tool = IntentTool(intents, clock, memory_tools.context_tainted).tool()
     tools = memory_tools.registry(intent_tool, *extra_tools)
@@ -179,7 +186,7 @@ def build_agent(
         ),
         compactor=Compactor(model=model, store=store, index=index, tools=tools, config=config),
         recall=recall,
-        media=build_media_reader(model, workspace, clock, *media) if media else None,
+        media=reader,
     )
 
 

@@ -248,3 +248,33 @@ def test_after_compaction_the_summary_names_the_image_by_path(tmp_path: Path) ->
     )
     already = "## Exact identifiers\n- inbox/2026-12-01/r.jpg"
     assert with_file_paths(already, turns) == already
+
+
+def test_asked_again_the_model_reads_the_picture_with_read_file(tmp_path: Path) -> None:
+    from tests.fakes.model_server import tool_reply
+
+    async def scenario() -> None:
+        with FakeModelServer() as server:
+            kit = image_kit(tmp_path, server)
+            photo = save(kit, "receipt.jpg", jpeg(3000, 2000))
+            server.script(text_reply("A receipt."))
+            await run(kit, AgentRequest(OWNER, "keep this", attachments=(photo,)))
+            server.script(
+                tool_reply("read_file", {"path": photo.path}),
+                text_reply("It says 42 EUR."),
+            )
+            reply, _ = await run(kit, AgentRequest(OWNER, "what was the total on it again?"))
+            session = kit.store.current(OWNER)
+            [result] = kit.store.events(session.id, kinds=("tool_result",))
+            server.script(text_reply("ok"))
+            await run(kit, AgentRequest(OWNER, "thanks"))
+        first, asked, answered, later = server.requests
+        assert len(first.images()) == 1 and asked.images() == []
+        [again] = answered.images()
+        assert (again.width, again.height) == (1568, 1045)
+        assert reply == "It says 42 EUR."
+        assert result.content["image"]["path"].endswith(".model.jpg")
+        assert "base64" not in json.dumps(result.content) and len(json.dumps(result.content)) < 600
+        assert later.images() == []  # not re-sent after that turn
+
+    asyncio.run(scenario())

@@ -212,6 +212,28 @@ class MediaReader:
         }
         return None
 
+    async def show_image(self, rel: str, data: bytes) -> dict[str, Any]:
+        """The stored reference of workspace image `rel` (its bytes: `data`) for a tool result,
+        so the picture is sent again when the owner asks about it: the copy a model takes,
+        downscaled beside it in the inbox when needed. ImageError when it can't be shown."""
+        if not await self.supports_images():
+            raise ImageError("the model I use can't read images")
+        pixels = self.media.max_image_megapixels * 1_000_000
+        image = await asyncio.to_thread(prepare_image, data, max_pixels=pixels)
+        sent = rel
+        if image.resized:
+            if not rel.startswith("inbox/"):
+                raise ImageError("only pictures in inbox/ are downscaled; this one is too large")
+            sent = await asyncio.to_thread(
+                self.inbox.save_derived, rel, SENT_SUFFIX + image.suffix, image.data
+            )
+        return {
+            "path": sent,
+            "media_type": image.media_type,
+            "width": image.width,
+            "height": image.height,
+        }
+
     # -- documents ------------------------------------------------------------------------------
 
     async def _document(self, a: Attachment, entry: dict[str, Any]) -> str | None:
