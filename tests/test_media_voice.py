@@ -6,10 +6,11 @@ script (the command backend); timeouts, 500s, limits and an unconfigured backend
 from __future__ import annotations
 
 import asyncio
-import os
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from agent.media.media_config import MediaConfig, VoiceConfig
 from agent.requests import AgentRequest, Final, Notice
@@ -231,8 +232,9 @@ def test_unconfigured_voice_tells_what_to_set_and_keeps_the_file(tmp_path: Path)
     asyncio.run(scenario())
 
 
-def test_a_missing_key_is_named(tmp_path: Path, monkeypatch: object) -> None:
-    os.environ.pop("OPENAI_API_KEY", None)
+def test_a_missing_key_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
 
     async def scenario() -> None:
         with FakeModelServer() as server:
@@ -302,3 +304,18 @@ def test_a_long_transcript_goes_through_the_oversized_message_rule(tmp_path: Pat
             assert len(server.requests[0].last_user_text()) < 20_000
 
     asyncio.run(scenario())
+
+
+def test_voice_settings_come_from_the_environment_and_a_command_is_required(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.config import ConfigError, load_settings
+
+    monkeypatch.setenv("PINCH_VOICE__PROVIDER", "command")
+    monkeypatch.setenv("PINCH_VOICE__COMMAND", "~/stt.sh {file}")
+    monkeypatch.setenv("PINCH_VOICE__MAX_DURATION_S", "90")
+    settings = load_settings()
+    assert settings.voice.command == "~/stt.sh {file}" and settings.voice.max_duration_s == 90
+    monkeypatch.delenv("PINCH_VOICE__COMMAND")
+    with pytest.raises(ConfigError, match='provider = "command" needs command'):
+        load_settings()

@@ -133,11 +133,11 @@ class LiteLLMTranscriber:
 
 
 class CommandTranscriber:
-    """Runs `command` (split like a shell would, never through one) with the audio file in place
-    of `{file}`, or appended; its standard output is the text."""
+    """Runs `command` (split like a shell would, never through one; a leading `~` expanded) with
+    the audio file in place of `{file}`, or appended; its standard output is the text."""
 
     def __init__(self, command: str, *, timeout_s: float) -> None:
-        self.argv = shlex.split(command)
+        self.argv = [os.path.expanduser(a) for a in shlex.split(command)]
         self.timeout_s = timeout_s
         self.name = f"command {Path(self.argv[0]).name if self.argv else '?'}"
 
