@@ -278,3 +278,24 @@ def test_asked_again_the_model_reads_the_picture_with_read_file(tmp_path: Path) 
         assert later.images() == []  # not re-sent after that turn
 
     asyncio.run(scenario())
+
+
+def test_a_photo_from_someone_else_in_a_group_is_their_message(tmp_path: Path) -> None:
+    from tests.agent_support import GROUP
+
+    async def scenario() -> None:
+        with FakeModelServer() as server:
+            server.respond_with(responder(turn=echo))
+            kit = image_kit(tmp_path, server)
+            photo = save(kit, "meme.jpg", jpeg(500, 500))
+            request = AgentRequest(
+                GROUP, "", sender="person", sender_id="555", sender_name="Alice",
+                attachments=(photo,),
+            )  # fmt: skip
+            await run(kit, request)
+        [image] = server.requests[0].images()
+        assert image.width == 500
+        text = server.requests[0].last_user_text()
+        assert text.startswith("[from Alice (telegram 555)]") and str(photo.path) in text
+
+    asyncio.run(scenario())
