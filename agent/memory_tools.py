@@ -134,8 +134,7 @@ class MemoryTools:
                 Tool(
                     ToolSpec(
                         "read_file",
-                        "Read a workspace file (relative path): text by lines; PDF by pages "
-                        '(pages="8-14"), DOCX; a picture is shown to you again.',
+                        'Read a workspace file (relative path); a PDF by pages ("8-14").',
                         s(["path"], path=text, **{"from": _INT}, lines=_INT, pages=text),
                     ),
                     self.read_file,
