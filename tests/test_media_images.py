@@ -299,3 +299,30 @@ def test_a_photo_from_someone_else_in_a_group_is_their_message(tmp_path: Path) -
         assert text.startswith("[from Alice (telegram 555)]") and str(photo.path) in text
 
     asyncio.run(scenario())
+
+
+def test_a_telegram_album_is_one_turn_with_its_pictures_capped(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        with FakeModelServer() as server, FakeTelegram() as tg:
+            server.respond_with(responder(turn=echo))
+            kit = image_kit(tmp_path, server, db_name=DB_NAME, media=MediaConfig(max_images=2))
+            rig = make_rig(tmp_path, server, telegram=telegram_config(tg), kit=kit)
+            rig.gateway.channels["telegram"] = make_channel(tg, tmp_path)
+            del rig.gateway.channels["slack"]
+            await rig.gateway.start()
+            tg.push(
+                *[
+                    tg.photo(jpeg(400 + i, 300), caption="trip" if i == 0 else None,
+                             media_group_id="MG7")
+                    for i in range(3)
+                ]
+            )  # fmt: skip
+            await until(lambda: any(m.chat_id == 111 for m in tg.sent), 30, "the answer")
+            await rig.gateway.idle()
+            await rig.close()
+        [request] = server.requests  # one turn
+        assert [i.width for i in request.images()] == [400, 401]
+        answer = "\n".join(m.text for m in tg.sent if m.chat_id == 111)
+        assert "You sent 3 pictures; I looked at the first 2" in answer
+
+    asyncio.run(scenario())
