@@ -81,7 +81,7 @@ def test_a_telegram_voice_note_is_transcribed_and_the_model_gets_the_words(tmp_p
 
             [sent] = stt.requests
             assert sent.file == audio  # the OGG/Opus as Telegram delivered it, multipart
-            assert sent.file_name and sent.file_name.endswith(".oga")
+            assert sent.file_name and sent.file_name.endswith(".ogg")  # Telegram's .oga renamed
             assert sent.fields["model"] == "whisper-1"
             [request] = server.requests
             words = request.last_user_text()

@@ -77,17 +77,17 @@ class LiteLLMTranscriber:
         api_base = self.api_base or os.environ.get("OPENAI_API_BASE") or None
         api_key = self._check_key(litellm, api_base)
         started = time.perf_counter()
+        upload = (upload_name(path), await asyncio.to_thread(path.read_bytes))
         try:
             async with asyncio.timeout(self.timeout_s):
-                with path.open("rb") as audio:
-                    response = await litellm.atranscription(
-                        model=self.model,
-                        file=audio,
-                        api_base=api_base,
-                        api_key=api_key,
-                        timeout=self.timeout_s,
-                        max_retries=0,
-                    )
+                response = await litellm.atranscription(
+                    model=self.model,
+                    file=upload,
+                    api_base=api_base,
+                    api_key=api_key,
+                    timeout=self.timeout_s,
+                    max_retries=0,
+                )
         except TimeoutError:
             raise TranscriptionError(self._too_slow()) from None
         except Exception as exc:
@@ -179,6 +179,17 @@ class CommandTranscriber:
                 f"the [voice] command failed (exit status {proc.returncode}): {last}"
             )
         return Transcript(out.decode("utf-8", "replace").strip(), None, seconds)
+
+
+# OGG files named the way every service takes them: OpenAI and Groq go by the extension, and
+# Telegram names its voice notes ".oga", which Groq refuses.
+_RENAMED = {".oga": ".ogg", ".opus": ".ogg"}
+
+
+def upload_name(path: Path) -> str:
+    """The file name sent with the audio (the extension is how the service tells the format)."""
+    suffix = path.suffix.lower()
+    return path.stem + _RENAMED.get(suffix, suffix or ".ogg")
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
