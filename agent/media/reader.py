@@ -122,7 +122,8 @@ class MediaReader:
                         self._told_no_vision.add(session_id)
                         notice = (
                             "(The model I use can't read images, so I haven't seen your "
-                            f"picture; it is saved at {a.path}.)"
+                            f"picture; it is saved at {a.path}. If the model can, set [media] "
+                            'vision = "on".)'
                         )
                 elif shown >= self.media.max_images:
                     entry["not_shown"] = f"over [media] max_images = {self.media.max_images}"
