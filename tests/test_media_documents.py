@@ -167,3 +167,23 @@ def test_a_file_that_is_not_a_pdf_is_one_line(tmp_path: Path) -> None:
     path.write_bytes(b"<html>not a pdf</html>")
     with pytest.raises(DocumentError, match=r"^x.pdf is not a readable PDF"):
         read_document(path, "x.pdf", max_chars=1_000)
+
+
+def test_a_documents_text_is_findable_later_as_untrusted_and_taints_the_turn(
+    tmp_path: Path,
+) -> None:
+    from memory.index.transcript_indexer import index_transcript
+
+    async def scenario() -> None:
+        with FakeModelServer() as server:
+            server.respond_with(responder(turn=text_reply("The code is ZEBRA-7781.")))
+            kit = doc_kit(tmp_path, server)
+            memo = save(kit, "memo.txt", b"The door code is ZEBRA-7781.\n", "text/plain")
+            await run(kit, AgentRequest(OWNER, "what is the code?", attachments=(memo,)))
+            session = kit.store.current(OWNER)
+            index_transcript(kit.index, session, kit.store.events(session.id))
+            hits = kit.index.search("ZEBRA-7781", scopes=["", OWNER.memory_scope])
+        assert hits and all(h.untrusted for h in hits)  # the document, and the answer repeating it
+        assert any("Document (memo.txt)" in h.snippet for h in hits)
+
+    asyncio.run(scenario())
