@@ -337,3 +337,32 @@ def test_pinch_doctor_checks_the_voice_backend(
     assert not check_voice(load_settings()).ok
     monkeypatch.setenv("PINCH_VOICE__COMMAND", "/bin/cat {file}")
     assert check_voice(load_settings()).detail == "command /bin/cat"
+
+
+def test_a_real_pinch_gateway_transcribes_with_voice_settings_from_the_environment(
+    pinch_home: Path, tmp_path: Path
+) -> None:
+    """The composition root wires [voice] and [media]: `pinch gateway` as a process."""
+    import signal
+
+    from tests.test_gateway_telegram import pinch_gateway, wait_for
+
+    audio = speech_ogg("water the plants", tmp_path)
+    with FakeModelServer() as model, FakeTelegram() as tg, FakeTranscriptionServer() as stt:
+        stt.script(Transcription("water the plants"))
+        model.respond_with(responder(turn=echo))
+        proc = pinch_gateway(
+            tg,
+            model,
+            PINCH_VOICE__PROVIDER="litellm",
+            PINCH_VOICE__MODEL="whisper-1",
+            OPENAI_API_BASE=stt.url,
+        )
+        try:
+            tg.push(tg.voice(audio, duration=2))
+            wait_for(lambda: bool(tg.sent), timeout=90, what="the answer")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        assert "water the plants" in model.requests[0].last_user_text()
+        assert stt.requests[0].file == audio
