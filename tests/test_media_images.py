@@ -326,3 +326,29 @@ def test_a_telegram_album_is_one_turn_with_its_pictures_capped(tmp_path: Path) -
         assert "You sent 3 pictures; I looked at the first 2" in answer
 
     asyncio.run(scenario())
+
+
+def test_a_real_compaction_keeps_the_pictures_path_in_the_summary(tmp_path: Path) -> None:
+    from tests.agent_support import small_workspace
+
+    async def scenario() -> None:
+        with FakeModelServer() as server:
+            server.respond_with(responder(turn=text_reply("Seen.")))  # the summary names nothing
+            kit = image_kit(
+                tmp_path, server, workspace=small_workspace(tmp_path),
+                context_window=4_000, reserve_floor=1_000, soft_threshold=500,
+            )  # fmt: skip
+            photo = save(kit, "whiteboard.jpg", jpeg(200, 150))
+            await run(kit, AgentRequest(OWNER, "the plan", attachments=(photo,)))
+            for i in range(20):
+                await run(kit, AgentRequest(OWNER, f"note {i}: " + "lorem ipsum dolor " * 60))
+                session = kit.store.current(OWNER)
+                if kit.store.latest_compaction(session.id) is not None:
+                    break
+            latest = kit.store.latest_compaction(kit.store.current(OWNER).id)
+            assert latest is not None, "no compaction happened"
+            assert str(photo.path) in str(latest.content["summary"])
+            summary_requests = [r for r in server.requests if "You summarise" in r.system_text()]
+            assert str(photo.path) in json.dumps(summary_requests[0].body)  # given to summarise
+
+    asyncio.run(scenario())
