@@ -11,9 +11,10 @@ against the fake OpenAI-compatible transcription server, both on 127.0.0.1.
    `Agent.run`, until the model server receives the request carrying its transcript. The
    backend's own time (the transcriber's call, measured around it) is set beside the total:
    Pinch's added time is the difference (duration probe, file handling, storing the turn,
-   building the context, the model request). Backends: litellm against the fake server (litellm
-   imported beforehand, as the gateway does at start) and the command backend with a script that
-   prints at once. The gateway's own cost per message (queue, routing) is bench/gateway.py's.
+   building the context, the model request); a second row per backend starts earlier, at the
+   gateway's `on_message` (access, the durable queue, a session worker). Backends: litellm
+   against the fake server (litellm imported beforehand, as the gateway does at start) and the
+   command backend with a script that prints at once.
    Target: Pinch adds ≤ 200 ms.
 2. **Images**: downscaling a 12-megapixel photo (4000×3000 JPEG with noise, ~real camera size)
    to what is sent (long edge 1,568 px): time and bytes; tokens per image as /context counts
@@ -29,6 +30,7 @@ import argparse
 import asyncio
 import io
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -146,7 +148,6 @@ async def voice_rows(root: Path, runs: int) -> list[VoiceRow]:
                 total = arrived[-1] - started
                 totals.append(total)
                 added.append(total - timed.seconds[-1])
-            agent.index.close()
             rows.append(
                 VoiceRow(
                     name,
@@ -155,7 +156,55 @@ async def voice_rows(root: Path, runs: int) -> list[VoiceRow]:
                     statistics.median(added) * 1000,
                 )
             )
+            rows.append(
+                await _through_gateway(
+                    f"{name}, via the gateway", agent, server, timed, stt, audio, arrived, runs
+                )
+            )
+            agent.index.close()
     return rows
+
+
+async def _through_gateway(
+    name: str,
+    agent: Any,
+    server: FakeModelServer,
+    timed: Timed,
+    stt: FakeTranscriptionServer,
+    audio: bytes,
+    arrived: list[float],
+    runs: int,
+) -> VoiceRow:
+    """The same, from the gateway's `on_message` (access, the durable queue, a worker) on."""
+    from tests.agent_support import Kit
+    from tests.gateway_support import make_rig
+
+    kit = Kit(agent, server, agent.index, agent.store, agent.workspace)
+    rig = make_rig(agent.workspace.parent, server, kit=kit)
+    await rig.gateway.start()
+    totals, added = [], []
+    try:
+        for i in range(runs):
+            stt.script(Transcription(SPOKEN))
+            rel = Inbox(agent.workspace).save(f"gw-{i}.ogg", audio, datetime.now(UTC))
+            note = Attachment("voice", rel, None, "audio/ogg", len(audio), duration_s=5.0)
+            before = len(arrived)
+            started = time.perf_counter()
+            await rig.telegram.deliver("111", "", attachments=(note,), chat_id=f"gw{i}")
+            while len(arrived) == before:
+                await asyncio.sleep(0.001)
+            total = arrived[-1] - started
+            totals.append(total)
+            added.append(total - timed.seconds[-1])
+            await rig.gateway.idle()
+    finally:
+        await rig.gateway.stop(grace_s=5)
+    return VoiceRow(
+        name,
+        statistics.median(totals) * 1000,
+        statistics.median(timed.seconds[-runs:]) * 1000,
+        statistics.median(added) * 1000,
+    )
 
 
 def _agent(folder: Path, server: FakeModelServer, voice: VoiceConfig) -> tuple[Any, Path]:
@@ -238,9 +287,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few repetitions (under a minute)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = parser.parse_args()
-    runs = 5 if args.quick else 20
+    runs = 4 if args.quick else 20
     with tempfile.TemporaryDirectory(prefix="pinch-media-bench-") as tmp:
         root = Path(tmp)
+        os.environ["PINCH_HOME"] = str(root / "home")  # no config file of the machine's owner
         voice = asyncio.run(voice_rows(root, runs))
         images = image_figures(runs)
         documents = document_figures(root)
@@ -253,10 +303,10 @@ def main() -> None:
         )
         return
     print(f"load average at the end: {load} (2 cores, shared)")
-    print(f"Voice ({runs} runs each, medians): Agent.run → model request")
+    print(f"Voice ({runs} runs each, medians): arrival (Agent.run / the gateway) → model request")
     for r in voice:
         print(
-            f"  {r.backend:<34} total {r.total_ms:7.1f} ms   backend {r.backend_ms:7.1f} ms   "
+            f"  {r.backend:<50} total {r.total_ms:7.1f} ms   backend {r.backend_ms:7.1f} ms   "
             f"Pinch added {r.added_ms:6.1f} ms"
         )
     print(
