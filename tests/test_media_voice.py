@@ -199,9 +199,9 @@ def test_a_500_and_a_timeout_from_the_service_are_one_line_each(tmp_path: Path) 
     async def scenario() -> None:
         with FakeModelServer() as server, FakeTranscriptionServer() as stt:
             server.respond_with(responder(turn=echo))
-            stt.script(Transcription(status=500), Transcription("late", delay_s=5))
+            stt.script(Transcription(status=500), Transcription("late", delay_s=8))
             voice = VoiceConfig(
-                provider="litellm", model="whisper-1", api_base=stt.url, timeout_s=1
+                provider="litellm", model="whisper-1", api_base=stt.url, timeout_s=2
             )
             kit = voice_kit(tmp_path, server, voice)
             note = save_voice(kit, b"OggS-first")
@@ -210,7 +210,7 @@ def test_a_500_and_a_timeout_from_the_service_are_one_line_each(tmp_path: Path) 
             _, notices = await run(kit, AgentRequest(OWNER, "again", attachments=(note,)))
             assert notices == [
                 "(I couldn't transcribe your voice note: transcription with whisper-1 took "
-                "longer than [voice] timeout_s = 1 s.)"
+                "longer than [voice] timeout_s = 2 s.)"
             ]
             assert len(server.requests) == 2  # both turns happened
             assert len(stored_user_texts(kit)) == 2
