@@ -352,3 +352,18 @@ def test_a_real_compaction_keeps_the_pictures_path_in_the_summary(tmp_path: Path
             assert str(photo.path) in json.dumps(summary_requests[0].body)  # given to summarise
 
     asyncio.run(scenario())
+
+
+def test_a_decompression_bomb_is_refused_before_it_is_decoded() -> None:
+    import io
+
+    import pytest
+    from PIL import Image
+
+    from agent.media.images import ImageError, prepare_image
+
+    out = io.BytesIO()
+    Image.new("1", (12_000, 12_000)).save(out, "PNG")  # 144 megapixels in a few kB
+    assert len(out.getvalue()) < 100_000
+    with pytest.raises(ImageError, match=r"12000×12000 pixels, more than the 100 megapixels"):
+        prepare_image(out.getvalue(), max_pixels=100_000_000)

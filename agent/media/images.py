@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import math
+import warnings
 from dataclasses import dataclass, field
 
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -55,7 +56,10 @@ def is_image(mime: str | None, name: str | None) -> bool:
 def prepare_image(data: bytes, *, max_pixels: int) -> PreparedImage:
     """`data` as an image a model takes (see the module docstring); ImageError otherwise."""
     try:
-        with Image.open(io.BytesIO(data)) as probe:
+        with warnings.catch_warnings():  # the size is checked here, against our own limit
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            probe = Image.open(io.BytesIO(data))
+        with probe:
             width, height = probe.size
             kind = probe.format or ""
             animated = bool(getattr(probe, "is_animated", False))
@@ -78,7 +82,9 @@ def prepare_image(data: bytes, *, max_pixels: int) -> PreparedImage:
         return _shrink(data, (width, height))
     except ImageError:
         raise
-    except (UnidentifiedImageError, Image.DecompressionBombError):
+    except Image.DecompressionBombError:
+        raise ImageError("the image has too many pixels to decode safely") from None
+    except UnidentifiedImageError:
         raise ImageError("it is not an image Pillow can read (corrupt or unknown format)") from None
     except (OSError, ValueError, SyntaxError, EOFError) as exc:
         raise ImageError(f"the image is damaged ({_reason(exc)})") from None

@@ -51,6 +51,7 @@ class MediaConfig(BaseModel):
     vision: Literal["auto", "on", "off"] = "auto"
     max_images: int = Field(default=5, ge=1, le=20)  # per turn; an album's rest is named
     max_image_mb: int = Field(default=20, ge=1, le=200)  # bigger files are not decoded
-    max_image_megapixels: int = Field(default=100, ge=1, le=1000)  # decompression-bomb guard
+    # A decompression-bomb guard (Pillow refuses over ~178 megapixels whatever this says).
+    max_image_megapixels: int = Field(default=100, ge=1, le=170)
     document_chars: int = Field(default=20_000, ge=1_000, le=400_000)  # of a document per turn
     max_document_mb: int = Field(default=50, ge=1, le=500)
