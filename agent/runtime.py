@@ -474,7 +474,7 @@ class Agent:
         )
         events = self.store.events(session.id, after_seq=max(0, first_kept - 1))
         history = build_history(events, summary, first_kept)
-        if self.media is not None:  # the newest turn's images, read from the inbox
+        if self.media is not None and self.media.sends_images:  # the newest turn's, from inbox/
             history = history.with_images(lambda ref: load_image(self.workspace, ref))
         return self.context_builder.build(
             session.key,

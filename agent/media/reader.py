@@ -79,18 +79,27 @@ class MediaReader:
         self.media = media
         self.transcriber = transcriber
         self._vision = vision
+        self._vision_known: bool | None = None  # the answer, once asked
         self._told_no_vision: set[str] = set()
+
+    @property
+    def sends_images(self) -> bool:
+        """Whether stored pictures go to the model (False once the model said it can't read
+        them: a picture from before a switch to such a model is then named, not sent)."""
+        if self.media.vision != "auto":
+            return self.media.vision == "on"
+        return self._vision_known is not False
 
     async def supports_images(self) -> bool:
         if self.media.vision != "auto":
             return self.media.vision == "on"
-        try:
-            return await self._vision()
-        except Exception:
-            log.warning(
-                "Could not tell whether the model reads images; assuming not", exc_info=True
-            )
-            return False
+        if self._vision_known is None:
+            try:
+                self._vision_known = await self._vision()
+            except Exception:
+                log.warning("Could not tell whether the model reads images", exc_info=True)
+                return False
+        return self._vision_known
 
     async def prepare(
         self, text: str, attachments: Sequence[Attachment], *, session_id: str
