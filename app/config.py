@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from agent.agent_config import AgentConfig
+from agent.media.media_config import MediaConfig, VoiceConfig
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
 from app.backup.backup_config import BackupConfig
 from app.web.web_config import WebConfig
@@ -135,6 +136,8 @@ class Settings(BaseSettings):
     dreaming: DreamingConfig = DreamingConfig()
     web: WebConfig = WebConfig()
     backup: BackupConfig = BackupConfig()
+    voice: VoiceConfig = VoiceConfig()
+    media: MediaConfig = MediaConfig()
     projects: dict[str, ProjectConfig] = Field(default_factory=dict)  # [projects.NAME]
 
     @field_validator("projects")
