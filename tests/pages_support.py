@@ -1,0 +1,104 @@
+"""Serving the web page's six pages (/memory, /dreams, /sessions, /access, /automations, /health)
+in a test: a real `Runtime` from the composition root over a Pinch home in tmp_path, the pages'
+own `add_routes`, the packaged templates (autoescaped, the `markdown` filter), on an aiohttp
+`TestServer` at 127.0.0.1, driven by aiohttp's `TestClient`.
+
+    async with serve_pages(settings) as page:
+        response = await page.client.get("/memory")
+        page.runtime.index.search(...)
+
+The login, Host, Origin and CSRF checks are the server's middleware (tests/web_support.py drives
+the whole server); these tests drive the handlers' behaviour and their effect on the stores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from app.cli.main import TEMPLATE_DIR
+from app.cli.setup import initialise
+from app.config import Settings
+from app.process import Runtime
+from app.web.context import WebContext
+from app.web.pages import access, automations, dreams, health, memory, sessions
+from app.web.render import markdown_html
+from app.wiring import build_runtime
+
+PAGE_MODULES = (memory, dreams, sessions, access, automations, health)
+
+
+def page_settings(home: Path, **changes: Any) -> Settings:
+    """Settings for a Pinch home in a test: keyword-only memory, the scripted model's name."""
+    values: dict[str, Any] = {
+        "home": home,
+        "agent": {"model": "claude-test", "max_retries": 0, "timezone": "Europe/Berlin"},
+        "memory": {"embedding": {"provider": "none"}, "watch_debounce_ms": 200},
+    }
+    values.update(changes)
+    return Settings(**values)
+
+
+def templates() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("app.web", "templates"), autoescape=True)
+    env.filters["markdown"] = markdown_html
+    return env
+
+
+@dataclass
+class ServedPages:
+    client: TestClient
+    runtime: Runtime
+    ctx: WebContext
+
+    async def text(self, path: str, status: int = 200) -> str:
+        response = await self.client.get(path)
+        body = await response.text()
+        assert response.status == status, (response.status, body[:2000])
+        return body
+
+    async def post(self, path: str, data: dict[str, Any], status: int = 200) -> tuple[str, str]:
+        """POST a form (following the redirect); (the final path with query, the page)."""
+        response = await self.client.post(path, data=data)
+        body = await response.text()
+        assert response.status == status, (response.status, body[:2000])
+        return response.url.path_qs, body
+
+
+@contextlib.asynccontextmanager
+async def serve_pages(
+    settings: Settings, *, services: dict[str, Any] | None = None, start: bool = True
+) -> AsyncIterator[ServedPages]:
+    """The six pages over a fresh runtime of `settings` (initialised as `pinch init` does);
+    with `start`, the index synced and the watcher running, as in `pinch gateway`."""
+    if not settings.workspace_dir.exists():
+        initialise(settings, TEMPLATE_DIR)
+    runtime = await build_runtime(settings)
+    try:
+        if start:
+            await runtime.start()
+        ctx = WebContext(settings, runtime, templates(), services=dict(services or {}))
+        app = web.Application()
+        for module in PAGE_MODULES:
+            module.add_routes(app, ctx)
+        client = TestClient(TestServer(app, host="127.0.0.1"))
+        await client.start_server()
+        try:
+            yield ServedPages(client, runtime, ctx)
+        finally:
+            await client.close()
+    finally:
+        await runtime.aclose()
+
+
+def visible_text(html: str) -> str:
+    """The page's text without tags (entities left as they are)."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
