@@ -9,7 +9,6 @@ the Origin and the CSRF token. Handlers never check these themselves.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,7 @@ class WebContext:
     #                   `workers.busy(key)`, its channels (`channels`);
     #   "web_channel" — the channels.web.WebChannel of the chat (None when not running);
     #   "logins"      — app.web.auth.Logins: the login links, password and sessions.
-    services: dict[str, Callable[..., Any] | Any] = field(default_factory=dict)
+    services: dict[str, Any] = field(default_factory=dict)
 
     def render(
         self, request: web.Request, name: str, *, status: int = 200, **values: Any

@@ -20,6 +20,7 @@ import hmac
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from app.web.auth import Logins, csrf_token
 from app.web.context import CSRF_KEY
@@ -89,7 +90,7 @@ def set_cookie(
     )
 
 
-def security_middleware(config: WebConfig, logins: Logins) -> Callable[..., object]:
+def security_middleware(config: WebConfig, logins: Logins) -> Middleware:
     hosts = allowed_hosts(config)
 
     @web.middleware

@@ -88,7 +88,8 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
         found = ctx.services.get("web_channel")
         if found is None:
             raise web.HTTPServiceUnavailable(text="The web chat is not running in this process.")
-        return found  # type: ignore[no-any-return]
+        assert isinstance(found, WebChannel)
+        return found
 
     async def page(request: web.Request) -> web.Response:
         before = request.query.get("before", "")

@@ -56,10 +56,12 @@ def _facts(ctx: WebContext) -> dict[str, Any]:
     jobs = []
     if runtime.automations is not None:
         active = runtime.automations.jobs.jobs(states=("active",))
-        upcoming = sorted((j for j in active if j.next_run_utc), key=lambda j: j.next_run_utc)
-        for job in upcoming[:NEXT_JOBS]:
-            assert job.next_run_utc is not None
-            when = local_text(job.next_run_utc, job.schedule.tz)
+        upcoming = sorted(
+            ((j.next_run_utc, j) for j in active if j.next_run_utc is not None),
+            key=lambda pair: pair[0],
+        )
+        for due, job in upcoming[:NEXT_JOBS]:
+            when = local_text(due, job.schedule.tz)
             jobs.append(Line(when, shorten(" ".join(job.text.split()), 80)))
     pending = []
     if gateway is not None:
