@@ -21,7 +21,14 @@ from app.automations.assembly import owner_zone, start_automations
 from app.automations.nightly_dream import start_nightly_dream
 from app.gateway.server import GatewayError
 from app.logging_setup import add_redacted_handler
-from app.wiring import build_channels, build_gateway, build_health_server, build_runtime
+from app.wiring import (
+    build_channels,
+    build_gateway,
+    build_health_server,
+    build_runtime,
+    build_web_server,
+    web_exposure_problem,
+)
 from channels.base import Channel
 from memory.errors import MemoryError_
 
@@ -98,6 +105,9 @@ async def run_gateway(
 ) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status. Raises GatewayError when it cannot
     start (another gateway, no channel)."""
+    exposed = web_exposure_problem(settings)
+    if exposed is not None:  # refused before anything starts
+        raise GatewayError(exposed)
     lock = acquire_lock(settings.agent_dir / "gateway.lock")
     try:
         channels = build_channels(settings, note)
@@ -105,7 +115,8 @@ async def run_gateway(
         if not channels:
             raise GatewayError(
                 "No channel to run: set PINCH_TELEGRAM__BOT_TOKEN or PINCH_SLACK__BOT_TOKEN "
-                "(and PINCH_SLACK__APP_TOKEN), then start `pinch gateway` again."
+                "(and PINCH_SLACK__APP_TOKEN), or turn the web page on ([web] enabled = true), "
+                "then start `pinch gateway` again."
             )
         runtime = await build_runtime(settings)
         try:
@@ -130,6 +141,15 @@ async def run_gateway(
             health = build_health_server(settings, gateway)
             if health is not None:
                 await health.start()
+            web = build_web_server(settings, runtime, gateway)
+            if web is not None:
+                try:
+                    await web.start()
+                except OSError as exc:  # the port is taken: say so, stop cleanly
+                    await gateway.stop(0)
+                    if health is not None:
+                        await health.stop()
+                    raise GatewayError(str(exc)) from None
             scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
             dreams = await start_nightly_dream(settings, owner_zone(runtime.clock))  # either way
             await stop.wait()
@@ -138,6 +158,8 @@ async def run_gateway(
             if scheduler is not None:
                 await scheduler.stop()
             await gateway.stop(settings.gateway.shutdown_grace_s)
+            if web is not None:
+                await web.stop()
             if health is not None:
                 await health.stop()
         finally:
