@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -29,11 +28,8 @@ from app.cli.setup import initialise
 from app.config import Settings
 from app.process import Runtime
 from app.web.context import WebContext
-from app.web.pages import access, automations, dreams, health, memory, sessions
-from app.web.render import markdown_html
+from app.web.server import NAV, PAGE_MODULES, make_templates
 from app.wiring import build_runtime
-
-PAGE_MODULES = (memory, dreams, sessions, access, automations, health)
 
 
 def page_settings(home: Path, **changes: Any) -> Settings:
@@ -45,12 +41,6 @@ def page_settings(home: Path, **changes: Any) -> Settings:
     }
     values.update(changes)
     return Settings(**values)
-
-
-def templates() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("app.web", "templates"), autoescape=True)
-    env.filters["markdown"] = markdown_html
-    return env
 
 
 @dataclass
@@ -85,7 +75,8 @@ async def serve_pages(
     try:
         if start:
             await runtime.start()
-        ctx = WebContext(settings, runtime, templates(), services=dict(services or {}))
+        ctx = WebContext(settings, runtime, make_templates(), services=dict(services or {}))
+        ctx.globals["nav"] = NAV
         app = web.Application()
         for module in PAGE_MODULES:
             module.add_routes(app, ctx)

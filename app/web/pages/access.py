@@ -59,7 +59,8 @@ class AccessPages:
                 "name": row.name,
                 "title": row.title,
                 "owners": owners.ids.get(row.name, ()),
-                "config": configured.get(row.name),
+                # Channels without access rules (the web page: the owner, logged in) have none.
+                "config": _rules(configured.get(row.name)),
                 "section": row.config_section,
             }
             for row in CHANNELS
@@ -110,6 +111,10 @@ class AccessPages:
             f"Revoked {channel} user {sender}: their messages are no longer answered (they may ask "
             "for a new pairing code after an hour).",
         )
+
+
+def _rules(config: Any) -> Any:
+    return config if hasattr(config, "dm_policy") and hasattr(config, "groups") else None
 
 
 def _who(sender_id: str, name: Any) -> str:
