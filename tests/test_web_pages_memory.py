@@ -89,7 +89,12 @@ def test_an_edit_is_saved_atomically_and_found_by_the_pages_search_within_second
             new = before + "\r\n- The boat is called Quillwort.\r\n"
             where, shown = await page.post(
                 "/memory/edit",
-                {"path": "MEMORY.md", "text": new, "hash": hidden(editor, "hash"), "csrf_token": ""},
+                {
+                    "path": "MEMORY.md",
+                    "text": new,
+                    "hash": hidden(editor, "hash"),
+                    "csrf_token": "",
+                },
             )
             hits = await wait_for_hit(page, "Quillwort")
             return where, shown, hits
@@ -151,7 +156,14 @@ def test_a_file_changed_on_disk_while_open_is_not_overwritten_and_both_versions_
 
 @pytest.mark.parametrize(
     "path",
-    ["../outside.md", "/etc/passwd", "memory/../../outside.md", "AGENTS.md", ".git/x.md", "memory/link.md"],
+    [
+        "../outside.md",
+        "/etc/passwd",
+        "memory/../../outside.md",
+        "AGENTS.md",
+        ".git/x.md",
+        "memory/link.md",
+    ],
 )
 def test_paths_outside_memory_are_neither_read_nor_written(pinch_home: Path, path: str) -> None:
     settings = page_settings(pinch_home)

@@ -21,7 +21,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from app.channel_registry import channel_settings
-from app.cli.channel_checks import channel_checks
 from app.cli.checks import Check, CheckResult, channel_check
 
 if TYPE_CHECKING:
@@ -160,11 +159,6 @@ def builtin_checks(*, offline: bool = False) -> list[Check]:
     if not offline:
         checks.append(check_model)
     return checks
-
-
-def plugin_checks(settings: Settings) -> list[Check]:
-    """One check per configured channel (getMe / auth.test), from `app.cli.channel_checks`."""
-    return list(channel_checks(settings))
 
 
 # ---- running them ---------------------------------------------------------------------------

@@ -73,7 +73,8 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
 
     One line per check; exit status 1 if any fails. Secrets are shown as set/missing only.
     """
-    from app.cli.doctor import CheckResult, gateway_health, plugin_checks, run_checks
+    from app.cli.channel_checks import channel_checks
+    from app.cli.doctor import CheckResult, gateway_health, run_checks
     from app.config import ConfigError
 
     try:
@@ -88,7 +89,7 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
         where = settings.config_path if settings.config_path.exists() else "defaults"
         results = [CheckResult("config", True, f"valid ({where})")]
         try:
-            extra = plugin_checks(settings)
+            extra = channel_checks(settings)  # one per configured channel
         except Exception as exc:  # a broken plug-in is one failed check, not a traceback
             extra = []
             results.append(CheckResult("channels", False, f"channel checks unavailable: {exc}"))

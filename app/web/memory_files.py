@@ -154,7 +154,9 @@ def inbox_files(workspace: Path, limit: int = MAX_INBOX_FILES) -> list[InboxEntr
             if item.name.startswith(".") or not item.is_file(follow_symlinks=False):
                 continue
             st = item.stat(follow_symlinks=False)
-            found.append(InboxEntry(f"{INBOX_FOLDER}/{day.name}/{item.name}", st.st_size, st.st_mtime))
+            found.append(
+                InboxEntry(f"{INBOX_FOLDER}/{day.name}/{item.name}", st.st_size, st.st_mtime)
+            )
             if len(found) >= limit:
                 return found
     return found

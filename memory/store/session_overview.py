@@ -95,8 +95,8 @@ class SqliteSessionOverview:
         sql = (
             "SELECT id, agent_id, channel, chat_type, peer_id, thread_id, state, created_at, "
             "compactions, last_seq, coalesce(last_at, created_at) AS active FROM ("
-            "SELECT s.*, "
-            f"{_LAST.format(col='e.seq')} AS last_seq, {_LAST.format(col='e.created_at')} AS last_at "
+            f"SELECT s.*, {_LAST.format(col='e.seq')} AS last_seq, "
+            f"{_LAST.format(col='e.created_at')} AS last_at "
             f"FROM sessions s {where}) ORDER BY active DESC, created_at DESC, id LIMIT ? OFFSET ?"
         )
         rows = self.db.execute(sql, [*params, limit, offset])

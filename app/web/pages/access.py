@@ -41,7 +41,7 @@ class AccessPages:
         database (never closed here: the database is the runtime's)."""
         gateway = gateway_of(self.ctx)
         if gateway is not None:
-            return gateway.access.pairing  # type: ignore[no-any-return]
+            return gateway.access.pairing
         if self._own is None:
             self._own = Pairing(SqlitePairingStore(self.ctx.runtime.index.db))
         return self._own

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from app.automations.durations import ScheduleError, human_duration
-from app.automations.jobs import Job
+from app.automations.jobs import Job, State
 from app.automations.schedules import describe, local_text
 from app.web.context import WebContext
 from app.web.page_support import done, notice_of, owner_time
@@ -96,8 +96,12 @@ class AutomationPages:
         if action not in ACTIONS:
             raise web.HTTPNotFound()
         if automations is None:
-            raise done(self.ctx, "/automations", "Automations are off ([automations] enabled = "
-                       "false).", ok=False)
+            raise done(
+                self.ctx,
+                "/automations",
+                "Automations are off ([automations] enabled = false).",
+                ok=False,
+            )
         jobs, scheduler = automations.jobs, automations.scheduler
         job = await asyncio.to_thread(jobs.get, job_id)
         if job is None:
@@ -111,13 +115,18 @@ class AutomationPages:
                     raise ScheduleError(f"Job #{job_id} is {job.state}; resume it first.")
                 updated = await asyncio.to_thread(jobs.run_now, job_id, now)
             else:
-                state = "paused" if action == "pause" else "active"
+                state: State = "paused" if action == "pause" else "active"
                 updated = await asyncio.to_thread(jobs.set_state, job_id, state, now)
         except ScheduleError as exc:
             raise done(self.ctx, "/automations", str(exc), ok=False) from None
         await scheduler.resync()  # armed or disarmed now (a scheduler not started only records)
         assert updated is not None
-        verb = {"pause": "paused", "resume": "resumed", "cancel": "cancelled", "run": "will run now"}
+        verb = {
+            "pause": "paused",
+            "resume": "resumed",
+            "cancel": "cancelled",
+            "run": "will run now",
+        }
         nxt = (
             f"; next run {local_text(updated.next_run_utc, automations.zone)}"
             if updated.state == "active" and updated.next_run_utc and action != "run"

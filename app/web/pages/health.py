@@ -106,7 +106,7 @@ class HealthPages:
                     {
                         "name": name,
                         "ok": health.ok if health and not failed else False,
-                        "detail": failed and f"could not start: {failed}"
+                        "detail": (failed and f"could not start: {failed}")
                         or (health.detail if health else "not checked yet"),
                     }
                 )

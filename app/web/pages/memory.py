@@ -104,8 +104,9 @@ class MemoryPages:
         except WorkspaceError as exc:
             return self._error(request, str(exc), 404)
         if not opened.editable:
-            return self._error(request, f"{opened.path} cannot be edited here: "
-                               f"{opened.why_not_editable}.", 403)
+            return self._error(
+                request, f"{opened.path} cannot be edited here: {opened.why_not_editable}.", 403
+            )
         return self.ctx.render(
             request,
             "pages/memory_edit.html",
@@ -218,4 +219,3 @@ def _size(n: int) -> str:
     if n >= 1000:
         return f"{n / 1e3:.0f} kB"
     return f"{n} B"
-

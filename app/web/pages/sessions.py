@@ -191,4 +191,3 @@ def describe(item: ForgetItem, done: bool) -> str:
     if item.action == "keep":
         return f"kept: {what} {where} ({item.reason})"
     return f"{'removed' if done else 'remove'}: {what} {where}".rstrip()
-
