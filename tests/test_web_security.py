@@ -213,7 +213,7 @@ def test_every_answer_forbids_inline_script_framing_sniffing_referrers_and_cachi
         assert "frame-ancestors 'none'" in csp
         assert answer.headers["x-frame-options"] == "DENY"
         assert answer.headers["x-content-type-options"] == "nosniff"
-        assert answer.headers["referrer-policy"] == "no-referrer"
+        assert answer.headers["referrer-policy"] == "same-origin"
         assert answer.headers["cache-control"] == "no-store"
     assert "<script>" not in logged_in.get("/chat").text  # only <script src=…>
 
