@@ -59,6 +59,7 @@ def test_the_files_are_listed_by_kind_with_their_inbox(pinch_home: Path) -> None
             (ws / "memory" / "2026-01-10-trip.md").write_text("# Trip\n")
             (ws / "inbox" / "2026-01-10").mkdir(parents=True)
             (ws / "inbox" / "2026-01-10" / "7-photo.jpg").write_bytes(b"\xff\xd8jpeg")
+            await asyncio.to_thread(page.runtime.index.sync)  # the list is the index's
             body = await page.text("/memory")
             download = await page.client.get("/memory/inbox/file?path=inbox/2026-01-10/7-photo.jpg")
             assert download.status == 200 and await download.read() == b"\xff\xd8jpeg"
@@ -231,3 +232,24 @@ def test_search_shows_path_lines_score_snippet_origin_and_the_untrusted_badge_fo
     for preset, body in pages.items():
         assert "Internal Server Error" not in body, preset
         assert "Search memory" in body
+
+
+def test_only_the_newest_daily_logs_are_listed_with_a_link_to_all(pinch_home: Path) -> None:
+    settings = page_settings(pinch_home)
+    for day in range(1, 41):
+        path = settings.workspace_dir / "memory" / f"2026-01-{day:02d}.md"
+        if day > 31:
+            path = settings.workspace_dir / "memory" / f"2026-02-{day - 31:02d}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# day {day}\n")
+    (settings.workspace_dir / "memory" / "projects.md").write_text("# Projects\n")
+
+    async def scenario() -> tuple[str, str]:
+        async with serve_pages(settings) as page:
+            return await page.text("/memory"), await page.text("/memory?all=1")
+
+    newest, every = asyncio.run(scenario())
+    assert 'Daily logs <span class="muted">(40)</span>' in newest
+    assert "memory/2026-02-09.md" in newest and "memory/2026-01-02.md" not in newest
+    assert "All 40 daily logs" in newest and "memory/projects.md" in newest
+    assert "memory/2026-01-01.md" in every and "All 40" not in every

@@ -31,6 +31,7 @@ from memory.files.workspace import (
 )
 from memory.files.writes import WorkspaceWriter
 from memory.store.content_hash import hash_text
+from memory.store.source_listing import KINDS, SourceListings
 
 MAX_VIEW_CHARS = 2_000_000
 MAX_EDIT_BYTES = 1_000_000
@@ -103,34 +104,76 @@ def _group(rel: str, source: str) -> str:
     return "Other memory files"
 
 
-def memory_files(workspace: Path, extra_paths: list[str]) -> list[FileEntry]:
-    """Every memory file, curated first, then daily logs newest first, then the rest."""
-    found = []
-    for f in discover_memory_files(workspace, extra_paths):
-        try:
-            st = f.abs_path.lstat()
-        except OSError:
-            continue
-        group = _group(f.rel_path, f.source)
-        found.append(
-            FileEntry(f.rel_path, group, st.st_size, st.st_mtime, not f.rel_path.startswith("/"))
-        )
+DATED_SHOWN = 30  # newest daily logs and session notes listed before "all files"
+_GROUP_OF_KIND = dict(zip(KINDS, GROUPS, strict=True))
+
+
+@dataclass(frozen=True)
+class FileList:
+    files: list[FileEntry]  # in GROUPS order; daily logs and session notes newest first
+    counts: dict[str, int]  # files in each group (more than listed when only the newest are)
+
+
+def memory_files(
+    workspace: Path,
+    extra_paths: list[str],
+    listings: SourceListings,
+    generation: int | None,
+    *,
+    newest: int | None = DATED_SHOWN,
+) -> FileList:
+    """The memory files from the index's source rows (one query however many there are; a file
+    created a moment ago appears once the watcher indexed it, within seconds) — before the first
+    build, from the disk. With `newest`, only that many daily logs and session notes."""
+    found: list[FileEntry] = []
+    counts = dict.fromkeys(GROUPS, 0)
+    if generation is None:
+        for f in discover_memory_files(workspace, extra_paths):
+            try:
+                st = f.abs_path.lstat()
+            except OSError:
+                continue
+            entry = FileEntry(
+                f.rel_path,
+                _group(f.rel_path, f.source),
+                st.st_size,
+                st.st_mtime,
+                _inside(f.rel_path),
+            )
+            found.append(entry)
+            counts[entry.group] += 1
+    else:
+        listing = listings.listing(generation, newest=newest if newest is not None else 10**9)
+        for kind, n in listing.counts.items():
+            counts[_GROUP_OF_KIND[kind]] = n
+        found = [
+            FileEntry(f.path, _GROUP_OF_KIND[f.kind], f.size, f.mtime, _inside(f.path))
+            for f in listing.files
+        ]
     by_group: dict[str, list[FileEntry]] = {g: [] for g in GROUPS}
     for entry in found:
         by_group[entry.group].append(entry)
     newest_first = {"Daily logs", "Session notes"}
-    return [
+    ordered = [
         e
         for g in GROUPS
-        for e in sorted(by_group[g], key=lambda e: e.path, reverse=g in newest_first)
+        for e in sorted(by_group[g], key=lambda e: e.path, reverse=g in newest_first)[
+            : newest if newest is not None and g in newest_first else None
+        ]
     ]
+    return FileList(ordered, counts)
 
 
-def file_problems(workspace: Path, extra_paths: list[str]) -> dict[str, str]:
-    """Extra paths that yield nothing and skipped symbolic links, with what to do (as
-    `pinch memory status` lists them beside the index's own problems)."""
-    links = skipped_links(workspace) if workspace.is_dir() else {}
-    return {**extra_path_problems(workspace, extra_paths), **links}
+def _inside(path: str) -> bool:
+    return not path.startswith("/")
+
+
+def file_problems(workspace: Path, extra_paths: list[str], *, links: bool) -> dict[str, str]:
+    """Extra paths that yield nothing and (with `links`: a walk of the memory folder) skipped
+    symbolic links, with what to do — what `pinch memory status` lists beside the index's own
+    problems."""
+    skipped = skipped_links(workspace) if links and workspace.is_dir() else {}
+    return {**extra_path_problems(workspace, extra_paths), **skipped}
 
 
 @dataclass(frozen=True)

@@ -53,11 +53,15 @@ class SessionPage:
     limit: int
 
 
+USAGE_BUCKET_S = 900  # every time zone's offset is a whole number of quarter hours
+
+
 @dataclass(frozen=True)
 class UsageRow:
-    """One model call's recorded usage."""
+    """The recorded usage of the model calls in one quarter hour starting at `at`."""
 
     at: float
+    calls: int
     input_tokens: int
     output_tokens: int
     cache_read_tokens: int
@@ -66,8 +70,9 @@ class UsageRow:
 
 class SessionOverview(Protocol):
     """Read-only. `page` orders by last activity, newest first (ties: newer creation first, then
-    id), and returns at most `limit` rows from `offset`; `channels` counts sessions per channel;
-    `usage_since` returns every event with recorded usage at or after `since`, oldest first."""
+        id), and returns at most `limit` rows from `offset`; `channels` counts sessions per channel;
+        `usage_since` sums the usage recorded at or after `since` per quarter hour (UTC-aligned, so
+    a caller can add them up into days of any time zone), oldest first."""
 
     def page(self, *, channel: str | None, offset: int, limit: int) -> SessionPage: ...
     def channels(self) -> dict[str, int]: ...
@@ -121,10 +126,12 @@ class SqliteSessionOverview:
         return {str(r[0]): int(r[1]) for r in rows}
 
     def usage_since(self, since: float) -> list[UsageRow]:
-        sums = ", ".join(f"coalesce(json_extract(usage, '$.{f}'), 0)" for f in USAGE_FIELDS)
+        sums = ", ".join(f"sum(coalesce(json_extract(usage, '$.{f}'), 0))" for f in USAGE_FIELDS)
+        bucket = f"CAST(created_at / {USAGE_BUCKET_S} AS INTEGER)"
         rows = self.db.execute(
-            f"SELECT created_at, {sums} FROM transcript_events INDEXED BY transcript_usage_by_time "
-            "WHERE usage IS NOT NULL AND created_at >= ? ORDER BY created_at",
+            f"SELECT {bucket} AS q, count(*), {sums} FROM transcript_events "
+            "INDEXED BY transcript_usage_by_time "
+            "WHERE usage IS NOT NULL AND created_at >= ? GROUP BY q ORDER BY q",
             (since,),
         )
-        return [UsageRow(float(r[0]), *(int(v) for v in r[1:])) for r in rows]
+        return [UsageRow(float(r[0] * USAGE_BUCKET_S), *(int(v) for v in r[1:])) for r in rows]

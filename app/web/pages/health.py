@@ -22,7 +22,6 @@ from app.gateway.heartbeat import read_heartbeat
 from app.web.context import WebContext
 from app.web.log_tail import LogTail, install_log_tail
 from app.web.page_support import ago, done, gateway_of, notice_of, owner_time
-from common.redact import redact
 from memory.store.session_overview import SqliteSessionOverview, UsageRow
 
 USAGE_DAYS = 14
@@ -61,12 +60,12 @@ class DayUsage:
 
 
 def usage_per_day(rows: list[UsageRow], tz: Any) -> list[DayUsage]:
-    """Per day in the owner's zone, newest first."""
+    """Per day in the owner's zone, newest first (the rows are quarter hours)."""
     days: dict[str, list[int]] = {}
     for r in rows:
         day = datetime.fromtimestamp(r.at, tz).strftime("%Y-%m-%d")
         sums = days.setdefault(day, [0, 0, 0, 0, 0])
-        sums[0] += 1
+        sums[0] += r.calls
         sums[1] += r.input_tokens
         sums[2] += r.cache_read_tokens
         sums[3] += r.cache_write_tokens
@@ -113,8 +112,7 @@ class HealthPages:
         beat = await asyncio.to_thread(read_heartbeat, self.ctx.settings.home)
         usage = await asyncio.to_thread(self._usage)
         tail = self.ctx.services.get("log_tail")
-        # Redacted when logged (with config.toml's tokens); again here for the environment's.
-        lines = [redact(line) for line in tail.tail(LOG_LINES)] if tail else []
+        lines = tail.tail(LOG_LINES) if tail else []  # redacted as they were logged
         doctor = self.ctx.services.get("doctor_run")
         return self.ctx.render(
             request,

@@ -23,6 +23,7 @@ from app.web.page_support import done, notice_of, owner_time
 from memory.errors import MemoryError_, WorkspaceError
 from memory.files.workspace import read_confined
 from memory.search.presets import PRESETS
+from memory.store.source_listing import SqliteSourceListing
 
 
 def add_routes(app: web.Application, ctx: WebContext) -> None:
@@ -52,20 +53,32 @@ class MemoryPages:
 
     async def index(self, request: web.Request) -> web.Response:
         deep = request.query.get("deep") == "1"
+        show_all = request.query.get("all") == "1"
         index = self.ctx.runtime.index
-        status, listed, inbox, problems = await asyncio.gather(
-            asyncio.to_thread(index.status, deep=deep),
-            asyncio.to_thread(files.memory_files, self._workspace, self._extra),
+        status = await asyncio.to_thread(index.status, deep=deep)
+        listed, inbox, problems = await asyncio.gather(
+            asyncio.to_thread(
+                files.memory_files,
+                self._workspace,
+                self._extra,
+                SqliteSourceListing(index.db),
+                status.generation,
+                # thousands of daily logs: the newest, and a link to all
+                newest=None if show_all else files.DATED_SHOWN,
+            ),
             asyncio.to_thread(files.inbox_files, self._workspace),
-            asyncio.to_thread(files.file_problems, self._workspace, self._extra),
+            asyncio.to_thread(files.file_problems, self._workspace, self._extra, links=deep),
         )
         groups: dict[str, list[files.FileEntry]] = {g: [] for g in files.GROUPS}
-        for entry in listed:
+        for entry in listed.files:
             groups[entry.group].append(entry)
+        counts = listed.counts
         return self.ctx.render(
             request,
             "pages/memory.html",
             groups=groups,
+            counts=counts,
+            show_all=show_all,
             inbox=inbox,
             index_status=status,
             problems={**problems, **status.problems},
