@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from tests import web_support
 from tests.agent_support import responder
-from tests.fakes.model_server import RecordedRequest, Reply, text_reply
-from tests.web_support import WebRig, echo, screenshot, wait_for
+from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
+from tests.fakes.telegram_server import FakeTelegram
+from tests.web_support import WebRig, echo, screenshot, start_web_gateway, wait_for
 
 browser, web_rig, web_page = web_support.browser, web_support.web_rig, web_support.web_page
 
@@ -185,3 +187,28 @@ def test_the_chat_page_at_phone_width_keeps_the_composer_in_view(
     assert box is not None and box["x"] + box["width"] <= web_support.PHONE["width"]
     width = web_page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= web_support.PHONE["width"]  # nothing overflows sideways
+
+
+def test_a_message_sent_from_the_page_survives_a_gateway_killed_mid_turn(
+    browser: Any, tmp_path: Path
+) -> None:
+    with FakeModelServer() as model, FakeTelegram() as tg:
+        model.respond_with(responder(turn=text_reply("too late", delay_s=30)))
+        rig = start_web_gateway(tmp_path / "pinch-home", model, tg)
+        context = browser.new_context(viewport=web_support.DESKTOP)
+        try:
+            page = context.new_page()
+            page.goto(rig.login_url())
+            chat(page, rig)
+            say(page, "remember the milk")
+            wait_for(lambda: bool(model.requests), what="the turn to start")
+            rig.proc.kill()  # SIGKILL while the model thinks: nothing was answered
+            rig.stop()
+            model.respond_with(responder(turn=echo))
+            rig = start_web_gateway(rig.home, model, tg, port=rig.port)
+            # The open page reconnects by itself and shows the answer of the resumed turn.
+            page.wait_for_selector(".msg.assistant >> text=re: remember the milk", timeout=30000)
+            assert replies(page).count("re: remember the milk") == 1
+        finally:
+            context.close()
+            rig.stop()

@@ -116,10 +116,14 @@ class WebRig:
 
 
 def gateway_env(home: Path, model: FakeModelServer, tg: FakeTelegram, port: int) -> dict[str, str]:
-    """The environment of a test gateway: nothing of the developer's PINCH_* settings."""
+    """The environment of a test gateway: nothing of the developer's PINCH_* settings, and its
+    own XDG_RUNTIME_DIR (the machine-wide lock on the fake bot token is then its own)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("PINCH_")}
+    runtime_dir = home.parent / f"xdg-run-{home.name}"
+    runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     return {
         **base,
+        "XDG_RUNTIME_DIR": str(runtime_dir),
         "PINCH_HOME": str(home),
         "PINCH_TELEGRAM__BOT_TOKEN": tg.token,
         "PINCH_TELEGRAM__API_BASE_URL": tg.url,
