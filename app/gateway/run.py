@@ -150,6 +150,7 @@ async def run_gateway(
                     gateway.failed["web"] = str(exc)
                     gateway.health["web"] = ChannelHealth(False, f"could not start: {exc}")
                     web = None
+                    await gateway.write_heartbeat()  # `pinch doctor` sees it at once
             scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
             dreams = await start_nightly_dream(settings, owner_zone(runtime.clock))  # either way
             await stop.wait()
