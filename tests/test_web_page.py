@@ -55,6 +55,12 @@ def test_the_login_page_and_the_overview(browser: Any, web_rig: WebRig) -> None:
         assert "claude-test" in text and "telegram" in text and "web" in text
         assert page.locator("nav a").count() == 8
         screenshot(page, "overview")
+        page.goto(web_rig.url("/logout"))
+        screenshot(page, "logout")
+        page.click("main button[type=submit]")
+        page.wait_for_url(web_rig.url("/login"))
+        page.goto(web_rig.url("/"))
+        assert page.url == web_rig.url("/login")  # logged out
     finally:
         context.close()
 

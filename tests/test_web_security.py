@@ -164,6 +164,10 @@ def test_a_post_from_another_origin_is_refused(web_rig: WebRig, logged_in: httpx
         assert answer.status_code == 403, origin
         assert "Origin" in answer.text
     assert send(logged_in, web_rig, **{"X-CSRF-Token": csrf}).status_code == 403  # no Origin
+    for site in ("cross-site", "same-site", "none"):  # "null" from a sandboxed frame, say
+        fetch = {"Origin": "null", "Sec-Fetch-Site": site, "X-CSRF-Token": csrf}
+        assert send(logged_in, web_rig, **fetch).status_code == 403, site
+    assert send(logged_in, web_rig, Origin="null", **{"X-CSRF-Token": csrf}).status_code == 403
 
 
 def test_a_post_with_token_and_origin_is_taken(web_rig: WebRig, logged_in: httpx.Client) -> None:
