@@ -20,6 +20,20 @@ from tests.web_support import WebRig, echo, screenshot, start_web_gateway, wait_
 browser, web_rig, web_page = web_support.browser, web_support.web_rig, web_support.web_page
 
 XSS_IMG = "<img src=x onerror=\"window.__pwned=1;console.log('PWNED')\">"
+SHOWCASE = """Here is the weekend, from your notes:
+
+**Saturday**
+- 10:00 farmers' market (bring the *blue* bags)
+- buy `sourdough` starter
+
+**Sunday**
+
+| time | what |
+|---|---|
+| 12:30 | lunch at Rosa's |
+| 16:00 | call Mum |
+
+> You said the boat needs a coat of varnish before spring."""
 XSS_SCRIPT = "<script>window.__pwned=2;console.log('PWNED')</script>"
 
 
@@ -181,7 +195,13 @@ def test_a_photo_and_a_document_go_to_the_inbox_as_on_telegram(
     sent = everything_sent(web_rig)
     for name in ("notes.txt", "dot.png"):  # the turn is told where each file was saved
         assert re.search(rf"inbox/\d{{4}}-\d{{2}}-\d{{2}}/{re.escape(name)}", sent), name
-    screenshot(web_page, "chat")
+    web_rig.model.respond_with(responder(turn=text_reply(SHOWCASE)))
+    say(web_page, "What is on my list for the weekend?")
+    web_page.wait_for_selector(".msg.assistant >> text=Saturday")
+    web_page.wait_for_selector("#stop", state="hidden")
+    web_page.wait_for_timeout(5200)  # the "writing…" line fades after the last typing
+    screenshot(web_page, "chat", full_page=False)
+    web_rig.model.respond_with(responder(turn=echo))
 
 
 def test_the_chat_page_at_phone_width_keeps_the_composer_in_view(

@@ -221,15 +221,18 @@ def web_page(browser: Any, web_rig: WebRig) -> Iterator[Any]:
         context.close()
 
 
-def screenshot(page: Any, name: str) -> list[Path]:
+def screenshot(page: Any, name: str, *, full_page: bool = True) -> list[Path]:
     """Save the page at desktop (1280 px) and phone (375 px) width as
-    test-artifacts/web/NAME-desktop.png and NAME-phone.png (full page)."""
+    test-artifacts/web/NAME-desktop.png and NAME-phone.png: the full page, or (`full_page`
+    False, for a page with a sticky footer like the chat) the window scrolled to the end."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     saved = []
     for label, size in (("desktop", DESKTOP), ("phone", PHONE)):
         page.set_viewport_size(size)
         path = ARTIFACTS / f"{name}-{label}.png"
-        page.screenshot(path=str(path), full_page=True)
+        if not full_page:
+            page.evaluate("() => window.scrollTo(0, document.body.scrollHeight)")
+        page.screenshot(path=str(path), full_page=full_page)
         saved.append(path)
     page.set_viewport_size(DESKTOP)
     return saved
