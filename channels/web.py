@@ -95,10 +95,13 @@ class WebChannel(Channel):
     min_edit_interval_s = 0.05  # streaming to a browser is cheap: show text as it comes
 
     def __init__(self, config: Any = None, *, inbox: InboxWriter, state_dir: Any = None) -> None:
+        """`config`: the `[web]` settings (host and port, for `pinch doctor`)."""
+        self._where = f"{config.host}:{config.port}" if config is not None else "the gateway"
         self._inbox = inbox
         self._handler: MessageHandler | None = None
         self._boot = secrets.token_hex(4)
         self._seq = itertools.count(1)
+        self._last_seq = 0
         self._ids = itertools.count(1)
         self._recent: deque[WebEvent] = deque(maxlen=REPLAY_EVENTS)
         self._listeners: set[asyncio.Queue[WebEvent | None]] = set()
@@ -127,7 +130,8 @@ class WebChannel(Channel):
 
     async def check(self) -> ChannelHealth:
         count = len(self._listeners)
-        return ChannelHealth(True, f"{count} page(s) open")
+        opened = f"; {count} page(s) open" if count else ""
+        return ChannelHealth(True, f"served on {self._where}{opened}")
 
     # -- the page's side ---------------------------------------------------------------------
 
@@ -194,8 +198,14 @@ class WebChannel(Channel):
             return list(self._recent)
         return [e for e in self._recent if int(e.id.partition("-")[2]) > int(seq)]
 
+    def cursor(self) -> str:
+        """The id of the newest event: a page that starts listening is given it, so when it
+        reconnects (to this process or, after a restart, to the next) it misses nothing."""
+        return f"{self._boot}-{self._last_seq}"
+
     def _publish(self, kind: str, message_id: str = "", text: str = "") -> None:
-        event = WebEvent(f"{self._boot}-{next(self._seq)}", kind, message_id, text)
+        self._last_seq = next(self._seq)
+        event = WebEvent(f"{self._boot}-{self._last_seq}", kind, message_id, text)
         if kind == "message":
             self._recent.append(event)
         for queue in list(self._listeners):

@@ -31,13 +31,16 @@ class ChannelRow:
     token_variable: str | None = None
     # Its only user is the owner (the terminal's machine; the web page behind its login).
     always_owner: bool = False
+    # False: it shows only what arrives while it is open (the terminal, the web page), so a
+    # job asked for there is delivered to the owner's chat on a platform instead.
+    reachable_later: bool = True
 
 
 TERMINAL = "cli"  # the channel of `pinch chat`: its user is always the owner
 WEB = "web"  # the web page's chat (app/web): its user is the logged-in owner
 
 CHANNELS: tuple[ChannelRow, ...] = (
-    ChannelRow(TERMINAL, "Terminal", always_owner=True),
+    ChannelRow(TERMINAL, "Terminal", always_owner=True, reachable_later=False),
     ChannelRow(
         "telegram",
         "Telegram",
@@ -60,6 +63,7 @@ CHANNELS: tuple[ChannelRow, ...] = (
         adapter="channels.web:WebChannel",
         config_section="web",
         always_owner=True,
+        reachable_later=False,
     ),
 )
 
@@ -72,3 +76,8 @@ def channel_names() -> tuple[str, ...]:
 def always_owner(name: str) -> bool:
     """Whether channel `name`'s only user is the owner (the terminal, the web page)."""
     return any(row.always_owner for row in CHANNELS if row.name == name)
+
+
+def reachable_later(name: str) -> bool:
+    """Whether a message sent to channel `name` later (a job's result) reaches anyone."""
+    return all(row.reachable_later for row in CHANNELS if row.name == name)

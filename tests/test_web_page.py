@@ -8,16 +8,32 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from tests import web_support
 from tests.agent_support import responder
-from tests.fakes.model_server import RecordedRequest, Reply, text_reply
-from tests.web_support import WebRig, echo, screenshot, wait_for
+from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
+from tests.fakes.telegram_server import FakeTelegram
+from tests.web_support import WebRig, echo, screenshot, start_web_gateway, wait_for
 
 browser, web_rig, web_page = web_support.browser, web_support.web_rig, web_support.web_page
 
 XSS_IMG = "<img src=x onerror=\"window.__pwned=1;console.log('PWNED')\">"
+SHOWCASE = """Here is the weekend, from your notes:
+
+**Saturday**
+- 10:00 farmers' market (bring the *blue* bags)
+- buy `sourdough` starter
+
+**Sunday**
+
+| time | what |
+|---|---|
+| 12:30 | lunch at Rosa's |
+| 16:00 | call Mum |
+
+> You said the boat needs a coat of varnish before spring."""
 XSS_SCRIPT = "<script>window.__pwned=2;console.log('PWNED')</script>"
 
 
@@ -53,6 +69,12 @@ def test_the_login_page_and_the_overview(browser: Any, web_rig: WebRig) -> None:
         assert "claude-test" in text and "telegram" in text and "web" in text
         assert page.locator("nav a").count() == 8
         screenshot(page, "overview")
+        page.goto(web_rig.url("/logout"))
+        screenshot(page, "logout")
+        page.click("main button[type=submit]")
+        page.wait_for_url(web_rig.url("/login"))
+        page.goto(web_rig.url("/"))
+        assert page.url == web_rig.url("/login")  # logged out
     finally:
         context.close()
 
@@ -173,7 +195,13 @@ def test_a_photo_and_a_document_go_to_the_inbox_as_on_telegram(
     sent = everything_sent(web_rig)
     for name in ("notes.txt", "dot.png"):  # the turn is told where each file was saved
         assert re.search(rf"inbox/\d{{4}}-\d{{2}}-\d{{2}}/{re.escape(name)}", sent), name
-    screenshot(web_page, "chat")
+    web_rig.model.respond_with(responder(turn=text_reply(SHOWCASE)))
+    say(web_page, "What is on my list for the weekend?")
+    web_page.wait_for_selector(".msg.assistant >> text=Saturday")
+    web_page.wait_for_selector("#stop", state="hidden")
+    web_page.wait_for_timeout(5200)  # the "writing…" line fades after the last typing
+    screenshot(web_page, "chat", full_page=False)
+    web_rig.model.respond_with(responder(turn=echo))
 
 
 def test_the_chat_page_at_phone_width_keeps_the_composer_in_view(
@@ -185,3 +213,28 @@ def test_the_chat_page_at_phone_width_keeps_the_composer_in_view(
     assert box is not None and box["x"] + box["width"] <= web_support.PHONE["width"]
     width = web_page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= web_support.PHONE["width"]  # nothing overflows sideways
+
+
+def test_a_message_sent_from_the_page_survives_a_gateway_killed_mid_turn(
+    browser: Any, tmp_path: Path
+) -> None:
+    with FakeModelServer() as model, FakeTelegram() as tg:
+        model.respond_with(responder(turn=text_reply("too late", delay_s=30)))
+        rig = start_web_gateway(tmp_path / "pinch-home", model, tg)
+        context = browser.new_context(viewport=web_support.DESKTOP)
+        try:
+            page = context.new_page()
+            page.goto(rig.login_url())
+            chat(page, rig)
+            say(page, "remember the milk")
+            wait_for(lambda: bool(model.requests), what="the turn to start")
+            rig.proc.kill()  # SIGKILL while the model thinks: nothing was answered
+            rig.stop()
+            model.respond_with(responder(turn=echo))
+            rig = start_web_gateway(rig.home, model, tg, port=rig.port)
+            # The open page reconnects by itself and shows the answer of the resumed turn.
+            page.wait_for_selector(".msg.assistant >> text=re: remember the milk", timeout=30000)
+            assert replies(page).count("re: remember the milk") == 1
+        finally:
+            context.close()
+            rig.stop()

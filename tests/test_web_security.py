@@ -3,17 +3,17 @@ HTTP requests here; tests/test_web_page.py drives the page in Chromium)."""
 
 from __future__ import annotations
 
-import os
+import json
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
+from app.cli.main import main
 from app.config import Settings
 from app.web.auth import issue_login_url, read_password_hash, verify_password
 from app.web.security import LOGIN_CSRF_COOKIE, SESSION_COOKIE
@@ -21,7 +21,7 @@ from app.web.web_config import WebConfig
 from memory.store.db import open_database
 from memory.store.web_store import SqliteWebAuthStore
 from tests import web_support
-from tests.web_support import ROOT, WebRig, free_port, start_web_gateway
+from tests.web_support import WebRig, free_port, start_web_gateway
 
 web_rig = web_support.web_rig  # the module's gateway (a pytest fixture)
 
@@ -100,18 +100,12 @@ def test_the_login_link_token_never_reaches_the_gateway_log(web_rig: WebRig) -> 
 
 
 def test_pinch_web_login_prints_a_link_while_the_gateway_runs(web_rig: WebRig) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "web", "login"],
-        cwd=ROOT,
-        env=web_rig.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    url = done.stdout.strip()
+    env = {"PINCH_HOME": str(web_rig.home), "PINCH_WEB__PORT": str(web_rig.port)}
+    done = CliRunner().invoke(main, ["web", "login"], env=env)
+    assert done.exit_code == 0, done.output
+    url = done.stdout.strip().splitlines()[0]
     assert url.startswith(f"http://127.0.0.1:{web_rig.port}/login?token=")
-    with client(web_rig) as http:
+    with client(web_rig) as http:  # the gateway (another process) takes it
         assert http.get(url).status_code == 303
         assert "Overview" in http.get("/").text
 
@@ -170,6 +164,10 @@ def test_a_post_from_another_origin_is_refused(web_rig: WebRig, logged_in: httpx
         assert answer.status_code == 403, origin
         assert "Origin" in answer.text
     assert send(logged_in, web_rig, **{"X-CSRF-Token": csrf}).status_code == 403  # no Origin
+    for site in ("cross-site", "same-site", "none"):  # "null" from a sandboxed frame, say
+        fetch = {"Origin": "null", "Sec-Fetch-Site": site, "X-CSRF-Token": csrf}
+        assert send(logged_in, web_rig, **fetch).status_code == 403, site
+    assert send(logged_in, web_rig, Origin="null", **{"X-CSRF-Token": csrf}).status_code == 403
 
 
 def test_a_post_with_token_and_origin_is_taken(web_rig: WebRig, logged_in: httpx.Client) -> None:
@@ -213,7 +211,7 @@ def test_every_answer_forbids_inline_script_framing_sniffing_referrers_and_cachi
         assert "frame-ancestors 'none'" in csp
         assert answer.headers["x-frame-options"] == "DENY"
         assert answer.headers["x-content-type-options"] == "nosniff"
-        assert answer.headers["referrer-policy"] == "same-origin"
+        assert answer.headers["referrer-policy"] == "no-referrer"
         assert answer.headers["cache-control"] == "no-store"
     assert "<script>" not in logged_in.get("/chat").text  # only <script src=…>
 
@@ -221,49 +219,36 @@ def test_every_answer_forbids_inline_script_framing_sniffing_referrers_and_cachi
 # -- exposure: a non-loopback host needs a password ------------------------------------------------
 
 
-def test_a_non_loopback_host_without_a_password_is_refused_at_start(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PINCH_")}
-    env.update(
-        PINCH_HOME=str(tmp_path / "home"),
-        PINCH_WEB__HOST="0.0.0.0",
-        PINCH_WEB__PORT=str(free_port()),
-        ANTHROPIC_API_KEY="test-key",
-        PINCH_MEMORY__EMBEDDING__PROVIDER="none",
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "gateway"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1
-    advice = " ".join(done.stderr.split())
+def test_a_non_loopback_host_without_a_password_is_refused_at_start(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from app.config import load_settings
+    from app.gateway.run import GatewayError, run_gateway
+
+    monkeypatch.setenv("PINCH_WEB__HOST", "0.0.0.0")
+    monkeypatch.setenv("PINCH_TELEGRAM__BOT_TOKEN", "123:not-used")
+    with pytest.raises(GatewayError) as refused:
+        asyncio.run(run_gateway(load_settings(), note=lambda _line: None))
+    advice = " ".join(str(refused.value).split())
     assert "no password is set" in advice
     assert "SSH tunnel" in advice and "Tailscale" in advice and "pinch web set-password" in advice
-    assert not (tmp_path / "home" / "gateway.heartbeat").exists()  # refused before starting
+    assert not (pinch_home / "agents").exists()  # refused before anything started
 
 
-def test_set_password_stores_a_scrypt_hash_readable_by_the_owner_only(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PINCH_")}
-    env["PINCH_HOME"] = str(tmp_path / "home")
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "web", "set-password", "--password-stdin"],
-        cwd=ROOT,
-        env=env,
-        input="correct horse battery\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    path = tmp_path / "home" / "web-password"
+def test_set_password_stores_a_scrypt_hash_readable_by_the_owner_only(pinch_home: Path) -> None:
+    args = ["web", "set-password", "--password-stdin"]
+    done = CliRunner().invoke(main, args, input="correct horse battery\n")
+    assert done.exit_code == 0, done.output
+    path = pinch_home / "web-password"
     assert path.stat().st_mode & 0o777 == 0o600
     stored = path.read_text()
     assert "correct horse" not in stored and stored.startswith("scrypt$")
-    assert verify_password("correct horse battery", read_password_hash(tmp_path / "home") or "")
+    assert verify_password("correct horse battery", read_password_hash(pinch_home) or "")
     assert not verify_password("correct horse batterY", stored)
+    short = CliRunner().invoke(main, args, input="short\n")
+    assert short.exit_code == 1 and "too short" in short.output
 
 
 def test_password_login_and_the_rate_limit_on_failed_attempts(tmp_path: Path) -> None:
@@ -303,5 +288,115 @@ def test_password_login_and_the_rate_limit_on_failed_attempts(tmp_path: Path) ->
                 limited = http.post("/login", data=right, headers={"Origin": rig.base})
                 assert limited.status_code == 429  # even the right one, for a minute
                 assert http.get(rig.login_url()).status_code == 429
+        finally:
+            rig.stop()
+
+
+def test_a_session_past_its_lifetime_is_refused(web_rig: WebRig) -> None:
+    from app.web.auth import Logins
+
+    settings = Settings(home=web_rig.home, web=WebConfig(port=web_rig.port))
+    db = open_database(settings.database_path, vector_backend="numpy")
+    try:  # logged in 25 hours ago; a session lasts 24
+        then = time.time() - 25 * 3600
+        store = SqliteWebAuthStore(db)
+        url = issue_login_url(settings, store, clock=lambda: then)
+        session_id = Logins(store, settings.web, web_rig.home, clock=lambda: then).redeem(
+            token_of(url)
+        )
+    finally:
+        db.close()
+    assert session_id is not None
+    with client(web_rig) as http:
+        http.cookies.set(SESSION_COOKIE, session_id)
+        assert http.get("/").status_code == 303
+
+
+def test_the_same_message_sent_twice_is_answered_once(
+    web_rig: WebRig, logged_in: httpx.Client
+) -> None:
+    csrf = csrf_of(logged_in)
+    before = len(web_rig.model.requests)
+    files = {"text": (None, "only once please"), "client_id": (None, "double-click-0001")}
+    headers = {"Origin": web_rig.base, "X-CSRF-Token": csrf}
+    for _ in range(2):  # a double click, or a retry after a dropped connection
+        assert logged_in.post("/chat/send", files=files, headers=headers).status_code == 200
+    web_support.wait_for(lambda: len(web_rig.model.requests) > before, what="the turn")
+    time.sleep(1.0)
+    asked = [r.last_user_text() for r in web_rig.model.requests[before:]]
+    assert sum("only once please" in text for text in asked) == 1
+
+
+def test_the_scrollback_shows_a_compaction_summary_as_such_and_escaped(
+    web_rig: WebRig, logged_in: httpx.Client
+) -> None:
+    from memory.store.sessions import SessionKey, SqliteSessionStore
+
+    db = open_database(web_rig.home / "agents" / "main" / "agent.sqlite", vector_backend="numpy")
+    try:
+        store = SqliteSessionStore(db)
+        session = store.current(SessionKey.owner_main("main"))
+        store.append(session.id, "compaction", {"summary": "## Decisions\n- <b>blue</b> boat"})
+    finally:
+        db.close()
+    page = logged_in.get("/chat").text
+    assert "Summary of the earlier conversation" in page
+    assert "&lt;b&gt;blue&lt;/b&gt; boat" in page and "<b>blue</b>" not in page
+
+
+def test_the_access_log_never_writes_a_query_string(caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+    import logging
+
+    from aiohttp import web
+
+    from app.web.server import QuietAccessLogger
+
+    async def scenario() -> None:
+        async def ok(_request: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        app = web.Application()
+        app.router.add_get("/login", ok)
+        runner = web.AppRunner(
+            app, access_log_class=QuietAccessLogger, access_log=logging.getLogger("pinch.web.a")
+        )
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            async with httpx.AsyncClient() as http:
+                await http.get(f"http://127.0.0.1:{port}/login?token=SECRET-TOKEN-123")
+        finally:
+            await runner.cleanup()
+
+    with caplog.at_level(logging.DEBUG, logger="pinch.web.a"):
+        asyncio.run(scenario())
+    assert "GET /login 200" in caplog.text
+    assert "SECRET-TOKEN-123" not in caplog.text and "token=" not in caplog.text
+
+
+def test_a_taken_port_leaves_the_gateway_running_its_other_channels(tmp_path: Path) -> None:
+    import socket
+
+    from tests.agent_support import responder
+    from tests.fakes.model_server import FakeModelServer
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.web_support import echo
+
+    with socket.socket() as taken, FakeModelServer() as model, FakeTelegram() as tg:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        model.respond_with(responder(turn=echo))
+        rig = start_web_gateway(tmp_path / "pinch-home", model, tg, port=port, wait=False)
+        try:
+            web_support.wait_for(lambda: "could not listen" in rig.log_text(), what="the advice")
+            assert "PINCH_WEB__PORT" in rig.log_text()
+            beat = rig.home / "gateway.heartbeat"
+            web_support.wait_for(beat.exists, what="the heartbeat")
+            channels = json.loads(beat.read_text())["channels"]
+            assert channels["telegram"]["ok"] and not channels["web"]["ok"]
+            assert rig.proc.poll() is None  # the gateway runs on without the page
         finally:
             rig.stop()

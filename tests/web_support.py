@@ -116,10 +116,14 @@ class WebRig:
 
 
 def gateway_env(home: Path, model: FakeModelServer, tg: FakeTelegram, port: int) -> dict[str, str]:
-    """The environment of a test gateway: nothing of the developer's PINCH_* settings."""
+    """The environment of a test gateway: nothing of the developer's PINCH_* settings, and its
+    own XDG_RUNTIME_DIR (the machine-wide lock on the fake bot token is then its own)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("PINCH_")}
+    runtime_dir = home.parent / f"xdg-run-{home.name}"
+    runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     return {
         **base,
+        "XDG_RUNTIME_DIR": str(runtime_dir),
         "PINCH_HOME": str(home),
         "PINCH_TELEGRAM__BOT_TOKEN": tg.token,
         "PINCH_TELEGRAM__API_BASE_URL": tg.url,
@@ -217,15 +221,18 @@ def web_page(browser: Any, web_rig: WebRig) -> Iterator[Any]:
         context.close()
 
 
-def screenshot(page: Any, name: str) -> list[Path]:
+def screenshot(page: Any, name: str, *, full_page: bool = True) -> list[Path]:
     """Save the page at desktop (1280 px) and phone (375 px) width as
-    test-artifacts/web/NAME-desktop.png and NAME-phone.png (full page)."""
+    test-artifacts/web/NAME-desktop.png and NAME-phone.png: the full page, or (`full_page`
+    False, for a page with a sticky footer like the chat) the window scrolled to the end."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     saved = []
     for label, size in (("desktop", DESKTOP), ("phone", PHONE)):
         page.set_viewport_size(size)
         path = ARTIFACTS / f"{name}-{label}.png"
-        page.screenshot(path=str(path), full_page=True)
+        if not full_page:
+            page.evaluate("() => window.scrollTo(0, document.body.scrollHeight)")
+        page.screenshot(path=str(path), full_page=full_page)
         saved.append(path)
     page.set_viewport_size(DESKTOP)
     return saved

@@ -29,7 +29,7 @@ from app.wiring import (
     build_web_server,
     web_exposure_problem,
 )
-from channels.base import Channel
+from channels.base import Channel, ChannelHealth
 from memory.errors import MemoryError_
 
 if TYPE_CHECKING:
@@ -145,11 +145,12 @@ async def run_gateway(
             if web is not None:
                 try:
                     await web.start()
-                except OSError as exc:  # the port is taken: say so, stop cleanly
-                    await gateway.stop(0)
-                    if health is not None:
-                        await health.stop()
-                    raise GatewayError(str(exc)) from None
+                except OSError as exc:  # the port is taken: the channels still answer
+                    log.error("%s", exc)
+                    gateway.failed["web"] = str(exc)
+                    gateway.health["web"] = ChannelHealth(False, f"could not start: {exc}")
+                    web = None
+                    await gateway.write_heartbeat()  # `pinch doctor` sees it at once
             scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
             dreams = await start_nightly_dream(settings, owner_zone(runtime.clock))  # either way
             await stop.wait()

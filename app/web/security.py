@@ -6,7 +6,8 @@
   otherwise, before anything else, with nothing about the server in the answer;
 - every path but /login and /static/ needs a live session (the HttpOnly, SameSite=Strict
   cookie `pinch_session`); without one a GET goes to /login and a POST is refused;
-- every POST needs an Origin header equal to the page's own origin and the session's CSRF token
+- every POST needs an Origin header equal to the page's own origin (or "null" from the browser
+  itself, see `same_origin`) and the session's CSRF token
   (form field `csrf` or header `X-CSRF-Token`); the login form, before any session, uses a
   double-submit token (cookie `pinch_login_csrf` + field);
 - every response carries a Content-Security-Policy without inline script, no framing, no
@@ -48,9 +49,7 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    # same-origin, not no-referrer: with no-referrer Chromium sends "Origin: null" on a form POST,
-    # which the Origin check must refuse; nothing is sent to other sites either way.
-    "Referrer-Policy": "same-origin",
+    "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Resource-Policy": "same-origin",
@@ -102,10 +101,8 @@ def security_middleware(config: WebConfig, logins: Logins) -> Middleware:
         public = request.path in PUBLIC_PATHS or request.path.startswith(PUBLIC_PREFIXES)
         session_id = request.cookies.get(SESSION_COOKIE, "")
         alive = bool(session_id) and await _alive(logins, session_id)
-        if request.method not in ("GET", "HEAD", "OPTIONS"):
-            origin = request.headers.get("Origin", "")
-            if origin != f"{request.scheme}://{request.host}":
-                return refuse(403, "Refused: the request did not come from this page (Origin).")
+        if request.method not in ("GET", "HEAD", "OPTIONS") and not same_origin(request):
+            return refuse(403, "Refused: the request did not come from this page (Origin).")
         if not alive and not public:
             if request.method in ("GET", "HEAD"):
                 raise web.HTTPSeeOther("/login")
@@ -128,6 +125,17 @@ def security_middleware(config: WebConfig, logins: Logins) -> Middleware:
         return await handler(request)
 
     return guard
+
+
+def same_origin(request: web.Request) -> bool:
+    """Whether a state-changing request comes from the page itself: its Origin is the page's
+    own. Under `Referrer-Policy: no-referrer` a browser sends `Origin: null` for a plain form
+    POST, so "null" passes only with the browser's own `Sec-Fetch-Site: same-origin` (which no
+    page can set; a sandboxed frame or another site gets "cross-site")."""
+    origin = request.headers.get("Origin", "")
+    if origin == f"{request.scheme}://{request.host}":
+        return True
+    return origin == "null" and request.headers.get("Sec-Fetch-Site") == "same-origin"
 
 
 async def _alive(logins: Logins, session_id: str) -> bool:

@@ -70,7 +70,6 @@ def build_web_app(ctx: WebContext) -> web.Application:
     )
     app.on_response_prepare.append(add_security_headers)
     ctx.globals.setdefault("nav", NAV)
-    ctx.globals.setdefault("page_modules", {m.__name__.rsplit(".", 1)[-1] for m in PAGE_MODULES})
     for module in (login, overview, chat, *PAGE_MODULES):
         module.add_routes(app, ctx)
     app.router.add_static("/static/", WEB_DIR / "static", follow_symlinks=False)

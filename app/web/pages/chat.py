@@ -135,11 +135,16 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
         gateway = ctx.services.get("gateway")
         busy: bool | None = None
         idle_s = 0.0
+        last_event_id = request.headers.get("Last-Event-ID", "")
+        web_channel = channel()
         with (
             contextlib.suppress(ConnectionResetError, asyncio.CancelledError),
-            channel().listen(request.headers.get("Last-Event-ID", "")) as listener,
+            web_channel.listen(last_event_id) as listener,
         ):
-            await response.write(b"retry: 1000\n\n")
+            # A new page is given the newest event's id: reconnecting, it asks for what came
+            # after it (after a gateway restart: everything the new process sent).
+            hello = f"retry: 1000\nid: {last_event_id or web_channel.cursor()}\n"
+            await response.write(f"{hello}event: hello\ndata: {{}}\n\n".encode())
             while not listener.closed:
                 event = await listener.get(STATE_POLL_S)
                 now_busy = bool(gateway is not None and gateway.workers.busy(key))

@@ -46,10 +46,10 @@
     p.textContent = text;
     body.appendChild(p);
     files.forEach(function (name) {
-      var f = document.createElement("p");
-      f.className = "attachment";
-      f.textContent = "📎 " + name;
-      body.appendChild(f);
+      var chip = document.createElement("span");
+      chip.className = "chip";
+      chip.textContent = name;
+      body.appendChild(chip);
     });
     item.appendChild(body);
     list.appendChild(item);
