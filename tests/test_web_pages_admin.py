@@ -189,3 +189,33 @@ def page_tz():  # type: ignore[no-untyped-def]
     from zoneinfo import ZoneInfo
 
     return ZoneInfo("Europe/Berlin")
+
+
+def test_no_action_changes_anything_on_a_get(pinch_home: Path) -> None:
+    settings = page_settings(pinch_home)
+    actions = (
+        "/memory/edit?path=MEMORY.md&text=x&hash=absent",
+        "/dreams/run",
+        "/dreams/undo",
+        "/dreams/dry-run",
+        "/access/approve?code=ABCDEFGH",
+        "/access/revoke?channel=telegram&sender_id=1",
+        "/automations/jobs/1/cancel",
+        "/automations/intents/1/cancel",
+        "/health/doctor",
+    )
+
+    async def scenario() -> dict[str, int]:
+        async with serve_pages(settings, start=False) as page:
+            before = (settings.workspace_dir / "MEMORY.md").read_text()
+            found = {}
+            for path in actions:
+                response = await page.client.get(path)
+                found[path] = response.status
+            assert (settings.workspace_dir / "MEMORY.md").read_text() == before
+            return found
+
+    statuses = asyncio.run(scenario())
+    # The editor answers GET with the form; every other action only answers POST.
+    assert statuses.pop("/memory/edit?path=MEMORY.md&text=x&hash=absent") == 200
+    assert set(statuses.values()) == {405}, statuses
