@@ -96,7 +96,7 @@ def test_the_files_are_counted_by_kind_and_only_the_newest_dated_ones_listed(
     finally:
         index.close()
     assert listing.counts == {"curated": 1, "daily": 5, "note": 1, "other": 1, "extra": 1}
-    daily = [f.path for f in listing.files if f.kind == "daily"]
+    daily = sorted(f.path for f in listing.files if f.kind == "daily")
     assert daily == ["memory/2025/2025-03-04.md", "memory/2025/2025-03-05.md"]
     assert {f.path for f in listing.files if f.kind != "daily"} == {
         "MEMORY.md",

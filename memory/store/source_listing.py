@@ -50,15 +50,27 @@ class SqliteSourceListing:
         self.db = db
 
     def listing(self, generation: int, *, newest: int) -> SourceListing:
-        rows = self.db.execute(
-            f"WITH s AS (SELECT path, size, mtime, {_KIND} AS kind FROM memory_sources "
-            "WHERE generation = ? AND source != 'sessions'), "
-            "r AS (SELECT *, row_number() OVER (PARTITION BY kind ORDER BY path DESC) AS n, "
-            "count(*) OVER (PARTITION BY kind) AS total FROM s) "
-            "SELECT path, kind, size, mtime, total FROM r "
-            "WHERE kind NOT IN ('daily', 'note') OR n <= ? ORDER BY path",
-            (generation, newest),
+        where = "WHERE generation = ? AND source != 'sessions'"
+        counts = {
+            str(k): int(n)
+            for k, n in self.db.execute(
+                f"SELECT {_KIND} AS kind, count(*) FROM memory_sources {where} GROUP BY kind",
+                (generation,),
+            )
+        }
+        # The dated kinds newest first along the (generation, path) key, stopping at `newest`.
+        rows = []
+        for kind in ("daily", "note"):
+            if counts.get(kind):
+                rows += self.db.execute(
+                    f"SELECT path, {_KIND} AS kind, size, mtime FROM memory_sources {where} "
+                    "AND kind = ? ORDER BY path DESC LIMIT ?",
+                    (generation, kind, newest),
+                )
+        rows += self.db.execute(
+            f"SELECT path, {_KIND} AS kind, size, mtime FROM memory_sources {where} "
+            "AND kind NOT IN ('daily', 'note')",
+            (generation,),
         )
-        counts = {str(r[1]): int(r[4]) for r in rows}  # every kind present has a row here
-        files = tuple(ListedFile(str(p), str(k), int(z), float(m)) for p, k, z, m, _ in rows)
+        files = tuple(ListedFile(str(p), str(k), int(z), float(m)) for p, k, z, m in rows)
         return SourceListing(counts, files)
