@@ -13,12 +13,14 @@ the whole server); these tests drive the handlers' behaviour and their effect on
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -30,6 +32,8 @@ from app.process import Runtime
 from app.web.context import WebContext
 from app.web.server import NAV, PAGE_MODULES, make_templates
 from app.wiring import build_runtime
+
+T = TypeVar("T")
 
 
 def page_settings(home: Path, **changes: Any) -> Settings:
@@ -93,3 +97,14 @@ async def serve_pages(
 def visible_text(html: str) -> str:
     """The page's text without tags (entities left as they are)."""
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def run_async(scenario: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(scenario)`, in a thread of its own when this thread already runs an event
+    loop (Playwright's sync API keeps one running while the session's browser is open)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(scenario)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, scenario).result()

@@ -4,7 +4,6 @@ state, tokens per day with the prompt cache's share, and the redacted log tail."
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -18,7 +17,7 @@ from channels.base import ChannelHealth
 from memory.store.intents_store import IntentScope
 from memory.store.pairing_store import SqlitePairingStore
 from memory.store.sessions import SessionKey
-from tests.pages_support import page_settings, serve_pages, visible_text
+from tests.pages_support import page_settings, run_async, serve_pages, visible_text
 
 
 def test_pairing_codes_are_approved_rejected_and_people_revoked(pinch_home: Path) -> None:
@@ -47,7 +46,7 @@ def test_pairing_codes_are_approved_rejected_and_people_revoked(pinch_home: Path
             seen["codes"] = (eve.code, mallory.code)
             return seen
 
-    seen = asyncio.run(scenario())
+    seen = run_async(scenario())
     listing = seen["list"]
     for code in seen["codes"]:
         assert code in listing
@@ -109,7 +108,7 @@ def test_jobs_are_paused_resumed_run_and_cancelled_and_intents_cancelled(
             seen["missing"] = await missing.text()
             return seen
 
-    seen = asyncio.run(scenario())
+    seen = run_async(scenario())
     listing = visible_text(seen["list"])
     assert "Water the &lt;plants&gt;" in listing and 'cron "30 8 * * *"' in html_unescape(listing)
     assert "CET (Europe/Berlin)" in listing or "CEST (Europe/Berlin)" in listing  # owner's zone
@@ -171,7 +170,7 @@ def test_health_shows_checks_channels_tokens_per_day_and_a_redacted_log(
             seen["page"] = await page.text("/health")
         return seen
 
-    seen = asyncio.run(scenario())
+    seen = run_async(scenario())
     assert "The gateway is not running" in seen["no gateway"]
     doctor = visible_text(seen["doctor"])
     for name in ("secrets", "file modes", "database", "index"):
@@ -215,7 +214,7 @@ def test_no_action_changes_anything_on_a_get(pinch_home: Path) -> None:
             assert (settings.workspace_dir / "MEMORY.md").read_text() == before
             return found
 
-    statuses = asyncio.run(scenario())
+    statuses = run_async(scenario())
     # The editor answers GET with the form; every other action only answers POST.
     assert statuses.pop("/memory/edit?path=MEMORY.md&text=x&hash=absent") == 200
     assert set(statuses.values()) == {405}, statuses

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from memory.store.sessions import SessionKey
 from tests.fakes.model_server import FakeModelServer, text_reply
-from tests.pages_support import page_settings, serve_pages, visible_text
+from tests.pages_support import page_settings, run_async, serve_pages, visible_text
 
 MEMORY = "# MEMORY.md\n\n- The owner lives in Lisbon.\n"
 NOTE = "The owner prefers window seats on long flights."
@@ -50,7 +50,7 @@ def test_a_dry_run_writes_nothing_run_now_promotes_and_undo_restores(
                 seen["memory after undo"] = (ws / "MEMORY.md").read_text()
             return seen
 
-        seen = asyncio.run(scenario())
+        seen = run_async(scenario())
     assert "would be added" in seen["dry"] and "dry run: nothing written" in seen["dry"]
     assert seen["memory after dry run"] == MEMORY
     assert "Dreamed: promoted 1 of 1 candidates" in seen["run"]
@@ -71,7 +71,7 @@ def test_dreaming_disabled_runs_nothing_and_says_how_to_enable(pinch_home: Path)
             _, dry = await page.post("/dreams/dry-run", {"phase": "light"})
             return run, dry
 
-    run, dry = asyncio.run(scenario())
+    run, dry = run_async(scenario())
     assert "Dreaming is disabled" in run and "enabled = true" in run
     assert "nothing was done" in dry
 
@@ -102,7 +102,7 @@ def test_sessions_are_listed_by_channel_and_person_newest_first_in_pages(
                 "past the end": await page.text("/sessions?page=99"),
             }
 
-    seen = asyncio.run(scenario())
+    seen = run_async(scenario())
     first = visible_text(seen["first"])
     assert "page 1 of 2 · 61 sessions" in first
     assert first.index("owner") < first.index("U059")  # newest activity first
@@ -124,7 +124,7 @@ def test_a_transcript_is_escaped_and_shows_compaction_summaries_as_such(
             missing = await page.client.get("/sessions/0123456789abcdef")
             return await page.text(f"/sessions/{sid}"), missing.status
 
-    body, missing = asyncio.run(scenario())
+    body, missing = run_async(scenario())
     assert "<script>alert" not in body and "<img src=x" not in body
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in body
     assert "<strong>sure</strong>" in body  # the assistant's Markdown is rendered
@@ -146,7 +146,7 @@ def test_forget_previews_what_goes_changes_nothing_then_forgets_on_confirm(
             _, done = await page.post(f"/sessions/{sid}/forget", {})
             return preview, kept, done, store.get(sid) is None
 
-    preview, kept, done, gone = asyncio.run(scenario())
+    preview, kept, done, gone = run_async(scenario())
     assert "dry run: nothing changed yet" in preview and "remove: transcript_events ×2" in preview
     assert 'action="/sessions/' in preview and "Forget it for good" in preview
     assert kept

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from memory.search.presets import PRESETS
-from tests.pages_support import ServedPages, page_settings, serve_pages
+from tests.pages_support import ServedPages, page_settings, run_async, serve_pages
 
 UNTRUSTED_LINE = "- the stranger said zebrafinch <!-- origin: untrusted · session: s1 -->\n"
 
 
 def run(scenario):  # type: ignore[no-untyped-def]
-    return asyncio.run(scenario)
+    return run_async(scenario)
 
 
 def hidden(page: str, name: str) -> str:
@@ -248,7 +248,7 @@ def test_only_the_newest_daily_logs_are_listed_with_a_link_to_all(pinch_home: Pa
         async with serve_pages(settings) as page:
             return await page.text("/memory"), await page.text("/memory?all=1")
 
-    newest, every = asyncio.run(scenario())
+    newest, every = run_async(scenario())
     assert 'Daily logs <span class="muted">(40)</span>' in newest
     assert "memory/2026-02-09.md" in newest and "memory/2026-01-02.md" not in newest
     assert "All 40 daily logs" in newest and "memory/projects.md" in newest
