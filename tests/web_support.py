@@ -194,9 +194,11 @@ def web_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebRig]:
             rig.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's Chromium driven by Playwright, once per test session."""
+    """Debian's Chromium driven by Playwright, once per test module: Playwright's sync API keeps
+    an event loop running in this thread while it is open, so a session-wide browser would make
+    every later test's `asyncio.run` fail ("cannot be called from a running event loop")."""
     executable = need("chromium")
     from playwright.sync_api import sync_playwright
 
