@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import html
+import time
 from datetime import datetime
 from pathlib import Path
 
+from memory.store.pairing_store import SqlitePairingStore
 from memory.store.sessions import SessionKey
 from tests.fakes.model_server import FakeModelServer, text_reply
 from tests.pages_support import page_settings, run_async, serve_pages, visible_text
@@ -95,6 +97,11 @@ def test_sessions_are_listed_by_channel_and_person_newest_first_in_pages(
             for n in range(60):
                 add_session(store, SessionKey("main", "slack", "direct", f"U{n:03d}"), f"hi {n}")
             add_session(store, SessionKey.owner_direct("telegram"), "latest words")
+            pairing = SqlitePairingStore(page.runtime.index.db)
+            pairing.create_request(
+                "slack", "U059", "Nia", "ABCDEFGH", time.time(), ttl_s=60, max_pending=3
+            )
+            pairing.decide("ABCDEFGH", approve=True, now=time.time())
             return {
                 "first": await page.text("/sessions"),
                 "second": await page.text("/sessions?page=2"),
@@ -106,6 +113,7 @@ def test_sessions_are_listed_by_channel_and_person_newest_first_in_pages(
     first = visible_text(seen["first"])
     assert "page 1 of 2 · 61 sessions" in first
     assert first.index("owner") < first.index("U059")  # newest activity first
+    assert "U059 (Nia)" in first  # the name they gave when they asked to pair
     assert "U000" not in first and "U000" in visible_text(seen["second"])
     assert "1 sessions" in visible_text(seen["telegram"]) and "U001" not in seen["telegram"]
     assert "No sessions" in seen["past the end"]

@@ -21,6 +21,7 @@ from app.web.context import WebContext
 from app.web.page_support import ago, int_field, notice_of, owner_time
 from memory.errors import MemoryError_
 from memory.lifecycle.forget import ForgetItem, ForgetPlan, forget, plan_forget
+from memory.store.pairing_store import SqlitePairingStore
 from memory.store.session_overview import SqliteSessionOverview
 from memory.store.sessions import TranscriptEvent
 from memory.store.transcripts import EVENT_LABELS, message_text, untrusted_seqs
@@ -53,6 +54,7 @@ class SessionPages:
     def __init__(self, ctx: WebContext) -> None:
         self.ctx = ctx
         self._overview: SqliteSessionOverview | None = None
+        self._pairing: SqlitePairingStore | None = None
 
     def _views(self) -> SqliteSessionOverview:
         if self._overview is None:  # applies its migration set once, on first use
@@ -70,6 +72,7 @@ class SessionPages:
             asyncio.to_thread(views.channels),
         )
         pages = max(1, -(-page.total // PAGE_SIZE))
+        names = await asyncio.to_thread(self._names)
         now = time.time()
         return self.ctx.render(
             request,
@@ -79,10 +82,18 @@ class SessionPages:
             pages=pages,
             channel=channel,
             channels=channels,
+            names=names,
             notice=notice_of(self.ctx, request),
             when=lambda ts: owner_time(self.ctx, ts),
             age=lambda ts: ago(now - ts),
         )
+
+    def _names(self) -> dict[tuple[str, str], str]:
+        """The names people gave when they asked to pair, by (channel, sender id)."""
+        if self._pairing is None:
+            self._pairing = SqlitePairingStore(self.ctx.runtime.index.db)
+        store = self._pairing
+        return {(a.channel, a.sender_id): a.sender_name for a in store.approved() if a.sender_name}
 
     async def transcript(self, request: web.Request) -> web.Response:
         sid = request.match_info["sid"]
