@@ -12,6 +12,8 @@ a login link's token (in the query) never reaches any log.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from pathlib import Path
 from types import ModuleType
@@ -101,6 +103,8 @@ class WebServer:
     async def start(self) -> None:
         """Bind [web] host:port; OSError (worded as advice) when the port is taken."""
         config = self.ctx.settings.web
+        with contextlib.suppress(Exception):  # housekeeping; a failure costs nothing now
+            await asyncio.to_thread(self.ctx.services["logins"].prune)
         runner = web.AppRunner(
             build_web_app(self.ctx),
             access_log_class=QuietAccessLogger,
