@@ -400,3 +400,9 @@ def test_a_taken_port_leaves_the_gateway_running_its_other_channels(tmp_path: Pa
             assert rig.proc.poll() is None  # the gateway runs on without the page
         finally:
             rig.stop()
+
+
+def test_set_password_reads_one_line_from_a_pipe(pinch_home: Path) -> None:
+    done = CliRunner().invoke(main, ["web", "set-password"], input="a pass phrase from a pipe\n")
+    assert done.exit_code == 0, done.output
+    assert verify_password("a pass phrase from a pipe", read_password_hash(pinch_home) or "")
