@@ -287,7 +287,9 @@ def test_password_login_and_the_rate_limit_on_failed_attempts(tmp_path: Path) ->
                 right = {"csrf": csrf, "password": "correct horse battery"}
                 limited = http.post("/login", data=right, headers={"Origin": rig.base})
                 assert limited.status_code == 429  # even the right one, for a minute
-                assert http.get(rig.login_url()).status_code == 429
+                assert http.get(f"{rig.base}/login?token=guessed").status_code == 429
+                # A fresh link from `pinch web login` still works: no lock-out of the owner.
+                assert http.get(rig.login_url()).status_code == 303
         finally:
             rig.stop()
 
