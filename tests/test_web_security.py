@@ -408,3 +408,11 @@ def test_set_password_reads_one_line_from_a_pipe(pinch_home: Path) -> None:
     done = CliRunner().invoke(main, ["web", "set-password"], input="a pass phrase from a pipe\n")
     assert done.exit_code == 0, done.output
     assert verify_password("a pass phrase from a pipe", read_password_hash(pinch_home) or "")
+
+
+def test_an_unknown_address_after_login_is_a_page_not_a_stack_trace(
+    logged_in: httpx.Client,
+) -> None:
+    answer = logged_in.get("/no/such/page")
+    assert answer.status_code == 404
+    assert "There is no page at this address." in answer.text and 'href="/chat"' in answer.text
