@@ -54,7 +54,7 @@ def telegram_turns(rig: WebRig, turns: int) -> list[float]:
         before = len(rig.tg.calls_to("sendMessage"))
         started = time.perf_counter()
         rig.tg.push(rig.tg.private_text(f"telegram question {n}"))
-        wait_for(lambda: len(rig.tg.calls_to("sendMessage")) > before, what="the first words")
+        wait_for(lambda b=before: len(rig.tg.calls_to("sendMessage")) > b, what="the first words")
         times.append(time.perf_counter() - started)
         wait_for(lambda: REPLY in "".join(rig.bot_texts(OWNER_TG)[-1:]), what="the whole reply")
         time.sleep(0.3)  # the turn's end (transcript written) before the next message
@@ -90,7 +90,7 @@ def web_turns(rig: WebRig, turns: int) -> list[float]:
 
 def summary(times: list[float]) -> str:
     ordered = sorted(times)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return f"p50 {statistics.median(ordered) * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms"
 
 

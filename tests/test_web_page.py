@@ -238,3 +238,28 @@ def test_a_message_sent_from_the_page_survives_a_gateway_killed_mid_turn(
         finally:
             context.close()
             rig.stop()
+
+
+def test_a_page_message_waits_for_the_telegram_reply_being_written(
+    web_page: Any, web_rig: WebRig
+) -> None:
+    def slow_for_telegram(request: RecordedRequest) -> Reply:
+        text = request.last_user_text()
+        delay = 2.0 if "from telegram" in text else 0.0
+        return text_reply(f"re: {text}", delay_s=delay)
+
+    web_rig.model.respond_with(responder(turn=slow_for_telegram))
+    chat(web_page, web_rig)
+    asked = len(web_rig.model.requests)
+    web_rig.tg.push(web_rig.tg.private_text("first, from telegram"))
+    wait_for(lambda: len(web_rig.model.requests) > asked, what="the Telegram turn")
+    say(web_page, "then from the page")
+    web_page.wait_for_selector(".msg.assistant >> text=re: then from the page", timeout=30000)
+    # One session, one turn at a time: the page's turn started after Telegram's was answered,
+    # and saw it.
+    assert any("from telegram" in t for t in web_rig.bot_texts())
+    page_turn = next(
+        r for r in web_rig.model.requests[asked:] if "then from the page" in r.last_user_text()
+    )
+    assert "re: first, from telegram" in json.dumps(page_turn.body)
+    web_rig.model.respond_with(responder(turn=echo))

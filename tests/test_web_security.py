@@ -287,7 +287,9 @@ def test_password_login_and_the_rate_limit_on_failed_attempts(tmp_path: Path) ->
                 right = {"csrf": csrf, "password": "correct horse battery"}
                 limited = http.post("/login", data=right, headers={"Origin": rig.base})
                 assert limited.status_code == 429  # even the right one, for a minute
-                assert http.get(rig.login_url()).status_code == 429
+                assert http.get(f"{rig.base}/login?token=guessed").status_code == 429
+                # A fresh link from `pinch web login` still works: no lock-out of the owner.
+                assert http.get(rig.login_url()).status_code == 303
         finally:
             rig.stop()
 
@@ -400,3 +402,17 @@ def test_a_taken_port_leaves_the_gateway_running_its_other_channels(tmp_path: Pa
             assert rig.proc.poll() is None  # the gateway runs on without the page
         finally:
             rig.stop()
+
+
+def test_set_password_reads_one_line_from_a_pipe(pinch_home: Path) -> None:
+    done = CliRunner().invoke(main, ["web", "set-password"], input="a pass phrase from a pipe\n")
+    assert done.exit_code == 0, done.output
+    assert verify_password("a pass phrase from a pipe", read_password_hash(pinch_home) or "")
+
+
+def test_an_unknown_address_after_login_is_a_page_not_a_stack_trace(
+    logged_in: httpx.Client,
+) -> None:
+    answer = logged_in.get("/no/such/page")
+    assert answer.status_code == 404
+    assert "There is no page at this address." in answer.text and 'href="/chat"' in answer.text

@@ -44,7 +44,8 @@ def web_login() -> None:
 @click.option(
     "--password-stdin",
     is_flag=True,
-    help="Read the password from standard input (for scripts) instead of asking twice.",
+    help="Read the password from standard input (one line; also what happens when standard "
+    "input is not a terminal) instead of asking twice.",
 )
 @friendly_errors
 def web_set_password(password_stdin: bool) -> None:
@@ -57,7 +58,7 @@ def web_set_password(password_stdin: bool) -> None:
     from app.web.auth import set_password
 
     settings = load_settings()
-    if password_stdin:
+    if password_stdin or not sys.stdin.isatty():
         password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = click.prompt("New password", hide_input=True, confirmation_prompt=True)

@@ -130,6 +130,10 @@ class Logins:
     def end(self, session_id: str) -> None:
         self.store.end_session(digest(session_id))
 
+    def prune(self) -> None:
+        """Forget expired sessions and old login links."""
+        self.store.prune(self.clock())
+
     def password_set(self) -> bool:
         return read_password_hash(self.home) is not None
 

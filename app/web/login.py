@@ -59,9 +59,11 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
             if request.get(SESSION_KEY):
                 raise web.HTTPSeeOther("/")
             return login_page(request)
-        if logins.limited():
-            return login_page(request, status=429, error=TOO_MANY)
+        # A valid link always works (256 random bits: guessing is hopeless), so a stranger
+        # hammering the login cannot lock the owner out; failed tries count and are limited.
         session_id = await asyncio.to_thread(logins.redeem, token)
+        if session_id is None and logins.limited():
+            return login_page(request, status=429, error=TOO_MANY)
         if session_id is None:
             return login_page(
                 request,

@@ -12,6 +12,8 @@ a login link's token (in the query) never reaches any log.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +22,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.typedefs import Handler, Middleware
 
 from app.web import login
 from app.web.context import WebContext
@@ -65,7 +68,7 @@ def build_web_app(ctx: WebContext) -> web.Application:
     """The application: security first, then the login, the pages and the static files."""
     logins = ctx.services["logins"]
     app = web.Application(
-        middlewares=[security_middleware(ctx.settings.web, logins)],
+        middlewares=[security_middleware(ctx.settings.web, logins), not_found_page(ctx)],
         client_max_size=MAX_UPLOAD_BYTES,
     )
     app.on_response_prepare.append(add_security_headers)
@@ -74,6 +77,28 @@ def build_web_app(ctx: WebContext) -> web.Application:
         module.add_routes(app, ctx)
     app.router.add_static("/static/", WEB_DIR / "static", follow_symlinks=False)
     return app
+
+
+def not_found_page(ctx: WebContext) -> Middleware:
+    """A page (with the nav) instead of aiohttp's bare "404: Not Found", for the logged-in owner
+    (the security middleware has already sent everyone else to /login)."""
+
+    @web.middleware
+    async def friendly(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPNotFound:
+            if request.method != "GET" or request.path.startswith("/static/"):
+                raise
+            return ctx.render(
+                request,
+                "error.html",
+                status=404,
+                title="Not here",
+                message="There is no page at this address.",
+            )
+
+    return friendly
 
 
 class QuietAccessLogger(AbstractAccessLogger):
@@ -100,6 +125,8 @@ class WebServer:
     async def start(self) -> None:
         """Bind [web] host:port; OSError (worded as advice) when the port is taken."""
         config = self.ctx.settings.web
+        with contextlib.suppress(Exception):  # housekeeping; a failure costs nothing now
+            await asyncio.to_thread(self.ctx.services["logins"].prune)
         runner = web.AppRunner(
             build_web_app(self.ctx),
             access_log_class=QuietAccessLogger,

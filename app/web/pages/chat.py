@@ -108,11 +108,11 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
     async def send(request: web.Request) -> web.StreamResponse:
         form = await request.post()
         text = str(form.get("text", "")).strip()
-        uploads = [
-            Upload(item.filename or "file", item.file.read(), item.content_type)
-            for item in form.getall("files", [])
-            if isinstance(item, FileField) and item.filename
-        ]
+        uploads = []
+        for item in form.getall("files", []):
+            if isinstance(item, FileField) and item.filename:
+                data = await asyncio.to_thread(item.file.read)  # a spooled file: off the loop
+                uploads.append(Upload(item.filename, data, item.content_type))
         if not text and not uploads:
             return _answer(request, {"error": "Type a message or choose a file."}, 400)
         try:

@@ -14,6 +14,7 @@
   var status = document.getElementById("status");
   var csrf = form.querySelector("input[name=csrf]").value;
   var clientId = form.querySelector("input[name=client_id]");
+  var MAX_FILE_BYTES = 20 * 1024 * 1024;
   var busy = false;
   var typingUntil = 0;
 
@@ -83,6 +84,11 @@
     var shown = String(data.get("text") || "").trim();
     var files = data.getAll("files").filter(function (f) { return f && f.name; });
     if (!shown && !files.length) { return; }
+    var big = files.filter(function (f) { return f.size > MAX_FILE_BYTES; });
+    if (big.length) {
+      showError("Not sent: " + big[0].name + " is larger than 20 MB.");
+      return;
+    }
     showError("");
     fetch("/chat/send", {
       method: "POST",
@@ -90,7 +96,10 @@
       headers: { "X-CSRF-Token": csrf },
       credentials: "same-origin"
     }).then(function (response) {
-      return response.json().then(function (body) { return { ok: response.ok, body: body }; });
+      return response.json().then(
+        function (body) { return { ok: response.ok, body: body }; },
+        function () { return { ok: false, body: { error: "Not sent (" + response.status + ")." } }; }
+      );
     }).then(function (result) {
       if (!result.ok) { showError(result.body.error || "Not sent."); return; }
       addUserBubble(shown, files.map(function (f) { return f.name; }));
