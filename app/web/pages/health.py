@@ -9,6 +9,7 @@ each model call leaves on its transcript event), and the tail of the gateway's l
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,7 +31,14 @@ LOG_LINES = 200
 
 def add_routes(app: web.Application, ctx: WebContext) -> None:
     if not isinstance(ctx.services.get("log_tail"), LogTail):  # from now on, for the tail
-        ctx.services["log_tail"] = install_log_tail(ctx.settings)
+        tail = install_log_tail(ctx.settings)
+        ctx.services["log_tail"] = tail
+
+        async def remove_tail(_app: web.Application) -> None:
+            logging.getLogger().removeHandler(tail)
+            ctx.services.pop("log_tail", None)
+
+        app.on_cleanup.append(remove_tail)
     pages = HealthPages(ctx)
     app.router.add_get("/health", pages.index)
     app.router.add_post("/health/doctor", pages.doctor)
