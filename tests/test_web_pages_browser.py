@@ -151,7 +151,7 @@ def test_forgetting_a_session_previews_then_removes_it(web_page: Any, web_rig: W
     web_page.goto(web_rig.url(f"/sessions/{session.id}"))
     web_page.click("a.btn.danger")
     web_page.wait_for_selector("#forget-items")
-    assert "remove: transcript_events ×2" in web_page.inner_text("#forget-items")
+    assert "remove: 2 transcript events" in web_page.inner_text("#forget-items")
     screenshot(web_page, "session-forget")
     submit(web_page, "#confirm-forget")
     assert "Forgotten." in web_page.inner_text("main")

@@ -189,12 +189,21 @@ class SessionPages:
         )
 
 
+KIND_WORDS = {
+    "transcript_events": "transcript events",
+    "index_chunks": "searchable passages of the transcript",
+    "session_note": "session note",
+    "daily_entry": "daily log entry",
+}
+
+
 def describe(item: ForgetItem, done: bool) -> str:
-    """One item of a forget plan in words (as `pinch memory forget` prints it)."""
+    """One item of a forget plan in words (what `pinch memory forget` prints, less terse)."""
     where = item.path or ""
     if item.lines:
         where += f" lines {item.lines}"
-    what = f"{item.kind} ×{item.count}" if item.count != 1 else item.kind
+    kind = KIND_WORDS.get(item.kind, item.kind.replace("_", " "))
+    what = f"{item.count} {kind}" if item.count != 1 else kind
     if item.kind == "recall_signals":
         what = f"{item.count} recall signals on"
     elif item.kind == "dream_preimage_db":
