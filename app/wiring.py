@@ -33,6 +33,7 @@ from agent.context import ContextBuilder
 from agent.intent_tool import IntentTool
 from agent.memory_tools import MemoryTools
 from agent.model.factory import ModelClient, create_model_client, preload
+from agent.projects import ProjectDirectory
 from agent.runtime import Agent
 from agent.tools import Tool
 from agent.web_fetch import WebFetcher
@@ -96,6 +97,7 @@ async def build_runtime(
             clock=clock,
             active_memory=True,
             extra_tools=(automations.tool,) if automations is not None else (),
+            projects=project_directory(settings),
         )
     except BaseException:
         index.close()
@@ -125,6 +127,7 @@ def build_agent(
     fetcher: WebFetcher | None = None,
     extra_tools: Sequence[Tool] = (),
     active_memory: bool = False,
+    projects: ProjectDirectory | None = None,
 ) -> Agent:
     """An `Agent` and its parts over `index` and `store`: the workspace writer (every write
     re-indexes memory), the standing intents, the memory and `intent` tools, the context
@@ -149,7 +152,13 @@ def build_agent(
     tools = memory_tools.registry(intent_tool, *extra_tools)
     recall = (
         ActiveMemory(
-            model=model, store=store, tools=tools, workspace=workspace, config=config, index=index
+            model=model,
+            store=store,
+            tools=tools,
+            workspace=workspace,
+            config=config,
+            index=index,
+            projects=projects,
         )
         if active_memory
         else None
@@ -171,6 +180,14 @@ def build_agent(
         ),
         compactor=Compactor(model=model, store=store, index=index, tools=tools, config=config),
         recall=recall,
+        projects=projects,
+    )
+
+
+def project_directory(settings: Settings) -> ProjectDirectory:
+    """The `[projects.NAME]` tables as the agent reads them (agent/projects.py)."""
+    return ProjectDirectory.of(
+        {name: (p.chats, p.folders) for name, p in settings.projects.items()}
     )
 
 
