@@ -108,9 +108,12 @@ def test_approving_a_pairing_code_in_the_page_lets_the_stranger_be_answered(
     assert "222" in web_page.inner_text("#approved")
     before = len(web_rig.bot_texts(STRANGER["id"]))
     tg.push(tg.private_text(f"may I ask now? {XSS}", sender=STRANGER))
-    wait_for(lambda: len(web_rig.bot_texts(STRANGER["id"])) > before, what="the stranger's answer")
-    answer = web_rig.bot_texts(STRANGER["id"])[before]
-    assert "may I ask now?" in answer and "code" not in answer, answer
+
+    def answered() -> bool:  # a streamed reply is sent, then edited: wait for the whole of it
+        return any("may I ask now?" in t for t in web_rig.bot_texts(STRANGER["id"])[before:])
+
+    wait_for(answered, what="the stranger's answer")
+    assert not any("code" in t for t in web_rig.bot_texts(STRANGER["id"])[before:])
 
 
 def test_a_strangers_html_in_a_transcript_shows_as_text_and_runs_nothing(
