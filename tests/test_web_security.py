@@ -271,8 +271,9 @@ def test_password_login_and_the_rate_limit_on_failed_attempts(tmp_path: Path) ->
     set_password(home, "correct horse battery")
     with FakeModelServer() as model, FakeTelegram() as tg:
         model.respond_with(responder(turn=echo))
-        rig = start_web_gateway(home, model, tg)
+        rig = start_web_gateway(home, model, tg, telegram=False)  # the page alone
         try:
+            assert "Gateway running with web" in rig.log_text()
             with client(rig) as http:
                 page = http.get("/login")
                 assert 'type="password"' in page.text
