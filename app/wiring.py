@@ -271,7 +271,13 @@ def build_gateway(
     )
 
 
-def build_web_server(settings: Settings, runtime: Runtime, gateway: Gateway) -> WebServer | None:
+def build_web_server(
+    settings: Settings,
+    runtime: Runtime,
+    gateway: Gateway,
+    *,
+    log_tail: Callable[[int], list[str]] | None = None,
+) -> WebServer | None:
     """The web page (`[web]`) served by `pinch gateway` with `gateway`'s channels and state, or
     None when it is off. Start it after the gateway, stop it after the gateway stopped (the
     web channel's event streams end with the channel)."""
@@ -291,6 +297,7 @@ def build_web_server(settings: Settings, runtime: Runtime, gateway: Gateway) -> 
             "gateway": gateway,
             "web_channel": gateway.channels.get(WEB),
             "logins": Logins(store, settings.web, settings.home),
+            "log_tail": log_tail or (lambda _count: []),
         },
     )
     return WebServer(ctx)

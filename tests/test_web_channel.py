@@ -139,3 +139,22 @@ def test_the_health_check_says_where_the_page_is_served(tmp_path: Path) -> None:
     channel = WebChannel(WebConfig(port=9999), inbox=Inbox(tmp_path / "workspace"))
     health = asyncio.run(channel.check())
     assert health.ok and "127.0.0.1:9999" in health.detail
+
+
+def test_the_log_tail_for_the_page_is_redacted_like_the_log() -> None:
+    import logging
+
+    from app.logging_setup import RecentLines, add_redacted_handler
+
+    recent = RecentLines(capacity=3)
+    add_redacted_handler(recent, ["123456:SECRET-BOT-TOKEN"])
+    log = logging.getLogger("pinch.test.tail")
+    try:
+        for n in range(4):
+            log.warning("line %d with 123456:SECRET-BOT-TOKEN", n)
+    finally:
+        logging.getLogger().removeHandler(recent)
+    lines = recent.tail(10)
+    assert len(lines) == 3 and "line 3" in lines[-1] and "line 0" not in " ".join(lines)
+    assert not any("SECRET-BOT-TOKEN" in line for line in lines)
+    assert recent.tail(1) == lines[-1:]

@@ -159,7 +159,13 @@ def test_a_post_without_the_csrf_token_is_refused(web_rig: WebRig, logged_in: ht
 
 def test_a_post_from_another_origin_is_refused(web_rig: WebRig, logged_in: httpx.Client) -> None:
     csrf = csrf_of(logged_in)
-    for origin in ("http://evil.example", "null", f"http://localhost:{web_rig.port + 1}"):
+    for origin in (
+        "http://evil.example",
+        "null",
+        f"http://localhost:{web_rig.port + 1}",
+        f"http://127.0.0.1:{web_rig.port}.evil.example",
+        f"ftp://127.0.0.1:{web_rig.port}",
+    ):
         answer = send(logged_in, web_rig, Origin=origin, **{"X-CSRF-Token": csrf})
         assert answer.status_code == 403, origin
         assert "Origin" in answer.text
@@ -174,6 +180,9 @@ def test_a_post_with_token_and_origin_is_taken(web_rig: WebRig, logged_in: httpx
     csrf = csrf_of(logged_in)
     answer = send(logged_in, web_rig, Origin=web_rig.base, **{"X-CSRF-Token": csrf})
     assert answer.status_code == 200 and answer.json()["ok"] is True
+    # Through an HTTPS proxy (Tailscale serve) the browser's origin is https, the hop is http.
+    proxied = web_rig.base.replace("http://", "https://")
+    assert send(logged_in, web_rig, Origin=proxied, **{"X-CSRF-Token": csrf}).status_code == 200
 
 
 # -- the Host header (DNS rebinding) -------------------------------------------------------------
@@ -262,8 +271,9 @@ def test_password_login_and_the_rate_limit_on_failed_attempts(tmp_path: Path) ->
     set_password(home, "correct horse battery")
     with FakeModelServer() as model, FakeTelegram() as tg:
         model.respond_with(responder(turn=echo))
-        rig = start_web_gateway(home, model, tg)
+        rig = start_web_gateway(home, model, tg, telegram=False)  # the page alone
         try:
+            assert "Gateway running with web" in rig.log_text()
             with client(rig) as http:
                 page = http.get("/login")
                 assert 'type="password"' in page.text

@@ -147,15 +147,19 @@ def start_web_gateway(
     *,
     port: int | None = None,
     wait: bool = True,
+    telegram: bool = True,
     **env: str,
 ) -> WebRig:
-    """`pinch gateway` (the real command) with the page on `port` (a free one by default);
-    returns once the page answers (with `wait`) or the process ended."""
+    """`pinch gateway` (the real command) with the page on `port` (a free one by default) and,
+    with `telegram`, the fake Bot API's bot; returns once the page answers (with `wait`) or the
+    process ended."""
     port = port or free_port()
     home.mkdir(parents=True, exist_ok=True)
     log_path = home.parent / f"gateway-{port}.log"
     log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed by WebRig.stop
     environ = {**gateway_env(home, model, tg, port), **env}
+    if not telegram:
+        del environ["PINCH_TELEGRAM__BOT_TOKEN"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli.main", "gateway"],
         cwd=ROOT,

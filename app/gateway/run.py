@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING
 from app.automations.assembly import owner_zone, start_automations
 from app.automations.nightly_dream import start_nightly_dream
 from app.gateway.server import GatewayError
-from app.logging_setup import add_redacted_handler
+from app.logging_setup import RecentLines, add_redacted_handler
 from app.wiring import (
     build_channels,
     build_gateway,
@@ -141,7 +141,10 @@ async def run_gateway(
             health = build_health_server(settings, gateway)
             if health is not None:
                 await health.start()
-            web = build_web_server(settings, runtime, gateway)
+            recent = RecentLines()  # the web page's tail of this log, redacted like the rest
+            if settings.web.enabled:
+                add_redacted_handler(recent, settings_secrets(settings))
+            web = build_web_server(settings, runtime, gateway, log_tail=recent.tail)
             if web is not None:
                 try:
                     await web.start()
@@ -161,6 +164,7 @@ async def run_gateway(
             await gateway.stop(settings.gateway.shutdown_grace_s)
             if web is not None:
                 await web.stop()
+            logging.getLogger().removeHandler(recent)
             if health is not None:
                 await health.stop()
         finally:

@@ -37,7 +37,9 @@ class WebContext:
     #                   `failed`), access and pairing (`access.pairing`), `cancel_turn`,
     #                   `workers.busy(key)`, its channels (`channels`);
     #   "web_channel" — the channels.web.WebChannel of the chat (None when not running);
-    #   "logins"      — app.web.auth.Logins: the login links, password and sessions.
+    #   "logins"      — app.web.auth.Logins: the login links, password and sessions;
+    #   "log_tail"    — `log_tail(count) -> list[str]`: the gateway's newest log lines,
+    #                   redacted (app.logging_setup.RecentLines), oldest first.
     services: dict[str, Any] = field(default_factory=dict)
 
     def render(

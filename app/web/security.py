@@ -133,7 +133,10 @@ def same_origin(request: web.Request) -> bool:
     POST, so "null" passes only with the browser's own `Sec-Fetch-Site: same-origin` (which no
     page can set; a sandboxed frame or another site gets "cross-site")."""
     origin = request.headers.get("Origin", "")
-    if origin == f"{request.scheme}://{request.host}":
+    scheme, _, host = origin.partition("://")
+    # The scheme may differ from this server's: an HTTPS proxy in front (Tailscale serve, a
+    # reverse proxy) talks plain HTTP to it. The host (already checked) must be the same.
+    if scheme in ("http", "https") and host.lower() == (request.host or "").lower():
         return True
     return origin == "null" and request.headers.get("Sec-Fetch-Site") == "same-origin"
 
