@@ -1,7 +1,8 @@
 """Server time of the web page's six pages with many sessions and chunks, and /memory/search
 beside the CLI's own search (`MemoryIndex.search`, what `pinch memory search` calls).
 
-    .venv/bin/python bench/web.py --quick    # 1,000 sessions, 10k chunks (under a minute)
+    .venv/bin/python bench/web.py --quick    # 1,000 sessions, 10k chunks (under a minute once
+                                             # its data is built: the first run, ~2 min)
     .venv/bin/python bench/web.py            # 10,000 sessions, 100k chunks
     .venv/bin/python bench/web.py --json
 
