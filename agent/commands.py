@@ -141,7 +141,7 @@ async def run_command(
 
 def _columns_for(text: str, channel: str) -> str:
     """Columns aligned with spaces stay aligned in a chat only in a code block (fixed width)."""
-    return f"```\n{text}\n```" if channel in ("telegram", "slack") else text
+    return f"```\n{text}\n```" if channel in ("telegram", "slack", "web") else text
 
 
 def render_help() -> str:

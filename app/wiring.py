@@ -49,6 +49,7 @@ from app.gateway.queue import GatewayStore
 from app.gateway.server import Gateway, GatewayOptions
 from app.process import Runtime
 from channels.base import Channel
+from common.channel_table import WEB
 from common.clock import Clock, owner_zone
 from memory.files.inbox import Inbox
 from memory.files.writes import WorkspaceWriter
@@ -62,6 +63,7 @@ from memory.store.sessions import SessionStore, SqliteSessionStore
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from app.web.server import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +244,10 @@ def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str,
         if row.adapter is None or row.config_section is None:
             continue  # not run by the gateway (the terminal)
         config = getattr(settings, row.config_section)
-        if config.bot_token is None:
+        if row.token_variable is None:  # runs when its section is enabled (the web page)
+            if not config.enabled:
+                continue
+        elif config.bot_token is None:
             note(f"{row.name}: skipped (no token; set {row.token_variable} to run it)")
             continue
         try:
@@ -298,6 +303,46 @@ def build_gateway(
         access=access,
         options=options_from(settings),
     )
+
+
+def build_web_server(
+    settings: Settings,
+    runtime: Runtime,
+    gateway: Gateway,
+    *,
+    log_tail: Callable[[int], list[str]] | None = None,
+) -> WebServer | None:
+    """The web page (`[web]`) served by `pinch gateway` with `gateway`'s channels and state, or
+    None when it is off. Start it after the gateway, stop it after the gateway stopped (the
+    web channel's event streams end with the channel)."""
+    if not settings.web.enabled:
+        return None
+    from app.web.auth import Logins
+    from app.web.context import WebContext
+    from app.web.server import WebServer, make_templates
+    from memory.store.web_store import SqliteWebAuthStore
+
+    store = SqliteWebAuthStore(runtime.index.db)
+    ctx = WebContext(
+        settings=settings,
+        runtime=runtime,
+        templates=make_templates(),
+        services={
+            "gateway": gateway,
+            "web_channel": gateway.channels.get(WEB),
+            "logins": Logins(store, settings.web, settings.home),
+            "log_tail": log_tail or (lambda _count: []),
+        },
+    )
+    return WebServer(ctx)
+
+
+def web_exposure_problem(settings: Settings) -> str | None:
+    """Advice when the web page must not start as configured (a non-loopback host without a
+    password), else None."""
+    from app.web.auth import exposure_problem
+
+    return exposure_problem(settings.web, settings.home)
 
 
 def build_health_server(settings: Settings, gateway: Gateway) -> HealthServer | None:

@@ -21,9 +21,16 @@ from app.automations.assembly import owner_zone, start_automations
 from app.automations.nightly_dream import start_nightly_dream
 from app.backup.schedule import owner_alert, start_backups
 from app.gateway.server import GatewayError
-from app.logging_setup import add_redacted_handler
-from app.wiring import build_channels, build_gateway, build_health_server, build_runtime
-from channels.base import Channel
+from app.logging_setup import RecentLines, add_redacted_handler
+from app.wiring import (
+    build_channels,
+    build_gateway,
+    build_health_server,
+    build_runtime,
+    build_web_server,
+    web_exposure_problem,
+)
+from channels.base import Channel, ChannelHealth
 from memory.errors import MemoryError_
 
 if TYPE_CHECKING:
@@ -99,6 +106,9 @@ async def run_gateway(
 ) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status. Raises GatewayError when it cannot
     start (another gateway, no channel)."""
+    exposed = web_exposure_problem(settings)
+    if exposed is not None:  # refused before anything starts
+        raise GatewayError(exposed)
     lock = acquire_lock(settings.agent_dir / "gateway.lock")
     try:
         channels = build_channels(settings, note)
@@ -106,7 +116,8 @@ async def run_gateway(
         if not channels:
             raise GatewayError(
                 "No channel to run: set PINCH_TELEGRAM__BOT_TOKEN or PINCH_SLACK__BOT_TOKEN "
-                "(and PINCH_SLACK__APP_TOKEN), then start `pinch gateway` again."
+                "(and PINCH_SLACK__APP_TOKEN), or turn the web page on ([web] enabled = true), "
+                "then start `pinch gateway` again."
             )
         runtime = await build_runtime(settings)
         try:
@@ -131,6 +142,19 @@ async def run_gateway(
             health = build_health_server(settings, gateway)
             if health is not None:
                 await health.start()
+            recent = RecentLines()  # the web page's tail of this log, redacted like the rest
+            if settings.web.enabled:
+                add_redacted_handler(recent, settings_secrets(settings))
+            web = build_web_server(settings, runtime, gateway, log_tail=recent.tail)
+            if web is not None:
+                try:
+                    await web.start()
+                except OSError as exc:  # the port is taken: the channels still answer
+                    log.error("%s", exc)
+                    gateway.failed["web"] = str(exc)
+                    gateway.health["web"] = ChannelHealth(False, f"could not start: {exc}")
+                    web = None
+                    await gateway.write_heartbeat()  # `pinch doctor` sees it at once
             scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
             dreams = await start_nightly_dream(settings, owner_zone(runtime.clock))  # either way
             backups = await start_backups(settings, owner_alert(settings, gateway.channels))
@@ -142,6 +166,9 @@ async def run_gateway(
             if scheduler is not None:
                 await scheduler.stop()
             await gateway.stop(settings.gateway.shutdown_grace_s)
+            if web is not None:
+                await web.stop()
+            logging.getLogger().removeHandler(recent)
             if health is not None:
                 await health.stop()
         finally:
