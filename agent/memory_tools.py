@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from agent.policy import TAINTING_TOOLS, append_origin
+from agent.policy import append_origin, taints
 from agent.tools import Tool, ToolContext, ToolFailure, ToolRegistry
 from agent.types import ToolSpec
 from agent.web_fetch import FetchError, WebFetcher, wrap_untrusted
@@ -293,7 +293,7 @@ class MemoryTools:
         calls = self.store.events(
             ctx.session_id, after_seq=max(0, first_kept - 1), kinds=("tool_call",)
         )
-        return any(str(e.content.get("name")) in TAINTING_TOOLS for e in calls)
+        return any(taints(str(e.content.get("name"))) for e in calls)
 
     # -- the outside world -------------------------------------------------------------------
 

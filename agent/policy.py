@@ -18,7 +18,8 @@ Shared sessions may read the workspace's public bootstrap files (AGENTS.md, SOUL
 the attachments sent in their own conversation; their durable memory is their own transcript,
 which stays searchable in their own scope after compaction or /new.
 
-Trust: tools in TAINTING_TOOLS bring outside content (web_fetch); after one runs, the rest of
+Trust: tools for which `taints` is true bring outside content (web_fetch, mcp_call and every MCP
+tool, named SERVER__tool); after one runs, the rest of
 the turn is *tainted* and whatever the agent appends is stored as `untrusted` (`append_origin`).
 web_fetch is not in SHARED_TOOLS, so only the owner's direct chats are offered it.
 
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from agent.requests import SenderKind
 from common.channel_table import channel_names
 from memory.search.filters import SearchFilter
-from memory.store.lineage import OUTSIDE_CONTENT_TOOLS
+from memory.store.lineage import OUTSIDE_CONTENT_TOOLS, is_outside_content_tool
 from memory.store.sessions import SessionKey
 
 # Loaded into every session's prompt, so readable everywhere.
@@ -52,6 +53,11 @@ SHARED_TOOLS = frozenset({"memory_search", "transcript_read", "read_file", "curr
 OWNER_WORD_TOOLS = frozenset({"remember", "schedule", "intent"})
 # Tools whose results are outside content: they taint the rest of the turn.
 TAINTING_TOOLS = OUTSIDE_CONTENT_TOOLS
+
+
+def taints(tool: str) -> bool:
+    """Whether a call of `tool` taints the rest of its turn (its result is outside content)."""
+    return is_outside_content_tool(tool)
 
 
 def append_origin(sender: SenderKind, tainted: bool) -> str:

@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from agent.agent_config import AgentConfig
+from agent.mcp.mcp_config import McpConfig, references
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
 from app.web.web_config import WebConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
@@ -108,6 +109,7 @@ class Settings(BaseSettings):
     heartbeat: HeartbeatConfig = HeartbeatConfig()
     dreaming: DreamingConfig = DreamingConfig()
     web: WebConfig = WebConfig()
+    mcp: McpConfig = McpConfig()
 
     @field_validator("agent_id")
     @classmethod
@@ -171,6 +173,7 @@ class _TomlSource(PydanticBaseSettingsSource):
                 f"(chmod 600 {path})."
             ) from None
         _refuse_secrets_in_file(data, path)
+        _refuse_mcp_secrets(data, path)
         return data
 
 
@@ -202,6 +205,38 @@ def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
                     "the file. API keys are read only from the environment, under the "
                     "provider's name (ANTHROPIC_API_KEY, OPENAI_API_KEY, …)."
                 )
+
+
+_SECRET_VALUE_NAME = re.compile(r"token|key|secret|password|authorization|credential", re.I)
+
+
+def _refuse_mcp_secrets(data: dict[str, Any], path: Path) -> None:
+    """An MCP server's `env` and `headers` values that look like secrets must come from the
+    environment as ${NAME}, not be written in the file."""
+    servers = data.get("mcp", {}).get("servers") if isinstance(data.get("mcp"), dict) else None
+    if not isinstance(servers, dict):
+        return
+    for server, table in servers.items():
+        if not isinstance(table, dict):
+            continue
+        for kind in ("env", "headers"):
+            values = table.get(kind)
+            if not isinstance(values, dict):
+                continue
+            for name, value in values.items():
+                secret = _SECRET_VALUE_NAME.search(str(name)) and isinstance(value, str)
+                if secret and value.strip() and not references(value):
+                    raise ConfigError(
+                        f"{path} sets [mcp.servers.{server}] {kind}.{name} to a literal "
+                        "value, a secret: write it as a reference to an environment "
+                        f'variable instead ({name} = "${{MY_{_env_name(name)}}}", or '
+                        f'"Bearer ${{MY_TOKEN}}" for a header) and set that variable '
+                        "(secrets never live in config.toml)."
+                    )
+
+
+def _env_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", str(name)).upper().strip("_") or "SECRET"
 
 
 def _check_home() -> None:

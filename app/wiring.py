@@ -31,9 +31,11 @@ from agent.agent_config import AgentConfig
 from agent.compaction import Compactor
 from agent.context import ContextBuilder
 from agent.intent_tool import IntentTool
+from agent.mcp.mcp_tools import McpServers
 from agent.memory_tools import MemoryTools
 from agent.model.factory import ModelClient, create_model_client, preload
 from agent.runtime import Agent
+from agent.skills import Skills
 from agent.tools import Tool
 from agent.web_fetch import WebFetcher
 from app.automations.assembly import build_automations
@@ -82,6 +84,7 @@ async def build_runtime(
         if not settings.dreaming.enabled:
             stop_recording(index.db)  # no recall signals are kept for a disabled Dreaming
         store = SqliteSessionStore(index.db)
+        mcp = McpServers(settings.mcp, stderr_dir=settings.agent_dir / "mcp")
         automations = None
         if settings.automations.enabled:  # the jobs, a scheduler the gateway starts, the tool
             automations = await asyncio.to_thread(build_automations, settings, index.db, clock)
@@ -94,6 +97,7 @@ async def build_runtime(
             clock=clock,
             active_memory=True,
             extra_tools=(automations.tool,) if automations is not None else (),
+            mcp=mcp,
         )
     except BaseException:
         index.close()
@@ -107,6 +111,7 @@ async def build_runtime(
         watcher=MemoryWatcher(index),
         clock=clock,
         automations=automations,
+        mcp=mcp,
         _preloading=asyncio.ensure_future(_preload_quietly(model)),
     )
     return runtime
@@ -123,11 +128,14 @@ def build_agent(
     fetcher: WebFetcher | None = None,
     extra_tools: Sequence[Tool] = (),
     active_memory: bool = False,
+    mcp: McpServers | None = None,
 ) -> Agent:
     """An `Agent` and its parts over `index` and `store`: the workspace writer (every write
     re-indexes memory), the standing intents, the memory and `intent` tools, the context
     builder, the compactor and — with `active_memory` — the recall before owner messages.
-    `extra_tools` are offered after the built-in ones (each still subject to the turn's policy).
+    `extra_tools` are offered after the built-in ones (each still subject to the turn's policy);
+    `mcp`'s servers add their tools and their listing (whoever built it starts and closes it).
+    The skills in the workspace's skills/ are listed in the owner's prompt.
 
     `config` defaults to `AgentConfig()`, `clock` to the configured time zone, `fetcher` to a
     real `WebFetcher`. Blocking (opens the intents tables): call it from a worker thread or
@@ -145,6 +153,8 @@ def build_agent(
     )
     intent_tool = IntentTool(intents, clock, memory_tools.context_tainted).tool()
     tools = memory_tools.registry(intent_tool, *extra_tools)
+    if mcp is not None:
+        tools.add_provider(mcp)
     recall = (
         ActiveMemory(
             model=model, store=store, tools=tools, workspace=workspace, config=config, index=index
@@ -166,6 +176,7 @@ def build_agent(
             workspace,
             max_chars=config.bootstrap_max_chars,
             total_max_chars=config.bootstrap_total_max_chars,
+            sources=(Skills(workspace), *((mcp,) if mcp is not None else ())),
         ),
         compactor=Compactor(model=model, store=store, index=index, tools=tools, config=config),
         recall=recall,

@@ -114,6 +114,7 @@ async def run_gateway(
             except MemoryError_ as exc:  # answering still works from the last complete index
                 log.warning("The memory index could not be updated: %s", exc)
             runtime.watcher.start()
+            await runtime.start_mcp()  # bounded wait; a failing server is retried, not fatal
             gateway = build_gateway(settings, runtime, channels)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()

@@ -1,0 +1,121 @@
+"""Small MCP servers for the tests, written with the official SDK (`MCPServer`).
+
+    python tests/fakes/mcp_servers.py KIND              # over stdio
+    python tests/fakes/mcp_servers.py KIND --http PORT  # streamable HTTP on 127.0.0.1:PORT/mcp
+
+KIND: `calc` (add, multiply, divide), `crash` (its `boom` tool kills the process), `hang` (its
+`wait` tool never answers), `big` (its `dump` tool returns 5 MB of text), `many` (40 tools),
+`garbage` (writes a line that is not JSON-RPC to stdout, then serves `calc`), `dies` (exits
+before answering anything: a server that fails to start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from mcp.server.mcpserver import MCPServer
+
+
+def calculator(server: MCPServer) -> None:
+    @server.tool()
+    def add(a: float, b: float) -> str:
+        """Add two numbers."""
+        return str(a + b)
+
+    @server.tool()
+    def multiply(a: float, b: float) -> str:
+        """Multiply two numbers."""
+        return str(a * b)
+
+    @server.tool()
+    def divide(a: float, b: float) -> str:
+        """Divide a by b."""
+        if b == 0:
+            raise ValueError("division by zero")
+        return str(a / b)
+
+    @server.tool()
+    def pid() -> str:
+        """This server's process id."""
+        return str(os.getpid())
+
+
+def build(kind: str) -> MCPServer:
+    server = MCPServer(kind)
+    if kind in ("calc", "garbage"):
+        calculator(server)
+    elif kind == "crash":
+
+        @server.tool()
+        def boom() -> str:
+            """Crash the server."""
+            os._exit(3)
+
+        @server.tool()
+        def pid() -> str:
+            """This server's process id."""
+            return str(os.getpid())
+
+    elif kind == "hang":
+
+        @server.tool()
+        def wait() -> str:
+            """Never answers."""
+            time.sleep(3600)
+            return "never"
+
+        @server.tool()
+        def pid() -> str:
+            """This server's process id."""
+            return str(os.getpid())
+
+    elif kind == "big":
+
+        @server.tool()
+        def dump() -> str:
+            """Five megabytes of text."""
+            return ("0123456789abcdef" * 64 + "\n") * 5 * 1024 // 1 * 1024 // 1025
+
+    elif kind == "many":
+        for i in range(40):
+
+            def tool(query: str, limit: int = 10, i: int = i) -> str:
+                return f"result {i} for {query} (limit {limit})"
+
+            server.add_tool(
+                tool,
+                name=f"tool_{i:02d}",
+                description=(
+                    f"Tool number {i}: looks up records of kind {i} in the catalogue by a free "
+                    "text query and returns the matching records, newest first, with their ids."
+                ),
+            )
+    else:
+        raise SystemExit(f"unknown kind {kind!r}")
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("kind")
+    parser.add_argument("--http", type=int, default=None)
+    args = parser.parse_args()
+    if args.kind == "dies":
+        print("cannot start: no configuration", file=sys.stderr)
+        raise SystemExit(2)
+    server = build(args.kind)
+    if args.kind == "garbage":
+        sys.stdout.write("this is not json-rpc\n")
+        sys.stdout.flush()
+    if args.http is not None:
+        server.settings.log_level = "WARNING"
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    else:
+        server.run()
+
+
+if __name__ == "__main__":
+    main()
