@@ -37,6 +37,7 @@ State = Literal["disabled", "idle", "starting", "ready", "failed", "stopped"]
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 STABLE_S = 60.0  # a server that stayed up this long starts its backoff again from the first step
+START_TIMEOUT_S = 30.0  # the handshake may take longer than a call (npx fetching a package)
 STOP_WAIT_S = 8.0  # the SDK ends a stdio server in ≤ 6 s (stdin closed, SIGTERM, SIGKILL)
 
 
@@ -237,7 +238,7 @@ class McpConnection:
             session = await stack.enter_async_context(
                 ClientSession(read, write, message_handler=self._on_message)
             )
-            async with asyncio.timeout(self.config.timeout_s):
+            async with asyncio.timeout(max(self.config.timeout_s, START_TIMEOUT_S)):
                 await session.initialize()
                 tools = await _list_tools(session)
             self.tools = tuple(t for t in tools if self.config.offers(t.name))

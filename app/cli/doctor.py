@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from app.channel_registry import channel_settings
 from app.cli.channel_checks import channel_checks
 from app.cli.checks import Check, CheckResult, channel_check
+from app.cli.mcp_commands import check_skills, mcp_checks
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -163,8 +164,9 @@ def builtin_checks(*, offline: bool = False) -> list[Check]:
 
 
 def plugin_checks(settings: Settings) -> list[Check]:
-    """One check per configured channel (getMe / auth.test), from `app.cli.channel_checks`."""
-    return list(channel_checks(settings))
+    """One check per configured channel (getMe / auth.test), from `app.cli.channel_checks`;
+    the skills folder; one per configured MCP server (started and stopped again)."""
+    return [*channel_checks(settings), check_skills, *mcp_checks(settings)]
 
 
 # ---- running them ---------------------------------------------------------------------------

@@ -15,8 +15,10 @@ import argparse
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from mcp.server.mcpserver import MCPServer
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 
 def calculator(server: MCPServer) -> None:
@@ -44,6 +46,8 @@ def calculator(server: MCPServer) -> None:
 
 
 def build(kind: str) -> MCPServer:
+    from mcp.server.mcpserver import MCPServer
+
     server = MCPServer(kind)
     if kind in ("calc", "garbage"):
         calculator(server)
@@ -77,7 +81,7 @@ def build(kind: str) -> MCPServer:
         @server.tool()
         def dump() -> str:
             """Five megabytes of text."""
-            return ("0123456789abcdef" * 64 + "\n") * 5 * 1024 // 1 * 1024 // 1025
+            return ("0123456789abcdef" * 64 + "\n") * (5 * 1024 * 1024 // 1025)
 
     elif kind == "many":
         for i in range(40):
@@ -99,13 +103,13 @@ def build(kind: str) -> MCPServer:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["dies"]:  # before importing anything heavy
+        print("cannot start: no configuration", file=sys.stderr)
+        raise SystemExit(2)
     parser = argparse.ArgumentParser()
     parser.add_argument("kind")
     parser.add_argument("--http", type=int, default=None)
     args = parser.parse_args()
-    if args.kind == "dies":
-        print("cannot start: no configuration", file=sys.stderr)
-        raise SystemExit(2)
     server = build(args.kind)
     if args.kind == "garbage":
         sys.stdout.write("this is not json-rpc\n")
