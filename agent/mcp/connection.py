@@ -302,14 +302,19 @@ class _PidRecorder:
 
 
 def _children() -> set[int]:
-    """This process's direct children (Linux /proc), for the pid of a server just started."""
-    me = os.getpid()
-    found = set()
+    """This process's direct children, of any of its threads (Linux /proc), to learn the pid
+    of a server just started."""
+    found: set[int] = set()
     try:
-        with open(f"/proc/{me}/task/{me}/children", encoding="ascii") as f:
-            found = {int(p) for p in f.read().split()}
+        tasks = os.listdir(f"/proc/{os.getpid()}/task")
     except OSError:
-        pass
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{os.getpid()}/task/{task}/children", encoding="ascii") as f:
+                found.update(int(p) for p in f.read().split())
+        except OSError:
+            continue
     return found
 
 

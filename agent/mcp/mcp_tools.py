@@ -88,16 +88,28 @@ class _Listed:
 class McpServers:
     """Every configured MCP server: connections, tools, the prompt listing."""
 
-    def __init__(self, config: McpConfig, *, stderr_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        config: McpConfig,
+        *,
+        stderr_dir: Path | None = None,
+        connections: Mapping[str, McpConnection] | None = None,
+    ) -> None:
+        """`stderr_dir`: where each stdio server's stderr goes (NAME.stderr.log). `connections`
+        replaces the ones built from `config` (a subset of another set's, in tests)."""
         self.config = config
-        self.connections = {
-            name: McpConnection(
-                name,
-                server,
-                stderr_path=None if stderr_dir is None else stderr_dir / f"{name}.stderr.log",
-            )
-            for name, server in config.servers.items()
-        }
+        self.connections = (
+            dict(connections)
+            if connections is not None
+            else {
+                name: McpConnection(
+                    name,
+                    server,
+                    stderr_path=None if stderr_dir is None else stderr_dir / f"{name}.stderr.log",
+                )
+                for name, server in config.servers.items()
+            }
+        )
         self._cache: tuple[tuple[Any, ...], dict[str, McpTool]] | None = None
 
     # -- life --------------------------------------------------------------------------------

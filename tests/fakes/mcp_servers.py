@@ -3,10 +3,11 @@
     python tests/fakes/mcp_servers.py KIND              # over stdio
     python tests/fakes/mcp_servers.py KIND --http PORT  # streamable HTTP on 127.0.0.1:PORT/mcp
 
-KIND: `calc` (add, multiply, divide), `crash` (its `boom` tool kills the process), `hang` (its
+KIND: `calc` (add, multiply, divide, pid, getenv), `crash` (its `boom` tool kills the process), `hang` (its
 `wait` tool never answers), `big` (its `dump` tool returns 5 MB of text), `many` (40 tools),
 `garbage` (writes a line that is not JSON-RPC to stdout, then serves `calc`), `dies` (exits
-before answering anything: a server that fails to start).
+before answering anything: a server that fails to start). With MCP_TEST_PIDFILE set, the server
+appends its pid to that file as it starts.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ def calculator(server: MCPServer) -> None:
     def pid() -> str:
         """This server's process id."""
         return str(os.getpid())
+
+    @server.tool()
+    def getenv(name: str) -> str:
+        """The value of an environment variable of this server's process."""
+        return os.environ.get(name, "(unset)")
 
 
 def build(kind: str) -> MCPServer:
@@ -110,6 +116,9 @@ def main() -> None:
     parser.add_argument("kind")
     parser.add_argument("--http", type=int, default=None)
     args = parser.parse_args()
+    if pidfile := os.environ.get("MCP_TEST_PIDFILE"):  # for the tests that look for orphans
+        with open(pidfile, "a", encoding="ascii") as f:
+            f.write(f"{os.getpid()}\n")
     server = build(args.kind)
     if args.kind == "garbage":
         sys.stdout.write("this is not json-rpc\n")
