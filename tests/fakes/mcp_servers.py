@@ -3,11 +3,11 @@
     python tests/fakes/mcp_servers.py KIND              # over stdio
     python tests/fakes/mcp_servers.py KIND --http PORT  # streamable HTTP on 127.0.0.1:PORT/mcp
 
-KIND: `calc` (add, multiply, divide, pid, getenv), `crash` (its `boom` tool kills the process), `hang` (its
-`wait` tool never answers), `big` (its `dump` tool returns 5 MB of text), `many` (40 tools),
-`garbage` (writes a line that is not JSON-RPC to stdout, then serves `calc`), `dies` (exits
-before answering anything: a server that fails to start). With MCP_TEST_PIDFILE set, the server
-appends its pid to that file as it starts.
+KIND: `calc` (add, multiply, divide, pid, getenv), `crash` (its `boom` tool kills the
+process), `hang` (its `wait` tool never answers), `big` (its `dump` tool returns 5 MB of text),
+`many` (40 tools), `garbage` (writes a line that is not JSON-RPC to stdout, then serves `calc`),
+`dies` (exits before answering anything: a server that fails to start). With MCP_TEST_PIDFILE
+set, the server appends its pid to that file as it starts.
 """
 
 from __future__ import annotations
