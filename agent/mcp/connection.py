@@ -204,6 +204,8 @@ class McpConnection:
                 raise
             except BaseException as exc:  # an exception group from the SDK's task groups too
                 reason = _describe(exc)
+                if self.state == "starting":  # it never got going: its own words say why
+                    reason += self._stderr_tail()
             finally:
                 self._session = None
                 self.pid = None
@@ -270,6 +272,19 @@ class McpConnection:
         self.stderr_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         return stack.enter_context(open(fd, "w", encoding="utf-8"))
+
+    def _stderr_tail(self) -> str:
+        """The last line the server wrote to stderr, as "; stderr: …" (or "")."""
+        if self.stderr_path is None:
+            return ""
+        try:
+            with open(self.stderr_path, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+                lines = f.read().decode("utf-8", errors="replace").splitlines()
+        except OSError:
+            return ""
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+        return f"; stderr: {shorten(last, 200)}" if last else ""
 
     async def _on_message(self, message: object) -> None:
         if isinstance(message, Exception):  # a line that is not JSON-RPC: noted, then ignored

@@ -165,8 +165,10 @@ def builtin_checks(*, offline: bool = False) -> list[Check]:
 
 def plugin_checks(settings: Settings) -> list[Check]:
     """One check per configured channel (getMe / auth.test), from `app.cli.channel_checks`;
-    the skills folder; one per configured MCP server (started and stopped again)."""
-    return [*channel_checks(settings), check_skills, *mcp_checks(settings)]
+    the skills folder when there is one; one per configured MCP server (started and stopped
+    again)."""
+    skills = [check_skills] if (settings.workspace_dir / "skills").is_dir() else []
+    return [*channel_checks(settings), *skills, *mcp_checks(settings)]
 
 
 # ---- running them ---------------------------------------------------------------------------
