@@ -27,6 +27,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from agent.mcp.mcp_config import McpServerConfig, MissingVariable, expand
 from common.text import shorten
@@ -287,10 +288,15 @@ class McpConnection:
         return f"; stderr: {shorten(last, 200)}" if last else ""
 
     async def _on_message(self, message: object) -> None:
-        if isinstance(message, Exception):  # a line that is not JSON-RPC: noted, then ignored
+        if isinstance(message, ValidationError):  # a line that is not JSON-RPC: noted, ignored
+            bad = next((e.get("input") for e in message.errors()), "")
             log.warning(
-                "MCP server %s sent something unreadable: %s", self.name, _describe(message)
+                "MCP server %s wrote a line that is not JSON-RPC (ignored): %s",
+                self.name,
+                shorten(repr(bad), 120),
             )
+        elif isinstance(message, Exception):
+            log.warning("MCP server %s: %s", self.name, _describe(message))
 
 
 class _StartError(Exception):
