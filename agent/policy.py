@@ -23,6 +23,10 @@ tool, named SERVER__tool); after one runs, the rest of
 the turn is *tainted* and whatever the agent appends is stored as `untrusted` (`append_origin`).
 web_fetch is not in SHARED_TOOLS, so only the owner's direct chats are offered it.
 
+Tools opened per server (MCP, agent/mcp): the owner's direct chats always; a paired person's
+direct chat when the server is `shared`; a group or channel only when it is listed in the
+server's `groups` (`offers_opened_tool`).
+
 `policy_for(key, sender)` is asked by the context builder (what is loaded, which tools are
 offered), the tools (what is read, searched, written), the turn loop (memory flush) and /new
 (session notes).
@@ -30,6 +34,7 @@ offered), the tools (what is read, searched, written), the turn loop (memory flu
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from agent.requests import SenderKind
@@ -95,6 +100,19 @@ class SessionPolicy:
 
         `attachments` are the files sent in this conversation."""
         return self.owner_private or rel_path in SHARED_FILES or rel_path in attachments
+
+
+def offers_opened_tool(
+    policy: SessionPolicy, key: SessionKey, *, shared: bool, groups: Collection[str]
+) -> bool:
+    """Whether `key`'s conversation under `policy` is offered a tool its owner opened with
+    `shared` (paired people's direct chats) and `groups` ("channel:chat_id" of each group or
+    channel it is opened to). Owner-only by default."""
+    if policy.owner_private:
+        return True
+    if key.is_group:
+        return f"{key.channel}:{key.peer_id}" in groups
+    return shared
 
 
 def policy_for(key: SessionKey, sender: SenderKind = "owner") -> SessionPolicy:

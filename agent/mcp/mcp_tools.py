@@ -28,7 +28,7 @@ import mcp_types
 from agent.context import PromptSection, tool_tokens
 from agent.mcp.connection import McpConnection, ServerStatus, ServerUnavailable, ToolCallError
 from agent.mcp.mcp_config import SEPARATOR, McpConfig, McpServerConfig
-from agent.policy import SessionPolicy
+from agent.policy import SessionPolicy, offers_opened_tool
 from agent.prompts import render
 from agent.tools import Tool, ToolContext, ToolFailure, check_input
 from agent.types import ToolSpec
@@ -43,7 +43,7 @@ SEARCH_TOOL = "mcp_tool_search"
 CALL_TOOL = "mcp_call"
 MAX_NAME = 64  # the longest tool name the model APIs accept
 MAX_DESCRIPTION = 1_000  # of one schema sent in full
-LINE_CHARS = 90  # one tool's line in the compact listing
+LINE_CHARS = 64  # one tool's line in the compact listing (≈ 16 tokens)
 SEARCH_RESULTS = 5
 STARTUP_WAIT_S = 10.0  # the gateway waits at most this long for servers at start-up
 MCP_WARNING = (
@@ -135,12 +135,9 @@ class McpServers:
 
     @staticmethod
     def visible(server: McpServerConfig, key: SessionKey, policy: SessionPolicy) -> bool:
-        """Whether `key`'s conversation is offered `server` under `policy`."""
-        if policy.owner_private:
-            return True
-        if key.is_group:
-            return f"{key.channel}:{key.peer_id}" in server.groups
-        return server.shared  # a paired person's direct chat
+        """Whether `key`'s conversation is offered `server` under `policy` (agent/policy.py
+        decides: owner-only unless `shared`, groups only when listed)."""
+        return offers_opened_tool(policy, key, shared=server.shared, groups=server.groups)
 
     def _visible_tools(self, key: SessionKey, policy: SessionPolicy) -> list[McpTool]:
         return [
