@@ -262,3 +262,14 @@ def _context(workspace: Path, mcp: McpServers | None) -> Any:
 
 def _fixed_tokens(workspace: Path, mcp: McpServers | None) -> int:
     return int(_context(workspace, mcp).fixed_tokens)
+
+
+def test_the_error_codes_pinch_knows_are_the_sdks() -> None:
+    import mcp_types
+
+    from agent.mcp.connection import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+    assert (CONNECTION_CLOSED, REQUEST_TIMEOUT) == (
+        mcp_types.CONNECTION_CLOSED,
+        mcp_types.REQUEST_TIMEOUT,
+    )

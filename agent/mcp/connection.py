@@ -20,17 +20,16 @@ from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-import mcp_types
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from agent.mcp.mcp_config import McpServerConfig, MissingVariable, expand
 from common.text import shorten
+
+if TYPE_CHECKING:  # the SDK takes most of a second to import: only when a server starts
+    import mcp_types
+    from mcp import ClientSession
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +39,7 @@ MAX_BACKOFF_S = 60.0
 STABLE_S = 60.0  # a server that stayed up this long starts its backoff again from the first step
 START_TIMEOUT_S = 30.0  # the handshake may take longer than a call (npx fetching a package)
 STOP_WAIT_S = 8.0  # the SDK ends a stdio server in ≤ 6 s (stdin closed, SIGTERM, SIGKILL)
+CONNECTION_CLOSED, REQUEST_TIMEOUT = -32000, -32001  # the SDK's error codes (mcp_types)
 
 
 class ServerUnavailable(Exception):
@@ -150,15 +150,17 @@ class McpConnection:
     async def call(self, tool: str, arguments: Mapping[str, Any]) -> mcp_types.CallToolResult:
         """Run the server's tool `tool`; ServerUnavailable when the server cannot answer (it is
         then restarted), ToolCallError when it answers with a protocol error."""
+        from mcp.shared.exceptions import MCPError
+
         session = await self._ready_session()
         timeout = self.config.timeout_s
         try:
             async with asyncio.timeout(timeout + 2):  # the SDK's own timeout comes first
                 return await session.call_tool(tool, dict(arguments), read_timeout_seconds=timeout)
         except MCPError as exc:
-            if exc.code == mcp_types.REQUEST_TIMEOUT:
+            if exc.code == REQUEST_TIMEOUT:
                 raise self._drop(f"no answer within {timeout:g} s") from None
-            if exc.code == mcp_types.CONNECTION_CLOSED:
+            if exc.code == CONNECTION_CLOSED:
                 raise self._drop("the connection closed (the server stopped or crashed)") from None
             raise ToolCallError(f"{self.name} refused the call: {exc.message}") from None
         except TimeoutError:
@@ -234,6 +236,8 @@ class McpConnection:
         )
 
     async def _serve_once(self) -> None:
+        from mcp import ClientSession
+
         self._broken.clear()
         self._broken_reason = ""
         async with AsyncExitStack() as stack:
@@ -253,6 +257,10 @@ class McpConnection:
             await self._broken.wait()
 
     def _transport(self, stack: AsyncExitStack) -> Any:
+        from mcp import StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
         config = self.config
         try:
             if config.command is not None:
@@ -348,6 +356,8 @@ def _cmdline(pid: int) -> list[str]:
 
 
 async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
+    import mcp_types
+
     tools: list[mcp_types.Tool] = []
     cursor: str | None = None
     for _ in range(50):  # a server that pages forever is cut off

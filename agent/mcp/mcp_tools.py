@@ -21,9 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import mcp_types
+from typing import TYPE_CHECKING, Any
 
 from agent.context import PromptSection, tool_tokens
 from agent.mcp.connection import McpConnection, ServerStatus, ServerUnavailable, ToolCallError
@@ -36,6 +34,9 @@ from agent.web_fetch import wrap_outside_text
 from common.text import shorten
 from memory.store.sessions import SessionKey
 from memory.text import estimate_tokens
+
+if TYPE_CHECKING:
+    import mcp_types
 
 log = logging.getLogger(__name__)
 
@@ -353,6 +354,8 @@ class McpServers:
 
 def result_text(result: mcp_types.CallToolResult, limit: int) -> tuple[str, int]:
     """The result's content as text, at most `limit` characters, and its whole length."""
+    import mcp_types
+
     pieces: list[str] = []
     for block in result.content:
         if isinstance(block, mcp_types.TextContent):
