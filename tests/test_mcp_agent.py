@@ -38,7 +38,7 @@ from tests.fakes.model_server import (
     text_reply,
     tool_reply,
 )
-from tests.mcp_support import LoopThread, stdio
+from tests.mcp_support import LoopThread, free_port, stdio
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_a_forty_tool_server_is_searched_then_called(
     assert "result 12 for tea" in tool_results(model.requests[2])[1]["content"]
 
 
-def test_a_lazy_server_starts_on_first_use_with_env_from_the_environment(
+def test_a_lazy_server_starts_on_first_use_and_failures_to_start_are_reported(
     loop: LoopThread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MCP_TEST_VALUE", "from-the-environment")
@@ -144,6 +144,7 @@ def test_a_lazy_server_starts_on_first_use_with_env_from_the_environment(
             "servers": {
                 "lazy": stdio("calc", lazy=True, env={"API_TOKEN": "${MCP_TEST_VALUE}"}),
                 "unset": stdio("calc", env={"API_TOKEN": "${MCP_TEST_NOT_SET}"}),
+                "gone": {"url": f"http://127.0.0.1:{free_port()}/mcp", "timeout_s": 5},
             }
         }
     )
@@ -154,6 +155,7 @@ def test_a_lazy_server_starts_on_first_use_with_env_from_the_environment(
         assert states["lazy"].state == "idle" and states["lazy"].pid is None
         assert states["unset"].state == "failed"
         assert states["unset"].last_error == "the environment variable MCP_TEST_NOT_SET is not set"
+        assert states["gone"].state == "failed" and "ConnectError" in str(states["gone"].last_error)
         section = servers.section(OWNER, policy_for(OWNER))
         assert section is not None and "starts on first use" in section.text
         registry = ToolRegistry([], [servers])

@@ -83,6 +83,7 @@ class McpConnection:
         self.max_backoff_s = max_backoff_s
         self.state: State = "disabled" if not config.enabled else "idle"
         self.tools: tuple[mcp_types.Tool, ...] = ()
+        self.tools_version = 0  # grows whenever `tools` is replaced
         self.last_error: str | None = None
         self.restarts = 0
         self.pid: int | None = None
@@ -249,6 +250,7 @@ class McpConnection:
                 await session.initialize()
                 tools = await _list_tools(session)
             self.tools = tuple(t for t in tools if self.config.offers(t.name))
+            self.tools_version += 1
             self._session = session
             self.state = "ready"
             self.last_error = None

@@ -72,9 +72,8 @@ class _Listed:
     """One server in the listing (the template reads these fields)."""
 
     name: str
-    state: str
+    state: str  # its error text stays out of the prompt (it may quote the server's stderr)
     lazy: bool
-    error: str | None
     lines: list[str] = field(default_factory=list)
     names_only: list[str] = field(default_factory=list)
     left: int = 0
@@ -150,7 +149,7 @@ class McpServers:
     def _all_tools(self) -> dict[str, McpTool]:
         """Every ready server's offered tools by their Pinch names (rebuilt when a server's
         tool list changes)."""
-        stamp = tuple((n, id(c.tools)) for n, c in self.connections.items())
+        stamp = tuple((n, c.tools_version) for n, c in self.connections.items())
         if self._cache is not None and self._cache[0] == stamp:
             return self._cache[1]
         found: dict[str, McpTool] = {}
@@ -228,7 +227,7 @@ class McpServers:
         servers: list[_Listed] = []
         budget = self.config.max_listing_tokens
         for name, connection in visible:
-            listed = _Listed(name, connection.state, name in lazy, connection.last_error)
+            listed = _Listed(name, connection.state, name in lazy)
             for tool in [t for t in tools if t.server == name] if compact else ():
                 if budget - estimate_tokens(tool.line) > 0:
                     listed.lines.append(tool.line)
