@@ -186,6 +186,7 @@ class McpConnection:
 
     def _drop(self, reason: str) -> ServerUnavailable:
         """Mark the connection broken (the supervisor restarts it) and say so."""
+        reason = shorten(reason, 200)
         if self.state == "ready":
             self._broken_reason = reason
             self._broken.set()
@@ -229,11 +230,18 @@ class McpConnection:
             await self._broken.wait()
 
     def _fail(self, reason: str, retry_in: float) -> None:
+        """One line in the log (a failure repeated word for word is logged at debug level)."""
+        reason = shorten(reason, 300)
+        repeated = self.state == "starting" and reason == self.last_error
         self.state = "failed"
-        self.last_error = shorten(reason, 300)
+        self.last_error = reason
         self._settled.set()
-        log.warning(
-            "MCP server %s unavailable: %s (retrying in %g s)", self.name, self.last_error, retry_in
+        log.log(
+            logging.DEBUG if repeated else logging.WARNING,
+            "MCP server %s unavailable: %s (retrying in %g s)",
+            self.name,
+            reason,
+            retry_in,
         )
 
     async def _serve_once(self) -> None:
