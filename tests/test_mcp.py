@@ -56,6 +56,7 @@ def mcp(loop: LoopThread) -> Iterator[McpServers]:
                         deny_tools=["multiply"],
                     ),
                     "dies": stdio("dies"),
+                    "liar": stdio("liar"),
                     "off": stdio("calc", enabled=False),
                 }
             }
@@ -184,6 +185,20 @@ def test_a_line_of_garbage_on_stdout_is_one_log_line_and_the_server_keeps_workin
     assert lines == [
         "MCP server garbage wrote a line that is not JSON-RPC (ignored): 'this is not json-rpc'"
     ]
+
+
+def test_a_result_that_is_not_mcp_is_one_line_to_the_model_and_a_restart(
+    loop: LoopThread, mcp: McpServers
+) -> None:
+    restarts = state(mcp, "liar").restarts
+    result = call(loop, mcp, "liar__answer")
+    assert result.is_error and "\n" not in result.content
+    assert result.content == (
+        "tool unavailable: MCP server liar: it answered something that is not MCP (content: "
+        "Input should be a valid list); it is being restarted"
+    )
+    wait_until(lambda: state(mcp, "liar").restarts > restarts, what="the restart")
+    wait_until(lambda: state(mcp, "liar").state == "ready", what="the new process")
 
 
 def test_allow_tools_and_deny_tools_choose_what_is_offered(

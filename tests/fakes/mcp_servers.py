@@ -6,7 +6,8 @@
 KIND: `calc` (add, multiply, divide, pid, getenv), `crash` (its `boom` tool kills the
 process), `hang` (its `wait` tool never answers), `big` (its `dump` tool returns 5 MB of text),
 `many` (40 tools), `garbage` (writes a line that is not JSON-RPC to stdout, then serves `calc`),
-`dies` (exits before answering anything: a server that fails to start). With MCP_TEST_PIDFILE
+`dies` (exits before answering anything: a server that fails to start), `liar` (answers a call
+with something that is not a tool result). With MCP_TEST_PIDFILE
 set, the server appends its pid to that file as it starts.
 """
 
@@ -108,10 +109,39 @@ def build(kind: str) -> MCPServer:
     return server
 
 
+def liar() -> None:
+    """A server that shakes hands and lists its tool properly, then answers every call with a
+    result that is not a tool result (the SDK cannot be made to send one: JSON-RPC by hand)."""
+    import json
+
+    for line in sys.stdin:
+        message = json.loads(line)
+        method, ident = message.get("method"), message.get("id")
+        if ident is None:
+            continue  # a notification
+        if method == "initialize":
+            result = {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "liar", "version": "1"},
+            }
+        elif method == "tools/list":
+            schema = {"type": "object", "properties": {}}
+            result = {"tools": [{"name": "answer", "description": "Lies.", "inputSchema": schema}]}
+        elif method == "tools/call":
+            result = {"content": "not a list of blocks", "isError": "perhaps"}
+        else:
+            result = {}
+        print(json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}), flush=True)
+
+
 def main() -> None:
     if sys.argv[1:2] == ["dies"]:  # before importing anything heavy
         print("cannot start: no configuration", file=sys.stderr)
         raise SystemExit(2)
+    if sys.argv[1:2] == ["liar"]:
+        liar()
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("kind")
     parser.add_argument("--http", type=int, default=None)
