@@ -391,8 +391,10 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "no answer to the start-up handshake in time"
     if isinstance(exc, ValidationError):  # an answer the SDK could not read as MCP
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ())) or "answer"
-        return f"it answered something that is not MCP ({where}: {first.get('msg', exc.title)})"
+        errors = exc.errors()
+        if not errors:
+            return "it answered something that is not MCP"
+        where = ".".join(str(p) for p in errors[0]["loc"]) or "answer"
+        return f"it answered something that is not MCP ({where}: {errors[0]['msg']})"
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
