@@ -207,7 +207,16 @@ def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
                 )
 
 
-_SECRET_VALUE_NAME = re.compile(r"token|key|secret|password|authorization|credential", re.I)
+# A name one of whose parts (split at "_" and "-") is one of these holds a secret:
+# GITHUB_TOKEN, OPENAI_API_KEY, Authorization, X-Api-Key — not MONKEY or KEYBOARD_LAYOUT.
+_SECRET_PARTS = frozenset(
+    {"token", "key", "apikey", "secret", "password", "passwd", "pat", "auth", "authorization",
+     "credential", "credentials", "cookie"}
+)  # fmt: skip
+
+
+def _looks_secret(name: str) -> bool:
+    return any(part in _SECRET_PARTS for part in re.split(r"[_\-]+", name.lower()))
 
 
 def _refuse_mcp_secrets(data: dict[str, Any], path: Path) -> None:
@@ -224,7 +233,7 @@ def _refuse_mcp_secrets(data: dict[str, Any], path: Path) -> None:
             if not isinstance(values, dict):
                 continue
             for name, value in values.items():
-                secret = _SECRET_VALUE_NAME.search(str(name)) and isinstance(value, str)
+                secret = _looks_secret(str(name)) and isinstance(value, str)
                 if secret and value.strip() and not references(value):
                     raise ConfigError(
                         f"{path} sets [mcp.servers.{server}] {kind}.{name} to a literal "

@@ -179,9 +179,11 @@ def test_a_literal_secret_in_env_or_headers_is_refused_with_advice(pinch_home: P
     with pytest.raises(ConfigError, match=r"env.GITHUB_TOKEN"):
         load_settings()
     config.write_text(
-        '[mcp.servers.gh]\ncommand = "gh-mcp"\nenv = { GITHUB_TOKEN = "${GITHUB_TOKEN}" }\n'
+        '[mcp.servers.gh]\ncommand = "gh-mcp"\n'
+        'env = { GITHUB_TOKEN = "${GITHUB_TOKEN}", KEYBOARD_LAYOUT = "de" }\n'
     )
-    assert load_settings().mcp.servers["gh"].env == {"GITHUB_TOKEN": "${GITHUB_TOKEN}"}
+    env = load_settings().mcp.servers["gh"].env
+    assert env == {"GITHUB_TOKEN": "${GITHUB_TOKEN}", "KEYBOARD_LAYOUT": "de"}
 
 
 def test_a_server_needs_exactly_one_transport_and_a_usable_name(pinch_home: Path) -> None:
