@@ -195,3 +195,15 @@ def test_a_server_needs_exactly_one_transport_and_a_usable_name(pinch_home: Path
     config.write_text('[mcp.servers.my__server]\ncommand = "a"\n')
     with pytest.raises(ConfigError, match="server name"):
         load_settings()
+
+
+def test_the_readmes_example_configuration_is_valid(pinch_home: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## MCP servers") :]
+    example = section[section.index("```toml\n") + 8 : section.index("```\n", 10)]
+    pinch_home.mkdir(parents=True, exist_ok=True)
+    (pinch_home / "config.toml").write_text(example, encoding="utf-8")
+    servers = load_settings().mcp.servers
+    assert sorted(servers) == ["fetch", "files", "github"]
+    assert servers["files"].transport == "stdio" and servers["github"].transport == "http"
+    assert servers["fetch"].lazy and servers["github"].allow_tools == ["search_issues", "get_issue"]
