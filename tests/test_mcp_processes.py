@@ -1,6 +1,6 @@
 """No orphan MCP server processes: `pinch gateway` ended by SIGTERM and `pinch chat` ended by the
 end of its input both stop every server they started (checked in /proc by the pids the servers
-write as they start)."""
+write as they start). While the gateway runs, `pinch mcp list` shows its servers' live state."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from app.cli.main import main
 from tests.fakes.model_server import FakeModelServer
 from tests.fakes.relay_server import RelayServer
 from tests.mcp_support import ROOT, SERVERS, alive, wait_until
@@ -30,6 +33,10 @@ def configure(pinch_home: Path, pidfile: Path) -> None:
     (pinch_home / "config.toml").write_text(table, encoding="utf-8")
 
 
+def mcp_list() -> str:
+    return CliRunner().invoke(main, ["mcp", "list"], catch_exceptions=False).output
+
+
 def pids(pidfile: Path) -> list[int]:
     if not pidfile.exists():
         return []
@@ -47,6 +54,10 @@ def test_the_gateway_stopped_by_sigterm_leaves_no_server_running(
             wait_until(lambda: len(pids(pidfile)) == 2, what="both servers started")
             started = pids(pidfile)
             assert all(alive(p) for p in started)
+            wait_until(lambda: "hang  (stdio)  ready" in mcp_list(), what="the live state")
+            listed = mcp_list()
+            assert f"Live, from the running Pinch process {proc.pid}" in listed
+            assert "calc  (stdio)  ready" in listed and "calc__add" in listed
         finally:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0

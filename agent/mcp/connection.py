@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +94,7 @@ class McpConnection:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._broken_reason = ""
+        self.on_change: Callable[[], None] | None = None  # told when state or tools change
 
     # -- life --------------------------------------------------------------------------------
 
@@ -134,6 +135,7 @@ class McpConnection:
                     await task
         if self.state != "disabled":
             self.state = "stopped"
+            self._changed()
 
     def status(self) -> ServerStatus:
         return ServerStatus(
@@ -236,6 +238,7 @@ class McpConnection:
         self.state = "failed"
         self.last_error = reason
         self._settled.set()
+        self._changed()
         log.log(
             logging.DEBUG if repeated else logging.WARNING,
             "MCP server %s unavailable: %s (retrying in %g s)",
@@ -263,6 +266,7 @@ class McpConnection:
             self.state = "ready"
             self.last_error = None
             self._settled.set()
+            self._changed()
             log.info("MCP server %s ready: %d tool(s)", self.name, len(self.tools))
             await self._broken.wait()
 
@@ -291,6 +295,13 @@ class McpConnection:
         self.stderr_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         return stack.enter_context(open(fd, "w", encoding="utf-8"))
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:  # a status file that cannot be written changes nothing here
+                log.debug("MCP status not recorded", exc_info=True)
 
     def _stderr_tail(self) -> str:
         """The last line the server wrote to stderr, as "; stderr: …" (or "")."""

@@ -1,14 +1,19 @@
 """`pinch mcp list` and `pinch skills list`, and `pinch doctor`'s checks of each MCP server and
 of the skills folder.
 
-`pinch mcp list` starts each enabled server the way the gateway does (lazy ones too), waits
-for it to be ready or to fail (≤ its `timeout_s`, 30 s at most), prints its state, tools and
-last error, and stops it again: it reports what the gateway will meet.
+`pinch mcp list` shows the live state the running gateway (or chat) keeps in
+<agent dir>/mcp/status.json — state, tools, last error, restarts. With no Pinch process running
+(or with `--probe`) it starts each enabled server the way the gateway does (lazy ones too),
+waits for it to be ready or to fail (≤ its `timeout_s`, 30 s at most), prints the same and
+stops it again: what the gateway will meet.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import time
 from typing import TYPE_CHECKING
 
 import click
@@ -29,8 +34,9 @@ def mcp() -> None:
 
 
 @mcp.command("list")
+@click.option("--probe", is_flag=True, help="Start each server now, even if Pinch is running.")
 @friendly_errors
-def mcp_list() -> None:
+def mcp_list(probe: bool) -> None:
     """Each server: transport, state, tools (as the model sees them), last error."""
     settings = load_settings()
     if not settings.mcp.servers:
@@ -39,14 +45,53 @@ def mcp_list() -> None:
             "to config.toml."
         )
         return
-    for status in asyncio.run(probe_servers(settings)):
+    live = None if probe else live_statuses(settings)
+    if live is not None:
+        pid, updated, statuses = live
+        when = time.strftime("%H:%M:%S", time.localtime(updated))
+        click.echo(f"Live, from the running Pinch process {pid} (updated {when}):")
+    else:
+        statuses = asyncio.run(probe_servers(settings))
+    for status in statuses:
         click.echo(describe(status))
+
+
+def live_statuses(settings: Settings) -> tuple[int, float, list[ServerStatus]] | None:
+    """The servers' state as a running gateway or chat last wrote it, or None when no Pinch
+    process that wrote it is alive."""
+    from agent.mcp.connection import ServerStatus
+    from agent.mcp.mcp_tools import STATUS_FILE
+
+    try:
+        data = json.loads((settings.agent_dir / "mcp" / STATUS_FILE).read_text("utf-8"))
+        pid, updated = int(data["pid"]), float(data["updated"])
+        statuses = [
+            ServerStatus(**{**s, "tools": tuple(s["tools"])})
+            for s in data["servers"]
+            if s["name"] in settings.mcp.servers
+        ]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (pid, updated, statuses) if _alive(pid) else None
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def describe(status: ServerStatus) -> str:
     from agent.mcp.mcp_config import SEPARATOR
 
-    lines = [f"{status.name}  ({status.transport})  {status.state}"]
+    restarts = f", restarted {status.restarts} time(s)" if status.restarts else ""
+    lines = [f"{status.name}  ({status.transport})  {status.state}{restarts}"]
     if status.tools:
         names = ", ".join(f"{status.name}{SEPARATOR}{t}" for t in status.tools)
         lines.append(f"  tools ({len(status.tools)}): {names}")
