@@ -6,6 +6,8 @@ cost of a 40-tool server. The servers of this module start once and serve every 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,6 +130,20 @@ def test_a_crash_is_one_log_line_one_line_to_the_model_and_a_restart(
     assert "retrying in 1 s" in lines[0].getMessage()
     after = call(loop, mcp, "crash__pid")
     assert not after.is_error and str(before) not in after.content
+
+
+def test_a_server_that_dies_while_idle_is_noticed_and_restarted(
+    loop: LoopThread, mcp: McpServers
+) -> None:
+    wait_until(lambda: state(mcp, "crash").state == "ready", what="the crash server")
+    before, restarts = state(mcp, "crash").pid, state(mcp, "crash").restarts
+    assert before is not None
+    os.kill(before, signal.SIGKILL)
+    wait_until(lambda: state(mcp, "crash").state == "failed", what="the exit noticed")
+    assert state(mcp, "crash").last_error == "the server's process exited"  # 1 s before a retry
+    wait_until(lambda: state(mcp, "crash").restarts > restarts, what="the restart")
+    wait_until(lambda: state(mcp, "crash").state == "ready", what="the new process")
+    assert not call(loop, mcp, "crash__pid").is_error
 
 
 def test_a_hanging_call_is_cut_at_timeout_s_and_the_server_restarted(

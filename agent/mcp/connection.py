@@ -39,6 +39,7 @@ MAX_BACKOFF_S = 60.0
 STABLE_S = 60.0  # a server that stayed up this long starts its backoff again from the first step
 START_TIMEOUT_S = 30.0  # the handshake may take longer than a call (npx fetching a package)
 STOP_WAIT_S = 8.0  # the SDK ends a stdio server in ≤ 6 s (stdin closed, SIGTERM, SIGKILL)
+WATCH_S = 2.0  # how often a ready stdio server's process is checked
 CONNECTION_CLOSED, REQUEST_TIMEOUT = -32000, -32001  # the SDK's error codes (mcp_types)
 
 
@@ -165,7 +166,9 @@ class McpConnection:
                 raise self._drop(f"no answer within {timeout:g} s") from None
             if exc.code == CONNECTION_CLOSED:
                 raise self._drop("the connection closed (the server stopped or crashed)") from None
-            raise ToolCallError(f"{self.name} refused the call: {exc.message}") from None
+            raise ToolCallError(
+                f"{self.name} refused the call: {shorten(exc.message, 300)}"
+            ) from None
         except TimeoutError:
             raise self._drop(f"no answer within {timeout:g} s") from None
         except Exception as exc:  # a transport failure, an answer the SDK could not read
@@ -268,7 +271,12 @@ class McpConnection:
             self._settled.set()
             self._changed()
             log.info("MCP server %s ready: %d tool(s)", self.name, len(self.tools))
-            await self._broken.wait()
+            while not self._broken.is_set():  # a stdio server that exits while idle is noticed
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._broken.wait(), WATCH_S)
+                if self.pid is not None and not _running(self.pid):
+                    self._broken_reason = "the server's process exited"
+                    break
 
     def _transport(self, stack: AsyncExitStack) -> Any:
         from mcp import StdioServerParameters, stdio_client
@@ -366,6 +374,17 @@ def _children() -> set[int]:
         except OSError:
             continue
     return found
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (Linux /proc; elsewhere: assumed)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        return True
 
 
 def _cmdline(pid: int) -> list[str]:
