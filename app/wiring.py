@@ -12,8 +12,9 @@
 `pinch gateway` (app/gateway/run.py) and `pinch chat` (app/gateway/repl.py) build here; nothing
 else constructs an `Agent` or a `Gateway` from settings (tests and benchmarks use `build_agent`).
 Building the runtime opens the agent database and the index (blocking work, done in a worker
-thread) but neither syncs the index nor starts the watcher: `await runtime.start()` does both;
-the chat and the gateway call `sync_index()` and `watcher.start()` themselves.
+thread) but neither syncs the index nor starts the watcher nor the MCP servers: `await
+runtime.start()` does all three; the chat and the gateway call `sync_index()`, `watcher.start()`
+and `start_mcp()` themselves.
 """
 
 from __future__ import annotations
