@@ -6,6 +6,7 @@ server starts on first use; env values come from the environment, never from the
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,7 @@ def test_the_model_calls_a_server_tool_and_the_call_is_stored_like_any_tools(
         try:
             reply = loop.run(agent.handle(OWNER, "What is 2 + 40?"))
             events = agent.store.events(reply.session_id)
+            shares = loop.run(agent.handle(OWNER, "/context detail")).text
         finally:
             index.close()
     assert reply.text == "42."
@@ -106,6 +108,7 @@ def test_the_model_calls_a_server_tool_and_the_call_is_stored_like_any_tools(
     assert calls[0]["name"] == "calc__add" and calls[0]["input"] == {"a": 2, "b": 40}
     stored = [e.content for e in events if e.kind == "tool_result"]
     assert "42.0" in json.dumps(stored[0])
+    assert "mcp servers" in shares and re.search(r"\n\s+calc\s+\d+", shares)
     daily = next((tmp_path / "workspace" / "memory").glob("*.md")).read_text()
     assert "The sum is 42." in daily and "untrusted" in daily  # the turn read outside content
 
