@@ -39,7 +39,7 @@ from tests.fakes.model_server import (
     text_reply,
     tool_reply,
 )
-from tests.mcp_support import LoopThread, free_port, stdio
+from tests.mcp_support import LoopThread, free_port, http_server, stdio
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +51,14 @@ def loop() -> Iterator[LoopThread]:
 
 @pytest.fixture(scope="module")
 def running(loop: LoopThread) -> Iterator[McpServers]:
-    config = McpConfig.model_validate({"servers": {"calc": stdio("calc"), "many": stdio("many")}})
-    servers = McpServers(config)
-    loop.run(servers.start(wait_s=60), timeout=90)
-    yield servers
-    loop.run(servers.aclose())
+    with http_server("calc") as url:
+        config = McpConfig.model_validate(
+            {"servers": {"calc": stdio("calc"), "many": stdio("many"), "web": {"url": url}}}
+        )
+        servers = McpServers(config)
+        loop.run(servers.start(wait_s=60), timeout=90)
+        yield servers
+        loop.run(servers.aclose())
 
 
 def agent_with(
@@ -111,6 +114,24 @@ def test_the_model_calls_a_server_tool_and_the_call_is_stored_like_any_tools(
     assert "mcp servers" in shares and re.search(r"\n\s+calc\s+\d+", shares)
     daily = next((tmp_path / "workspace" / "memory").glob("*.md")).read_text()
     assert "The sum is 42." in daily and "untrusted" in daily  # the turn read outside content
+
+
+def test_the_model_calls_a_server_over_streamable_http(
+    loop: LoopThread, running: McpServers, tmp_path: Path
+) -> None:
+    with FakeModelServer() as model:
+        model.script(tool_reply("web__multiply", {"a": 6, "b": 7}), text_reply("42."))
+        agent, index = agent_with(tmp_path, model, only(running, "web"))
+        try:
+            reply = loop.run(agent.handle(OWNER, "6 times 7?"))
+        finally:
+            index.close()
+    assert reply.text == "42."
+    assert "web__multiply" in [t["name"] for t in model.requests[0].body["tools"]]
+    assert (
+        '<untrusted source="mcp:web__multiply">\n42.0\n</untrusted>'
+        in (tool_results(model.requests[1])[0]["content"])
+    )
 
 
 def test_a_forty_tool_server_is_searched_then_called(
