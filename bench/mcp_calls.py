@@ -130,7 +130,7 @@ async def fixed_tokens() -> dict[str, int]:
         policy = policy_for(OWNER)
         without = _fixed(workspace, None)
         with_many = _fixed(workspace, servers)
-        full = sum(t.tokens for t in servers._visible_tools(OWNER, policy))
+        full = sum(t.tokens for t in servers.visible_tools(OWNER, policy))
         section = servers.section(OWNER, policy)
         share = dict(section.items) if section is not None else {}
     finally:

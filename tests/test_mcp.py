@@ -251,7 +251,7 @@ def test_forty_tools_are_listed_by_name_within_a_bounded_number_of_tokens(
     workspace = template_workspace(tmp_path)
     only_many = McpServers(mcp.config, connections={"many": mcp.connections["many"]})
     registry = ToolRegistry([], [only_many])
-    full = sum(t.tokens for t in only_many._visible_tools(OWNER, policy_for(OWNER)))
+    full = sum(t.tokens for t in only_many.visible_tools(OWNER, policy_for(OWNER)))
     without = _fixed_tokens(workspace, None)
     with_many = _fixed_tokens(workspace, only_many)
     assert full > 2_000  # forty schemas in full would cost this much

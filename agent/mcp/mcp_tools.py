@@ -163,7 +163,8 @@ class McpServers:
         decides: owner-only unless `shared`, groups only when listed)."""
         return offers_opened_tool(policy, key, shared=server.shared, groups=server.groups)
 
-    def _visible_tools(self, key: SessionKey, policy: SessionPolicy) -> list[McpTool]:
+    def visible_tools(self, key: SessionKey, policy: SessionPolicy) -> list[McpTool]:
+        """The ready servers' tools `key`'s conversation may use, each with its schema's cost."""
         return [
             t
             for t in self._all_tools().values()
@@ -202,7 +203,7 @@ class McpServers:
     # -- ToolProvider ------------------------------------------------------------------------
 
     def offered(self, key: SessionKey, policy: SessionPolicy) -> Sequence[Tool]:
-        tools = self._visible_tools(key, policy)
+        tools = self.visible_tools(key, policy)
         if self._compact(tools) or self._waiting_lazy(key, policy):
             helpers = [self._search_tool(), self._call_tool()]
             return helpers if self._compact(tools) else [*self._tools_of(tools), *helpers]
@@ -245,7 +246,7 @@ class McpServers:
         ]
         if not visible:
             return None
-        tools = self._visible_tools(key, policy)
+        tools = self.visible_tools(key, policy)
         compact = self._compact(tools)
         lazy = self._waiting_lazy(key, policy)
         servers: list[_Listed] = []
@@ -320,7 +321,7 @@ class McpServers:
         # A lazy server starts on its first use: a search that may concern it.
         await asyncio.gather(*(c.ensure_started() for c in starting))
         words = [w for w in re.split(r"\W+", str(args["query"]).lower()) if w]
-        tools = [t for t in self._visible_tools(ctx.key, ctx.policy) if only in (None, t.server)]
+        tools = [t for t in self.visible_tools(ctx.key, ctx.policy) if only in (None, t.server)]
         scored = sorted(
             ((sum(w in f"{t.name} {t.spec.description}".lower() for w in words), t) for t in tools),
             key=lambda pair: -pair[0],
