@@ -231,3 +231,20 @@ def test_the_readmes_example_configuration_is_valid(pinch_home: Path) -> None:
     assert sorted(servers) == ["fetch", "files", "github"]
     assert servers["files"].transport == "stdio" and servers["github"].transport == "http"
     assert servers["fetch"].lazy and servers["github"].allow_tools == ["search_issues", "get_issue"]
+
+
+def test_a_stdio_server_gets_none_of_pinchs_secrets(
+    loop: LoopThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-should-not-leak")
+    monkeypatch.setenv("PINCH_TELEGRAM__BOT_TOKEN", "123:should-not-leak")
+    servers = McpServers(McpConfig.model_validate({"servers": {"calc": stdio("calc")}}))
+    registry = ToolRegistry([], [servers])
+    try:
+        loop.run(servers.start(wait_s=30), timeout=60)
+        for name in ("ANTHROPIC_API_KEY", "PINCH_TELEGRAM__BOT_TOKEN", "PATH"):
+            call = ToolCall("t", "calc__getenv", {"name": name})
+            result = loop.run(registry.call(call, ToolContext(OWNER, "s1")))
+            assert ("\n(unset)\n" in result.content) == (name != "PATH"), name
+    finally:
+        loop.run(servers.aclose())
