@@ -5,6 +5,7 @@
 /context list  what the next request contains, one line per part, in tokens
 /context detail  the same per bootstrap file, tool schema, MCP server, skill and turn
 /skills        the skills in skills/ (name, description) and any malformed SKILL.md
+/project       the session's project (and the known ones); /project NAME sets it, none clears it
 /help          this list
 """
 
@@ -22,9 +23,10 @@ from agent.agent_config import AgentConfig
 from agent.compaction import Compactor
 from agent.context import Context, render_context
 from agent.policy import policy_for
+from agent.projects import ProjectDirectory, project_command
 from agent.skills import SkillSet, discover_skills
 from common.clock import Clock
-from memory.index.index import IndexStatus
+from memory.index.index import IndexStatus, MemoryIndex
 from memory.store.sessions import Session, SessionKey, SessionStore
 
 HELP = {
@@ -33,6 +35,7 @@ HELP = {
     "/status": "model, context size, compactions, token usage, memory index state",
     "/context": "list | detail — what the model sees on the next turn, in tokens",
     "/skills": "the skills in skills/ the assistant may use, and any malformed one",
+    "/project": "NAME | none — the project this session is in (memory prefers its notes)",
     "/help": "this list",
 }
 _COMMAND_WORD = re.compile(r"/[A-Za-z_]+(?:@\w+)?")
@@ -63,6 +66,7 @@ class AgentStatus:
     context_window: int
     usage_totals: dict[str, int]
     index: IndexStatus
+    project: str | None = None  # the session's active project
 
 
 class CommandHost(Protocol):
@@ -80,6 +84,10 @@ class CommandHost(Protocol):
     def workspace(self) -> Path: ...
     @property
     def recall(self) -> object: ...  # an `ActiveMemory` reports its last recall in /status
+    @property
+    def projects(self) -> ProjectDirectory: ...
+    @property
+    def index(self) -> MemoryIndex: ...
 
     async def new_session(self, key: SessionKey) -> tuple[Session, str | None, bool]: ...
     async def status(self, key: SessionKey) -> AgentStatus: ...
@@ -132,6 +140,12 @@ async def run_command(
             return CommandResult("Skills are used in the owner's direct chat only.")
         found = await asyncio.to_thread(discover_skills, agent.workspace)
         return CommandResult(render_skills(found))
+    if command.name == "/project":
+        return CommandResult(
+            await project_command(
+                agent.store, agent.projects, key, command.argument, agent.index.project_counts
+            )
+        )
     if command.name == "/help":
         return CommandResult(render_help())
     return CommandResult(f"Unknown command {command.name}.\n{render_help()}")
@@ -171,7 +185,7 @@ def render_status(status: AgentStatus, tz: tzinfo | None = None) -> str:
     lines = [
         f"Model: {status.model}{fallbacks}",
         f"Session: {status.session.id[:8]}, started {started}, "
-        f"{status.session.compactions} compaction(s)",
+        f"{status.session.compactions} compaction(s); project {status.project or 'none'}",
         f"Context: ~{status.context_tokens:,} of {status.context_window:,} tokens "
         f"(memory flush and compaction at {status.threshold:,})",
         f"Usage this session: {prompt:,} prompt tokens ({u['cache_read_tokens']:,} read from "

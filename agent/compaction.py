@@ -87,7 +87,7 @@ class Compactor:
     # -- 1. the memory flush -----------------------------------------------------------------
 
     async def flush_memory(
-        self, session: Session, context: Context, *, today: date
+        self, session: Session, context: Context, *, today: date, project: str | None = None
     ) -> FlushOutcome:
         """Run the silent flush turn unless this compaction cycle already had one.
 
@@ -99,7 +99,7 @@ class Compactor:
         if session.flushed_cycle >= cycle:
             return FlushOutcome(ran=False)
         outcome = FlushOutcome(ran=True)
-        ctx = ToolContext(session.key, session.id)
+        ctx = ToolContext(session.key, session.id, project=project)  # appends carry its tag
         prompt = render("flush", today=today)
         messages = _with_user_text(list(context.history.messages()), prompt)
         try:

@@ -170,11 +170,13 @@ class ContextBuilder:
         policy: SessionPolicy | None = None,
         channel: str | None = None,
         provided: Sequence[ToolSpec] = (),
+        project: str | None = None,
     ) -> Context:
         """The context for `key`'s next request (under `policy`, by default the owner's word in
-        `key`'s conversation). `history.summary` is the rendered summary block. `tools` are
-        filtered by the policy; `provided` (a provider's tools, already chosen for this
-        session: MCP) are sent after them and counted by their source's section."""
+        `key`'s conversation; `project`: the session's active one). `history.summary` is the
+        rendered summary block. `tools` are filtered by the policy; `provided` (a provider's
+        tools, already chosen for this session: MCP) are sent after them and counted by their
+        source's section."""
         policy = policy or policy_for(key)
         tools = [t for t in tools if policy.offers(t.name)]
         sections = [s for src in self.sources if (s := src.section(key, policy)) is not None]
@@ -192,6 +194,7 @@ class ContextBuilder:
             timezone=timezone,
             channel=channel or key.channel,
             chat_type=chat_type,
+            project=project,
         )
         system = (
             instructions,

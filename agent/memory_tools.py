@@ -26,6 +26,7 @@ from memory.files.writes import WorkspaceWriter
 from memory.index.chunking import hash_text
 from memory.index.index import MemoryIndex
 from memory.index.sync import MAX_FILE_BYTES
+from memory.project_tags import ALL_PROJECTS, normalise_project, project_name_error
 from memory.store.lineage import LineageStore, file_origin
 from memory.store.sessions import SessionStore
 from memory.store.transcripts import UNTRUSTED_LEFT_OUT, read_transcript
@@ -80,8 +81,15 @@ class MemoryTools:
                         "memory_search",
                         "Search long-term memory (MEMORY.md, USER.md, daily logs, session notes) "
                         "and this conversation's earlier turns. Returns hits: path, lines, score, "
-                        "snippet.",
-                        s(["query"], query=text, max_results=_INT, min_score={"type": "number"}),
+                        "snippet. project: prefer that project's notes (default: this "
+                        'session\'s; "*": none).',
+                        s(
+                            ["query"],
+                            query=text,
+                            max_results=_INT,
+                            min_score={"type": "number"},
+                            project=text,
+                        ),
                     ),
                     self.memory_search,
                 ),
@@ -165,6 +173,7 @@ class MemoryTools:
             min_score=None if min_score is None else float(min_score),
             now=self.clock.now().replace(tzinfo=None),
             filter=ctx.policy.search,
+            project=_search_project(args.get("project"), ctx.project),
         )
         results = []
         for hit in hits:
@@ -174,6 +183,8 @@ class MemoryTools:
                 "score": round(hit.score, 3),
                 "snippet": hit.snippet,
             }
+            if hit.project:
+                item["project"] = hit.project
             if hit.path.startswith(TRANSCRIPT_PREFIX):
                 item["read_with"] = "transcript_read"
             if hit.untrusted:
@@ -276,6 +287,7 @@ class MemoryTools:
             now=self.clock.now(),
             origin=origin,
             session_id=ctx.session_id,
+            project=ctx.project,
         )
         detail = {"hash": hash_text(entry.text), "lines": entry.lines, "origin": origin}
         await asyncio.to_thread(
@@ -379,3 +391,15 @@ def _read_text_file(workspace: Path, shown: str, allow_hard_links: bool) -> str:
 
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _search_project(raw: object, active: str | None) -> str | None:
+    """The project memory_search prefers: the one asked for, none for "*", else the active."""
+    if raw is None or not str(raw).strip():
+        return active
+    if str(raw).strip() == ALL_PROJECTS:
+        return None
+    name = normalise_project(str(raw))
+    if name is None:
+        raise ToolFailure(project_name_error(str(raw)) + ' Or "*" for all projects.')
+    return name

@@ -45,6 +45,7 @@ from agent.message_limit import fit_message
 from agent.model.errors import ContextTooLongError, cut_off_notice
 from agent.model.factory import ModelClient
 from agent.policy import SessionPolicy, policy_for
+from agent.projects import ProjectDirectory
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
 from agent.session_hook import save_session_note
@@ -103,6 +104,7 @@ class _Turn:
     taint: TurnTaint = field(default_factory=TurnTaint)  # set once the turn reads outside text
     channel: str | None = None  # where the message arrived, for the format hint
     cut_off: bool = False  # the answer stopped early
+    project: str | None = None  # the session's active project (agent/projects.py)
 
 
 class Agent:
@@ -126,6 +128,7 @@ class Agent:
         context_builder: ContextBuilder,
         compactor: Compactor,
         recall: Recall | None,
+        projects: ProjectDirectory | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -139,6 +142,7 @@ class Agent:
         self.context_builder = context_builder
         self.compactor = compactor
         self.recall = recall
+        self.projects = projects or ProjectDirectory()  # which project a session is in
         self._locks: dict[str, asyncio.Lock] = {}
         self._ending: set[asyncio.Task[str | None]] = set()  # notes of ended sessions
 
@@ -250,6 +254,7 @@ class Agent:
                 clock=self.clock,
                 slug_timeout_s=self.config.slug_timeout_s,
                 origin="untrusted" if tainted else None,  # it may repeat a fetched page
+                project=self.projects.active(old),
             )
         except Exception:  # the owner asked for a new session; a failed note must not stop it
             log.warning("Could not write the session note of %s", old.id, exc_info=True)
@@ -281,6 +286,7 @@ class Agent:
             context_window=self.config.context_window,
             usage_totals=totals,
             index=index,
+            project=self.projects.active(session),
         )
 
     # -- one turn ----------------------------------------------------------------------------
@@ -302,7 +308,8 @@ class Agent:
         recall = policy.owner_private and request.sender == "owner"
         recalled = await self._recall(key, text) if recall else None
         blocks = [render("recalled", text=recalled)] if recalled else []
-        if intents := await self._standing_intents(request, text):
+        project = self.projects.active(session)
+        if intents := await self._standing_intents(request, text, project):
             blocks.append(intents)
         if blocks:
             content["recalled"] = "\n\n".join(blocks)
@@ -310,6 +317,7 @@ class Agent:
         turn = _Turn(
             key, session, content, policy, emit, notices=list(notices), channel=request.channel
         )
+        turn.project = project
         for notice in notices:
             emit(Notice(notice))
         answer = await self._tool_loop(turn)
@@ -341,6 +349,7 @@ class Agent:
 
         policy = policy_for(key, request.sender)
         turn = _Turn(key, session, dict(users[-1].content), policy, text_only)
+        turn.project = self.projects.active(session)
         answer = await self._tool_loop(turn)
         return AgentReply(
             answer,
@@ -379,12 +388,14 @@ class Agent:
             log.warning("Recall failed; answering without recalled context", exc_info=True)
             return None
 
-    async def _standing_intents(self, request: AgentRequest, text: str) -> str | None:
+    async def _standing_intents(
+        self, request: AgentRequest, text: str, project: str | None
+    ) -> str | None:
         # Matched in the message's own scope (memory/lifecycle/intents.py), whatever the policy.
         now = self.clock.now().timestamp()
         try:
             return await asyncio.to_thread(
-                standing_intents_block, self.intents, request, text, now=now
+                standing_intents_block, self.intents, request, text, now=now, project=project
             )
         except Exception:  # a reminder is a bonus; the message is answered without it
             log.warning("Standing intents failed; answering without them", exc_info=True)
@@ -420,7 +431,7 @@ class Agent:
         keeps its memory in its own transcript, which compaction indexes."""
         if turn.policy.writes_memory:
             flush = await self.compactor.flush_memory(
-                turn.session, context, today=self.clock.now().date()
+                turn.session, context, today=self.clock.now().date(), project=turn.project
             )
             turn.usage += flush.usage
         try:
@@ -434,7 +445,7 @@ class Agent:
 
     async def _reset_after_failure(self, turn: _Turn) -> None:
         await self.compactor.index_transcript(turn.session)  # nothing said is lost to search
-        turn.session = await asyncio.to_thread(self.store.reset, turn.key)
+        turn.session = await asyncio.to_thread(self.store.reset, turn.key, turn.session.project)
         await asyncio.to_thread(self.store.append, turn.session.id, "user", turn.user_content)
         turn.notices.append(RESET_NOTICE)
         turn.emit(Notice(RESET_NOTICE))
@@ -443,7 +454,9 @@ class Agent:
         attachments: frozenset[str] = frozenset()
         if not turn.policy.owner_private:  # shared sessions may read what was sent to them
             attachments = await asyncio.to_thread(session_attachments, self.store, turn.session.id)
-        ctx = ToolContext(turn.key, turn.session.id, turn.policy, attachments, turn.taint)
+        ctx = ToolContext(
+            turn.key, turn.session.id, turn.policy, attachments, turn.taint, turn.project
+        )
         if refuse:
             results = [ToolResult(c.id, TOOL_LIMIT_RESULT, is_error=True) for c in calls]
         else:
@@ -473,6 +486,7 @@ class Agent:
             policy=policy,
             channel=channel,
             provided=self.tools.provided_specs(session.key, policy),
+            project=self.projects.active(session),
         )
 
 

@@ -62,6 +62,7 @@ class ToolContext:
     policy: SessionPolicy = field(default=None)  # type: ignore[assignment]  # set below
     attachments: frozenset[str] = frozenset()  # files sent in this conversation (workspace paths)
     taint: TurnTaint = field(default_factory=TurnTaint)  # the turn's, shared by its calls
+    project: str | None = None  # the session's active project (agent/projects.py), if any
 
     def __post_init__(self) -> None:
         if self.policy is None:  # the owner's word in `key`'s conversation

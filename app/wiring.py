@@ -35,6 +35,7 @@ from agent.intent_tool import IntentTool
 from agent.mcp.mcp_tools import McpServers
 from agent.memory_tools import MemoryTools
 from agent.model.factory import ModelClient, create_model_client, preload
+from agent.projects import ProjectDirectory
 from agent.runtime import Agent
 from agent.skills import Skills
 from agent.tools import Tool
@@ -99,6 +100,7 @@ async def build_runtime(
             active_memory=True,
             extra_tools=(automations.tool,) if automations is not None else (),
             mcp=mcp,
+            projects=project_directory(settings),
         )
     except BaseException:
         index.close()
@@ -130,6 +132,7 @@ def build_agent(
     extra_tools: Sequence[Tool] = (),
     active_memory: bool = False,
     mcp: McpServers | None = None,
+    projects: ProjectDirectory | None = None,
 ) -> Agent:
     """An `Agent` and its parts over `index` and `store`: the workspace writer (every write
     re-indexes memory), the standing intents, the memory and `intent` tools, the context
@@ -158,7 +161,13 @@ def build_agent(
         tools.add_provider(mcp)
     recall = (
         ActiveMemory(
-            model=model, store=store, tools=tools, workspace=workspace, config=config, index=index
+            model=model,
+            store=store,
+            tools=tools,
+            workspace=workspace,
+            config=config,
+            index=index,
+            projects=projects,
         )
         if active_memory
         else None
@@ -181,6 +190,14 @@ def build_agent(
         ),
         compactor=Compactor(model=model, store=store, index=index, tools=tools, config=config),
         recall=recall,
+        projects=projects,
+    )
+
+
+def project_directory(settings: Settings) -> ProjectDirectory:
+    """The `[projects.NAME]` tables as the agent reads them (agent/projects.py)."""
+    return ProjectDirectory.of(
+        {name: (p.chats, p.folders) for name, p in settings.projects.items()}
     )
 
 

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 
 from agent.agent_config import AgentConfig
 from agent.model.factory import AnthropicClient, LiteLLMClient, ModelClient
+from agent.projects import ProjectDirectory
 from agent.runtime import Agent
 from agent.web_fetch import WebFetcher
 from app.wiring import build_agent
@@ -97,6 +98,7 @@ def make_kit(
     memory: MemoryConfig | None = None,
     db_name: str = "agent.sqlite",
     fetcher: WebFetcher | None = None,
+    projects: ProjectDirectory | None = None,
     **config: Any,
 ) -> Kit:
     """A fresh Agent object on `tmp_path/db_name`; calling it twice simulates a restart."""
@@ -112,6 +114,7 @@ def make_kit(
         config=AgentConfig(model="claude-test", **config),
         clock=fixed_clock(),
         fetcher=fetcher,
+        projects=projects,
     )
     return Kit(agent, server, index, store, workspace)
 

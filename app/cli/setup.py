@@ -63,6 +63,9 @@ CONFIG_TEMPLATE = """\
 # every = "30m"                     # run HEARTBEAT.md's checklist; unset: no heartbeat
 # [dreaming]
 # enabled = true                    # nightly consolidation into MEMORY.md (03:00 your time)
+# [projects.apollo]                 # memory prefers notes tagged <!-- project: apollo -->
+# chats = ["-1001234567890:42"]     # Telegram chat (or chat:topic) / Slack channel ids
+# folders = ["~/code/apollo"]       # `pinch chat` started here starts in the project
 
 # MCP servers: their tools become the assistant's (owner only unless shared = true).
 # Secrets in env or headers as ${VARIABLE}, read from the environment. `pinch mcp list`.
