@@ -179,7 +179,7 @@ def test_a_server_that_cannot_start_is_reported_retried_and_blocks_nothing(
 ) -> None:
     dies = state(mcp, "dies")
     assert dies.state in ("failed", "starting")
-    assert "Connection closed" in (dies.last_error or "")
+    assert dies.last_error  # how it shows depends on when it died: a closed pipe, exited, …
     wait_until(lambda: state(mcp, "dies").restarts >= 1, what="a retry")
     started = time.monotonic()
     assert not call(loop, mcp, "calc__add", a=1, b=2).is_error

@@ -215,6 +215,8 @@ class McpConnection:
             except BaseException as exc:  # an exception group from the SDK's task groups too
                 reason = _describe(exc)
                 if self.state == "starting":  # it never got going: its own words say why
+                    if self.pid is not None and not _running(self.pid):
+                        reason = "it exited during start-up"
                     reason += self._stderr_tail()
             finally:
                 self._session = None
