@@ -12,8 +12,9 @@
 `pinch gateway` (app/gateway/run.py) and `pinch chat` (app/gateway/repl.py) build here; nothing
 else constructs an `Agent` or a `Gateway` from settings (tests and benchmarks use `build_agent`).
 Building the runtime opens the agent database and the index (blocking work, done in a worker
-thread) but neither syncs the index nor starts the watcher: `await runtime.start()` does both;
-the chat and the gateway call `sync_index()` and `watcher.start()` themselves.
+thread) but neither syncs the index nor starts the watcher nor the MCP servers: `await
+runtime.start()` does all three; the chat and the gateway call `sync_index()`, `watcher.start()`
+and `start_mcp()` themselves.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from agent.agent_config import AgentConfig
 from agent.compaction import Compactor
 from agent.context import ContextBuilder
 from agent.intent_tool import IntentTool
+from agent.mcp.mcp_tools import McpServers
 from agent.media.media_config import MediaConfig, VoiceConfig
 from agent.media.reader import MediaReader
 from agent.media.transcribe import create_transcriber
@@ -39,6 +41,7 @@ from agent.model.factory import ModelClient, create_model_client, preload, suppo
 from agent.model.litellm_client import load_litellm
 from agent.projects import ProjectDirectory
 from agent.runtime import Agent
+from agent.skills import Skills
 from agent.tools import Tool
 from agent.web_fetch import WebFetcher
 from app.automations.assembly import build_automations
@@ -89,6 +92,7 @@ async def build_runtime(
         if not settings.dreaming.enabled:
             stop_recording(index.db)  # no recall signals are kept for a disabled Dreaming
         store = SqliteSessionStore(index.db)
+        mcp = McpServers(settings.mcp, stderr_dir=settings.agent_dir / "mcp")
         automations = None
         if settings.automations.enabled:  # the jobs, a scheduler the gateway starts, the tool
             automations = await asyncio.to_thread(build_automations, settings, index.db, clock)
@@ -101,6 +105,7 @@ async def build_runtime(
             clock=clock,
             active_memory=True,
             extra_tools=(automations.tool,) if automations is not None else (),
+            mcp=mcp,
             projects=project_directory(settings),
             media=(settings.voice, settings.media),
         )
@@ -116,6 +121,7 @@ async def build_runtime(
         watcher=MemoryWatcher(index),
         clock=clock,
         automations=automations,
+        mcp=mcp,
         _preloading=asyncio.ensure_future(
             _preload_quietly(model, litellm=settings.voice.provider == "litellm")
         ),
@@ -134,15 +140,18 @@ def build_agent(
     fetcher: WebFetcher | None = None,
     extra_tools: Sequence[Tool] = (),
     active_memory: bool = False,
+    mcp: McpServers | None = None,
     projects: ProjectDirectory | None = None,
     media: tuple[VoiceConfig, MediaConfig] | None = None,
 ) -> Agent:
     """An `Agent` and its parts over `index` and `store`: the workspace writer (every write
     re-indexes memory), the standing intents, the memory and `intent` tools, the context
     builder, the compactor and — with `active_memory` — the recall before owner messages.
-    `extra_tools` are offered after the built-in ones (each still subject to the turn's policy).
+    `extra_tools` are offered after the built-in ones (each still subject to the turn's policy);
+    `mcp`'s servers add their tools and their listing (whoever built it starts and closes it).
     With `media` ([voice] and [media] settings) the agent transcribes voice notes, shows
     images to a model that reads them and reads documents; without, it names their paths.
+    The skills in the workspace's skills/ are listed in the owner's prompt.
 
     `config` defaults to `AgentConfig()`, `clock` to the configured time zone, `fetcher` to a
     real `WebFetcher`. Blocking (opens the intents tables): call it from a worker thread or
@@ -167,6 +176,8 @@ def build_agent(
     )
     intent_tool = IntentTool(intents, clock, memory_tools.context_tainted).tool()
     tools = memory_tools.registry(intent_tool, *extra_tools)
+    if mcp is not None:
+        tools.add_provider(mcp)
     recall = (
         ActiveMemory(
             model=model,
@@ -194,6 +205,7 @@ def build_agent(
             workspace,
             max_chars=config.bootstrap_max_chars,
             total_max_chars=config.bootstrap_total_max_chars,
+            sources=(Skills(workspace), *((mcp,) if mcp is not None else ())),
         ),
         compactor=Compactor(model=model, store=store, index=index, tools=tools, config=config),
         recall=recall,

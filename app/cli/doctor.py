@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from app.channel_registry import channel_settings
 from app.cli.checks import Check, CheckResult, channel_check
+from app.cli.mcp_commands import check_skills, mcp_checks
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -186,8 +187,12 @@ def builtin_checks(*, offline: bool = False) -> list[Check]:
 
 
 def optional_checks(settings: Settings) -> list[Check]:
-    """Checks of what is configured only sometimes: `[voice]` when a provider is set."""
-    return [check_voice] if settings.voice.provider != "none" else []
+    """Checks of what is configured only sometimes: `[voice]` when a provider is set, the
+    skills folder when there is one, one per configured MCP server (started and stopped
+    again). The channels' own checks are added by their callers (`pinch doctor`, /health)."""
+    voice: list[Check] = [check_voice] if settings.voice.provider != "none" else []
+    skills: list[Check] = [check_skills] if (settings.workspace_dir / "skills").is_dir() else []
+    return [*voice, *skills, *mcp_checks(settings)]
 
 
 # ---- running them ---------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The `pinch` command: the top-level group, `pinch init` and `pinch doctor`; the other commands
 live beside it, one module per concern (memory_commands, lifecycle_commands, gateway_commands,
-intents_commands, jobs, web_commands). Heavy modules are imported inside commands so `--help`
-stays instant."""
+intents_commands, jobs, web_commands, mcp_commands — MCP servers and skills). Heavy modules are
+imported inside commands so `--help` stays instant."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from app.cli.backup_commands import backup, restore
 from app.cli.gateway_commands import chat, gateway, pairing
 from app.cli.intents_commands import intents
 from app.cli.jobs import jobs
+from app.cli.mcp_commands import mcp, skills
 from app.cli.memory_commands import memory
 from app.cli.support import TEMPLATE_DIR, friendly_errors, load_settings
 from app.cli.web_commands import web
@@ -105,7 +106,7 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
     sys.exit(0 if ok else 1)
 
 
-for command in (chat, gateway, pairing, memory, intents, jobs, backup, restore, web):
+for command in (chat, gateway, pairing, memory, intents, jobs, backup, restore, web, mcp, skills):
     main.add_command(command)
 
 if __name__ == "__main__":

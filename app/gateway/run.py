@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from agent.mcp.mcp_config import references
 from app.automations.assembly import owner_zone, start_automations
 from app.automations.nightly_dream import start_nightly_dream
 from app.backup.schedule import owner_alert, start_backups
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 log = logging.getLogger("pinch.gateway")
+MIN_SECRET_CHARS = 6  # shorter values are not redacted (they would garble every log line)
 
 __all__ = ["GatewayError", "acquire_lock", "configure_logging", "run_gateway", "settings_secrets"]
 
@@ -70,14 +72,22 @@ def acquire_lock(path: Path) -> IO[str]:
 
 
 def settings_secrets(settings: Settings) -> list[str]:
-    """The channel tokens in the settings (config.toml as well as the environment), which
-    `common.redact` cannot know on its own."""
+    """The channel tokens in the settings (config.toml as well as the environment) and the
+    environment variables MCP servers' env and headers name, which `common.redact` cannot know
+    on its own."""
     found = []
     for section in (settings.telegram, settings.slack):
         for value in section.__dict__.values():
             secret = getattr(value, "get_secret_value", None)
             if secret is not None:
                 found.append(str(secret()))
+    for server in settings.mcp.servers.values():  # what ${VAR} in an MCP env or header names
+        for value in (*server.env.values(), *server.headers.values()):
+            found += [
+                os.environ[name]
+                for name in references(value)
+                if len(os.environ.get(name, "")) >= MIN_SECRET_CHARS
+            ]
     return found
 
 
@@ -96,6 +106,9 @@ def configure_logging(settings: Settings, level: int = logging.INFO) -> None:
         "apscheduler",  # "Running job …" twice every 30 s; start and stop are logged by Pinch
     ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # The MCP SDK logs a server's bad line or lost connection with a traceback; Pinch logs one
+    # line of its own for each (agent/mcp/connection.py).
+    logging.getLogger("mcp").setLevel(logging.CRITICAL)
 
 
 async def run_gateway(
@@ -126,6 +139,7 @@ async def run_gateway(
             except MemoryError_ as exc:  # answering still works from the last complete index
                 log.warning("The memory index could not be updated: %s", exc)
             runtime.watcher.start()
+            await runtime.start_mcp()  # bounded wait; a failing server is retried, not fatal
             gateway = build_gateway(settings, runtime, channels)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
