@@ -198,9 +198,11 @@ def web_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebRig]:
             rig.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's Chromium driven by Playwright, once per test session."""
+    """Debian's Chromium driven by Playwright, once per test module. (Not per session: while
+    Playwright's sync API is open, its event loop runs in this thread, and the asyncio.run of
+    the other modules' tests would fail.)"""
     executable = need("chromium")
     from playwright.sync_api import sync_playwright
 
