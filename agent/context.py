@@ -208,10 +208,16 @@ def _history_parts(history: History) -> tuple[ContextPart, ...]:
         )
         recalled += turn_recalled
         items.append((f"turn #{turn.first_seq}", turn.tokens - turn_recalled))
+    images = tuple(
+        (f"{b.path or 'image'} ({b.width}×{b.height})", b.tokens)
+        for blocks in history.images.values()
+        for b in blocks
+    )
     return (
         summary,
         ContextPart("history", sum(t for _, t in items), tuple(items)),
         ContextPart("recalled context", recalled),
+        ContextPart("images", sum(t for _, t in images), images),
     )
 
 

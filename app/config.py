@@ -23,7 +23,9 @@ from pydantic_settings import (
 )
 
 from agent.agent_config import AgentConfig
+from agent.media.media_config import MediaConfig, VoiceConfig
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
+from app.backup.backup_config import BackupConfig
 from app.web.web_config import WebConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.lifecycle.dreaming import DreamingConfig
@@ -133,6 +135,9 @@ class Settings(BaseSettings):
     heartbeat: HeartbeatConfig = HeartbeatConfig()
     dreaming: DreamingConfig = DreamingConfig()
     web: WebConfig = WebConfig()
+    backup: BackupConfig = BackupConfig()
+    voice: VoiceConfig = VoiceConfig()
+    media: MediaConfig = MediaConfig()
     projects: dict[str, ProjectConfig] = Field(default_factory=dict)  # [projects.NAME]
 
     @field_validator("projects")
@@ -174,6 +179,10 @@ class Settings(BaseSettings):
     @property
     def config_path(self) -> Path:
         return self.home / "config.toml"
+
+    @property
+    def backup_dir(self) -> Path:
+        return (self.backup.path or self.home / "backups").expanduser()
 
     @classmethod
     def settings_customise_sources(

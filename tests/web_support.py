@@ -200,9 +200,9 @@ def web_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebRig]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's Chromium driven by Playwright, once per test module. (Not per session: while
-    Playwright's sync API is open, its event loop runs in this thread, and the asyncio.run of
-    the other modules' tests would fail.)"""
+    """Debian's Chromium driven by Playwright, once per test module: Playwright's sync API keeps
+    an event loop running in this thread while it is open, so a session-wide browser would make
+    every later test's `asyncio.run` fail ("cannot be called from a running event loop")."""
     executable = need("chromium")
     from playwright.sync_api import sync_playwright
 

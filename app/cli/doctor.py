@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import shlex
+import shutil
 import stat
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from app.channel_registry import channel_settings
-from app.cli.channel_checks import channel_checks
 from app.cli.checks import Check, CheckResult, channel_check
 
 if TYPE_CHECKING:
@@ -155,6 +156,28 @@ async def check_model(settings: Settings) -> CheckResult:
     return CheckResult("model", True, f"{cfg.model} answered in {time.monotonic() - started:.1f} s")
 
 
+def check_voice(settings: Settings) -> CheckResult:
+    """`[voice]` can transcribe: the command exists, or the provider's key is set (never its
+    value). Offered only when a provider is configured."""
+    voice = settings.voice
+    if voice.provider == "command":
+        argv = shlex.split(voice.command or "")
+        program = os.path.expanduser(argv[0]) if argv else ""
+        found = shutil.which(program) if program else None
+        if found is None:
+            return CheckResult("voice", False, f"command {program!r} not found or not executable")
+        return CheckResult("voice", True, f"command {found}")
+    if voice.provider == "litellm":
+        model = voice.model if "/" in voice.model else f"openai/{voice.model}"
+        names = [] if voice.api_base else _model_key_names(model)
+        missing = [n for n in names if not os.environ.get(n)]
+        if missing:
+            return CheckResult("voice", False, f"{voice.model}: export {' and '.join(missing)}")
+        where = f" at {voice.api_base}" if voice.api_base else ""
+        return CheckResult("voice", True, f"litellm {voice.model}{where}")
+    return CheckResult("voice", True, "voice notes are saved, not transcribed (provider none)")
+
+
 def builtin_checks(*, offline: bool = False) -> list[Check]:
     checks: list[Check] = [check_secrets, check_file_modes, check_database, check_index]
     if not offline:
@@ -162,9 +185,9 @@ def builtin_checks(*, offline: bool = False) -> list[Check]:
     return checks
 
 
-def plugin_checks(settings: Settings) -> list[Check]:
-    """One check per configured channel (getMe / auth.test), from `app.cli.channel_checks`."""
-    return list(channel_checks(settings))
+def optional_checks(settings: Settings) -> list[Check]:
+    """Checks of what is configured only sometimes: `[voice]` when a provider is set."""
+    return [check_voice] if settings.voice.provider != "none" else []
 
 
 # ---- running them ---------------------------------------------------------------------------
@@ -192,7 +215,7 @@ async def run_checks_async(
     settings: Settings, extra_checks: Iterable[Check] = (), *, offline: bool = False
 ) -> list[CheckResult]:
     results = []
-    for check in [*builtin_checks(offline=offline), *extra_checks]:
+    for check in [*builtin_checks(offline=offline), *optional_checks(settings), *extra_checks]:
         results.append(await _run_one(check, settings))
     return results
 

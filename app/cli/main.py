@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from app.cli.backup_commands import backup, restore
 from app.cli.gateway_commands import chat, gateway, pairing
 from app.cli.intents_commands import intents
 from app.cli.jobs import jobs
@@ -73,7 +74,8 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
 
     One line per check; exit status 1 if any fails. Secrets are shown as set/missing only.
     """
-    from app.cli.doctor import CheckResult, gateway_health, plugin_checks, run_checks
+    from app.cli.channel_checks import channel_checks
+    from app.cli.doctor import CheckResult, gateway_health, run_checks
     from app.config import ConfigError
 
     try:
@@ -88,7 +90,7 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
         where = settings.config_path if settings.config_path.exists() else "defaults"
         results = [CheckResult("config", True, f"valid ({where})")]
         try:
-            extra = plugin_checks(settings)
+            extra = channel_checks(settings)  # one per configured channel
         except Exception as exc:  # a broken plug-in is one failed check, not a traceback
             extra = []
             results.append(CheckResult("channels", False, f"channel checks unavailable: {exc}"))
@@ -103,7 +105,7 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
     sys.exit(0 if ok else 1)
 
 
-for command in (chat, gateway, pairing, memory, intents, jobs, web):
+for command in (chat, gateway, pairing, memory, intents, jobs, backup, restore, web):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from app.web import login
 from app.web.context import WebContext
-from app.web.pages import chat, overview
+from app.web.pages import access, automations, chat, dreams, health, memory, overview, sessions
 from app.web.render import markdown_html
 from app.web.security import add_security_headers, security_middleware
 
@@ -35,9 +35,8 @@ log = logging.getLogger("pinch.web")
 WEB_DIR = Path(__file__).resolve().parent
 MAX_UPLOAD_BYTES = 21 * 1024 * 1024  # a 20 MB file and the form around it
 
-# The pages beside the overview and the chat, each a module with `add_routes(app, ctx)`
-# (memory, dreams, sessions, access, automations, health: added by their own change).
-PAGE_MODULES: tuple[ModuleType, ...] = ()
+# The pages beside the overview and the chat, each a module with `add_routes(app, ctx)`.
+PAGE_MODULES: tuple[ModuleType, ...] = (memory, dreams, sessions, access, automations, health)
 
 NAV = (
     ("/", "Overview"),

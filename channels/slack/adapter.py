@@ -363,12 +363,29 @@ class SlackChannel(Channel):
         return tuple(
             [
                 await download_shared_file(
-                    session, item, token=token, limits=limits, inbox=self.inbox, ts=ts
+                    session,
+                    await self._file_info(item),
+                    token=token,
+                    limits=limits,
+                    inbox=self.inbox,
+                    ts=ts,
                 )
                 for item in files[:10]
                 if isinstance(item, dict)
             ]
         )
+
+    async def _file_info(self, item: dict[str, Any]) -> dict[str, Any]:
+        """The whole file object: Slack sends only a stub (`file_access: check_file_info`, no
+        links) when an event carries many files or one shared from another workspace."""
+        if item.get("url_private") or not item.get("id"):
+            return item
+        try:
+            found = (await self.web.lookup("files_info", file=str(item["id"]))).get("file")
+        except ChannelError as e:
+            log.info("Could not look up Slack file %s (%s)", item.get("id"), e)
+            return item
+        return found if isinstance(found, dict) else item
 
     # -- outbound ------------------------------------------------------------------------------
 
