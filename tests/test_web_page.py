@@ -263,3 +263,25 @@ def test_a_page_message_waits_for_the_telegram_reply_being_written(
     )
     assert "re: first, from telegram" in json.dumps(page_turn.body)
     web_rig.model.respond_with(responder(turn=echo))
+
+
+def test_even_html_injected_into_the_page_runs_no_inline_script(
+    browser: Any, web_rig: WebRig
+) -> None:
+    # Defence in depth: were an escaping bug to let markup through, the CSP still blocks it.
+    context = browser.new_context(viewport=web_support.DESKTOP)
+    page = context.new_page()
+    console: list[str] = []
+    page.on("console", lambda message: console.append(message.text))
+    try:
+        page.goto(web_rig.login_url())
+        chat(page, web_rig)
+        page.evaluate(
+            "() => document.body.insertAdjacentHTML('beforeend', "
+            "'<img src=x onerror=\"window.__pwned=3\">')"
+        )
+        page.wait_for_timeout(300)
+        assert page.evaluate("() => window.__pwned") is None
+        assert any("Content Security Policy" in line for line in console)
+    finally:
+        context.close()

@@ -216,15 +216,23 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def web_page(browser: Any, web_rig: WebRig) -> Iterator[Any]:
-    """A fresh browser context logged in through a one-time link, on the overview."""
+    """A fresh browser context logged in through a one-time link, on the overview. At the end,
+    the test fails if the browser reported a Content-Security-Policy violation (an inline
+    script or style the page must not have)."""
     context = browser.new_context(viewport=DESKTOP)
     page = context.new_page()
+    violations: list[str] = []
+    page.on(
+        "console",
+        lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None,
+    )
     page.goto(web_rig.login_url())
     assert page.url == web_rig.url("/"), page.url
     try:
         yield page
     finally:
         context.close()
+    assert not violations, violations
 
 
 def screenshot(page: Any, name: str, *, full_page: bool = True) -> list[Path]:

@@ -4,7 +4,11 @@ A page module (app/web/pages/NAME.py) exposes `add_routes(app, ctx)`; its handle
 write through `ctx.runtime` (the same stores the CLI uses) and answer with `ctx.render(...)`.
 The security middleware (app/web/security.py) has already checked, before any handler runs:
 the owner's login (every path but /login and /static), the Host header, and — for every POST —
-the Origin and the CSRF token. Handlers never check these themselves.
+the Origin and the CSRF token. Handlers never check these themselves; a form only carries
+the token: `<input type="hidden" name="csrf" value="{{ csrf_token }}">` (a script sends it as
+the `X-CSRF-Token` header). Templates extend base.html (blocks: title, content; also head,
+scripts, main_class, body_class) and see `nav`, `path` and `csrf_token`; `{{ text | markdown }}`
+renders untrusted Markdown safely.
 """
 
 from __future__ import annotations
