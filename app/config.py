@@ -28,6 +28,7 @@ from app.web.web_config import WebConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.lifecycle.dreaming import DreamingConfig
 from memory.memory_config import MemoryConfig
+from memory.store.store_config import StoreConfig, dsn_has_password
 
 
 class ConfigError(Exception):
@@ -108,6 +109,7 @@ class Settings(BaseSettings):
     heartbeat: HeartbeatConfig = HeartbeatConfig()
     dreaming: DreamingConfig = DreamingConfig()
     web: WebConfig = WebConfig()
+    store: StoreConfig = StoreConfig()
 
     @field_validator("agent_id")
     @classmethod
@@ -191,6 +193,13 @@ def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
                     f"{path} sets [{section}] {name}, a secret: remove it from the file and set "
                     f"the environment variable {env} instead (secrets never live in config.toml)."
                 )
+    store = data.get("store")
+    if isinstance(store, dict) and dsn_has_password(str(store.get("dsn", ""))):
+        raise ConfigError(
+            f"{path} sets [store] dsn with a password, a secret: remove it from the file and set "
+            "the environment variable PINCH_STORE__DSN instead (or keep the password in "
+            "~/.pgpass); secrets never live in config.toml."
+        )
     for section, table in data.items():
         if not isinstance(table, dict):
             continue
