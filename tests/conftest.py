@@ -24,7 +24,7 @@ from memory.embeddings.providers import create_provider
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.store.db import Database, open_database
-from tests.pg_support import pg_database, pg_schema, pg_server  # noqa: F401 - fixtures
+from tests.pg_support import pg_database, pg_dsn, pg_server  # noqa: F401 - fixtures
 from tests.store_backends import backend  # noqa: F401 - a fixture
 
 WorkspaceFactory = Callable[..., Path]

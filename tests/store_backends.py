@@ -47,7 +47,7 @@ class Backend:
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """The agent's store on SQLite (a file in tmp_path) or PostgreSQL (a fresh schema on the
+    """The agent's store on SQLite (a file in tmp_path) or PostgreSQL (a fresh database on the
     run's pgserver, started only when a PostgreSQL test runs)."""
     if request.param == "sqlite":
         path = tmp_path / "agent.sqlite"
@@ -58,10 +58,10 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         made = Backend("sqlite", open_sqlite(), open_sqlite)
     else:
         server = request.getfixturevalue("pg_server")
-        schema = request.getfixturevalue("pg_schema")
+        dsn = request.getfixturevalue("pg_dsn")
 
         def open_pg() -> Any:
-            return server.open(schema, min_size=0, max_size=6)
+            return server.open(dsn, min_size=0, max_size=6)
 
         made = Backend("postgres", open_pg(), open_pg)
     yield made

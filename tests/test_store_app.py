@@ -1,17 +1,15 @@
 """The gateway's and automations' repositories, tested through their Protocols (PairingStore,
-QueueStore, JobStore): each fixture yields the SQLite implementation, so a second implementation
-(PostgreSQL) runs the same promises by adding a fixture parameter."""
+QueueStore, JobStore), on both backends (`backend`: SQLite and PostgreSQL, tests/store_backends.py)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-from memory.store.db import Database, open_database
 from memory.store.jobs_store import (
     JobStore,
     NewJob,
@@ -21,37 +19,44 @@ from memory.store.jobs_store import (
     TooManyJobs,
 )
 from memory.store.pairing_store import PairingStore, SqlitePairingStore
+from memory.store.postgres.jobs import PgJobStore
+from memory.store.postgres.pairing import PgPairingStore
+from memory.store.postgres.queue import PgQueueStore
 from memory.store.queue_store import Delivery, LeaseHolder, QueueStore, SqliteQueueStore
+from tests.store_backends import Backend
 
 T0 = 1_000_000.0
 NOW = datetime(2026, 12, 1, 9, tzinfo=UTC)
 
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def pairing(db: Database) -> PairingStore:
-    return SqlitePairingStore(db)
+PAIRING: dict[str, Callable[[Any], PairingStore]] = {
+    "sqlite": SqlitePairingStore,
+    "postgres": PgPairingStore,
+}
+QUEUES: dict[str, Callable[..., QueueStore]] = {
+    "sqlite": SqliteQueueStore,
+    "postgres": PgQueueStore,
+}
+JOBS: dict[str, Callable[[Any], JobStore]] = {"sqlite": SqliteJobStore, "postgres": PgJobStore}
 
 
 @pytest.fixture
-def queue(db: Database) -> QueueStore:
-    return SqliteQueueStore(db)
+def pairing(backend: Backend) -> PairingStore:
+    return PAIRING[backend.name](backend.db)
 
 
 @pytest.fixture
-def terminal_queue(db: Database) -> QueueStore:
-    return SqliteQueueStore(db, claimant="cli-1")
+def queue(backend: Backend) -> QueueStore:
+    return QUEUES[backend.name](backend.db)
 
 
 @pytest.fixture
-def jobs(db: Database) -> JobStore:
-    return SqliteJobStore(db)
+def terminal_queue(backend: Backend) -> QueueStore:
+    return QUEUES[backend.name](backend.db, claimant="cli-1")
+
+
+@pytest.fixture
+def jobs(backend: Backend) -> JobStore:
+    return JOBS[backend.name](backend.db)
 
 
 # -- pairing ----------------------------------------------------------------------------------
@@ -139,8 +144,9 @@ def test_queue_ids_and_sessions_follow_arrival_order(queue: QueueStore) -> None:
     assert [m.message_json for m in claimed.messages] == ['"1"', '"1"']
 
 
-def test_a_queued_message_is_claimed_exactly_once(db: Database) -> None:
-    stores = [SqliteQueueStore(db) for _ in range(4)]
+def test_a_queued_message_is_claimed_exactly_once(backend: Backend) -> None:
+    dbs = [backend.db, backend.db, backend.reopen(), backend.reopen()]  # threads and processes
+    stores = [QUEUES[backend.name](db) for db in dbs]
     for i in range(20):
         accept(stores[0], "k", str(i))
     claimed: list[int] = []
