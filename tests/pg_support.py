@@ -19,9 +19,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 import psycopg
+import pytest
 from psycopg.conninfo import make_conninfo
 
 from memory.store.postgres.database import PgDatabase, open_postgres

@@ -1,5 +1,6 @@
 """The gateway's and automations' repositories, tested through their Protocols (PairingStore,
-QueueStore, JobStore), on both backends (`backend`: SQLite and PostgreSQL, tests/store_backends.py)."""
+QueueStore, JobStore), on both backends (`backend`: SQLite and PostgreSQL,
+tests/store_backends.py)."""
 
 from __future__ import annotations
 
