@@ -1,15 +1,14 @@
 """The lifecycle stores (intents, recall signals, dream runs, forgetting, lineage), specified
-through their Protocols: each fixture yields the SQLite implementation, so a second
-implementation can run the same tests by adding its own fixture."""
+through their Protocols, on both backends (`backend`: SQLite and PostgreSQL,
+tests/store_backends.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from memory.store.db import Database, open_database
 from memory.store.dreaming_schema import apply_dreaming_migrations
 from memory.store.dreams_store import DreamRunStore, RunWrite, SqliteDreamRuns
 from memory.store.forget_store import ForgetStore, KeptNote, SessionErasure, SqliteForgetStore
@@ -21,45 +20,80 @@ from memory.store.intents_store import (
     ensure_intent_schema,
 )
 from memory.store.lineage import LineageRepository, LineageStore
+from memory.store.postgres.dreams import PgDreamRuns
+from memory.store.postgres.intents import PgIntentRepository
+from memory.store.postgres.lineage import PgForgetStore, PgLineageStore
+from memory.store.postgres.sessions import PgSessionStore
+from memory.store.postgres.signals import PgRecallSignals
 from memory.store.recall_signals import RecallSignal, RecallSignalStore, Span, SqliteRecallSignals
-from memory.store.sessions import SessionKey, SqliteSessionStore
+from memory.store.sessions import SessionKey, SessionStore, SqliteSessionStore
+from tests.store_backends import Backend
 
 T0 = 1_770_000_000.0
 SCOPE = IntentScope("main", "telegram", "direct:owner", "owner")
 OTHER_CHAT = IntentScope("main", "telegram", "group:friends", "owner")
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "agent.sqlite")
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def intents(db: Database) -> IntentRepository:
+def _sqlite_intents(db: Any) -> IntentRepository:
     ensure_intent_schema(db)
     return SqliteIntentRepository(db)
 
 
-@pytest.fixture
-def signals(db: Database) -> RecallSignalStore:
-    return SqliteRecallSignals(db)
+INTENTS: dict[str, Callable[[Any], IntentRepository]] = {
+    "sqlite": _sqlite_intents,
+    "postgres": PgIntentRepository,
+}
+SIGNALS: dict[str, Callable[[Any], RecallSignalStore]] = {
+    "sqlite": SqliteRecallSignals,
+    "postgres": PgRecallSignals,
+}
+RUNS: dict[str, Callable[[Any], DreamRunStore]] = {
+    "sqlite": SqliteDreamRuns,
+    "postgres": PgDreamRuns,
+}
+LINEAGE: dict[str, Callable[[Any], LineageRepository]] = {
+    "sqlite": LineageStore,
+    "postgres": PgLineageStore,
+}
+FORGET: dict[str, Callable[[Any], ForgetStore]] = {
+    "sqlite": SqliteForgetStore,
+    "postgres": PgForgetStore,
+}
+SESSIONS: dict[str, Callable[[Any], SessionStore]] = {
+    "sqlite": SqliteSessionStore,
+    "postgres": PgSessionStore,
+}
 
 
 @pytest.fixture
-def runs(db: Database) -> DreamRunStore:
-    return SqliteDreamRuns(db)
+def intents(backend: Backend) -> IntentRepository:
+    return INTENTS[backend.name](backend.db)
 
 
 @pytest.fixture
-def lineage(db: Database) -> LineageRepository:
-    return LineageStore(db)
+def signals(backend: Backend) -> RecallSignalStore:
+    return SIGNALS[backend.name](backend.db)
 
 
 @pytest.fixture
-def forgetting(db: Database) -> ForgetStore:
-    return SqliteForgetStore(db)
+def runs(backend: Backend) -> DreamRunStore:
+    return RUNS[backend.name](backend.db)
+
+
+@pytest.fixture
+def lineage(backend: Backend) -> LineageRepository:
+    return LINEAGE[backend.name](backend.db)
+
+
+@pytest.fixture
+def forgetting(backend: Backend) -> ForgetStore:
+    return FORGET[backend.name](backend.db)
+
+
+def dreamed_before(backend: Backend) -> None:
+    """The dream tables exist (SQLite creates them on the first dream; PostgreSQL at open)."""
+    if backend.name == "sqlite":
+        apply_dreaming_migrations(backend.db)
 
 
 def new_intent(
@@ -185,10 +219,11 @@ def test_a_disabled_store_records_nothing(signals: RecallSignalStore) -> None:
 
 
 def test_reading_a_database_that_never_dreamed_creates_nothing(
-    runs: DreamRunStore, db: Database
+    runs: DreamRunStore, backend: Backend
 ) -> None:
     assert runs.last_finished() is None and runs.last_undoable() is None
-    assert not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'dream_runs'")
+    if backend.name == "sqlite":
+        assert not backend.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'dream_runs'")
 
 
 def test_one_holder_has_the_lease_until_it_expires(runs: DreamRunStore) -> None:
@@ -205,8 +240,10 @@ def test_a_released_lease_can_be_taken(runs: DreamRunStore) -> None:
     assert runs.acquire_lease("dream", "b", now=T0 + 1, lease_s=60)
 
 
-def test_a_finished_run_that_wrote_can_be_undone_once(runs: DreamRunStore, db: Database) -> None:
-    apply_dreaming_migrations(db)
+def test_a_finished_run_that_wrote_can_be_undone_once(
+    runs: DreamRunStore, backend: Backend
+) -> None:
+    dreamed_before(backend)
     first = runs.start_run("nightly", started_at=T0)
     second = runs.start_run("manual", started_at=T0 + 1)
     assert second > first
@@ -229,8 +266,10 @@ def test_a_failed_run_is_recorded_finished_with_its_reason(runs: DreamRunStore) 
     assert last is not None and last.outcome == "failed: no model"
 
 
-def test_preimages_are_rewritten_and_post_hashes_moved(runs: DreamRunStore, db: Database) -> None:
-    apply_dreaming_migrations(db)
+def test_preimages_are_rewritten_and_post_hashes_moved(
+    runs: DreamRunStore, backend: Backend
+) -> None:
+    dreamed_before(backend)
     run = runs.start_run("manual", started_at=T0)
     write = RunWrite("rewrite", "p.md", "keep\ndrop", "h0", "h1")
     runs.finish_run(
@@ -247,9 +286,12 @@ def test_preimages_are_rewritten_and_post_hashes_moved(runs: DreamRunStore, db: 
 
 
 def test_erase_removes_the_session_and_leaves_a_tombstone(
-    db: Database, forgetting: ForgetStore, lineage: LineageRepository, signals: RecallSignalStore
+    backend: Backend,
+    forgetting: ForgetStore,
+    lineage: LineageRepository,
+    signals: RecallSignalStore,
 ) -> None:
-    sessions = SqliteSessionStore(db)
+    sessions = SESSIONS[backend.name](backend.db)
     session = sessions.current(SessionKey.owner_main())
     sessions.append(session.id, "user", {"text": "hello"})
     lineage.record(session.id, "daily_entry", path="memory/2026-01-10.md", detail={"lines": 1})
@@ -283,7 +325,7 @@ def test_erase_removes_the_session_and_leaves_a_tombstone(
 
 
 def test_a_second_erase_replaces_the_tombstone(
-    db: Database, forgetting: ForgetStore, lineage: LineageRepository
+    forgetting: ForgetStore, lineage: LineageRepository
 ) -> None:
     forgetting.erase(SessionErasure("gone", None, T0, []))
     forgetting.erase(SessionErasure("gone", "main:cli:direct:owner", T0 + 1, []))
