@@ -81,6 +81,13 @@ class PgDatabase:
         self.pool.close()
 
 
+def one_row(row: Any) -> Any:
+    """The row a statement that always returns one (INSERT … RETURNING, count(*)) returned."""
+    if row is None:
+        raise DatabaseError("PostgreSQL returned no row where one was expected.")
+    return row
+
+
 def _unreachable(shown_dsn: str, exc: BaseException) -> str:
     reason = redact(" ".join(str(exc).split()))[:300]
     return (

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memory.store.dreams_store import LastDream, RunWrite, UndoableRun
-from memory.store.postgres.database import PgDatabase
+from memory.store.postgres.database import PgDatabase, one_row
 
 _RECENT = ("id", "started_at", "finished_at", "phase", "promoted", "model_calls", "tokens", "mode")
 
@@ -46,7 +46,7 @@ class PgDreamRuns:
                 "INSERT INTO dream_runs (started_at, phase) VALUES (%s, %s) RETURNING id",
                 (started_at, phase),
             ).fetchone()
-            return int(row[0])
+            return int(one_row(row)[0])
 
     def finish_run(
         self,

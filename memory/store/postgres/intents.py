@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory.store.intents_store import IntentFire, IntentScope, NewIntent, StandingIntent
-from memory.store.postgres.database import PgDatabase
+from memory.store.postgres.database import PgDatabase, one_row
 
 MAX_ENTRIES = 15  # trigger entries per intent, as on SQLite
 _COLUMNS = (
@@ -87,7 +87,7 @@ class PgIntentRepository:
                     new.expires_at,
                 ),
             ).fetchone()
-            intent = _intent(made)
+            intent = _intent(one_row(made))
             conn.cursor().executemany(
                 "INSERT INTO intent_triggers (intent_id, entry, terms) VALUES (%s, %s, %s)",
                 [(intent.id, n, list(t)) for n, t in enumerate(new.terms)],

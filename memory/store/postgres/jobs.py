@@ -21,7 +21,7 @@ from memory.store.jobs_store import (
     Target,
     TooManyJobs,
 )
-from memory.store.postgres.database import PgDatabase
+from memory.store.postgres.database import PgDatabase, one_row
 
 _JOB_COLUMNS = (
     "id, kind, spec, tz, anchor_utc, payload, text, channel, chat_id, thread_id, creator_key, "
@@ -139,7 +139,7 @@ class PgJobStore:
                     now,
                 ),
             ).fetchone()
-        return _job(made)
+        return _job(one_row(made))
 
     def update_schedule(
         self, job_id: int, state: State, next_run: datetime | None, anchor: datetime
@@ -191,7 +191,7 @@ class PgJobStore:
                 "VALUES (%s, %s, %s, 'running') RETURNING id",
                 (job_id, run_for, now),
             ).fetchone()
-            return int(row[0])
+            return int(one_row(row)[0])
 
     def finish_run(
         self, run_id: int, status: str, now: datetime, late_by_s: float, note: str | None

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from memory.store.postgres.database import PgDatabase
+from memory.store.postgres.database import PgDatabase, one_row
 from memory.store.queue_store import ClaimedTurn, Delivery, LeaseHolder, StoredMessage
 
 
@@ -58,7 +58,7 @@ class PgQueueStore:
                 "received_at, claimant) VALUES (%s, %s, %s, %s, 'queued', %s, %s) RETURNING id",
                 (session_key, channel, sender_role, message_json, now, self.claimant),
             ).fetchone()
-            return int(row[0])
+            return int(one_row(row)[0])
 
     def first_sight(self, channel: str, dedup_key: str, now: float) -> bool:
         with self.db.transaction() as conn:

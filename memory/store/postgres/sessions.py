@@ -19,7 +19,7 @@ from collections.abc import Collection
 from typing import Any
 
 from memory.errors import SessionError
-from memory.store.postgres.database import PgDatabase
+from memory.store.postgres.database import PgDatabase, one_row
 from memory.store.sessions import (
     EVENT_KINDS,
     USAGE_FIELDS,
@@ -141,7 +141,7 @@ class PgSessionStore:
                 (session_id,),
             ).fetchone()
             event = TranscriptEvent(
-                int(row[0]) + 1,
+                int(one_row(row)[0]) + 1,
                 kind,
                 json.loads(body),
                 time.time(),
