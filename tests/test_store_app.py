@@ -24,7 +24,7 @@ from memory.store.postgres.jobs import PgJobStore
 from memory.store.postgres.pairing import PgPairingStore
 from memory.store.postgres.queue import PgQueueStore
 from memory.store.queue_store import Delivery, LeaseHolder, QueueStore, SqliteQueueStore
-from tests.store_backends import Backend
+from tests.store_backends import Backend, at_once
 
 T0 = 1_000_000.0
 NOW = datetime(2026, 12, 1, 9, tzinfo=UTC)
@@ -72,6 +72,15 @@ def test_a_channel_never_has_more_pending_codes_than_allowed(pairing: PairingSto
 
     assert [m is not None for m in made] == [True, True, True, False]
     assert [r.code for r in pairing.pending(T0)] == ["CODE0", "CODE1", "CODE2"]
+
+
+def test_the_pending_cap_holds_when_requests_come_at_once(backend: Backend) -> None:
+    stores = [PAIRING[backend.name](backend.reopen()) for _ in range(6)]
+
+    made = at_once([lambda s=s, i=i: request(s, str(i), f"C{i}") for i, s in enumerate(stores)])
+
+    assert sum(m is not None for m in made) == 3
+    assert len(stores[0].pending(T0)) == 3
 
 
 def test_an_expired_code_is_gone_and_frees_its_place(pairing: PairingStore) -> None:
@@ -211,6 +220,22 @@ def test_deliveries_are_kept_by_part_and_finished_with_the_turn(queue: QueueStor
     assert accept(queue, "k", "1") is not None  # the de-duplication record was pruned too
 
 
+def test_of_processes_taking_a_lease_at_once_one_holds_it(backend: Backend) -> None:
+    stores = [QUEUES[backend.name](backend.reopen()) for _ in range(4)]
+    holders = [LeaseHolder(f"p{i}", i, "host", "telegram") for i in range(4)]
+
+    others = at_once(
+        [
+            lambda s=s, h=h: s.acquire_lease("s1", h, T0, 30, alive=lambda _: True)
+            for s, h in zip(stores, holders, strict=True)
+        ]
+    )
+
+    assert sum(o is None for o in others) == 1
+    winner = holders[others.index(None)]
+    assert all(o == winner for o in others if o is not None)
+
+
 def test_a_session_lease_has_one_holder(queue: QueueStore) -> None:
     a = LeaseHolder("a", 1, "host", "telegram")
     b = LeaseHolder("b", 2, "host", "cli")
@@ -285,6 +310,30 @@ def test_a_run_is_claimed_exactly_once(jobs: JobStore) -> None:
     assert fresh is not None and fresh.next_run_utc == later
     [run] = jobs.runs(job.id)
     assert (run.id, run.status, run.scheduled_for) == (run_id, "running", NOW)
+
+
+def test_of_schedulers_claiming_at_once_exactly_one_gets_the_run(backend: Backend) -> None:
+    job = JOBS[backend.name](backend.db).insert(new_job(), first_run=NOW, now=NOW, max_active=None)
+    stores = [JOBS[backend.name](backend.reopen()) for _ in range(4)]
+    later = NOW + timedelta(minutes=5)
+
+    got = at_once([lambda s=s: s.claim(job.id, NOW, later, NOW, run_for=NOW) for s in stores])
+
+    assert sum(g is not None for g in got) == 1
+    assert len(stores[0].runs(job.id)) == 1
+
+
+def test_the_job_cap_holds_when_inserts_come_at_once(backend: Backend) -> None:
+    stores = [JOBS[backend.name](backend.reopen()) for _ in range(5)]
+
+    def insert(store: JobStore) -> bool:
+        try:
+            store.insert(new_job(), first_run=NOW, now=NOW, max_active=2)
+        except TooManyJobs:
+            return False
+        return True
+
+    assert sum(at_once([lambda s=s: insert(s) for s in stores])) == 2
 
 
 def test_a_paused_job_is_not_claimed(jobs: JobStore) -> None:

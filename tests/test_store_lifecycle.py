@@ -27,7 +27,7 @@ from memory.store.postgres.sessions import PgSessionStore
 from memory.store.postgres.signals import PgRecallSignals
 from memory.store.recall_signals import RecallSignal, RecallSignalStore, Span, SqliteRecallSignals
 from memory.store.sessions import SessionKey, SessionStore, SqliteSessionStore
-from tests.store_backends import Backend
+from tests.store_backends import Backend, at_once
 
 T0 = 1_770_000_000.0
 SCOPE = IntentScope("main", "telegram", "direct:owner", "owner")
@@ -151,6 +151,29 @@ def test_an_intent_fires_once_per_cooldown(intents: IntentRepository) -> None:
     assert [f.excerpt for f in intents.fires(intent.id)] == ["a"]
 
 
+def test_of_callers_firing_at_once_exactly_one_gets_the_fire(backend: Backend) -> None:
+    intent = INTENTS[backend.name](backend.db).create(new_intent())
+    stores = [INTENTS[backend.name](backend.reopen()) for _ in range(4)]
+
+    fired = at_once(
+        [
+            lambda s=s: s.fire_all([intent.id], now=T0 + 1, session_key="k", excerpt="x")
+            for s in stores
+        ]
+    )
+
+    assert sorted(map(len, fired)) == [0, 0, 0, 1]
+    assert len(stores[0].fires(intent.id)) == 1
+
+
+def test_an_intent_created_at_once_is_stored_once(backend: Backend) -> None:
+    stores = [INTENTS[backend.name](backend.reopen()) for _ in range(4)]
+
+    made = at_once([lambda s=s: s.create(new_intent()) for s in stores])
+
+    assert len({m.id for m in made}) == 1 and len(stores[0].intents()) == 1
+
+
 def test_the_last_fire_ends_the_intent_and_its_entries(intents: IntentRepository) -> None:
     intent = intents.create(new_intent(max_fires=1))
     intents.fire_all([intent.id], now=T0 + 1, session_key="k", excerpt="")
@@ -232,6 +255,20 @@ def test_one_holder_has_the_lease_until_it_expires(runs: DreamRunStore) -> None:
     runs.release_lease("dream", "b")  # not b's: a keeps it
     assert not runs.acquire_lease("dream", "b", now=T0 + 31, lease_s=60)
     assert runs.acquire_lease("dream", "b", now=T0 + 61, lease_s=60)
+
+
+def test_of_dreamers_taking_the_lease_at_once_one_gets_it(backend: Backend) -> None:
+    dreamed_before(backend)
+    stores = [RUNS[backend.name](backend.reopen()) for _ in range(4)]
+
+    got = at_once(
+        [
+            lambda s=s, i=i: s.acquire_lease("dream", f"h{i}", now=T0, lease_s=60)
+            for i, s in enumerate(stores)
+        ]
+    )
+
+    assert sorted(got) == [False, False, False, True]
 
 
 def test_a_released_lease_can_be_taken(runs: DreamRunStore) -> None:
