@@ -73,7 +73,6 @@ def pg_server() -> Iterator[PgTestServer]:
     os.environ["XDG_RUNTIME_DIR"] = str(runtime)  # pgserver warns without one
     try:
         server, dsn = _start(folder)
-        test_server = PgTestServer(dsn)
     except Exception as exc:  # the binary is missing, the port or the folder refused, ...
         shutil.rmtree(folder, ignore_errors=True)
         why = f"PostgreSQL (pgserver) could not start for the store tests: {exc}"
@@ -86,7 +85,7 @@ def pg_server() -> Iterator[PgTestServer]:
         else:
             os.environ["XDG_RUNTIME_DIR"] = old_runtime
     try:
-        yield test_server
+        yield PgTestServer(dsn)  # a failing migration is an error here, not a skip
     finally:
         cleanup = getattr(server, "cleanup", None)
         if cleanup is not None:

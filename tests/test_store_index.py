@@ -1,7 +1,7 @@
 """The index repositories (memory/store/index_*.py) keep the promises their Protocols state.
 
-Every test talks to the interfaces only; the `backend` fixture yields the implementations (today
-SQLite), so a second implementation runs the same tests by adding one entry to BACKENDS.
+Every test talks to the interfaces only; the `backend` fixture yields the implementations on
+SQLite and on PostgreSQL (a fresh database on the run's pgserver, tests/pg_support.py).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from memory.store.db import open_database
@@ -29,6 +30,8 @@ from memory.store.index_rows import (
     SourceState,
     SqliteIndexRows,
 )
+from memory.store.postgres.index_rows import PgEmbeddingCache, PgGenerations, PgIndexRows
+from tests.pg_support import PgTestServer
 
 IDENTITY = {"provider": "use", "model": "m", "dimensions": 4, "chunk_tokens": 400}
 
@@ -45,7 +48,7 @@ class Backend:
 
 
 @contextlib.contextmanager
-def sqlite_backend(tmp_path: Path) -> Iterator[Backend]:
+def sqlite_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     db = open_database(tmp_path / "agent.sqlite")
     try:
         yield Backend(
@@ -59,12 +62,28 @@ def sqlite_backend(tmp_path: Path) -> Iterator[Backend]:
         db.close()
 
 
-BACKENDS = {"sqlite": sqlite_backend}
+@contextlib.contextmanager
+def postgres_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    server: PgTestServer = request.getfixturevalue("pg_server")
+    db = server.open(request.getfixturevalue("pg_dsn"), min_size=0, max_size=4)
+    try:
+        yield Backend(
+            db.transaction,
+            PgGenerations(db),
+            PgIndexRows(db),
+            PgEmbeddingCache(db),
+            psycopg.errors.UniqueViolation,
+        )
+    finally:
+        db.close()
+
+
+BACKENDS = {"sqlite": sqlite_backend, "postgres": postgres_backend}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    with BACKENDS[request.param](tmp_path) as opened:
+    with BACKENDS[request.param](request, tmp_path) as opened:
         yield opened
 
 

@@ -19,6 +19,7 @@ from memory.store.jobs_store import SqliteJobStore
 from memory.store.lineage import LineageStore
 from memory.store.pairing_store import SqlitePairingStore
 from memory.store.postgres.dreams import PgDreamRuns, PgStagingLookups
+from memory.store.postgres.index_rows import PgEmbeddingCache, PgGenerations, PgIndexRows
 from memory.store.postgres.intents import PgIntentRepository
 from memory.store.postgres.jobs import PgJobStore
 from memory.store.postgres.lineage import PgForgetStore, PgLineageStore
@@ -46,9 +47,9 @@ IMPLEMENTATIONS: Mapping[str, Mapping[str, type | None]] = {
     "StagingLookups": {"sqlite": SqliteStagingLookups, "postgres": PgStagingLookups},
     "LineageRepository": {"sqlite": LineageStore, "postgres": PgLineageStore},
     "ForgetStore": {"sqlite": SqliteForgetStore, "postgres": PgForgetStore},
-    "GenerationRepository": {"sqlite": SqliteGenerations, "postgres": None},
-    "IndexRowRepository": {"sqlite": SqliteIndexRows, "postgres": None},
-    "EmbeddingCacheRepository": {"sqlite": SqliteEmbeddingCache, "postgres": None},
+    "GenerationRepository": {"sqlite": SqliteGenerations, "postgres": PgGenerations},
+    "IndexRowRepository": {"sqlite": SqliteIndexRows, "postgres": PgIndexRows},
+    "EmbeddingCacheRepository": {"sqlite": SqliteEmbeddingCache, "postgres": PgEmbeddingCache},
     "VectorTables": {"sqlite": SqliteVectorTables, "postgres": None},
     "MatrixPack": {"sqlite": SqliteMatrixPack, "postgres": None},
     "KnnIndex": {"sqlite": SqliteVecIndex, "postgres": None},

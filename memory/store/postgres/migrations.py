@@ -24,14 +24,17 @@ from memory.store.schema import MigrationSet
 
 
 def _run(conn: Any, script: str) -> None:
-    for statement in (s.strip() for s in script.split(";")):
+    """Run the `;`-separated statements of `script` (its `--` comments dropped first)."""
+    lines = [line.split("--", 1)[0] for line in script.splitlines()]
+    for statement in (s.strip() for s in "\n".join(lines).split(";")):
         if statement:
             conn.execute(statement)
 
 
 def p001_sessions_and_index(conn: Any) -> None:
-    """SQLite m001-m006: sessions and transcripts; the index's generations, sources and chunks
-    (their keyword and vector sides come with the PostgreSQL index repositories)."""
+    """SQLite m001-m006: sessions and transcripts; the index's generations, sources, chunks,
+    keyword rows, passages and embedding cache (vectors as float32 blobs, as on SQLite; the
+    pgvector columns and HNSW index come with the PostgreSQL vector stores)."""
     _run(
         conn,
         """
@@ -60,7 +63,7 @@ def p001_sessions_and_index(conn: Any) -> None:
             PRIMARY KEY (generation, path)
         );
         CREATE TABLE memory_chunks (
-            id bigint PRIMARY KEY,
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- increasing, never reused
             generation bigint NOT NULL REFERENCES memory_generations(id) ON DELETE CASCADE,
             path text NOT NULL,
             source text NOT NULL,
@@ -71,10 +74,37 @@ def p001_sessions_and_index(conn: Any) -> None:
             hash text NOT NULL,
             text text NOT NULL,
             importance integer,
-            day text
+            day text,
+            centroid bytea                   -- float32 little-endian, the passages' mean
         );
         CREATE INDEX memory_chunks_by_path ON memory_chunks (generation, path);
         CREATE INDEX memory_chunks_by_hash ON memory_chunks (hash);
+        -- A chunk's keyword row: Pinch's normalised body (memory/text.py fts_body), what the
+        -- keyword side ranks; FTS5's memory_fts on SQLite.
+        CREATE TABLE memory_keywords (
+            chunk_id bigint PRIMARY KEY,
+            body text NOT NULL
+        );
+        CREATE TABLE memory_units (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            chunk_id bigint NOT NULL REFERENCES memory_chunks(id) ON DELETE CASCADE,
+            generation bigint NOT NULL,
+            start_line integer NOT NULL,
+            end_line integer NOT NULL,
+            hash text NOT NULL,
+            vector bytea
+        );
+        CREATE INDEX memory_units_by_chunk ON memory_units (chunk_id, id);
+        CREATE INDEX memory_units_by_generation ON memory_units (generation);
+        CREATE TABLE embedding_cache (
+            provider text NOT NULL,
+            model text NOT NULL,
+            chunk_hash text NOT NULL,
+            dimensions integer NOT NULL,
+            vector bytea NOT NULL,
+            created_at double precision NOT NULL,
+            PRIMARY KEY (provider, model, chunk_hash)
+        );
         CREATE TABLE memory_rebuild_lease (
             id integer PRIMARY KEY CHECK (id = 1),
             generation bigint NOT NULL,
