@@ -27,6 +27,7 @@ from memory.store.postgres.pairing import PgPairingStore
 from memory.store.postgres.queue import PgQueueStore
 from memory.store.postgres.sessions import PgSessionStore
 from memory.store.postgres.signals import PgRecallSignals
+from memory.store.postgres.vectors import PgKnnIndex, PgMatrixPack, PgVectorTables
 from memory.store.queue_store import SqliteQueueStore
 from memory.store.recall_signals import SqliteRecallSignals
 from memory.store.search_queries import SqliteSearchQueries
@@ -50,9 +51,9 @@ IMPLEMENTATIONS: Mapping[str, Mapping[str, type | None]] = {
     "GenerationRepository": {"sqlite": SqliteGenerations, "postgres": PgGenerations},
     "IndexRowRepository": {"sqlite": SqliteIndexRows, "postgres": PgIndexRows},
     "EmbeddingCacheRepository": {"sqlite": SqliteEmbeddingCache, "postgres": PgEmbeddingCache},
-    "VectorTables": {"sqlite": SqliteVectorTables, "postgres": None},
-    "MatrixPack": {"sqlite": SqliteMatrixPack, "postgres": None},
-    "KnnIndex": {"sqlite": SqliteVecIndex, "postgres": None},
+    "VectorTables": {"sqlite": SqliteVectorTables, "postgres": PgVectorTables},
+    "MatrixPack": {"sqlite": SqliteMatrixPack, "postgres": PgMatrixPack},
+    "KnnIndex": {"sqlite": SqliteVecIndex, "postgres": PgKnnIndex},
     "SearchQueries": {"sqlite": SqliteSearchQueries, "postgres": None},
 }
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -115,6 +116,13 @@ def open_postgres(
             version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
             conn.commit()
             apply_all(conn, schema)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise DatabaseError(
+            f"The PostgreSQL store {shown} refused to set up Pinch's tables: "
+            f"{' '.join(str(exc).split())[:200]}. As the database's owner, run "
+            f"`CREATE EXTENSION vector;` (pgvector) and `GRANT CREATE ON DATABASE … TO` Pinch's "
+            "user, then start again."
+        ) from exc
     except psycopg.OperationalError as exc:
         raise DatabaseError(_unreachable(shown, exc)) from exc
 
@@ -122,6 +130,7 @@ def open_postgres(
 
     def configure(conn: psycopg.Connection[Any]) -> None:
         conn.execute(search_path)
+        register_vector(conn)  # numpy arrays <-> pgvector's `vector`
         conn.commit()
 
     pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(

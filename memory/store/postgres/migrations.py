@@ -8,9 +8,10 @@ Types: REAL times stay `double precision` (POSIX seconds, as the stores pass the
 instants are `timestamptz`, ids are identity columns (increasing, never reused), JSON stays
 text as written (what was stored is what is read back, key order included).
 
-`apply_all` runs every pending migration of every set in ONE transaction under an advisory
-lock of the schema: processes starting together apply each migration once, and a failure
-leaves nothing half-made (PostgreSQL's DDL is transactional).
+`apply_all` creates the `vector` extension if the database lacks it, then runs every pending
+migration of every set in ONE transaction under an advisory lock of the schema: processes
+starting together apply each migration once, and a failure leaves nothing half-made
+(PostgreSQL's DDL is transactional).
 """
 
 from __future__ import annotations
@@ -389,6 +390,10 @@ def apply_all(conn: Any, schema: str) -> list[str]:
     transaction."""
     applied: list[str] = []
     with conn.transaction():
+        # pgvector, once per database (in `public`, which every agent's search_path ends with).
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('pinch:extensions', 0))")
+        if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"pinch:{schema}",))
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         conn.execute(sql.SQL("SET LOCAL search_path TO {}, public").format(sql.Identifier(schema)))
