@@ -32,15 +32,25 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 
+# Backends the composition root hands to the memory index, the agent and the gateway. A backend
+# with every store implemented is still refused until it is wired here.
+WIRED_BACKENDS = ("sqlite",)
+
+
 def check_store_backend(settings: Settings) -> None:
-    """Refuse a backend some store has no implementation on yet, naming what is missing."""
+    """Refuse a backend some store has no implementation on yet, or that the composition root
+    does not wire yet, naming what is missing (one line)."""
     backend = settings.store.backend
     missing = missing_stores(backend)
-    if missing:
-        raise ConfigError(
-            f'[store] backend = "{backend}" cannot run yet: no {backend} implementation of '
-            f'{", ".join(missing)}. Set backend = "sqlite" (the default) for now.'
-        )
+    if not missing and backend in WIRED_BACKENDS:
+        return
+    parts = [f"no {backend} implementation of {', '.join(missing)}"] if missing else []
+    if backend not in WIRED_BACKENDS:
+        parts.append("the memory index, agent and gateway still open the SQLite file")
+    raise ConfigError(
+        f'[store] backend = "{backend}" cannot run yet: {"; ".join(parts)}. '
+        'Set backend = "sqlite" (the default) for now.'
+    )
 
 
 @dataclass(frozen=True)

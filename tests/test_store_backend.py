@@ -41,7 +41,19 @@ def test_an_incomplete_postgres_backend_stops_pinch_with_one_line(
     assert len(message.splitlines()) == 1
     assert '[store] backend = "postgres" cannot run yet' in message
     assert all(name in message for name in missing_stores("postgres"))
+    assert "still open the SQLite file" in message
     assert "hunter2" not in message
+
+
+def test_a_backend_with_every_store_but_no_wiring_is_still_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("app.store_backend.missing_stores", lambda backend: [])
+    monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
+    monkeypatch.setenv("PINCH_STORE__DSN", DSN)
+
+    with pytest.raises(ConfigError, match="still open the SQLite file"):
+        check_store_backend(load_settings())
 
 
 def test_the_composition_root_refuses_it_too(monkeypatch: pytest.MonkeyPatch) -> None:
