@@ -60,7 +60,7 @@ def test_the_composition_root_refuses_it_too(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
     monkeypatch.setenv("PINCH_STORE__DSN", DSN)
 
-    with pytest.raises(ConfigError, match="SearchQueries"):
+    with pytest.raises(ConfigError, match="still open the SQLite file"):
         check_store_backend(load_settings())
     check_store_backend(load_settings(store={"backend": "sqlite"}))  # the default passes
 

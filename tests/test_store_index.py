@@ -31,6 +31,8 @@ from memory.store.index_rows import (
     SqliteIndexRows,
 )
 from memory.store.postgres.index_rows import PgEmbeddingCache, PgGenerations, PgIndexRows
+from memory.store.postgres.search import PgSearchQueries
+from memory.store.search_queries import SearchQueries, SqliteSearchQueries
 from tests.pg_support import PgTestServer
 
 IDENTITY = {"provider": "use", "model": "m", "dimensions": 4, "chunk_tokens": 400}
@@ -45,6 +47,7 @@ class Backend:
     rows: IndexRowRepository
     cache: EmbeddingCacheRepository
     unique_violation: type[Exception]  # what the driver raises when a uniqueness rule is broken
+    queries: SearchQueries
 
 
 @contextlib.contextmanager
@@ -57,6 +60,7 @@ def sqlite_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[B
             SqliteIndexRows(db),
             SqliteEmbeddingCache(db),
             db.conn.IntegrityError,
+            SqliteSearchQueries(db),
         )
     finally:
         db.close()
@@ -73,6 +77,7 @@ def postgres_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
             PgIndexRows(db),
             PgEmbeddingCache(db),
             psycopg.errors.UniqueViolation,
+            PgSearchQueries(db),
         )
     finally:
         db.close()
@@ -338,6 +343,27 @@ def test_dropping_a_generation_leaves_the_others(backend: Backend) -> None:
 
     assert backend.rows.chunk_count(dropped) == 0 and backend.rows.sources(dropped) == {}
     assert backend.rows.chunk_count(kept) == 1 and list(backend.rows.sources(kept)) == ["a.md"]
+
+
+def test_what_the_rows_repository_writes_is_searched_counted_and_versioned(
+    backend: Backend,
+) -> None:
+    generation = new_generation(backend, active=True)
+    version = backend.queries.index_version()
+    with backend.transaction() as conn:
+        first = backend.rows.insert_chunk(conn, chunk(generation, "a.md", 1, "Anna keeps bees"))
+        backend.rows.insert_chunk(conn, chunk(generation, "b.md", 1, "the dog barked"))
+        backend.generations.bump_version(conn)
+
+    assert backend.queries.chunk_count(generation) == 2
+    assert backend.queries.index_version() != version
+    assert [i for i, _ in backend.queries.keyword_ranked('"bees"', 10)] == [first]
+    with backend.transaction() as conn:
+        backend.rows.delete_keywords(conn, [first])
+        backend.rows.delete_chunks(conn, [first])
+        backend.generations.bump_version(conn)
+    assert backend.queries.keyword_ranked('"bees"', 10) == []
+    assert backend.queries.chunk_count(generation) == 1
 
 
 # ---- embedding cache ------------------------------------------------------------------------

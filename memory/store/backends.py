@@ -25,6 +25,7 @@ from memory.store.postgres.jobs import PgJobStore
 from memory.store.postgres.lineage import PgForgetStore, PgLineageStore
 from memory.store.postgres.pairing import PgPairingStore
 from memory.store.postgres.queue import PgQueueStore
+from memory.store.postgres.search import PgSearchQueries
 from memory.store.postgres.sessions import PgSessionStore
 from memory.store.postgres.signals import PgRecallSignals
 from memory.store.postgres.vectors import PgKnnIndex, PgMatrixPack, PgVectorTables
@@ -54,7 +55,7 @@ IMPLEMENTATIONS: Mapping[str, Mapping[str, type | None]] = {
     "VectorTables": {"sqlite": SqliteVectorTables, "postgres": PgVectorTables},
     "MatrixPack": {"sqlite": SqliteMatrixPack, "postgres": PgMatrixPack},
     "KnnIndex": {"sqlite": SqliteVecIndex, "postgres": PgKnnIndex},
-    "SearchQueries": {"sqlite": SqliteSearchQueries, "postgres": None},
+    "SearchQueries": {"sqlite": SqliteSearchQueries, "postgres": PgSearchQueries},
 }
 
 

@@ -20,6 +20,7 @@ from memory.store.index_embedcache import ModelKey
 from memory.store.index_generations import RebuildLeaseHolder
 from memory.store.index_rows import ChunkRow, PassageRow, SourceRow, SourceState, StoredChunk
 from memory.store.postgres.database import PgDatabase, one_row
+from memory.store.postgres.keywords import STEMMED, keyword_tokens
 
 
 class PgGenerations:
@@ -166,7 +167,8 @@ class PgIndexRows:
         ).fetchone()
         cid = int(one_row(made)[0])
         conn.execute(
-            "INSERT INTO memory_keywords (chunk_id, body) VALUES (%s, %s)", (cid, row.keywords)
+            f"INSERT INTO memory_keywords (chunk_id, body, tokens) VALUES (%s, %s, ({STEMMED}))",
+            (cid, row.keywords, keyword_tokens(row.keywords)),
         )
         return cid
 

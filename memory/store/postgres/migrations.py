@@ -80,12 +80,15 @@ def p001_sessions_and_index(conn: Any) -> None:
         );
         CREATE INDEX memory_chunks_by_path ON memory_chunks (generation, path);
         CREATE INDEX memory_chunks_by_hash ON memory_chunks (hash);
-        -- A chunk's keyword row: Pinch's normalised body (memory/text.py fts_body), what the
-        -- keyword side ranks; FTS5's memory_fts on SQLite.
+        -- A chunk's keyword row (FTS5's memory_fts on SQLite): Pinch's normalised body
+        -- (memory/text.py fts_body) and its tokens as FTS5 would index them (unicode61 with
+        -- diacritics removed, then stemmed), in order; the GIN index finds the candidates.
         CREATE TABLE memory_keywords (
             chunk_id bigint PRIMARY KEY,
-            body text NOT NULL
+            body text NOT NULL,
+            tokens text[] NOT NULL
         );
+        CREATE INDEX memory_keywords_by_token ON memory_keywords USING gin (tokens);
         CREATE TABLE memory_units (
             id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
             chunk_id bigint NOT NULL REFERENCES memory_chunks(id) ON DELETE CASCADE,
