@@ -36,8 +36,8 @@ from memory.store.vector_tables import (
     vec0_seq_key,
 )
 
-CANDIDATES_PER_RESULT = 4  # HNSW candidates fetched per result asked, before the exact re-rank
-MIN_CANDIDATES = 40
+CANDIDATES_PER_RESULT = 10  # HNSW candidates fetched per result asked, before the exact re-rank
+MIN_CANDIDATES = 100  # (bench/pg_store.py: recall@10 0.90 at 40 candidates, see RESULTS.md)
 MAX_EF_SEARCH = 1000  # pgvector's limit for hnsw.ef_search
 
 
