@@ -1,7 +1,7 @@
 """The PostgreSQL store beside SQLite on one synthetic index: keyword search (FTS5's bm25 on
-SQLite; on PostgreSQL the same bm25 in Python over the GIN index's candidate rows) and vector
-search (sqlite-vec or numpy on SQLite is not measured here; pgvector's HNSW with an exact re-rank
-against an exact scan), latency and agreement.
+SQLite; on PostgreSQL the same bm25 computed in SQL over the GIN index's candidate rows) and
+vector search (pgvector's HNSW with an exact re-rank, against an exact scan; SQLite's vector
+search is measured by bench/speed.py), latency and agreement.
 
     python -m bench.pg_store --quick            # 2,000 chunks, 40 queries (under a minute)
     python -m bench.pg_store --chunks 100000    # by hand, on a quiet machine
@@ -172,7 +172,7 @@ def main() -> None:
     print("|---|---|---|")
     print(f"| keyword, SQLite FTS5 bm25 | {percentiles(kw['times']['sqlite'])} | — |")
     print(
-        f"| keyword, PostgreSQL bm25 over GIN candidates | "
+        f"| keyword, PostgreSQL bm25 in SQL over GIN candidates | "
         f"{percentiles(kw['times']['postgres'])} | same top 10 in "
         f"{kw['same_top10']:.0%} of queries, largest rank difference {kw['max_rank_diff']:.1e} |"
     )

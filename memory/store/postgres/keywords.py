@@ -11,16 +11,18 @@ text-search parser (it knows no Chinese), but the same tokens and FTS5's own bm2
   `MalformedQuery`, as FTS5 would refuse it.
 - Ranking: FTS5's bm25 (k1 = 1.2, b = 0.75, idf = ln((N - n + 0.5) / (n + 0.5)), 1e-6 when not
   positive, a phrase's frequency = its occurrences), over every keyword row of the schema, as
-  a negative rank (lower is better), so equal data gives equal ranks on both backends.
+  a negative rank (lower is better), so equal data gives equal ranks on both backends. It is
+  computed by PostgreSQL in one statement (`bm25_statement`) over the rows the GIN index finds;
+  bench/pg_store.py measured it against the same formula in Python (bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from memory.store.search_queries import MalformedQuery
 
@@ -75,45 +77,50 @@ def parse_match(expression: str) -> KeywordQuery:
     return KeywordQuery(phrases, operators.pop() if operators else "AND")
 
 
-def occurrences(tokens: Sequence[str], phrase: Sequence[str]) -> int:
-    """How often `phrase` (consecutive tokens) occurs in `tokens`."""
-    n = len(phrase)
-    if n == 1:
-        return sum(1 for t in tokens if t == phrase[0])
-    first = phrase[0]
-    return sum(
-        1
-        for i in range(len(tokens) - n + 1)
-        if tokens[i] == first and list(tokens[i : i + n]) == list(phrase)
+def _frequency(phrase: Sequence[str], params: list[Any]) -> str:
+    """SQL for how often `phrase` (consecutive stemmed tokens) occurs in a row's `tokens`."""
+    params.append(phrase[0])
+    if len(phrase) == 1:
+        return "coalesce(cardinality(array_positions(tokens, %s)), 0)"
+    rest = []
+    for offset, token in enumerate(phrase[1:], start=1):
+        rest.append(f"tokens[p + {offset}] = %s")
+        params.append(token)
+    return (
+        "(SELECT count(*) FROM unnest(array_positions(tokens, %s)) AS p "
+        f"WHERE {' AND '.join(rest)})"
     )
 
 
-def _idf(total_rows: int, hits: int) -> float:
-    value = math.log((total_rows - hits + 0.5) / (hits + 0.5))
-    return value if value > 0 else 1e-6
-
-
-def bm25_ranks(
-    candidates: Sequence[tuple[int, Sequence[str]]],
-    phrases: Sequence[Sequence[str]],
-    operator: str,
-    total_rows: int,
-    average_length: float,
-) -> dict[int, float]:
-    """chunk id -> FTS5 bm25 rank (negative) of the candidates that match, given every row that
-    holds any token of the phrases among `candidates`, and the whole index's row count and
-    average length."""
-    freqs = {cid: [occurrences(tokens, p) for p in phrases] for cid, tokens in candidates}
-    lengths = {cid: len(tokens) for cid, tokens in candidates}
-    hits = [sum(1 for f in freqs.values() if f[i]) for i in range(len(phrases))]
-    idf = [_idf(total_rows, n) for n in hits]
-    average = average_length or 1.0
-    ranks: dict[int, float] = {}
-    for cid, f in freqs.items():
-        matched = any(f) if operator == "OR" else all(f)
-        if not matched or not phrases:
-            continue
-        norm = K1 * (1 - B + B * lengths[cid] / average)
-        score = sum(idf[i] * f[i] * (K1 + 1) / (f[i] + norm) for i in range(len(phrases)))
-        ranks[cid] = -score
-    return ranks
+def bm25_statement(phrases: Sequence[Sequence[str]], operator: str) -> tuple[str, list[Any]]:
+    """A SELECT of (chunk_id, rank) for every keyword row matching the stemmed `phrases` joined
+    by `operator`, rank = FTS5's bm25 (negative) over the whole table; the caller orders and
+    limits it. Candidates come from the GIN index (`&&`); frequencies, document frequencies,
+    idf and the score are computed by PostgreSQL."""
+    params: list[Any] = []
+    freqs = [f"{_frequency(p, params)} AS f{i}" for i, p in enumerate(phrases)]
+    params.append(sorted({t for p in phrases for t in p}))
+    hits = ", ".join(
+        f"count(*) FILTER (WHERE f{i} > 0)::float8 AS h{i}" for i in range(len(phrases))
+    )
+    idfs = ", ".join(
+        f"CASE WHEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) > 0 "
+        f"THEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) ELSE 1e-6 END AS i{i}"
+        for i in range(len(phrases))
+    )
+    score = " + ".join(
+        f"i.i{i} * c.f{i} * {K1 + 1} / (c.f{i} + {K1} * ({1 - B} + {B} * c.dl / s.avgdl))"
+        for i in range(len(phrases))
+    )
+    joiner = " OR " if operator == "OR" else " AND "
+    matched = joiner.join(f"c.f{i} > 0" for i in range(len(phrases)))
+    statement = (
+        "WITH s AS (SELECT count(*)::float8 AS n, "
+        "coalesce(avg(cardinality(tokens)), 1)::float8 AS avgdl FROM memory_keywords), "
+        f"c AS (SELECT chunk_id, cardinality(tokens)::float8 AS dl, {', '.join(freqs)} "
+        "FROM memory_keywords WHERE tokens && %s::text[]), "
+        f"h AS (SELECT {hits} FROM c), "
+        f"i AS (SELECT {idfs} FROM s, h) "
+        f"SELECT c.chunk_id, -({score}) AS rank FROM c, i, s WHERE {matched}"
+    )
+    return statement, params

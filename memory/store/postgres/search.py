@@ -2,8 +2,9 @@
 
 Keyword ranking (memory/store/postgres/keywords.py): the expression's tokens are stemmed in SQL,
 the GIN index on `memory_keywords.tokens` finds every row holding any of them (`&&`), and FTS5's
-bm25 is computed over those candidates with the whole schema's row count and average length —
-the same formula and the same tokens as SQLite, so equal data gives equal ranks. Reads only.
+bm25 is computed by PostgreSQL over those candidates with the whole schema's row count and
+average length — the same formula and the same tokens as SQLite, so equal data gives equal
+ranks. Reads only.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from memory.store.postgres.database import PgDatabase, one_row
-from memory.store.postgres.keywords import STEMMED, bm25_ranks, parse_match
+from memory.store.postgres.keywords import STEMMED, bm25_statement, parse_match
 from memory.store.search_queries import ChunkRow, PassageVectors
 from memory.store.vector_tables import from_blob
 
@@ -36,46 +37,34 @@ class PgSearchQueries:
         )
         return int(rows[0][0])
 
-    def _ranked(self, match: str) -> dict[int, float]:
-        """chunk id -> bm25 rank of every row `match` finds."""
+    def _keyword(self, match: str, order: str, limit: int | None) -> list[tuple[int, float]]:
+        """(chunk id, bm25 rank) of the rows `match` finds, in `order`, at most `limit`."""
         query = parse_match(match)
         flat = [t for phrase in query.phrases for t in phrase]
-        if not flat:
-            return {}
+        if not flat or (limit is not None and limit <= 0):
+            return []
         with self.db.transaction() as conn:
             stemmed = list(one_row(conn.execute(STEMMED, (flat,)).fetchone())[0])
             phrases, at = [], 0
             for phrase in query.phrases:
                 phrases.append(stemmed[at : at + len(phrase)])
                 at += len(phrase)
-            total, average = one_row(
-                conn.execute(
-                    "SELECT count(*), coalesce(avg(cardinality(tokens)), 0) FROM memory_keywords"
-                ).fetchone()
-            )
-            candidates = conn.execute(
-                "SELECT chunk_id, tokens FROM memory_keywords WHERE tokens && %s::text[]",
-                (sorted(set(stemmed)),),
-            ).fetchall()
-        return bm25_ranks(
-            [(int(cid), tokens) for cid, tokens in candidates],
-            phrases,
-            query.operator,
-            int(total),
-            float(average),
-        )
+            statement, params = bm25_statement(phrases, query.operator)
+            statement += f" ORDER BY {order}"
+            if limit is not None:
+                statement += " LIMIT %s"
+                params.append(limit)
+            rows = conn.execute(statement, params).fetchall()
+        return [(int(cid), float(rank)) for cid, rank in rows]
 
     def keyword_ranked(self, match: str, limit: int) -> list[tuple[int, float]]:
-        ranks = self._ranked(match)
-        return sorted(ranks.items(), key=lambda p: (p[1], p[0]))[: max(limit, 0)]
+        return self._keyword(match, "rank, chunk_id", limit)
 
     def keyword_newest(self, match: str, limit: int) -> list[tuple[int, float]]:
-        ranks = self._ranked(match)
-        return sorted(ranks.items(), reverse=True)[: max(limit, 0)]
+        return self._keyword(match, "chunk_id DESC", limit)
 
     def match_count(self, match: str, limit: int | None) -> int:
-        found = len(self._ranked(match))
-        return found if limit is None else min(found, limit)
+        return len(self._keyword(match, "chunk_id", limit))
 
     def in_scope(self, ids: list[int], generation: int, scopes: list[str]) -> set[int]:
         if not ids or not scopes:
