@@ -10,8 +10,16 @@ from typing import Any
 import pytest
 
 from memory.store.dreaming_schema import apply_dreaming_migrations
-from memory.store.dreams_store import DreamRunStore, RunWrite, SqliteDreamRuns
+from memory.store.dreams_store import (
+    DreamRunStore,
+    RunWrite,
+    SqliteDreamRuns,
+    SqliteStagingLookups,
+    StagingLookups,
+)
 from memory.store.forget_store import ForgetStore, KeptNote, SessionErasure, SqliteForgetStore
+from memory.store.index_generations import GenerationRepository, SqliteGenerations
+from memory.store.index_rows import IndexRowRepository, SourceRow, SqliteIndexRows
 from memory.store.intents_store import (
     IntentRepository,
     IntentScope,
@@ -20,7 +28,8 @@ from memory.store.intents_store import (
     ensure_intent_schema,
 )
 from memory.store.lineage import LineageRepository, LineageStore
-from memory.store.postgres.dreams import PgDreamRuns
+from memory.store.postgres.dreams import PgDreamRuns, PgStagingLookups
+from memory.store.postgres.index_rows import PgGenerations, PgIndexRows
 from memory.store.postgres.intents import PgIntentRepository
 from memory.store.postgres.lineage import PgForgetStore, PgLineageStore
 from memory.store.postgres.sessions import PgSessionStore
@@ -58,6 +67,18 @@ LINEAGE: dict[str, Callable[[Any], LineageRepository]] = {
 FORGET: dict[str, Callable[[Any], ForgetStore]] = {
     "sqlite": SqliteForgetStore,
     "postgres": PgForgetStore,
+}
+STAGING: dict[str, Callable[[Any], StagingLookups]] = {
+    "sqlite": SqliteStagingLookups,
+    "postgres": PgStagingLookups,
+}
+GENERATIONS: dict[str, Callable[[Any], GenerationRepository]] = {
+    "sqlite": SqliteGenerations,
+    "postgres": PgGenerations,
+}
+ROWS: dict[str, Callable[[Any], IndexRowRepository]] = {
+    "sqlite": SqliteIndexRows,
+    "postgres": PgIndexRows,
 }
 SESSIONS: dict[str, Callable[[Any], SessionStore]] = {
     "sqlite": SqliteSessionStore,
@@ -317,6 +338,32 @@ def test_preimages_are_rewritten_and_post_hashes_moved(
     assert runs.preimage_texts() == [(run, "keep")]
     undoable = runs.last_undoable()
     assert undoable is not None and undoable.post_hash == "h2"
+
+
+def test_staging_finds_the_origin_the_active_index_gives_a_file(backend: Backend) -> None:
+    generations, rows = GENERATIONS[backend.name](backend.db), ROWS[backend.name](backend.db)
+    with backend.db.transaction() as conn:
+        old = generations.create_building(conn, {"dimensions": 4}, T0)
+        rows.write_source(conn, SourceRow(old, "MEMORY.md", "memory", "agent", "h", 1.0, 1, None))
+        generations.activate(conn, old, T0)
+        new = generations.create_building(conn, {"dimensions": 4}, T0)
+        rows.write_source(conn, SourceRow(new, "MEMORY.md", "memory", "owner", "h", 1.0, 1, None))
+
+    staging = STAGING[backend.name](backend.db)
+    assert staging.indexed_origin("MEMORY.md") == "agent"  # the active one, not the building
+    assert staging.indexed_origin("USER.md") is None
+
+
+def test_staging_tells_automated_sessions_apart(backend: Backend) -> None:
+    sessions = SESSIONS[backend.name](backend.db)
+    owner = sessions.current(SessionKey.owner_main())
+    beat = sessions.current(SessionKey("main", "heartbeat", "direct", "owner"))
+    job = sessions.current(SessionKey("main", "telegram", "direct", "owner", "job:7"))
+
+    found = STAGING[backend.name](backend.db).automated_sessions({owner.id, beat.id, job.id})
+
+    assert found == {beat.id, job.id}
+    assert STAGING[backend.name](backend.db).automated_sessions(set()) == set()
 
 
 # ---- ForgetStore and LineageRepository ----------------------------------------------------
