@@ -30,6 +30,7 @@ BACKENDS = ("sqlite", "postgres")
 class Backend:
     name: str  # "sqlite" | "postgres"
     db: Any  # memory.store.db.Database | memory.store.postgres.database.PgDatabase
+    location: str  # the SQLite file's path or the PostgreSQL DSN (for another process)
     _open: Callable[[], Any]
     _opened: list[Any] = field(default_factory=list)
 
@@ -55,7 +56,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         def open_sqlite() -> Any:
             return open_database(path, vector_backend="numpy")
 
-        made = Backend("sqlite", open_sqlite(), open_sqlite)
+        made = Backend("sqlite", open_sqlite(), str(path), open_sqlite)
     else:
         server = request.getfixturevalue("pg_server")
         dsn = request.getfixturevalue("pg_dsn")
@@ -63,7 +64,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         def open_pg() -> Any:
             return server.open(dsn, min_size=0, max_size=6)
 
-        made = Backend("postgres", open_pg(), open_pg)
+        made = Backend("postgres", open_pg(), dsn, open_pg)
     yield made
     made.close()
 
