@@ -405,3 +405,26 @@ def test_a_cached_batch_is_lost_with_its_failed_transaction(backend: Backend) ->
         raise RuntimeError("the rebuild lost its lease")
 
     assert backend.cache.get(KEY, ["a"]) == {}
+
+
+def test_postgres_keeps_bm25s_totals_with_the_keyword_rows(pg_database: Any) -> None:
+    generations, rows = PgGenerations(pg_database), PgIndexRows(pg_database)
+    totals = "SELECT rows, tokens FROM memory_keyword_stats"
+    recount = "SELECT count(*), coalesce(sum(cardinality(tokens)), 0) FROM memory_keywords"
+    with pg_database.transaction() as conn:
+        kept = generations.create_building(conn, IDENTITY, 1.0)
+        dropped = generations.create_building(conn, IDENTITY, 1.0)
+        ids = [
+            rows.insert_chunk(conn, chunk(g, "a.md", n, text))
+            for g, n, text in [
+                (kept, 1, "Anna keeps bees"),
+                (kept, 2, "the dog, the café"),
+                (dropped, 1, "蓝 色 的 杯 子"),
+            ]
+        ]
+    assert pg_database.execute(totals) == pg_database.execute(recount) == [(3, 12)]
+
+    with pg_database.transaction() as conn:
+        rows.delete_keywords(conn, ids[:1])
+        rows.drop_keywords_of(conn, dropped)
+    assert pg_database.execute(totals) == pg_database.execute(recount) == [(1, 4)]

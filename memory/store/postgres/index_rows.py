@@ -22,6 +22,12 @@ from memory.store.index_rows import ChunkRow, PassageRow, SourceRow, SourceState
 from memory.store.postgres.database import PgDatabase, one_row
 from memory.store.postgres.keywords import STEMMED, keyword_tokens
 
+# Takes the removed keyword rows out of bm25's N and total length (`gone`: their token counts).
+_UNCOUNT = (
+    "UPDATE memory_keyword_stats SET rows = rows - (SELECT count(*) FROM gone), "
+    "tokens = tokens - (SELECT coalesce(sum(n), 0) FROM gone) WHERE id = 1"
+)
+
 
 class PgGenerations:
     """`GenerationRepository` on PostgreSQL."""
@@ -166,9 +172,14 @@ class PgIndexRows:
             ),
         ).fetchone()
         cid = int(one_row(made)[0])
+        tokens = keyword_tokens(row.keywords)
         conn.execute(
             f"INSERT INTO memory_keywords (chunk_id, body, tokens) VALUES (%s, %s, ({STEMMED}))",
-            (cid, row.keywords, keyword_tokens(row.keywords)),
+            (cid, row.keywords, tokens),
+        )
+        conn.execute(
+            "UPDATE memory_keyword_stats SET rows = rows + 1, tokens = tokens + %s WHERE id = 1",
+            (len(tokens),),
         )
         return cid
 
@@ -195,7 +206,11 @@ class PgIndexRows:
         return [int(r[0]) for r in conn.execute(statement + " ORDER BY id", params).fetchall()]
 
     def delete_keywords(self, conn: Any, chunk_ids: Sequence[int]) -> None:
-        conn.execute("DELETE FROM memory_keywords WHERE chunk_id = ANY(%s)", (list(chunk_ids),))
+        conn.execute(
+            f"WITH gone AS (DELETE FROM memory_keywords WHERE chunk_id = ANY(%s) "
+            f"RETURNING cardinality(tokens) AS n) {_UNCOUNT}",
+            (list(chunk_ids),),
+        )
 
     def delete_chunks(self, conn: Any, chunk_ids: Sequence[int]) -> None:
         ids = list(chunk_ids)
@@ -289,8 +304,9 @@ class PgIndexRows:
 
     def drop_keywords_of(self, conn: Any, generation: int) -> None:
         conn.execute(
-            "DELETE FROM memory_keywords WHERE chunk_id IN "
-            "(SELECT id FROM memory_chunks WHERE generation = %s)",
+            "WITH gone AS (DELETE FROM memory_keywords WHERE chunk_id IN "
+            "(SELECT id FROM memory_chunks WHERE generation = %s) "
+            f"RETURNING cardinality(tokens) AS n) {_UNCOUNT}",
             (generation,),
         )
 

@@ -12,7 +12,8 @@ text-search parser (it knows no Chinese), but the same tokens and FTS5's own bm2
 - Ranking: FTS5's bm25 (k1 = 1.2, b = 0.75, idf = ln((N - n + 0.5) / (n + 0.5)), 1e-6 when not
   positive, a phrase's frequency = its occurrences), over every keyword row of the schema, as
   a negative rank (lower is better), so equal data gives equal ranks on both backends. It is
-  computed by PostgreSQL in one statement (`bm25_statement`) over the rows the GIN index finds;
+  computed by PostgreSQL in one statement (`bm25_statement`) over the rows the GIN index finds,
+  N and the total length read from `memory_keyword_stats` (kept with the keyword rows);
   bench/pg_store.py measured it against the same formula in Python (bench/RESULTS.md).
 """
 
@@ -115,8 +116,8 @@ def bm25_statement(phrases: Sequence[Sequence[str]], operator: str) -> tuple[str
     joiner = " OR " if operator == "OR" else " AND "
     matched = joiner.join(f"c.f{i} > 0" for i in range(len(phrases)))
     statement = (
-        "WITH s AS (SELECT count(*)::float8 AS n, "
-        "coalesce(avg(cardinality(tokens)), 1)::float8 AS avgdl FROM memory_keywords), "
+        "WITH s AS (SELECT rows::float8 AS n, CASE WHEN rows > 0 THEN tokens::float8 / rows "
+        "ELSE 1 END AS avgdl FROM memory_keyword_stats WHERE id = 1), "
         f"c AS (SELECT chunk_id, cardinality(tokens)::float8 AS dl, {', '.join(freqs)} "
         "FROM memory_keywords WHERE tokens && %s::text[]), "
         f"h AS (SELECT {hits} FROM c), "

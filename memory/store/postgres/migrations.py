@@ -89,6 +89,14 @@ def p001_sessions_and_index(conn: Any) -> None:
             tokens text[] NOT NULL
         );
         CREATE INDEX memory_keywords_by_token ON memory_keywords USING gin (tokens);
+        -- bm25's N and average length, kept with the keyword rows (one row: a search reads it
+        -- instead of counting the table; writers of keyword rows queue on it, one at a time).
+        CREATE TABLE memory_keyword_stats (
+            id integer PRIMARY KEY CHECK (id = 1),
+            rows bigint NOT NULL,
+            tokens bigint NOT NULL
+        );
+        INSERT INTO memory_keyword_stats VALUES (1, 0, 0);
         CREATE TABLE memory_units (
             id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
             chunk_id bigint NOT NULL REFERENCES memory_chunks(id) ON DELETE CASCADE,
