@@ -4,7 +4,7 @@ once at open, and errors worded as advice with the password never shown.
     db = open_postgres(dsn, schema="pinch_main")
     with db.transaction() as conn:          # one transaction: commit on exit, rollback on error
         conn.execute("UPDATE … WHERE id = %s", (1,))
-    rows = db.execute("SELECT …", (…,))      # a read in its own short transaction
+    rows = db.execute("SELECT …", (…,))      # one statement on its own (autocommit)
 """
 
 from __future__ import annotations
@@ -59,9 +59,10 @@ class PgDatabase:
             yield conn
 
     def execute(self, statement: str, params: Any = ()) -> list[Any]:
-        """All rows of one statement (none for a statement without a result), in its own
-        transaction."""
-        with self.transaction() as conn:
+        """All rows of one statement (none for a statement without a result), run on its own:
+        the pool's connections are in autocommit, so a lone read costs one round trip, not a
+        BEGIN and a COMMIT besides."""
+        with self._borrow() as conn:
             cur = conn.execute(statement, params)
             return list(cur.fetchall()) if cur.description is not None else []
 
@@ -140,7 +141,9 @@ def open_postgres(
         timeout=timeout_s,
         configure=configure,
         check=ConnectionPool.check_connection,  # a connection the server dropped is replaced
-        kwargs={"connect_timeout": max(1, int(timeout_s))},
+        # Autocommit: a lone statement is its own transaction; `transaction()` opens one
+        # explicitly (BEGIN … COMMIT) wherever several statements must commit together.
+        kwargs={"connect_timeout": max(1, int(timeout_s)), "autocommit": True},
         name=f"pinch-{schema}",
         open=True,
     )

@@ -351,23 +351,24 @@ class PgKnnIndex:
             return []
         q = np.asarray(query, dtype=np.float32)
         want = max(k * CANDIDATES_PER_RESULT, MIN_CANDIDATES)
-        conn.execute(
-            sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
-                sql.Literal(min(max(want, 40), MAX_EF_SEARCH))
+        with conn.transaction():  # SET LOCAL lasts to its end (a savepoint inside a snapshot)
+            conn.execute(
+                sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
+                    sql.Literal(min(max(want, 40), MAX_EF_SEARCH))
+                )
             )
-        )
-        nearest = sql.SQL(
-            "SELECT chunk_id, vector FROM {} WHERE scope = ANY(%s) "
-            "ORDER BY embedding <=> %s LIMIT %s"
-        ).format(_ident(table))
-        rows = conn.execute(nearest, (scopes, q, want)).fetchall()
-        if len(rows) < want:  # HNSW filtered to too few: a small scope, scanned exactly
-            rows = conn.execute(
-                sql.SQL("SELECT chunk_id, vector FROM {} WHERE scope = ANY(%s)").format(
-                    _ident(table)
-                ),
-                (scopes,),
-            ).fetchall()
+            nearest = sql.SQL(
+                "SELECT chunk_id, vector FROM {} WHERE scope = ANY(%s) "
+                "ORDER BY embedding <=> %s LIMIT %s"
+            ).format(_ident(table))
+            rows = conn.execute(nearest, (scopes, q, want)).fetchall()
+            if len(rows) < want:  # HNSW filtered to too few: a small scope, scanned exactly
+                rows = conn.execute(
+                    sql.SQL("SELECT chunk_id, vector FROM {} WHERE scope = ANY(%s)").format(
+                        _ident(table)
+                    ),
+                    (scopes,),
+                ).fetchall()
         if not rows:
             return []
         ids = [int(r[0]) for r in rows]
