@@ -124,3 +124,15 @@ def test_a_wrong_password_is_advice_without_the_password(pg_dsn: str) -> None:
         open_postgres(wrong, timeout_s=2)
 
     assert "hunter2" not in str(err.value)
+
+
+def test_doctor_reports_the_incomplete_backend_as_its_config_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
+    monkeypatch.setenv("PINCH_STORE__DSN", DSN)
+
+    result = CliRunner().invoke(main, ["doctor", "--offline"])
+
+    assert result.exit_code == 1
+    assert "cannot run yet" in result.output and "hunter2" not in result.output
