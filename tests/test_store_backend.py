@@ -11,9 +11,10 @@ from psycopg.conninfo import make_conninfo
 
 from app.cli.main import main
 from app.config import ConfigError, load_settings
-from app.store_backend import build_app_stores, check_store_backend, open_postgres_store
+from app.store_backend import check_store_backend
+from app.store_factory import build_app_stores, open_postgres_store
 from memory.errors import DatabaseError
-from memory.store.backends import IMPLEMENTATIONS, missing_stores
+from memory.store.backends import IMPLEMENTATIONS, implementation, missing_stores
 from memory.store.postgres.database import agent_schema, open_postgres
 from memory.store.sessions import SessionKey
 from tests.store_backends import Backend
@@ -21,11 +22,13 @@ from tests.store_backends import Backend
 DSN = "postgresql://pinch:hunter2-very-secret@127.0.0.1:1/pinch"
 
 
-def test_sqlite_has_every_store_and_postgres_names_what_it_lacks() -> None:
-    assert missing_stores("sqlite") == []
-    lacking = missing_stores("postgres")
-    assert "SessionStore" not in lacking and "QueueStore" not in lacking
-    assert set(lacking) <= set(IMPLEMENTATIONS)
+def test_every_store_has_an_implementation_on_both_backends_and_each_name_resolves() -> None:
+    assert missing_stores("sqlite") == [] and missing_stores("postgres") == []
+    for name in IMPLEMENTATIONS:
+        for backend in ("sqlite", "postgres"):
+            found = implementation(name, backend)
+            assert isinstance(found, type), (name, backend)
+            assert found.__module__.startswith("memory.store.")
 
 
 def test_an_incomplete_postgres_backend_stops_pinch_with_one_line(

@@ -1,14 +1,13 @@
 """Which implementation stores the vectors: the row tables with their change log, and the pack.
 
 Vector search (memory/search/) is handed a `VectorStorage` and never names an implementation;
-SQLite's (`sqlite_vector_storage`) or PostgreSQL's (`postgres_vector_storage`).
+SQLite's (`sqlite_vector_storage`) or PostgreSQL's (`postgres.vectors.postgres_vector_storage`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memory.store.postgres.vectors import PgMatrixPack, PgVectorTables
 from memory.store.vector_pack import MatrixPack, SqliteMatrixPack
 from memory.store.vector_tables import SqliteVectorTables, VectorTables
 
@@ -24,8 +23,3 @@ class VectorStorage:
 def sqlite_vector_storage() -> VectorStorage:
     """The vectors in the agent's SQLite file (the default)."""
     return VectorStorage(SqliteVectorTables(), SqliteMatrixPack())
-
-
-def postgres_vector_storage() -> VectorStorage:
-    """The vectors in the agent's PostgreSQL schema (pgvector beside the float32 blobs)."""
-    return VectorStorage(PgVectorTables(), PgMatrixPack())

@@ -25,6 +25,7 @@ import numpy as np
 from psycopg import sql
 
 from memory.store.vector_pack import BLOCK_ROWS, PackBlock, PackInfo
+from memory.store.vector_storage import VectorStorage
 from memory.store.vector_tables import (
     LOG_KEEP,
     Row,
@@ -390,3 +391,8 @@ class PgKnnIndex:
                 (generation,),
             ).fetchone()
         )
+
+
+def postgres_vector_storage() -> VectorStorage:
+    """The vectors in the agent's PostgreSQL schema (pgvector beside the float32 blobs)."""
+    return VectorStorage(PgVectorTables(), PgMatrixPack())
