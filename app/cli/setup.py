@@ -63,6 +63,10 @@ CONFIG_TEMPLATE = """\
 # every = "30m"                     # run HEARTBEAT.md's checklist; unset: no heartbeat
 # [dreaming]
 # enabled = true                    # nightly consolidation into MEMORY.md (03:00 your time)
+# [store]
+# backend = "sqlite"                # sqlite (one file per agent) | postgres (not usable yet)
+# pool_max_size = 8                 # postgres: connections per process; the DSN only from
+#                                   # PINCH_STORE__DSN when it holds a password
 """
 
 
