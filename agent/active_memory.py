@@ -43,6 +43,7 @@ from typing import Literal
 from agent.agent_config import AgentConfig
 from agent.model.factory import ModelClient
 from agent.policy import policy_for
+from agent.projects import ProjectDirectory
 from agent.prompts import render
 from agent.recall_intent import recall_intent
 from agent.tools import ToolContext, ToolRegistry
@@ -130,6 +131,7 @@ class ActiveMemory:
         config: AgentConfig,
         index: MemoryIndex | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        projects: ProjectDirectory | None = None,
     ) -> None:
         self.model = model
         self.index = index  # for `memory_holds` (escalate); without it only the detector decides
@@ -137,6 +139,7 @@ class ActiveMemory:
         self.tools = tools
         self.config = config
         self.triggers = TriggerFiles(workspace)
+        self.projects = projects or ProjectDirectory()  # a tagged trigger needs its project
         self._now = monotonic
         self._triggers_lock = threading.Lock()
         self._cache: dict[tuple[str, str], tuple[float, str | None]] = {}
@@ -155,7 +158,9 @@ class ActiveMemory:
             return None
         started = self._now()
         try:
-            hits = await asyncio.to_thread(self.fast_hits, message)
+            session = await asyncio.to_thread(self.store.current, key)
+            project = self.projects.active(session)
+            hits = await asyncio.to_thread(self.fast_hits, message, project)
         except OSError:  # an unreadable MEMORY.md/USER.md must not also cost deep recall
             log.warning("Could not read the trigger entries; skipping them", exc_info=True)
             hits = []
@@ -169,12 +174,13 @@ class ActiveMemory:
         self._reports[str(key)] = report
         return "\n".join(parts) or None
 
-    def fast_hits(self, message: str) -> list[TriggerHit]:
-        """The strong trigger matches of `message`, best first, at most MAX_FAST_HITS. Blocks
-        (stats the curated files; re-reads one that changed)."""
+    def fast_hits(self, message: str, project: str | None = None) -> list[TriggerHit]:
+        """The strong trigger matches of `message`, best first, at most MAX_FAST_HITS; an entry
+        tagged with a project only while `project` is active. Blocks (stats the curated files;
+        re-reads one that changed)."""
         with self._triggers_lock:
             index = self.triggers.index()
-        return index.match(message, min_score=STRONG_MATCH)[:MAX_FAST_HITS]
+        return index.match(message, min_score=STRONG_MATCH, project=project)[:MAX_FAST_HITS]
 
     def memory_holds(self, key: SessionKey, message: str) -> bool:
         """Whether one line of the owner's trusted memory holds most (≥ STRONG_MATCH) of the
@@ -264,7 +270,7 @@ class ActiveMemory:
         policy = dataclasses.replace(
             owner, search=dataclasses.replace(owner.search, origins=TRUSTED_ORIGINS)
         )
-        ctx = ToolContext(key, session.id, policy)
+        ctx = ToolContext(key, session.id, policy, project=self.projects.active(session))
         system = render("recall", rounds=DEEP_ROUNDS - 1, max_chars=SUMMARY_CHARS)
         specs = tuple(s for s in self.tools.specs if s.name in DEEP_TOOLS)
         messages = [Message.user(_render_request(recent, message))]

@@ -4,6 +4,7 @@
 /status        model, context size, compactions, usage, memory index state, last recall
 /context list  what the next request contains, one line per part, in tokens
 /context detail  the same per bootstrap file, tool schema and turn
+/project       the session's project (and the known ones); /project NAME sets it, none clears it
 /help          this list
 """
 
@@ -19,8 +20,9 @@ from agent.active_memory import ActiveMemory
 from agent.agent_config import AgentConfig
 from agent.compaction import Compactor
 from agent.context import Context, render_context
+from agent.projects import ProjectDirectory, project_command
 from common.clock import Clock
-from memory.index.index import IndexStatus
+from memory.index.index import IndexStatus, MemoryIndex
 from memory.store.sessions import Session, SessionKey, SessionStore
 
 HELP = {
@@ -28,6 +30,7 @@ HELP = {
     "/reset": "the same as /new",
     "/status": "model, context size, compactions, token usage, memory index state",
     "/context": "list | detail — what the model sees on the next turn, in tokens",
+    "/project": "NAME | none — the project this session is in (memory prefers its notes)",
     "/help": "this list",
 }
 _COMMAND_WORD = re.compile(r"/[A-Za-z_]+(?:@\w+)?")
@@ -58,6 +61,7 @@ class AgentStatus:
     context_window: int
     usage_totals: dict[str, int]
     index: IndexStatus
+    project: str | None = None  # the session's active project
 
 
 class CommandHost(Protocol):
@@ -73,6 +77,10 @@ class CommandHost(Protocol):
     def compactor(self) -> Compactor: ...
     @property
     def recall(self) -> object: ...  # an `ActiveMemory` reports its last recall in /status
+    @property
+    def projects(self) -> ProjectDirectory: ...
+    @property
+    def index(self) -> MemoryIndex: ...
 
     async def new_session(self, key: SessionKey) -> tuple[Session, str | None, bool]: ...
     async def status(self, key: SessionKey) -> AgentStatus: ...
@@ -120,6 +128,12 @@ async def run_command(
             threshold=agent.compactor.threshold,
         )
         return CommandResult(_columns_for(text, channel or key.channel))
+    if command.name == "/project":
+        return CommandResult(
+            await project_command(
+                agent.store, agent.projects, key, command.argument, agent.index.project_counts
+            )
+        )
     if command.name == "/help":
         return CommandResult(render_help())
     return CommandResult(f"Unknown command {command.name}.\n{render_help()}")
@@ -150,7 +164,7 @@ def render_status(status: AgentStatus, tz: tzinfo | None = None) -> str:
     lines = [
         f"Model: {status.model}{fallbacks}",
         f"Session: {status.session.id[:8]}, started {started}, "
-        f"{status.session.compactions} compaction(s)",
+        f"{status.session.compactions} compaction(s); project {status.project or 'none'}",
         f"Context: ~{status.context_tokens:,} of {status.context_window:,} tokens "
         f"(memory flush and compaction at {status.threshold:,})",
         f"Usage this session: {prompt:,} prompt tokens ({u['cache_read_tokens']:,} read from "

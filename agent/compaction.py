@@ -24,6 +24,7 @@ from datetime import date
 from agent.agent_config import AgentConfig
 from agent.context import Context
 from agent.history import Turn, sender_label, split_turns, usage_record
+from agent.media.render import attachment_line
 from agent.model.errors import ModelError
 from agent.model.factory import ModelClient
 from agent.prompts import render
@@ -87,7 +88,7 @@ class Compactor:
     # -- 1. the memory flush -----------------------------------------------------------------
 
     async def flush_memory(
-        self, session: Session, context: Context, *, today: date
+        self, session: Session, context: Context, *, today: date, project: str | None = None
     ) -> FlushOutcome:
         """Run the silent flush turn unless this compaction cycle already had one.
 
@@ -99,7 +100,7 @@ class Compactor:
         if session.flushed_cycle >= cycle:
             return FlushOutcome(ran=False)
         outcome = FlushOutcome(ran=True)
-        ctx = ToolContext(session.key, session.id)
+        ctx = ToolContext(session.key, session.id, project=project)  # appends carry its tag
         prompt = render("flush", today=today)
         messages = _with_user_text(list(context.history.messages()), prompt)
         try:
@@ -156,6 +157,7 @@ class Compactor:
             summary, usage = await self._summarise(previous, transcript)
         except ModelError as exc:
             raise CompactionError(f"the summary failed: {exc}") from exc
+        summary = with_file_paths(summary, turns[:cut])
         content = {"summary": summary, "first_kept_seq": first_kept}
         await asyncio.to_thread(
             self.store.append, session.id, "compaction", content, usage_record(usage)
@@ -227,7 +229,8 @@ def render_turns(turns: Sequence[Turn]) -> str:
             c = e.content
             if e.kind == "user":  # other people's and automations' words are not the owner's
                 who = sender_label(c.get("sender")).strip("[]") or "Owner"
-                lines.append(f"[#{e.seq}] {who}: {c.get('text', '')}")
+                files = " ".join(attachment_line(a) for a in _attachments(c))
+                lines.append(f"[#{e.seq}] {who}: {c.get('text', '')} {files}".rstrip())
             elif e.kind == "assistant" and c.get("text"):
                 lines.append(f"[#{e.seq}] Assistant: {c['text']}")
             elif e.kind == "tool_call":
@@ -239,6 +242,26 @@ def render_turns(turns: Sequence[Turn]) -> str:
                 error = " (error)" if c.get("is_error") else ""
                 lines.append(f"[#{e.seq}] Tool result{error}: {text}")
     return "\n".join(lines)
+
+
+def _attachments(content: dict) -> list[dict]:
+    return [a for a in content.get("attachments") or () if isinstance(a, dict) and a.get("path")]
+
+
+def with_file_paths(summary: str, turns: Sequence[Turn]) -> str:
+    """`summary`, with a line naming the files received in `turns` that it does not mention:
+    an image or a document stays findable by its inbox path after its turn is summarised."""
+    paths = [
+        str(a["path"])
+        for turn in turns
+        for e in turn.events
+        if e.kind == "user"
+        for a in _attachments(e.content)
+    ]
+    missing = [p for p in dict.fromkeys(paths) if p not in summary]
+    if not missing:
+        return summary
+    return f"{summary}\n\nFiles received (in the workspace): {', '.join(missing)}"
 
 
 def split_by_tokens(text: str, max_tokens: int) -> list[str]:

@@ -138,9 +138,11 @@ class ContextBuilder:
         timezone: str,
         policy: SessionPolicy | None = None,
         channel: str | None = None,
+        project: str | None = None,
     ) -> Context:
         """The context for `key`'s next request (under `policy`, by default the owner's word in
-        `key`'s conversation). `history.summary` is the rendered summary block."""
+        `key`'s conversation; `project`: the session's active one). `history.summary` is the
+        rendered summary block."""
         policy = policy or policy_for(key)
         tools = [t for t in tools if policy.offers(t.name)]
         instructions = render("system", private=policy.owner_private, group=key.is_group)
@@ -157,6 +159,7 @@ class ContextBuilder:
             timezone=timezone,
             channel=channel or key.channel,
             chat_type=chat_type,
+            project=project,
         )
         system = (
             (instructions, render("bootstrap", files=files), runtime)
@@ -205,10 +208,16 @@ def _history_parts(history: History) -> tuple[ContextPart, ...]:
         )
         recalled += turn_recalled
         items.append((f"turn #{turn.first_seq}", turn.tokens - turn_recalled))
+    images = tuple(
+        (f"{b.path or 'image'} ({b.width}×{b.height})", b.tokens)
+        for blocks in history.images.values()
+        for b in blocks
+    )
     return (
         summary,
         ContextPart("history", sum(t for _, t in items), tuple(items)),
         ContextPart("recalled context", recalled),
+        ContextPart("images", sum(t for _, t in images), images),
     )
 
 

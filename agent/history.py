@@ -17,10 +17,21 @@ stays valid for every provider.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from agent.types import ContentBlock, Message, Role, TextBlock, ToolCall, ToolResult, Usage
+from agent.media.render import attachment_line, document_block, image_refs
+from agent.types import (
+    ContentBlock,
+    ImageBlock,
+    Message,
+    Role,
+    TextBlock,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 from memory.store.sessions import TranscriptEvent
 from memory.text import estimate_tokens
 
@@ -42,16 +53,41 @@ class Turn:
         return sum(message_tokens(m) for m in events_to_messages(self.events))
 
 
+ImageLoader = Callable[[dict[str, Any]], ImageBlock | None]
+
+
 @dataclass(frozen=True)
 class History:
-    """What a request replays: the latest summary (if any) and the turns kept after it."""
+    """What a request replays: the latest summary (if any) and the turns kept after it, and the
+    images it sends (by event seq): only the newest turn's, see `with_images`."""
 
     summary: str | None
     turns: tuple[Turn, ...]
+    images: Mapping[int, tuple[ImageBlock, ...]] = field(default_factory=dict)
+
+    def with_images(self, load: ImageLoader) -> History:
+        """This history sending the images of its newest turn (the photos that came with the
+        message being answered, and any a tool attached in answer to it), loaded with `load`.
+        Older turns name their images by path only: an image is sent in the turn it arrived in
+        and again only when asked for."""
+        if not self.turns:
+            return self
+        images: dict[int, tuple[ImageBlock, ...]] = {}
+        for event in self.turns[-1].events:
+            if event.kind not in ("user", "tool_result"):
+                continue
+            blocks = tuple(b for b in (load(r) for r in image_refs(event.content)) if b)
+            if blocks:
+                images[event.seq] = blocks
+        return replace(self, images=images) if images else self
+
+    @property
+    def image_tokens(self) -> int:
+        return sum(b.tokens for blocks in self.images.values() for b in blocks)
 
     def messages(self) -> tuple[Message, ...]:
         events = [e for turn in self.turns for e in turn.events]
-        messages = events_to_messages(events)
+        messages = events_to_messages(events, self.images)
         if self.summary:
             messages = _prepend_user_text(messages, self.summary)
         return tuple(messages)
@@ -87,17 +123,18 @@ def user_blocks(content: dict) -> tuple[TextBlock, ...]:
     """A stored user message as content blocks: recalled context first, then the message.
 
     A message from anyone but the owner (a `sender` in the stored content; none means the owner)
-    opens with who sent it, "[from Alice (telegram 555)]"; attachments follow as their paths."""
+    opens with who sent it, "[from Alice (telegram 555)]"; attachments follow as their paths,
+    and the text of documents that were read as untrusted content (agent/media/render.py)."""
     recalled = content.get("recalled") or ""
     text = content.get("text") or ""
     label = sender_label(content.get("sender"))
-    files = [
-        f"[attached {_clean(str(a.get('kind') or 'file'))}: {_clean(str(a.get('path')), 300)}]"
-        for a in content.get("attachments") or ()
-        if isinstance(a, dict) and a.get("path")
+    attached = [
+        a for a in content.get("attachments") or () if isinstance(a, dict) and a.get("path")
     ]
+    files = [attachment_line(a) for a in attached]
     body = "\n".join(part for part in (label, text, *files) if part)
-    return tuple(TextBlock(t) for t in (recalled, body) if t)
+    documents = [document_block(a) for a in attached]
+    return tuple(TextBlock(t) for t in (recalled, body, *documents) if t)
 
 
 def sender_label(sender: object) -> str:
@@ -121,13 +158,18 @@ def _clean(text: str, limit: int = 64) -> str:
     return " ".join(kept.split())[:limit]
 
 
-def events_to_messages(events: Iterable[TranscriptEvent]) -> list[Message]:
-    """Messages for the conversation events, consecutive same-role blocks merged."""
+def events_to_messages(
+    events: Iterable[TranscriptEvent], images: Mapping[int, tuple[ImageBlock, ...]] | None = None
+) -> list[Message]:
+    """Messages for the conversation events, consecutive same-role blocks merged; `images` (by
+    event seq) follow their user message or tool result."""
     raw: list[tuple[Role, ContentBlock]] = []
+    images = images or {}
     for event in events:
         c = event.content
         if event.kind == "user":
             raw.extend(("user", block) for block in user_blocks(c))
+            raw.extend(("user", image) for image in images.get(event.seq, ()))
         elif event.kind == "assistant" and c.get("text"):
             raw.append(("assistant", TextBlock(c["text"])))
         elif event.kind == "tool_call":
@@ -137,6 +179,7 @@ def events_to_messages(events: Iterable[TranscriptEvent]) -> list[Message]:
                 c["tool_use_id"], str(c.get("content", "")), bool(c.get("is_error"))
             )
             raw.append(("user", result))
+            raw.extend(("user", image) for image in images.get(event.seq, ()))
     messages: list[Message] = []
     for role, block in raw:
         if messages and messages[-1].role == role:
@@ -162,7 +205,7 @@ def _repair_tool_pairs(messages: list[Message]) -> list[Message]:
         answered = {r.tool_use_id for r in results}
         results = [r for r in results if r.tool_use_id in open_calls]
         results += [_interrupted(i) for i in open_calls if i not in answered]
-        texts = [b for b in message.content if isinstance(b, TextBlock)]
+        texts = [b for b in message.content if isinstance(b, TextBlock | ImageBlock)]
         open_calls = []
         if results or texts:
             out.append(Message("user", (*results, *texts)))
@@ -190,6 +233,8 @@ def message_tokens(message: Message) -> int:
     for block in message.content:
         if isinstance(block, TextBlock):
             total += estimate_tokens(block.text)
+        elif isinstance(block, ImageBlock):
+            total += block.tokens
         elif isinstance(block, ToolCall):
             total += estimate_tokens(block.name + json.dumps(dict(block.input), ensure_ascii=False))
         else:

@@ -36,9 +36,9 @@ MAX_BLOCK_CHARS = 1_200
 _TRIGGERS_SHOWN = 120  # characters of the trigger list in an injected line
 
 
-def request_scope(request: AgentRequest) -> IntentScope:
-    """The scope a message is said in: its conversation and who sent it."""
-    return IntentScope.of(request.key, request.sender, request.sender_id)
+def request_scope(request: AgentRequest, project: str | None = None) -> IntentScope:
+    """The scope a message is said in: its conversation, who sent it, the active project."""
+    return IntentScope.of(request.key, request.sender, request.sender_id, project)
 
 
 def intent_line(intent: StandingIntent) -> str:
@@ -52,12 +52,19 @@ def intent_line(intent: StandingIntent) -> str:
 
 
 def standing_intents_block(
-    store: IntentStore, request: AgentRequest, text: str, *, now: float
+    store: IntentStore,
+    request: AgentRequest,
+    text: str,
+    *,
+    now: float,
+    project: str | None = None,
 ) -> str | None:
     """Fire the intents `text` triggers in `request`'s scope and return the block to inject
-    (None when none fires). An intent another message fired a moment ago is left out."""
+    (None when none fires). An intent another message fired a moment ago is left out; one
+    created in a project fires only while `project` (the active one) is that project."""
     # A few spares: another message may fire one first, or a line may not fit the budget.
-    spares = store.candidates(request_scope(request), text, now=now, limit=3 * MAX_INJECTED)
+    scope = request_scope(request, project)
+    spares = store.candidates(scope, text, now=now, limit=3 * MAX_INJECTED)
     lines: list[str] = []
     while spares and len(lines) < MAX_INJECTED:
         chosen: dict[int, str] = {}
@@ -118,7 +125,7 @@ class IntentTool:
     async def run(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         if not ctx.policy.owner_private or ctx.policy.sender != "owner":
             raise ToolFailure("Standing intents are set by the owner, in the owner's own chat.")
-        scope = IntentScope.of(ctx.key, "owner")
+        scope = IntentScope.of(ctx.key, "owner", project=ctx.project)
         if args["action"] != "list" and await self._tainted(ctx):
             # A fetched page could be speaking through the model: an intent puts words in
             # front of the owner's future messages, so it changes only without outside content.
@@ -160,8 +167,9 @@ class IntentTool:
         )
         until = datetime.fromtimestamp(intent.expires_at, self.clock.tz)
         hours = intent.cooldown_s / 3600
+        where = f"in this chat, project {scope.project}" if scope.project else "in this chat"
         return (
-            f"Standing intent #{intent.id} armed in this chat: when a message mentions "
+            f"Standing intent #{intent.id} armed {where}: when a message mentions "
             f"{' or '.join(repr(t) for t in intent.triggers)}: {intent.action}. Fires at most "
             f"{intent.max_fires} times, at least {hours:g} h apart, until {until:%Y-%m-%d}."
         )
@@ -178,6 +186,7 @@ class IntentTool:
                     "triggers": list(i.triggers),
                     "do": i.action,
                     "state": i.state,
+                    **({"project": i.scope.project} if i.scope.project else {}),
                     "fired": f"{i.fire_count} of {i.max_fires}",
                     "expires": f"{datetime.fromtimestamp(i.expires_at, self.clock.tz):%Y-%m-%d}",
                 }

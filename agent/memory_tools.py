@@ -15,8 +15,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from agent.media.documents import document_kind
+from agent.media.images import ImageError, is_image
+from agent.media.read_part import read_document_part
+from agent.media.reader import MediaReader
 from agent.policy import TAINTING_TOOLS, append_origin
-from agent.tools import Tool, ToolContext, ToolFailure, ToolRegistry
+from agent.tools import Tool, ToolContext, ToolFailure, ToolOutput, ToolRegistry
 from agent.types import ToolSpec
 from agent.web_fetch import FetchError, WebFetcher, wrap_untrusted
 from common.clock import Clock
@@ -26,6 +30,7 @@ from memory.files.writes import WorkspaceWriter
 from memory.index.chunking import hash_text
 from memory.index.index import MemoryIndex
 from memory.index.sync import MAX_FILE_BYTES
+from memory.project_tags import ALL_PROJECTS, normalise_project, project_name_error
 from memory.store.lineage import LineageStore, file_origin
 from memory.store.sessions import SessionStore
 from memory.store.transcripts import UNTRUSTED_LEFT_OUT, read_transcript
@@ -60,8 +65,10 @@ class MemoryTools:
         writer: WorkspaceWriter,
         clock: Clock,
         fetcher: WebFetcher | None = None,
+        media: MediaReader | None = None,
     ) -> None:
         self.workspace = workspace
+        self.media = media  # read_file on a picture attaches it (None: pictures are refused)
         self.index = index
         self.store = store
         self.writer = writer
@@ -80,8 +87,15 @@ class MemoryTools:
                         "memory_search",
                         "Search long-term memory (MEMORY.md, USER.md, daily logs, session notes) "
                         "and this conversation's earlier turns. Returns hits: path, lines, score, "
-                        "snippet.",
-                        s(["query"], query=text, max_results=_INT, min_score={"type": "number"}),
+                        "snippet. project: prefer that project's notes (default: this "
+                        'session\'s; "*": none).',
+                        s(
+                            ["query"],
+                            query=text,
+                            max_results=_INT,
+                            min_score={"type": "number"},
+                            project=text,
+                        ),
                     ),
                     self.memory_search,
                 ),
@@ -128,8 +142,8 @@ class MemoryTools:
                 Tool(
                     ToolSpec(
                         "read_file",
-                        "Read a text file in the workspace (relative path).",
-                        s(["path"], path=text, **{"from": _INT}, lines=_INT),
+                        'Read a workspace file (relative path); a PDF by pages ("8-14").',
+                        s(["path"], path=text, **{"from": _INT}, lines=_INT, pages=text),
                     ),
                     self.read_file,
                 ),
@@ -165,6 +179,7 @@ class MemoryTools:
             min_score=None if min_score is None else float(min_score),
             now=self.clock.now().replace(tzinfo=None),
             filter=ctx.policy.search,
+            project=_search_project(args.get("project"), ctx.project),
         )
         results = []
         for hit in hits:
@@ -174,6 +189,8 @@ class MemoryTools:
                 "score": round(hit.score, 3),
                 "snippet": hit.snippet,
             }
+            if hit.project:
+                item["project"] = hit.project
             if hit.path.startswith(TRANSCRIPT_PREFIX):
                 item["read_with"] = "transcript_read"
             if hit.untrusted:
@@ -242,9 +259,19 @@ class MemoryTools:
             trusted_only=ctx.policy.search.trusted_only,  # deep recall: never outside text
         )
 
-    async def read_file(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
+    async def read_file(self, ctx: ToolContext, args: Mapping[str, Any]) -> str | ToolOutput:
         path = str(args["path"])
         self._refuse_private(ctx, path)
+        if self.media is not None and is_image(None, path):
+            return await self._show_image(path)
+        if document_kind(path, None) in ("pdf", "docx") or args.get("pages"):
+            return await asyncio.to_thread(
+                read_document_part,
+                self.workspace,
+                path,
+                args,
+                allow_hard_links=self.index.config.allow_hard_links,
+            )
         text = await asyncio.to_thread(
             _read_text_file, self.workspace, path, self.index.config.allow_hard_links
         )
@@ -255,6 +282,19 @@ class MemoryTools:
         if len(selected) > MAX_READ_CHARS:
             selected = selected[:MAX_READ_CHARS] + "\n… [cut; read fewer lines with from/lines]"
         return selected or f"{path} has {len(lines)} lines; nothing at line {start}."
+
+    async def _show_image(self, path: str) -> ToolOutput:
+        assert self.media is not None
+        allow = self.index.config.allow_hard_links
+        try:
+            data = await asyncio.to_thread(
+                read_confined, self.workspace, path, allow_hard_links=allow
+            )
+            image = await self.media.show_image(PurePosixPath(path.strip()).as_posix(), data)
+        except (WorkspaceError, ImageError) as exc:
+            raise ToolFailure(f"{path} can't be shown: {exc}") from None
+        size = f"{image['width']}×{image['height']}"
+        return ToolOutput(f"{path}: the picture ({size}) is attached below, for this turn.", image)
 
     async def current_time(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         now = self.clock.now()
@@ -276,6 +316,7 @@ class MemoryTools:
             now=self.clock.now(),
             origin=origin,
             session_id=ctx.session_id,
+            project=ctx.project,
         )
         detail = {"hash": hash_text(entry.text), "lines": entry.lines, "origin": origin}
         await asyncio.to_thread(
@@ -379,3 +420,15 @@ def _read_text_file(workspace: Path, shown: str, allow_hard_links: bool) -> str:
 
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _search_project(raw: object, active: str | None) -> str | None:
+    """The project memory_search prefers: the one asked for, none for "*", else the active."""
+    if raw is None or not str(raw).strip():
+        return active
+    if str(raw).strip() == ALL_PROJECTS:
+        return None
+    name = normalise_project(str(raw))
+    if name is None:
+        raise ToolFailure(project_name_error(str(raw)) + ' Or "*" for all projects.')
+    return name

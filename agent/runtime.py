@@ -30,9 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from agent.agent_config import AgentConfig
 from agent.commands import AgentStatus, parse_command, run_command
@@ -40,15 +38,18 @@ from agent.compaction import CompactionError, Compactor, summary_block
 from agent.context import Context, ContextBuilder
 from agent.history import CANCELLED_EVENT, build_history
 from agent.intent_tool import standing_intents_block
+from agent.media.reader import MediaReader
+from agent.media.render import load_image
 from agent.memory_tools import session_attachments
 from agent.message_limit import fit_message
 from agent.model.errors import ContextTooLongError, cut_off_notice
 from agent.model.factory import ModelClient
 from agent.policy import SessionPolicy, policy_for
+from agent.projects import ProjectDirectory
 from agent.prompts import render
 from agent.requests import AgentEvent, AgentReply, AgentRequest, Final, Notice, TextDelta
 from agent.session_hook import save_session_note
-from agent.tools import ToolContext, ToolRegistry, TurnTaint
+from agent.tools import ToolContext, ToolRegistry
 from agent.turn_events import (
     read_outside_content,
     same_turn,
@@ -56,7 +57,9 @@ from agent.turn_events import (
     store_results,
     user_content,
 )
-from agent.types import ModelResponse, ToolCall, ToolResult, Usage
+from agent.turn_state import Emit
+from agent.turn_state import TurnState as _Turn
+from agent.types import ModelResponse, ToolCall, ToolResult
 from common.clock import Clock
 from memory.files.writes import WorkspaceWriter
 from memory.index.index import MemoryIndex
@@ -69,7 +72,6 @@ log = logging.getLogger(__name__)
 __all__ = ["Agent", "AgentReply", "AgentRequest", "AgentStatus"]
 
 TextCallback = Callable[[str], None]
-Emit = Callable[[AgentEvent], None]
 # Finds memory worth putting in front of a message (active memory); None when there is none.
 # Called only for the owner's own messages in the owner's direct chats (owner_private).
 Recall = Callable[[SessionKey, str], Awaitable[str | None]]
@@ -85,24 +87,6 @@ TOOL_LIMIT_RESULT = (
     "Not run: this turn has used all its tool calls. Answer now with what you have, and say "
     "what is left undone."
 )
-
-
-@dataclass
-class _Turn:
-    """The mutable state of one turn: its session may change if compaction has to reset it."""
-
-    key: SessionKey
-    session: Session
-    user_content: dict[str, Any]
-    policy: SessionPolicy
-    emit: Emit
-    usage: Usage = field(default_factory=Usage)
-    model: str | None = None
-    compacted: bool = False
-    notices: list[str] = field(default_factory=list)
-    taint: TurnTaint = field(default_factory=TurnTaint)  # set once the turn reads outside text
-    channel: str | None = None  # where the message arrived, for the format hint
-    cut_off: bool = False  # the answer stopped early
 
 
 class Agent:
@@ -126,6 +110,8 @@ class Agent:
         context_builder: ContextBuilder,
         compactor: Compactor,
         recall: Recall | None,
+        projects: ProjectDirectory | None = None,
+        media: MediaReader | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -139,6 +125,8 @@ class Agent:
         self.context_builder = context_builder
         self.compactor = compactor
         self.recall = recall
+        self.projects = projects or ProjectDirectory()  # which project a session is in
+        self.media = media  # voice notes, images and documents (None: paths only)
         self._locks: dict[str, asyncio.Lock] = {}
         self._ending: set[asyncio.Task[str | None]] = set()  # notes of ended sessions
 
@@ -250,6 +238,7 @@ class Agent:
                 clock=self.clock,
                 slug_timeout_s=self.config.slug_timeout_s,
                 origin="untrusted" if tainted else None,  # it may repeat a fetched page
+                project=self.projects.active(old),
             )
         except Exception:  # the owner asked for a new session; a failed note must not stop it
             log.warning("Could not write the session note of %s", old.id, exc_info=True)
@@ -281,6 +270,7 @@ class Agent:
             context_window=self.config.context_window,
             usage_totals=totals,
             index=index,
+            project=self.projects.active(session),
         )
 
     # -- one turn ----------------------------------------------------------------------------
@@ -294,15 +284,20 @@ class Agent:
     ) -> AgentReply:
         key = request.key
         policy = policy_for(key, request.sender)
+        session = await asyncio.to_thread(self.store.current, key)
+        media = None  # voice notes become text here, so the length rule below applies to them
+        if self.media is not None and request.attachments:
+            media = await self.media.prepare(text, request.attachments, session_id=session.id)
+            text, notices = media.text, [*notices, *media.notices]
         text, too_long = fit_message(text, self.config)  # cut once, before it is stored or sent
         notices = [*notices, too_long] if too_long else notices
-        session = await asyncio.to_thread(self.store.current, key)
-        content = user_content(request, text)
+        content = user_content(request, text, media.attachments if media else None)
         # Only the owner's own words in the owner's direct chat (never automation or system).
         recall = policy.owner_private and request.sender == "owner"
         recalled = await self._recall(key, text) if recall else None
         blocks = [render("recalled", text=recalled)] if recalled else []
-        if intents := await self._standing_intents(request, text):
+        project = self.projects.active(session)
+        if intents := await self._standing_intents(request, text, project):
             blocks.append(intents)
         if blocks:
             content["recalled"] = "\n\n".join(blocks)
@@ -310,6 +305,9 @@ class Agent:
         turn = _Turn(
             key, session, content, policy, emit, notices=list(notices), channel=request.channel
         )
+        turn.project = project
+        if media is not None and media.outside_text:
+            turn.taint.mark("document")  # a document's text is outside content
         for notice in notices:
             emit(Notice(notice))
         answer = await self._tool_loop(turn)
@@ -341,6 +339,7 @@ class Agent:
 
         policy = policy_for(key, request.sender)
         turn = _Turn(key, session, dict(users[-1].content), policy, text_only)
+        turn.project = self.projects.active(session)
         answer = await self._tool_loop(turn)
         return AgentReply(
             answer,
@@ -379,12 +378,14 @@ class Agent:
             log.warning("Recall failed; answering without recalled context", exc_info=True)
             return None
 
-    async def _standing_intents(self, request: AgentRequest, text: str) -> str | None:
+    async def _standing_intents(
+        self, request: AgentRequest, text: str, project: str | None
+    ) -> str | None:
         # Matched in the message's own scope (memory/lifecycle/intents.py), whatever the policy.
         now = self.clock.now().timestamp()
         try:
             return await asyncio.to_thread(
-                standing_intents_block, self.intents, request, text, now=now
+                standing_intents_block, self.intents, request, text, now=now, project=project
             )
         except Exception:  # a reminder is a bonus; the message is answered without it
             log.warning("Standing intents failed; answering without them", exc_info=True)
@@ -420,7 +421,7 @@ class Agent:
         keeps its memory in its own transcript, which compaction indexes."""
         if turn.policy.writes_memory:
             flush = await self.compactor.flush_memory(
-                turn.session, context, today=self.clock.now().date()
+                turn.session, context, today=self.clock.now().date(), project=turn.project
             )
             turn.usage += flush.usage
         try:
@@ -434,7 +435,7 @@ class Agent:
 
     async def _reset_after_failure(self, turn: _Turn) -> None:
         await self.compactor.index_transcript(turn.session)  # nothing said is lost to search
-        turn.session = await asyncio.to_thread(self.store.reset, turn.key)
+        turn.session = await asyncio.to_thread(self.store.reset, turn.key, turn.session.project)
         await asyncio.to_thread(self.store.append, turn.session.id, "user", turn.user_content)
         turn.notices.append(RESET_NOTICE)
         turn.emit(Notice(RESET_NOTICE))
@@ -443,7 +444,9 @@ class Agent:
         attachments: frozenset[str] = frozenset()
         if not turn.policy.owner_private:  # shared sessions may read what was sent to them
             attachments = await asyncio.to_thread(session_attachments, self.store, turn.session.id)
-        ctx = ToolContext(turn.key, turn.session.id, turn.policy, attachments, turn.taint)
+        ctx = ToolContext(
+            turn.key, turn.session.id, turn.policy, attachments, turn.taint, turn.project
+        )
         if refuse:
             results = [ToolResult(c.id, TOOL_LIMIT_RESULT, is_error=True) for c in calls]
         else:
@@ -464,6 +467,8 @@ class Agent:
         )
         events = self.store.events(session.id, after_seq=max(0, first_kept - 1))
         history = build_history(events, summary, first_kept)
+        if self.media is not None and self.media.sends_images:  # the newest turn's, from inbox/
+            history = history.with_images(lambda ref: load_image(self.workspace, ref))
         return self.context_builder.build(
             session.key,
             history,
@@ -472,6 +477,7 @@ class Agent:
             timezone=self.clock.zone_name,
             policy=policy,
             channel=channel,
+            project=self.projects.active(session),
         )
 
 

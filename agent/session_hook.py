@@ -83,11 +83,12 @@ async def save_session_note(
     clock: Clock,
     slug_timeout_s: float = 10.0,
     origin: str | None = None,
+    project: str | None = None,
 ) -> str | None:
     """Write the session's note and return its workspace path, or None if it had no messages.
 
     With `origin` (e.g. "untrusted" for a session that read web pages), each paragraph is
-    marked with it and the session id."""
+    marked with it and the session id; with `project` (the session's), the note is tagged."""
     events = await asyncio.to_thread(store.events, session.id)
     messages = note_messages(events, clock)
     if not messages:
@@ -105,6 +106,11 @@ async def save_session_note(
     )
     return await asyncio.to_thread(
         lambda: writer.write_session_note(
-            now.date(), slug, body.rstrip() + "\n", origin=origin, session_id=session.id
+            now.date(),
+            slug,
+            body.rstrip() + "\n",
+            origin=origin,
+            session_id=session.id,
+            project=project,
         )
     )

@@ -58,13 +58,23 @@ class ToolContext:
     policy: SessionPolicy = field(default=None)  # type: ignore[assignment]  # set below
     attachments: frozenset[str] = frozenset()  # files sent in this conversation (workspace paths)
     taint: TurnTaint = field(default_factory=TurnTaint)  # the turn's, shared by its calls
+    project: str | None = None  # the session's active project (agent/projects.py), if any
 
     def __post_init__(self) -> None:
         if self.policy is None:  # the owner's word in `key`'s conversation
             object.__setattr__(self, "policy", policy_for(self.key))
 
 
-ToolFunction = Callable[[ToolContext, Mapping[str, Any]], Awaitable[str]]
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a tool returns when it attaches an image to its text (read_file on a picture):
+    `image` is the stored reference (workspace path, media type, width, height)."""
+
+    text: str
+    image: Mapping[str, Any] | None = None
+
+
+ToolFunction = Callable[[ToolContext, Mapping[str, Any]], Awaitable[str | ToolOutput]]
 
 
 @dataclass(frozen=True)
@@ -120,9 +130,11 @@ class ToolRegistry:
         except Exception as exc:  # a bug in a tool must not end the owner's turn
             log.exception("tool %s failed", call.name)
             return ToolResult(call.id, f"{call.name} failed: {type(exc).__name__}: {exc}", True)
-        if len(output) > MAX_RESULT_CHARS:
-            output = output[:MAX_RESULT_CHARS] + "\n… [cut; ask for fewer lines or results]"
-        return ToolResult(call.id, output)
+        image = output.image if isinstance(output, ToolOutput) else None
+        text = output.text if isinstance(output, ToolOutput) else output
+        if len(text) > MAX_RESULT_CHARS:
+            text = text[:MAX_RESULT_CHARS] + "\n… [cut; ask for fewer lines or results]"
+        return ToolResult(call.id, text, image=image)
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {

@@ -9,15 +9,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent.history import usage_record
+from agent.media.reader import stored_attachment
 from agent.policy import TAINTING_TOOLS
 from agent.requests import AgentRequest
 from agent.types import ModelResponse, ToolResult
 from memory.store.sessions import SessionStore
 
 
-def user_content(request: AgentRequest, text: str) -> dict[str, Any]:
+def user_content(
+    request: AgentRequest, text: str, attachments: Sequence[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The stored `user` event of a message: its text and, when it is not the owner's, who sent
-    it (no `sender` means the owner, as in transcripts from before senders were recorded)."""
+    it (no `sender` means the owner, as in transcripts from before senders were recorded).
+    `attachments` is their stored form when the media reader made it (paths and what was read
+    of them, never image bytes), else each attachment's path, kind and name."""
     content: dict[str, Any] = {"text": text}
     if request.sender != "owner":
         sender = {
@@ -27,11 +32,10 @@ def user_content(request: AgentRequest, text: str) -> dict[str, Any]:
             "channel": request.key.channel,
         }
         content["sender"] = {k: v for k, v in sender.items() if v is not None}
-    if request.attachments:
-        content["attachments"] = [  # the stored form: path, kind and the sender's name
-            {k: v for k, v in (("path", a.path), ("kind", a.kind), ("name", a.file_name)) if v}
-            for a in request.attachments
-        ]
+    if attachments:
+        content["attachments"] = [dict(a) for a in attachments]
+    elif request.attachments:
+        content["attachments"] = [stored_attachment(a) for a in request.attachments]
     if request.message_ids:
         content["message_ids"] = list(request.message_ids)
     return content
@@ -58,7 +62,13 @@ def store_response(store: SessionStore, session_id: str, response: ModelResponse
 
 def store_results(store: SessionStore, session_id: str, results: Sequence[ToolResult]) -> None:
     for r in results:
-        content = {"tool_use_id": r.tool_use_id, "content": r.content, "is_error": r.is_error}
+        content: dict[str, Any] = {
+            "tool_use_id": r.tool_use_id,
+            "content": r.content,
+            "is_error": r.is_error,
+        }
+        if r.image:  # the reference, never the picture
+            content["image"] = dict(r.image)
         store.append(session_id, "tool_result", content)
 
 

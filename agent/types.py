@@ -1,7 +1,8 @@
 """The provider-neutral conversation a model client sends and receives: plain frozen values.
 
-A `Message` holds content blocks: `TextBlock`, `ToolCall` (the assistant asking for a tool) and
-`ToolResult` (the user side answering it). A `ModelRequest` is what one model call needs; a
+A `Message` holds content blocks: `TextBlock`, `ImageBlock` (a picture the user sent, already
+downscaled), `ToolCall` (the assistant asking for a tool) and `ToolResult` (the user side
+answering it). A `ModelRequest` is what one model call needs; a
 `ModelResponse` is what it produced, with token `Usage`. Nothing here knows any provider's format.
 """
 
@@ -20,6 +21,28 @@ class TextBlock:
 
 
 @dataclass(frozen=True)
+class ImageBlock:
+    """An image in a user message: `data` is the encoded file (JPEG, PNG, WebP or GIF, already
+    downscaled for the model), `path` the workspace file it was read from (what is stored)."""
+
+    media_type: str
+    data: bytes = field(repr=False)
+    width: int
+    height: int
+    path: str = ""
+
+    @property
+    def tokens(self) -> int:
+        """What the image costs, by Anthropic's rule: width × height / 750."""
+        return image_tokens(self.width, self.height)
+
+
+def image_tokens(width: int, height: int) -> int:
+    """Tokens of an image of `width` × `height` pixels sent to a model (Anthropic's formula)."""
+    return max(1, round(width * height / 750))
+
+
+@dataclass(frozen=True)
 class ToolCall:
     """The model asking to run tool `name` with `input`; `id` pairs it with its `ToolResult`."""
 
@@ -33,9 +56,12 @@ class ToolResult:
     tool_use_id: str
     content: str
     is_error: bool = False
+    # An image the tool attached (read_file on a picture): its stored reference (workspace path,
+    # media type, size); the history sends it after the result, in this turn only.
+    image: Mapping[str, Any] | None = None
 
 
-ContentBlock = TextBlock | ToolCall | ToolResult
+ContentBlock = TextBlock | ImageBlock | ToolCall | ToolResult
 
 
 @dataclass(frozen=True)
@@ -63,6 +89,10 @@ class Message:
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         return tuple(b for b in self.content if isinstance(b, ToolCall))
+
+    @property
+    def images(self) -> tuple[ImageBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ImageBlock))
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,14 @@ from pydantic_settings import (
 )
 
 from agent.agent_config import AgentConfig
+from agent.media.media_config import MediaConfig, VoiceConfig
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
+from app.backup.backup_config import BackupConfig
 from app.web.web_config import WebConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.lifecycle.dreaming import DreamingConfig
 from memory.memory_config import MemoryConfig
+from memory.project_tags import normalise_project, project_name_error
 from memory.store.store_config import StoreConfig, dsn_has_password
 
 
@@ -85,6 +88,30 @@ class GatewayConfig(BaseModel):
     health_port: int | None = Field(default=None, ge=1, le=65535)  # GET /healthz when set
 
 
+class ProjectConfig(BaseModel):
+    """`[projects.NAME]`: where a session starts in project NAME (agent/projects.py). NAME is
+    letters, digits and '-', read case-insensitively; `/project NAME` works without a table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Telegram chat ids ("-1001234567890"), forum topics as "chat:topic" ("-1001234567890:42"),
+    # Slack channel ids ("C0123ABCD"): a session there starts in this project.
+    chats: list[str] = Field(default_factory=list)
+    # `pinch chat` started inside one of these folders starts in this project.
+    folders: list[Path] = Field(default_factory=list)
+
+    @field_validator("chats")
+    @classmethod
+    def _chat_ids(cls, ids: list[str]) -> list[str]:
+        for value in ids:
+            if not str(value).strip() or " " in str(value).strip():
+                raise ValueError(
+                    f'{value!r} is not a chat id: list Telegram chat ids ("-1001234567890", a '
+                    'topic as "-1001234567890:42") or Slack channel ids ("C0123ABCD")'
+                )
+        return [str(value).strip() for value in ids]
+
+
 def pinch_home() -> Path:
     return Path(os.environ.get("PINCH_HOME") or Path.home() / ".pinch").expanduser()
 
@@ -109,7 +136,28 @@ class Settings(BaseSettings):
     heartbeat: HeartbeatConfig = HeartbeatConfig()
     dreaming: DreamingConfig = DreamingConfig()
     web: WebConfig = WebConfig()
+    backup: BackupConfig = BackupConfig()
+    voice: VoiceConfig = VoiceConfig()
+    media: MediaConfig = MediaConfig()
+    projects: dict[str, ProjectConfig] = Field(default_factory=dict)  # [projects.NAME]
     store: StoreConfig = StoreConfig()
+
+    @field_validator("projects")
+    @classmethod
+    def _project_names(cls, table: dict[str, ProjectConfig]) -> dict[str, ProjectConfig]:
+        out: dict[str, ProjectConfig] = {}
+        for raw, project in table.items():
+            name = normalise_project(raw)
+            if name is None:
+                raise ValueError(project_name_error(raw).replace("project name", "[projects.NAME]"))
+            if name in out:
+                raise ValueError(f"[projects.{raw}] repeats [projects.{name}] (names ignore case)")
+            out[name] = project
+        chats = [c for p in out.values() for c in p.chats]
+        if len(chats) != len(set(chats)):
+            twice = next(c for c in chats if chats.count(c) > 1)
+            raise ValueError(f"chat {twice!r} is listed in two projects; keep it in one")
+        return out
 
     @field_validator("agent_id")
     @classmethod
@@ -133,6 +181,10 @@ class Settings(BaseSettings):
     @property
     def config_path(self) -> Path:
         return self.home / "config.toml"
+
+    @property
+    def backup_dir(self) -> Path:
+        return (self.backup.path or self.home / "backups").expanduser()
 
     @classmethod
     def settings_customise_sources(
@@ -201,7 +253,7 @@ def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
             "~/.pgpass); secrets never live in config.toml."
         )
     for section, table in data.items():
-        if not isinstance(table, dict):
+        if not isinstance(table, dict) or section == "projects":  # [projects.NAME]: any name
             continue
         for name in table:
             known = _field_type([section, name]) is not None

@@ -31,8 +31,13 @@ from agent.agent_config import AgentConfig
 from agent.compaction import Compactor
 from agent.context import ContextBuilder
 from agent.intent_tool import IntentTool
+from agent.media.media_config import MediaConfig, VoiceConfig
+from agent.media.reader import MediaReader
+from agent.media.transcribe import create_transcriber
 from agent.memory_tools import MemoryTools
-from agent.model.factory import ModelClient, create_model_client, preload
+from agent.model.factory import ModelClient, create_model_client, preload, supports_images
+from agent.model.litellm_client import load_litellm
+from agent.projects import ProjectDirectory
 from agent.runtime import Agent
 from agent.tools import Tool
 from agent.web_fetch import WebFetcher
@@ -96,6 +101,8 @@ async def build_runtime(
             clock=clock,
             active_memory=True,
             extra_tools=(automations.tool,) if automations is not None else (),
+            projects=project_directory(settings),
+            media=(settings.voice, settings.media),
         )
     except BaseException:
         index.close()
@@ -109,7 +116,9 @@ async def build_runtime(
         watcher=MemoryWatcher(index),
         clock=clock,
         automations=automations,
-        _preloading=asyncio.ensure_future(_preload_quietly(model)),
+        _preloading=asyncio.ensure_future(
+            _preload_quietly(model, litellm=settings.voice.provider == "litellm")
+        ),
     )
     return runtime
 
@@ -125,11 +134,15 @@ def build_agent(
     fetcher: WebFetcher | None = None,
     extra_tools: Sequence[Tool] = (),
     active_memory: bool = False,
+    projects: ProjectDirectory | None = None,
+    media: tuple[VoiceConfig, MediaConfig] | None = None,
 ) -> Agent:
     """An `Agent` and its parts over `index` and `store`: the workspace writer (every write
     re-indexes memory), the standing intents, the memory and `intent` tools, the context
     builder, the compactor and — with `active_memory` — the recall before owner messages.
     `extra_tools` are offered after the built-in ones (each still subject to the turn's policy).
+    With `media` ([voice] and [media] settings) the agent transcribes voice notes, shows
+    images to a model that reads them and reads documents; without, it names their paths.
 
     `config` defaults to `AgentConfig()`, `clock` to the configured time zone, `fetcher` to a
     real `WebFetcher`. Blocking (opens the intents tables): call it from a worker thread or
@@ -142,14 +155,27 @@ def build_agent(
 
     writer = WorkspaceWriter(workspace, on_written=reindex, tz=clock.tz)
     intents = IntentStore.open(index.db, now=clock.now().timestamp())
+    reader = build_media_reader(model, workspace, clock, *media) if media else None
     memory_tools = MemoryTools(
-        workspace=workspace, index=index, store=store, writer=writer, clock=clock, fetcher=fetcher
+        workspace=workspace,
+        index=index,
+        store=store,
+        writer=writer,
+        clock=clock,
+        fetcher=fetcher,
+        media=reader,
     )
     intent_tool = IntentTool(intents, clock, memory_tools.context_tainted).tool()
     tools = memory_tools.registry(intent_tool, *extra_tools)
     recall = (
         ActiveMemory(
-            model=model, store=store, tools=tools, workspace=workspace, config=config, index=index
+            model=model,
+            store=store,
+            tools=tools,
+            workspace=workspace,
+            config=config,
+            index=index,
+            projects=projects,
         )
         if active_memory
         else None
@@ -171,12 +197,37 @@ def build_agent(
         ),
         compactor=Compactor(model=model, store=store, index=index, tools=tools, config=config),
         recall=recall,
+        projects=projects,
+        media=reader,
     )
 
 
-async def _preload_quietly(model: ModelClient) -> None:
+def project_directory(settings: Settings) -> ProjectDirectory:
+    """The `[projects.NAME]` tables as the agent reads them (agent/projects.py)."""
+    return ProjectDirectory.of(
+        {name: (p.chats, p.folders) for name, p in settings.projects.items()}
+    )
+
+
+def build_media_reader(
+    model: ModelClient, workspace: Path, clock: Clock, voice: VoiceConfig, media: MediaConfig
+) -> MediaReader:
+    """What turns received files into text and images (the downscaled copies go to the inbox)."""
+    return MediaReader(
+        workspace=workspace,
+        inbox=Inbox(workspace, tz=clock.tz),
+        voice=voice,
+        media=media,
+        transcriber=create_transcriber(voice),
+        vision=lambda: supports_images(model),
+    )
+
+
+async def _preload_quietly(model: ModelClient, *, litellm: bool = False) -> None:
     with contextlib.suppress(Exception):  # the first reply imports it again, and says what failed
         await preload(model)
+        if litellm:  # voice notes are transcribed through litellm: not on the first one's time
+            await load_litellm()
 
 
 # -- the gateway (`pinch gateway`, and `pinch chat` with the terminal) ------------------------

@@ -14,7 +14,8 @@ class Attachment:
     """A file that came with a message. `path` is where it was saved (workspace-relative,
     '/'-separated, e.g. "inbox/2026-12-01/photo-123.jpg"), or None with `error` saying why it was
     not saved (too big for the platform's download limit, unsupported, download failed).
-    `file_name` is the sender's name for it, when the platform gave one."""
+    `file_name` is the sender's name for it, when the platform gave one; `duration_s` is the
+    length of a recording, when the platform gave it."""
 
     kind: AttachmentKind
     path: str | None = None
@@ -22,6 +23,7 @@ class Attachment:
     mime_type: str | None = None
     size: int | None = None
     error: str | None = None
+    duration_s: float | None = None  # seconds of a voice note or audio file
 
     def __post_init__(self) -> None:
         if self.path is None:

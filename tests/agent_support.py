@@ -13,7 +13,9 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from agent.agent_config import AgentConfig
+from agent.media.media_config import MediaConfig, VoiceConfig
 from agent.model.factory import AnthropicClient, LiteLLMClient, ModelClient
+from agent.projects import ProjectDirectory
 from agent.runtime import Agent
 from agent.web_fetch import WebFetcher
 from app.wiring import build_agent
@@ -63,13 +65,15 @@ def small_workspace(root: Path, **files: str) -> Path:
     return workspace
 
 
-def model_client(server: FakeModelServer, api: Api = "anthropic") -> ModelClient:
+def model_client(
+    server: FakeModelServer, api: Api = "anthropic", litellm_model: str = "openai/fake-model"
+) -> ModelClient:
     if api == "anthropic":
         return AnthropicClient(
             "claude-test", api_key="test-key", base_url=server.url, timeout_s=10, max_retries=0
         )
     return LiteLLMClient(
-        "openai/fake-model",
+        litellm_model,
         api_base=server.openai_url,
         api_key="test-key",
         timeout_s=10,
@@ -97,21 +101,27 @@ def make_kit(
     memory: MemoryConfig | None = None,
     db_name: str = "agent.sqlite",
     fetcher: WebFetcher | None = None,
+    projects: ProjectDirectory | None = None,
+    media: tuple[VoiceConfig, MediaConfig] | None = None,
+    litellm_model: str = "openai/fake-model",
     **config: Any,
 ) -> Kit:
-    """A fresh Agent object on `tmp_path/db_name`; calling it twice simulates a restart."""
+    """A fresh Agent object on `tmp_path/db_name`; calling it twice simulates a restart. With
+    `media` ([voice], [media]) it reads voice notes, images and documents."""
     workspace = workspace or template_workspace(tmp_path)
     memory = memory or MemoryConfig(embedding=EmbeddingConfig(provider="none"))
     index = MemoryIndex.open(workspace, tmp_path / db_name, memory)
     store = SqliteSessionStore(index.db)
     agent = build_agent(
-        model=model_client(server, api),
+        model=model_client(server, api, litellm_model),
         store=store,
         index=index,
         workspace=workspace,
         config=AgentConfig(model="claude-test", **config),
         clock=fixed_clock(),
         fetcher=fetcher,
+        projects=projects,
+        media=media,
     )
     return Kit(agent, server, index, store, workspace)
 

@@ -22,11 +22,14 @@ from tests.store_backends import Backend
 DSN = "postgresql://pinch:hunter2-very-secret@127.0.0.1:1/pinch"
 
 
-def test_every_store_has_an_implementation_on_both_backends_and_each_name_resolves() -> None:
-    assert missing_stores("sqlite") == [] and missing_stores("postgres") == []
+def test_postgres_lacks_only_the_backup_snapshots_and_each_name_resolves() -> None:
+    assert missing_stores("sqlite") == []
+    assert missing_stores("postgres") == ["DatabaseSnapshots"]
     for name in IMPLEMENTATIONS:
         for backend in ("sqlite", "postgres"):
             found = implementation(name, backend)
+            if found is None:
+                continue
             assert isinstance(found, type), (name, backend)
             assert found.__module__.startswith("memory.store.")
 

@@ -47,7 +47,8 @@ def copy_to_postgres(source: Database, server: PgTestServer) -> Any:
         generation = PgGenerations(db).create_building(conn, {"dimensions": 0}, 0.0)
         PgGenerations(db).activate(conn, generation, 0.0)
         rows = PgIndexRows(db)
-        for cid, path, src, origin, start, end, text, importance, day in sorted(sqlite.chunks(ids)):
+        for chunk_row in sorted(sqlite.chunks(ids)):
+            cid, path, src, origin, start, end, text, importance, day, project = chunk_row
             row = ChunkRow(
                 generation,
                 path,
@@ -61,6 +62,7 @@ def copy_to_postgres(source: Database, server: PgTestServer) -> Any:
                 importance,
                 day,
                 fts_body(text),
+                project,
             )
             new_id = rows.insert_chunk(conn, row)
             if passages is not None:

@@ -69,7 +69,7 @@ def test_start_sets_the_command_menu_and_clears_a_stale_webhook(tg, tmp_path):
             await inbox.wait_for(1)
         [commands] = tg.calls_to("setMyCommands")
         names = [c["command"] for c in commands.params["commands"]]
-        assert names == ["new", "reset", "status", "context", "help"]
+        assert names == ["new", "reset", "status", "context", "project", "help"]
         [clear] = tg.calls_to("deleteWebhook")
         assert not clear.params.get("drop_pending_updates")
 

@@ -4,6 +4,7 @@ prefix (system prompt, tool schemas) and before the newest user turn."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib
 import logging
 import os
@@ -12,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from agent.model.errors import MissingKeyError
 from agent.types import (
+    ContentBlock,
+    ImageBlock,
     ModelRequest,
     ModelResponse,
     StopReason,
     TextBlock,
     ToolCall,
-    ToolResult,
     ToolSpec,
     Usage,
 )
@@ -115,6 +117,9 @@ class AnthropicClient(RetryingClient):
     async def _prepare(self) -> None:
         await self._client()
 
+    async def supports_images(self) -> bool:
+        return True  # every Claude model of the Messages API reads images
+
     async def _attempt(self, request: ModelRequest, on_text: TextCallback) -> ModelResponse:
         client = await self._client()
         params = anthropic_params(request, self._api_model)
@@ -196,7 +201,7 @@ def anthropic_params(request: ModelRequest, model: str) -> dict[str, Any]:
     return params
 
 
-def _has_content(block: TextBlock | ToolCall | ToolResult) -> bool:
+def _has_content(block: ContentBlock) -> bool:
     return not isinstance(block, TextBlock) or bool(block.text)  # the API refuses empty text
 
 
@@ -204,9 +209,15 @@ def _anthropic_tool(tool: ToolSpec) -> dict[str, Any]:
     return {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
 
 
-def _anthropic_block(block: TextBlock | ToolCall | ToolResult) -> dict[str, Any]:
+def _anthropic_block(block: ContentBlock) -> dict[str, Any]:
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text}
+    if isinstance(block, ImageBlock):
+        data = base64.b64encode(block.data).decode("ascii")
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": block.media_type, "data": data},
+        }
     if isinstance(block, ToolCall):
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
     return {

@@ -38,6 +38,7 @@ __all__ = [
     "create_model_client",
     "openai_messages",
     "preload",
+    "supports_images",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,15 @@ async def check_key(model: ModelClient) -> None:
     primary = getattr(model, "clients", [model])[0]
     if isinstance(primary, AnthropicClient | LiteLLMClient):
         await primary.check_key()
+
+
+async def supports_images(model: ModelClient) -> bool:
+    """Whether `model` (for a fallback chain: its first model) can read image blocks: Claude
+    always, other providers as litellm's model list says; anything else, no."""
+    primary = getattr(model, "clients", [model])[0]
+    if isinstance(primary, AnthropicClient | LiteLLMClient):
+        return await primary.supports_images()
+    return False
 
 
 def _single_client(

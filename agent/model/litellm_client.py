@@ -4,6 +4,7 @@ through litellm, imported lazily and offline-safe; messages and tools in the Ope
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ from agent.model.base import (
 )
 from agent.model.errors import MissingKeyError, UnknownProviderError
 from agent.types import (
+    ImageBlock,
     Message,
     ModelRequest,
     ModelResponse,
@@ -114,6 +116,14 @@ class LiteLLMClient(RetryingClient):
     async def _prepare(self) -> None:
         await load_litellm()
 
+    async def supports_images(self) -> bool:
+        """Whether litellm's model list says this model reads images (unknown models: no)."""
+        litellm = await load_litellm()
+        try:
+            return bool(litellm.supports_vision(model=self._litellm_model))
+        except Exception:
+            return False
+
     async def _attempt(self, request: ModelRequest, on_text: TextCallback) -> ModelResponse:
         litellm = await load_litellm()
         api_key = self._api_key
@@ -201,8 +211,20 @@ def _openai_message(message: Message) -> Iterator[dict[str, Any]]:
         if isinstance(block, ToolResult):
             content = f"Error: {block.content}" if block.is_error else block.content
             yield {"role": "tool", "tool_call_id": block.tool_use_id, "content": content}
-    if message.text:
+    images = message.images
+    if images:  # the text first, then each picture as a data URL
+        parts: list[dict[str, Any]] = (
+            [{"type": "text", "text": message.text}] if message.text else []
+        )
+        parts.extend(_openai_image(image) for image in images)
+        yield {"role": "user", "content": parts}
+    elif message.text:
         yield {"role": "user", "content": message.text}
+
+
+def _openai_image(image: ImageBlock) -> dict[str, Any]:
+    data = base64.b64encode(image.data).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": f"data:{image.media_type};base64,{data}"}}
 
 
 def _openai_tool(tool: ToolSpec) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import shlex
+import shutil
 import stat
 import time
 from collections.abc import Iterable
@@ -155,6 +157,28 @@ async def check_model(settings: Settings) -> CheckResult:
     return CheckResult("model", True, f"{cfg.model} answered in {time.monotonic() - started:.1f} s")
 
 
+def check_voice(settings: Settings) -> CheckResult:
+    """`[voice]` can transcribe: the command exists, or the provider's key is set (never its
+    value). Offered only when a provider is configured."""
+    voice = settings.voice
+    if voice.provider == "command":
+        argv = shlex.split(voice.command or "")
+        program = os.path.expanduser(argv[0]) if argv else ""
+        found = shutil.which(program) if program else None
+        if found is None:
+            return CheckResult("voice", False, f"command {program!r} not found or not executable")
+        return CheckResult("voice", True, f"command {found}")
+    if voice.provider == "litellm":
+        model = voice.model if "/" in voice.model else f"openai/{voice.model}"
+        names = [] if voice.api_base else _model_key_names(model)
+        missing = [n for n in names if not os.environ.get(n)]
+        if missing:
+            return CheckResult("voice", False, f"{voice.model}: export {' and '.join(missing)}")
+        where = f" at {voice.api_base}" if voice.api_base else ""
+        return CheckResult("voice", True, f"litellm {voice.model}{where}")
+    return CheckResult("voice", True, "voice notes are saved, not transcribed (provider none)")
+
+
 def builtin_checks(*, offline: bool = False) -> list[Check]:
     checks: list[Check] = [check_secrets, check_file_modes, check_database, check_index]
     if not offline:
@@ -163,8 +187,10 @@ def builtin_checks(*, offline: bool = False) -> list[Check]:
 
 
 def plugin_checks(settings: Settings) -> list[Check]:
-    """One check per configured channel (getMe / auth.test), from `app.cli.channel_checks`."""
-    return list(channel_checks(settings))
+    """`[voice]` when a provider is set, then one check per configured channel (getMe /
+    auth.test), from `app.cli.channel_checks`."""
+    voice: list[Check] = [check_voice] if settings.voice.provider != "none" else []
+    return [*voice, *channel_checks(settings)]
 
 
 # ---- running them ---------------------------------------------------------------------------

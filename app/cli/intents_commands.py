@@ -68,9 +68,8 @@ def intents_list(show_all: bool, as_json: bool) -> None:
         )
         click.echo(f"  {i.action}")
         until = f"until {_when(i.expires_at, settings)}"
-        click.echo(
-            f"  in {i.scope.chat}, {until if i.active else 'ended ' + _when(i.ended_at, settings)}"
-        )
+        where = i.scope.chat + (f" (project {i.scope.project})" if i.scope.project else "")
+        click.echo(f"  in {where}, {until if i.active else 'ended ' + _when(i.ended_at, settings)}")
 
 
 @intents.command("show")
@@ -101,6 +100,8 @@ def intents_show(intent_id: int, as_json: bool) -> None:
     click.echo(f"  do:        {intent.action}")
     click.echo(f"  triggers:  {' / '.join(intent.triggers)} (all words of one must appear)")
     click.echo(f"  scope:     {intent.scope.chat}, messages from the {intent.scope.sender_kind}")
+    if intent.scope.project:
+        click.echo(f"  project:   {intent.scope.project} (fires only while it is active)")
     hours = intent.cooldown_s / 3600
     click.echo(f"  fired:     {intent.fire_count} of {intent.max_fires} times, {hours:g} h apart")
     click.echo(f"  created:   {w(intent.created_at, settings)} by {intent.creator}")

@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from app.cli.backup_commands import backup, restore
 from app.cli.gateway_commands import chat, gateway, pairing
 from app.cli.intents_commands import intents
 from app.cli.jobs import jobs
@@ -101,7 +102,7 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
     sys.exit(0 if ok else 1)
 
 
-for command in (chat, gateway, pairing, memory, intents, jobs):
+for command in (chat, gateway, pairing, memory, intents, jobs, backup, restore):
     main.add_command(command)
 
 if __name__ == "__main__":

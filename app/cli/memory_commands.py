@@ -41,11 +41,12 @@ def memory_status(deep: bool, as_json: bool) -> None:
         idx.db.check_integrity()  # a damaged page is reported as such, not as odd numbers
         st = idx.status(deep=deep)
         dreams = _dreaming_status(settings, last_dream(idx.db))
+        projects = {name: 0 for name in settings.projects} | idx.project_counts()
     finally:
         idx.close()
     extra = _extra_path_problems(settings)
     if as_json:
-        out = {**asdict(st), "extra_paths": extra, "dreaming": dreams}
+        out = {**asdict(st), "extra_paths": extra, "dreaming": dreams, "projects": projects}
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     click.echo(f"workspace       {st.workspace}")
@@ -55,6 +56,10 @@ def memory_status(deep: bool, as_json: bool) -> None:
     click.echo(f"vector search   {st.vector_backend}")
     click.echo(f"indexed         {st.files} files, {st.chunks} chunks (generation {st.generation})")
     click.echo(f"embedding cache {st.cache_entries} vectors")
+    listed = ", ".join(
+        f"{n} ({c} {'entry' if c == 1 else 'entries'})" for n, c in sorted(projects.items())
+    )
+    click.echo(printable(f"projects        {listed or 'none (no <!-- project: NAME --> tags)'}"))
     if st.free_bytes and st.free_bytes >= COMPACT_FREE_SHARE * st.file_bytes:
         click.secho(
             f"free space      {_mb(st.free_bytes)} of {_mb(st.file_bytes)}: "
@@ -235,23 +240,42 @@ def _sync_with_progress(idx: MemoryIndex, force: bool) -> Any:
 )
 @click.option("--max-results", "-n", type=click.IntRange(1, 100), default=None)
 @click.option("--min-score", type=click.FloatRange(0, 1), default=None)
+@click.option(
+    "--project",
+    default=None,
+    help='Put this project\'s notes first, as a session in it would ("*" or none: no project).',
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @friendly_errors
 def memory_search(
-    query: str, preset: str | None, max_results: int | None, min_score: float | None, as_json: bool
+    query: str,
+    preset: str | None,
+    max_results: int | None,
+    min_score: float | None,
+    project: str | None,
+    as_json: bool,
 ) -> None:
     """Search memory by meaning and by keyword."""
     from common.printable import printable
+    from memory.project_tags import ALL_PROJECTS, normalise_project, project_name_error
 
+    active = None
+    if project is not None and project.strip() != ALL_PROJECTS:
+        active = normalise_project(project)
+        if active is None:
+            raise click.BadParameter(project_name_error(project), param_hint="--project")
     settings = load_settings()
     idx = open_index(settings)
     try:
-        hits = idx.search(query, preset=preset, max_results=max_results, min_score=min_score)
+        hits = idx.search(
+            query, preset=preset, max_results=max_results, min_score=min_score, project=active
+        )
         degraded = idx.degraded_reason()
     finally:
         idx.close()
     if as_json:
-        out = {"results": [h.to_dict() for h in hits], "degraded": degraded}
+        results = [h.to_dict() | ({"project": h.project} if h.project else {}) for h in hits]
+        out = {"results": results, "degraded": degraded}
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     if degraded:
@@ -262,6 +286,7 @@ def memory_search(
     for h in hits:  # file names and snippets are the files' own bytes: no escape codes through
         where = printable(f"{h.path}:{h.start_line}-{h.end_line}")
         mark = "  UNTRUSTED (from outside)" if h.untrusted else ""
+        mark += f"  project {h.project}" if h.project else ""
         click.secho(f"{where}  score {h.score:.2f}{mark}", bold=True)
         for line in printable(h.snippet).splitlines():
             click.echo(f"  {line}")

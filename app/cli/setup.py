@@ -63,6 +63,26 @@ CONFIG_TEMPLATE = """\
 # every = "30m"                     # run HEARTBEAT.md's checklist; unset: no heartbeat
 # [dreaming]
 # enabled = true                    # nightly consolidation into MEMORY.md (03:00 your time)
+# [projects.apollo]                 # memory prefers notes tagged <!-- project: apollo -->
+# chats = ["-1001234567890:42"]     # Telegram chat (or chat:topic) / Slack channel ids
+# folders = ["~/code/apollo"]       # `pinch chat` started here starts in the project
+# [backup]
+# every = "1d"                      # the gateway's scheduled backups; "" for none
+# keep = 7                          # scheduled archives kept (pinch backup's are never pruned)
+# path = "~/.pinch/backups"         # better: another disk
+
+# Voice notes, photos and documents (README: "What the assistant understands").
+# [voice]
+# provider = "none"                 # litellm | command | none (voice notes saved, not heard)
+# model = "whisper-1"               # litellm: whisper-1, groq/whisper-large-v3, ... (key from env)
+# command = "~/.pinch/stt.sh {file}" # command: prints the text of {file} (e.g. whisper.cpp)
+# max_duration_s = 600
+# max_size_mb = 25
+# timeout_s = 120
+# [media]
+# vision = "auto"                   # auto | on | off: send photos to the model as images
+# max_images = 5                    # pictures looked at in one turn
+# document_chars = 20000            # of a PDF / DOCX / text file's text in the turn
 # [store]
 # backend = "sqlite"                # sqlite (one file per agent) | postgres (not usable yet)
 # pool_max_size = 8                 # postgres: connections per process; the DSN only from

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
+from agent.projects import start_in_project
 from app.gateway.routing import session_key_for
 from app.process import Runtime
 from app.wiring import build_gateway, build_runtime
@@ -90,8 +91,9 @@ async def _run_chat(
             gateway.cancel_turn(str(key))
 
         channel.on_cancel = cancel
+        project = await _start_in_folder_project(runtime, key)
         if interactive:
-            _greet(console, runtime, session)
+            _greet(console, runtime, session, project)
         await gateway.start()
         try:
             return await channel.finished()
@@ -99,8 +101,27 @@ async def _run_chat(
             await gateway.stop(STOP_GRACE_S)
 
 
-def _greet(console: Console, runtime: Runtime, session: str | None) -> None:
+async def _start_in_folder_project(runtime: Runtime, key: SessionKey) -> str | None:
+    """Start the chat in the project of the folder it runs in (`[projects.NAME] folders`, or a
+    git repository named like a project), if any; returns the session's active project."""
+    agent = runtime.agent
+    known = await asyncio.to_thread(runtime.index.project_counts)
+    try:
+        project = agent.projects.folder_default(Path.cwd(), known)
+    except OSError:  # the folder was deleted or cannot be read: no project from it
+        project = None
+    if project is not None:
+        session = await asyncio.to_thread(start_in_project, runtime.store, key, project)
+    else:
+        session = await asyncio.to_thread(runtime.store.current, key)
+    return agent.projects.active(session)
+
+
+def _greet(
+    console: Console, runtime: Runtime, session: str | None, project: str | None = None
+) -> None:
     name = f", session {session}" if session else ""
+    name += f", project {project}" if project else ""
     console.print(
         f"[bold]Pinch[/] · {runtime.agent.config.model}{name}\n"
         "[dim]/help lists the commands · Ctrl-C cancels a reply · Ctrl-D exits[/]\n"

@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING
 
 from app.automations.assembly import owner_zone, start_automations
 from app.automations.nightly_dream import start_nightly_dream
+from app.backup.schedule import owner_alert, start_backups
 from app.gateway.server import GatewayError
 from app.logging_setup import add_redacted_handler
 from app.wiring import build_channels, build_gateway, build_health_server, build_runtime
@@ -135,7 +136,10 @@ async def run_gateway(
                 await health.start()
             scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
             dreams = await start_nightly_dream(settings, owner_zone(runtime.clock))  # either way
+            backups = await start_backups(settings, owner_alert(settings, gateway.channels))
             await stop.wait()
+            if backups is not None:
+                backups.shutdown(wait=False)
             if dreams is not None:
                 dreams.shutdown(wait=False)
             if scheduler is not None:

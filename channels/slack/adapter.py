@@ -14,8 +14,8 @@ Built on slack-bolt's `AsyncApp`. What it guarantees the gateway:
   deletions, joins…) never reach the gateway.
 - A thread is a session: a top-level @mention in a channel gets `thread_id = ts`, so the reply
   opens a thread; in a thread the bot has posted in, follow-ups count as mentions (remembered in
-  `state_dir/slack-threads.json`). `!new`, `!reset`, `!status`, `!context`, `!help` become
-  `/new`… because Slack delivers no slash commands in threads.
+  `state_dir/slack-threads.json`). `!new`, `!reset`, `!status`, `!context`, `!project`, `!help`
+  become `/new`… because Slack delivers no slash commands in threads.
 - Writes are never retried after a timeout or a dropped connection (an ambiguous post must not
   appear twice); only a definite HTTP 429 is retried, after its `Retry-After`.
 - `typing` is a no-op: Slack has no typing indicator for bots outside its Assistant threads.
@@ -75,7 +75,7 @@ from channels.slack.web import (
 log = logging.getLogger("pinch.channels.slack")
 
 _POST_SUBTYPES = {None, "file_share", "thread_broadcast"}  # subtypes that are someone's post
-_COMMAND = re.compile(r"^!(new|reset|status|context|help)\b", re.IGNORECASE)
+_COMMAND = re.compile(r"^!(new|reset|status|context|project|help)\b", re.IGNORECASE)
 _MAX_RETRY_AFTER_S = 120
 _HARD_LIMIT_CHARS = 39000  # Slack truncates a message's text at 40,000 characters
 
@@ -363,12 +363,29 @@ class SlackChannel(Channel):
         return tuple(
             [
                 await download_shared_file(
-                    session, item, token=token, limits=limits, inbox=self.inbox, ts=ts
+                    session,
+                    await self._file_info(item),
+                    token=token,
+                    limits=limits,
+                    inbox=self.inbox,
+                    ts=ts,
                 )
                 for item in files[:10]
                 if isinstance(item, dict)
             ]
         )
+
+    async def _file_info(self, item: dict[str, Any]) -> dict[str, Any]:
+        """The whole file object: Slack sends only a stub (`file_access: check_file_info`, no
+        links) when an event carries many files or one shared from another workspace."""
+        if item.get("url_private") or not item.get("id"):
+            return item
+        try:
+            found = (await self.web.lookup("files_info", file=str(item["id"]))).get("file")
+        except ChannelError as e:
+            log.info("Could not look up Slack file %s (%s)", item.get("id"), e)
+            return item
+        return found if isinstance(found, dict) else item
 
     # -- outbound ------------------------------------------------------------------------------
 

@@ -71,6 +71,7 @@ COMMANDS = (
     ("reset", "Same as /new"),
     ("status", "Model, context size and memory state"),
     ("context", "What the assistant sees on the next turn"),
+    ("project", "Show or set the project this conversation is in"),
     ("help", "What you can do here"),
 )
 _SEND_ATTEMPTS = 3

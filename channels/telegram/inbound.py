@@ -17,6 +17,7 @@ import asyncio
 import logging
 import mimetypes
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 from telegram import Bot, Message, MessageEntity
 from telegram.error import BadRequest, TelegramError
+from telegram.warnings import PTBDeprecationWarning
 
 from channels.base import ChatType, InboundMessage, InboxWriter
 from common.attachment import Attachment, AttachmentKind
@@ -206,7 +208,10 @@ class MessageConverter:
         except (TelegramError, OSError) as error:
             reason = error.message if isinstance(error, TelegramError) else str(error)
             return failed(f"download failed ({reason}); ask for the file to be sent again")
-        return Attachment(kind, rel, file_name, mime_type, len(data))
+        with warnings.catch_warnings():  # python-telegram-bot 22 warns of its timedelta switch
+            warnings.simplefilter("ignore", PTBDeprecationWarning)
+            seconds = _seconds(getattr(media, "duration", None))
+        return Attachment(kind, rel, file_name, mime_type, len(data), duration_s=seconds)
 
     def _too_large(self, size: int | None) -> str:
         limit = self._max_download_mb
@@ -215,6 +220,15 @@ class MessageConverter:
             f"This file is too large ({shown}); Telegram bots can download up to {limit} MB. "
             "Ask for a smaller file, or a link to it."
         )
+
+
+def _seconds(duration: Any) -> float | None:
+    """A voice note's or video's `duration` (seconds, or a timedelta in newer versions)."""
+    if duration is None:
+        return None
+    if hasattr(duration, "total_seconds"):
+        return float(duration.total_seconds())
+    return float(duration)
 
 
 def _real_reply(message: Message) -> Message | None:

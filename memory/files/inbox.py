@@ -59,7 +59,23 @@ class Inbox:
         disk refuses (nothing is left behind then)."""
         day = received_at.astimezone(self.tz).strftime("%Y-%m-%d")
         stored = safe_file_name(name)
-        folder = self.workspace / INBOX_FOLDER / day
+        self._write(self.workspace / INBOX_FOLDER / day, stored, data)
+        return f"{INBOX_FOLDER}/{day}/{stored}"
+
+    def save_derived(self, original: str, suffix: str, data: bytes) -> str:
+        """Store `data` beside the inbox file `original` (workspace-relative, as `save` returned
+        it) under its name with `suffix` added: "inbox/D/photo-1.jpg" with ".model.jpg" gives
+        "inbox/D/photo-1.model.jpg" (the downscaled copy a model is sent). Returns its path."""
+        parts = original.split("/")
+        if len(parts) != 3 or parts[0] != INBOX_FOLDER or ".." in parts:
+            raise ValueError(f"{original!r} is not a file of the inbox")
+        stem = parts[2].rsplit(".", 1)[0] if "." in parts[2] else parts[2]
+        stored = safe_file_name(stem + suffix)
+        self._write(self.workspace / INBOX_FOLDER / parts[1], stored, data)
+        return f"{INBOX_FOLDER}/{parts[1]}/{stored}"
+
+    @staticmethod
+    def _write(folder: Path, stored: str, data: bytes) -> None:
         make_private_dirs(folder)
         fd, tmp = tempfile.mkstemp(prefix=".inbox-", suffix=".part", dir=folder)
         try:
@@ -71,4 +87,3 @@ class Inbox:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        return f"{INBOX_FOLDER}/{day}/{stored}"

@@ -46,6 +46,7 @@ from memory.files.markdown_edits import (
     supersede_fact,
 )
 from memory.files.workspace import confine_path
+from memory.project_tags import tag_entries, tag_section
 from memory.store.lineage import origin_marker
 
 log = logging.getLogger(__name__)
@@ -104,12 +105,16 @@ class WorkspaceWriter:
         now: datetime | None = None,
         origin: str | None = None,
         session_id: str | None = None,
+        project: str | None = None,
     ) -> AppendedEntry:
-        """`append_daily_log`, returning the entry exactly as written (for lineage)."""
+        """`append_daily_log`, returning the entry exactly as written (for lineage). With
+        `project` (the session's active one), each of its entries is tagged with it."""
         entry = escape_markup(text).strip("\n")
         if not entry.strip():
             raise WorkspaceError("Nothing to append: the text is empty.")
         _check_size(entry, "note")
+        if project is not None:
+            entry = tag_entries(entry, project)
         if origin is not None and session_id is not None:
             entry = entry.rstrip() + " " + origin_marker(origin, session_id)
         day = self._today(now)
@@ -165,12 +170,16 @@ class WorkspaceWriter:
         *,
         origin: str | None = None,
         session_id: str | None = None,
+        project: str | None = None,
     ) -> str:
         """Write memory/YYYY-MM-DD-<slug>.md; if it exists, -2, -3 … is added, never overwritten.
 
-        With `origin` and `session_id`, every paragraph ends with the provenance marker."""
+        With `origin` and `session_id`, every paragraph ends with the provenance marker; with
+        `project`, the note is tagged with it (on its title: the whole note)."""
         clean = slugify(slug)
         text = body if body.endswith("\n") else body + "\n"
+        if project is not None:
+            text = tag_section(text, project)
         if origin is not None and session_id is not None:
             text = mark_paragraphs(text, origin_marker(origin, session_id))
         data = encode_utf8(text)

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from common.text import strip_comments
+from memory.project_tags import line_projects
 from memory.store.content_hash import hash_text
 from memory.text import estimate_tokens
 
@@ -22,6 +23,7 @@ class Chunk:
     text: str
     hash: str
     importance: int | None  # highest <!-- importance: N --> marker inside, if any
+    project: str | None = None  # the project its lines are tagged with (memory/project_tags.py)
 
 
 def is_heading(line: str) -> bool:
@@ -57,16 +59,23 @@ def _split_long_line(line: str, max_tokens: int) -> list[str]:
     return pieces
 
 
-def _make_chunk(entries: list[tuple[int, str]]) -> Chunk:
+def _make_chunk(entries: list[tuple[int, str]], projects: list[str | None]) -> Chunk:
     text = "\n".join(line for _, line in entries)
     marks = [int(m) for m in _IMPORTANCE.findall(text)]
+    tagged = {projects[n - 1] for n, line in entries if not _neutral(line)}
     return Chunk(
         start_line=entries[0][0],
         end_line=entries[-1][0],
         text=text,
         hash=hash_text(text),
         importance=max(marks) if marks else None,
+        project=tagged.pop() if len(tagged) == 1 else None,
     )
+
+
+def _neutral(line: str) -> bool:
+    """Headings and blank lines join a chunk of any project (they are its context)."""
+    return not line.strip() or is_heading(line)
 
 
 def _only_headings(entries: list[tuple[int, str]]) -> bool:
@@ -112,11 +121,19 @@ def chunk_markdown(content: str, *, tokens: int = 400, overlap: int = 80) -> lis
     all_lines = content.split("\n")
     if all_lines and all_lines[-1] == "":
         all_lines.pop()  # the newline that ends the file is not a line of its own
+    projects = line_projects([raw.rstrip("\r") for raw in all_lines])
+    tagged = any(p is not None for p in projects)
     for line_no, raw in enumerate(all_lines, start=1):
         line = raw.rstrip("\r")
         for piece in _split_long_line(line, tokens) if line else [line]:
             size = estimate_tokens(piece) + 1  # +1 for the newline
             heading_break = is_heading(piece) and current_tokens >= tokens // 2
+            # A tag stays with its lines: lines of another project start a new chunk (without
+            # overlap), so a chunk holds one project's lines (or untagged ones) only.
+            if tagged and current and not _neutral(piece):
+                before = next((n for n, x, _ in current if not _neutral(x)), None)
+                other = before is not None and projects[before - 1] != projects[line_no - 1]
+                heading_break = heading_break or other
             if current and (current_tokens + size > tokens or heading_break):
                 keep_overlap = not heading_break  # a new section needs no overlap
                 flush()
@@ -148,7 +165,7 @@ def chunk_markdown(content: str, *, tokens: int = 400, overlap: int = 80) -> lis
             merged[-1] = merged[-1] + [e for e in pending if e[0] > merged[-1][-1][0]]
         else:
             merged.append(pending)
-    return [_make_chunk(g) for g in map(_trim_blank_edges, merged) if g]
+    return [_make_chunk(g, projects) for g in map(_trim_blank_edges, merged) if g]
 
 
 def _trim_blank_edges(group: list[tuple[int, str]]) -> list[tuple[int, str]]:

@@ -39,6 +39,7 @@ from memory.index.sync import ProgressCallback, SyncPipeline, SyncReport
 from memory.index.transcript_indexer import replay_transcripts
 from memory.index.virtual import VIRTUAL_SOURCES, VirtualChunk, VirtualChunks
 from memory.memory_config import MemoryConfig
+from memory.project_tags import count_project_entries
 from memory.search.filters import SearchFilter
 from memory.search.hybrid import SearchHit, run_search
 from memory.search.presets import SearchPreset, get_preset
@@ -346,11 +347,13 @@ class MemoryIndex:
         scopes: Sequence[str] = ("",),
         filter: SearchFilter | None = None,
         record: bool = True,
+        project: str | None = None,
     ) -> list[SearchHit]:
         """Hybrid search of the active generation. An empty index is synced first.
 
         `filter` (the agent's policy) replaces `scopes` and may also limit sources and origins.
         `record=False`: a check, not a recall: it leaves no signal for Dreaming.
+        `project`: the active project; its tagged hits get the preset's `project_boost`.
         """
         if filter is not None:
             scopes = filter.scopes
@@ -381,6 +384,7 @@ class MemoryIndex:
             now=now or datetime.now(),
             scopes=list(scopes),
             admits=filter.admits if filter is not None else None,
+            project=project,
         )
         if record:
             record_recall(self.db, query, hits, now=now)  # Dreaming's signals; never blocks
@@ -398,6 +402,14 @@ class MemoryIndex:
         while len(self._query_cache) > 256:
             self._query_cache.pop(next(iter(self._query_cache)))
         return vec
+
+    def project_counts(self) -> dict[str, int]:
+        """How many entries (list items, paragraphs) of indexed memory each project tags, by
+        name; an entry shared by overlapping chunks counts once."""
+        active = self.active_generation()
+        if active is None:
+            return {}
+        return count_project_entries(self.rows.repo.tagged_chunks(active[0]))
 
     def status(self, *, deep: bool = False) -> IndexStatus:
         active = self.active_generation()

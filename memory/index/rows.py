@@ -65,6 +65,7 @@ class IndexRows:
             importance=chunk.importance,
             day=day,
             keywords=fts_body(chunk.text),
+            project=chunk.project,
         )
         cid = self.repo.insert_chunk(conn, row)
         found = [vectors[u.hash] for u in units if u.hash in vectors]

@@ -210,8 +210,9 @@ def _entries(
     for event in events:
         day = datetime.fromtimestamp(event.created_at).date().isoformat()
         c = event.content
+        documents = _documents(c) if event.kind == "user" else []
         if event.kind == "user":
-            tainted = False
+            tainted = bool(documents)  # a document's text came in with the message
         elif event.kind == "tool_call" and str(c.get("name")) in OUTSIDE_CONTENT_TOOLS:
             tainted = True
         if event.kind in ("user", "assistant"):
@@ -231,21 +232,34 @@ def _entries(
             label = f"Tool result ({name})" if name else "Tool result"
         else:
             continue
-        if not text:
-            continue
-        line = f"[{event.seq}] {label}: {text}"
-        if estimate_tokens(line) < budget:
-            out.append(_Entry(event.seq, event.seq, line, origin, day))
-            continue
-        pieces = chunk_markdown(text, tokens=budget - 16, overlap=budget // 8)
-        for i, piece in enumerate(pieces):
-            more = "" if i == 0 else " (cont.)"
-            out.append(
-                _Entry(
-                    event.seq, event.seq, f"[{event.seq}] {label}{more}: {piece.text}", origin, day
-                )
-            )
+        out += _split(event.seq, label, text, origin, day, budget)
+        for name, body in documents:  # findable, never trusted
+            out += _split(event.seq, f"Document ({name})", body, "untrusted", day, budget)
     return out
+
+
+def _documents(content: dict[str, Any]) -> list[tuple[str, str]]:
+    """(name, text) of the documents read with a user message (agent/media stores them)."""
+    found = []
+    for a in content.get("attachments") or ():
+        doc = a.get("document") if isinstance(a, dict) else None
+        if isinstance(doc, dict) and doc.get("text"):
+            found.append((one_line(str(a.get("name") or a.get("path")), 80), str(doc["text"])))
+    return found
+
+
+def _split(seq: int, label: str, text: str, origin: str, day: str, budget: int) -> list[_Entry]:
+    """`text` as one entry, or as several when it is longer than `budget` tokens."""
+    if not text:
+        return []
+    line = f"[{seq}] {label}: {text}"
+    if estimate_tokens(line) < budget:
+        return [_Entry(seq, seq, line, origin, day)]
+    pieces = chunk_markdown(text, tokens=budget - 16, overlap=budget // 8)
+    return [
+        _Entry(seq, seq, f"[{seq}] {label}{'' if i == 0 else ' (cont.)'}: {p.text}", origin, day)
+        for i, p in enumerate(pieces)
+    ]
 
 
 def _pack(entries: Sequence[_Entry], budget: int) -> list[VirtualChunk]:

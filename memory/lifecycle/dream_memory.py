@@ -35,6 +35,7 @@ from memory.lifecycle.dream_stages import (
     DreamingConfig,
     Reinforced,
 )
+from memory.project_tags import project_marker
 
 # ---- MEMORY.md entries and the new text -------------------------------------------------------
 
@@ -63,7 +64,8 @@ def memory_entries(text: str) -> list[tuple[int, str]]:
 def entry_line(c: Candidate) -> str:
     """The one line the program writes for a candidate, citing where it came from."""
     body = " ".join(escape_markup(c.text).split()).lstrip("-*+ ")
-    return f"- {body} <!-- source: {c.source} -->"
+    tag = f" {project_marker(c.project)}" if c.project else ""  # the tag stays with the entry
+    return f"- {body} <!-- source: {c.source} -->{tag}"
 
 
 def build_rewrite(before: str, decisions: Sequence[PromotionDecision]) -> tuple[str, int]:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from memory.files.atomic import read_workspace_text
 from memory.files.discovery import file_day
+from memory.project_tags import line_projects
 from memory.store.db import Database
 from memory.store.dreams_store import staging_lookups_for
 from memory.store.lineage import LineageStore, file_origin
@@ -98,6 +99,7 @@ class Candidate:
     end_line: int
     text: str
     day: str | None
+    project: str | None = None  # the entry's project tag: kept on what is promoted
 
     @property
     def source(self) -> str:
@@ -177,6 +179,7 @@ def stage_candidates(
         if file_origin(text, "agent") == "untrusted":
             continue  # the file as it is now (the index may lag): it counts as its lowest
         automated = lookups.automated_sessions(set(_SESSION_MARK.findall(text)))
+        projects = line_projects(text.splitlines())
         for start, end, body in log_entries(text):
             if _UNTRUSTED_MARK.search(body):
                 continue
@@ -189,7 +192,8 @@ def stage_candidates(
             if key in seen:
                 continue
             seen.add(key)
-            out.append(Candidate(key, rel, start, end, body.strip(), day))
+            project = next((p for p in projects[start - 1 : end] if p is not None), None)
+            out.append(Candidate(key, rel, start, end, body.strip(), day, project))
     return out
 
 

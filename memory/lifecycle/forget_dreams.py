@@ -31,6 +31,7 @@ from memory.files.discovery import DREAMS_FILE
 from memory.files.writes import WorkspaceWriter
 from memory.lifecycle.dream_memory import content_hash, entry_line
 from memory.lifecycle.dream_stages import MEMORY_FILE, PREIMAGE_DIR, Candidate, log_entries
+from memory.project_tags import line_projects
 from memory.store.db import Database
 from memory.store.dreams_store import dream_runs_for
 from memory.store.recall_signals import Span, signals_for
@@ -46,6 +47,7 @@ class Attributed:
     start: int
     end: int
     text: str
+    project: str | None = None  # its project tag, which the promoted line keeps
 
     @property
     def source(self) -> str:
@@ -54,7 +56,8 @@ class Attributed:
     @property
     def memory_line(self) -> str:
         """The MEMORY.md line a dream promoting it wrote."""
-        return entry_line(Candidate("", self.path, self.start, self.end, self.text, None))
+        c = Candidate("", self.path, self.start, self.end, self.text, None, self.project)
+        return entry_line(c)
 
     def quoted_in(self, report_line: str) -> bool:
         """Whether a DREAMS.md report line is about this entry (its source and its snippet)."""
@@ -66,10 +69,12 @@ def attributed(path: str, text: str, spans: Sequence[Span]) -> list[Attributed]:
     """Dreaming's entries of `text` (file `path`) that start inside one of `spans`."""
     mine = [s for s in spans if s.path == path]
     out = []
+    projects = line_projects(text.splitlines())
     for start, end, body in log_entries(text):
+        project = next((p for p in projects[start - 1 : end] if p is not None), None)
         for s in mine:
             if s.start is None or s.end is None or s.start <= start <= s.end:
-                out.append(Attributed(path, start, end, body.strip()))
+                out.append(Attributed(path, start, end, body.strip(), project))
                 break
     return out
 

@@ -31,9 +31,10 @@ import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from memory.project_tags import line_projects
 from memory.search.porter import porter_stem
 from memory.store.lineage import file_origin
 from memory.text import CJK_CHAR, normalised_runs
@@ -61,6 +62,7 @@ class TriggerEntry:
     text: str
     terms: tuple[tuple[str, ...], ...]  # each term as its normalised tokens
     importance: int  # 1–5; 3 when unmarked
+    project: str | None = None  # its project tag (memory/project_tags.py): active there only
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,9 @@ def parse_entries(path: str, content: str) -> list[TriggerEntry]:
             pending.clear()
         block.append((number, line))
     close()
+    if entries and "project" in content.lower():
+        projects = line_projects(content.splitlines())
+        entries = [replace(e, project=projects[e.line - 1]) for e in entries]
     return entries
 
 
@@ -177,9 +182,12 @@ class TriggerIndex:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def match(self, message: str, *, min_score: float = 0.0) -> list[TriggerHit]:
+    def match(
+        self, message: str, *, min_score: float = 0.0, project: str | None = None
+    ) -> list[TriggerHit]:
         """Entries scoring ≥ `min_score` (and > 0) against `message`: best first, higher
-        importance first among equal scores, then file order."""
+        importance first among equal scores, then file order. An entry tagged with a project
+        matches only while that is the active `project`."""
         tokens = set(normalise_tokens(message))
         found: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
         for token in tokens:
@@ -188,6 +196,8 @@ class TriggerIndex:
         hits = []
         for e, terms in found.items():
             entry = self.entries[e]
+            if entry.project is not None and entry.project != project:
+                continue
             presence = sum(count / len(entry.terms[t]) for t, count in terms.items())
             score = min(1.0, presence / min(len(entry.terms), 2))
             if score >= min_score and score > 0:

@@ -169,4 +169,4 @@ def vector_candidates(
 
 def load_candidates(queries: SearchQueries, ids: list[int]) -> dict[int, Candidate]:
     """The chunks of `ids` that still exist, as candidates without scores."""
-    return {int(row[0]): Candidate(*row) for row in queries.chunks(ids)}
+    return {int(row[0]): Candidate(*row[:9], project=row[9]) for row in queries.chunks(ids)}

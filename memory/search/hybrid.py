@@ -28,6 +28,7 @@ from memory.search.ranking import (
     keep_vector_best,
     merge_hybrid,
     mmr_select,
+    project_multiplier,
     query_coverage,
     rerank_by_lines,
     temporal_multiplier,
@@ -73,6 +74,7 @@ class SearchHit:
     source: str
     origin: str
     day: str | None = None
+    project: str | None = None  # its project tag (memory/project_tags.py), if any
 
     @property
     def untrusted(self) -> bool:
@@ -107,8 +109,10 @@ def run_search(
     now: datetime,
     scopes: list[str],
     admits: Callable[[str, str], bool] | None = None,
+    project: str | None = None,
 ) -> list[SearchHit]:
-    """`memory_search` over one generation, best hits first.
+    """`memory_search` over one generation, best hits first. `project`: the active project,
+    whose tagged hits the preset's `project_boost` lifts (None: no project preferred).
 
     Raises `IndexCorruptError` when SQLite finds the index damaged and `DatabaseError` for any
     other database failure: a broken index never looks like an empty answer.
@@ -127,6 +131,7 @@ def run_search(
             now=now,
             scopes=scopes,
             admits=admits,
+            project=project,
         )
     except Exception as exc:
         if is_database_error(exc):
@@ -148,6 +153,7 @@ def _run_search(
     now: datetime,
     scopes: list[str],
     admits: Callable[[str, str], bool] | None = None,
+    project: str | None = None,
 ) -> list[SearchHit]:
     query = re.sub(r"\s+", " ", query[: 4 * QUERY_CHARS]).strip()[:QUERY_CHARS]
     if not re.search(r"\w", query):
@@ -236,13 +242,20 @@ def _run_search(
         ranked = head + ranked[preset.rerank_pool :]
     # Keep the reported score in [0, 1] whatever the weights add up to.
     scale = vector_weight + keyword_weight + preset.line_rerank_weight
+    lifted: dict[int, float] = {}  # scores before the cap, when a project is active
     for c in ranked:
         c.score /= scale or 1.0
         c.score *= temporal_multiplier(c.day, now, preset)
         if preset.importance_weight and c.importance:
             c.score *= 1 + preset.importance_weight * (c.importance - 3)
+        if project is not None:
+            c.score *= project_multiplier(c.project, project, preset)
+            lifted[c.id] = c.score
         c.score = min(1.0, c.score)
-    ranked.sort(key=lambda c: (-c.score, c.id))
+    if project is None:
+        ranked.sort(key=lambda c: (-c.score, c.id))
+    else:  # hits capped at 1.0 keep their order, and a tie goes to the active project's hit
+        ranked.sort(key=lambda c: (-c.score, -lifted[c.id], c.project != project, c.id))
     ranked = [c for c in ranked if c.score >= floor]
     if preset.mmr_lambda is not None:
         ranked = mmr_select(ranked[: max(3 * k, 20)], k, preset.mmr_lambda)
@@ -272,6 +285,16 @@ def _run_search(
             else head_snippet(c.text, preset.snippet_chars)
         )
         hits.append(
-            SearchHit(c.path, c.start_line, c.end_line, c.score, snippet, c.source, c.origin, c.day)
+            SearchHit(
+                c.path,
+                c.start_line,
+                c.end_line,
+                c.score,
+                snippet,
+                c.source,
+                c.origin,
+                c.day,
+                c.project,
+            )
         )
     return hits

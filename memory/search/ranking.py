@@ -29,6 +29,7 @@ class Candidate:
     score: float = 0.0
     line_scores: tuple[float, ...] = ()  # how well each line of the chunk matches the query
     passages: tuple[tuple[int, int, float], ...] = ()  # (start, end, vector score) of its passages
+    project: str | None = None  # its project tag (memory/project_tags.py); None: untagged
 
 
 def merge_hybrid(
@@ -136,6 +137,14 @@ def temporal_multiplier(day: str | None, now: datetime, preset: SearchPreset) ->
     age = max(0, age)
     decay = 0.5 ** (age / preset.decay_half_life_days)
     return preset.decay_floor + (1 - preset.decay_floor) * decay
+
+
+def project_multiplier(tag: str | None, active: str | None, preset: SearchPreset) -> float:
+    """1 + the preset's `project_boost` for a chunk tagged with the active project, else 1:
+    untagged chunks are neutral and other projects' are kept, never pushed down."""
+    if active is None or tag != active:
+        return 1.0
+    return 1.0 + preset.project_boost
 
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:

@@ -86,6 +86,7 @@ IMPLEMENTATIONS: Mapping[str, Mapping[str, str | None]] = {
         "sqlite": "memory.store.search_queries:SqliteSearchQueries",
         "postgres": f"{_PG}.search:PgSearchQueries",
     },
+    "DatabaseSnapshots": {"sqlite": "memory.store.snapshot:SqliteSnapshots", "postgres": None},
 }
 
 

@@ -88,6 +88,12 @@ def _load_driver(want_extensions: bool) -> tuple[Any, str]:
     return _process_driver()
 
 
+def sqlite_driver() -> Any:
+    """The DB-API module this process uses for SQLite (see `_load_driver`): a store that opens
+    a connection of its own (a backup's copy) must use the same one."""
+    return _process_driver()[0]
+
+
 @functools.cache
 def _process_driver() -> tuple[Any, str]:
     probe = sqlite3.connect(":memory:")

@@ -34,6 +34,7 @@ class ChunkRow:
     importance: int | None
     day: str | None
     keywords: str
+    project: str | None = None  # its `<!-- project: NAME -->` tag (memory/project_tags.py)
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,10 @@ class IndexRowRepository(Protocol):
         """The path's chunks that start at its highest start line, in insertion order."""
         ...
 
+    def tagged_chunks(self, generation: int) -> list[tuple[str, int, str, str]]:
+        """(path, start line, text, project) of the generation's project-tagged chunks."""
+        ...
+
     def chunk_count(self, generation: int) -> int: ...
 
     def write_source(self, conn: Any, row: SourceRow) -> None:
@@ -175,8 +180,8 @@ class SqliteIndexRows:
     def insert_chunk(self, conn: Any, row: ChunkRow) -> int:
         cur = conn.execute(
             "INSERT INTO memory_chunks(generation, path, source, origin, scope, "
-            "start_line, end_line, hash, text, importance, day) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "start_line, end_line, hash, text, importance, day, project) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.generation,
                 row.path,
@@ -189,6 +194,7 @@ class SqliteIndexRows:
                 row.text,
                 row.importance,
                 row.day,
+                row.project,
             ),
         )
         cid = int(cur.lastrowid)
@@ -232,6 +238,14 @@ class SqliteIndexRows:
             (generation, path, generation, path),
         )
         return [StoredChunk(int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows]
+
+    def tagged_chunks(self, generation: int) -> list[tuple[str, int, str, str]]:
+        rows = self.db.execute(
+            "SELECT path, start_line, text, project FROM memory_chunks "
+            "WHERE generation = ? AND project IS NOT NULL ORDER BY path, start_line",
+            (generation,),
+        )
+        return [(r[0], int(r[1]), r[2], r[3]) for r in rows]
 
     def chunk_count(self, generation: int) -> int:
         return int(

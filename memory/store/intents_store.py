@@ -33,10 +33,19 @@ class IntentScope:
     chat: str  # SessionKey.memory_scope of the conversation
     sender_kind: str
     sender_id: str | None = None
+    # The project it was created in (it fires only while that project is active there); or,
+    # when matching, the active project (None: none, so only intents without one fire).
+    project: str | None = None
 
     @classmethod
-    def of(cls, key: SessionKey, sender_kind: str, sender_id: str | None = None) -> IntentScope:
-        return cls(key.agent_id, key.channel, key.memory_scope, sender_kind, sender_id)
+    def of(
+        cls,
+        key: SessionKey,
+        sender_kind: str,
+        sender_id: str | None = None,
+        project: str | None = None,
+    ) -> IntentScope:
+        return cls(key.agent_id, key.channel, key.memory_scope, sender_kind, sender_id, project)
 
 
 @dataclass(frozen=True)
@@ -134,8 +143,8 @@ class IntentRepository(Protocol):
     ) -> list[tuple[int, tuple[str, ...]]]:
         """(intent id, entry terms) of trigger entries sharing at least one of `terms`, of
         intents that may fire in `scope` now: same agent, channel, chat and sender kind, any
-        sender or this one, active, unexpired, out of cooldown. At most `limit` rows; the
-        caller checks that all of an entry's terms appear."""
+        sender or this one, no project or `scope.project`, active, unexpired, out of cooldown.
+        At most `limit` rows; the caller checks that all of an entry's terms appear."""
         ...
 
     def fire_all(
@@ -191,7 +200,12 @@ def m001_intents(conn: Any) -> None:
     )
 
 
-INTENT_MIGRATIONS: list[Callable[[Any], None]] = [m001_intents]
+def m002_projects_intent_project(conn: Any) -> None:
+    """Feature "projects" (issue 21): the project an intent was created in; NULL fires in any."""
+    conn.executescript("ALTER TABLE intents ADD COLUMN project TEXT;")
+
+
+INTENT_MIGRATIONS: list[Callable[[Any], None]] = [m001_intents, m002_projects_intent_project]
 INTENTS = MigrationSet("intents", INTENT_MIGRATIONS)
 
 
@@ -208,14 +222,14 @@ _ROWS = 16  # prefilter rowids per intent (> the most trigger entries an intent 
 _QUERY_BATCH = 200  # message terms per FTS query (a pasted page has thousands)
 _COLUMNS = (
     "id, agent_id, channel, chat, sender_kind, sender_id, creator, triggers, action, state, "
-    "cooldown_s, max_fires, fire_count, created_at, expires_at, last_fired_at, ended_at"
+    "cooldown_s, max_fires, fire_count, created_at, expires_at, last_fired_at, ended_at, project"
 )
 
 
 def _intent(row: Sequence[Any]) -> StandingIntent:
     return StandingIntent(
         id=row[0],
-        scope=IntentScope(row[1], row[2], row[3], row[4], row[5]),
+        scope=IntentScope(row[1], row[2], row[3], row[4], row[5], row[17]),
         creator=row[6],
         triggers=tuple(json.loads(row[7])),
         action=row[8],
@@ -259,15 +273,15 @@ class SqliteIntentRepository:
             for row in conn.execute(
                 f"SELECT {_COLUMNS} FROM intents WHERE agent_id = ? AND channel = ? AND chat = ? "
                 "AND sender_kind = ? AND sender_id IS ? AND action = ? AND state IN "
-                "('armed', 'fired') AND expires_at > ?",
-                (*_scope_values(new.scope), new.action, new.created_at),
+                "('armed', 'fired') AND expires_at > ? AND project IS ?",
+                (*_scope_values(new.scope), new.action, new.created_at, new.scope.project),
             ):
                 if _intent(row).triggers == tuple(new.entries):
                     return _intent(row)
             cursor = conn.execute(
                 "INSERT INTO intents (agent_id, channel, chat, sender_kind, sender_id, creator, "
-                "triggers, action, state, cooldown_s, max_fires, created_at, expires_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'armed', ?, ?, ?, ?)",
+                "triggers, action, state, cooldown_s, max_fires, created_at, expires_at, project) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'armed', ?, ?, ?, ?, ?)",
                 (
                     *_scope_values(new.scope),
                     new.creator,
@@ -277,6 +291,7 @@ class SqliteIntentRepository:
                     int(new.max_fires),
                     new.created_at,
                     new.expires_at,
+                    new.scope.project,
                 ),
             )
             intent_id = int(cursor.lastrowid)
@@ -365,6 +380,7 @@ class SqliteIntentRepository:
                 "WHERE intent_triggers MATCH ? AND i.agent_id = ? AND i.channel = ? "
                 "AND i.chat = ? AND i.sender_kind = ? "
                 "AND (i.sender_id IS NULL OR i.sender_id = ?) "
+                "AND (i.project IS NULL OR i.project = ?) "
                 "AND i.state IN ('armed', 'fired') AND i.expires_at > ? "
                 "AND (i.last_fired_at IS NULL OR i.last_fired_at <= ? - i.cooldown_s) "
                 "LIMIT ?",
@@ -375,6 +391,7 @@ class SqliteIntentRepository:
                     scope.chat,
                     scope.sender_kind,
                     scope.sender_id,
+                    scope.project,
                     now,
                     now,
                     limit - len(found),

@@ -169,6 +169,22 @@ def m006_one_active_generation(conn: Any) -> None:
     )
 
 
+def m007_projects_chunk_and_session_project(conn: Any) -> None:
+    """Feature "projects" (issue 21): each chunk's `<!-- project: NAME -->` tag, and each
+    session's active project (NULL: the default from `[projects.NAME]`; '': none, chosen with
+    `/project none`). Files already indexed that hold a project marker are indexed again (their
+    source hash and mtime are cleared), so their chunks get their tag without a rebuild."""
+    conn.executescript(
+        """
+        ALTER TABLE memory_chunks ADD COLUMN project TEXT;
+        ALTER TABLE sessions ADD COLUMN project TEXT;
+        UPDATE memory_sources SET hash = '', mtime = 0 WHERE path IN (
+            SELECT path FROM memory_chunks WHERE text LIKE '%project:%'
+        );
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -176,6 +192,7 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m004_passage_vectors,
     m005_source_warnings,
     m006_one_active_generation,
+    m007_projects_chunk_and_session_project,
 ]
 
 

@@ -26,8 +26,8 @@ _FTS_QUERY_ERRORS = (
     "no such column",
 )
 
-# (id, path, source, origin, start_line, end_line, text, importance, day)
-ChunkRow = tuple[int, str, str, str, int, int, str, int | None, str | None]
+# (id, path, source, origin, start_line, end_line, text, importance, day, project)
+ChunkRow = tuple[int, str, str, str, int, int, str, int | None, str | None, str | None]
 
 
 class MalformedQuery(Exception):
@@ -178,8 +178,8 @@ class SqliteSearchQueries:
             part = ids[i : i + BATCH]
             marks = ",".join("?" for _ in part)
             out += self.db.execute(
-                "SELECT id, path, source, origin, start_line, end_line, text, importance, day "
-                f"FROM memory_chunks WHERE id IN ({marks})",
+                "SELECT id, path, source, origin, start_line, end_line, text, importance, day, "
+                f"project FROM memory_chunks WHERE id IN ({marks})",
                 part,
             )
         return out

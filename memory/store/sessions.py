@@ -137,16 +137,20 @@ class Session:
     created_at: float
     compactions: int
     flushed_cycle: int  # the compaction cycle whose memory flush already ran (-1: none)
+    # The project chosen with /project (agent/projects.py): None = not chosen (the default from
+    # `[projects.NAME]` applies), "" = none (`/project none`), else its name.
+    project: str | None = None
 
 
 _SESSION_COLUMNS = (
-    "id, agent_id, channel, chat_type, peer_id, thread_id, created_at, compactions, flushed_cycle"
+    "id, agent_id, channel, chat_type, peer_id, thread_id, created_at, compactions, "
+    "flushed_cycle, project"
 )
 
 
 def _session(row: Any) -> Session:
     key = SessionKey(row[1], row[2], row[3], row[4], row[5])
-    return Session(row[0], key, float(row[6]), int(row[7]), int(row[8]))
+    return Session(row[0], key, float(row[6]), int(row[7]), int(row[8]), row[9])
 
 
 def _event(row: Any) -> TranscriptEvent:
@@ -166,11 +170,12 @@ class SessionStore(Protocol):
       loses nothing), and two appends to one session never get the same seq.
     - `events` returns events in seq order; `history` and `all_sessions` oldest first;
       `with_id_prefix` at most `limit` sessions whose id starts with the prefix, in id order.
-    - `mark_flushed` and `increment_compactions` change one session's counters atomically.
+    - `mark_flushed` and `increment_compactions` change one session's counters atomically;
+      `set_project` records the session's chosen project ("" none, None back to the default).
     Every call blocks: async callers run it in a worker thread."""
 
     def current(self, key: SessionKey) -> Session: ...
-    def reset(self, key: SessionKey) -> Session: ...
+    def reset(self, key: SessionKey, project: str | None = None) -> Session: ...
     def get(self, session_id: str) -> Session | None: ...
     def with_id_prefix(self, prefix: str, limit: int = 5) -> list[Session]: ...
     def history(self, key: SessionKey) -> list[Session]: ...
@@ -193,6 +198,7 @@ class SessionStore(Protocol):
     def latest_compaction(self, session_id: str) -> TranscriptEvent | None: ...
     def mark_flushed(self, session_id: str, cycle: int) -> None: ...
     def increment_compactions(self, session_id: str) -> Session: ...
+    def set_project(self, session_id: str, project: str | None) -> Session: ...
     def usage_totals(self, session_id: str) -> dict[str, int]: ...
 
 
@@ -211,21 +217,22 @@ class SqliteSessionStore:
             ).fetchone()
             return _session(row) if row else self._create(conn, key)
 
-    def reset(self, key: SessionKey) -> Session:
-        """Archive the key's current session (kept, still searchable) and start a fresh one."""
+    def reset(self, key: SessionKey, project: str | None = None) -> Session:
+        """Archive the key's current session (kept, still searchable) and start a fresh one
+        (in `project`, as `set_project` records it: a reset Pinch makes keeps the project)."""
         with self.db.transaction() as conn:
             conn.execute(
                 "UPDATE sessions SET state = 'archived', archived_at = ? "
                 "WHERE key = ? AND state = 'current'",
                 (time.time(), str(key)),
             )
-            return self._create(conn, key)
+            return self._create(conn, key, project)
 
-    def _create(self, conn: Any, key: SessionKey) -> Session:
-        session = Session(uuid.uuid4().hex, key, time.time(), 0, -1)
+    def _create(self, conn: Any, key: SessionKey, project: str | None = None) -> Session:
+        session = Session(uuid.uuid4().hex, key, time.time(), 0, -1, project)
         conn.execute(
             "INSERT INTO sessions(id, key, agent_id, channel, chat_type, peer_id, thread_id, "
-            "state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'current', ?)",
+            "state, created_at, project) VALUES (?, ?, ?, ?, ?, ?, ?, 'current', ?, ?)",
             (
                 session.id,
                 str(key),
@@ -235,6 +242,7 @@ class SqliteSessionStore:
                 key.peer_id,
                 key.thread_id,
                 session.created_at,
+                project,
             ),
         )
         return session
@@ -351,6 +359,17 @@ class SqliteSessionStore:
             conn.execute(
                 "UPDATE sessions SET compactions = compactions + 1 WHERE id = ?", (session_id,)
             )
+            row = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                raise SessionError(f"No session {session_id!r} in this agent database.")
+            return _session(row)
+
+    def set_project(self, session_id: str, project: str | None) -> Session:
+        """Record the project chosen for the session (kept across restarts, like the session)."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE sessions SET project = ? WHERE id = ?", (project, session_id))
             row = conn.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
             ).fetchone()

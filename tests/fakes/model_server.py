@@ -197,6 +197,11 @@ class RecordedRequest:
                 return "".join(texts)
         return ""
 
+    def images(self) -> list[DecodedImage]:
+        """Every image block of the request, decoded (Anthropic `image` blocks with a base64
+        source, OpenAI `image_url` parts with a data URL), in order."""
+        return [decode_image_block(b) for b in _image_blocks(self.body)]
+
     def system_text(self) -> str:
         """The system prompt as one string, in either API's shape."""
         if self.api == "anthropic":
@@ -388,6 +393,11 @@ class FakeModelServer(LocalHTTPServer):
                     return error_reply(400, "anthropic-version: header is required")
                 if not request.body.get("model") or not request.body.get("messages"):
                     return error_reply(400, "model and messages are required")
+                for block in _image_blocks(request.body):
+                    try:  # as the real APIs do: an image that does not decode is refused
+                        decode_image_block(block)
+                    except ValueError as exc:
+                        return error_reply(400, f"Could not process image: {exc}")
                 return None
 
             def _send_error(self, api: Api, reply: Reply) -> None:
@@ -500,6 +510,72 @@ class FakeModelServer(LocalHTTPServer):
                 pass  # keep pytest output clean
 
         return Handler
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    """An image block as the server decoded it."""
+
+    media_type: str  # as declared in the request
+    format: str  # as Pillow found it: "JPEG", "PNG", …
+    width: int
+    height: int
+    size: int  # bytes, decoded
+
+
+_IMAGE_FORMATS = {
+    "image/jpeg": "JPEG",
+    "image/png": "PNG",
+    "image/webp": "WEBP",
+    "image/gif": "GIF",
+}
+_MAX_IMAGE_BYTES = 5 * 1024 * 1024  # Anthropic's cap on one image's base64 data
+
+
+def _image_blocks(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    blocks = []
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, list):
+            blocks.extend(b for b in content if b.get("type") in ("image", "image_url"))
+    return blocks
+
+
+def decode_image_block(block: Mapping[str, Any]) -> DecodedImage:
+    """Decode an Anthropic `image` block or an OpenAI `image_url` part; ValueError (with the
+    reason) when it is not a valid image of the declared type within the size cap."""
+    import base64
+    import binascii
+    import io
+
+    from PIL import Image
+
+    if block.get("type") == "image":
+        source = block.get("source") or {}
+        if source.get("type") != "base64":
+            raise ValueError("only base64 image sources are supported here")
+        media_type, data = str(source.get("media_type")), str(source.get("data"))
+    else:
+        url = str((block.get("image_url") or {}).get("url", ""))
+        match = re.fullmatch(r"data:([\w/+.-]+);base64,(.*)", url, re.DOTALL)
+        if not match:
+            raise ValueError("image_url must be a base64 data URL")
+        media_type, data = match.group(1), match.group(2)
+    if media_type not in _IMAGE_FORMATS:
+        raise ValueError(f"unsupported media type {media_type}")
+    if len(data) > _MAX_IMAGE_BYTES:
+        raise ValueError(f"image exceeds 5 MB maximum: {len(data)} bytes")
+    try:
+        raw = base64.b64decode(data, validate=True)
+        with Image.open(io.BytesIO(raw)) as image:
+            image.load()
+            found = image.format or ""
+            width, height = image.size
+    except (binascii.Error, OSError, ValueError) as exc:
+        raise ValueError(f"the image data does not decode ({type(exc).__name__})") from None
+    if found != _IMAGE_FORMATS[media_type]:
+        raise ValueError(f"declared {media_type} but the data is {found}")
+    return DecodedImage(media_type, found, width, height, len(raw))
 
 
 @dataclass(frozen=True)

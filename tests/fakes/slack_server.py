@@ -101,6 +101,7 @@ class FakeSlack:
         self.users: dict[str, dict[str, Any]] = {}
         self.channels: dict[str, dict[str, Any]] = {}
         self.files: dict[str, tuple[bytes, str]] = {}  # file id -> (content, mimetype)
+        self.file_objects: dict[str, dict[str, Any]] = {}  # file id -> what files.info returns
         self._open: set[web.WebSocketResponse] = set()
         self._scripts: dict[str, list[_Scripted]] = {}
         self._ts = itertools.count(1)
@@ -311,12 +312,27 @@ class FakeSlack:
         }
 
     def add_file(
-        self, content: bytes, *, name: str = "notes.txt", mimetype: str = "text/plain"
+        self,
+        content: bytes,
+        *,
+        name: str = "notes.txt",
+        mimetype: str = "text/plain",
+        check_file_info: bool = False,
     ) -> dict:
-        """Store a file and return its object as Slack puts it in a `file_share` event."""
+        """Store a file and return its object as Slack puts it in a `file_share` event; with
+        `check_file_info`, the stub Slack sends instead (`"file_access": "check_file_info"`,
+        no links), whose whole object only `files.info` gives."""
         file_id = f"F{next(self._ids):08d}"
         self.files[file_id] = (content, mimetype)
         url = f"http://127.0.0.1:{self.port}/files/{file_id}/{name}"
+        whole = self._file_object(file_id, content, name, mimetype, url)
+        self.file_objects[file_id] = whole
+        if check_file_info:
+            return {"id": file_id, "mode": "file_access", "file_access": "check_file_info"}
+        return whole
+
+    @staticmethod
+    def _file_object(file_id: str, content: bytes, name: str, mimetype: str, url: str) -> dict:
         return {
             "id": file_id,
             "name": name,
@@ -479,6 +495,12 @@ class FakeSlack:
                 "is_private": kind != "channel",
             }
         return {"ok": True, "channel": info}
+
+    def _m_files_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        found = self.file_objects.get(str(params.get("file", "")))
+        if found is None:
+            return {"ok": False, "error": "file_not_found"}
+        return {"ok": True, "file": found, "comments": [], "response_metadata": {}}
 
     def _m_users_info(self, params: dict[str, Any]) -> dict[str, Any]:
         user_id = str(params.get("user", ""))

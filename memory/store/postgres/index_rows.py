@@ -155,8 +155,8 @@ class PgIndexRows:
     def insert_chunk(self, conn: Any, row: ChunkRow) -> int:
         made = conn.execute(
             "INSERT INTO memory_chunks (generation, path, source, origin, scope, start_line, "
-            "end_line, hash, text, importance, day) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            "end_line, hash, text, importance, day, project) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
             (
                 row.generation,
                 row.path,
@@ -169,6 +169,7 @@ class PgIndexRows:
                 row.text,
                 row.importance,
                 row.day,
+                row.project,
             ),
         ).fetchone()
         cid = int(one_row(made)[0])
@@ -225,6 +226,14 @@ class PgIndexRows:
             {"g": generation, "p": path},
         )
         return [StoredChunk(int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows]
+
+    def tagged_chunks(self, generation: int) -> list[tuple[str, int, str, str]]:
+        rows = self.db.execute(
+            "SELECT path, start_line, text, project FROM memory_chunks WHERE generation = %s "
+            'AND project IS NOT NULL ORDER BY path COLLATE "C", start_line',
+            (generation,),
+        )
+        return [(str(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     def chunk_count(self, generation: int) -> int:
         rows = self.db.execute(

@@ -22,7 +22,7 @@ from memory.store.postgres.database import PgDatabase, one_row
 MAX_ENTRIES = 15  # trigger entries per intent, as on SQLite
 _COLUMNS = (
     "id, agent_id, channel, chat, sender_kind, sender_id, creator, triggers, action, state, "
-    "cooldown_s, max_fires, fire_count, created_at, expires_at, last_fired_at, ended_at"
+    "cooldown_s, max_fires, fire_count, created_at, expires_at, last_fired_at, ended_at, project"
 )
 _SCOPE = (
     "agent_id = %s AND channel = %s AND chat = %s AND sender_kind = %s "
@@ -33,7 +33,7 @@ _SCOPE = (
 def _intent(row: Sequence[Any]) -> StandingIntent:
     return StandingIntent(
         id=int(row[0]),
-        scope=IntentScope(row[1], row[2], row[3], row[4], row[5]),
+        scope=IntentScope(row[1], row[2], row[3], row[4], row[5], row[17]),
         creator=row[6],
         triggers=tuple(json.loads(row[7])),
         action=row[8],
@@ -61,20 +61,21 @@ class PgIntentRepository:
     def create(self, new: NewIntent) -> StandingIntent:
         if len(new.entries) > MAX_ENTRIES:
             raise ValueError(f"at most {MAX_ENTRIES} trigger entries per intent")
-        lock = json.dumps([*_scope_values(new.scope), new.action])
+        lock = json.dumps([*_scope_values(new.scope), new.scope.project, new.action])
         with self.db.transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 5))", (lock,))
             for row in conn.execute(
                 f"SELECT {_COLUMNS} FROM intents WHERE {_SCOPE} AND action = %s "
-                "AND state IN ('armed', 'fired') AND expires_at > %s ORDER BY id",
-                (*_scope_values(new.scope), new.action, new.created_at),
+                "AND state IN ('armed', 'fired') AND expires_at > %s "
+                "AND project IS NOT DISTINCT FROM %s ORDER BY id",
+                (*_scope_values(new.scope), new.action, new.created_at, new.scope.project),
             ).fetchall():
                 if _intent(row).triggers == tuple(new.entries):
                     return _intent(row)
             made = conn.execute(
                 "INSERT INTO intents (agent_id, channel, chat, sender_kind, sender_id, creator, "
-                "triggers, action, state, cooldown_s, max_fires, created_at, expires_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'armed', %s, %s, %s, %s) "
+                "triggers, action, state, cooldown_s, max_fires, created_at, expires_at, project) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'armed', %s, %s, %s, %s, %s) "
                 f"RETURNING {_COLUMNS}",
                 (
                     *_scope_values(new.scope),
@@ -85,6 +86,7 @@ class PgIntentRepository:
                     int(new.max_fires),
                     new.created_at,
                     new.expires_at,
+                    new.scope.project,
                 ),
             ).fetchone()
             intent = _intent(one_row(made))
@@ -162,10 +164,11 @@ class PgIntentRepository:
             "WHERE t.terms && %s::text[] AND i.agent_id = %s AND i.channel = %s "
             "AND i.chat = %s AND i.sender_kind = %s "
             "AND (i.sender_id IS NULL OR i.sender_id = %s) "
+            "AND (i.project IS NULL OR i.project = %s) "
             "AND i.state IN ('armed', 'fired') AND i.expires_at > %s "
             "AND (i.last_fired_at IS NULL OR i.last_fired_at <= %s - i.cooldown_s) "
             "ORDER BY i.id, t.entry LIMIT %s",
-            (list(terms), *_scope_values(scope), now, now, limit),
+            (list(terms), *_scope_values(scope), scope.project, now, now, limit),
         )
         return [(int(i), tuple(entry)) for i, entry in rows]
 

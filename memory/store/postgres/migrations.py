@@ -33,7 +33,7 @@ def _run(conn: Any, script: str) -> None:
 
 
 def p001_sessions_and_index(conn: Any) -> None:
-    """SQLite m001-m006: sessions and transcripts; the index's generations, sources, chunks,
+    """SQLite m001-m007: sessions and transcripts; the index's generations, sources, chunks,
     keyword rows, passages and embedding cache (vectors as float32 blobs, as on SQLite; the
     pgvector columns and HNSW index come with the PostgreSQL vector stores)."""
     _run(
@@ -76,7 +76,8 @@ def p001_sessions_and_index(conn: Any) -> None:
             text text NOT NULL,
             importance integer,
             day text,
-            centroid bytea                   -- float32 little-endian, the passages' mean
+            centroid bytea,                  -- float32 little-endian, the passages' mean
+            project text                     -- its <!-- project: NAME --> tag (m007)
         );
         CREATE INDEX memory_chunks_by_path ON memory_chunks (generation, path);
         CREATE INDEX memory_chunks_by_hash ON memory_chunks (hash);
@@ -139,6 +140,7 @@ def p001_sessions_and_index(conn: Any) -> None:
             archived_at double precision,
             compactions integer NOT NULL DEFAULT 0,
             flushed_cycle integer NOT NULL DEFAULT -1,
+            project text,                    -- NULL: the default; '': none (m007)
             created_order bigint GENERATED ALWAYS AS IDENTITY  -- SQLite's rowid: ties in time
         );
         CREATE UNIQUE INDEX sessions_current_by_key ON sessions (key) WHERE state = 'current';
@@ -314,7 +316,7 @@ def p001_dreaming(conn: Any) -> None:
 
 
 def p001_intents(conn: Any) -> None:
-    """SQLite intents m001; the FTS5 prefilter becomes an array of terms with a GIN index."""
+    """SQLite intents m001-m002; the FTS5 prefilter becomes an array of terms with a GIN index."""
     _run(
         conn,
         """
@@ -336,7 +338,8 @@ def p001_intents(conn: Any) -> None:
             created_at double precision NOT NULL,
             expires_at double precision NOT NULL,
             last_fired_at double precision,
-            ended_at double precision
+            ended_at double precision,
+            project text                     -- NULL fires in any project (m002)
         );
         CREATE INDEX intents_by_chat ON intents (agent_id, chat, action);
         CREATE INDEX intents_by_expiry ON intents (state, expires_at);

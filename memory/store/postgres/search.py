@@ -93,8 +93,8 @@ class PgSearchQueries:
         if not ids:
             return []
         rows = self.db.execute(
-            "SELECT id, path, source, origin, start_line, end_line, text, importance, day "
-            "FROM memory_chunks WHERE id = ANY(%s)",
+            "SELECT id, path, source, origin, start_line, end_line, text, importance, day, "
+            "project FROM memory_chunks WHERE id = ANY(%s)",
             (list(ids),),
         )
         return [tuple(r) for r in rows]

@@ -29,14 +29,15 @@ from memory.store.sessions import (
 )
 
 _COLUMNS = (
-    "id, agent_id, channel, chat_type, peer_id, thread_id, created_at, compactions, flushed_cycle"
+    "id, agent_id, channel, chat_type, peer_id, thread_id, created_at, compactions, "
+    "flushed_cycle, project"
 )
 _EVENT_COLUMNS = "seq, kind, content, created_at, usage"
 
 
 def _session(row: Any) -> Session:
     key = SessionKey(row[1], row[2], row[3], row[4], row[5])
-    return Session(row[0], key, float(row[6]), int(row[7]), int(row[8]))
+    return Session(row[0], key, float(row[6]), int(row[7]), int(row[8]), row[9])
 
 
 def _event(row: Any) -> TranscriptEvent:
@@ -63,7 +64,7 @@ class PgSessionStore:
             ).fetchone()
             return _session(row) if row else self._create(conn, key)
 
-    def reset(self, key: SessionKey) -> Session:
+    def reset(self, key: SessionKey, project: str | None = None) -> Session:
         with self.db.transaction() as conn:
             _lock_key(conn, key)
             conn.execute(
@@ -71,13 +72,13 @@ class PgSessionStore:
                 "WHERE key = %s AND state = 'current'",
                 (time.time(), str(key)),
             )
-            return self._create(conn, key)
+            return self._create(conn, key, project)
 
-    def _create(self, conn: Any, key: SessionKey) -> Session:
-        session = Session(uuid.uuid4().hex, key, time.time(), 0, -1)
+    def _create(self, conn: Any, key: SessionKey, project: str | None = None) -> Session:
+        session = Session(uuid.uuid4().hex, key, time.time(), 0, -1, project)
         conn.execute(
             "INSERT INTO sessions (id, key, agent_id, channel, chat_type, peer_id, thread_id, "
-            "state, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, 'current', %s)",
+            "state, created_at, project) VALUES (%s, %s, %s, %s, %s, %s, %s, 'current', %s, %s)",
             (
                 session.id,
                 str(key),
@@ -87,6 +88,7 @@ class PgSessionStore:
                 key.peer_id,
                 key.thread_id,
                 session.created_at,
+                project,
             ),
         )
         return session
@@ -197,6 +199,16 @@ class PgSessionStore:
                 f"UPDATE sessions SET compactions = compactions + 1 WHERE id = %s "
                 f"RETURNING {_COLUMNS}",
                 (session_id,),
+            ).fetchone()
+            if row is None:
+                raise SessionError(f"No session {session_id!r} in this agent database.")
+            return _session(row)
+
+    def set_project(self, session_id: str, project: str | None) -> Session:
+        with self.db.transaction() as conn:
+            row = conn.execute(
+                f"UPDATE sessions SET project = %s WHERE id = %s RETURNING {_COLUMNS}",
+                (project, session_id),
             ).fetchone()
             if row is None:
                 raise SessionError(f"No session {session_id!r} in this agent database.")
