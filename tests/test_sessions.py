@@ -334,3 +334,16 @@ def test_m002_upgrades_a_database_created_with_m001_only(
         b.close()
     assert names == [m.__name__ for m in MIGRATIONS]
     assert "m002_sessions" in names
+
+
+def test_a_sessions_project_is_kept_and_a_reset_can_carry_it(store: SessionStore) -> None:
+    session = store.current(OWNER)
+    assert session.project is None  # not chosen: the default applies
+
+    chosen = store.set_project(session.id, "apollo")
+    assert chosen.project == "apollo" and store.current(OWNER).project == "apollo"
+    assert store.set_project(session.id, "").project == ""  # `/project none`
+    assert store.reset(OWNER, project="apollo").project == "apollo"
+    assert store.current(OWNER).project == "apollo"
+    with pytest.raises(SessionError):
+        store.set_project("0" * 32, "apollo")

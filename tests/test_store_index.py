@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -428,3 +428,20 @@ def test_postgres_keeps_bm25s_totals_with_the_keyword_rows(pg_database: Any) -> 
         rows.delete_keywords(conn, ids[:1])
         rows.drop_keywords_of(conn, dropped)
     assert pg_database.execute(totals) == pg_database.execute(recount) == [(1, 4)]
+
+
+def test_project_tagged_chunks_are_listed_by_path_and_line(backend: Backend) -> None:
+    generation = new_generation(backend, active=True)
+    with backend.transaction() as conn:
+        for path, line, project in [
+            ("b.md", 1, "apollo"),
+            ("a.md", 9, "apollo"),
+            ("a.md", 2, None),
+        ]:
+            row = chunk(generation, path, line, f"{path}:{line}")
+            backend.rows.insert_chunk(conn, replace(row, project=project))
+
+    assert backend.rows.tagged_chunks(generation) == [
+        ("a.md", 9, "a.md:9", "apollo"),
+        ("b.md", 1, "b.md:1", "apollo"),
+    ]

@@ -415,3 +415,18 @@ def test_a_second_erase_replaces_the_tombstone(
     forgetting.erase(SessionErasure("gone", "main:cli:direct:owner", T0 + 1, []))
     assert lineage.tombstone("gone") == (T0 + 1, "main:cli:direct:owner")
     assert lineage.forgotten_sessions() == frozenset({"gone"})
+
+
+def test_an_intent_made_in_a_project_fires_only_in_that_project(
+    intents: IntentRepository,
+) -> None:
+    apollo = IntentScope("main", "telegram", "direct:owner", "owner", None, "apollo")
+    anywhere = intents.create(new_intent(("hangzhou",), "any project"))
+    only = intents.create(new_intent(("hangzhou",), "apollo only", scope=apollo))
+
+    assert intents.create(new_intent(("hangzhou",), "apollo only", scope=apollo)) == only
+    assert only.scope.project == "apollo" and anywhere.scope.project is None
+    in_apollo = intents.matching_entries(apollo, ["hangzhou"], now=T0 + 1, limit=10)
+    elsewhere = intents.matching_entries(SCOPE, ["hangzhou"], now=T0 + 1, limit=10)
+    assert sorted(i for i, _ in in_apollo) == sorted([anywhere.id, only.id])
+    assert [i for i, _ in elsewhere] == [anywhere.id]
