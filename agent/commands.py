@@ -3,7 +3,8 @@
 /new, /reset   start a fresh session (the old one becomes a note in memory/, and stays searchable)
 /status        model, context size, compactions, usage, memory index state, last recall
 /context list  what the next request contains, one line per part, in tokens
-/context detail  the same per bootstrap file, tool schema and turn
+/context detail  the same per bootstrap file, tool schema, MCP server, skill and turn
+/skills        the skills in skills/ (name, description) and any malformed SKILL.md
 /project       the session's project (and the known ones); /project NAME sets it, none clears it
 /help          this list
 """
@@ -14,13 +15,16 @@ import asyncio
 import re
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
+from pathlib import Path
 from typing import Protocol
 
 from agent.active_memory import ActiveMemory
 from agent.agent_config import AgentConfig
 from agent.compaction import Compactor
 from agent.context import Context, render_context
+from agent.policy import policy_for
 from agent.projects import ProjectDirectory, project_command
+from agent.skills import SkillSet, discover_skills
 from common.clock import Clock
 from memory.index.index import IndexStatus, MemoryIndex
 from memory.store.sessions import Session, SessionKey, SessionStore
@@ -30,6 +34,7 @@ HELP = {
     "/reset": "the same as /new",
     "/status": "model, context size, compactions, token usage, memory index state",
     "/context": "list | detail — what the model sees on the next turn, in tokens",
+    "/skills": "the skills in skills/ the assistant may use, and any malformed one",
     "/project": "NAME | none — the project this session is in (memory prefers its notes)",
     "/help": "this list",
 }
@@ -75,6 +80,8 @@ class CommandHost(Protocol):
     def config(self) -> AgentConfig: ...
     @property
     def compactor(self) -> Compactor: ...
+    @property
+    def workspace(self) -> Path: ...
     @property
     def recall(self) -> object: ...  # an `ActiveMemory` reports its last recall in /status
     @property
@@ -128,6 +135,11 @@ async def run_command(
             threshold=agent.compactor.threshold,
         )
         return CommandResult(_columns_for(text, channel or key.channel))
+    if command.name == "/skills":
+        if not policy_for(key).owner_private:
+            return CommandResult("Skills are used in the owner's direct chat only.")
+        found = await asyncio.to_thread(discover_skills, agent.workspace)
+        return CommandResult(render_skills(found))
     if command.name == "/project":
         return CommandResult(
             await project_command(
@@ -141,7 +153,16 @@ async def run_command(
 
 def _columns_for(text: str, channel: str) -> str:
     """Columns aligned with spaces stay aligned in a chat only in a code block (fixed width)."""
-    return f"```\n{text}\n```" if channel in ("telegram", "slack") else text
+    return f"```\n{text}\n```" if channel in ("telegram", "slack", "web") else text
+
+
+def render_skills(found: SkillSet) -> str:
+    if not found.skills and not found.problems:
+        return "No skills yet: add skills/NAME/SKILL.md (front matter: name, description)."
+    lines = [f"Skills ({len(found.skills)}):"] if found.skills else []
+    lines += [f"  {s.name} — {s.description}" for s in found.skills]
+    lines += [f"  MALFORMED {p.path}: {p.reason}" for p in found.problems]
+    return "\n".join(lines)
 
 
 def render_help() -> str:

@@ -6,6 +6,10 @@ user message carrying its recalled context in front). Everything before the newe
 is byte-identical from one turn to the next as long as the files do not change, so a provider's
 prompt cache serves it.
 
+Prompt sections from elsewhere (the skills listing, the MCP servers' tool listing: each a
+`PromptSource`) follow the workspace files, before the runtime block; each is its own part in
+/context, the MCP one counting its servers' tool schemas too (one item per server).
+
 Bootstrap files are capped per file and in total; a file over its cap keeps its first 70 % and
 last 20 % around a marker naming the file to read in full. MEMORY.md and USER.md are loaded only
 in the owner's direct chats, and only the tools the session's policy offers are listed
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Protocol
 
 from agent.history import History
 from agent.policy import OWNER_FILES, SessionPolicy, policy_for
@@ -86,6 +91,26 @@ def load_bootstrap(
 
 
 @dataclass(frozen=True)
+class PromptSection:
+    """A block of the system prompt given by a `PromptSource`, and how /context counts it:
+    by `items` when there are any (they may count tool schemas sent beside the text), else by
+    the text's tokens."""
+
+    name: str  # its part in /context: "skills", "mcp servers"
+    text: str  # "" adds no block (e.g. MCP tools all sent as schemas)
+    items: tuple[tuple[str, int], ...] = ()
+
+
+class PromptSource(Protocol):
+    def section(self, key: SessionKey, policy: SessionPolicy) -> PromptSection | None:
+        """This source's block for `key`'s conversation under `policy` (None: nothing)."""
+        ...
+
+
+HISTORY_PARTS = frozenset({"compaction summary", "history", "recalled context"})
+
+
+@dataclass(frozen=True)
 class ContextPart:
     """One part of a request and its estimated tokens; `items` break it down for /context detail."""
 
@@ -107,9 +132,9 @@ class Context:
 
     @property
     def fixed_tokens(self) -> int:
-        """System prompt, workspace files, runtime block and tool schemas: paid on every call."""
-        fixed = {"system prompt", "workspace files", "runtime", "tool schemas"}
-        return sum(p.tokens for p in self.parts if p.name in fixed)
+        """System prompt, workspace files, sections (skills, MCP servers), runtime block and
+        tool schemas: paid on every call."""
+        return sum(p.tokens for p in self.parts if p.name not in HISTORY_PARTS)
 
     def request(self, *, max_tokens: int) -> ModelRequest:
         return ModelRequest(
@@ -122,11 +147,17 @@ class Context:
 
 class ContextBuilder:
     def __init__(
-        self, workspace: Path, *, max_chars: int = 20_000, total_max_chars: int = 60_000
+        self,
+        workspace: Path,
+        *,
+        max_chars: int = 20_000,
+        total_max_chars: int = 60_000,
+        sources: Sequence[PromptSource] = (),
     ) -> None:
         self.workspace = workspace
         self.max_chars = max_chars
         self.total_max_chars = total_max_chars
+        self.sources = tuple(sources)
 
     def build(
         self,
@@ -138,13 +169,17 @@ class ContextBuilder:
         timezone: str,
         policy: SessionPolicy | None = None,
         channel: str | None = None,
+        provided: Sequence[ToolSpec] = (),
         project: str | None = None,
     ) -> Context:
         """The context for `key`'s next request (under `policy`, by default the owner's word in
         `key`'s conversation; `project`: the session's active one). `history.summary` is the
-        rendered summary block."""
+        rendered summary block. `tools` are filtered by the policy; `provided` (a provider's
+        tools, already chosen for this session: MCP) are sent after them and counted by their
+        source's section."""
         policy = policy or policy_for(key)
         tools = [t for t in tools if policy.offers(t.name)]
+        sections = [s for src in self.sources if (s := src.section(key, policy)) is not None]
         instructions = render("system", private=policy.owner_private, group=key.is_group)
         files = load_bootstrap(
             self.workspace,
@@ -162,21 +197,20 @@ class ContextBuilder:
             project=project,
         )
         system = (
-            (instructions, render("bootstrap", files=files), runtime)
-            if files
-            else (
-                instructions,
-                runtime,
-            )
+            instructions,
+            *([render("bootstrap", files=files)] if files else []),
+            *(s.text for s in sections if s.text),
+            runtime,
         )
         parts = (
             ContextPart("system prompt", estimate_tokens(instructions)),
             _files_part(files),
+            *(_section_part(s) for s in sections),
             ContextPart("runtime", estimate_tokens(runtime)),
             _tools_part(tools),
             *_history_parts(history),
         )
-        return Context(system, tuple(tools), history, parts)
+        return Context(system, (*tools, *provided), history, parts)
 
 
 def tool_tokens(tool: ToolSpec) -> int:
@@ -190,6 +224,12 @@ def _files_part(files: Sequence[BootstrapFile]) -> ContextPart:
         label = f"{f.name} (cut from {f.chars:,} chars)" if f.truncated else f.name
         items.append((label, estimate_tokens(f.text) + 6))
     return ContextPart("workspace files", sum(t for _, t in items), tuple(items))
+
+
+def _section_part(section: PromptSection) -> ContextPart:
+    if section.items:
+        return ContextPart(section.name, sum(t for _, t in section.items), section.items)
+    return ContextPart(section.name, estimate_tokens(section.text))
 
 
 def _tools_part(tools: Sequence[ToolSpec]) -> ContextPart:

@@ -19,7 +19,7 @@ from agent.media.documents import document_kind
 from agent.media.images import ImageError, is_image
 from agent.media.read_part import read_document_part
 from agent.media.reader import MediaReader
-from agent.policy import TAINTING_TOOLS, append_origin
+from agent.policy import append_origin, taints
 from agent.tools import Tool, ToolContext, ToolFailure, ToolOutput, ToolRegistry
 from agent.types import ToolSpec
 from agent.web_fetch import FetchError, WebFetcher, wrap_untrusted
@@ -334,7 +334,7 @@ class MemoryTools:
         calls = self.store.events(
             ctx.session_id, after_seq=max(0, first_kept - 1), kinds=("tool_call",)
         )
-        return any(str(e.content.get("name")) in TAINTING_TOOLS for e in calls)
+        return any(taints(str(e.content.get("name"))) for e in calls)
 
     # -- the outside world -------------------------------------------------------------------
 

@@ -18,9 +18,14 @@ Shared sessions may read the workspace's public bootstrap files (AGENTS.md, SOUL
 the attachments sent in their own conversation; their durable memory is their own transcript,
 which stays searchable in their own scope after compaction or /new.
 
-Trust: tools in TAINTING_TOOLS bring outside content (web_fetch); after one runs, the rest of
+Trust: tools for which `taints` is true bring outside content (web_fetch, mcp_call and every MCP
+tool, named SERVER__tool); after one runs, the rest of
 the turn is *tainted* and whatever the agent appends is stored as `untrusted` (`append_origin`).
 web_fetch is not in SHARED_TOOLS, so only the owner's direct chats are offered it.
+
+Tools opened per server (MCP, agent/mcp): the owner's direct chats always; a paired person's
+direct chat when the server is `shared`; a group or channel only when it is listed in the
+server's `groups` (`offers_opened_tool`).
 
 `policy_for(key, sender)` is asked by the context builder (what is loaded, which tools are
 offered), the tools (what is read, searched, written), the turn loop (memory flush) and /new
@@ -29,12 +34,13 @@ offered), the tools (what is read, searched, written), the turn loop (memory flu
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from agent.requests import SenderKind
 from common.channel_table import channel_names
 from memory.search.filters import SearchFilter
-from memory.store.lineage import OUTSIDE_CONTENT_TOOLS
+from memory.store.lineage import OUTSIDE_CONTENT_TOOLS, is_outside_content_tool
 from memory.store.sessions import SessionKey
 
 # Loaded into every session's prompt, so readable everywhere.
@@ -52,6 +58,11 @@ SHARED_TOOLS = frozenset({"memory_search", "transcript_read", "read_file", "curr
 OWNER_WORD_TOOLS = frozenset({"remember", "schedule", "intent"})
 # Tools whose results are outside content: they taint the rest of the turn.
 TAINTING_TOOLS = OUTSIDE_CONTENT_TOOLS
+
+
+def taints(tool: str) -> bool:
+    """Whether a call of `tool` taints the rest of its turn (its result is outside content)."""
+    return is_outside_content_tool(tool)
 
 
 def append_origin(sender: SenderKind, tainted: bool) -> str:
@@ -89,6 +100,19 @@ class SessionPolicy:
 
         `attachments` are the files sent in this conversation."""
         return self.owner_private or rel_path in SHARED_FILES or rel_path in attachments
+
+
+def offers_opened_tool(
+    policy: SessionPolicy, key: SessionKey, *, shared: bool, groups: Collection[str]
+) -> bool:
+    """Whether `key`'s conversation under `policy` is offered a tool its owner opened with
+    `shared` (paired people's direct chats) and `groups` ("channel:chat_id" of each group or
+    channel it is opened to). Owner-only by default."""
+    if policy.owner_private:
+        return True
+    if key.is_group:
+        return f"{key.channel}:{key.peer_id}" in groups
+    return shared
 
 
 def policy_for(key: SessionKey, sender: SenderKind = "owner") -> SessionPolicy:

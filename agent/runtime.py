@@ -477,6 +477,7 @@ class Agent:
             timezone=self.clock.zone_name,
             policy=policy,
             channel=channel,
+            provided=self.tools.provided_specs(session.key, policy),
             project=self.projects.active(session),
         )
 

@@ -8,16 +8,20 @@ embedding, SQLite and file writes) runs in a worker thread, off the event loop.
 
 Privacy: a call runs only when the turn's `SessionPolicy` (agent/policy.py), carried in the
 `ToolContext`, offers and allows that tool; each tool asks the policy again for what it touches.
+
+A `ToolProvider` offers tools that change while the process runs (the MCP servers' tools, in
+agent/mcp): it decides itself which of them a session is offered, and its tools are looked up
+after the fixed ones.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from agent.policy import TAINTING_TOOLS, SessionPolicy, policy_for
+from agent.policy import SessionPolicy, policy_for, taints
 from agent.types import ToolCall, ToolResult, ToolSpec
 from memory.errors import MemoryError_
 from memory.store.sessions import SessionKey
@@ -83,13 +87,41 @@ class Tool:
     run: ToolFunction
 
 
+class ToolProvider(Protocol):
+    """Tools that come and go while the process runs (MCP servers' tools)."""
+
+    def offered(self, key: SessionKey, policy: SessionPolicy) -> Sequence[Tool]:
+        """The tools listed to the model in `key`'s conversation under `policy`."""
+        ...
+
+    def find(self, name: str, key: SessionKey, policy: SessionPolicy) -> Tool | None:
+        """Tool `name` if this conversation may call it (listed or not), else None."""
+        ...
+
+
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool]) -> None:
+    def __init__(self, tools: Iterable[Tool], providers: Iterable[ToolProvider] = ()) -> None:
         self._tools = {t.spec.name: t for t in tools}
+        self._providers = list(providers)
 
     @property
     def specs(self) -> tuple[ToolSpec, ...]:
+        """The fixed tools (a provider's tools depend on the session: `offered_specs`)."""
         return tuple(t.spec for t in self._tools.values())
+
+    def provided_specs(self, key: SessionKey, policy: SessionPolicy) -> tuple[ToolSpec, ...]:
+        """The providers' tools listed to the model in `key`'s conversation under `policy`."""
+        provided = [t.spec for p in self._providers for t in p.offered(key, policy)]
+        return tuple(s for s in provided if s.name not in self._tools)
+
+    def offered_specs(self, key: SessionKey, policy: SessionPolicy) -> tuple[ToolSpec, ...]:
+        """Every tool listed to the model in `key`'s conversation: the fixed tools `policy`
+        offers, then the providers' tools."""
+        fixed = [t.spec for t in self._tools.values() if policy.offers(t.spec.name)]
+        return (*fixed, *self.provided_specs(key, policy))
+
+    def add_provider(self, provider: ToolProvider) -> None:
+        self._providers.append(provider)
 
     def add(self, tool: Tool) -> None:
         """Offer one more tool (e.g. `schedule`, added where its store is built); the policy
@@ -103,15 +135,17 @@ class ToolRegistry:
         and of those only the ones in `allowed` when given (the memory flush)."""
         tool = self._tools.get(call.name)
         try:
-            offered = [n for n in self._tools if ctx.policy.offers(n)]
+            offered = _Names(lambda: [s.name for s in self.offered_specs(ctx.key, ctx.policy)])
             if tool is None:
-                raise ToolFailure(f"Unknown tool {call.name!r}. Available: {', '.join(offered)}.")
-            if not ctx.policy.offers(call.name):
+                tool = self._provided(call.name, ctx)
+                if tool is None:
+                    raise ToolFailure(f"Unknown tool {call.name!r}. Available: {offered}.")
+            elif not ctx.policy.offers(call.name):
                 raise ToolFailure(
                     f"{call.name} is not available in this conversation: only the owner's direct "
-                    f"chat may use it. Available: {', '.join(offered)}."
+                    f"chat may use it. Available: {offered}."
                 )
-            if not ctx.policy.allows(call.name):
+            elif not ctx.policy.allows(call.name):
                 raise ToolFailure(
                     f"{call.name} runs only on the owner's own message, not in an automated turn "
                     "(it changes the owner's curated memory or acts for the owner). Note it with "
@@ -122,7 +156,7 @@ class ToolRegistry:
                     f"{call.name} is not allowed now. Allowed: {', '.join(sorted(allowed))}."
                 )
             check_input(call.input, tool.spec.input_schema)
-            if call.name in TAINTING_TOOLS:  # outside content: the rest of the turn is tainted
+            if taints(call.name):  # outside content: the rest of the turn is tainted
                 ctx.taint.mark(call.name)
             output = await tool.run(ctx, call.input)
         except (ToolFailure, MemoryError_, ValueError, OSError) as exc:
@@ -135,6 +169,22 @@ class ToolRegistry:
         if len(text) > MAX_RESULT_CHARS:
             text = text[:MAX_RESULT_CHARS] + "\n… [cut; ask for fewer lines or results]"
         return ToolResult(call.id, text, image=image)
+
+    def _provided(self, name: str, ctx: ToolContext) -> Tool | None:
+        for provider in self._providers:
+            if (tool := provider.find(name, ctx.key, ctx.policy)) is not None:
+                return tool
+        return None
+
+
+class _Names:
+    """The offered tools' names, listed only when an error message shows them."""
+
+    def __init__(self, names: Callable[[], list[str]]) -> None:
+        self._names = names
+
+    def __str__(self) -> str:
+        return ", ".join(self._names())
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {

@@ -10,7 +10,7 @@ from typing import Any
 
 from agent.history import usage_record
 from agent.media.reader import stored_attachment
-from agent.policy import TAINTING_TOOLS
+from agent.policy import taints
 from agent.requests import AgentRequest
 from agent.types import ModelResponse, ToolResult
 from memory.store.sessions import SessionStore
@@ -75,4 +75,4 @@ def store_results(store: SessionStore, session_id: str, results: Sequence[ToolRe
 def read_outside_content(store: SessionStore, session_id: str) -> bool:
     """Whether the session ever called a tool that reads outside text (a web page)."""
     calls = store.events(session_id, kinds=("tool_call",))
-    return any(str(e.content.get("name")) in TAINTING_TOOLS for e in calls)
+    return any(taints(str(e.content.get("name"))) for e in calls)

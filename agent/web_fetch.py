@@ -217,10 +217,18 @@ def _looks_html(raw: str) -> bool:
 def wrap_untrusted(page: FetchedPage) -> str:
     """The tool result: a warning line, then the text inside <untrusted source=URL> tags (a
     closing tag inside the page is defused so the page cannot end the wrapper)."""
-    body = _TAG.sub(lambda m: "&lt;" + m.group(1), page.text)
     more = "\n[cut: the page is longer]" if page.truncated else ""
-    source = page.url.replace('"', "%22")
-    return f'{UNTRUSTED_WARNING}\n<untrusted source="{source}">\n{body}{more}\n</untrusted>'
+    return wrap_outside_text(page.text, page.url, more=more)
+
+
+def wrap_outside_text(
+    text: str, source: str, *, more: str = "", warning: str = UNTRUSTED_WARNING
+) -> str:
+    """`text` from outside (a page, an MCP server's answer) inside <untrusted source=…> tags
+    after a `warning` line; a tag inside `text` is defused so it cannot end the wrapper."""
+    body = _TAG.sub(lambda m: "&lt;" + m.group(1), text)
+    source = source.replace('"', "%22")
+    return f'{warning}\n<untrusted source="{source}">\n{body}{more}\n</untrusted>'
 
 
 # ---- HTML to text ---------------------------------------------------------------------------

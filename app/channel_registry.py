@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.channel_table import CHANNELS, TERMINAL, ChannelRow
+from common.channel_table import CHANNELS, TERMINAL, ChannelRow, always_owner
 from memory.store.jobs_store import Target
 from memory.store.sessions import SessionKey
 
@@ -69,8 +69,9 @@ class Owners:
         )
 
     def is_owner(self, channel: str, sender_id: str) -> bool:
-        """Whether `sender_id` on `channel` is the owner (the terminal's user always is)."""
-        if channel == TERMINAL:  # the terminal is the owner's own machine
+        """Whether `sender_id` on `channel` is the owner (the terminal's and the web page's
+        user always is: the owner's own machine, the page behind the owner's login)."""
+        if always_owner(channel):
             return True
         return sender_id in self.ids.get(channel, ())
 

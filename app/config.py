@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from agent.agent_config import AgentConfig
+from agent.mcp.mcp_config import McpConfig, references
 from agent.media.media_config import MediaConfig, VoiceConfig
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
 from app.backup.backup_config import BackupConfig
@@ -139,6 +140,7 @@ class Settings(BaseSettings):
     backup: BackupConfig = BackupConfig()
     voice: VoiceConfig = VoiceConfig()
     media: MediaConfig = MediaConfig()
+    mcp: McpConfig = McpConfig()
     projects: dict[str, ProjectConfig] = Field(default_factory=dict)  # [projects.NAME]
     store: StoreConfig = StoreConfig()
 
@@ -225,6 +227,7 @@ class _TomlSource(PydanticBaseSettingsSource):
                 f"(chmod 600 {path})."
             ) from None
         _refuse_secrets_in_file(data, path)
+        _refuse_mcp_secrets(data, path)
         return data
 
 
@@ -263,6 +266,47 @@ def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
                     "the file. API keys are read only from the environment, under the "
                     "provider's name (ANTHROPIC_API_KEY, OPENAI_API_KEY, …)."
                 )
+
+
+# A name one of whose parts (split at "_" and "-") is one of these holds a secret:
+# GITHUB_TOKEN, OPENAI_API_KEY, Authorization, X-Api-Key — not MONKEY or KEYBOARD_LAYOUT.
+_SECRET_PARTS = frozenset(
+    {"token", "key", "apikey", "secret", "password", "passwd", "pat", "auth", "authorization",
+     "credential", "credentials", "cookie"}
+)  # fmt: skip
+
+
+def _looks_secret(name: str) -> bool:
+    return any(part in _SECRET_PARTS for part in re.split(r"[_\-]+", name.lower()))
+
+
+def _refuse_mcp_secrets(data: dict[str, Any], path: Path) -> None:
+    """An MCP server's `env` and `headers` values that look like secrets must come from the
+    environment as ${NAME}, not be written in the file."""
+    servers = data.get("mcp", {}).get("servers") if isinstance(data.get("mcp"), dict) else None
+    if not isinstance(servers, dict):
+        return
+    for server, table in servers.items():
+        if not isinstance(table, dict):
+            continue
+        for kind in ("env", "headers"):
+            values = table.get(kind)
+            if not isinstance(values, dict):
+                continue
+            for name, value in values.items():
+                secret = _looks_secret(str(name)) and isinstance(value, str)
+                if secret and value.strip() and not references(value):
+                    raise ConfigError(
+                        f"{path} sets [mcp.servers.{server}] {kind}.{name} to a literal "
+                        "value, a secret: write it as a reference to an environment "
+                        f'variable instead ({name} = "${{MY_{_env_name(name)}}}", or '
+                        f'"Bearer ${{MY_TOKEN}}" for a header) and set that variable '
+                        "(secrets never live in config.toml)."
+                    )
+
+
+def _env_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", str(name)).upper().strip("_") or "SECRET"
 
 
 def _check_home() -> None:

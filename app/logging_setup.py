@@ -9,6 +9,7 @@ handlers later (the gateway) adds `RedactingFilter()` to each, or calls this aga
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Iterable
 
 from common.redact import RedactingFilter
@@ -42,3 +43,22 @@ def add_redacted_handler(
     if root.level == logging.NOTSET or root.level > level:
         root.setLevel(level)
     install_log_redaction()
+
+
+class RecentLines(logging.Handler):
+    """The last `capacity` log lines, formatted and redacted like every other handler's (the
+    web page's health view shows a tail of the gateway's log from here)."""
+
+    def __init__(self, capacity: int = 500) -> None:
+        super().__init__()
+        self._lines: deque[str] = deque(maxlen=capacity)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._lines.append(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+    def tail(self, count: int = 200) -> list[str]:
+        """The newest `count` lines, oldest first."""
+        return list(self._lines)[-count:] if count > 0 else []

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agent.mcp.mcp_tools import McpServers
 from agent.model.factory import ModelClient
 from agent.runtime import Agent
 from app.automations.assembly import Automations
@@ -39,6 +40,7 @@ class Runtime:
     watcher: MemoryWatcher
     clock: Clock
     automations: Automations | None = None  # when [automations] is on
+    mcp: McpServers | None = None  # the MCP servers ([mcp.servers.*]); started by start_mcp
     _preloading: asyncio.Future[None] | None = None
     _closed: bool = False
 
@@ -55,7 +57,8 @@ class Runtime:
             await asyncio.to_thread(self.index.warm)
 
     async def start(self) -> None:
-        """Sync the index and start the watcher (what a long-running process does first).
+        """Sync the index, start the watcher and the MCP servers (what a long-running process
+        does first).
 
         A failed sync is logged, not raised: search serves the last complete index."""
         try:
@@ -63,15 +66,26 @@ class Runtime:
         except MemoryError_ as exc:
             log.warning("The memory index could not be updated: %s", exc)
         self.watcher.start()
+        await self.start_mcp()
+
+    async def start_mcp(self) -> None:
+        """Start the MCP servers (lazy ones on first use), waiting a bounded time for them; a
+        server that fails is logged and retried, never raised. The chat and the gateway call
+        this at start-up."""
+        if self.mcp is not None:
+            await self.mcp.start()
 
     async def aclose(self) -> None:
-        """Stop the watcher, close the model clients and the database; safe to call twice."""
+        """Stop the MCP servers and the watcher, close the model clients and the database;
+        safe to call twice."""
         if self._closed:
             return
         self._closed = True
         if self._preloading is not None:
             self._preloading.cancel()
         await self.agent.drain()  # notes of sessions ended with /new are not lost
+        if self.mcp is not None:  # their processes end here: no orphans
+            await self.mcp.aclose()
         self.watcher.stop()
         await _close_model(self.model)
         self.index.close()

@@ -12,8 +12,9 @@
 `pinch gateway` (app/gateway/run.py) and `pinch chat` (app/gateway/repl.py) build here; nothing
 else constructs an `Agent` or a `Gateway` from settings (tests and benchmarks use `build_agent`).
 Building the runtime opens the agent database and the index (blocking work, done in a worker
-thread) but neither syncs the index nor starts the watcher: `await runtime.start()` does both;
-the chat and the gateway call `sync_index()` and `watcher.start()` themselves.
+thread) but neither syncs the index nor starts the watcher nor the MCP servers: `await
+runtime.start()` does all three; the chat and the gateway call `sync_index()`, `watcher.start()`
+and `start_mcp()` themselves.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from agent.agent_config import AgentConfig
 from agent.compaction import Compactor
 from agent.context import ContextBuilder
 from agent.intent_tool import IntentTool
+from agent.mcp.mcp_tools import McpServers
 from agent.media.media_config import MediaConfig, VoiceConfig
 from agent.media.reader import MediaReader
 from agent.media.transcribe import create_transcriber
@@ -39,6 +41,7 @@ from agent.model.factory import ModelClient, create_model_client, preload, suppo
 from agent.model.litellm_client import load_litellm
 from agent.projects import ProjectDirectory
 from agent.runtime import Agent
+from agent.skills import Skills
 from agent.tools import Tool
 from agent.web_fetch import WebFetcher
 from app.automations.assembly import build_automations
@@ -50,6 +53,7 @@ from app.gateway.server import Gateway, GatewayOptions
 from app.process import Runtime
 from app.store_backend import check_store_backend
 from channels.base import Channel
+from common.channel_table import WEB
 from common.clock import Clock, owner_zone
 from memory.files.inbox import Inbox
 from memory.files.writes import WorkspaceWriter
@@ -63,6 +67,7 @@ from memory.store.sessions import SessionStore, SqliteSessionStore
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from app.web.server import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +94,7 @@ async def build_runtime(
         if not settings.dreaming.enabled:
             stop_recording(index.db)  # no recall signals are kept for a disabled Dreaming
         store = SqliteSessionStore(index.db)
+        mcp = McpServers(settings.mcp, stderr_dir=settings.agent_dir / "mcp")
         automations = None
         if settings.automations.enabled:  # the jobs, a scheduler the gateway starts, the tool
             automations = await asyncio.to_thread(build_automations, settings, index.db, clock)
@@ -101,6 +107,7 @@ async def build_runtime(
             clock=clock,
             active_memory=True,
             extra_tools=(automations.tool,) if automations is not None else (),
+            mcp=mcp,
             projects=project_directory(settings),
             media=(settings.voice, settings.media),
         )
@@ -116,6 +123,7 @@ async def build_runtime(
         watcher=MemoryWatcher(index),
         clock=clock,
         automations=automations,
+        mcp=mcp,
         _preloading=asyncio.ensure_future(
             _preload_quietly(model, litellm=settings.voice.provider == "litellm")
         ),
@@ -134,15 +142,18 @@ def build_agent(
     fetcher: WebFetcher | None = None,
     extra_tools: Sequence[Tool] = (),
     active_memory: bool = False,
+    mcp: McpServers | None = None,
     projects: ProjectDirectory | None = None,
     media: tuple[VoiceConfig, MediaConfig] | None = None,
 ) -> Agent:
     """An `Agent` and its parts over `index` and `store`: the workspace writer (every write
     re-indexes memory), the standing intents, the memory and `intent` tools, the context
     builder, the compactor and — with `active_memory` — the recall before owner messages.
-    `extra_tools` are offered after the built-in ones (each still subject to the turn's policy).
+    `extra_tools` are offered after the built-in ones (each still subject to the turn's policy);
+    `mcp`'s servers add their tools and their listing (whoever built it starts and closes it).
     With `media` ([voice] and [media] settings) the agent transcribes voice notes, shows
     images to a model that reads them and reads documents; without, it names their paths.
+    The skills in the workspace's skills/ are listed in the owner's prompt.
 
     `config` defaults to `AgentConfig()`, `clock` to the configured time zone, `fetcher` to a
     real `WebFetcher`. Blocking (opens the intents tables): call it from a worker thread or
@@ -167,6 +178,8 @@ def build_agent(
     )
     intent_tool = IntentTool(intents, clock, memory_tools.context_tainted).tool()
     tools = memory_tools.registry(intent_tool, *extra_tools)
+    if mcp is not None:
+        tools.add_provider(mcp)
     recall = (
         ActiveMemory(
             model=model,
@@ -194,6 +207,7 @@ def build_agent(
             workspace,
             max_chars=config.bootstrap_max_chars,
             total_max_chars=config.bootstrap_total_max_chars,
+            sources=(Skills(workspace), *((mcp,) if mcp is not None else ())),
         ),
         compactor=Compactor(model=model, store=store, index=index, tools=tools, config=config),
         recall=recall,
@@ -244,7 +258,10 @@ def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str,
         if row.adapter is None or row.config_section is None:
             continue  # not run by the gateway (the terminal)
         config = getattr(settings, row.config_section)
-        if config.bot_token is None:
+        if row.token_variable is None:  # runs when its section is enabled (the web page)
+            if not config.enabled:
+                continue
+        elif config.bot_token is None:
             note(f"{row.name}: skipped (no token; set {row.token_variable} to run it)")
             continue
         try:
@@ -300,6 +317,46 @@ def build_gateway(
         access=access,
         options=options_from(settings),
     )
+
+
+def build_web_server(
+    settings: Settings,
+    runtime: Runtime,
+    gateway: Gateway,
+    *,
+    log_tail: Callable[[int], list[str]] | None = None,
+) -> WebServer | None:
+    """The web page (`[web]`) served by `pinch gateway` with `gateway`'s channels and state, or
+    None when it is off. Start it after the gateway, stop it after the gateway stopped (the
+    web channel's event streams end with the channel)."""
+    if not settings.web.enabled:
+        return None
+    from app.web.auth import Logins
+    from app.web.context import WebContext
+    from app.web.server import WebServer, make_templates
+    from memory.store.web_store import SqliteWebAuthStore
+
+    store = SqliteWebAuthStore(runtime.index.db)
+    ctx = WebContext(
+        settings=settings,
+        runtime=runtime,
+        templates=make_templates(),
+        services={
+            "gateway": gateway,
+            "web_channel": gateway.channels.get(WEB),
+            "logins": Logins(store, settings.web, settings.home),
+            "log_tail": log_tail or (lambda _count: []),
+        },
+    )
+    return WebServer(ctx)
+
+
+def web_exposure_problem(settings: Settings) -> str | None:
+    """Advice when the web page must not start as configured (a non-loopback host without a
+    password), else None."""
+    from app.web.auth import exposure_problem
+
+    return exposure_problem(settings.web, settings.home)
 
 
 def build_health_server(settings: Settings, gateway: Gateway) -> HealthServer | None:

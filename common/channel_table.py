@@ -15,12 +15,13 @@ from dataclasses import dataclass
 class ChannelRow:
     """One channel.
 
-    `adapter` is "module:Class" of its `Channel` adapter (imported only when the channel runs;
-    None: the channel is not run by the gateway, e.g. the terminal). `config_section` is its
-    settings section (`[telegram]`, also `Settings.telegram`); `owners_key` its list in
-    `[owners]`; `token_variable` the environment variable of the token that turns it on. A
-    channel's owner ids also address the owner's direct chat (a Telegram private chat's id is
-    the user's id; Slack accepts a user id as a DM channel)."""
+        `adapter` is "module:Class" of its `Channel` adapter (imported only when the channel runs;
+        None: the channel is not run by the gateway, e.g. the terminal). `config_section` is its
+        settings section (`[telegram]`, also `Settings.telegram`); `owners_key` its list in
+        `[owners]`; `token_variable` the environment variable of the token that turns it on. A
+        channel's owner ids also address the owner's direct chat (a Telegram private chat's id is
+        the user's id; Slack accepts a user id as a DM channel). A channel without `token_variable`
+    runs when its section's `enabled` is true (the web page)."""
 
     name: str
     title: str
@@ -28,12 +29,18 @@ class ChannelRow:
     config_section: str | None = None
     owners_key: str | None = None
     token_variable: str | None = None
+    # Its only user is the owner (the terminal's machine; the web page behind its login).
+    always_owner: bool = False
+    # False: it shows only what arrives while it is open (the terminal, the web page), so a
+    # job asked for there is delivered to the owner's chat on a platform instead.
+    reachable_later: bool = True
 
 
 TERMINAL = "cli"  # the channel of `pinch chat`: its user is always the owner
+WEB = "web"  # the web page's chat (app/web): its user is the logged-in owner
 
 CHANNELS: tuple[ChannelRow, ...] = (
-    ChannelRow(TERMINAL, "Terminal"),
+    ChannelRow(TERMINAL, "Terminal", always_owner=True, reachable_later=False),
     ChannelRow(
         "telegram",
         "Telegram",
@@ -50,9 +57,27 @@ CHANNELS: tuple[ChannelRow, ...] = (
         owners_key="slack",
         token_variable="PINCH_SLACK__BOT_TOKEN",
     ),
+    ChannelRow(
+        WEB,
+        "Web page",
+        adapter="channels.web:WebChannel",
+        config_section="web",
+        always_owner=True,
+        reachable_later=False,
+    ),
 )
 
 
 def channel_names() -> tuple[str, ...]:
     """Every channel's name, in the table's order ("cli" first)."""
     return tuple(row.name for row in CHANNELS)
+
+
+def always_owner(name: str) -> bool:
+    """Whether channel `name`'s only user is the owner (the terminal, the web page)."""
+    return any(row.always_owner for row in CHANNELS if row.name == name)
+
+
+def reachable_later(name: str) -> bool:
+    """Whether a message sent to channel `name` later (a job's result) reaches anyone."""
+    return all(row.reachable_later for row in CHANNELS if row.name == name)

@@ -10,9 +10,9 @@ from memory.store.jobs_store import Target
 from memory.store.sessions import SessionKey
 
 
-def test_the_table_lists_the_terminal_telegram_and_slack_in_order() -> None:
-    assert channel_names() == ("cli", "telegram", "slack")
-    assert channel_row("web") is None
+def test_the_table_lists_the_terminal_telegram_slack_and_the_web_page_in_order() -> None:
+    assert channel_names() == ("cli", "telegram", "slack", "web")
+    assert channel_row("matrix") is None
 
 
 def test_every_gateway_channel_has_settings_owners_a_token_and_an_adapter() -> None:
@@ -22,6 +22,11 @@ def test_every_gateway_channel_has_settings_owners_a_token_and_an_adapter() -> N
             assert row.name == TERMINAL
             continue
         assert row.config_section in channel_settings(settings)
+        if row.always_owner:  # the web page: no platform ids, no token, on when enabled
+            assert row.owners_key is None and row.token_variable is None
+            assert isinstance(getattr(settings, row.config_section).enabled, bool)
+            assert adapter_class(row).__name__ == "WebChannel"
+            continue
         assert row.owners_key is not None and hasattr(settings.owners, row.owners_key)
         assert row.token_variable and row.token_variable.startswith("PINCH_")
         assert adapter_class(row).__name__.lower().startswith(row.name)
@@ -29,6 +34,11 @@ def test_every_gateway_channel_has_settings_owners_a_token_and_an_adapter() -> N
 
 def test_the_terminal_user_is_always_the_owner() -> None:
     assert Owners().is_owner(TERMINAL, "anyone")
+
+
+def test_the_web_pages_user_is_always_the_owner() -> None:
+    assert Owners().is_owner("web", "owner")  # the page is behind the owner's login
+    assert not Owners().is_owner("telegram", "owner")
 
 
 def test_an_owner_is_recognised_only_on_the_channel_that_lists_them() -> None:

@@ -64,8 +64,9 @@ def test_a_healthy_installation_passes_every_check(home: Path, server: FakeModel
 
     assert result.exit_code == 0, result.output
     checks = lines(result)
-    assert list(checks) == ["config", "secrets", "file modes", "database", "index", "model"]
+    assert list(checks) == ["config", "secrets", "file modes", "database", "index", "model", "web"]
     assert all(line.startswith("ok") for line in checks.values())
+    assert "127.0.0.1:8765" in checks["web"]  # where the page is served (the web channel)
     assert "ANTHROPIC_API_KEY set" in checks["secrets"]
     assert "quick_check ok" in checks["database"]
     assert "keyword-only" in checks["index"]  # degraded is reported, not a failure

@@ -324,11 +324,11 @@ def test_voice_settings_come_from_the_environment_and_a_command_is_required(
 def test_pinch_doctor_checks_the_voice_backend(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.cli.doctor import check_voice, plugin_checks
+    from app.cli.doctor import check_voice, optional_checks
     from app.config import load_settings
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert check_voice not in plugin_checks(load_settings())  # provider "none": no check
+    assert check_voice not in optional_checks(load_settings())  # provider "none": no check
     monkeypatch.setenv("PINCH_VOICE__PROVIDER", "litellm")
     result = check_voice(load_settings())
     assert (result.ok, result.detail) == (False, "whisper-1: export OPENAI_API_KEY")

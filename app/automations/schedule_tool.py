@@ -23,7 +23,7 @@ from agent.types import ToolSpec
 from app.automations.durations import ScheduleError, later_by, parse_duration
 from app.automations.jobs import Job, Jobs, NewJob, Schedule, Target
 from app.automations.schedules import describe, local_text, parse_at, summary
-from common.channel_table import CHANNELS, TERMINAL
+from common.channel_table import CHANNELS, reachable_later
 from memory.store.sessions import SessionKey
 
 # The chat the current turn answers (the gateway sets it around a turn).
@@ -110,7 +110,7 @@ def schedule_tool(
         if scheduler is not None and job.next_run_utc is not None:
             scheduler.arm(job.id, job.next_run_utc)
         asked_in = asked.channel if asked else ctx.key.channel
-        return _confirmation(job, from_terminal=asked_in == TERMINAL)
+        return _confirmation(job, asked_in=asked_in)
 
     return Tool(schedule_spec(zone), run)
 
@@ -130,9 +130,9 @@ def _create(
     if len(given) != 1:
         raise ToolFailure("create needs exactly one of when, every or cron.")
     target = current_target.get()
-    if target is None or target.channel == TERMINAL:
-        # The terminal exists only while `pinch chat` runs, and jobs run in `pinch gateway`:
-        # a job asked for there is delivered to the owner's own chat on Telegram or Slack.
+    if target is None or not reachable_later(target.channel):
+        # The terminal exists only while `pinch chat` runs (the web page while it is open), and
+        # jobs run later: a job asked for there goes to the owner's chat on Telegram or Slack.
         target = route(ctx.key)
     if target is None:
         raise ToolFailure(
@@ -164,13 +164,13 @@ def _create(
         raise ToolFailure(str(exc)) from None
 
 
-def _confirmation(job: Job, *, from_terminal: bool = False) -> str:
+def _confirmation(job: Job, *, asked_in: str | None = None) -> str:
     what = "Task" if job.payload == "task" else "Reminder"
     first = local_text(job.next_run_utc, job.schedule.tz) if job.next_run_utc else "—"
     where = (
         f" It will be sent to your {_title(job.target.channel)} chat by `pinch gateway` "
-        "(the terminal cannot show it later)."
-        if from_terminal
+        f"(the {_title(asked_in).lower()} cannot show it later)."
+        if asked_in is not None and not reachable_later(asked_in)
         else ""
     )
     return (

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from app.channel_registry import channel_settings
-from app.cli.channel_checks import channel_checks
 from app.cli.checks import Check, CheckResult, channel_check
+from app.cli.mcp_commands import check_skills, mcp_checks
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -186,11 +186,13 @@ def builtin_checks(*, offline: bool = False) -> list[Check]:
     return checks
 
 
-def plugin_checks(settings: Settings) -> list[Check]:
-    """`[voice]` when a provider is set, then one check per configured channel (getMe /
-    auth.test), from `app.cli.channel_checks`."""
+def optional_checks(settings: Settings) -> list[Check]:
+    """Checks of what is configured only sometimes: `[voice]` when a provider is set, the
+    skills folder when there is one, one per configured MCP server (started and stopped
+    again). The channels' own checks are added by their callers (`pinch doctor`, /health)."""
     voice: list[Check] = [check_voice] if settings.voice.provider != "none" else []
-    return [*voice, *channel_checks(settings)]
+    skills: list[Check] = [check_skills] if (settings.workspace_dir / "skills").is_dir() else []
+    return [*voice, *skills, *mcp_checks(settings)]
 
 
 # ---- running them ---------------------------------------------------------------------------
@@ -218,7 +220,7 @@ async def run_checks_async(
     settings: Settings, extra_checks: Iterable[Check] = (), *, offline: bool = False
 ) -> list[CheckResult]:
     results = []
-    for check in [*builtin_checks(offline=offline), *extra_checks]:
+    for check in [*builtin_checks(offline=offline), *optional_checks(settings), *extra_checks]:
         results.append(await _run_one(check, settings))
     return results
 

@@ -1,6 +1,7 @@
 """The `pinch` command: the top-level group, `pinch init` and `pinch doctor`; the other commands
 live beside it, one module per concern (memory_commands, lifecycle_commands, gateway_commands,
-intents_commands, jobs). Heavy modules are imported inside commands so `--help` stays instant."""
+intents_commands, jobs, web_commands, mcp_commands — MCP servers and skills). Heavy modules are
+imported inside commands so `--help` stays instant."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from app.cli.backup_commands import backup, restore
 from app.cli.gateway_commands import chat, gateway, pairing
 from app.cli.intents_commands import intents
 from app.cli.jobs import jobs
+from app.cli.mcp_commands import mcp, skills
 from app.cli.memory_commands import memory
 from app.cli.support import TEMPLATE_DIR, friendly_errors, load_settings
+from app.cli.web_commands import web
 
 __all__ = ["TEMPLATE_DIR", "main"]
 
@@ -72,7 +75,8 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
 
     One line per check; exit status 1 if any fails. Secrets are shown as set/missing only.
     """
-    from app.cli.doctor import CheckResult, gateway_health, plugin_checks, run_checks
+    from app.cli.channel_checks import channel_checks
+    from app.cli.doctor import CheckResult, gateway_health, run_checks
     from app.config import ConfigError
 
     try:
@@ -87,7 +91,7 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
         where = settings.config_path if settings.config_path.exists() else "defaults"
         results = [CheckResult("config", True, f"valid ({where})")]
         try:
-            extra = plugin_checks(settings)
+            extra = channel_checks(settings)  # one per configured channel
         except Exception as exc:  # a broken plug-in is one failed check, not a traceback
             extra = []
             results.append(CheckResult("channels", False, f"channel checks unavailable: {exc}"))
@@ -102,7 +106,7 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
     sys.exit(0 if ok else 1)
 
 
-for command in (chat, gateway, pairing, memory, intents, jobs, backup, restore):
+for command in (chat, gateway, pairing, memory, intents, jobs, backup, restore, web, mcp, skills):
     main.add_command(command)
 
 if __name__ == "__main__":

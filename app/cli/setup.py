@@ -87,6 +87,21 @@ CONFIG_TEMPLATE = """\
 # backend = "sqlite"                # sqlite (one file per agent) | postgres (not usable yet)
 # pool_max_size = 8                 # postgres: connections per process; the DSN only from
 #                                   # PINCH_STORE__DSN when it holds a password
+
+# MCP servers: their tools become the assistant's (owner only unless shared = true).
+# Secrets in env or headers as ${VARIABLE}, read from the environment. `pinch mcp list`.
+# [mcp.servers.files]
+# command = "npx"
+# args = ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]
+# env = { }                         # e.g. { GITHUB_TOKEN = "${GITHUB_TOKEN}" }
+# timeout_s = 30                    # start-up and each call
+# allow_tools = ["read_text_file", "search_files"]   # default: all; deny_tools = [...]
+# lazy = false                      # true: start on first use
+# [mcp.servers.remote]
+# url = "https://example.com/mcp"   # streamable HTTP
+# headers = { Authorization = "Bearer ${REMOTE_MCP_TOKEN}" }
+# shared = false                    # true: paired people's chats too
+# groups = []                       # groups it is offered in: ["telegram:-1001234567890"]
 """
 
 

@@ -78,6 +78,7 @@ async def _run_chat(
             await _sync_index(runtime, _warn_plain)
             io = PipedIO(printable)
         runtime.watcher.start()
+        await runtime.start_mcp()  # ended with the runtime when the chat exits: no orphans
         channel = CliChannel(io, session=session)
         gateway = build_gateway(settings, runtime, {"cli": channel}, chat_claimant=channel.instance)
         key = session_key_for(

@@ -17,19 +17,28 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from agent.mcp.mcp_config import references
 from app.automations.assembly import owner_zone, start_automations
 from app.automations.nightly_dream import start_nightly_dream
 from app.backup.schedule import owner_alert, start_backups
 from app.gateway.server import GatewayError
-from app.logging_setup import add_redacted_handler
-from app.wiring import build_channels, build_gateway, build_health_server, build_runtime
-from channels.base import Channel
+from app.logging_setup import RecentLines, add_redacted_handler
+from app.wiring import (
+    build_channels,
+    build_gateway,
+    build_health_server,
+    build_runtime,
+    build_web_server,
+    web_exposure_problem,
+)
+from channels.base import Channel, ChannelHealth
 from memory.errors import MemoryError_
 
 if TYPE_CHECKING:
     from app.config import Settings
 
 log = logging.getLogger("pinch.gateway")
+MIN_SECRET_CHARS = 6  # shorter values are not redacted (they would garble every log line)
 
 __all__ = ["GatewayError", "acquire_lock", "configure_logging", "run_gateway", "settings_secrets"]
 
@@ -64,7 +73,8 @@ def acquire_lock(path: Path) -> IO[str]:
 
 def settings_secrets(settings: Settings) -> list[str]:
     """The channel tokens and the store's DSN in the settings (config.toml as well as the
-    environment), which `common.redact` cannot know on its own."""
+    environment) and the environment variables MCP servers' env and headers name, which
+    `common.redact` cannot know on its own."""
     found = []
     for section in (settings.telegram, settings.slack):
         for value in section.__dict__.values():
@@ -74,6 +84,13 @@ def settings_secrets(settings: Settings) -> list[str]:
     dsn = settings.store.dsn_text()  # may carry a password; config.toml may hold one without
     if dsn:
         found.append(dsn)
+    for server in settings.mcp.servers.values():  # what ${VAR} in an MCP env or header names
+        for value in (*server.env.values(), *server.headers.values()):
+            found += [
+                os.environ[name]
+                for name in references(value)
+                if len(os.environ.get(name, "")) >= MIN_SECRET_CHARS
+            ]
     return found
 
 
@@ -92,6 +109,9 @@ def configure_logging(settings: Settings, level: int = logging.INFO) -> None:
         "apscheduler",  # "Running job …" twice every 30 s; start and stop are logged by Pinch
     ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # The MCP SDK logs a server's bad line or lost connection with a traceback; Pinch logs one
+    # line of its own for each (agent/mcp/connection.py).
+    logging.getLogger("mcp").setLevel(logging.CRITICAL)
 
 
 async def run_gateway(
@@ -102,6 +122,9 @@ async def run_gateway(
 ) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status. Raises GatewayError when it cannot
     start (another gateway, no channel)."""
+    exposed = web_exposure_problem(settings)
+    if exposed is not None:  # refused before anything starts
+        raise GatewayError(exposed)
     lock = acquire_lock(settings.agent_dir / "gateway.lock")
     try:
         channels = build_channels(settings, note)
@@ -109,7 +132,8 @@ async def run_gateway(
         if not channels:
             raise GatewayError(
                 "No channel to run: set PINCH_TELEGRAM__BOT_TOKEN or PINCH_SLACK__BOT_TOKEN "
-                "(and PINCH_SLACK__APP_TOKEN), then start `pinch gateway` again."
+                "(and PINCH_SLACK__APP_TOKEN), or turn the web page on ([web] enabled = true), "
+                "then start `pinch gateway` again."
             )
         runtime = await build_runtime(settings)
         try:
@@ -118,6 +142,7 @@ async def run_gateway(
             except MemoryError_ as exc:  # answering still works from the last complete index
                 log.warning("The memory index could not be updated: %s", exc)
             runtime.watcher.start()
+            await runtime.start_mcp()  # bounded wait; a failing server is retried, not fatal
             gateway = build_gateway(settings, runtime, channels)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -134,6 +159,19 @@ async def run_gateway(
             health = build_health_server(settings, gateway)
             if health is not None:
                 await health.start()
+            recent = RecentLines()  # the web page's tail of this log, redacted like the rest
+            if settings.web.enabled:
+                add_redacted_handler(recent, settings_secrets(settings))
+            web = build_web_server(settings, runtime, gateway, log_tail=recent.tail)
+            if web is not None:
+                try:
+                    await web.start()
+                except OSError as exc:  # the port is taken: the channels still answer
+                    log.error("%s", exc)
+                    gateway.failed["web"] = str(exc)
+                    gateway.health["web"] = ChannelHealth(False, f"could not start: {exc}")
+                    web = None
+                    await gateway.write_heartbeat()  # `pinch doctor` sees it at once
             scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
             dreams = await start_nightly_dream(settings, owner_zone(runtime.clock))  # either way
             backups = await start_backups(settings, owner_alert(settings, gateway.channels))
@@ -145,6 +183,9 @@ async def run_gateway(
             if scheduler is not None:
                 await scheduler.stop()
             await gateway.stop(settings.gateway.shutdown_grace_s)
+            if web is not None:
+                await web.stop()
+            logging.getLogger().removeHandler(recent)
             if health is not None:
                 await health.stop()
         finally:

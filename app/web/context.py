@@ -9,7 +9,6 @@ the Origin and the CSRF token. Handlers never check these themselves.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +32,15 @@ class WebContext:
     templates: jinja2.Environment
     # Extra values every template sees (e.g. the nav), filled by the server.
     globals: dict[str, Any] = field(default_factory=dict)
-    # Services the gateway adds (the web channel, the pairing, the scheduler...), by name.
-    services: dict[str, Callable[..., Any] | Any] = field(default_factory=dict)
+    # Services of the running process, by name (app/wiring.py `build_web_server` fills them):
+    #   "gateway"     — the running app.gateway.server.Gateway: channel health (`health`,
+    #                   `failed`), access and pairing (`access.pairing`), `cancel_turn`,
+    #                   `workers.busy(key)`, its channels (`channels`);
+    #   "web_channel" — the channels.web.WebChannel of the chat (None when not running);
+    #   "logins"      — app.web.auth.Logins: the login links, password and sessions;
+    #   "log_tail"    — `log_tail(count) -> list[str]`: the gateway's newest log lines,
+    #                   redacted (app.logging_setup.RecentLines), oldest first.
+    services: dict[str, Any] = field(default_factory=dict)
 
     def render(
         self, request: web.Request, name: str, *, status: int = 200, **values: Any

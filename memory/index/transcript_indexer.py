@@ -24,7 +24,7 @@ from memory.index.chunking import chunk_markdown
 from memory.index.virtual import VirtualChunk
 from memory.memory_config import MemoryConfig
 from memory.store.db import Database
-from memory.store.lineage import OUTSIDE_CONTENT_TOOLS, LineageStore
+from memory.store.lineage import LineageStore, is_outside_content_tool
 from memory.store.sessions import Session, SessionStore, SqliteSessionStore, TranscriptEvent
 from memory.store.transcripts import (
     EVENT_LABELS,
@@ -192,7 +192,7 @@ def _tainted_before(
     tainted = False
     for e in earlier:
         tainted = e.kind != "user" and (
-            tainted or str(e.content.get("name")) in OUTSIDE_CONTENT_TOOLS
+            tainted or is_outside_content_tool(str(e.content.get("name")))
         )
     return tainted
 
@@ -213,7 +213,7 @@ def _entries(
         documents = _documents(c) if event.kind == "user" else []
         if event.kind == "user":
             tainted = bool(documents)  # a document's text came in with the message
-        elif event.kind == "tool_call" and str(c.get("name")) in OUTSIDE_CONTENT_TOOLS:
+        elif event.kind == "tool_call" and is_outside_content_tool(str(c.get("name"))):
             tainted = True
         if event.kind in ("user", "assistant"):
             text, origin = message_text(c.get("text")).strip(), "system"

@@ -87,6 +87,15 @@ IMPLEMENTATIONS: Mapping[str, Mapping[str, str | None]] = {
         "postgres": f"{_PG}.search:PgSearchQueries",
     },
     "DatabaseSnapshots": {"sqlite": "memory.store.snapshot:SqliteSnapshots", "postgres": None},
+    "WebAuthStore": {"sqlite": "memory.store.web_store:SqliteWebAuthStore", "postgres": None},
+    "SessionOverview": {
+        "sqlite": "memory.store.session_overview:SqliteSessionOverview",
+        "postgres": None,
+    },
+    "SourceListings": {
+        "sqlite": "memory.store.source_listing:SqliteSourceListing",
+        "postgres": None,
+    },
 }
 
 

@@ -90,7 +90,7 @@ class DreamRunStore(Protocol):
 
     def recent(self, n: int) -> list[dict[str, Any]]:
         """The last `n` runs, newest first: id, started_at, finished_at, phase, promoted,
-        model_calls, tokens, mode."""
+        model_calls, tokens, mode, outcome, undone_at."""
         ...
 
     def preimage_texts(self) -> list[tuple[int, str]]:
@@ -239,6 +239,8 @@ class SqliteDreamRuns:
             "model_calls",
             "tokens",
             "mode",
+            "outcome",
+            "undone_at",
         ]
         rows = self.db.execute(
             f"SELECT {', '.join(cols)} FROM dream_runs ORDER BY id DESC LIMIT ?", (n,)

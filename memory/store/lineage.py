@@ -48,9 +48,16 @@ MARKER = re.compile(
     r"[ \t]*\r?$"
 )
 # Tools whose results are outside content (agent/policy.py's TAINTING_TOOLS is this set): what
-# the assistant says after one, until the next user message, is untrusted too.
-OUTSIDE_CONTENT_TOOLS = frozenset({"web_fetch"})
+# the assistant says after one, until the next user message, is untrusted too. Every MCP tool
+# (named SERVER__tool, agent/mcp) is outside content as well: `is_outside_content_tool`.
+OUTSIDE_CONTENT_TOOLS = frozenset({"web_fetch", "mcp_call"})
+MCP_SEPARATOR = "__"
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
+
+
+def is_outside_content_tool(name: str) -> bool:
+    """Whether tool `name`'s results are outside content (web_fetch, every MCP tool)."""
+    return name in OUTSIDE_CONTENT_TOOLS or MCP_SEPARATOR in name
 
 
 def lowest(origins: Iterable[str]) -> str:

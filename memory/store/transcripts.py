@@ -13,7 +13,7 @@ from typing import Any
 
 from common.text import shorten
 from memory.errors import SessionError
-from memory.store.lineage import OUTSIDE_CONTENT_TOOLS
+from memory.store.lineage import is_outside_content_tool
 from memory.store.sessions import SessionStore, TranscriptEvent
 
 TRANSCRIPT_SOURCE = "sessions"  # the source of transcript chunks in the memory index
@@ -123,7 +123,7 @@ def untrusted_seqs(events: Sequence[TranscriptEvent]) -> set[int]:
             or (e.kind in ("compaction", "flush") and fetched)
         ):
             found.add(e.seq)
-        if e.kind == "tool_call" and str(c.get("name")) in OUTSIDE_CONTENT_TOOLS:
+        if e.kind == "tool_call" and is_outside_content_tool(str(c.get("name"))):
             tainted = fetched = True
     return found
 

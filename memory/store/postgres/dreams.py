@@ -16,7 +16,18 @@ from typing import Any
 from memory.store.dreams_store import LastDream, RunWrite, UndoableRun
 from memory.store.postgres.database import PgDatabase, one_row
 
-_RECENT = ("id", "started_at", "finished_at", "phase", "promoted", "model_calls", "tokens", "mode")
+_RECENT = (
+    "id",
+    "started_at",
+    "finished_at",
+    "phase",
+    "promoted",
+    "model_calls",
+    "tokens",
+    "mode",
+    "outcome",
+    "undone_at",
+)
 
 
 class PgDreamRuns:
