@@ -32,6 +32,7 @@ from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.lifecycle.dreaming import DreamingConfig
 from memory.memory_config import MemoryConfig
 from memory.project_tags import normalise_project, project_name_error
+from memory.store.store_config import StoreConfig, dsn_has_password
 
 
 class ConfigError(Exception):
@@ -141,6 +142,7 @@ class Settings(BaseSettings):
     media: MediaConfig = MediaConfig()
     mcp: McpConfig = McpConfig()
     projects: dict[str, ProjectConfig] = Field(default_factory=dict)  # [projects.NAME]
+    store: StoreConfig = StoreConfig()
 
     @field_validator("projects")
     @classmethod
@@ -246,6 +248,13 @@ def _refuse_secrets_in_file(data: dict[str, Any], path: Path) -> None:
                     f"{path} sets [{section}] {name}, a secret: remove it from the file and set "
                     f"the environment variable {env} instead (secrets never live in config.toml)."
                 )
+    store = data.get("store")
+    if isinstance(store, dict) and dsn_has_password(str(store.get("dsn", ""))):
+        raise ConfigError(
+            f"{path} sets [store] dsn with a password, a secret: remove it from the file and set "
+            "the environment variable PINCH_STORE__DSN instead (or keep the password in "
+            "~/.pgpass); secrets never live in config.toml."
+        )
     for section, table in data.items():
         if not isinstance(table, dict) or section == "projects":  # [projects.NAME]: any name
             continue

@@ -51,6 +51,7 @@ from app.gateway.healthz import HealthServer
 from app.gateway.queue import GatewayStore
 from app.gateway.server import Gateway, GatewayOptions
 from app.process import Runtime
+from app.store_backend import check_store_backend
 from channels.base import Channel
 from common.channel_table import WEB
 from common.clock import Clock, owner_zone
@@ -77,6 +78,7 @@ async def build_runtime(
     """The runtime for `settings`. `model` and `clock` replace the configured ones (tests).
 
     The model SDK (seconds to import) starts loading in the background at once."""
+    check_store_backend(settings)  # never half-run on an incomplete [store] backend
     index = await asyncio.to_thread(
         MemoryIndex.open, settings.workspace_dir, settings.database_path, settings.memory
     )

@@ -2,13 +2,13 @@
 `redact` before they reach a screen or a file.
 
 What counts as a secret:
-- the value of any environment variable whose name ends in _API_KEY, _KEY, _TOKEN, _SECRET or
-  _PASSWORD, or that starts with PINCH_ and contains TOKEN (ANTHROPIC_API_KEY, OPENAI_API_KEY,
-  PINCH_TELEGRAM__BOT_TOKEN, …), whatever it looks like;
+- the value of any environment variable whose name ends in _API_KEY, _KEY, _TOKEN, _SECRET,
+  _PASSWORD or _DSN, or that starts with PINCH_ and contains TOKEN (ANTHROPIC_API_KEY,
+  OPENAI_API_KEY, PINCH_TELEGRAM__BOT_TOKEN, PINCH_STORE__DSN, …), whatever it looks like;
 - `extra` values a caller passes (a key given in code rather than the environment);
 - anything shaped like a provider credential, configured or not: `sk-…` / `sk-ant-…` keys,
-  Slack `xox…-` / `xapp-` tokens, Telegram bot tokens (`123456:ABC…`), Google `AIza…` keys, and
-  the value after `Bearer `.
+  Slack `xox…-` / `xapp-` tokens, Telegram bot tokens (`123456:ABC…`), Google `AIza…` keys,
+  the value after `Bearer `, and the password in a URL (`postgresql://user:PASSWORD@host`).
 
 Values shorter than 8 characters are not replaced (a variable set to "1" would blank every 1).
 `RedactingFilter` does the same to log records (app/logging_setup.py puts it on every handler;
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 REDACTED = "[redacted]"
 MIN_SECRET_CHARS = 8
 
-_SECRET_NAME_SUFFIXES = ("_API_KEY", "_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+_SECRET_NAME_SUFFIXES = ("_API_KEY", "_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_DSN")
 _CREDENTIAL_PATTERNS = re.compile(
     r"|".join(
         [
@@ -37,6 +37,8 @@ _CREDENTIAL_PATTERNS = re.compile(
         ]
     )
 )
+# A database URL's password: postgresql://user:PASSWORD@host (the user and host stay readable).
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]{1,}(@)", re.IGNORECASE)
 _BEARER = re.compile(r"(\bBearer\s+)[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
 
 
@@ -62,6 +64,7 @@ def redact(text: str, extra: Iterable[str | None] = ()) -> str:
     for value in sorted(values, key=len, reverse=True):  # a longer secret may contain a shorter
         text = text.replace(value, REDACTED)
     text = _CREDENTIAL_PATTERNS.sub(REDACTED, text)
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(2), text)
     return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
 
 

@@ -4,7 +4,8 @@ SQLite files in tmp_path.
 Every test runs with PINCH_HOME in its own tmp_path and no other PINCH_* variable set (but
 PINCH_AGENT__RECALL_MODE=triggers: no deep-recall model call unless a test asks for one), so no
 test can read or write the developer's ~/.pinch; XDG_RUNTIME_DIR (machine-wide locks) is in
-tmp_path too.
+tmp_path too. One PostgreSQL server (pgserver) serves the whole run's PostgreSQL store tests
+(tests/pg_support.py), started only when a test asks for it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from memory.embeddings.providers import create_provider
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.store.db import Database, open_database
+from tests.pg_support import pg_database, pg_dsn, pg_server  # noqa: F401 - fixtures
+from tests.store_backends import backend  # noqa: F401 - a fixture
 
 WorkspaceFactory = Callable[..., Path]
 IndexFactory = Callable[..., MemoryIndex]

@@ -1,6 +1,7 @@
 """SessionStore: one current session per key, resumed after a restart; ordered, durable events.
 
-Real SQLite files in tmp_path; a "restart" closes the database and opens the file again.
+Every store test runs on both backends (`backend`, tests/store_backends.py): a real SQLite file
+in tmp_path and a fresh schema on the run's PostgreSQL; a "restart" opens the data again.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,9 @@ from memory.errors import SessionError
 from memory.store import migrations
 from memory.store.db import Database, open_database
 from memory.store.migrations import MIGRATIONS, apply_migrations, m001_memory_index
+from memory.store.postgres.sessions import PgSessionStore
 from memory.store.sessions import SessionKey, SessionStore, SqliteSessionStore
+from tests.store_backends import Backend
 
 OWNER = SessionKey("main", "telegram", "direct", "12345")
 GROUP = SessionKey("main", "telegram", "group", "-100777")
@@ -33,14 +37,16 @@ def db(db_path: Path) -> Iterator[Database]:
     database.close()
 
 
-# The implementations of the `SessionStore` interface the store tests run against: a second
-# backend runs the same tests by adding one entry here.
-STORES: dict[str, Callable[[Database], SessionStore]] = {"sqlite": SqliteSessionStore}
+# The implementations of the `SessionStore` interface, by backend (tests/store_backends.py).
+STORES: dict[str, Callable[[Any], SessionStore]] = {
+    "sqlite": SqliteSessionStore,
+    "postgres": PgSessionStore,
+}
 
 
-@pytest.fixture(params=sorted(STORES))
-def store(request: pytest.FixtureRequest, db: Database) -> SessionStore:
-    return STORES[request.param](db)
+@pytest.fixture
+def store(backend: Backend) -> SessionStore:
+    return STORES[backend.name](backend.db)
 
 
 # ---- keys -------------------------------------------------------------------------------------
@@ -106,29 +112,22 @@ def test_each_key_has_its_own_session(store: SessionStore) -> None:
     assert store.current(OWNER).id != store.current(GROUP).id
 
 
-def test_a_restart_resumes_the_current_session_and_its_events(db_path: Path) -> None:
-    db = open_database(db_path)
-    store = SqliteSessionStore(db)
+def test_a_restart_resumes_the_current_session_and_its_events(backend: Backend) -> None:
+    store = STORES[backend.name](backend.db)
     session = store.current(OWNER)
     store.append(session.id, "user", {"text": "remember the milk"})
-    db.close()
+    backend.db.close()
 
-    db = open_database(db_path)
-    resumed = SqliteSessionStore(db).current(OWNER)
+    again = STORES[backend.name](backend.reopen())
+    resumed = again.current(OWNER)
     assert resumed.id == session.id
-    assert [e.content for e in SqliteSessionStore(db).events(resumed.id)] == [
-        {"text": "remember the milk"}
-    ]
-    db.close()
+    assert [e.content for e in again.events(resumed.id)] == [{"text": "remember the milk"}]
 
 
-def test_two_connections_agree_on_the_current_session(db_path: Path) -> None:
-    a, b = open_database(db_path), open_database(db_path)
-    try:
-        assert SqliteSessionStore(a).current(OWNER).id == SqliteSessionStore(b).current(OWNER).id
-    finally:
-        a.close()
-        b.close()
+def test_two_connections_agree_on_the_current_session(backend: Backend) -> None:
+    a = STORES[backend.name](backend.db)
+    b = STORES[backend.name](backend.reopen())
+    assert a.current(OWNER).id == b.current(OWNER).id
 
 
 def test_reset_archives_the_current_session_and_starts_fresh(store: SessionStore) -> None:
@@ -141,6 +140,17 @@ def test_reset_archives_the_current_session_and_starts_fresh(store: SessionStore
     assert [e.content["text"] for e in store.events(old.id)] == ["before the reset"]
     assert [s.id for s in store.history(OWNER)] == [old.id, new.id]
     assert {s.id for s in store.all_sessions()} == {old.id, new.id}
+
+
+def test_sessions_are_found_by_the_start_of_their_id(store: SessionStore) -> None:
+    found = sorted([store.current(OWNER), store.current(GROUP), store.reset(OWNER)], key=str)
+    ids = sorted(s.id for s in found)
+
+    assert store.with_id_prefix(ids[0][:12]) == [s for s in found if s.id == ids[0]]
+    assert store.with_id_prefix("") == []
+    assert store.with_id_prefix("Z1") == [] and store.with_id_prefix("%") == []
+    by_first = [s.id for c in "0123456789abcdef" for s in store.with_id_prefix(c, limit=9)]
+    assert by_first == ids
 
 
 def test_reset_without_a_current_session_just_starts_one(store: SessionStore) -> None:
@@ -171,8 +181,19 @@ def test_sessions_number_their_events_independently(store: SessionStore) -> None
 
 
 def test_an_appended_event_is_committed_when_append_returns(
-    store: SessionStore, db_path: Path
+    store: SessionStore, backend: Backend
 ) -> None:
+    session = store.current(OWNER)
+    store.append(session.id, "user", {"text": "durable"})
+
+    other = STORES[backend.name](backend.reopen())  # another connection sees it at once
+    assert [(e.seq, e.kind, e.content) for e in other.events(session.id)] == [
+        (1, "user", {"text": "durable"})
+    ]
+
+
+def test_sqlite_stores_the_event_as_written(db: Database, db_path: Path) -> None:
+    store = SqliteSessionStore(db)
     session = store.current(OWNER)
     store.append(session.id, "user", {"text": "durable"})
     other = sqlite3.connect(db_path)
@@ -185,10 +206,36 @@ def test_an_appended_event_is_committed_when_append_returns(
     assert rows == [(1, "user", '{"text": "durable"}')]
 
 
-def test_append_restores_the_connection_sync_level(store: SessionStore, db: Database) -> None:
+def test_append_restores_the_connection_sync_level(db: Database) -> None:
+    store = SqliteSessionStore(db)
     before = db.execute("PRAGMA synchronous")
     store.append(store.current(OWNER).id, "user", {"text": "x"})
     assert db.execute("PRAGMA synchronous") == before
+
+
+def test_concurrent_appends_to_one_session_get_distinct_gap_free_seqs(
+    backend: Backend,
+) -> None:
+    import threading
+
+    session = STORES[backend.name](backend.db).current(OWNER)
+    stores = [STORES[backend.name](backend.db), STORES[backend.name](backend.reopen())]
+    seqs: list[int] = []
+    lock = threading.Lock()
+
+    def append_five(s: SessionStore) -> None:
+        for i in range(5):
+            event = s.append(session.id, "user", {"text": str(i)})
+            with lock:
+                seqs.append(event.seq)
+
+    threads = [threading.Thread(target=append_five, args=(s,)) for s in stores * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert sorted(seqs) == list(range(1, 21))
 
 
 def test_content_and_usage_round_trip(store: SessionStore) -> None:
@@ -216,15 +263,11 @@ def test_latest_compaction(store: SessionStore) -> None:
     assert store.latest_compaction(session.id) == second
 
 
-def test_flush_and_compaction_counters_persist(store: SessionStore, db_path: Path) -> None:
+def test_flush_and_compaction_counters_persist(store: SessionStore, backend: Backend) -> None:
     session = store.current(OWNER)
     assert store.increment_compactions(session.id).compactions == 1
     store.mark_flushed(session.id, 1)
-    reopened = open_database(db_path)
-    try:
-        again = SqliteSessionStore(reopened).get(session.id)
-    finally:
-        reopened.close()
+    again = STORES[backend.name](backend.reopen()).get(session.id)
     assert again is not None and (again.compactions, again.flushed_cycle) == (1, 1)
     with pytest.raises(SessionError):
         store.mark_flushed("missing", 1)
@@ -291,3 +334,16 @@ def test_m002_upgrades_a_database_created_with_m001_only(
         b.close()
     assert names == [m.__name__ for m in MIGRATIONS]
     assert "m002_sessions" in names
+
+
+def test_a_sessions_project_is_kept_and_a_reset_can_carry_it(store: SessionStore) -> None:
+    session = store.current(OWNER)
+    assert session.project is None  # not chosen: the default applies
+
+    chosen = store.set_project(session.id, "apollo")
+    assert chosen.project == "apollo" and store.current(OWNER).project == "apollo"
+    assert store.set_project(session.id, "").project == ""  # `/project none`
+    assert store.reset(OWNER, project="apollo").project == "apollo"
+    assert store.current(OWNER).project == "apollo"
+    with pytest.raises(SessionError):
+        store.set_project("0" * 32, "apollo")

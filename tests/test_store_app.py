@@ -1,17 +1,16 @@
 """The gateway's and automations' repositories, tested through their Protocols (PairingStore,
-QueueStore, JobStore): each fixture yields the SQLite implementation, so a second implementation
-(PostgreSQL) runs the same promises by adding a fixture parameter."""
+QueueStore, JobStore), on both backends (`backend`: SQLite and PostgreSQL,
+tests/store_backends.py)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-from memory.store.db import Database, open_database
 from memory.store.jobs_store import (
     JobStore,
     NewJob,
@@ -21,37 +20,44 @@ from memory.store.jobs_store import (
     TooManyJobs,
 )
 from memory.store.pairing_store import PairingStore, SqlitePairingStore
+from memory.store.postgres.jobs import PgJobStore
+from memory.store.postgres.pairing import PgPairingStore
+from memory.store.postgres.queue import PgQueueStore
 from memory.store.queue_store import Delivery, LeaseHolder, QueueStore, SqliteQueueStore
+from tests.store_backends import Backend, at_once
 
 T0 = 1_000_000.0
 NOW = datetime(2026, 12, 1, 9, tzinfo=UTC)
 
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def pairing(db: Database) -> PairingStore:
-    return SqlitePairingStore(db)
+PAIRING: dict[str, Callable[[Any], PairingStore]] = {
+    "sqlite": SqlitePairingStore,
+    "postgres": PgPairingStore,
+}
+QUEUES: dict[str, Callable[..., QueueStore]] = {
+    "sqlite": SqliteQueueStore,
+    "postgres": PgQueueStore,
+}
+JOBS: dict[str, Callable[[Any], JobStore]] = {"sqlite": SqliteJobStore, "postgres": PgJobStore}
 
 
 @pytest.fixture
-def queue(db: Database) -> QueueStore:
-    return SqliteQueueStore(db)
+def pairing(backend: Backend) -> PairingStore:
+    return PAIRING[backend.name](backend.db)
 
 
 @pytest.fixture
-def terminal_queue(db: Database) -> QueueStore:
-    return SqliteQueueStore(db, claimant="cli-1")
+def queue(backend: Backend) -> QueueStore:
+    return QUEUES[backend.name](backend.db)
 
 
 @pytest.fixture
-def jobs(db: Database) -> JobStore:
-    return SqliteJobStore(db)
+def terminal_queue(backend: Backend) -> QueueStore:
+    return QUEUES[backend.name](backend.db, claimant="cli-1")
+
+
+@pytest.fixture
+def jobs(backend: Backend) -> JobStore:
+    return JOBS[backend.name](backend.db)
 
 
 # -- pairing ----------------------------------------------------------------------------------
@@ -66,6 +72,15 @@ def test_a_channel_never_has_more_pending_codes_than_allowed(pairing: PairingSto
 
     assert [m is not None for m in made] == [True, True, True, False]
     assert [r.code for r in pairing.pending(T0)] == ["CODE0", "CODE1", "CODE2"]
+
+
+def test_the_pending_cap_holds_when_requests_come_at_once(backend: Backend) -> None:
+    stores = [PAIRING[backend.name](backend.reopen()) for _ in range(6)]
+
+    made = at_once([lambda s=s, i=i: request(s, str(i), f"C{i}") for i, s in enumerate(stores)])
+
+    assert sum(m is not None for m in made) == 3
+    assert len(stores[0].pending(T0)) == 3
 
 
 def test_an_expired_code_is_gone_and_frees_its_place(pairing: PairingStore) -> None:
@@ -139,8 +154,9 @@ def test_queue_ids_and_sessions_follow_arrival_order(queue: QueueStore) -> None:
     assert [m.message_json for m in claimed.messages] == ['"1"', '"1"']
 
 
-def test_a_queued_message_is_claimed_exactly_once(db: Database) -> None:
-    stores = [SqliteQueueStore(db) for _ in range(4)]
+def test_a_queued_message_is_claimed_exactly_once(backend: Backend) -> None:
+    dbs = [backend.db, backend.db, backend.reopen(), backend.reopen()]  # threads and processes
+    stores = [QUEUES[backend.name](db) for db in dbs]
     for i in range(20):
         accept(stores[0], "k", str(i))
     claimed: list[int] = []
@@ -202,6 +218,22 @@ def test_deliveries_are_kept_by_part_and_finished_with_the_turn(queue: QueueStor
     queue.prune(T0 + 1)
     assert queue.counts() == {} and queue.deliveries(turn.turn_id) == []
     assert accept(queue, "k", "1") is not None  # the de-duplication record was pruned too
+
+
+def test_of_processes_taking_a_lease_at_once_one_holds_it(backend: Backend) -> None:
+    stores = [QUEUES[backend.name](backend.reopen()) for _ in range(4)]
+    holders = [LeaseHolder(f"p{i}", i, "host", "telegram") for i in range(4)]
+
+    others = at_once(
+        [
+            lambda s=s, h=h: s.acquire_lease("s1", h, T0, 30, alive=lambda _: True)
+            for s, h in zip(stores, holders, strict=True)
+        ]
+    )
+
+    assert sum(o is None for o in others) == 1
+    winner = holders[others.index(None)]
+    assert all(o == winner for o in others if o is not None)
 
 
 def test_a_session_lease_has_one_holder(queue: QueueStore) -> None:
@@ -278,6 +310,30 @@ def test_a_run_is_claimed_exactly_once(jobs: JobStore) -> None:
     assert fresh is not None and fresh.next_run_utc == later
     [run] = jobs.runs(job.id)
     assert (run.id, run.status, run.scheduled_for) == (run_id, "running", NOW)
+
+
+def test_of_schedulers_claiming_at_once_exactly_one_gets_the_run(backend: Backend) -> None:
+    job = JOBS[backend.name](backend.db).insert(new_job(), first_run=NOW, now=NOW, max_active=None)
+    stores = [JOBS[backend.name](backend.reopen()) for _ in range(4)]
+    later = NOW + timedelta(minutes=5)
+
+    got = at_once([lambda s=s: s.claim(job.id, NOW, later, NOW, run_for=NOW) for s in stores])
+
+    assert sum(g is not None for g in got) == 1
+    assert len(stores[0].runs(job.id)) == 1
+
+
+def test_the_job_cap_holds_when_inserts_come_at_once(backend: Backend) -> None:
+    stores = [JOBS[backend.name](backend.reopen()) for _ in range(5)]
+
+    def insert(store: JobStore) -> bool:
+        try:
+            store.insert(new_job(), first_run=NOW, now=NOW, max_active=2)
+        except TooManyJobs:
+            return False
+        return True
+
+    assert sum(at_once([lambda s=s: insert(s) for s in stores])) == 2
 
 
 def test_a_paused_job_is_not_claimed(jobs: JobStore) -> None:

@@ -1,17 +1,18 @@
 """The index repositories (memory/store/index_*.py) keep the promises their Protocols state.
 
-Every test talks to the interfaces only; the `backend` fixture yields the implementations (today
-SQLite), so a second implementation runs the same tests by adding one entry to BACKENDS.
+Every test talks to the interfaces only; the `backend` fixture yields the implementations on
+SQLite and on PostgreSQL (a fresh database on the run's pgserver, tests/pg_support.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from memory.store.db import open_database
@@ -29,6 +30,10 @@ from memory.store.index_rows import (
     SourceState,
     SqliteIndexRows,
 )
+from memory.store.postgres.index_rows import PgEmbeddingCache, PgGenerations, PgIndexRows
+from memory.store.postgres.search import PgSearchQueries
+from memory.store.search_queries import SearchQueries, SqliteSearchQueries
+from tests.pg_support import PgTestServer
 
 IDENTITY = {"provider": "use", "model": "m", "dimensions": 4, "chunk_tokens": 400}
 
@@ -42,10 +47,11 @@ class Backend:
     rows: IndexRowRepository
     cache: EmbeddingCacheRepository
     unique_violation: type[Exception]  # what the driver raises when a uniqueness rule is broken
+    queries: SearchQueries
 
 
 @contextlib.contextmanager
-def sqlite_backend(tmp_path: Path) -> Iterator[Backend]:
+def sqlite_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     db = open_database(tmp_path / "agent.sqlite")
     try:
         yield Backend(
@@ -54,17 +60,35 @@ def sqlite_backend(tmp_path: Path) -> Iterator[Backend]:
             SqliteIndexRows(db),
             SqliteEmbeddingCache(db),
             db.conn.IntegrityError,
+            SqliteSearchQueries(db),
         )
     finally:
         db.close()
 
 
-BACKENDS = {"sqlite": sqlite_backend}
+@contextlib.contextmanager
+def postgres_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    server: PgTestServer = request.getfixturevalue("pg_server")
+    db = server.open(request.getfixturevalue("pg_dsn"), min_size=0, max_size=4)
+    try:
+        yield Backend(
+            db.transaction,
+            PgGenerations(db),
+            PgIndexRows(db),
+            PgEmbeddingCache(db),
+            psycopg.errors.UniqueViolation,
+            PgSearchQueries(db),
+        )
+    finally:
+        db.close()
+
+
+BACKENDS = {"sqlite": sqlite_backend, "postgres": postgres_backend}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    with BACKENDS[request.param](tmp_path) as opened:
+    with BACKENDS[request.param](request, tmp_path) as opened:
         yield opened
 
 
@@ -321,6 +345,27 @@ def test_dropping_a_generation_leaves_the_others(backend: Backend) -> None:
     assert backend.rows.chunk_count(kept) == 1 and list(backend.rows.sources(kept)) == ["a.md"]
 
 
+def test_what_the_rows_repository_writes_is_searched_counted_and_versioned(
+    backend: Backend,
+) -> None:
+    generation = new_generation(backend, active=True)
+    version = backend.queries.index_version()
+    with backend.transaction() as conn:
+        first = backend.rows.insert_chunk(conn, chunk(generation, "a.md", 1, "Anna keeps bees"))
+        backend.rows.insert_chunk(conn, chunk(generation, "b.md", 1, "the dog barked"))
+        backend.generations.bump_version(conn)
+
+    assert backend.queries.chunk_count(generation) == 2
+    assert backend.queries.index_version() != version
+    assert [i for i, _ in backend.queries.keyword_ranked('"bees"', 10)] == [first]
+    with backend.transaction() as conn:
+        backend.rows.delete_keywords(conn, [first])
+        backend.rows.delete_chunks(conn, [first])
+        backend.generations.bump_version(conn)
+    assert backend.queries.keyword_ranked('"bees"', 10) == []
+    assert backend.queries.chunk_count(generation) == 1
+
+
 # ---- embedding cache ------------------------------------------------------------------------
 
 KEY = ModelKey("use", "m", 4)
@@ -360,3 +405,43 @@ def test_a_cached_batch_is_lost_with_its_failed_transaction(backend: Backend) ->
         raise RuntimeError("the rebuild lost its lease")
 
     assert backend.cache.get(KEY, ["a"]) == {}
+
+
+def test_postgres_keeps_bm25s_totals_with_the_keyword_rows(pg_database: Any) -> None:
+    generations, rows = PgGenerations(pg_database), PgIndexRows(pg_database)
+    totals = "SELECT rows, tokens FROM memory_keyword_stats"
+    recount = "SELECT count(*), coalesce(sum(cardinality(tokens)), 0) FROM memory_keywords"
+    with pg_database.transaction() as conn:
+        kept = generations.create_building(conn, IDENTITY, 1.0)
+        dropped = generations.create_building(conn, IDENTITY, 1.0)
+        ids = [
+            rows.insert_chunk(conn, chunk(g, "a.md", n, text))
+            for g, n, text in [
+                (kept, 1, "Anna keeps bees"),
+                (kept, 2, "the dog, the café"),
+                (dropped, 1, "蓝 色 的 杯 子"),
+            ]
+        ]
+    assert pg_database.execute(totals) == pg_database.execute(recount) == [(3, 12)]
+
+    with pg_database.transaction() as conn:
+        rows.delete_keywords(conn, ids[:1])
+        rows.drop_keywords_of(conn, dropped)
+    assert pg_database.execute(totals) == pg_database.execute(recount) == [(1, 4)]
+
+
+def test_project_tagged_chunks_are_listed_by_path_and_line(backend: Backend) -> None:
+    generation = new_generation(backend, active=True)
+    with backend.transaction() as conn:
+        for path, line, project in [
+            ("b.md", 1, "apollo"),
+            ("a.md", 9, "apollo"),
+            ("a.md", 2, None),
+        ]:
+            row = chunk(generation, path, line, f"{path}:{line}")
+            backend.rows.insert_chunk(conn, replace(row, project=project))
+
+    assert backend.rows.tagged_chunks(generation) == [
+        ("a.md", 9, "a.md:9", "apollo"),
+        ("b.md", 1, "b.md:1", "apollo"),
+    ]

@@ -1,18 +1,25 @@
 """The lifecycle stores (intents, recall signals, dream runs, forgetting, lineage), specified
-through their Protocols: each fixture yields the SQLite implementation, so a second
-implementation can run the same tests by adding its own fixture."""
+through their Protocols, on both backends (`backend`: SQLite and PostgreSQL,
+tests/store_backends.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from memory.store.db import Database, open_database
 from memory.store.dreaming_schema import apply_dreaming_migrations
-from memory.store.dreams_store import DreamRunStore, RunWrite, SqliteDreamRuns
+from memory.store.dreams_store import (
+    DreamRunStore,
+    RunWrite,
+    SqliteDreamRuns,
+    SqliteStagingLookups,
+    StagingLookups,
+)
 from memory.store.forget_store import ForgetStore, KeptNote, SessionErasure, SqliteForgetStore
+from memory.store.index_generations import GenerationRepository, SqliteGenerations
+from memory.store.index_rows import IndexRowRepository, SourceRow, SqliteIndexRows
 from memory.store.intents_store import (
     IntentRepository,
     IntentScope,
@@ -21,45 +28,93 @@ from memory.store.intents_store import (
     ensure_intent_schema,
 )
 from memory.store.lineage import LineageRepository, LineageStore
+from memory.store.postgres.dreams import PgDreamRuns, PgStagingLookups
+from memory.store.postgres.index_rows import PgGenerations, PgIndexRows
+from memory.store.postgres.intents import PgIntentRepository
+from memory.store.postgres.lineage import PgForgetStore, PgLineageStore
+from memory.store.postgres.sessions import PgSessionStore
+from memory.store.postgres.signals import PgRecallSignals
 from memory.store.recall_signals import RecallSignal, RecallSignalStore, Span, SqliteRecallSignals
-from memory.store.sessions import SessionKey, SqliteSessionStore
+from memory.store.sessions import SessionKey, SessionStore, SqliteSessionStore
+from tests.store_backends import Backend, at_once
 
 T0 = 1_770_000_000.0
 SCOPE = IntentScope("main", "telegram", "direct:owner", "owner")
 OTHER_CHAT = IntentScope("main", "telegram", "group:friends", "owner")
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "agent.sqlite")
-    yield database
-    database.close()
-
-
-@pytest.fixture
-def intents(db: Database) -> IntentRepository:
+def _sqlite_intents(db: Any) -> IntentRepository:
     ensure_intent_schema(db)
     return SqliteIntentRepository(db)
 
 
-@pytest.fixture
-def signals(db: Database) -> RecallSignalStore:
-    return SqliteRecallSignals(db)
+INTENTS: dict[str, Callable[[Any], IntentRepository]] = {
+    "sqlite": _sqlite_intents,
+    "postgres": PgIntentRepository,
+}
+SIGNALS: dict[str, Callable[[Any], RecallSignalStore]] = {
+    "sqlite": SqliteRecallSignals,
+    "postgres": PgRecallSignals,
+}
+RUNS: dict[str, Callable[[Any], DreamRunStore]] = {
+    "sqlite": SqliteDreamRuns,
+    "postgres": PgDreamRuns,
+}
+LINEAGE: dict[str, Callable[[Any], LineageRepository]] = {
+    "sqlite": LineageStore,
+    "postgres": PgLineageStore,
+}
+FORGET: dict[str, Callable[[Any], ForgetStore]] = {
+    "sqlite": SqliteForgetStore,
+    "postgres": PgForgetStore,
+}
+STAGING: dict[str, Callable[[Any], StagingLookups]] = {
+    "sqlite": SqliteStagingLookups,
+    "postgres": PgStagingLookups,
+}
+GENERATIONS: dict[str, Callable[[Any], GenerationRepository]] = {
+    "sqlite": SqliteGenerations,
+    "postgres": PgGenerations,
+}
+ROWS: dict[str, Callable[[Any], IndexRowRepository]] = {
+    "sqlite": SqliteIndexRows,
+    "postgres": PgIndexRows,
+}
+SESSIONS: dict[str, Callable[[Any], SessionStore]] = {
+    "sqlite": SqliteSessionStore,
+    "postgres": PgSessionStore,
+}
 
 
 @pytest.fixture
-def runs(db: Database) -> DreamRunStore:
-    return SqliteDreamRuns(db)
+def intents(backend: Backend) -> IntentRepository:
+    return INTENTS[backend.name](backend.db)
 
 
 @pytest.fixture
-def lineage(db: Database) -> LineageRepository:
-    return LineageStore(db)
+def signals(backend: Backend) -> RecallSignalStore:
+    return SIGNALS[backend.name](backend.db)
 
 
 @pytest.fixture
-def forgetting(db: Database) -> ForgetStore:
-    return SqliteForgetStore(db)
+def runs(backend: Backend) -> DreamRunStore:
+    return RUNS[backend.name](backend.db)
+
+
+@pytest.fixture
+def lineage(backend: Backend) -> LineageRepository:
+    return LINEAGE[backend.name](backend.db)
+
+
+@pytest.fixture
+def forgetting(backend: Backend) -> ForgetStore:
+    return FORGET[backend.name](backend.db)
+
+
+def dreamed_before(backend: Backend) -> None:
+    """The dream tables exist (SQLite creates them on the first dream; PostgreSQL at open)."""
+    if backend.name == "sqlite":
+        apply_dreaming_migrations(backend.db)
 
 
 def new_intent(
@@ -115,6 +170,29 @@ def test_an_intent_fires_once_per_cooldown(intents: IntentRepository) -> None:
     assert intents.fire_all([intent.id], now=T0 + 2, session_key="k", excerpt="b") == []
     assert intents.matching_entries(SCOPE, ["hangzhou"], now=T0 + 2, limit=10) == []
     assert [f.excerpt for f in intents.fires(intent.id)] == ["a"]
+
+
+def test_of_callers_firing_at_once_exactly_one_gets_the_fire(backend: Backend) -> None:
+    intent = INTENTS[backend.name](backend.db).create(new_intent())
+    stores = [INTENTS[backend.name](backend.reopen()) for _ in range(4)]
+
+    fired = at_once(
+        [
+            lambda s=s: s.fire_all([intent.id], now=T0 + 1, session_key="k", excerpt="x")
+            for s in stores
+        ]
+    )
+
+    assert sorted(map(len, fired)) == [0, 0, 0, 1]
+    assert len(stores[0].fires(intent.id)) == 1
+
+
+def test_an_intent_created_at_once_is_stored_once(backend: Backend) -> None:
+    stores = [INTENTS[backend.name](backend.reopen()) for _ in range(4)]
+
+    made = at_once([lambda s=s: s.create(new_intent()) for s in stores])
+
+    assert len({m.id for m in made}) == 1 and len(stores[0].intents()) == 1
 
 
 def test_the_last_fire_ends_the_intent_and_its_entries(intents: IntentRepository) -> None:
@@ -185,10 +263,11 @@ def test_a_disabled_store_records_nothing(signals: RecallSignalStore) -> None:
 
 
 def test_reading_a_database_that_never_dreamed_creates_nothing(
-    runs: DreamRunStore, db: Database
+    runs: DreamRunStore, backend: Backend
 ) -> None:
     assert runs.last_finished() is None and runs.last_undoable() is None
-    assert not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'dream_runs'")
+    if backend.name == "sqlite":
+        assert not backend.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'dream_runs'")
 
 
 def test_one_holder_has_the_lease_until_it_expires(runs: DreamRunStore) -> None:
@@ -199,14 +278,30 @@ def test_one_holder_has_the_lease_until_it_expires(runs: DreamRunStore) -> None:
     assert runs.acquire_lease("dream", "b", now=T0 + 61, lease_s=60)
 
 
+def test_of_dreamers_taking_the_lease_at_once_one_gets_it(backend: Backend) -> None:
+    dreamed_before(backend)
+    stores = [RUNS[backend.name](backend.reopen()) for _ in range(4)]
+
+    got = at_once(
+        [
+            lambda s=s, i=i: s.acquire_lease("dream", f"h{i}", now=T0, lease_s=60)
+            for i, s in enumerate(stores)
+        ]
+    )
+
+    assert sorted(got) == [False, False, False, True]
+
+
 def test_a_released_lease_can_be_taken(runs: DreamRunStore) -> None:
     assert runs.acquire_lease("dream", "a", now=T0, lease_s=60)
     runs.release_lease("dream", "a")
     assert runs.acquire_lease("dream", "b", now=T0 + 1, lease_s=60)
 
 
-def test_a_finished_run_that_wrote_can_be_undone_once(runs: DreamRunStore, db: Database) -> None:
-    apply_dreaming_migrations(db)
+def test_a_finished_run_that_wrote_can_be_undone_once(
+    runs: DreamRunStore, backend: Backend
+) -> None:
+    dreamed_before(backend)
     first = runs.start_run("nightly", started_at=T0)
     second = runs.start_run("manual", started_at=T0 + 1)
     assert second > first
@@ -229,8 +324,10 @@ def test_a_failed_run_is_recorded_finished_with_its_reason(runs: DreamRunStore) 
     assert last is not None and last.outcome == "failed: no model"
 
 
-def test_preimages_are_rewritten_and_post_hashes_moved(runs: DreamRunStore, db: Database) -> None:
-    apply_dreaming_migrations(db)
+def test_preimages_are_rewritten_and_post_hashes_moved(
+    runs: DreamRunStore, backend: Backend
+) -> None:
+    dreamed_before(backend)
     run = runs.start_run("manual", started_at=T0)
     write = RunWrite("rewrite", "p.md", "keep\ndrop", "h0", "h1")
     runs.finish_run(
@@ -243,13 +340,42 @@ def test_preimages_are_rewritten_and_post_hashes_moved(runs: DreamRunStore, db: 
     assert undoable is not None and undoable.post_hash == "h2"
 
 
+def test_staging_finds_the_origin_the_active_index_gives_a_file(backend: Backend) -> None:
+    generations, rows = GENERATIONS[backend.name](backend.db), ROWS[backend.name](backend.db)
+    with backend.db.transaction() as conn:
+        old = generations.create_building(conn, {"dimensions": 4}, T0)
+        rows.write_source(conn, SourceRow(old, "MEMORY.md", "memory", "agent", "h", 1.0, 1, None))
+        generations.activate(conn, old, T0)
+        new = generations.create_building(conn, {"dimensions": 4}, T0)
+        rows.write_source(conn, SourceRow(new, "MEMORY.md", "memory", "owner", "h", 1.0, 1, None))
+
+    staging = STAGING[backend.name](backend.db)
+    assert staging.indexed_origin("MEMORY.md") == "agent"  # the active one, not the building
+    assert staging.indexed_origin("USER.md") is None
+
+
+def test_staging_tells_automated_sessions_apart(backend: Backend) -> None:
+    sessions = SESSIONS[backend.name](backend.db)
+    owner = sessions.current(SessionKey.owner_main())
+    beat = sessions.current(SessionKey("main", "heartbeat", "direct", "owner"))
+    job = sessions.current(SessionKey("main", "telegram", "direct", "owner", "job:7"))
+
+    found = STAGING[backend.name](backend.db).automated_sessions({owner.id, beat.id, job.id})
+
+    assert found == {beat.id, job.id}
+    assert STAGING[backend.name](backend.db).automated_sessions(set()) == set()
+
+
 # ---- ForgetStore and LineageRepository ----------------------------------------------------
 
 
 def test_erase_removes_the_session_and_leaves_a_tombstone(
-    db: Database, forgetting: ForgetStore, lineage: LineageRepository, signals: RecallSignalStore
+    backend: Backend,
+    forgetting: ForgetStore,
+    lineage: LineageRepository,
+    signals: RecallSignalStore,
 ) -> None:
-    sessions = SqliteSessionStore(db)
+    sessions = SESSIONS[backend.name](backend.db)
     session = sessions.current(SessionKey.owner_main())
     sessions.append(session.id, "user", {"text": "hello"})
     lineage.record(session.id, "daily_entry", path="memory/2026-01-10.md", detail={"lines": 1})
@@ -283,9 +409,24 @@ def test_erase_removes_the_session_and_leaves_a_tombstone(
 
 
 def test_a_second_erase_replaces_the_tombstone(
-    db: Database, forgetting: ForgetStore, lineage: LineageRepository
+    forgetting: ForgetStore, lineage: LineageRepository
 ) -> None:
     forgetting.erase(SessionErasure("gone", None, T0, []))
     forgetting.erase(SessionErasure("gone", "main:cli:direct:owner", T0 + 1, []))
     assert lineage.tombstone("gone") == (T0 + 1, "main:cli:direct:owner")
     assert lineage.forgotten_sessions() == frozenset({"gone"})
+
+
+def test_an_intent_made_in_a_project_fires_only_in_that_project(
+    intents: IntentRepository,
+) -> None:
+    apollo = IntentScope("main", "telegram", "direct:owner", "owner", None, "apollo")
+    anywhere = intents.create(new_intent(("hangzhou",), "any project"))
+    only = intents.create(new_intent(("hangzhou",), "apollo only", scope=apollo))
+
+    assert intents.create(new_intent(("hangzhou",), "apollo only", scope=apollo)) == only
+    assert only.scope.project == "apollo" and anywhere.scope.project is None
+    in_apollo = intents.matching_entries(apollo, ["hangzhou"], now=T0 + 1, limit=10)
+    elsewhere = intents.matching_entries(SCOPE, ["hangzhou"], now=T0 + 1, limit=10)
+    assert sorted(i for i, _ in in_apollo) == sorted([anywhere.id, only.id])
+    assert [i for i, _ in elsewhere] == [anywhere.id]

@@ -1,18 +1,27 @@
-"""The search repository, written against its interface (`SearchQueries`): the fixture yields a
-way to open an implementation on an index the real indexer wrote (today SQLite), so a second
-store can be parametrised in and held to the same promises."""
+"""The search repository, written against its interface (`SearchQueries`), on both backends:
+the fixture yields a way to open an implementation on an index the real indexer wrote — on
+SQLite itself, on PostgreSQL a copy made through the PostgreSQL index repositories (the indexer
+writes to SQLite only so far)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 from memory.index.index import MemoryIndex
 from memory.store.db import Database
+from memory.store.index_generations import SqliteGenerations
+from memory.store.index_rows import ChunkRow, PassageRow
+from memory.store.postgres.index_rows import PgGenerations, PgIndexRows
+from memory.store.postgres.search import PgSearchQueries
 from memory.store.search_queries import MalformedQuery, SearchQueries, SqliteSearchQueries
+from memory.store.vector_tables import to_blob
+from memory.text import fts_body
 from tests.conftest import IndexFactory, WorkspaceFactory, keyword_config, use_config
+from tests.pg_support import PgTestServer
 
 Opener = Callable[[Database], SearchQueries]
 
@@ -22,11 +31,71 @@ NOTES = {
     "memory/2026-01-02.md": "# Jan 2\n\nThe dog chased a zeppelin shadow. Anna laughed.\n",
     "memory/2026-01-03.md": "# Jan 3\n\nBought honey jars for the bees.\n",
 }
+EVERY = '"anna" OR "dog" OR "bees" OR "honey" OR "rain" OR "jan" OR "蓝"'
 
 
-@pytest.fixture(params=["sqlite"])
-def open_queries(request: pytest.FixtureRequest) -> Opener:
-    return SqliteSearchQueries
+def copy_to_postgres(source: Database, server: PgTestServer) -> Any:
+    """A PostgreSQL database holding `source`'s active index, written through the PostgreSQL
+    index repositories (chunk by chunk in id order, so ids keep their order)."""
+    sqlite = SqliteSearchQueries(source)
+    ids = sorted(i for i, _ in sqlite.keyword_ranked(EVERY, 10_000))
+    active = SqliteGenerations(source).active()
+    assert len(ids) == (sqlite.chunk_count(active[0]) if active else 0)  # every chunk copied
+    db = server.open(server.new_database(), min_size=0, max_size=4)
+    passages = sqlite.passage_vectors(ids)
+    with db.transaction() as conn:
+        generation = PgGenerations(db).create_building(conn, {"dimensions": 0}, 0.0)
+        PgGenerations(db).activate(conn, generation, 0.0)
+        rows = PgIndexRows(db)
+        for chunk_row in sorted(sqlite.chunks(ids)):
+            cid, path, src, origin, start, end, text, importance, day, project = chunk_row
+            row = ChunkRow(
+                generation,
+                path,
+                src,
+                origin,
+                "",
+                start,
+                end,
+                "h",
+                text,
+                importance,
+                day,
+                fts_body(text),
+                project,
+            )
+            new_id = rows.insert_chunk(conn, row)
+            if passages is not None:
+                rows.insert_passages(
+                    conn,
+                    new_id,
+                    generation,
+                    [
+                        PassageRow(s, e, "h", to_blob(passages.matrix[i]))
+                        for i, (c, s, e) in enumerate(passages.spans)
+                        if c == cid
+                    ],
+                )
+    return db
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_queries(request: pytest.FixtureRequest) -> Any:
+    if request.param == "sqlite":
+        yield SqliteSearchQueries
+        return
+    server: PgTestServer = request.getfixturevalue("pg_server")
+    copies: dict[str, Any] = {}
+
+    def open_copy(source: Database) -> SearchQueries:
+        key = str(source.path)
+        if key not in copies:
+            copies[key] = copy_to_postgres(source, server)
+        return PgSearchQueries(copies[key])
+
+    yield open_copy
+    for db in copies.values():
+        db.close()
 
 
 @pytest.fixture
@@ -122,6 +191,9 @@ def test_chunks_are_the_rows_of_the_ids_that_exist(
     assert by_path["memory/2026-01-01.md"][8] == "2026-01-01"  # a dated log carries its day
 
 
+# The indexer writes to SQLite only so far; on PostgreSQL the same promise is tested through the
+# index repositories (tests/test_store_index.py).
+@pytest.mark.parametrize("open_queries", ["sqlite"], indirect=True)
 def test_the_chunk_count_and_index_version_follow_writes(
     index: MemoryIndex, open_queries: Opener
 ) -> None:
@@ -176,3 +248,46 @@ def test_passage_vectors_list_each_chunks_passages_together(
     again = queries.passage_vectors([*ids, 10**9])
     assert again is not None and again.spans == found.spans
     assert np.array_equal(again.matrix, found.matrix)
+
+
+MIXED = {
+    **NOTES,
+    "memory/2026-01-04.md": "# 1月4日\n\n我喜欢蓝色的杯子。Anna 也喜欢蓝色。\n",
+    "memory/2026-01-05.md": "# Jan 5\n\nRunning with the dogs; the runners ran past cafés.\n",
+}
+
+
+@pytest.mark.parametrize(
+    "match",
+    [
+        '"anna" OR "dog"',
+        '"bees" AND "honey"',
+        '"蓝 色" OR "杯 子"',
+        '"running" OR "cafe"',
+        '"dogs"',
+    ],
+)
+def test_postgres_ranks_what_sqlite_ranks_with_the_same_bm25(
+    make_workspace: WorkspaceFactory,
+    make_index: IndexFactory,
+    pg_server: PgTestServer,
+    match: str,
+) -> None:
+    idx = make_index(make_workspace(MIXED), keyword_config())
+    idx.sync()
+    sqlite = SqliteSearchQueries(idx.db)
+    copy = copy_to_postgres(idx.db, pg_server)
+    try:
+        postgres = PgSearchQueries(copy)
+
+        def by_place(queries: SearchQueries) -> list[tuple[str, int, float]]:
+            ranked = queries.keyword_ranked(match, 50)
+            where = {r[0]: (r[1], r[4]) for r in queries.chunks([i for i, _ in ranked])}
+            return [(*where[i], rank) for i, rank in ranked]
+
+        expected, found = by_place(sqlite), by_place(postgres)
+        assert expected, "the expression should find something"
+        assert [p[:2] for p in found] == [p[:2] for p in expected]
+        assert [p[2] for p in found] == pytest.approx([p[2] for p in expected], abs=1e-6)
+    finally:
+        copy.close()

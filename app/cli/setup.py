@@ -83,6 +83,10 @@ CONFIG_TEMPLATE = """\
 # vision = "auto"                   # auto | on | off: send photos to the model as images
 # max_images = 5                    # pictures looked at in one turn
 # document_chars = 20000            # of a PDF / DOCX / text file's text in the turn
+# [store]
+# backend = "sqlite"                # sqlite (one file per agent) | postgres (not usable yet)
+# pool_max_size = 8                 # postgres: connections per process; the DSN only from
+#                                   # PINCH_STORE__DSN when it holds a password
 
 # MCP servers: their tools become the assistant's (owner only unless shared = true).
 # Secrets in env or headers as ${VARIABLE}, read from the environment. `pinch mcp list`.

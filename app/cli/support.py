@@ -89,8 +89,11 @@ def _database_damage(exc: Exception) -> str | None:
 def load_settings() -> Settings:
     """The settings of this run (config.toml and PINCH_* variables)."""
     from app.config import load_settings as load
+    from app.store_backend import check_store_backend
 
-    return load()
+    settings = load()
+    check_store_backend(settings)  # an incomplete [store] backend stops every command here
+    return settings
 
 
 def open_index(settings: Settings) -> MemoryIndex:

@@ -72,15 +72,18 @@ def acquire_lock(path: Path) -> IO[str]:
 
 
 def settings_secrets(settings: Settings) -> list[str]:
-    """The channel tokens in the settings (config.toml as well as the environment) and the
-    environment variables MCP servers' env and headers name, which `common.redact` cannot know
-    on its own."""
+    """The channel tokens and the store's DSN in the settings (config.toml as well as the
+    environment) and the environment variables MCP servers' env and headers name, which
+    `common.redact` cannot know on its own."""
     found = []
     for section in (settings.telegram, settings.slack):
         for value in section.__dict__.values():
             secret = getattr(value, "get_secret_value", None)
             if secret is not None:
                 found.append(str(secret()))
+    dsn = settings.store.dsn_text()  # may carry a password; config.toml may hold one without
+    if dsn:
+        found.append(dsn)
     for server in settings.mcp.servers.values():  # what ${VAR} in an MCP env or header names
         for value in (*server.env.values(), *server.headers.values()):
             found += [

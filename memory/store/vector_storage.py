@@ -1,7 +1,7 @@
 """Which implementation stores the vectors: the row tables with their change log, and the pack.
 
 Vector search (memory/search/) is handed a `VectorStorage` and never names an implementation;
-today's is SQLite (`sqlite_vector_storage`).
+SQLite's (`sqlite_vector_storage`) or PostgreSQL's (`postgres.vectors.postgres_vector_storage`).
 """
 
 from __future__ import annotations
@@ -21,5 +21,5 @@ class VectorStorage:
 
 
 def sqlite_vector_storage() -> VectorStorage:
-    """The vectors in the agent's SQLite file (the default, and today the only one)."""
+    """The vectors in the agent's SQLite file (the default)."""
     return VectorStorage(SqliteVectorTables(), SqliteMatrixPack())

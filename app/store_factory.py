@@ -1,0 +1,91 @@
+"""The app and lifecycle stores of one agent on the configured backend, built from the one table
+of implementations (memory/store/backends.py).
+
+    stores = build_app_stores("sqlite", index.db)
+    stores.sessions.current(key); stores.queue(claimant="cli-1").claim_next(key)
+    db = open_postgres_store(settings)     # the agent's PostgreSQL schema, migrated and pooled
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from app.config import ConfigError
+from memory.store.backends import implementation
+from memory.store.dreams_store import DreamRunStore, StagingLookups
+from memory.store.forget_store import ForgetStore
+from memory.store.intents_store import IntentRepository, ensure_intent_schema
+from memory.store.jobs_store import JobStore
+from memory.store.lineage import LineageRepository
+from memory.store.pairing_store import PairingStore
+from memory.store.postgres.database import PgDatabase, agent_schema, open_postgres
+from memory.store.queue_store import QueueStore
+from memory.store.recall_signals import RecallSignalStore
+from memory.store.sessions import SessionStore
+
+if TYPE_CHECKING:
+    from app.config import Settings
+
+
+@dataclass(frozen=True)
+class AppStores:
+    """The application and lifecycle stores of one agent on one backend."""
+
+    backend: str
+    db: Any  # memory.store.db.Database | PgDatabase
+    sessions: SessionStore
+    pairing: PairingStore
+    jobs: JobStore
+    intents: IntentRepository
+    signals: RecallSignalStore
+    dream_runs: DreamRunStore
+    staging: StagingLookups
+    lineage: LineageRepository
+    forget: ForgetStore
+
+    def queue(self, claimant: str | None = None) -> QueueStore:
+        """The inbound queue as seen by `claimant` (None: the gateway's channels)."""
+        queue_class = implementation("QueueStore", self.backend)
+        assert queue_class is not None  # every backend the factory builds has a queue
+        made: QueueStore = queue_class(self.db, claimant=claimant)
+        return made
+
+
+def build_app_stores(backend: str, db: Any) -> AppStores:
+    """Every app and lifecycle store of `backend` on `db` (an open SQLite `Database` or
+    `PgDatabase`), from the one table of implementations."""
+
+    def make(name: str) -> Any:
+        found = implementation(name, backend)
+        if found is None:
+            raise ConfigError(f"No {backend} implementation of {name} yet.")
+        return found(db)
+
+    if backend == "sqlite":
+        ensure_intent_schema(db)  # the SQLite stores create their tables on first use
+    return AppStores(
+        backend,
+        db,
+        sessions=make("SessionStore"),
+        pairing=make("PairingStore"),
+        jobs=make("JobStore"),
+        intents=make("IntentRepository"),
+        signals=make("RecallSignalStore"),
+        dream_runs=make("DreamRunStore"),
+        staging=make("StagingLookups"),
+        lineage=make("LineageRepository"),
+        forget=make("ForgetStore"),
+    )
+
+
+def open_postgres_store(settings: Settings) -> PgDatabase:
+    """The PostgreSQL database of `settings`' agent (its own schema), migrated and pooled."""
+    config = settings.store
+    return open_postgres(
+        config.dsn_text(),
+        schema=agent_schema(settings.agent_id),
+        min_size=config.pool_min_size,
+        max_size=config.pool_max_size,
+        timeout_s=config.connect_timeout_s,
+    )

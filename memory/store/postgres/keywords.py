@@ -1,0 +1,127 @@
+"""The keyword side on PostgreSQL, made to rank the terms SQLite's FTS5 ranks: no PostgreSQL
+text-search parser (it knows no Chinese), but the same tokens and FTS5's own bm25.
+
+- Tokens: Pinch's keyword body (memory/text.py `fts_body`: CJK characters already spaced) split
+  as FTS5's `unicode61 remove_diacritics 2` does — letters and digits, diacritics removed, lower
+  case — then stemmed. FTS5 uses the Porter stemmer; PostgreSQL ships Snowball's English
+  stemmer (`english_stem`, Porter's own successor), applied in SQL (`STEMMED`); a few words stem
+  differently, which bench/retrieval.py measures.
+- Expressions: the FTS5 subset Pinch writes (memory/text.py `fts_match_expression`): quoted
+  phrases, or bare words, joined by one operator, AND or OR; anything else is a
+  `MalformedQuery`, as FTS5 would refuse it.
+- Ranking: FTS5's bm25 (k1 = 1.2, b = 0.75, idf = ln((N - n + 0.5) / (n + 0.5)), 1e-6 when not
+  positive, a phrase's frequency = its occurrences), over every keyword row of the schema, as
+  a negative rank (lower is better), so equal data gives equal ranks on both backends. It is
+  computed by PostgreSQL in one statement (`bm25_statement`) over the rows the GIN index finds,
+  N and the total length read from `memory_keyword_stats` (kept with the keyword rows);
+  bench/pg_store.py measured it against the same formula in Python (bench/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memory.store.search_queries import MalformedQuery
+
+K1, B = 1.2, 0.75
+# The stemmed form of the text[] parameter, in order (a stop word keeps its own form, as FTS5).
+STEMMED = (
+    "SELECT coalesce(array_agg(coalesce((ts_lexize('english_stem', t))[1], t) ORDER BY n), "
+    "'{}') FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n)"
+)
+_TOKEN = re.compile(r"[^\W_]+")
+_EXPRESSION = re.compile(r'\s*(?:"((?:[^"]|"")*)"|([^\W_]+))\s*')
+
+
+def keyword_tokens(text: str) -> list[str]:
+    """The tokens FTS5's unicode61 tokenizer (remove_diacritics 2) makes of `text`, unstemmed."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    return _TOKEN.findall(plain.lower())
+
+
+@dataclass(frozen=True)
+class KeywordQuery:
+    """A parsed expression: phrases (each a list of unstemmed tokens) joined by `operator`."""
+
+    phrases: list[list[str]]
+    operator: str  # "AND" | "OR"
+
+
+def parse_match(expression: str) -> KeywordQuery:
+    """The phrases and operator of an FTS5 expression of the form Pinch writes; MalformedQuery
+    for anything else (an unclosed quote, a bracket, an operator without a phrase)."""
+    phrases: list[list[str]] = []
+    operators: set[str] = set()
+    rest = expression
+    while True:
+        m = _EXPRESSION.match(rest)
+        if m is None or m.group(2) in ("AND", "OR", "NOT", "NEAR"):
+            raise MalformedQuery(f"fts5: syntax error near {rest[:20]!r}")
+        text = m.group(1).replace('""', '"') if m.group(1) is not None else m.group(2)
+        tokens = keyword_tokens(text)
+        if tokens:
+            phrases.append(tokens)
+        rest = rest[m.end() :]
+        if not rest.strip():
+            break
+        op = re.match(r"(AND|OR)\s+", rest)
+        if op is None:
+            raise MalformedQuery(f"fts5: syntax error near {rest[:20]!r}")
+        operators.add(op.group(1))
+        rest = rest[op.end() :]
+    if len(operators) > 1:
+        raise MalformedQuery("mixing AND and OR is not an expression Pinch writes")
+    return KeywordQuery(phrases, operators.pop() if operators else "AND")
+
+
+def _frequency(phrase: Sequence[str], params: list[Any]) -> str:
+    """SQL for how often `phrase` (consecutive stemmed tokens) occurs in a row's `tokens`."""
+    params.append(phrase[0])
+    if len(phrase) == 1:
+        return "coalesce(cardinality(array_positions(tokens, %s)), 0)"
+    rest = []
+    for offset, token in enumerate(phrase[1:], start=1):
+        rest.append(f"tokens[p + {offset}] = %s")
+        params.append(token)
+    return (
+        "(SELECT count(*) FROM unnest(array_positions(tokens, %s)) AS p "
+        f"WHERE {' AND '.join(rest)})"
+    )
+
+
+def bm25_statement(phrases: Sequence[Sequence[str]], operator: str) -> tuple[str, list[Any]]:
+    """A SELECT of (chunk_id, rank) for every keyword row matching the stemmed `phrases` joined
+    by `operator`, rank = FTS5's bm25 (negative) over the whole table; the caller orders and
+    limits it. Candidates come from the GIN index (`&&`); frequencies, document frequencies,
+    idf and the score are computed by PostgreSQL."""
+    params: list[Any] = []
+    freqs = [f"{_frequency(p, params)} AS f{i}" for i, p in enumerate(phrases)]
+    params.append(sorted({t for p in phrases for t in p}))
+    hits = ", ".join(
+        f"count(*) FILTER (WHERE f{i} > 0)::float8 AS h{i}" for i in range(len(phrases))
+    )
+    idfs = ", ".join(
+        f"CASE WHEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) > 0 "
+        f"THEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) ELSE 1e-6 END AS i{i}"
+        for i in range(len(phrases))
+    )
+    score = " + ".join(
+        f"i.i{i} * c.f{i} * {K1 + 1} / (c.f{i} + {K1} * ({1 - B} + {B} * c.dl / s.avgdl))"
+        for i in range(len(phrases))
+    )
+    joiner = " OR " if operator == "OR" else " AND "
+    matched = joiner.join(f"c.f{i} > 0" for i in range(len(phrases)))
+    statement = (
+        "WITH s AS (SELECT rows::float8 AS n, CASE WHEN rows > 0 THEN tokens::float8 / rows "
+        "ELSE 1 END AS avgdl FROM memory_keyword_stats WHERE id = 1), "
+        f"c AS (SELECT chunk_id, cardinality(tokens)::float8 AS dl, {', '.join(freqs)} "
+        "FROM memory_keywords WHERE tokens && %s::text[]), "
+        f"h AS (SELECT {hits} FROM c), "
+        f"i AS (SELECT {idfs} FROM s, h) "
+        f"SELECT c.chunk_id, -({score}) AS rank FROM c, i, s WHERE {matched}"
+    )
+    return statement, params
