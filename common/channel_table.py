@@ -81,3 +81,10 @@ def always_owner(name: str) -> bool:
 def reachable_later(name: str) -> bool:
     """Whether a message sent to channel `name` later (a job's result) reaches anyone."""
     return all(row.reachable_later for row in CHANNELS if row.name == name)
+
+
+def messaging(name: str) -> bool:
+    """Whether channel `name` is a messaging platform with its own account (Telegram, Slack),
+    as opposed to the owner's local ways in (the terminal, the web page). The gateway's health
+    and its "no channel could start" rule are about these."""
+    return any(row.token_variable is not None for row in CHANNELS if row.name == name)

@@ -73,3 +73,35 @@ def test_a_gateway_whose_every_channel_fails_raises_with_each_reason(tmp_path: P
             await rig.gateway.runtime.aclose()
 
     asyncio.run(scenario())
+
+
+def test_with_no_platform_token_the_gateway_runs_the_page_alone_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.config import load_settings
+    from app.gateway.run import run_gateway
+
+    with pytest.raises(GatewayError, match="No channel to run: set PINCH_TELEGRAM__BOT_TOKEN"):
+        asyncio.run(run_gateway(load_settings(), note=lambda _line: None))  # [web] by default
+
+
+def test_a_web_page_that_cannot_be_served_does_not_make_the_gateway_unhealthy() -> None:
+    import os
+    import time
+
+    from app.gateway.heartbeat import Heartbeat
+    from channels.base import ChannelHealth
+
+    web_down = ChannelHealth(False, "could not start: port 8765 is taken")
+    beat = Heartbeat(
+        at=time.time(),
+        pid=os.getpid(),
+        channels={"telegram": ChannelHealth(True, "polling"), "web": web_down},
+    )
+    assert health_problem(beat) is None  # the page's trouble is doctor's and the log's
+    beat = Heartbeat(
+        at=time.time(),
+        pid=os.getpid(),
+        channels={"telegram": ChannelHealth(False, "could not start: 401"), "web": web_down},
+    )
+    assert health_problem(beat) == "channel down: telegram: could not start: 401"

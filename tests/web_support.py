@@ -158,8 +158,9 @@ def start_web_gateway(
     log_path = home.parent / f"gateway-{port}.log"
     log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed by WebRig.stop
     environ = {**gateway_env(home, model, tg, port), **env}
-    if not telegram:
+    if not telegram:  # the page alone: only when asked for in so many words
         del environ["PINCH_TELEGRAM__BOT_TOKEN"]
+        environ["PINCH_WEB__ENABLED"] = "true"
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli.main", "gateway"],
         cwd=ROOT,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from channels.base import ChannelHealth
+from common.channel_table import messaging
 from memory.store.liveness import pid_alive
 
 HEARTBEAT_FILE = "gateway.heartbeat"
@@ -107,8 +108,10 @@ def health_problem(beat: Heartbeat | None, *, now: float | None = None) -> str |
         return "the gateway is shutting down"
     if not pid_alive(beat.pid):
         return f"the gateway process {beat.pid} is gone"
-    down = [
-        f"{name}: {h.detail or 'not ok'}" for name, h in sorted(beat.channels.items()) if not h.ok
+    down = [  # a messaging channel; the web page not served is reported by doctor, not here
+        f"{name}: {h.detail or 'not ok'}"
+        for name, h in sorted(beat.channels.items())
+        if not h.ok and messaging(name)
     ]
     if down:
         return "channel down: " + "; ".join(down)

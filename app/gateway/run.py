@@ -32,6 +32,7 @@ from app.wiring import (
     web_exposure_problem,
 )
 from channels.base import Channel, ChannelHealth
+from common.channel_table import messaging
 from memory.errors import MemoryError_
 
 if TYPE_CHECKING:
@@ -129,10 +130,12 @@ async def run_gateway(
     try:
         channels = build_channels(settings, note)
         channels.update(extra_channels or {})
-        if not channels:
+        alone = "enabled" in settings.web.model_fields_set  # the page alone only when asked
+        if not any(messaging(name) for name in channels) and not (channels and alone):
             raise GatewayError(
                 "No channel to run: set PINCH_TELEGRAM__BOT_TOKEN or PINCH_SLACK__BOT_TOKEN "
-                "(and PINCH_SLACK__APP_TOKEN), or turn the web page on ([web] enabled = true), "
+                "(and PINCH_SLACK__APP_TOKEN), or run the web page alone ([web] enabled = true, "
+                "PINCH_WEB__ENABLED=true), "
                 "then start `pinch gateway` again."
             )
         runtime = await build_runtime(settings)

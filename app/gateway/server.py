@@ -54,6 +54,7 @@ from app.gateway.turns import Runtime, TurnResult, run_turn
 from app.gateway.workers import SessionWorkers
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
 from channels.terminal import TurnAware, TurnOutcome
+from common.channel_table import messaging
 from common.text import shorten
 from memory.errors import MemoryError_
 from memory.store.sessions import SessionKey
@@ -149,7 +150,10 @@ class Gateway:
                 log.error("%s: could not start: %s", name, exc)
         failures = "; ".join(f"{name}: {why}" for name, why in self.failed.items())
         running = [name for name in self.channels if name not in self.failed]
-        if not running and self.failed:
+        # A platform that was set up and could not start is an error to fix, even when the
+        # web page runs beside it: exit with each reason rather than run on without it.
+        platforms = [name for name in self.channels if messaging(name)]
+        if self.failed and (not running or all(name in self.failed for name in platforms)):
             await self.stop(0)
             raise GatewayError(f"No channel could start — {failures}")
         if self.failed:
