@@ -280,7 +280,7 @@ def _run_search(
     hits = []
     for c in ranked:
         snippet = (
-            focused_snippet(c, preset.snippet_chars)
+            focused_snippet(c, preset.snippet_chars, preset.snippet_line_share)
             if preset.snippet == "focused"
             else head_snippet(c.text, preset.snippet_chars)
         )

@@ -52,6 +52,9 @@ class SearchPreset:
     mmr_lambda: float | None = None
     snippet: Literal["head", "focused"] = "head"
     snippet_chars: int = 700
+    # Focused snippets: lines are picked by score only down to this share of the best line's,
+    # then their neighbours fill what is left (0: any line with a positive score).
+    snippet_line_share: float = 0.0
     # Drop hits with no query word in them whose vector similarity is below the embedding
     # model's relevance floor, so "nothing relevant" can be an empty answer.
     require_evidence: bool = False
