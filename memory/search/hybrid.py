@@ -25,6 +25,7 @@ from memory.search.candidates import (
 )
 from memory.search.presets import SearchPreset
 from memory.search.ranking import (
+    best_chunk_coverage,
     keep_vector_best,
     merge_hybrid,
     mmr_select,
@@ -213,6 +214,12 @@ def _run_search(
     if admits is not None:  # a SearchFilter's sources/origins (the scopes are applied above)
         cands = {i: c for i, c in cands.items() if admits(c.source, c.origin)}
         merged = {i: s for i, s in merged.items() if i in cands}
+    rerank_weight = preset.line_rerank_weight
+    if preset.keyword_coverage_power and vector and keyword:
+        texts = [cands[i].text for i, _ in keyword if i in cands]
+        calibration = best_chunk_coverage(texts, terms) ** preset.keyword_coverage_power
+        keyword_weight *= calibration
+        rerank_weight *= calibration
     v_best = max((v for _, v in vector), default=0.0)
     v_worst = min((v for _, v in vector), default=0.0)
     for cid, (v, kw) in merged.items():
@@ -235,13 +242,13 @@ def _run_search(
         rerank_by_lines(
             head,
             terms,
-            preset.line_rerank_weight,
+            rerank_weight,
             preset.line_semantic_weight,
             preset.line_follow_weight,
         )
         ranked = head + ranked[preset.rerank_pool :]
     # Keep the reported score in [0, 1] whatever the weights add up to.
-    scale = vector_weight + keyword_weight + preset.line_rerank_weight
+    scale = vector_weight + keyword_weight + rerank_weight
     lifted: dict[int, float] = {}  # scores before the cap, when a project is active
     for c in ranked:
         c.score /= scale or 1.0

@@ -37,6 +37,10 @@ class SearchPreset:
     # 'normalized': each side divided by its best candidate, then weighted;
     # 'rrf': reciprocal rank fusion, 1 / (60 + rank) per side (scaled so rank 1 scores 1).
     fusion: Literal["weighted", "normalized", "rrf"] = "weighted"
+    # The keyword side (fusion weight and line reranking) × c ** power, c = the share of the
+    # question's IDF-weighted words the best keyword candidate holds (`best_chunk_coverage`):
+    # keywords that explain little of the question say little. 0: no calibration.
+    keyword_coverage_power: float = 0.0
     # Reranking by how well the best lines of a chunk cover the query's (rarer) terms.
     line_rerank_weight: float = 0.0
     rerank_pool: int = 40
