@@ -265,7 +265,7 @@ def _run_search(
         ranked.sort(key=lambda c: (-c.score, -lifted[c.id], c.project != project, c.id))
     ranked = [c for c in ranked if c.score >= floor]
     if preset.mmr_lambda is not None:
-        ranked = mmr_select(ranked[: max(3 * k, 20)], k, preset.mmr_lambda)
+        ranked = mmr_select(ranked[: max(3 * k, 20)], k, preset.mmr_lambda, preset.mmr_same_source)
     if (
         preset.vector_slots
         and vector

@@ -54,6 +54,9 @@ class SearchPreset:
     # No active project, or no tags: no change at all.
     project_boost: float = 0.0
     mmr_lambda: float | None = None
+    # MMR: a hit from the same file as one already chosen counts as at least this redundant
+    # (0: word overlap only).
+    mmr_same_source: float = 0.0
     snippet: Literal["head", "focused"] = "head"
     snippet_chars: int = 700
     # Focused snippets: lines are picked by score only down to this share of the best line's,

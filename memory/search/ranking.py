@@ -174,8 +174,14 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
 
 
-def mmr_select(candidates: list[Candidate], k: int, lam: float) -> list[Candidate]:
-    """Maximal marginal relevance on word sets: relevant, and not repeating each other."""
+def mmr_select(
+    candidates: list[Candidate], k: int, lam: float, same_source: float = 0.0
+) -> list[Candidate]:
+    """Maximal marginal relevance on word sets: relevant, and not repeating each other.
+
+    `same_source`: a candidate from the same file (one day's log, one session) as a chosen one
+    counts as at least this similar to it — evidence spread over several days or sessions
+    (a multi-hop question's) is preferred to more of the same conversation."""
     pool = list(candidates)
     sets = {c.id: line_terms(c.text) for c in pool}
     redundancy = {c.id: 0.0 for c in pool}  # max similarity to anything chosen so far
@@ -186,7 +192,10 @@ def mmr_select(candidates: list[Candidate], k: int, lam: float) -> list[Candidat
         chosen.append(best)
         pool.remove(best)
         for c in pool:
-            redundancy[c.id] = max(redundancy[c.id], _jaccard(sets[c.id], sets[best.id]))
+            similar = _jaccard(sets[c.id], sets[best.id])
+            if same_source and c.path == best.path:
+                similar = max(similar, same_source)
+            redundancy[c.id] = max(redundancy[c.id], similar)
     return chosen
 
 
