@@ -2,9 +2,10 @@
 
 The pipeline, each step a small function driven by a `SearchPreset`:
 keyword candidates (FTS5 bm25) + vector candidates (memory/search/candidates.py) →
-`merge_hybrid` → `rerank_by_lines` → `temporal_multiplier` / importance → min-score filter →
-`mmr_select` (memory/search/ranking.py) → snippets (memory/search/snippets.py). What it reads
-comes through `SearchQueries` (memory/store/search_queries.py).
+`merge_hybrid` → the keyword side weighed by how much of the question it holds
+(`best_chunk_coverage`) → `rerank_by_lines` → `temporal_multiplier` / importance → min-score
+filter → `mmr_select` (memory/search/ranking.py) → snippets (memory/search/snippets.py). What it
+reads comes through `SearchQueries` (memory/store/search_queries.py).
 """
 
 from __future__ import annotations
