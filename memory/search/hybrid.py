@@ -218,9 +218,11 @@ def _run_search(
     rerank_weight = preset.line_rerank_weight
     if preset.keyword_coverage_power and vector and keyword:
         texts = [cands[i].text for i, _ in keyword if i in cands]
-        calibration = best_chunk_coverage(texts, terms) ** preset.keyword_coverage_power
-        keyword_weight *= calibration
-        rerank_weight *= calibration
+        coverage = best_chunk_coverage(texts, terms)
+        if coverage < preset.keyword_coverage_below:
+            calibration = coverage**preset.keyword_coverage_power
+            keyword_weight *= calibration
+            rerank_weight *= calibration
     v_best = max((v for _, v in vector), default=0.0)
     v_worst = min((v for _, v in vector), default=0.0)
     for cid, (v, kw) in merged.items():

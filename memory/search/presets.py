@@ -41,6 +41,9 @@ class SearchPreset:
     # question's IDF-weighted words the best keyword candidate holds (`best_chunk_coverage`):
     # keywords that explain little of the question say little. 0: no calibration.
     keyword_coverage_power: float = 0.0
+    # …only when c is below this (1.0: always): a question its keywords mostly explain keeps
+    # the full keyword side.
+    keyword_coverage_below: float = 1.0
     # Reranking by how well the best lines of a chunk cover the query's (rarer) terms.
     line_rerank_weight: float = 0.0
     rerank_pool: int = 40
@@ -141,12 +144,13 @@ PINCH = SearchPreset(
     # 50 found; LoCoMo dev and MADial unchanged. Three slots found 39 but cost MADial any@5 one
     # English and three Chinese dialogues of 80; ungated, LoCoMo located_any@6 −0.8 points.
     vector_slots=1,
-    # Issue 20 (2026-12-02, bench/RESULTS.md): the keyword side × √(share of the question its
-    # best hit holds). MADial dev zh hit@1 / any@5 10.0 / 47.5 → 21.2 / 51.2 % (vectors alone
-    # 20.0 / 47.5), en any@5 53.8 → 60.0 %; reworded questions 38 → 39 of 50; LoCoMo conv-26
-    # within one question everywhere (open-domain +1). Power 1: the same on MADial zh, but
-    # LoCoMo multi-hop located_all@10 −2 of 32 questions.
+    # Issue 20 (2026-12-02, bench/RESULTS.md): when the best keyword hit holds less than a
+    # quarter of the question's (IDF-weighted) words, the keyword side × √(that share). MADial
+    # dev zh hit@1 / any@5 10.0 / 47.5 → 21.2 / 51.2 % (vectors alone 20.0 / 47.5), en any@5
+    # 53.8 → 60.0 %; reworded questions 38 → 39 of 50; LoCoMo dev within one question on every
+    # figure. Ungated it cost LoCoMo 4-7 questions of 997 (located_any@10 −0.7 points).
     keyword_coverage_power=0.5,
+    keyword_coverage_below=0.25,
     # bench/projects.py (three projects' notes worded alike, 60 questions EN+ZH; 2026-12-01):
     # top-1 for the active project's note 33 % without it; boost 0.2 → 85 %, 0.3 → 95 % (USE
     # 98 %), 1.0 → 100 %; questions about untagged notes with a project active 100 → 93 % at
