@@ -179,6 +179,19 @@ def test_mmr_skips_a_near_duplicate_for_a_different_chunk() -> None:
     assert [c.id for c in chosen] == [1, 3]
 
 
+def test_mmr_same_source_prefers_evidence_from_another_day() -> None:
+    first = cand(1, "caroline went to the pride parade", 1.0)
+    same_day = cand(2, "melanie painted a sunset by the lake", 0.95)
+    other_day = cand(3, "caroline joined a support group", 0.9)
+    same_day.path = first.path  # one day's log, two chunks
+
+    plain = mmr_select([first, same_day, other_day], k=2, lam=0.8)
+    spread = mmr_select([first, same_day, other_day], k=2, lam=0.8, same_source=0.5)
+
+    assert [c.id for c in plain] == [1, 2]
+    assert [c.id for c in spread] == [1, 3]
+
+
 def test_mmr_with_lambda_one_is_plain_ranking() -> None:
     cands = [cand(1, "x y", 1.0), cand(2, "x y", 0.9), cand(3, "z", 0.1)]
 

@@ -2,9 +2,10 @@
 
 The pipeline, each step a small function driven by a `SearchPreset`:
 keyword candidates (FTS5 bm25) + vector candidates (memory/search/candidates.py) →
-`merge_hybrid` → `rerank_by_lines` → `temporal_multiplier` / importance → min-score filter →
-`mmr_select` (memory/search/ranking.py) → snippets (memory/search/snippets.py). What it reads
-comes through `SearchQueries` (memory/store/search_queries.py).
+`merge_hybrid` → the keyword side weighed by how much of the question it holds
+(`best_chunk_coverage`) → `rerank_by_lines` → `temporal_multiplier` / importance → min-score
+filter → `mmr_select` (memory/search/ranking.py) → snippets (memory/search/snippets.py). What it
+reads comes through `SearchQueries` (memory/store/search_queries.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from memory.search.candidates import (
 )
 from memory.search.presets import SearchPreset
 from memory.search.ranking import (
+    best_chunk_coverage,
     keep_vector_best,
     merge_hybrid,
     mmr_select,
@@ -213,6 +215,14 @@ def _run_search(
     if admits is not None:  # a SearchFilter's sources/origins (the scopes are applied above)
         cands = {i: c for i, c in cands.items() if admits(c.source, c.origin)}
         merged = {i: s for i, s in merged.items() if i in cands}
+    rerank_weight = preset.line_rerank_weight
+    if preset.keyword_coverage_power and vector and keyword:
+        texts = [cands[i].text for i, _ in keyword if i in cands]
+        coverage = best_chunk_coverage(texts, terms)
+        if coverage < preset.keyword_coverage_below:
+            calibration = coverage**preset.keyword_coverage_power
+            keyword_weight *= calibration
+            rerank_weight *= calibration
     v_best = max((v for _, v in vector), default=0.0)
     v_worst = min((v for _, v in vector), default=0.0)
     for cid, (v, kw) in merged.items():
@@ -235,13 +245,13 @@ def _run_search(
         rerank_by_lines(
             head,
             terms,
-            preset.line_rerank_weight,
+            rerank_weight,
             preset.line_semantic_weight,
             preset.line_follow_weight,
         )
         ranked = head + ranked[preset.rerank_pool :]
     # Keep the reported score in [0, 1] whatever the weights add up to.
-    scale = vector_weight + keyword_weight + preset.line_rerank_weight
+    scale = vector_weight + keyword_weight + rerank_weight
     lifted: dict[int, float] = {}  # scores before the cap, when a project is active
     for c in ranked:
         c.score /= scale or 1.0
@@ -258,7 +268,7 @@ def _run_search(
         ranked.sort(key=lambda c: (-c.score, -lifted[c.id], c.project != project, c.id))
     ranked = [c for c in ranked if c.score >= floor]
     if preset.mmr_lambda is not None:
-        ranked = mmr_select(ranked[: max(3 * k, 20)], k, preset.mmr_lambda)
+        ranked = mmr_select(ranked[: max(3 * k, 20)], k, preset.mmr_lambda, preset.mmr_same_source)
     if (
         preset.vector_slots
         and vector
@@ -280,7 +290,7 @@ def _run_search(
     hits = []
     for c in ranked:
         snippet = (
-            focused_snippet(c, preset.snippet_chars)
+            focused_snippet(c, preset.snippet_chars, preset.snippet_line_share)
             if preset.snippet == "focused"
             else head_snippet(c.text, preset.snippet_chars)
         )

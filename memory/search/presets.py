@@ -37,6 +37,13 @@ class SearchPreset:
     # 'normalized': each side divided by its best candidate, then weighted;
     # 'rrf': reciprocal rank fusion, 1 / (60 + rank) per side (scaled so rank 1 scores 1).
     fusion: Literal["weighted", "normalized", "rrf"] = "weighted"
+    # The keyword side (fusion weight and line reranking) × c ** power, c = the share of the
+    # question's IDF-weighted words the best keyword candidate holds (`best_chunk_coverage`):
+    # keywords that explain little of the question say little. 0: no calibration.
+    keyword_coverage_power: float = 0.0
+    # …only when c is below this (1.0: always): a question its keywords mostly explain keeps
+    # the full keyword side.
+    keyword_coverage_below: float = 1.0
     # Reranking by how well the best lines of a chunk cover the query's (rarer) terms.
     line_rerank_weight: float = 0.0
     rerank_pool: int = 40
@@ -50,8 +57,14 @@ class SearchPreset:
     # No active project, or no tags: no change at all.
     project_boost: float = 0.0
     mmr_lambda: float | None = None
+    # MMR: a hit from the same file as one already chosen counts as at least this redundant
+    # (0: word overlap only).
+    mmr_same_source: float = 0.0
     snippet: Literal["head", "focused"] = "head"
     snippet_chars: int = 700
+    # Focused snippets: lines are picked by score only down to this share of the best line's,
+    # then their neighbours fill what is left (0: any line with a positive score).
+    snippet_line_share: float = 0.0
     # Drop hits with no query word in them whose vector similarity is below the embedding
     # model's relevance floor, so "nothing relevant" can be an empty answer.
     require_evidence: bool = False
@@ -131,6 +144,13 @@ PINCH = SearchPreset(
     # 50 found; LoCoMo dev and MADial unchanged. Three slots found 39 but cost MADial any@5 one
     # English and three Chinese dialogues of 80; ungated, LoCoMo located_any@6 −0.8 points.
     vector_slots=1,
+    # Issue 20 (2026-12-02, bench/RESULTS.md): when the best keyword hit holds less than a
+    # quarter of the question's (IDF-weighted) words, the keyword side × √(that share). MADial
+    # dev zh hit@1 / any@5 10.0 / 47.5 → 21.2 / 51.2 % (vectors alone 20.0 / 47.5), en any@5
+    # 53.8 → 60.0 %; reworded questions 38 → 39 of 50; LoCoMo dev within one question on every
+    # figure. Ungated it cost LoCoMo 4-7 questions of 997 (located_any@10 −0.7 points).
+    keyword_coverage_power=0.5,
+    keyword_coverage_below=0.25,
     # bench/projects.py (three projects' notes worded alike, 60 questions EN+ZH; 2026-12-01):
     # top-1 for the active project's note 33 % without it; boost 0.2 → 85 %, 0.3 → 95 % (USE
     # 98 %), 1.0 → 100 %; questions about untagged notes with a project active 100 → 93 % at

@@ -82,6 +82,29 @@ def query_coverage(texts: list[str], terms: list[str]) -> float:
     return sum(w for t, w in weights.items() if df[t]) / total if total > 0 else 1.0
 
 
+def best_chunk_coverage(texts: list[str], terms: list[str]) -> float:
+    """How much of the query the best single one of `texts` (the keyword candidates) holds:
+    the IDF-weighted share of the query's terms in it, IDF over all their lines as in
+    `query_coverage`. Near 1 when one note says what the question asks; low when every keyword
+    hit shares one incidental word with it (a reworded question, or a long chatty one whose
+    common words — in Chinese, bigrams across word boundaries — are in every note)."""
+    stems = list(dict.fromkeys(stem_term(t) for t in terms))
+    if not stems or not texts:
+        return 1.0 if not stems else 0.0
+    per_text = [[line_terms(line) for line in text.split("\n")] for text in texts]
+    lines = [lt for chunk in per_text for lt in chunk]
+    df = {t: sum(1 for line in lines if t in line) for t in stems}
+    weights = {t: math.log(1 + (len(lines) - d + 0.5) / (d + 0.5)) for t, d in df.items()}
+    total = sum(weights.values())
+    if total <= 0:
+        return 1.0
+    best = 0.0
+    for chunk in per_text:
+        held = frozenset().union(*chunk)
+        best = max(best, sum(w for t, w in weights.items() if t in held))
+    return best / total
+
+
 def rerank_by_lines(
     candidates: list[Candidate],
     terms: list[str],
@@ -151,8 +174,14 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
 
 
-def mmr_select(candidates: list[Candidate], k: int, lam: float) -> list[Candidate]:
-    """Maximal marginal relevance on word sets: relevant, and not repeating each other."""
+def mmr_select(
+    candidates: list[Candidate], k: int, lam: float, same_source: float = 0.0
+) -> list[Candidate]:
+    """Maximal marginal relevance on word sets: relevant, and not repeating each other.
+
+    `same_source`: a candidate from the same file (one day's log, one session) as a chosen one
+    counts as at least this similar to it — evidence spread over several days or sessions
+    (a multi-hop question's) is preferred to more of the same conversation."""
     pool = list(candidates)
     sets = {c.id: line_terms(c.text) for c in pool}
     redundancy = {c.id: 0.0 for c in pool}  # max similarity to anything chosen so far
@@ -163,7 +192,10 @@ def mmr_select(candidates: list[Candidate], k: int, lam: float) -> list[Candidat
         chosen.append(best)
         pool.remove(best)
         for c in pool:
-            redundancy[c.id] = max(redundancy[c.id], _jaccard(sets[c.id], sets[best.id]))
+            similar = _jaccard(sets[c.id], sets[best.id])
+            if same_source and c.path == best.path:
+                similar = max(similar, same_source)
+            redundancy[c.id] = max(redundancy[c.id], similar)
     return chosen
 
 
