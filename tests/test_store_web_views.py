@@ -104,3 +104,27 @@ def test_the_files_are_counted_by_kind_and_only_the_newest_dated_ones_listed(
         "memory/projects.md",
         "notes/n.md",
     }
+
+
+def test_the_listing_is_read_again_only_when_the_index_changed(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# M\n")
+    (ws / "memory" / "2025-03-01.md").write_text("# day one\n")
+    config = MemoryConfig(embedding=EmbeddingConfig(provider="none"))
+    index = MemoryIndex.open(ws, tmp_path / "agent.sqlite", config)
+    try:
+        index.sync()
+        active = index.active_generation()
+        assert active is not None
+        listings = SqliteSourceListing(index.db)
+        first = listings.listing(active[0], newest=30)
+        assert listings.listing(active[0], newest=30) is first  # same index version: kept
+        assert listings.listing(active[0], newest=1) is not first  # another question
+        (ws / "memory" / "2025-03-02.md").write_text("# day two\n")
+        index.sync()  # a write changes the index version: read again
+        after = listings.listing(active[0], newest=30)
+    finally:
+        index.close()
+    assert first.counts["daily"] == 1 and after.counts["daily"] == 2
+    assert "memory/2025-03-02.md" in {f.path for f in after.files}

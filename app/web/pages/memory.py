@@ -39,6 +39,14 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
 class MemoryPages:
     def __init__(self, ctx: WebContext) -> None:
         self.ctx = ctx
+        self._listings: dict[int, SqliteSourceListing] = {}
+
+    def _listing(self, db: Any) -> SqliteSourceListing:
+        """One listing per database, so it can answer again at the same index version."""
+        listing = self._listings.get(id(db))
+        if listing is None or listing.db is not db:
+            listing = self._listings[id(db)] = SqliteSourceListing(db)
+        return listing
 
     @property
     def _workspace(self) -> Any:
@@ -61,7 +69,7 @@ class MemoryPages:
                 files.memory_files,
                 self._workspace,
                 self._extra,
-                SqliteSourceListing(index.db),
+                self._listing(index.db),
                 status.generation,
                 # thousands of daily logs: the newest, and a link to all
                 newest=None if show_all else files.DATED_SHOWN,
