@@ -17,10 +17,11 @@ RUN useradd --uid 10001 --user-group --create-home --home-dir /home/pinch --shel
     && mkdir -p /data && chown pinch:pinch /data && chmod 0700 /data
 
 WORKDIR /opt/pinch
-# Dependencies first (exact versions, hash-checked), so code changes don't reinstall them.
-COPY requirements.lock pyproject.toml README.md ./
+# Dependencies first (exact versions, hash-checked; the runtime subset of requirements.lock,
+# without the test and lint tools), so code changes don't reinstall them.
+COPY requirements-runtime.lock pyproject.toml README.md ./
 RUN python3 -m venv /opt/pinch/venv \
-    && /opt/pinch/venv/bin/pip install --no-cache-dir --require-hashes -r requirements.lock
+    && /opt/pinch/venv/bin/pip install --no-cache-dir --require-hashes -r requirements-runtime.lock
 COPY app ./app
 COPY agent ./agent
 COPY channels ./channels

@@ -36,3 +36,26 @@ def test_the_dockerfile_states_the_real_heartbeat_interval_and_age() -> None:
     readme = (ROOT / "README.md").read_text()
     assert f"Every {HEARTBEAT_EVERY_S:.0f} s the gateway writes" in readme
     assert "stop_grace_period" in readme
+
+
+def test_the_image_installs_the_runtime_subset_of_the_lock_with_the_same_pins() -> None:
+    """The container takes requirements-runtime.lock: every pin in it is in requirements.lock
+    with the same version and hashes (scripts/lock.sh makes both), without the test tools."""
+    root = Path(__file__).resolve().parents[1]
+
+    def pins(name: str) -> dict[str, str]:
+        found: dict[str, str] = {}
+        current = ""
+        for line in (root / name).read_text().splitlines():
+            if line and line[0].isalnum() and "==" in line:
+                current = line.split(" ")[0]
+                found[current] = ""
+            elif line.strip().startswith("--hash=") and current:
+                found[current] += line.strip().rstrip("\\").strip()
+        return found
+
+    runtime, full = pins("requirements-runtime.lock"), pins("requirements.lock")
+    assert runtime and all(full.get(pin) == hashes for pin, hashes in runtime.items())
+    names = {pin.split("==")[0] for pin in runtime}
+    assert not names & {"pytest", "ruff", "mypy", "playwright", "pgserver"}
+    assert "requirements-runtime.lock" in (root / "Dockerfile").read_text()

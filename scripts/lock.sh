@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Re-pin the dependencies (after changing pyproject.toml): requirements.lock (everything, with the
+# dev extra: what setup.sh and the tests install) and requirements-runtime.lock (what the
+# container installs: the same versions and hashes, without the test and lint tools).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 -o requirements.lock
+constraints=$(mktemp)
+trap 'rm -f "$constraints"' EXIT
+grep -E '^[a-z0-9].*==' requirements.lock | sed 's/ \\$//' > "$constraints"
+uv pip compile pyproject.toml --generate-hashes --python-version 3.11 -c "$constraints" \
+  --no-header --no-annotate -o requirements-runtime.lock
+sed -i '1i # The runtime subset of requirements.lock (same versions and hashes), made by scripts/lock.sh.' \
+  requirements-runtime.lock
