@@ -20,6 +20,7 @@ import click
 
 from app.cli.checks import Check, CheckResult
 from app.cli.support import friendly_errors, load_settings
+from memory.store.liveness import pid_alive
 
 if TYPE_CHECKING:
     from agent.mcp.connection import ServerStatus
@@ -76,15 +77,8 @@ def live_statuses(settings: Settings) -> tuple[int, float, list[ServerStatus]] |
 
 
 def _alive(pid: int) -> bool:
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Another process that is still running (this process's own status file is not live)."""
+    return 0 < pid != os.getpid() and pid_alive(pid)
 
 
 def describe(status: ServerStatus) -> str:
