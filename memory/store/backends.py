@@ -87,14 +87,17 @@ IMPLEMENTATIONS: Mapping[str, Mapping[str, str | None]] = {
         "postgres": f"{_PG}.search:PgSearchQueries",
     },
     "DatabaseSnapshots": {"sqlite": "memory.store.snapshot:SqliteSnapshots", "postgres": None},
-    "WebAuthStore": {"sqlite": "memory.store.web_store:SqliteWebAuthStore", "postgres": None},
+    "WebAuthStore": {
+        "sqlite": "memory.store.web_store:SqliteWebAuthStore",
+        "postgres": f"{_PG}.web:PgWebAuthStore",
+    },
     "SessionOverview": {
         "sqlite": "memory.store.session_overview:SqliteSessionOverview",
-        "postgres": None,
+        "postgres": f"{_PG}.web:PgSessionOverview",
     },
     "SourceListings": {
         "sqlite": "memory.store.source_listing:SqliteSourceListing",
-        "postgres": None,
+        "postgres": f"{_PG}.web:PgSourceListing",
     },
 }
 

@@ -388,6 +388,29 @@ def p001_lineage(conn: Any) -> None:
     )
 
 
+def p001_web_logins(conn: Any) -> None:
+    """SQLite's "web" (w001) and "session_overview" (o001) sets: the web page's login tokens and
+    browser sessions (hashes only), and the index its usage per quarter hour reads."""
+    _run(
+        conn,
+        """
+        CREATE TABLE web_login_tokens (
+            token_hash text PRIMARY KEY,
+            created_at double precision NOT NULL,
+            expires_at double precision NOT NULL,
+            used_at double precision
+        );
+        CREATE TABLE web_sessions (
+            session_hash text PRIMARY KEY,
+            created_at double precision NOT NULL,
+            expires_at double precision NOT NULL
+        );
+        CREATE INDEX transcript_usage_by_time ON transcript_events (created_at)
+            WHERE usage IS NOT NULL
+        """,
+    )
+
+
 PG_SETS = (
     MigrationSet("memory", [p001_sessions_and_index]),
     MigrationSet("gateway", [p001_gateway_tables]),
@@ -395,6 +418,7 @@ PG_SETS = (
     MigrationSet("dreaming", [p001_dreaming]),
     MigrationSet("intents", [p001_intents]),
     MigrationSet("lineage", [p001_lineage]),
+    MigrationSet("web", [p001_web_logins]),  # feature: the web page on PostgreSQL (issue 19)
 )
 
 
