@@ -166,7 +166,11 @@ def test_a_login_token_is_redeemed_once_and_never_after_it_expired(web_auth: Web
 def test_of_two_processes_redeeming_one_token_exactly_one_logs_in(backend: Backend) -> None:
     found = implementation("WebAuthStore", backend.name)
     assert found is not None
-    stores: list[WebAuthStore] = [found(backend.db), found(backend.reopen()), found(backend.reopen())]
+    stores: list[WebAuthStore] = [
+        found(backend.db),
+        found(backend.reopen()),
+        found(backend.reopen()),
+    ]
     now = time.time()
     stores[0].add_token("shared", now, now + 600)
     results = at_once([lambda s=s: s.redeem_token("shared", now) for s in stores])
