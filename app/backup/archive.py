@@ -2,7 +2,9 @@
 what it holds) while the gateway may be running.
 
 Each agent database is copied with SQLite's online backup API (memory/store/snapshot.py: one
-read transaction, which in WAL mode never blocks the gateway's writes), never as a file; the
+read transaction, which in WAL mode never blocks the gateway's writes), never as a file — on
+PostgreSQL (`[store] backend = "postgres"`) the agent's schema, in one REPEATABLE READ
+transaction (memory/store/postgres/snapshot.py), as `agents/<id>/agent.pgdump`; the
 workspace files are read one by one (a file replaced meanwhile is read whole, old or new). The
 archive is written beside its final name and renamed into place when complete, so a crash or a
 full disk leaves no half archive under that name. Archives are private to the owner (0600).
@@ -37,6 +39,7 @@ from app.backup.manifest import (
     FileEntry,
     Manifest,
     is_secret_file,
+    postgres_member,
     secret_environment,
     secrets_env_text,
 )
@@ -194,13 +197,37 @@ def make_backup(
 ) -> BackupResult:
     """Write one archive of the home (see the module docstring); BackupError with advice.
     `databases_of` copies the databases (default: SQLite's online backup API)."""
-    store = databases_of or SqliteSnapshots()
-    started = time.monotonic()
-    say = on_progress or (lambda _: None)
     dest = resolve_destination(settings, to, prefix)
     if dest.exists():
         raise BackupError(f"{dest} already exists: give another --to (nothing was written).")
-    databases = agent_databases(settings)
+    if settings.store.backend != "postgres":
+        sources = [(f"{AGENTS_DIR}/{p.parent.name}/{p.name}", p) for p in agent_databases(settings)]
+        return _make_backup(settings, dest, include_secrets, on_progress, sources, databases_of)
+    # On PostgreSQL the agent's schema is the database (the SQLite file is never opened).
+    sources = [(postgres_member(settings.agent_id), Path(postgres_member(settings.agent_id)))]
+    if databases_of is not None:
+        return _make_backup(settings, dest, include_secrets, on_progress, sources, databases_of)
+    from app.store_factory import open_postgres_store
+    from memory.store.postgres.snapshot import PgSnapshots
+
+    db = open_postgres_store(settings)
+    try:
+        return _make_backup(settings, dest, include_secrets, on_progress, sources, PgSnapshots(db))
+    finally:
+        db.close()
+
+
+def _make_backup(
+    settings: Settings,
+    dest: Path,
+    include_secrets: bool,
+    on_progress: Callable[[str], None] | None,
+    databases: list[tuple[str, Path]],
+    databases_of: DatabaseSnapshots | None,
+) -> BackupResult:
+    store = databases_of or SqliteSnapshots()
+    started = time.monotonic()
+    say = on_progress or (lambda _: None)
     workspace = settings.workspace_dir
     if not databases and not workspace.is_dir():
         raise BackupError(
@@ -224,14 +251,13 @@ def make_backup(
             include_secrets=include_secrets,
         )
         snapshots: list[tuple[str, Path]] = []
-        for db in databases:
-            name = f"{AGENTS_DIR}/{db.parent.name}/{db.name}"
-            copy = work / f"{len(snapshots)}.sqlite"
+        for name, db in databases:
+            copy = work / f"{len(snapshots)}.snapshot"
             say(f"snapshot {name}")
             store.copy(db, copy)
             facts = store.facts(copy)
             manifest.databases[name] = DatabaseEntry(
-                facts.counts, facts.migrations, facts.sqlite_version
+                facts.counts, facts.migrations, facts.sqlite_version, facts.engine
             )
             snapshots.append((name, copy))
         files, left_out = (

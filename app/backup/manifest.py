@@ -6,6 +6,7 @@ An archive is one gzip-compressed tar file:
     config.toml                      the settings file (it never holds a secret)
     workspace/…                      every file of the workspace (memory files, inbox, skills)
     agents/<id>/agent.sqlite         a consistent snapshot of each agent database
+    agents/<id>/agent.pgdump         … or, on PostgreSQL, of the agent's schema (one moment)
     secrets.env                      only with --include-secrets
     manifest.json                    last: versions, counts, and the sha256 of every file above
 """
@@ -28,6 +29,7 @@ CONFIG_NAME = "config.toml"
 SECRETS_NAME = "secrets.env"
 WORKSPACE_DIR = "workspace"
 AGENTS_DIR = "agents"
+PG_SNAPSHOT_NAME = "agent.pgdump"  # a PostgreSQL agent's snapshot (memory/store/postgres/snapshot)
 ARCHIVE_SUFFIX = ".tar.gz"
 MANUAL_PREFIX = "pinch-backup-"
 SCHEDULED_PREFIX = "pinch-backup-auto-"  # only these are pruned to `[backup] keep`
@@ -50,6 +52,11 @@ SECRET_FILE_PATTERNS = (
     "id_ecdsa*",
     "id_ed25519*",
 )
+
+
+def postgres_member(agent_id: str) -> str:
+    """The archive member holding a PostgreSQL agent's snapshot."""
+    return f"{AGENTS_DIR}/{agent_id}/{PG_SNAPSHOT_NAME}"
 
 
 def is_secret_file(name: str) -> bool:
@@ -90,7 +97,8 @@ class DatabaseEntry:
 
     counts: dict[str, int | None]
     migrations: dict[str, list[str]]
-    sqlite_version: str
+    sqlite_version: str  # "" for a PostgreSQL snapshot
+    engine: str = "sqlite"  # "sqlite", or "postgresql <version>" (an agents/<id>/agent.pgdump)
 
 
 @dataclass
@@ -132,6 +140,7 @@ class Manifest:
                     "counts": db.counts,
                     "migrations": db.migrations,
                     "sqlite_version": db.sqlite_version,
+                    "engine": db.engine,
                 }
                 for name, db in sorted(self.databases.items())
             },
@@ -172,6 +181,7 @@ class Manifest:
                         {str(k): (None if v is None else int(v)) for k, v in d["counts"].items()},
                         {str(k): [str(x) for x in v] for k, v in d["migrations"].items()},
                         str(d["sqlite_version"]),
+                        str(d.get("engine", "sqlite")),
                     )
                     for n, d in data["databases"].items()
                 },

@@ -32,10 +32,12 @@ from app.backup.manifest import (
     AGENTS_DIR,
     CONFIG_NAME,
     MANIFEST_NAME,
+    PG_SNAPSHOT_NAME,
     SECRETS_NAME,
     WORKSPACE_DIR,
     FileEntry,
     Manifest,
+    postgres_member,
 )
 from common.private_files import PRIVATE_FILE_MODE, make_private_dirs
 from memory.errors import MemoryError_
@@ -206,7 +208,9 @@ def _verify(archive: Path) -> tuple[Manifest, str | None]:
     for name, db in manifest.databases.items():
         if name not in manifest.files:
             raise RestoreError(f"the manifest names a database {name} it does not hold; {NOTHING}.")
-        newer = unknown_migrations(db.migrations)
+        newer = unknown_migrations(
+            db.migrations, _known_pg_migrations() if _is_postgres(name) else None
+        )
         if newer:
             raise RestoreError(
                 f"The archive was made by a newer Pinch ({manifest.pinch_version}): its "
@@ -293,12 +297,13 @@ def restore_backup(
                         f"{name} changed while it was read a second time; {NOTHING}."
                     )
         for name, db in manifest.databases.items():
-            read_back = store.facts(staged_home / name).counts
+            read_back = _snapshots_of(name, store).facts(staged_home / name).counts
             if read_back != db.counts:
                 raise RestoreError(
                     f"{name} read back with other counts than the manifest's ({read_back} ≠ "
                     f"{db.counts}); {NOTHING}."
                 )
+        _load_postgres(settings, manifest, staged_home, report)
         if not external:  # an archive without workspace files still gives a workspace
             make_private_dirs(staged_home / workspace.relative_to(home))
         if home.exists():
@@ -315,6 +320,54 @@ def restore_backup(
             if folder is not None and folder.exists():
                 shutil.rmtree(folder, ignore_errors=True)
     for name in manifest.databases:
-        for key, value in store.facts(home / name).counts.items():
+        for key, value in _snapshots_of(name, store).facts(home / name).counts.items():
             report.restored[key] = report.restored.get(key, 0) + (value or 0)
     return report
+
+
+# -- PostgreSQL snapshots (agents/<id>/agent.pgdump) ----------------------------------------------
+
+
+def _is_postgres(name: str) -> bool:
+    return PurePosixPath(name).name == PG_SNAPSHOT_NAME
+
+
+def _known_pg_migrations() -> dict[str, set[str]]:
+    from memory.store.postgres.snapshot import known_pg_migrations
+
+    return known_pg_migrations()
+
+
+def _snapshots_of(name: str, sqlite: DatabaseSnapshots) -> DatabaseSnapshots:
+    """Who reads the snapshot `name`: a PostgreSQL one's header, else `sqlite` (the default)."""
+    if not _is_postgres(name):
+        return sqlite
+    from memory.store.postgres.snapshot import PgSnapshots
+
+    return PgSnapshots(None)
+
+
+def _load_postgres(
+    settings: Settings, manifest: Manifest, staged_home: Path, report: RestoreReport
+) -> None:
+    """Load this agent's PostgreSQL snapshot into `[store]`'s database (its schema must be
+    empty: one transaction, so a refusal leaves it as it was) when the backend is PostgreSQL;
+    otherwise the snapshot stays a file in the home, and the report says how to load it."""
+    member = postgres_member(settings.agent_id)
+    if member not in manifest.databases:
+        return
+    if settings.store.backend != "postgres":
+        report.notes.append(
+            f'{member} is a PostgreSQL snapshot: set [store] backend = "postgres" and '
+            "PINCH_STORE__DSN, then restore again to load it into the database."
+        )
+        return
+    from app.store_factory import open_postgres_store
+    from memory.store.postgres.snapshot import PgSnapshots
+
+    db = open_postgres_store(settings)
+    try:
+        PgSnapshots(db).load(staged_home / member)
+    finally:
+        db.close()
+    report.notes.append(f"{member} was loaded into the PostgreSQL schema {db.schema}.")

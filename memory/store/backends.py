@@ -86,7 +86,10 @@ IMPLEMENTATIONS: Mapping[str, Mapping[str, str | None]] = {
         "sqlite": "memory.store.search_queries:SqliteSearchQueries",
         "postgres": f"{_PG}.search:PgSearchQueries",
     },
-    "DatabaseSnapshots": {"sqlite": "memory.store.snapshot:SqliteSnapshots", "postgres": None},
+    "DatabaseSnapshots": {
+        "sqlite": "memory.store.snapshot:SqliteSnapshots",
+        "postgres": f"{_PG}.snapshot:PgSnapshots",
+    },
     "WebAuthStore": {
         "sqlite": "memory.store.web_store:SqliteWebAuthStore",
         "postgres": f"{_PG}.web:PgWebAuthStore",

@@ -53,7 +53,8 @@ class DatabaseFacts:
 
     counts: dict[str, int | None]
     migrations: dict[str, list[str]] = field(default_factory=dict)
-    sqlite_version: str = ""
+    sqlite_version: str = ""  # the SQLite that wrote it ("" for another engine)
+    engine: str = "sqlite"  # or "postgresql <server version>"
 
 
 class DatabaseSnapshots(Protocol):
@@ -177,9 +178,12 @@ def known_migrations() -> dict[str, set[str]]:
     return known
 
 
-def unknown_migrations(applied: Mapping[str, list[str]]) -> list[str]:
-    """The applied migrations ("set/name") this code does not know: a newer Pinch made them."""
-    known = known_migrations()
+def unknown_migrations(
+    applied: Mapping[str, list[str]], known: Mapping[str, set[str]] | None = None
+) -> list[str]:
+    """The applied migrations ("set/name") this code does not know: a newer Pinch made them.
+    `known`: the migrations to compare with (default: the SQLite sets, `known_migrations`)."""
+    known = known_migrations() if known is None else known
     return [
         f"{owner}/{name}"
         for owner, names in sorted(applied.items())

@@ -33,8 +33,7 @@ class PgWebAuthStore:
 
     def add_token(self, token_hash: str, now: float, expires_at: float) -> None:
         self.db.execute(
-            "INSERT INTO web_login_tokens (token_hash, created_at, expires_at) "
-            "VALUES (%s, %s, %s)",
+            "INSERT INTO web_login_tokens (token_hash, created_at, expires_at) VALUES (%s, %s, %s)",
             (token_hash, now, expires_at),
         )
 
