@@ -4,6 +4,7 @@ of implementations (memory/store/backends.py).
     stores = build_app_stores("sqlite", index.db)
     stores.sessions.current(key); stores.queue(claimant="cli-1").claim_next(key)
     db = open_postgres_store(settings)     # the agent's PostgreSQL schema, migrated and pooled
+    index = open_memory_index(settings)    # the memory index on the configured backend
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.config import ConfigError
+from memory.index.index import MemoryIndex
 from memory.store.backends import implementation
 from memory.store.dreams_store import DreamRunStore, StagingLookups
 from memory.store.forget_store import ForgetStore
@@ -19,13 +21,13 @@ from memory.store.intents_store import IntentRepository, ensure_intent_schema
 from memory.store.jobs_store import JobStore
 from memory.store.lineage import LineageRepository
 from memory.store.pairing_store import PairingStore
-from memory.store.postgres.database import PgDatabase, agent_schema, open_postgres
 from memory.store.queue_store import QueueStore
 from memory.store.recall_signals import RecallSignalStore
 from memory.store.sessions import SessionStore
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from memory.store.postgres.database import PgDatabase
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,23 @@ def build_app_stores(backend: str, db: Any) -> AppStores:
     )
 
 
+def open_memory_index(settings: Settings) -> MemoryIndex:
+    """The memory index of `settings`' workspace on the configured backend: the agent SQLite
+    file, or the agent's PostgreSQL schema (where the SQLite file is never opened)."""
+    if settings.store.backend == "postgres":
+        db = open_postgres_store(settings)
+        try:
+            return MemoryIndex(db, settings.workspace_dir, settings.memory)
+        except BaseException:
+            db.close()
+            raise
+    return MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
+
+
 def open_postgres_store(settings: Settings) -> PgDatabase:
     """The PostgreSQL database of `settings`' agent (its own schema), migrated and pooled."""
+    from memory.store.postgres.database import agent_schema, open_postgres  # psycopg: on demand
+
     config = settings.store
     return open_postgres(
         config.dsn_text(),

@@ -52,6 +52,7 @@ from app.gateway.queue import GatewayStore
 from app.gateway.server import Gateway, GatewayOptions
 from app.process import Runtime
 from app.store_backend import check_store_backend
+from app.store_factory import open_memory_index
 from channels.base import Channel
 from common.channel_table import WEB
 from common.clock import Clock, owner_zone
@@ -79,9 +80,7 @@ async def build_runtime(
 
     The model SDK (seconds to import) starts loading in the background at once."""
     check_store_backend(settings)  # never half-run on an incomplete [store] backend
-    index = await asyncio.to_thread(
-        MemoryIndex.open, settings.workspace_dir, settings.database_path, settings.memory
-    )
+    index = await asyncio.to_thread(open_memory_index, settings)
     try:
         model = model or create_model_client(
             settings.agent.model,

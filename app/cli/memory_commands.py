@@ -50,7 +50,8 @@ def memory_status(deep: bool, as_json: bool) -> None:
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     click.echo(f"workspace       {st.workspace}")
-    click.echo(f"database        {st.database} (SQLite {st.sqlite_version} via {st.driver})")
+    engine = f"SQLite {st.sqlite_version} via {st.driver}" if st.sqlite_version else st.driver
+    click.echo(f"database        {st.database} ({engine})")
     embed = f"{st.provider} {st.model} ({st.dimensions} dims)" if st.dimensions else st.provider
     click.echo(f"embeddings      {embed}")
     click.echo(f"vector search   {st.vector_backend}")

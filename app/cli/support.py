@@ -99,14 +99,15 @@ def load_settings() -> Settings:
 def open_index(settings: Settings) -> MemoryIndex:
     """The memory index of `settings`' workspace; a `WorkspaceError` if there is none yet."""
     from memory.errors import WorkspaceError
-    from memory.index.index import MemoryIndex
 
     if not settings.workspace_dir.is_dir():
         raise WorkspaceError(
             f"There is no workspace at {settings.workspace_dir}: run `pinch init` first "
             "(or set PINCH_HOME / PINCH_WORKSPACE to where your memory files are)."
         )
-    index = MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
+    from app.store_factory import open_memory_index
+
+    index = open_memory_index(settings)
     if not settings.dreaming.enabled:
         from memory.lifecycle.signals import stop_recording
 

@@ -42,15 +42,14 @@ from memory.memory_config import MemoryConfig
 from memory.project_tags import count_project_entries
 from memory.search.filters import SearchFilter
 from memory.search.hybrid import SearchHit, run_search
+from memory.search.knn_store import KnnStore
 from memory.search.presets import SearchPreset, get_preset
 from memory.search.signal_recording import record_recall
 from memory.search.sqlite_vec import SqliteVecStore
 from memory.search.vectors import NumpyStore, VectorStore
+from memory.store.backends import backend_of, store_for
 from memory.store.compact import space_usage
 from memory.store.db import Database, open_database
-from memory.store.index_embedcache import SqliteEmbeddingCache
-from memory.store.index_generations import SqliteGenerations
-from memory.store.index_rows import SqliteIndexRows
 from memory.store.vector_tables import drop_vec_table
 
 log = logging.getLogger(__name__)
@@ -107,10 +106,13 @@ class MemoryIndex:
         # Run on a full rebuild, after the files and before the swap, to fill the new
         # generation with chunks that files do not back. Transcripts by default.
         self.rebuild_hooks: list[RebuildHook] = [replay_transcripts]
-        row_repo = SqliteIndexRows(db)
-        self.generations = Generations(db, SqliteGenerations(db), row_repo, self._drop_vectors)
+        self.backend = backend_of(db)  # "sqlite", or "postgres" (memory/store/backends.py)
+        row_repo = store_for("IndexRowRepository", db)
+        generations = store_for("GenerationRepository", db)
+        self.generations = Generations(db, generations, row_repo, self._drop_vectors)
         self.rows = IndexRows(row_repo, self._store_for_rows, self.generations.dimensions_of)
-        self.cache = EmbeddingCache(db, SqliteEmbeddingCache(db), config.embedding.batch_size)
+        cache = store_for("EmbeddingCacheRepository", db)
+        self.cache = EmbeddingCache(db, cache, config.embedding.batch_size)
         self._pipeline = SyncPipeline(
             db=db,
             workspace=workspace,
@@ -220,6 +222,8 @@ class MemoryIndex:
         }
 
     def _default_store(self, dimensions: int) -> VectorStore:
+        if self.backend != "sqlite":  # the database's own index (pgvector HNSW)
+            return KnnStore(self.db, dimensions)
         if self.db.vec_version and self.config.vector_backend != "numpy":
             return SqliteVecStore(self.db, dimensions)
         return NumpyStore(self.db)
@@ -236,6 +240,8 @@ class MemoryIndex:
         store = self._store(dimensions)
         if store is None and dimensions:
             # No provider in this run, but the generation may have vectors: remove them too.
+            if self.backend != "sqlite":
+                return KnnStore(self.db, dimensions)
             if self.db.vec_version:
                 return SqliteVecStore(self.db, dimensions)
             return NumpyStore(self.db)
@@ -245,7 +251,10 @@ class MemoryIndex:
         store = self._store(dimensions)
         if store is not None:
             store.drop_generation(conn, generation)
-        drop_vec_table(conn, generation)  # also when this run has no provider (degraded)
+        if self.backend == "sqlite":
+            drop_vec_table(conn, generation)  # also when this run has no provider (degraded)
+        elif store is None and dimensions:  # no provider in this run: its vectors go too
+            KnnStore(self.db, dimensions).drop_generation(conn, generation)
 
     @property
     def vector_backend(self) -> str:
@@ -433,10 +442,11 @@ class MemoryIndex:
             )
         cache = self.cache.count()
         building = self.generations.live_rebuild()
-        usage = space_usage(self.db)
+        sqlite = self.backend == "sqlite"
+        usage = space_usage(self.db) if sqlite else None
         return IndexStatus(
             workspace=str(self.workspace),
-            database=str(self.db.path),
+            database=str(self.db.path) if sqlite else f"{self.db.shown_dsn} ({self.db.schema})",
             generation=generation,
             files=files,
             chunks=chunks,
@@ -445,13 +455,13 @@ class MemoryIndex:
             dimensions=identity["dimensions"],
             vector_backend=self.vector_backend,
             degraded=self.degraded_reason(),
-            sqlite_version=self.db.sqlite_version,
-            driver=self.db.driver,
+            sqlite_version=self.db.sqlite_version if sqlite else "",
+            driver=self.db.driver if sqlite else f"PostgreSQL {self.db.server_version}",
             pending_rebuild=active is None or active[1] != identity,
             problems=problems,
             cache_entries=cache,
             dirty_files=dirty,
             rebuilding=building.describe() if building is not None else None,
-            file_bytes=usage.file_bytes,
-            free_bytes=usage.free_bytes,
+            file_bytes=usage.file_bytes if usage else 0,
+            free_bytes=usage.free_bytes if usage else 0,
         )

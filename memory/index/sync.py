@@ -43,9 +43,10 @@ from memory.index.reading import (
 from memory.index.rows import IndexRows, StoreFor
 from memory.memory_config import MemoryConfig
 from memory.search.matrix_cache import refresh_pack
+from memory.store.backends import backend_of, store_for
 from memory.store.db import Database
 from memory.store.index_generations import RebuildLeaseHolder
-from memory.store.lineage import LineageStore, file_origin
+from memory.store.lineage import LineageRepository, file_origin
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,9 @@ class SyncPipeline:
                     ) from None
         if report.generation is not None:
             # Here, not per file: one pack rewrite per sync at most, and only past a share.
-            refresh_pack(self.db, report.generation)
+            # (SQLite's in-process matrix only: PostgreSQL searches its own index.)
+            if backend_of(self.db) == "sqlite":
+                refresh_pack(self.db, report.generation)
             self._catch_up_store(report.generation)
         report.busy = busy.describe() if busy is not None else None
         report.waited_for = waited
@@ -181,8 +184,12 @@ class SyncPipeline:
     def _catch_up_store(self, generation: int) -> None:
         """Let the vector store bring what it derives from the stored vectors up to date (a
         vec0 table another process's numpy-only writes left behind)."""
-        with self.db.lock:
-            dims = self.generations.dimensions_of(self.db.conn, generation)
+        if backend_of(self.db) == "sqlite":
+            with self.db.lock:
+                dims = self.generations.dimensions_of(self.db.conn, generation)
+        else:
+            with self.db.transaction() as conn:
+                dims = self.generations.dimensions_of(conn, generation)
         store = self._store_for(dims)
         if store is not None:
             store.catch_up(generation)
@@ -268,7 +275,8 @@ class SyncPipeline:
                 self.rows.record_problem(conn, generation, where, mtime, size, message)
 
         pending: list[tuple[MemoryFile, os.stat_result, str, list[Chunk], str | None, str]] = []
-        tombstones = LineageStore(self.db).tombstones()  # `pinch memory forget`
+        lineage: LineageRepository = store_for("LineageRepository", self.db)
+        tombstones = lineage.tombstones()  # `pinch memory forget`
         for f in files:
             if shown_path(f.rel_path) != f.rel_path:
                 problem(f, BAD_NAME)

@@ -23,9 +23,10 @@ from memory.errors import SessionError
 from memory.index.chunking import chunk_markdown
 from memory.index.virtual import VirtualChunk
 from memory.memory_config import MemoryConfig
+from memory.store.backends import store_for
 from memory.store.db import Database
-from memory.store.lineage import LineageStore, is_outside_content_tool
-from memory.store.sessions import Session, SessionStore, SqliteSessionStore, TranscriptEvent
+from memory.store.lineage import is_outside_content_tool
+from memory.store.sessions import Session, SessionStore, TranscriptEvent
 from memory.store.transcripts import (
     EVENT_LABELS,
     TOOL_RESULT_CHARS,
@@ -104,7 +105,7 @@ def index_transcript(
     scope = session.key.memory_scope
     if not scope:  # cannot happen with a valid SessionKey; never index into shared memory
         raise SessionError(f"Session {session.id} has no memory scope; not indexing it.")
-    if LineageStore(index.db).is_forgotten(session.id):
+    if store_for("LineageRepository", index.db).is_forgotten(session.id):
         return  # `pinch memory forget` removed it; a late /new or compaction must not restore it
     with _index_lock:
         if index.active_generation() is None:
@@ -119,7 +120,7 @@ def index_transcript(
         new = sorted((e for e in events if e.seq > watermark), key=lambda e: e.seq)
         if not new:
             return
-        store = SqliteSessionStore(index.db)
+        store = store_for("SessionStore", index.db)
         seqs = [watermark, *(e.seq for e in new)]
         if any(b != a + 1 for a, b in itertools.pairwise(seqs)):
             last = new[-1].seq  # the caller may index only up to a point (compaction)
@@ -141,7 +142,7 @@ def index_transcript(
 
 def replay_transcripts(index: TranscriptIndex, generation: int) -> None:
     """Index every stored transcript into `generation` (a rebuild hook of MemoryIndex)."""
-    store = SqliteSessionStore(index.db)
+    store = store_for("SessionStore", index.db)
     budget = _budget(index)
     for session in store.all_sessions():
         events = store.events(session.id)

@@ -4,6 +4,7 @@ complete — Pinch never half-runs on one database and half on another.
 
     missing_stores("postgres")                     # Protocols without an implementation there
     implementation("QueueStore", "postgres")       # the class (its module imported on demand)
+    store_for("IntentRepository", db)              # the store on db's backend (the *_for helpers)
 
 The table names classes ("module:Class") rather than importing them, so checking the backend at
 the start of every `pinch` command costs nothing (no numpy, no psycopg).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from typing import Any
 
 _PG = "memory.store.postgres"
 
@@ -103,6 +105,19 @@ IMPLEMENTATIONS: Mapping[str, Mapping[str, str | None]] = {
         "postgres": f"{_PG}.web:PgSourceListing",
     },
 }
+
+
+def backend_of(db: object) -> str:
+    """Which backend an open database is on: "sqlite" (`Database`) or "postgres" (`PgDatabase`)."""
+    return str(getattr(db, "backend", "sqlite"))
+
+
+def store_for(name: str, db: Any) -> Any:
+    """Store `name` on the open database `db`, on whichever backend `db` is."""
+    found = implementation(name, backend_of(db))
+    if found is None:
+        raise LookupError(f"No {backend_of(db)} implementation of {name}.")
+    return found(db)
 
 
 def missing_stores(backend: str) -> list[str]:

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from memory.errors import DatabaseError
+from memory.store.backends import backend_of
 from memory.store.db import BUSY_TIMEOUT_S, Database, is_busy
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,10 @@ class SpaceUsage:
 
 
 def space_usage(db: Database) -> SpaceUsage:
-    """The database file's size and the part of it SQLite holds as free pages."""
+    """The database file's size and the part of it SQLite holds as free pages (PostgreSQL:
+    nothing to report — autovacuum reclaims its free space, and there is no file to compact)."""
+    if backend_of(db) != "sqlite":
+        return SpaceUsage(0, 0)
     (size,) = db.execute("PRAGMA page_size")[0]
     (pages,) = db.execute("PRAGMA page_count")[0]
     (free,) = db.execute("PRAGMA freelist_count")[0]
@@ -53,6 +57,11 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
     Needs a moment without other writers: it waits up to `wait_s` for one, then raises
     DatabaseError with advice. Searches in other processes go on meanwhile (WAL); their writes
     wait until it is done (seconds at 10k chunks, ≈ 15-30 s at 100k)."""
+    if backend_of(db) != "sqlite":
+        raise DatabaseError(
+            "The PostgreSQL store reclaims free space itself (autovacuum): there is nothing to "
+            "compact."
+        )
     with db.lock:
         conn = db.conn
         conn.execute(f"PRAGMA busy_timeout = {int(wait_s * 1000)}")

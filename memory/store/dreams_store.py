@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memory.store.backends import store_for
 from memory.store.db import Database
 from memory.store.dreaming_schema import apply_dreaming_migrations
 
@@ -298,10 +299,12 @@ class SqliteStagingLookups:
 
 
 def dream_runs_for(db: Database) -> DreamRunStore:
-    """The dream runs and lease of `db` (the SQLite implementation: the only one so far)."""
-    return SqliteDreamRuns(db)
+    """The dream runs and lease of `db` (`db`'s backend: memory/store/backends.py)."""
+    found: DreamRunStore = store_for("DreamRunStore", db)
+    return found
 
 
 def staging_lookups_for(db: Database) -> StagingLookups:
-    """Light's lookups in `db` (the SQLite implementation: the only one so far)."""
-    return SqliteStagingLookups(db)
+    """Light's lookups in `db` (`db`'s backend: memory/store/backends.py)."""
+    found: StagingLookups = store_for("StagingLookups", db)
+    return found

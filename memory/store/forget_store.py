@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from memory.store.backends import store_for
 from memory.store.db import Database
 from memory.store.lineage import apply_lineage_migrations
 from memory.store.recall_signals import Span, delete_signals_in, shift_signals_in
@@ -104,6 +105,6 @@ class SqliteForgetStore:
 
 
 def forget_store_for(db: Database) -> ForgetStore:
-    """The database side of forgetting in `db` (the SQLite implementation: the only one so
-    far)."""
-    return SqliteForgetStore(db)
+    """The database side of forgetting in `db` (`db`'s backend: memory/store/backends.py)."""
+    found: ForgetStore = store_for("ForgetStore", db)
+    return found

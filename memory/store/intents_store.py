@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memory.store.backends import store_for
 from memory.store.db import Database
 from memory.store.schema import MigrationSet, apply
 from memory.store.sessions import SessionKey
@@ -431,5 +432,6 @@ class SqliteIntentRepository:
 
 
 def intents_for(db: Database) -> IntentRepository:
-    """The standing intents of `db` (the SQLite implementation: the only one so far)."""
-    return SqliteIntentRepository(db)
+    """The standing intents of `db` (`db`'s backend: memory/store/backends.py)."""
+    found: IntentRepository = store_for("IntentRepository", db)
+    return found

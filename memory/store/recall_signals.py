@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, cast
 
 from memory.store import db as database
+from memory.store.backends import store_for
 from memory.store.db import Database
 from memory.store.dreaming_schema import apply_dreaming_migrations
 
@@ -232,5 +233,6 @@ class SqliteRecallSignals:
 
 
 def signals_for(db: Database) -> RecallSignalStore:
-    """The recall signals of `db` (the SQLite implementation: the only one so far)."""
-    return SqliteRecallSignals(db)
+    """The recall signals of `db` (`db`'s backend: memory/store/backends.py)."""
+    found: RecallSignalStore = store_for("RecallSignalStore", db)
+    return found

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from memory.errors import DatabaseCorruptError, DatabaseError
+from memory.store.backends import store_for
 from memory.store.db import Database, as_corruption, corruption_advice
 from memory.store.vector_tables import BATCH, from_blob
 
@@ -186,8 +187,9 @@ class SqliteSearchQueries:
 
 
 def search_queries(db: Database) -> SearchQueries:
-    """The search queries for `db` (today always SQLite)."""
-    return SqliteSearchQueries(db)
+    """The search queries for `db`, on its backend (memory/store/backends.py)."""
+    found: SearchQueries = store_for("SearchQueries", db)
+    return found
 
 
 def is_fts_query_error(exc: BaseException) -> bool:

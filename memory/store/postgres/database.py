@@ -13,7 +13,7 @@ import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -44,6 +44,7 @@ class PgDatabase:
     `vector` extension lives). `transaction()` is READ COMMITTED, PostgreSQL's default: the
     stores take the row or advisory locks their promises need explicitly."""
 
+    backend: ClassVar[str] = "postgres"  # memory/store/backends.py backend_of
     pool: ConnectionPool[psycopg.Connection[Any]]
     schema: str
     shown_dsn: str  # the DSN with its password redacted: what messages may show
@@ -78,6 +79,10 @@ class PgDatabase:
             ) from exc
         except psycopg.OperationalError as exc:
             raise DatabaseError(_unreachable(self.shown_dsn, exc)) from exc
+
+    def check_integrity(self) -> None:
+        """Nothing to check from here: PostgreSQL guards its own pages (data checksums, WAL),
+        and a damaged one surfaces as an error on the statement that reads it."""
 
     def close(self) -> None:
         self.pool.close()
