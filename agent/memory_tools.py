@@ -31,7 +31,8 @@ from memory.index.chunking import hash_text
 from memory.index.index import MemoryIndex
 from memory.index.sync import MAX_FILE_BYTES
 from memory.project_tags import ALL_PROJECTS, normalise_project, project_name_error
-from memory.store.lineage import LineageStore, file_origin
+from memory.store.backends import store_for
+from memory.store.lineage import file_origin
 from memory.store.sessions import SessionStore
 from memory.store.transcripts import UNTRUSTED_LEFT_OUT, read_transcript
 
@@ -74,7 +75,7 @@ class MemoryTools:
         self.writer = writer
         self.clock = clock
         self.fetcher = fetcher or WebFetcher()
-        self.lineage = LineageStore(index.db)
+        self.lineage = store_for("LineageRepository", index.db)
 
     def registry(self, *more: Tool) -> ToolRegistry:
         """The memory tools, then `more` (tools built elsewhere, e.g. the `intent` tool)."""

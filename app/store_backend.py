@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # Backends the composition root hands to the memory index, the agent and the gateway. A backend
 # with every store implemented is still refused until it is wired here.
-WIRED_BACKENDS = ("sqlite",)
+WIRED_BACKENDS = ("sqlite", "postgres")
 
 
 def check_store_backend(settings: Settings) -> None:

@@ -5,6 +5,7 @@ of implementations (memory/store/backends.py).
     stores.sessions.current(key); stores.queue(claimant="cli-1").claim_next(key)
     db = open_postgres_store(settings)     # the agent's PostgreSQL schema, migrated and pooled
     index = open_memory_index(settings)    # the memory index on the configured backend
+    db = open_agent_database(settings)     # the agent database alone (CLI commands)
 """
 
 from __future__ import annotations
@@ -78,6 +79,19 @@ def build_app_stores(backend: str, db: Any) -> AppStores:
         staging=make("StagingLookups"),
         lineage=make("LineageRepository"),
         forget=make("ForgetStore"),
+    )
+
+
+def open_agent_database(settings: Settings, *, vector_backend: str | None = None) -> Any:
+    """The agent database of `settings` on the configured backend: its SQLite file (opened with
+    `vector_backend`, default the memory settings'), or its PostgreSQL schema. The stores on it
+    come from `memory.store.backends.store_for(name, db)`."""
+    if settings.store.backend == "postgres":
+        return open_postgres_store(settings)
+    from memory.store.db import open_database
+
+    return open_database(
+        settings.database_path, vector_backend=vector_backend or settings.memory.vector_backend
     )
 
 

@@ -62,9 +62,8 @@ from memory.index.index import MemoryIndex
 from memory.index.watch import MemoryWatcher
 from memory.lifecycle.intents import IntentStore
 from memory.lifecycle.signals import stop_recording
-from memory.store.pairing_store import SqlitePairingStore
-from memory.store.queue_store import SqliteQueueStore
-from memory.store.sessions import SessionStore, SqliteSessionStore
+from memory.store.backends import store_for
+from memory.store.sessions import SessionStore
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -92,7 +91,7 @@ async def build_runtime(
         clock = clock or Clock(owner_zone(settings.agent.timezone, settings.workspace_dir))
         if not settings.dreaming.enabled:
             stop_recording(index.db)  # no recall signals are kept for a disabled Dreaming
-        store = SqliteSessionStore(index.db)
+        store: SessionStore = store_for("SessionStore", index.db)
         mcp = McpServers(settings.mcp, stderr_dir=settings.agent_dir / "mcp")
         automations = None
         if settings.automations.enabled:  # the jobs, a scheduler the gateway starts, the tool
@@ -300,19 +299,19 @@ def build_gateway(
         return Gateway(
             runtime=runtime,
             channels=channels,
-            store=GatewayStore(SqliteQueueStore(db, claimant=chat_claimant)),
-            access=Access(owners={}, channels={}, pairing=Pairing(SqlitePairingStore(db))),
+            store=GatewayStore(store_for("QueueStore", db, claimant=chat_claimant)),
+            access=Access(owners={}, channels={}, pairing=Pairing(store_for("PairingStore", db))),
             options=replace(options_from(settings), heartbeat_path=None),
         )
     access = Access(
         owners=Owners.from_settings(settings),
         channels=channel_settings(settings),
-        pairing=Pairing(SqlitePairingStore(db)),
+        pairing=Pairing(store_for("PairingStore", db)),
     )
     return Gateway(
         runtime=runtime,
         channels=channels,
-        store=GatewayStore(SqliteQueueStore(db)),
+        store=GatewayStore(store_for("QueueStore", db)),
         access=access,
         options=options_from(settings),
     )
@@ -333,9 +332,8 @@ def build_web_server(
     from app.web.auth import Logins
     from app.web.context import WebContext
     from app.web.server import WebServer, make_templates
-    from memory.store.web_store import SqliteWebAuthStore
 
-    store = SqliteWebAuthStore(runtime.index.db)
+    store = store_for("WebAuthStore", runtime.index.db)
     ctx = WebContext(
         settings=settings,
         runtime=runtime,

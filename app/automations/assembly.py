@@ -36,8 +36,8 @@ from app.automations.schedules import zone
 from app.channel_registry import Owners
 from channels.base import Channel, OutboundMessage
 from common.clock import Clock
+from memory.store.backends import store_for
 from memory.store.db import Database
-from memory.store.jobs_store import SqliteJobStore
 from memory.store.sessions import SessionKey
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def build_automations(
     zone_name = owner_zone(clock)
     owners = Owners.from_settings(settings)
     hb = settings.heartbeat
-    jobs = Jobs(SqliteJobStore(db))
+    jobs = Jobs(store_for("JobStore", db))
     scheduler = Scheduler(
         jobs,
         settings=AutomationSettings(

@@ -55,11 +55,9 @@ async def dream_once(
         )
     if needs_model and model is not None:
         await check_key(model)
-    from memory.index.index import MemoryIndex
+    from app.store_factory import open_memory_index
 
-    index = await asyncio.to_thread(
-        MemoryIndex.open, settings.workspace_dir, settings.database_path, settings.memory
-    )
+    index = await asyncio.to_thread(open_memory_index, settings)
     try:
         return await dream(
             index.db,
@@ -94,10 +92,10 @@ async def run_dream(settings: Settings) -> None:
 
 
 def _record_failure(settings: Settings, reason: str) -> None:
-    from memory.store.db import open_database
+    from app.store_factory import open_agent_database
 
     try:
-        db = open_database(settings.database_path)
+        db = open_agent_database(settings)
         try:
             record_failed_run(db, "deep", reason)
         finally:

@@ -91,6 +91,19 @@ def check_database(settings: Settings) -> CheckResult:
     """`PRAGMA quick_check` on a read-only connection (the check changes nothing)."""
     from memory.store.db import corruption_advice, quick_check_read_only
 
+    if settings.store.backend == "postgres":
+        from app.store_factory import open_postgres_store
+
+        started = time.monotonic()
+        db = open_postgres_store(settings)  # reachable, migrated; errors are advice
+        try:
+            db.execute("SELECT count(*) FROM sessions")
+        finally:
+            db.close()
+        took = time.monotonic() - started
+        return CheckResult(
+            "database", True, f"PostgreSQL {db.server_version}, schema {db.schema} ({took:.2f} s)"
+        )
     path = settings.database_path
     if not path.exists():
         return CheckResult("database", False, f"{path} does not exist: run `pinch init`")
@@ -105,13 +118,13 @@ def check_database(settings: Settings) -> CheckResult:
 
 def check_index(settings: Settings) -> CheckResult:
     """Which model and vector backend the index uses, whether it is degraded or has problems."""
-    from memory.index.index import MemoryIndex
+    from app.store_factory import open_memory_index
 
     if not settings.workspace_dir.is_dir():
         return CheckResult(
             "index", False, f"no workspace at {settings.workspace_dir}: run `pinch init`"
         )
-    idx = MemoryIndex.open(settings.workspace_dir, settings.database_path, settings.memory)
+    idx = open_memory_index(settings)
     try:
         st = idx.status()
     finally:

@@ -70,12 +70,10 @@ def pairing() -> None:
 
 def _pairing_store(settings: Settings) -> Any:
     from app.gateway.access import Pairing
-    from memory.store.db import open_database
-    from memory.store.pairing_store import SqlitePairingStore
+    from app.store_factory import open_agent_database
+    from memory.store.backends import store_for
 
-    return Pairing(
-        SqlitePairingStore(open_database(settings.database_path, vector_backend="numpy"))
-    )
+    return Pairing(store_for("PairingStore", open_agent_database(settings, vector_backend="numpy")))
 
 
 @pairing.command("list")

@@ -20,12 +20,12 @@ def intents() -> None:
 
 
 def _intent_store(settings: Settings) -> Any:
+    from app.store_factory import open_agent_database
     from memory.lifecycle.intents import IntentStore
-    from memory.store.db import open_database
 
-    if not settings.database_path.exists():
+    if settings.store.backend == "sqlite" and not settings.database_path.exists():
         raise ValueError("There is no agent database yet: run `pinch init` or `pinch chat` first.")
-    return IntentStore.open(open_database(settings.database_path))
+    return IntentStore.open(open_agent_database(settings))
 
 
 def _when(ts: float | None, settings: Settings) -> str:

@@ -21,11 +21,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _store() -> Jobs:
     from app.automations.jobs import Jobs
-    from memory.store.db import open_database
-    from memory.store.jobs_store import SqliteJobStore
+    from app.store_factory import open_agent_database
+    from memory.store.backends import store_for
 
     settings = load_settings()
-    return Jobs(SqliteJobStore(open_database(settings.database_path)))
+    return Jobs(store_for("JobStore", open_agent_database(settings)))
 
 
 def _job_or_fail(store: Jobs, job_id: int) -> Job:

@@ -148,7 +148,13 @@ def initialise(settings: Settings, template_dir: Path) -> list[str]:
         if not dest.exists():
             _write_private(dest, src.read_bytes())
             created.append(str(dest))
-    if not settings.database_path.exists():
+    if settings.store.backend == "postgres":  # the agent's schema, created and migrated
+        from app.store_factory import open_postgres_store
+
+        db = open_postgres_store(settings)
+        db.close()
+        created.append(f"schema {db.schema} in {db.shown_dsn}")
+    elif not settings.database_path.exists():
         open_database(settings.database_path).close()
         created.append(str(settings.database_path))
     return [item if item.startswith("tightened") else f"created {item}" for item in created]

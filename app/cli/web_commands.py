@@ -20,16 +20,16 @@ def web_login() -> None:
     Works while the gateway runs, and inside the container
     (`docker compose exec pinch pinch web login`).
     """
+    from app.store_factory import open_agent_database
     from app.web.auth import TOKEN_TTL_S, issue_login_url
-    from memory.store.db import open_database
-    from memory.store.web_store import SqliteWebAuthStore
+    from memory.store.backends import store_for
 
     settings = load_settings()
     if not settings.web.enabled:
         fail("The web page is off ([web] enabled = false); turn it on and restart the gateway.")
-    db = open_database(settings.database_path, vector_backend="numpy")
+    db = open_agent_database(settings, vector_backend="numpy")
     try:
-        url = issue_login_url(settings, SqliteWebAuthStore(db))
+        url = issue_login_url(settings, store_for("WebAuthStore", db))
     finally:
         db.close()
     click.echo(url)

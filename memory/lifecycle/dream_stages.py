@@ -24,9 +24,10 @@ from pydantic import BaseModel, Field
 from memory.files.atomic import read_workspace_text
 from memory.files.discovery import file_day
 from memory.project_tags import line_projects
+from memory.store.backends import store_for
 from memory.store.db import Database
 from memory.store.dreams_store import staging_lookups_for
-from memory.store.lineage import LineageStore, file_origin
+from memory.store.lineage import file_origin
 from memory.store.recall_signals import signals_for
 from memory.text import estimate_tokens
 
@@ -161,7 +162,7 @@ def stage_candidates(
     if not mem_dir.is_dir():
         return out
     oldest = _days_before(today, lookback_days)
-    tombstones = LineageStore(db).tombstones()
+    tombstones = store_for("LineageRepository", db).tombstones()
     lookups = staging_lookups_for(db)
     for p in sorted(mem_dir.glob("*.md")):
         if p.is_symlink() or not p.is_file():

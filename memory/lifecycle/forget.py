@@ -42,18 +42,18 @@ from memory.lifecycle.forget_dreams import (
     forget_dreams,
     plan_dreams,
 )
+from memory.store.backends import store_for
 from memory.store.forget_store import KeptNote, SessionErasure, forget_store_for
 from memory.store.lineage import (
     KEPT_SESSION,
     LineageRow,
-    LineageStore,
     marked_entries,
     note_session,
     origin_marker,
     strip_marker,
 )
 from memory.store.recall_signals import Span
-from memory.store.sessions import Session, SessionKey, SessionStore, SqliteSessionStore
+from memory.store.sessions import Session, SessionKey, SessionStore
 from memory.store.transcripts import transcript_path
 
 FILE_KINDS = frozenset({"session_note", "daily_entry"})
@@ -119,8 +119,8 @@ def find_session(store: SessionStore, ref: str) -> Session:
 
 def plan_forget(index: MemoryIndex, ref: str) -> ForgetPlan:
     """Exactly what `forget` would remove (and keep) for the session `ref`. Changes nothing."""
-    store = SqliteSessionStore(index.db)
-    lineage = LineageStore(index.db)
+    store = store_for("SessionStore", index.db)
+    lineage = store_for("LineageRepository", index.db)
     sid = ref.strip().removeprefix("sessions/")
     tombstone = lineage.tombstone(sid)
     if tombstone is not None:  # a second run: nothing is left to remove, nothing changes
@@ -174,7 +174,7 @@ def forget(index: MemoryIndex, writer: WorkspaceWriter, plan: ForgetPlan) -> For
     if plan.forgotten_at is not None:
         return plan  # forgotten already: nothing to do
     sid = plan.session_id
-    lineage = LineageStore(index.db)
+    lineage = store_for("LineageRepository", index.db)
     rows = lineage.of_session(sid)
     # What Dreaming cited is the text and line numbers before the cut: read them first.
     texts = {r.path: _read(index, r.path) for r in rows if r.kind in FILE_KINDS and r.path}

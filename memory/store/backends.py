@@ -112,12 +112,13 @@ def backend_of(db: object) -> str:
     return str(getattr(db, "backend", "sqlite"))
 
 
-def store_for(name: str, db: Any) -> Any:
-    """Store `name` on the open database `db`, on whichever backend `db` is."""
+def store_for(name: str, db: Any, **options: Any) -> Any:
+    """Store `name` on the open database `db`, on whichever backend `db` is (`options`: the
+    store's own, e.g. a queue's `claimant`)."""
     found = implementation(name, backend_of(db))
     if found is None:
         raise LookupError(f"No {backend_of(db)} implementation of {name}.")
-    return found(db)
+    return found(db, **options)
 
 
 def missing_stores(backend: str) -> list[str]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memory.store.backends import store_for
+from memory.store.backends import backend_of, store_for
 from memory.store.db import Database
 from memory.store.schema import MigrationSet, apply
 from memory.store.sessions import SessionKey
@@ -212,7 +212,10 @@ INTENTS = MigrationSet("intents", INTENT_MIGRATIONS)
 
 def ensure_intent_schema(db: Database) -> list[str]:
     """Apply the intents' pending migrations (their own set, memory/store/schema.py); returns the
-    names applied now. Safe to call from several processes at once."""
+    names applied now. Safe to call from several processes at once. (PostgreSQL applies every
+    set when its store opens: nothing to do here.)"""
+    if backend_of(db) != "sqlite":
+        return []
     with db.lock:
         return apply(db.conn, INTENTS)
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from memory.store.backends import store_for
 from memory.store.content_hash import hash_text
 from memory.store.db import Database
 
@@ -337,6 +338,5 @@ def record_session_note(db: Database, workspace: Path, session_id: str, rel_path
     """Record that `rel_path` (just written) is `session_id`'s note, with its content hash (a
     note the owner edited afterwards is kept by `forget`)."""
     text = (workspace / rel_path).read_bytes().decode("utf-8")
-    LineageStore(db).record(
-        session_id, "session_note", path=rel_path, detail={"hash": hash_text(text)}
-    )
+    lineage: LineageRepository = store_for("LineageRepository", db)
+    lineage.record(session_id, "session_note", path=rel_path, detail={"hash": hash_text(text)})

@@ -20,7 +20,7 @@ from app.channel_registry import CHANNELS, Owners, channel_settings
 from app.gateway.access import Pairing
 from app.web.context import WebContext
 from app.web.page_support import ago, done, gateway_of, notice_of, owner_time
-from memory.store.pairing_store import SqlitePairingStore
+from memory.store.backends import store_for
 
 
 def add_routes(app: web.Application, ctx: WebContext) -> None:
@@ -43,7 +43,7 @@ class AccessPages:
         if gateway is not None:
             return gateway.access.pairing
         if self._own is None:
-            self._own = Pairing(SqlitePairingStore(self.ctx.runtime.index.db))
+            self._own = Pairing(store_for("PairingStore", self.ctx.runtime.index.db))
         return self._own
 
     async def index(self, request: web.Request) -> web.Response:

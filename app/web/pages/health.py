@@ -23,6 +23,7 @@ from app.gateway.heartbeat import read_heartbeat
 from app.web.context import WebContext
 from app.web.log_tail import LogTail, install_log_tail
 from app.web.page_support import ago, done, gateway_of, notice_of, owner_time
+from memory.store.backends import store_for
 from memory.store.session_overview import SqliteSessionOverview, UsageRow
 
 USAGE_DAYS = 14
@@ -95,7 +96,7 @@ class HealthPages:
 
     def _usage(self) -> list[DayUsage]:
         if self._overview is None:
-            self._overview = SqliteSessionOverview(self.ctx.runtime.index.db)
+            self._overview = store_for("SessionOverview", self.ctx.runtime.index.db)
         tz = self.ctx.runtime.clock.tz
         start = datetime.now(tz).replace(hour=0, minute=0, second=0, microsecond=0)
         since = (start - timedelta(days=USAGE_DAYS - 1)).timestamp()

@@ -23,6 +23,7 @@ from app.web.page_support import done, notice_of, owner_time
 from memory.errors import MemoryError_, WorkspaceError
 from memory.files.workspace import read_confined
 from memory.search.presets import PRESETS
+from memory.store.backends import store_for
 from memory.store.source_listing import SqliteSourceListing
 
 
@@ -45,7 +46,7 @@ class MemoryPages:
         """One listing per database, so it can answer again at the same index version."""
         listing = self._listings.get(id(db))
         if listing is None or listing.db is not db:
-            listing = self._listings[id(db)] = SqliteSourceListing(db)
+            listing = self._listings[id(db)] = store_for("SourceListings", db)
         return listing
 
     @property

@@ -21,6 +21,7 @@ from app.web.context import WebContext
 from app.web.page_support import ago, int_field, notice_of, owner_time
 from memory.errors import MemoryError_
 from memory.lifecycle.forget import ForgetItem, ForgetPlan, forget, plan_forget
+from memory.store.backends import store_for
 from memory.store.pairing_store import SqlitePairingStore
 from memory.store.session_overview import SqliteSessionOverview
 from memory.store.sessions import TranscriptEvent
@@ -58,7 +59,7 @@ class SessionPages:
 
     def _views(self) -> SqliteSessionOverview:
         if self._overview is None:  # applies its migration set once, on first use
-            self._overview = SqliteSessionOverview(self.ctx.runtime.index.db)
+            self._overview = store_for("SessionOverview", self.ctx.runtime.index.db)
         return self._overview
 
     async def index(self, request: web.Request) -> web.Response:
@@ -91,7 +92,7 @@ class SessionPages:
     def _names(self) -> dict[tuple[str, str], str]:
         """The names people gave when they asked to pair, by (channel, sender id)."""
         if self._pairing is None:
-            self._pairing = SqlitePairingStore(self.ctx.runtime.index.db)
+            self._pairing = store_for("PairingStore", self.ctx.runtime.index.db)
         store = self._pairing
         return {(a.channel, a.sender_id): a.sender_name for a in store.approved() if a.sender_name}
 
