@@ -83,6 +83,9 @@ class GatewayStore:
 
     def __init__(self, store: QueueStore) -> None:
         self.store = store
+        # The process whose claims this store makes (set by the Gateway it serves): recorded
+        # with each claim, so another process's `recover` leaves them while it lives.
+        self.me: LeaseHolder | None = None
 
     # -- inbound --------------------------------------------------------------------------
 
@@ -99,9 +102,22 @@ class GatewayStore:
         return self.store.first_sight(msg.channel, msg.dedup_key, time.time())
 
     def recover(self) -> int:
-        """After a restart: turns that were running are queued again (keeping their grouping,
-        so the reply they began is edited, not repeated). Returns how many messages."""
-        return self.store.recover()
+        """Turns whose process is gone (a restart, or another gateway that died) are queued
+        again, keeping their grouping, so the reply they began is edited, not repeated; a live
+        process's running turn is left to it. Returns how many messages."""
+        me = self.me
+        if me is None:
+            return self.store.recover()
+
+        def alive(other: LeaseHolder) -> bool:
+            return not (other.host == me.host and not pid_alive(other.pid))
+
+        return self.store.recover(me.holder, now=time.time(), alive=alive)
+
+    def beat(self) -> None:
+        """This process is alive: its claims are kept (called every few seconds)."""
+        if self.me is not None:
+            self.store.beat(self.me, time.time())
 
     def pending_sessions(self) -> list[str]:
         return self.store.pending_sessions()
@@ -112,7 +128,7 @@ class GatewayStore:
     def next_batch(self, session_key: str) -> Batch | None:
         """Claim the next turn's messages of `session_key`: an interrupted turn's messages as
         they were grouped, else every queued message (in arrival order)."""
-        claimed = self.store.claim_next(session_key)
+        claimed = self.store.claim_next(session_key, self.me.holder if self.me else None)
         return _batch(claimed) if claimed is not None else None
 
     # -- outbound -------------------------------------------------------------------------

@@ -63,6 +63,7 @@ log = logging.getLogger("pinch.gateway")
 
 TYPING_EVERY_S = 4.0  # platforms show "typing…" for about 5 s
 HEARTBEAT_EVERY_S = 15.0
+CLAIM_BEAT_S = 10.0  # a third of the queue's CLAIM_STALE_S: a live claim never looks stale
 PRUNE_EVERY_S = 300.0
 DELIVERY_ATTEMPTS = 3
 TurnRunner = Callable[[Runtime, AgentRequest, Callable[[str], None]], Awaitable[TurnResult]]
@@ -87,6 +88,7 @@ class GatewayOptions:
     typing_every_s: float = TYPING_EVERY_S
     no_collect_channels: frozenset[str] = field(default_factory=lambda: frozenset({"cli"}))
     lease_stale_s: float = LEASE_STALE_S
+    claim_beat_s: float = CLAIM_BEAT_S  # how often claims are confirmed and dead ones taken
     lease_poll_s: float = LEASE_POLL_S
 
 
@@ -129,6 +131,7 @@ class Gateway:
         self._ignored = IgnoredSenders()
         # This process, as the holder of session leases (one turn per session across processes).
         self.holder = this_process("", f"{socket.gethostname()}:{os.getpid()}:{id(self):x}")
+        store.me = self.holder  # its claims are recorded as this process's
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -136,6 +139,7 @@ class Gateway:
         """Requeue interrupted turns, start every channel and the workers of sessions with
         queued messages. A channel that fails to start is logged, and reported unhealthy in
         every heartbeat; when none starts, raises GatewayError with each one's reason."""
+        await asyncio.to_thread(self.store.beat)
         recovered = await asyncio.to_thread(self.store.recover)
         if recovered:
             log.info("Resuming %d message(s) interrupted by the last stop", recovered)
@@ -168,6 +172,7 @@ class Gateway:
             self.workers.wake(key)
         self._background.append(asyncio.ensure_future(self._heartbeat_loop()))
         self._background.append(asyncio.ensure_future(self._prune_loop()))
+        self._background.append(asyncio.ensure_future(self._claims_loop()))
 
     async def stop(self, grace_s: float) -> None:
         """Let running turns finish for up to `grace_s`, then cancel what is left (it stays
@@ -468,6 +473,25 @@ class Gateway:
             except Exception as exc:
                 log.warning("Could not write the heartbeat file: %s", exc)
             await asyncio.sleep(self.options.heartbeat_every_s)
+
+    async def _claims_loop(self) -> None:
+        """Beat (this process's claims stay its own) and take over the claims of processes
+        that are gone (another gateway on the same database, killed mid-turn), then wake the
+        sessions with queued messages. Only after a takeover: while every gateway lives, each
+        answers what it accepted (serving one agent from one gateway at a time, which keeps a
+        session's order across gateways, is the agent lease's job)."""
+        while True:
+            await asyncio.sleep(self.options.claim_beat_s)
+            try:
+                await asyncio.to_thread(self.store.beat)
+                taken = await asyncio.to_thread(self.store.recover)
+                if not taken:
+                    continue
+                log.info("Taking over %d message(s) of a gateway that stopped", taken)
+                for key in await asyncio.to_thread(self.store.pending_sessions):
+                    self.workers.wake(key)
+            except Exception as exc:
+                log.warning("Could not check the queue's claims: %s", exc)
 
     async def _prune_loop(self) -> None:
         while True:

@@ -98,4 +98,23 @@ def g002_claimants_and_session_leases(conn: Any) -> None:
     )
 
 
-GATEWAY = MigrationSet("gateway", [g001_gateway_tables, g002_claimants_and_session_leases])
+def g003_queue_claims(conn: Any) -> None:
+    # Feature: several gateway processes on one database (issue 19, PostgreSQL wired). Which
+    # process claimed a running message, and each claiming process's heartbeat: a restart or
+    # another gateway re-queues only the claims of a process that is gone.
+    conn.executescript(
+        """
+        ALTER TABLE inbound_queue ADD COLUMN claimed_by TEXT;
+        CREATE TABLE queue_claimants (
+            holder TEXT PRIMARY KEY,               -- the process's instance id
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            heartbeat_at REAL NOT NULL
+        ) WITHOUT ROWID;
+        """
+    )
+
+
+GATEWAY = MigrationSet(
+    "gateway", [g001_gateway_tables, g002_claimants_and_session_leases, g003_queue_claims]
+)

@@ -12,9 +12,10 @@ POSIX seconds passed in by the caller.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from memory.store.db import Database
 from memory.store.gateway_schema import GATEWAY
@@ -60,6 +61,9 @@ class LeaseHolder:
     channel: str
 
 
+CLAIM_STALE_S = 30.0  # a claiming process silent this long is gone: its claims are taken over
+
+
 class QueueStore(Protocol):
     """The inbound queue, de-duplication, deliveries and session leases. What every
     implementation promises:
@@ -78,6 +82,9 @@ class QueueStore(Protocol):
       `record_delivery` replaces the record of the same (turn id, part).
     - Leases: at most one holder per session key; `acquire_lease` checks and takes it in one
       transaction.
+    - Several processes: `recover` re-queues only the claims of processes that are gone (no
+      heartbeat for `stale_s`, or not running), so a live process's running turn is never run
+      twice, and a dead one's is taken over.
     """
 
     def accept(
@@ -96,17 +103,33 @@ class QueueStore(Protocol):
         """Record a platform id without queueing anything; False when it was seen before."""
         ...
 
-    def recover(self) -> int:
-        """Queue this claimant's 'running' messages again; returns how many."""
+    def beat(self, me: LeaseHolder, now: float) -> None:
+        """Record that process `me` is alive: its claims are kept while its heartbeat is newer
+        than `recover`'s `stale_s`."""
+        ...
+
+    def recover(
+        self,
+        me: str | None = None,
+        *,
+        now: float | None = None,
+        stale_s: float = CLAIM_STALE_S,
+        alive: Callable[[LeaseHolder], bool] | None = None,
+    ) -> int:
+        """Queue this claimant's 'running' messages again whose claiming process is gone —
+        claimed by no known process, or by one whose heartbeat (`beat`) is older than `stale_s`
+        or which `alive` says is not running — never `me`'s nor another live process's; in one
+        transaction. Returns how many."""
         ...
 
     def pending_sessions(self) -> list[str]: ...
 
     def has_queued(self, session_key: str) -> bool: ...
 
-    def claim_next(self, session_key: str) -> ClaimedTurn | None:
+    def claim_next(self, session_key: str, holder: str | None = None) -> ClaimedTurn | None:
         """Claim the next turn of `session_key`: an interrupted turn's messages as they were
-        grouped, else every queued message; None when nothing is queued."""
+        grouped, else every queued message; None when nothing is queued. `holder`: the claiming
+        process (recorded, so that `recover` elsewhere leaves its claim while it lives)."""
         ...
 
     def record_delivery(self, turn_id: int, part: int, sent: Delivery, now: float) -> None: ...
@@ -141,6 +164,26 @@ class QueueStore(Protocol):
     def renew_lease(self, session_key: str, me: LeaseHolder, now: float) -> None: ...
 
     def release_lease(self, session_key: str, me: LeaseHolder) -> None: ...
+
+
+def gone_claims(
+    rows: list[Any],
+    me: str | None,
+    now: float,
+    stale_s: float,
+    alive: Callable[[LeaseHolder], bool] | None,
+) -> list[int]:
+    """Of running messages (id, claimed_by, pid, host, heartbeat_at — the last three None when
+    the claimer never beat), the ids whose claiming process is gone (both backends' rule)."""
+    gone = []
+    for qid, holder, pid, host, beat_at in rows:
+        if holder is not None and holder == me:
+            continue  # this process's own running turn
+        fresh = holder is not None and beat_at is not None and beat_at > now - stale_s
+        if fresh and (alive is None or alive(LeaseHolder(holder, int(pid), str(host), ""))):
+            continue  # a live process's claim: never taken
+        gone.append(int(qid))
+    return gone
 
 
 class SqliteQueueStore:
@@ -184,14 +227,37 @@ class SqliteQueueStore:
             )
             return bool(cur.rowcount)
 
-    def recover(self) -> int:
+    def beat(self, me: LeaseHolder, now: float) -> None:
         with self.db.transaction() as conn:
-            cur = conn.execute(
-                "UPDATE inbound_queue SET state = 'queued' WHERE state = 'running' "
-                "AND claimant IS ?",
-                (self.claimant,),
+            conn.execute(
+                "INSERT OR REPLACE INTO queue_claimants VALUES (?, ?, ?, ?)",
+                (me.holder, me.pid, me.host, now),
             )
-            return int(cur.rowcount)
+
+    def recover(
+        self,
+        me: str | None = None,
+        *,
+        now: float | None = None,
+        stale_s: float = CLAIM_STALE_S,
+        alive: Callable[[LeaseHolder], bool] | None = None,
+    ) -> int:
+        with self.db.transaction() as conn:
+            rows = conn.execute(
+                "SELECT q.id, q.claimed_by, c.pid, c.host, c.heartbeat_at FROM inbound_queue q "
+                "LEFT JOIN queue_claimants c ON c.holder = q.claimed_by "
+                "WHERE q.state = 'running' AND q.claimant IS ?",
+                (self.claimant,),
+            ).fetchall()
+            ids = gone_claims(rows, me, time.time() if now is None else now, stale_s, alive)
+            for start in range(0, len(ids), 500):
+                part = ids[start : start + 500]
+                conn.execute(
+                    "UPDATE inbound_queue SET state = 'queued', claimed_by = NULL "
+                    f"WHERE id IN ({','.join('?' * len(part))})",
+                    part,
+                )
+            return len(ids)
 
     def pending_sessions(self) -> list[str]:
         rows = self.db.execute(
@@ -209,7 +275,7 @@ class SqliteQueueStore:
         )
         return bool(rows)
 
-    def claim_next(self, session_key: str) -> ClaimedTurn | None:
+    def claim_next(self, session_key: str, holder: str | None = None) -> ClaimedTurn | None:
         with self.db.transaction() as conn:
             rows = conn.execute(
                 "SELECT id, sender_role, message, turn_id FROM inbound_queue "
@@ -225,8 +291,9 @@ class SqliteQueueStore:
             ids = [r[0] for r in picked]
             marks = ",".join("?" * len(ids))
             conn.execute(
-                f"UPDATE inbound_queue SET state = 'running', turn_id = ? WHERE id IN ({marks})",
-                (turn_id, *ids),
+                "UPDATE inbound_queue SET state = 'running', turn_id = ?, claimed_by = ? "
+                f"WHERE id IN ({marks})",
+                (turn_id, holder, *ids),
             )
         messages = tuple(StoredMessage(int(r[0]), r[1], r[2]) for r in picked)
         return ClaimedTurn(turn_id, session_key, messages, resumed=first_turn is not None)

@@ -229,6 +229,23 @@ def p001_gateway_tables(conn: Any) -> None:
     )
 
 
+def p002_queue_claims(conn: Any) -> None:
+    """SQLite g003 (several gateways on one database, issue 19): who claimed a running message,
+    and each claiming process's heartbeat."""
+    _run(
+        conn,
+        """
+        ALTER TABLE inbound_queue ADD COLUMN claimed_by text;
+        CREATE TABLE queue_claimants (
+            holder text PRIMARY KEY,
+            pid integer NOT NULL,
+            host text NOT NULL,
+            heartbeat_at double precision NOT NULL
+        )
+        """,
+    )
+
+
 def p001_jobs_and_runs(conn: Any) -> None:
     """SQLite a001: jobs and their runs (instants as timestamptz)."""
     _run(
@@ -413,7 +430,7 @@ def p001_web_logins(conn: Any) -> None:
 
 PG_SETS = (
     MigrationSet("memory", [p001_sessions_and_index]),
-    MigrationSet("gateway", [p001_gateway_tables]),
+    MigrationSet("gateway", [p001_gateway_tables, p002_queue_claims]),
     MigrationSet("automations", [p001_jobs_and_runs]),
     MigrationSet("dreaming", [p001_dreaming]),
     MigrationSet("intents", [p001_intents]),

@@ -16,11 +16,19 @@ How the promises are kept here:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from memory.store.postgres.database import PgDatabase, one_row
-from memory.store.queue_store import ClaimedTurn, Delivery, LeaseHolder, StoredMessage
+from memory.store.queue_store import (
+    CLAIM_STALE_S,
+    ClaimedTurn,
+    Delivery,
+    LeaseHolder,
+    StoredMessage,
+    gone_claims,
+)
 
 
 def _lock_session(conn: Any, session_key: str) -> None:
@@ -68,14 +76,39 @@ class PgQueueStore:
             )
             return bool(cur.rowcount)
 
-    def recover(self) -> int:
+    def beat(self, me: LeaseHolder, now: float) -> None:
+        self.db.execute(
+            "INSERT INTO queue_claimants VALUES (%s, %s, %s, %s) ON CONFLICT (holder) DO UPDATE "
+            "SET pid = excluded.pid, host = excluded.host, heartbeat_at = excluded.heartbeat_at",
+            (me.holder, me.pid, me.host, now),
+        )
+
+    def recover(
+        self,
+        me: str | None = None,
+        *,
+        now: float | None = None,
+        stale_s: float = CLAIM_STALE_S,
+        alive: Callable[[LeaseHolder], bool] | None = None,
+    ) -> int:
         with self.db.transaction() as conn:
-            cur = conn.execute(
-                "UPDATE inbound_queue SET state = 'queued' WHERE state = 'running' "
-                "AND claimant IS NOT DISTINCT FROM %s",
+            # The running rows, locked (a row another transaction is finishing is left to it);
+            # the claimer's heartbeat is read in the same snapshot.
+            rows = conn.execute(
+                "SELECT q.id, q.claimed_by, c.pid, c.host, c.heartbeat_at FROM inbound_queue q "
+                "LEFT JOIN queue_claimants c ON c.holder = q.claimed_by "
+                "WHERE q.state = 'running' AND q.claimant IS NOT DISTINCT FROM %s "
+                "FOR UPDATE OF q SKIP LOCKED",
                 (self.claimant,),
-            )
-            return int(cur.rowcount)
+            ).fetchall()
+            ids = gone_claims(rows, me, time.time() if now is None else now, stale_s, alive)
+            if ids:
+                conn.execute(
+                    "UPDATE inbound_queue SET state = 'queued', claimed_by = NULL "
+                    "WHERE id = ANY(%s)",
+                    (ids,),
+                )
+            return len(ids)
 
     def pending_sessions(self) -> list[str]:
         rows = self.db.execute(
@@ -93,7 +126,7 @@ class PgQueueStore:
         )
         return bool(rows)
 
-    def claim_next(self, session_key: str) -> ClaimedTurn | None:
+    def claim_next(self, session_key: str, holder: str | None = None) -> ClaimedTurn | None:
         with self.db.transaction() as conn:
             _lock_session(conn, session_key)
             rows = conn.execute(
@@ -109,8 +142,9 @@ class PgQueueStore:
             picked = [r for r in rows if r[3] == first_turn]
             turn_id = int(first_turn or picked[0][0])
             conn.execute(
-                "UPDATE inbound_queue SET state = 'running', turn_id = %s WHERE id = ANY(%s)",
-                (turn_id, [int(r[0]) for r in picked]),
+                "UPDATE inbound_queue SET state = 'running', turn_id = %s, claimed_by = %s "
+                "WHERE id = ANY(%s)",
+                (turn_id, holder, [int(r[0]) for r in picked]),
             )
         messages = tuple(StoredMessage(int(r[0]), r[1], r[2]) for r in picked)
         return ClaimedTurn(turn_id, session_key, messages, resumed=first_turn is not None)
