@@ -3,6 +3,7 @@
     .venv/bin/python bench/retrieval.py                      # all presets, local model
     .venv/bin/python bench/retrieval.py --embedding none --limit-conversations 1
     .venv/bin/python bench/retrieval.py --json > figures.json
+    .venv/bin/python bench/retrieval.py --backend postgres   # the same on PostgreSQL + pgvector
 
 Workspaces and index databases go under --out (default bench/out/, git-ignored) and are reused:
 a rerun rewrites only changed files and embeds only chunks missing from each database's cache.
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
+import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -105,6 +108,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=REPO / "bench" / "out", help="workspaces, indexes")
     p.add_argument("--force", action="store_true", help="re-index every file (sync force=True)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument(
+        "--backend",
+        choices=["sqlite", "postgres"],
+        default="sqlite",
+        help="where the index lives (postgres: a pgserver under --out unless --dsn is given)",
+    )
+    p.add_argument("--dsn", help="an existing PostgreSQL with pgvector, for --backend postgres")
     args = p.parse_args(argv)
     if args.madial is None:
         args.madial = [DATA / "madial_en", DATA / "madial_zh"]
@@ -122,9 +132,16 @@ def index_workspace(
     workspace = root / "workspace"
     written = write_workspace(workspace, files)
     config = MemoryConfig(embedding=EmbeddingConfig(provider=args.embedding))
-    index = MemoryIndex.open(
-        workspace=workspace, db_path=root / f"index-{args.embedding}.sqlite", config=config
-    )
+    if args.backend == "postgres":  # one schema per workspace and embedding, kept for reruns
+        from memory.store.postgres.database import open_postgres
+
+        name = hashlib.sha1(f"{root.resolve()}|{args.embedding}".encode()).hexdigest()[:16]
+        db = open_postgres(args.dsn, schema=f"pinch_bench_{name}", min_size=1, max_size=4)
+        index = MemoryIndex(db, workspace, config)
+    else:
+        index = MemoryIndex.open(
+            workspace=workspace, db_path=root / f"index-{args.embedding}.sqlite", config=config
+        )
     last_report = 0.0
 
     def on_progress(done: int, total: int, path: str) -> None:
@@ -444,12 +461,32 @@ def print_tables(run: BenchRun, console: Console) -> None:
         console.print(f"[dim]note: {note}[/]")
 
 
+@contextlib.contextmanager
+def _postgres_for(args: argparse.Namespace) -> Iterator[None]:
+    """With `--backend postgres` and no `--dsn`: a pgserver (PostgreSQL 16 + pgvector) kept in
+    --out/pgserver (its indexes and embedding caches are reused by the next run), stopped after."""
+    if args.backend != "postgres" or args.dsn:
+        yield
+        return
+    import pgserver
+
+    folder = args.out / "pgserver"
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(folder))
+    server = pgserver.get_server(folder / "data", cleanup_mode="stop")
+    args.dsn = server.get_uri()
+    try:
+        yield
+    finally:
+        server.cleanup()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     progress = Console(stderr=True)
     # In --json mode stdout carries only the JSON object, whatever the index prints.
     redirect = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    with redirect:
+    with redirect, _postgres_for(args):
         run = run_benchmarks(args, progress)
     if args.json:
         print(json.dumps(as_json(run), indent=2, ensure_ascii=False))
