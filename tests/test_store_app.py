@@ -380,6 +380,20 @@ def test_ended_jobs_stay_ended(jobs: JobStore) -> None:
     assert ended is not None and ended.state == "done" and ended.next_run_utc == NOW
 
 
+def test_on_a_shared_database_only_runs_older_than_a_run_may_take_are_closed(
+    jobs: JobStore,
+) -> None:
+    old = jobs.insert(new_job(), first_run=NOW, now=NOW, max_active=None)
+    young = jobs.insert(new_job(), first_run=NOW, now=NOW, max_active=None)
+    jobs.claim(old.id, NOW, None, NOW, run_for=NOW)
+    jobs.claim(young.id, NOW, None, NOW + timedelta(minutes=9), run_for=NOW)
+
+    later = NOW + timedelta(minutes=11)
+    assert jobs.close_interrupted_runs(later, later - timedelta(minutes=10)) == 1
+    assert [r.status for r in jobs.runs(young.id)] == ["running"]  # another scheduler's, live
+    assert [r.status for r in jobs.runs(old.id)] == ["cancelled"]
+
+
 def test_runs_left_running_are_closed_as_interrupted(jobs: JobStore) -> None:
     job = jobs.insert(new_job(), first_run=NOW, now=NOW, max_active=None)
     jobs.claim(job.id, NOW, None, NOW, run_for=NOW)

@@ -95,6 +95,7 @@ def build_automations(
             heartbeat_active_hours=parse_active_hours(hb.active_hours) if hb.active_hours else None,
             owner_tz=zone_name,
             owner_chats=owners.chats(),
+            shared_jobs=settings.store.backend == "postgres",
         ),
         now=now,
     )

@@ -164,9 +164,10 @@ class Jobs:
         """Make an interrupted one-shot due again at `due` (it runs at the next start)."""
         self.store.release(job_id, due)
 
-    def close_interrupted_runs(self, now: datetime) -> int:
-        """Mark runs a stopped process left 'running' as cancelled; returns how many."""
-        return self.store.close_interrupted_runs(now)
+    def close_interrupted_runs(self, now: datetime, started_before: datetime | None = None) -> int:
+        """Mark runs a stopped process left 'running' as cancelled (only those started before
+        `started_before`, when given); returns how many."""
+        return self.store.close_interrupted_runs(now, started_before)
 
     def mark_done(self, job_id: int) -> None:
         self.store.mark_done(job_id)

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -51,6 +51,9 @@ from memory.store.backends import backend_of, store_for
 from memory.store.compact import space_usage
 from memory.store.db import Database, open_database
 from memory.store.vector_tables import drop_vec_table
+
+if TYPE_CHECKING:
+    from memory.store.postgres.database import PgDatabase
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +88,16 @@ class MemoryIndex:
 
     def __init__(
         self,
-        db: Database,
+        db: Database | PgDatabase,
         workspace: Path,
         config: MemoryConfig,
         *,
         provider: EmbeddingProvider | None = _FROM_CONFIG,
         vector_store: StoreFactory | None = None,
     ) -> None:
-        self.db = db
+        # The agent database: SQLite's `Database`, or PostgreSQL's pool (the repositories are
+        # taken from memory/store/backends.py for whichever it is).
+        self.db: Any = db
         self.workspace = workspace
         self.config = config
         self._provider: EmbeddingProvider | None = None
@@ -109,12 +114,13 @@ class MemoryIndex:
         self.backend = backend_of(db)  # "sqlite", or "postgres" (memory/store/backends.py)
         row_repo = store_for("IndexRowRepository", db)
         generations = store_for("GenerationRepository", db)
-        self.generations = Generations(db, generations, row_repo, self._drop_vectors)
+        agent_db: Any = cast(Any, db)  # the parts use what both offer (transaction, execute)
+        self.generations = Generations(agent_db, generations, row_repo, self._drop_vectors)
         self.rows = IndexRows(row_repo, self._store_for_rows, self.generations.dimensions_of)
         cache = store_for("EmbeddingCacheRepository", db)
-        self.cache = EmbeddingCache(db, cache, config.embedding.batch_size)
+        self.cache = EmbeddingCache(agent_db, cache, config.embedding.batch_size)
         self._pipeline = SyncPipeline(
-            db=db,
+            db=agent_db,
             workspace=workspace,
             config=config,
             generations=self.generations,
@@ -127,7 +133,7 @@ class MemoryIndex:
         )
         self._flight = SingleFlight()
         self._virtual = VirtualChunks(
-            db=db,
+            db=agent_db,
             generations=self.generations,
             rows=self.rows,
             pipeline=self._pipeline,

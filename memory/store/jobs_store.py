@@ -176,8 +176,10 @@ class JobStore(Protocol):
         """Make an active job due again at `due`."""
         ...
 
-    def close_interrupted_runs(self, now: datetime) -> int:
-        """Mark runs left 'running' as cancelled; returns how many."""
+    def close_interrupted_runs(self, now: datetime, started_before: datetime | None = None) -> int:
+        """Mark runs left 'running' as cancelled — only those started before `started_before`
+        when given (several schedulers on one database: a younger run may be another's, live);
+        returns how many."""
         ...
 
     def mark_done(self, job_id: int) -> None:
@@ -438,12 +440,13 @@ class SqliteJobStore:
                 (utc_text(due), job_id),
             )
 
-    def close_interrupted_runs(self, now: datetime) -> int:
+    def close_interrupted_runs(self, now: datetime, started_before: datetime | None = None) -> int:
         with self.db.transaction() as conn:
             cur = conn.execute(
                 "UPDATE job_runs SET status = 'cancelled', finished = ?, "
-                "note = 'interrupted: Pinch stopped during the run' WHERE status = 'running'",
-                (utc_text(now),),
+                "note = 'interrupted: Pinch stopped during the run' WHERE status = 'running' "
+                "AND (? IS NULL OR started < ?)",
+                (utc_text(now), *[utc_text(started_before) if started_before else None] * 2),
             )
             return int(cur.rowcount)
 

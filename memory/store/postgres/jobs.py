@@ -236,12 +236,13 @@ class PgJobStore:
                 (due, job_id),
             )
 
-    def close_interrupted_runs(self, now: datetime) -> int:
+    def close_interrupted_runs(self, now: datetime, started_before: datetime | None = None) -> int:
         with self.db.transaction() as conn:
             cur = conn.execute(
                 "UPDATE job_runs SET status = 'cancelled', finished = %s, "
-                "note = 'interrupted: Pinch stopped during the run' WHERE status = 'running'",
-                (now,),
+                "note = 'interrupted: Pinch stopped during the run' WHERE status = 'running' "
+                "AND (%s::timestamptz IS NULL OR started < %s)",
+                (now, started_before, started_before),
             )
             return int(cur.rowcount)
 
