@@ -32,9 +32,7 @@ QUERIES = ["bees", "where does the owner live", "dog river", "蓝色", "train tr
 
 
 @pytest.fixture
-def pg_index(
-    pg_server: PgTestServer, pg_dsn: str
-) -> Iterator[tuple[PgTestServer, str]]:
+def pg_index(pg_server: PgTestServer, pg_dsn: str) -> Iterator[tuple[PgTestServer, str]]:
     yield pg_server, pg_dsn
 
 

@@ -86,12 +86,9 @@ class AutomationSettings:
     workspace: Path | None = None  # for HEARTBEAT.md
     heartbeat_active_hours: tuple[int, int] | None = None  # minutes of the day, [start, end)
     owner_tz: str = "UTC"
-    # The owner's direct chat on each channel with an id in [owners], in order: where alerts go
-    # when the job's own chat fails, and an owner's job when its channel is not running.
+    # The owner's chat per channel in [owners]: alerts if a job's chat fails, owner jobs' fallback.
     owner_chats: tuple[Target, ...] = ()
-    # Several schedulers share the jobs (PostgreSQL, several gateways): a run left 'running' is
-    # closed at start only once older than RUN_LEASE_S (a younger one may be another's, live).
-    shared_jobs: bool = False
+    shared_jobs: bool = False  # several schedulers on one database (PostgreSQL)
 
 
 def utcnow() -> datetime:
@@ -137,12 +134,8 @@ class Scheduler:
             raise ValueError("A scheduler needs `deliver` and `run_turn` to start.")
         self._stopping = False
         self._armed.clear()  # jobs armed while not running are armed for real by resync()
-        # Runs left 'running' by a process that died: the one-gateway lock says none is live
-        # (on a shared database, only those older than a run may take).
-        now = self.now()
-        shared = self.settings.shared_jobs
-        before = now - timedelta(seconds=RUN_LEASE_S) if shared else None
-        await self._db(self.store.close_interrupted_runs, now, before)
+        old = self.now() - timedelta(seconds=RUN_LEASE_S) if self.settings.shared_jobs else None
+        await self._db(self.store.close_interrupted_runs, self.now(), old)  # a dead one's runs
         self._aps = AsyncIOScheduler(
             timezone=UTC,
             # max_instances > 1: a run re-arms its job (same id) before its callback returns;

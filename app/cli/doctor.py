@@ -95,11 +95,8 @@ def check_database(settings: Settings) -> CheckResult:
         from app.store_factory import open_postgres_store
 
         started = time.monotonic()
-        db = open_postgres_store(settings)  # reachable, migrated; errors are advice
-        try:
-            db.execute("SELECT count(*) FROM sessions")
-        finally:
-            db.close()
+        db = open_postgres_store(settings)  # reachable and migrated, else advice
+        db.close()
         took = time.monotonic() - started
         return CheckResult(
             "database", True, f"PostgreSQL {db.server_version}, schema {db.schema} ({took:.2f} s)"

@@ -475,11 +475,9 @@ class Gateway:
             await asyncio.sleep(self.options.heartbeat_every_s)
 
     async def _claims_loop(self) -> None:
-        """Beat (this process's claims stay its own) and take over the claims of processes
-        that are gone (another gateway on the same database, killed mid-turn), then wake the
-        sessions with queued messages. Only after a takeover: while every gateway lives, each
-        answers what it accepted (serving one agent from one gateway at a time, which keeps a
-        session's order across gateways, is the agent lease's job)."""
+        """Beat (this process's claims stay its own), take over the claims of processes that
+        are gone (another gateway on this database, killed), then wake the queued sessions —
+        only then: a session's order across live gateways is the agent lease's job."""
         while True:
             await asyncio.sleep(self.options.claim_beat_s)
             try:
