@@ -79,9 +79,9 @@ from agent.types import ToolCall
 from app.wiring import build_agent
 from bench.recall import madial_user_utterances
 from common.clock import Clock
+from common.porter import porter_stem
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
-from memory.search.porter import porter_stem
 from memory.store.sessions import SessionKey, SessionStore, SqliteSessionStore
 from memory.text import CJK_CHAR, line_terms, query_terms, stem_term
 from tests.fakes.model_server import (

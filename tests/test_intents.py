@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from common.porter import porter_stem
 from memory.lifecycle.intents import (
     DAY_S,
     IntentError,
@@ -22,7 +23,6 @@ from memory.lifecycle.intents import (
     message_terms,
     trigger_terms,
 )
-from memory.search.porter import porter_stem
 from memory.store.db import Database, open_database
 from memory.store.intents_store import INTENT_MIGRATIONS, ensure_intent_schema
 from memory.store.sessions import SessionKey

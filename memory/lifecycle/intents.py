@@ -26,8 +26,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from common.porter import porter_stem
 from memory.errors import MemoryError_
-from memory.search.porter import porter_stem
 from memory.store.db import Database
 from memory.store.intents_store import (
     IntentFire,

@@ -34,8 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from common.porter import porter_stem
 from memory.project_tags import line_projects
-from memory.search.porter import porter_stem
 from memory.store.lineage import file_origin
 from memory.text import CJK_CHAR, normalised_runs
 

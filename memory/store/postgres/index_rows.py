@@ -20,7 +20,7 @@ from memory.store.index_embedcache import ModelKey
 from memory.store.index_generations import RebuildLeaseHolder
 from memory.store.index_rows import ChunkRow, PassageRow, SourceRow, SourceState, StoredChunk
 from memory.store.postgres.database import PgDatabase, one_row
-from memory.store.postgres.keywords import STEMMED, keyword_tokens
+from memory.store.postgres.keywords import keyword_tokens, stemmed
 
 # Takes the removed keyword rows out of bm25's N and total length (`gone`: their token counts).
 _UNCOUNT = (
@@ -173,9 +173,9 @@ class PgIndexRows:
             ),
         ).fetchone()
         cid = int(one_row(made)[0])
-        tokens = keyword_tokens(row.keywords)
+        tokens = stemmed(keyword_tokens(row.keywords))
         conn.execute(
-            f"INSERT INTO memory_keywords (chunk_id, body, tokens) VALUES (%s, %s, ({STEMMED}))",
+            "INSERT INTO memory_keywords (chunk_id, body, tokens) VALUES (%s, %s, %s)",
             (cid, row.keywords, tokens),
         )
         conn.execute(

@@ -3,9 +3,11 @@ text-search parser (it knows no Chinese), but the same tokens and FTS5's own bm2
 
 - Tokens: Pinch's keyword body (memory/text.py `fts_body`: CJK characters already spaced) split
   as FTS5's `unicode61 remove_diacritics 2` does — letters and digits, diacritics removed, lower
-  case — then stemmed. FTS5 uses the Porter stemmer; PostgreSQL ships Snowball's English
-  stemmer (`english_stem`, Porter's own successor), applied in SQL (`STEMMED`); a few words stem
-  differently, which bench/retrieval.py measures.
+  case — then stemmed as FTS5's `porter` tokenizer does: Porter's 1980 algorithm
+  (common/porter.py) on ASCII words of 3 to 64 letters, other tokens as they are. (PostgreSQL's
+  own Snowball `english_stem` was used first: it stems 130 of MADial's 2,011 English words
+  otherwise than FTS5 — and leaves its stop words unstemmed —, the Python Porter 1, so the keyword
+  preset differed by a question in 40; bench/RESULTS.md.)
 - Expressions: the FTS5 subset Pinch writes (memory/text.py `fts_match_expression`): quoted
   phrases, or bare words, joined by one operator, AND or OR; anything else is a
   `MalformedQuery`, as FTS5 would refuse it.
@@ -25,15 +27,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from common.porter import porter_stem
 from memory.store.search_queries import MalformedQuery
 
 K1, B = 1.2, 0.75
-# The stemmed form of the text[] parameter, in order (a stop word keeps its own form, as FTS5).
-STEMMED = (
-    "SELECT coalesce(array_agg(coalesce((ts_lexize('english_stem', t))[1], t) ORDER BY n), "
-    "'{}') FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n)"
-)
 _TOKEN = re.compile(r"[^\W_]+")
+_STEMMABLE = re.compile(r"[a-z]{3,64}")  # what FTS5's porter tokenizer stems; the rest passes
+
+
+def stemmed(tokens: Sequence[str]) -> list[str]:
+    """`tokens` as FTS5's porter tokenizer leaves them (Porter's algorithm on ASCII words)."""
+    return [porter_stem(t) if _STEMMABLE.fullmatch(t) else t for t in tokens]
+
+
 _EXPRESSION = re.compile(r'\s*(?:"((?:[^"]|"")*)"|([^\W_]+))\s*')
 
 

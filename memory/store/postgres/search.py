@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory.store.postgres.database import PgDatabase, one_row
-from memory.store.postgres.keywords import STEMMED, bm25_statement, parse_match
+from memory.store.postgres.database import PgDatabase
+from memory.store.postgres.keywords import bm25_statement, parse_match, stemmed
 from memory.store.search_queries import ChunkRow, PassageVectors
 from memory.store.vector_tables import from_blob
 
@@ -44,10 +44,10 @@ class PgSearchQueries:
         if not flat or (limit is not None and limit <= 0):
             return []
         with self.db.transaction() as conn:
-            stemmed = list(one_row(conn.execute(STEMMED, (flat,)).fetchone())[0])
+            stems = stemmed(flat)
             phrases, at = [], 0
             for phrase in query.phrases:
-                phrases.append(stemmed[at : at + len(phrase)])
+                phrases.append(stems[at : at + len(phrase)])
                 at += len(phrase)
             statement, params = bm25_statement(phrases, query.operator)
             statement += f" ORDER BY {order}"

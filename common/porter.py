@@ -4,7 +4,8 @@
     porter_stem("deciding") == porter_stem("decided") == "decid"
 
 Input is one lowercase word; words of one or two letters come back unchanged. Used where two
-spellings of a word must meet (Active Memory's trigger terms against a message).
+spellings of a word must meet (Active Memory's trigger terms against a message), and the keyword
+tokens of the PostgreSQL store (stemmed as SQLite FTS5's `porter` tokenizer stems them).
 """
 
 from __future__ import annotations
