@@ -1,3 +1,4 @@
 """What every package needs, one implementation each: secret redaction (redact), shortening and
-comment-stripping of text (text), the owner's time zone and clock (clock), and where the config
-file is for advice (home). Imports nothing of Pinch's: any package may import it."""
+comment-stripping of text (text), the owner's time zone and clock (clock), where the config
+file is for advice (home), and the Porter stemmer FTS5 uses (porter). Imports nothing of
+Pinch's: any package may import it."""
