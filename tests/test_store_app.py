@@ -401,3 +401,17 @@ def test_runs_left_running_are_closed_as_interrupted(jobs: JobStore) -> None:
     assert jobs.close_interrupted_runs(NOW) == 1
     [run] = jobs.runs()
     assert run.status == "cancelled" and run.note and "interrupted" in run.note
+
+
+def test_prune_forgets_the_heartbeats_of_processes_long_silent(backend: Backend) -> None:
+    queue = QUEUES[backend.name](backend.db)
+    gone, alive = LeaseHolder("gone", 1, "h", ""), LeaseHolder("alive", 2, "h", "")
+    queue.beat(gone, T0)
+    queue.beat(alive, T0 + 600)
+    accept(queue, "k", "1")
+    assert queue.claim_next("s1", "alive") is not None
+
+    queue.prune(T0 + 300)
+
+    # the live process's claim is still its own; the silent one is forgotten
+    assert queue.recover("me", now=T0 + 610, stale_s=30) == 0

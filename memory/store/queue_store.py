@@ -142,7 +142,8 @@ class QueueStore(Protocol):
 
     def prune(self, cutoff: float) -> None:
         """Forget de-duplication records, answered messages and their deliveries older than
-        `cutoff`, and other (closed) claimants' unanswered messages received before it."""
+        `cutoff`, other (closed) claimants' unanswered messages received before it, and the
+        heartbeats of processes silent since then."""
         ...
 
     def counts(self) -> dict[str, int]:
@@ -341,6 +342,8 @@ class SqliteQueueStore:
                 "AND state != 'done' AND received_at < ?",
                 (self.claimant, cutoff),
             )
+            # Processes silent since the cutoff (a live one beats every few seconds).
+            conn.execute("DELETE FROM queue_claimants WHERE heartbeat_at < ?", (cutoff,))
 
     def counts(self) -> dict[str, int]:
         rows = self.db.execute("SELECT state, count(*) FROM inbound_queue GROUP BY state")

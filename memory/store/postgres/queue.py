@@ -195,6 +195,8 @@ class PgQueueStore:
                 "AND claimant IS DISTINCT FROM %s AND state != 'done' AND received_at < %s",
                 (self.claimant, cutoff),
             )
+            # Processes silent since the cutoff (a live one beats every few seconds).
+            conn.execute("DELETE FROM queue_claimants WHERE heartbeat_at < %s", (cutoff,))
 
     def counts(self) -> dict[str, int]:
         rows = self.db.execute("SELECT state, count(*) FROM inbound_queue GROUP BY state")
