@@ -1,6 +1,7 @@
 """The `pinch` commands on PostgreSQL (`[store] backend = "postgres"`), run for real against the
 scripted model server and the run's pgserver: `pinch init`, `pinch chat`, `pinch memory index`
-and `search`, `pinch jobs`, `pinch memory dream`, `pinch memory forget`, `pinch web login`,
+and `search`, `pinch jobs`, `pinch memory dream`, `pinch memory forget`, `pinch intents`, `pinch pairing`,
+`pinch web login`,
 `pinch backup` and `pinch restore` — each reads and writes the agent's schema, and none ever
 makes or opens the SQLite file."""
 
@@ -111,7 +112,7 @@ def test_memory_index_search_status_and_forget_run_on_postgres(
     no_sqlite(pg_home)
 
 
-def test_jobs_dream_and_web_login_run_on_postgres(pg_home: Settings) -> None:
+def test_jobs_dream_intents_pairing_and_web_login_run_on_postgres(pg_home: Settings) -> None:
     db = open_postgres_store(pg_home)
     try:
         now = datetime.now(UTC)
@@ -133,9 +134,12 @@ def test_jobs_dream_and_web_login_run_on_postgres(pg_home: Settings) -> None:
     shown = pinch("jobs", "show", "1").output
     dreamt = pinch("memory", "dream", "--dry-run").output
     login = pinch("web", "login").output
+    intents = pinch("intents", "list").output
+    pairing = pinch("pairing", "list").output
 
     assert "water the plants" in listed and "water the plants" in shown
     assert "dry run: nothing written" in dreamt
+    assert intents.strip() and pairing.strip()
     token = login.split("token=", 1)[1].split()[0]
     db = open_postgres_store(pg_home)
     try:  # the one-time token is in the agent's schema, and redeems once
