@@ -1,9 +1,8 @@
 """The `pinch` commands on PostgreSQL (`[store] backend = "postgres"`), run for real against the
 scripted model server and the run's pgserver: `pinch init`, `pinch chat`, `pinch memory index`
-and `search`, `pinch jobs`, `pinch memory dream`, `pinch memory forget`, `pinch intents`, `pinch pairing`,
-`pinch web login`,
-`pinch backup` and `pinch restore` — each reads and writes the agent's schema, and none ever
-makes or opens the SQLite file."""
+and `search`, `pinch jobs`, `pinch memory dream`, `pinch memory forget`, `pinch intents`,
+`pinch pairing`, `pinch web login`, `pinch backup` and `pinch restore` — each reads and writes
+the agent's schema, and none ever makes or opens the SQLite file."""
 
 from __future__ import annotations
 
