@@ -27,6 +27,7 @@ from agent.mcp.mcp_config import McpConfig, references
 from agent.media.media_config import MediaConfig, VoiceConfig
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
 from app.backup.backup_config import BackupConfig
+from app.config_layers import layered_sources, read_toml
 from app.web.web_config import WebConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.lifecycle.dreaming import DreamingConfig
@@ -197,38 +198,16 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _TomlSource(settings_cls))
+        # The installation's and the agent's files and environments (app/config_layers.py).
+        return layered_sources(settings_cls, init_settings, env_settings, read_config_file)
 
 
-class _TomlSource(PydanticBaseSettingsSource):
-    """Values from <home>/config.toml (home from PINCH_HOME or ~/.pinch)."""
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        path = pinch_home() / "config.toml"
-        if not path.exists():
-            return {}
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                f"{path} is not valid TOML: {exc}. Fix the file or move it aside."
-            ) from None
-        except IsADirectoryError:
-            raise ConfigError(
-                f"{path} is a folder, not a file: move it aside; Pinch needs a TOML file there "
-                "(or none at all, for the defaults)."
-            ) from None
-        except OSError as exc:
-            raise ConfigError(
-                f"{path} cannot be read ({exc.strerror}): check its owner and mode "
-                f"(chmod 600 {path})."
-            ) from None
-        _refuse_secrets_in_file(data, path)
-        _refuse_mcp_secrets(data, path)
-        return data
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The tables of a Pinch config file ({} if there is none), secrets refused."""
+    data = read_toml(path, ConfigError)
+    _refuse_secrets_in_file(data, path)
+    _refuse_mcp_secrets(data, path)
+    return data
 
 
 # Names that hold a secret in any table of the file (none is a setting): API keys and the like
