@@ -17,6 +17,7 @@ from app.cli.intents_commands import intents
 from app.cli.jobs import jobs
 from app.cli.mcp_commands import mcp, skills
 from app.cli.memory_commands import memory
+from app.cli.migrate_commands import migrate
 from app.cli.support import TEMPLATE_DIR, add_agent_option, friendly_errors, load_settings
 from app.cli.web_commands import web
 
@@ -108,6 +109,7 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
 
 for command in (chat, gateway, pairing, memory, intents, jobs, backup, restore, web, mcp, skills):
     main.add_command(command)
+main.add_command(migrate)  # pinch migrate --to postgres|sqlite (issue 19)
 add_agent_option(main)  # `--agent NAME` on every command and group: `pinch --agent bob ...` too
 
 if __name__ == "__main__":

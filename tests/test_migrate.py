@@ -1,0 +1,159 @@
+"""`pinch migrate`: an agent copied SQLite → PostgreSQL → SQLite with every table, count and
+hash identical, the same search results, the source untouched, a non-empty target refused, a
+table the target cannot take failing the whole copy, and a DSN's password never shown."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from memory.store.postgres.keywords import STEMMED, keyword_tokens
+from memory.store.postgres.transfer import open_postgres_target
+from memory.store.transfer import TransferFailed, transfer
+from memory.store.transfer_sqlite import open_sqlite_source
+from tests.backup_support import pinch
+from tests.migrate_support import make_agent, postgres_hashes, search, sqlite_hashes
+
+SCHEMA = "pinch_main"  # the default agent's schema
+SECRET = "hunter2-not-shown"
+
+
+def _file_state(path: Path) -> tuple[str, float]:
+    return hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime
+
+
+@pytest.fixture
+def agent(pinch_home: Path, use_model: None) -> Path:
+    """The default agent's database, with something in every table."""
+    return make_agent(pinch_home).database_path
+
+
+@pytest.fixture
+def empty_dsn(pg_dsn: str) -> str:
+    """A database without the agent's schema (the test databases come with it migrated), and
+    with a password in the DSN (the test server trusts local connections, so it is ignored)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
+    return make_conninfo(pg_dsn, password=SECRET)
+
+
+def test_round_trip_keeps_every_table_and_every_search_result(
+    agent: Path, empty_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _file_state(agent)
+    with sqlite_hashes(agent) as original:
+        pass
+    assert original["keywords"][0] > 0 and original["transcript_events"][0] == 6
+    assert any(t.startswith("memory_matrix_g") and n > 0 for t, (n, _) in original.items())
+
+    there = pinch("migrate", "--to", "postgres", empty_dsn)
+    assert "every count and hash matches" in there.output
+    assert SECRET not in there.output + there.stderr
+    assert 'backend = "postgres"' in there.output and "PINCH_STORE__DSN" in there.output
+    assert postgres_hashes(empty_dsn, SCHEMA) == original
+    assert _file_state(agent) == before  # the source is only read
+
+    # Back, with the agent now on PostgreSQL (still refused at start while it is being wired).
+    monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
+    monkeypatch.setenv("PINCH_STORE__DSN", empty_dsn)
+    copy = tmp_path / "back.sqlite"
+    back = pinch("migrate", "--to", "sqlite", str(copy))
+    assert f"move {copy}" in back.output
+    with sqlite_hashes(copy) as returned:
+        # A new agent file has every store's tables; the original only those ever used.
+        assert set(original) <= set(returned)
+        assert {t: h for t, h in returned.items() if h[0] or t in original} == original
+    workspace = agent.parents[2] / "workspace"
+    assert search(copy, workspace) == search(agent, workspace) != []
+
+
+def test_keyword_rows_on_postgres_are_stemmed_as_the_index_writes_them(
+    agent: Path, empty_dsn: str
+) -> None:
+    pinch("migrate", "--to", "postgres", empty_dsn)
+    with psycopg.connect(empty_dsn) as conn:
+        conn.execute(f"SET search_path TO {SCHEMA}")
+        rows = conn.execute("SELECT body, tokens FROM memory_keywords").fetchall()
+        stats = conn.execute("SELECT rows, tokens FROM memory_keyword_stats").fetchone()
+        assert rows and stats == (len(rows), sum(len(t) for _, t in rows))
+        for body, tokens in rows:
+            expected = conn.execute(STEMMED, (keyword_tokens(body),)).fetchone()
+            assert expected is not None and tokens == expected[0]
+        # HNSW in step with the copied vectors, as the vector store's catch_up leaves it.
+        seqs = conn.execute("SELECT key FROM meta WHERE key LIKE 'vec0_seq_g%'").fetchall()
+        assert seqs
+
+
+def test_a_non_empty_target_is_refused_and_left_as_it_was(agent: Path, empty_dsn: str) -> None:
+    pinch("migrate", "--to", "postgres", empty_dsn)
+    before = postgres_hashes(empty_dsn, SCHEMA)
+    again = pinch("migrate", "--to", "postgres", empty_dsn, ok=False)
+    assert again.exit_code == 1
+    assert "already holds data" in again.output and "empty" in again.output
+    assert SECRET not in again.output
+    assert postgres_hashes(empty_dsn, SCHEMA) == before
+
+
+def test_an_existing_sqlite_file_with_rows_is_refused(agent: Path, tmp_path: Path) -> None:
+    taken = tmp_path / "taken.sqlite"
+    taken.write_bytes(agent.read_bytes())
+    result = pinch("migrate", "--to", "sqlite", str(taken), ok=False)
+    assert result.exit_code == 1 and "already holds data" in result.output
+    assert taken.read_bytes() == agent.read_bytes()
+
+
+def test_a_table_the_target_cannot_take_fails_the_copy_and_commits_nothing(
+    agent: Path, empty_dsn: str
+) -> None:
+    with sqlite3.connect(agent) as conn:
+        conn.execute("CREATE TABLE future_feature (id INTEGER PRIMARY KEY, note TEXT)")
+        conn.execute("INSERT INTO future_feature VALUES (1, 'kept by a newer Pinch')")
+    result = pinch("migrate", "--to", "postgres", empty_dsn, ok=False)
+    assert result.exit_code == 1
+    assert "future_feature" in result.output and "NOT COPIED" in result.output
+    assert "nothing was committed" in result.output
+    assert set(postgres_hashes(empty_dsn, SCHEMA).values()) == {(0, "0" * 64)}  # still empty
+    with sqlite3.connect(agent) as conn:
+        conn.execute("DROP TABLE future_feature")
+    pinch("migrate", "--to", "postgres", empty_dsn)  # safe to run again into the same target
+
+
+def test_a_copy_interrupted_midway_leaves_the_target_empty(agent: Path, empty_dsn: str) -> None:
+    with open_sqlite_source(agent) as source, open_postgres_target(empty_dsn, SCHEMA) as target:
+        real = target.write
+
+        def write(table: str, columns: object, rows: list[tuple[object, ...]]) -> None:
+            if table == "transcript_events" and rows:
+                raise OSError("disk full")
+            real(table, columns, rows)  # type: ignore[arg-type]
+
+        target.write = write  # type: ignore[method-assign]
+        with pytest.raises(OSError):
+            transfer(source, target)
+    assert set(postgres_hashes(empty_dsn, SCHEMA).values()) == {(0, "0" * 64)}
+
+
+def test_the_dsn_may_come_from_the_environment(
+    agent: Path, empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_STORE__DSN", empty_dsn)
+    result = pinch("migrate", "--to", "postgres")
+    assert "every count and hash matches" in result.output and SECRET not in result.output
+
+
+def test_an_unreachable_server_is_one_line_without_the_password(agent: Path) -> None:
+    dsn = f"postgresql://pinch:{SECRET}@127.0.0.1:1/pinch"
+    result = pinch("migrate", "--to", "postgres", dsn, ok=False)
+    assert result.exit_code == 1 and "Cannot use the PostgreSQL store" in result.output
+    assert SECRET not in result.output and "[redacted]" in result.output
+
+
+def test_an_agent_without_a_database_has_nothing_to_migrate(pinch_home: Path) -> None:
+    result = pinch("migrate", "--to", "sqlite", str(pinch_home / "copy.sqlite"), ok=False)
+    assert result.exit_code == 1 and "nothing to migrate" in result.output
+    assert not (pinch_home / "copy.sqlite").exists()
