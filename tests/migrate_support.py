@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from datetime import UTC, datetime
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from app.config import Settings, load_settings

@@ -14,7 +14,7 @@ from psycopg.conninfo import make_conninfo
 
 from memory.store.postgres.keywords import STEMMED, keyword_tokens
 from memory.store.postgres.transfer import open_postgres_target
-from memory.store.transfer import TransferFailed, transfer
+from memory.store.transfer import transfer
 from memory.store.transfer_sqlite import open_sqlite_source
 from tests.backup_support import pinch
 from tests.migrate_support import make_agent, postgres_hashes, search, sqlite_hashes
@@ -157,3 +157,10 @@ def test_an_agent_without_a_database_has_nothing_to_migrate(pinch_home: Path) ->
     result = pinch("migrate", "--to", "sqlite", str(pinch_home / "copy.sqlite"), ok=False)
     assert result.exit_code == 1 and "nothing to migrate" in result.output
     assert not (pinch_home / "copy.sqlite").exists()
+
+
+def test_an_empty_table_the_target_lacks_is_noted_not_fatal(agent: Path, tmp_path: Path) -> None:
+    with sqlite3.connect(agent) as conn:
+        conn.execute("CREATE TABLE never_used (id INTEGER PRIMARY KEY)")
+    result = pinch("migrate", "--to", "sqlite", str(tmp_path / "copy.sqlite"))
+    assert "never_used: empty, and no such table" in result.output

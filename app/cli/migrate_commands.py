@@ -53,7 +53,9 @@ def migrate(backend: str, target: str | None) -> None:
     for line in report.lines():
         click.echo(line)
     if report.derived:
-        click.echo(f"Not copied, rebuilt from the rows above: {', '.join(report.derived)}.")
+        click.echo("Not copied (rebuilt from the rows above, or nothing to copy):")
+        for line in report.skipped_lines():
+            click.echo(f"  {line}")
     click.echo("")
     click.echo(_switch_advice(settings, backend, made.label))
 
@@ -79,13 +81,15 @@ def _run(source: Any, target: Any) -> TransferReport:
 
 
 def _progress() -> Any:
-    last = {"table": "", "at": 0.0}
+    """A progress line per table on stderr: at most one a second, and the table's last."""
+    shown: list[tuple[str, float]] = [("", 0.0)]
 
     def show(table: str, done: int, total: int) -> None:
         now = time.monotonic()
-        if done < total and table == last["table"] and now - float(last["at"]) < _PROGRESS_EVERY_S:
+        last_table, last_at = shown[0]
+        if done < total and table == last_table and now - last_at < _PROGRESS_EVERY_S:
             return
-        last.update(table=table, at=now)
+        shown[0] = (table, now)
         click.echo(f"  {table}: {done:,} / {total:,} rows", err=True)
 
     return show

@@ -201,6 +201,13 @@ class TransferReport:
     def rows(self) -> int:
         return sum(t.source_rows for t in self.tables)
 
+    def skipped_lines(self) -> list[str]:
+        """What was not copied because it is derived, bookkeeping or empty, grouped by why."""
+        by_reason: dict[str, list[str]] = {}
+        for table, why in self.derived.items():
+            by_reason.setdefault(why, []).append(table)
+        return [f"{', '.join(names)}: {why}" for why, names in by_reason.items()]
+
     def lines(self) -> list[str]:
         """The per-table comparison as a text table."""
         width = max([len("table"), *(len(t.table) for t in self.tables)])
@@ -263,7 +270,10 @@ def transfer(
             columns = inventory.tables[table]
             why = target.refusal(table, columns)
             if why is not None:
-                report.not_copied[table] = why
+                if source.count(table):
+                    report.not_copied[table] = why
+                else:  # nothing in it to lose (a store never used, say)
+                    report.derived[table] = f"empty, and {why}"
                 continue
             total = source.count(table)
             seen = hashes[table] = RowsHash()

@@ -81,7 +81,7 @@ class _SqliteTables:
             elif name.startswith("sqlite_"):
                 derived[name] = "SQLite's own (id counters are carried over)"
             elif owner is not None:
-                derived[name] = f"internal to {owner}"
+                derived[name] = "FTS5 and sqlite-vec internals: rebuilt from the rows"
             elif VEC.fullmatch(name):
                 derived[name] = "sqlite-vec's KNN index: rebuilt from the vectors on first search"
             elif name == "memory_fts":

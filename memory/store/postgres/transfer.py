@@ -156,7 +156,7 @@ class _PgTables:
                 continue
             # The name comes from pg_get_serial_sequence: already quoted where it needs to be.
             row = self.conn.execute(
-                sql.SQL("SELECT last_value, is_called FROM {}").format(sql.SQL(sequence))  # type: ignore[arg-type]
+                sql.SQL("SELECT last_value, is_called FROM {}").format(sql.SQL(sequence))
             ).fetchone()
             if row and row[1]:
                 found[table] = int(row[0])
@@ -243,9 +243,7 @@ class PgTarget(_PgTables):
             width = len(rows[0][at]) // 4 if rows else self._generation_width(table)
             if not width:
                 return False
-        self.conn.execute(
-            sql.SQL(_CREATE[pattern]).format(_ident(table), sql.Literal(width))  # type: ignore[arg-type]
-        )
+        self.conn.execute(sql.SQL(_CREATE[pattern]).format(_ident(table), sql.Literal(width)))
         self._made[table] = width
         return True
 
