@@ -27,7 +27,8 @@ from tests.backup_support import seed
 from tests.conftest import use_config
 
 FILES = {
-    "MEMORY.md": "# Memory\n\nThe owner's green kettle lives on the second shelf.\n",
+    "MEMORY.md": "# Memory\n\nThe owner's green kettle lives on the second shelf.\n\n"
+    "Ça ﬁnit à l'Hôtel ¨x½ İstanbul ＡＢＣ１２ e\u0301te\u0301 naïve Straße.\n",
     "USER.md": "# User\n\nPrefers tea without sugar. 喜欢杭州的龙井茶。\n",
     "memory/2026-11-20.md": "# 2026-11-20\n\nBooked the train to Hangzhou for Friday.\n",
     "memory/2026-11-21.md": "# 2026-11-21\n\nThe dentist moved the appointment to Tuesday.\n",

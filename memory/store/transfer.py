@@ -160,8 +160,11 @@ class TransferTarget(TransferSource, Protocol):
     def refusal(self, table: str, columns: Sequence[str]) -> str | None:
         """Why `table` with `columns` cannot be written here (None: it can)."""
 
-    def write(self, table: str, columns: Sequence[str], rows: Rows) -> None:
-        """Write rows (an empty list still creates a per-generation table that is missing)."""
+    def begin_table(self, table: str, columns: Sequence[str], expected_rows: int) -> None:
+        """Make ready for `table`'s rows (create a per-generation table that is missing; a big
+        table may have its secondary indexes built after its rows instead of row by row)."""
+
+    def write(self, table: str, columns: Sequence[str], rows: Rows) -> None: ...
 
     def finish(self, counters: dict[str, int]) -> None:
         """Rebuild what is derived and carry the id counters over, once everything is in."""
@@ -277,7 +280,7 @@ def transfer(
                 continue
             total = source.count(table)
             seen = hashes[table] = RowsHash()
-            target.write(table, columns, [])
+            target.begin_table(table, columns, total)
             for rows in source.rows(table, columns, batch):
                 seen.add(rows)
                 target.write(table, columns, rows)

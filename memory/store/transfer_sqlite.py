@@ -220,11 +220,13 @@ class SqliteTarget(_SqliteTables):
         missing = [c for c in columns if c not in have]
         return f"no column {', '.join(missing)} in SQLite" if missing else None
 
-    def write(self, table: str, columns: Sequence[str], rows: Rows) -> None:
+    def begin_table(self, table: str, columns: Sequence[str], expected_rows: int) -> None:
         if generation_of(table) is not None and table not in self._made:
             pattern = next(p for p in _CREATE if p.fullmatch(table))
             self.conn.execute(_CREATE[pattern].format(_quote(table)))
             self._made.add(table)
+
+    def write(self, table: str, columns: Sequence[str], rows: Rows) -> None:
         if not rows:
             return
         if table == "keywords":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -43,11 +44,14 @@ _CREATE = {
     "rows integer NOT NULL, dimensions integer NOT NULL, scopes text NOT NULL, "
     "ids bytea NOT NULL, scope_codes bytea NOT NULL, vectors bytea NOT NULL)",
 }
-# The keyword rows' tokens, stemmed as memory/store/postgres/keywords.py STEMMED does.
-_STEM_ROWS = (
-    "INSERT INTO memory_keywords (chunk_id, body, tokens) SELECT chunk_id, body, "
-    "(SELECT coalesce(array_agg(coalesce((ts_lexize('english_stem', t))[1], t) ORDER BY n), "
-    "'{}') FROM unnest(raw) WITH ORDINALITY AS u(t, n)) FROM transfer_keywords"
+# Tokens stemmed one by one as memory/store/postgres/keywords.py STEMMED stems a row's tokens.
+_STEMS = "SELECT t, coalesce((ts_lexize('english_stem', t))[1], t) FROM unnest(%s::text[]) AS t"
+BULK_ROWS = 5000  # a table this big gets its secondary indexes built after its rows
+_SECONDARY_INDEXES = (
+    "SELECT i.indexname, i.indexdef FROM pg_indexes i JOIN pg_class c ON c.relname = i.indexname "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = i.schemaname "
+    "JOIN pg_index x ON x.indexrelid = c.oid WHERE i.schemaname = %s AND i.tablename = %s "
+    "AND NOT x.indisunique AND NOT x.indisprimary"
 )
 _IDENTITIES = (
     "SELECT c.relname, a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
@@ -207,7 +211,10 @@ class PgTarget(_PgTables):
                 f"Cannot prepare the schema {schema} at {redacted_dsn(dsn)}: "
                 f"{redact(' '.join(str(exc).split()))[:300]}"
             ) from exc
-        self._made: dict[str, int | None] = {}  # per-generation tables made: matrix -> dimensions
+        self._stems: dict[str, str] = {}  # token -> its stem, asked once per copy
+        self._words: dict[str, list[str]] = {}  # a body's word -> its tokens
+        self._made: dict[str, int | None] = {}  # per-generation tables made: matrix -> width
+        self._deferred: list[str] = []  # CREATE INDEX statements to run once the rows are in
         self._open = True
 
     def nonempty_tables(self) -> list[str]:
@@ -255,38 +262,74 @@ class PgTarget(_PgTables):
         ).fetchone()
         return int(row[0]) if row and row[0] else None
 
+    def begin_table(self, table: str, columns: Sequence[str], expected_rows: int) -> None:
+        if expected_rows >= BULK_ROWS and table in self._tables():
+            physical = "memory_keywords" if table == "keywords" else table
+            # Built once after the rows (in finish) rather than updated row by row; the same
+            # definitions, read from the catalogue; the unique ones stay to check as rows come.
+            for name, definition in self.conn.execute(_SECONDARY_INDEXES, (self.schema, physical)):
+                self.conn.execute(sql.SQL("DROP INDEX {}").format(_ident(str(name))))
+                self._deferred.append(str(definition))
+        if expected_rows == 0:
+            self._create(table, columns, [])
+
     def write(self, table: str, columns: Sequence[str], rows: Rows) -> None:
-        if not self._create(table, columns, rows) or not rows:
+        if not rows or not self._create(table, columns, rows):
             return
         if table == "keywords":
             self._write_keywords(rows)
             return
         names = list(columns)
-        if MATRIX.fullmatch(table):
+        binary = MATRIX.fullmatch(table) is not None and names == ["chunk_id", "scope", "vector"]
+        if binary:  # pgvector's binary form is built from the blob, not from 384 floats as text
             names.append("embedding")
-            at = names.index("vector")
-            rows = [(*r, np.frombuffer(bytes(r[at]), dtype="<f4")) for r in rows]
-        statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-            _ident(table), sql.SQL(", ").join(_ident(c) for c in names)
+            rows = [(*r, _pgvector_binary(bytes(r[2]))) for r in rows]
+        statement = sql.SQL("COPY {} ({}) FROM STDIN{}").format(
+            _ident(table),
+            sql.SQL(", ").join(_ident(c) for c in names),
+            sql.SQL(" (FORMAT BINARY)" if binary else ""),
         )
         with self.conn.cursor().copy(statement) as copy:
+            if binary:
+                copy.set_types(["bigint", "text", "bytea", "bytea"])
             for row in rows:
                 copy.write_row(row)
 
     def _write_keywords(self, rows: Rows) -> None:
+        """Keyword rows with their tokens stemmed as the index writes them (STEMMED: the
+        `english_stem` dictionary, a token it drops kept as it is), each distinct token asked
+        of PostgreSQL once rather than once per occurrence."""
         from memory.store.postgres.keywords import keyword_tokens
 
-        self.conn.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS transfer_keywords "
-            "(chunk_id bigint, body text, raw text[]) ON COMMIT DROP"
-        )
-        with self.conn.cursor().copy("COPY transfer_keywords FROM STDIN") as copy:
-            for chunk_id, body in rows:
-                copy.write_row((chunk_id, body, keyword_tokens(body)))
-        self.conn.execute(_STEM_ROWS)
-        self.conn.execute("TRUNCATE transfer_keywords")
+        split = [(chunk_id, body, self._tokens(body, keyword_tokens)) for chunk_id, body in rows]
+        new = sorted({t for _, _, tokens in split for t in tokens} - self._stems.keys())
+        if new:
+            self._stems.update(
+                (str(t), str(s)) for t, s in self.conn.execute(_STEMS, (new,)).fetchall()
+            )
+        with self.conn.cursor().copy(
+            "COPY memory_keywords (chunk_id, body, tokens) FROM STDIN"
+        ) as copy:
+            for chunk_id, body, tokens in split:
+                copy.write_row((chunk_id, body, _text_array([self._stems[t] for t in tokens])))
+
+    def _tokens(self, body: str, tokens_of: Any) -> list[str]:
+        """`tokens_of(body)` (keyword_tokens), computed word by word with each distinct word
+        once: the same tokens, as no token spans whitespace and normalising (NFKD, dropping
+        combining marks, lower case) works character by character."""
+        if len(self._words) > 200_000:
+            self._words.clear()
+        out: list[str] = []
+        for word in body.split():
+            found = self._words.get(word)
+            if found is None:
+                found = self._words[word] = tokens_of(word)
+            out += found
+        return out
 
     def finish(self, counters: dict[str, int]) -> None:
+        for definition in self._deferred:
+            self.conn.execute(definition)  # type: ignore[arg-type]  # from pg_indexes
         self.conn.execute(
             "UPDATE memory_keyword_stats SET rows = (SELECT count(*) FROM memory_keywords), "
             "tokens = (SELECT coalesce(sum(cardinality(tokens)), 0) FROM memory_keywords) "
@@ -324,6 +367,19 @@ class PgTarget(_PgTables):
         if self._open:
             self.abort()
         self.conn.close()
+
+
+def _text_array(words: list[str]) -> str:
+    """A text[] literal of tokens, each quoted (made here: psycopg's list dumper costs more
+    than the rest of the keyword copy). Tokens are letters and digits; escaping is a guard."""
+    quoted = (w.replace("\\", "\\\\").replace('"', '\\"') for w in words)
+    return "{" + ",".join(f'"{w}"' for w in quoted) + "}"
+
+
+def _pgvector_binary(blob: bytes) -> bytes:
+    """pgvector's binary input of a float32 little-endian blob: dimensions, 0, big-endian floats."""
+    floats = np.frombuffer(blob, dtype="<f4")
+    return struct.pack(">HH", len(floats), 0) + floats.astype(">f4").tobytes()
 
 
 @contextlib.contextmanager
