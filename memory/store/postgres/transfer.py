@@ -329,7 +329,7 @@ class PgTarget(_PgTables):
 
     def finish(self, counters: dict[str, int]) -> None:
         for definition in self._deferred:
-            self.conn.execute(definition)  # type: ignore[arg-type]  # from pg_indexes
+            self.conn.execute(definition)  # as pg_indexes gave it
         self.conn.execute(
             "UPDATE memory_keyword_stats SET rows = (SELECT count(*) FROM memory_keywords), "
             "tokens = (SELECT coalesce(sum(cardinality(tokens)), 0) FROM memory_keywords) "
