@@ -45,6 +45,8 @@ def test_two_gateways_share_the_database_and_one_volume_of_markdown_files() -> N
     (files,) = gateway["volumes"]
     volume, _, mount = files.partition(":")
     assert mount == gateway["environment"]["PINCH_HOME"] and volume in compose["volumes"]
+    # The one-file gateway's home: the Markdown files and the agent.sqlite files to migrate.
+    assert files in compose["services"]["pinch"]["volumes"]
     grace = float(gateway["stop_grace_period"].rstrip("s"))
     assert grace >= GatewayConfig().shutdown_grace_s + 5
 
@@ -64,3 +66,4 @@ def test_the_default_gateway_is_not_part_of_the_profile() -> None:
     assert "profiles" not in services["pinch"]
     text = (ROOT / "docker-compose.yml").read_text()
     assert "docker compose --profile postgres up -d postgres gateway" in text
+    assert "-e PINCH_STORE__BACKEND=sqlite gateway" in text  # the migration reads SQLite

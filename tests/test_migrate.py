@@ -164,3 +164,27 @@ def test_an_empty_table_the_target_lacks_is_noted_not_fatal(agent: Path, tmp_pat
         conn.execute("CREATE TABLE never_used (id INTEGER PRIMARY KEY)")
     result = pinch("migrate", "--to", "sqlite", str(tmp_path / "copy.sqlite"))
     assert "never_used: empty, and no such table" in result.output
+
+
+def test_indexes_built_after_a_big_tables_rows_are_the_schemas_own(
+    agent: Path, empty_dsn: str, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memory.store.postgres.transfer as pg_transfer
+
+    monkeypatch.setattr(pg_transfer, "BULK_ROWS", 1)  # every table counts as big
+    pinch("migrate", "--to", "postgres", empty_dsn)
+    fresh = f"{SCHEMA}_fresh"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        from memory.store.postgres.migrations import apply_all
+
+        apply_all(conn, fresh)
+
+        def indexes(schema: str) -> set[str]:
+            rows = conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname NOT LIKE "
+                "'memory_matrix_%%'",
+                (schema,),
+            ).fetchall()
+            return {str(r[0]).replace(f"{schema}.", "") for r in rows}
+
+        assert indexes(SCHEMA) == indexes(fresh)
