@@ -22,6 +22,7 @@ from memory.store.queue_store import SqliteQueueStore
 from memory.store.recall_signals import RecallSignal, SqliteRecallSignals
 from memory.store.transfer import RowsHash, TransferSource
 from memory.store.transfer_sqlite import open_sqlite_source
+from memory.store.vector_pack import SqliteMatrixPack
 from memory.store.web_store import SqliteWebAuthStore
 from tests.backup_support import seed
 from tests.conftest import use_config
@@ -71,6 +72,9 @@ def make_agent(home: Path) -> Settings:
         signals = SqliteRecallSignals(db)
         signals.add([RecallSignal("MEMORY.md", 1, 3, "h1", "owner", "q1", "2026-11-20", 0.8, now)])
         signals.flush()
+        with db.transaction() as conn:  # the packed copy a big index's searches read
+            generation = max(int(t.rsplit("_g", 1)[1]) for t in _matrix_tables(conn))
+            SqliteMatrixPack().write(conn, generation, 1)
         LineageStore(db).record("s1", "daily_entry", path="memory/2026-11-20.md", detail={"a": 1})
         if PG_HAS_WEB:
             web = SqliteWebAuthStore(db)
@@ -79,6 +83,13 @@ def make_agent(home: Path) -> Settings:
     finally:
         db.close()
     return settings
+
+
+def _matrix_tables(conn: object) -> list[str]:
+    rows = conn.execute(  # type: ignore[attr-defined]
+        "SELECT name FROM sqlite_master WHERE name LIKE 'memory_matrix_g%'"
+    ).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 def search(db_path: Path, workspace: Path) -> list[tuple[str, int, int, float]]:

@@ -50,6 +50,7 @@ def test_round_trip_keeps_every_table_and_every_search_result(
         pass
     assert original["keywords"][0] > 0 and original["transcript_events"][0] == 6
     assert any(t.startswith("memory_matrix_g") and n > 0 for t, (n, _) in original.items())
+    assert any(t.startswith("memory_matrix_pack_g") and n > 0 for t, (n, _) in original.items())
 
     there = pinch("migrate", "--to", "postgres", empty_dsn)
     assert "every count and hash matches" in there.output
@@ -188,3 +189,30 @@ def test_indexes_built_after_a_big_tables_rows_are_the_schemas_own(
             return {str(r[0]).replace(f"{schema}.", "") for r in rows}
 
         assert indexes(SCHEMA) == indexes(fresh)
+
+
+def test_ids_handed_out_after_the_copy_are_never_ones_already_used(
+    agent: Path, empty_dsn: str
+) -> None:
+    with sqlite3.connect(agent) as conn:  # a deleted queue row: its id must stay used
+        conn.execute("DELETE FROM inbound_queue")
+        (last,) = conn.execute(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'inbound_queue'"
+        ).fetchone()
+    pinch("migrate", "--to", "postgres", empty_dsn)
+    with psycopg.connect(empty_dsn) as conn:
+        conn.execute(f"SET search_path TO {SCHEMA}")
+        for table, column in (
+            ("inbound_queue", "id"),
+            ("memory_chunks", "id"),
+            ("sessions", "created_order"),
+        ):
+            row = conn.execute(
+                f"SELECT nextval(pg_get_serial_sequence('{table}', '{column}')), "
+                f"(SELECT coalesce(max({column}), 0) FROM {table})"
+            ).fetchone()
+            assert row is not None and row[0] > row[1]
+        queued = conn.execute(
+            "SELECT nextval(pg_get_serial_sequence('inbound_queue', 'id'))"
+        ).fetchone()
+        assert queued is not None and queued[0] > last

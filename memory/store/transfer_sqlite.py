@@ -263,10 +263,12 @@ class SqliteTarget(_SqliteTables):
 
     def commit(self) -> None:
         self.conn.execute("COMMIT")
-        self.db.close()
+        self.db.close()  # the last connection: the journal is folded into the file
+        _fsync(self.partial)  # written without syncing (synchronous = OFF): sync it once now
         for old in (Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
             _remove(old)  # an empty file's journal must not be replayed onto the copy
         os.replace(self.partial, self.path)
+        _fsync(self.path.parent)
 
     def abort(self) -> None:
         with contextlib.suppress(Exception):
@@ -286,6 +288,14 @@ def _sqlite_value(value: Any) -> Any:
     if isinstance(value, memoryview):
         return bytes(value)
     return value
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _remove(path: Path) -> None:
