@@ -216,3 +216,14 @@ def test_ids_handed_out_after_the_copy_are_never_ones_already_used(
             "SELECT nextval(pg_get_serial_sequence('inbound_queue', 'id'))"
         ).fetchone()
         assert queued is not None and queued[0] > last
+
+
+def test_a_row_postgresql_refuses_is_one_line_and_commits_nothing(
+    agent: Path, empty_dsn: str
+) -> None:
+    with sqlite3.connect(agent) as conn:  # PostgreSQL's text cannot hold a NUL character
+        conn.execute("UPDATE transcript_events SET content = '{\"text\": \"a' || char(0) || 'b\"}'")
+    result = pinch("migrate", "--to", "postgres", empty_dsn, ok=False)
+    assert result.exit_code == 1 and "failed during the copy" in result.output
+    assert "Traceback" not in result.output and SECRET not in result.output
+    assert set(postgres_hashes(empty_dsn, SCHEMA).values()) == {(0, "0" * 64)}

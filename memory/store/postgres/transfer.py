@@ -12,10 +12,11 @@ schema meanwhile waits at its start until the copy is committed or rolled back.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import struct
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import psycopg
@@ -72,6 +73,31 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
         ) from exc
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _worded(fn: F) -> F:
+    """PostgreSQL's errors during the copy (a row it refuses, a lost connection) as one
+    DatabaseError line, the DSN's password redacted."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except psycopg.Error as exc:
+            raise _failure(self.label, exc) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _failure(label: str, exc: BaseException) -> DatabaseError:
+    reason = redact(" ".join(str(exc).split()))[:300]
+    return DatabaseError(
+        f"PostgreSQL {label} failed during the copy: {reason}. Nothing was committed; the "
+        "source is untouched."
+    )
+
+
 def _ident(name: str) -> sql.Identifier:
     return sql.Identifier(name)
 
@@ -99,6 +125,7 @@ class _PgTables:
         ).fetchall()
         return [str(r[0]) for r in rows]
 
+    @_worded
     def inventory(self) -> Inventory:
         tables: dict[str, tuple[str, ...]] = {}
         derived: dict[str, str] = {}
@@ -126,6 +153,7 @@ class _PgTables:
         physical = "memory_keywords" if table == "keywords" else table
         return physical in self._tables()
 
+    @_worded
     def count(self, table: str) -> int:
         if not self._exists(table):
             return 0
@@ -134,6 +162,12 @@ class _PgTables:
         return int(row[0]) if row else 0
 
     def rows(self, table: str, columns: Sequence[str], batch: int) -> Iterator[Rows]:
+        try:
+            yield from self._rows(table, columns, batch)
+        except psycopg.Error as exc:
+            raise _failure(self.label, exc) from exc
+
+    def _rows(self, table: str, columns: Sequence[str], batch: int) -> Iterator[Rows]:
         if not self._exists(table):
             return
         with self.conn.cursor(name=f"pinch_transfer_{next(_cursor_names)}") as cursor:
@@ -152,6 +186,7 @@ class _PgTables:
         found = row.fetchone()
         return str(found[0]) if found and found[0] else ""
 
+    @_worded
     def counters(self) -> dict[str, int]:
         found: dict[str, int] = {}
         for table, column in self._identities():
@@ -217,6 +252,7 @@ class PgTarget(_PgTables):
         self._deferred: list[str] = []  # CREATE INDEX statements to run once the rows are in
         self._open = True
 
+    @_worded
     def nonempty_tables(self) -> list[str]:
         full = []
         for table in self._tables():
@@ -262,6 +298,7 @@ class PgTarget(_PgTables):
         ).fetchone()
         return int(row[0]) if row and row[0] else None
 
+    @_worded
     def begin_table(self, table: str, columns: Sequence[str], expected_rows: int) -> None:
         if expected_rows >= BULK_ROWS and table in self._tables():
             physical = "memory_keywords" if table == "keywords" else table
@@ -273,6 +310,7 @@ class PgTarget(_PgTables):
         if expected_rows == 0:
             self._create(table, columns, [])
 
+    @_worded
     def write(self, table: str, columns: Sequence[str], rows: Rows) -> None:
         if not rows or not self._create(table, columns, rows):
             return
@@ -327,6 +365,7 @@ class PgTarget(_PgTables):
             out += found
         return out
 
+    @_worded
     def finish(self, counters: dict[str, int]) -> None:
         for definition in self._deferred:
             self.conn.execute(definition)  # as pg_indexes gave it
