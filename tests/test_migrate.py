@@ -5,6 +5,8 @@ table the target cannot take failing the whole copy, and a DSN's password never 
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -27,10 +29,23 @@ def _file_state(path: Path) -> tuple[str, float]:
     return hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime
 
 
+@pytest.fixture(scope="module")
+def agent_home(tmp_path_factory: pytest.TempPathFactory, use_model: None) -> Path:
+    """A Pinch home whose default agent has something in every table, made once per module."""
+    home = tmp_path_factory.mktemp("migrate") / "pinch-home"
+    with pytest.MonkeyPatch.context() as env:
+        for name in [n for n in os.environ if n.startswith("PINCH_")]:
+            env.delenv(name)
+        env.setenv("PINCH_HOME", str(home))
+        make_agent(home)
+    return home
+
+
 @pytest.fixture
-def agent(pinch_home: Path, use_model: None) -> Path:
-    """The default agent's database, with something in every table."""
-    return make_agent(pinch_home).database_path
+def agent(agent_home: Path, pinch_home: Path) -> Path:
+    """This test's copy of that home (its own files to change): the agent's database."""
+    shutil.copytree(agent_home, pinch_home)
+    return pinch_home / "agents" / "main" / "agent.sqlite"
 
 
 @pytest.fixture
