@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from app.cli.agents_commands import agents
 from app.cli.backup_commands import backup, restore
 from app.cli.gateway_commands import chat, gateway, pairing
 from app.cli.intents_commands import intents
@@ -106,7 +107,20 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
     sys.exit(0 if ok else 1)
 
 
-for command in (chat, gateway, pairing, memory, intents, jobs, backup, restore, web, mcp, skills):
+for command in (
+    chat,
+    gateway,
+    pairing,
+    memory,
+    intents,
+    jobs,
+    backup,
+    restore,
+    web,
+    mcp,
+    skills,
+    agents,
+):
     main.add_command(command)
 add_agent_option(main)  # `--agent NAME` on every command and group: `pinch --agent bob ...` too
 
