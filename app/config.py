@@ -27,7 +27,7 @@ from agent.mcp.mcp_config import McpConfig, references
 from agent.media.media_config import MediaConfig, VoiceConfig
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
 from app.backup.backup_config import BackupConfig
-from app.config_layers import layered_sources, read_toml
+from app.config_layers import default_agent, layered_sources, read_toml
 from app.web.web_config import WebConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.lifecycle.dreaming import DreamingConfig
@@ -186,8 +186,22 @@ class Settings(BaseSettings):
         return self.home / "config.toml"
 
     @property
+    def is_default_agent(self) -> bool:
+        """Whether this is the installation's default agent (app/config_layers.py)."""
+        return self.agent_id == default_agent(self.home, read_config_file)
+
+    @property
+    def own_dir(self) -> Path:
+        """Where this agent's small files live (channel state, the chat's history and log): the
+        home for the default agent, as before agents; <home>/agents/NAME for any other."""
+        return self.home if self.is_default_agent else self.agent_dir
+
+    @property
     def backup_dir(self) -> Path:
-        return (self.backup.path or self.home / "backups").expanduser()
+        """`[backup] path` (default <home>/backups); another agent than the default one keeps
+        its archives in a folder of its own in it, so no agent prunes another's archives."""
+        folder = (self.backup.path or self.home / "backups").expanduser()
+        return folder if self.is_default_agent else folder / self.agent_id
 
     @classmethod
     def settings_customise_sources(
