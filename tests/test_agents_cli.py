@@ -264,3 +264,18 @@ def test_an_agents_archive_holds_only_it_and_restores_beside_the_others(home: Pa
     assert "Counts checked against the manifest: equal." in restored
     assert "bicycle is green" in ok("memory", "search", "--agent", "bob", "bicycle")
     assert "bicycle" not in pinch("memory", "search", "--agent", "alice", "bicycle").output
+
+
+def test_doctor_for_an_agent_names_its_own_file_and_secret_variables(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ok("agents", "add", "bob")
+    monkeypatch.setenv("PINCH_AGENTS__BOB__TELEGRAM__BOT_TOKEN", TOKEN)
+
+    result = pinch("doctor", "--agent", "bob", "--offline", "--json")
+
+    checks = {c["name"]: c["detail"] for c in json.loads(result.output)["checks"]}
+    assert str(home / "agents" / "bob" / "config.toml") in checks["config"]
+    assert "PINCH_AGENTS__BOB__TELEGRAM__BOT_TOKEN set" in checks["secrets"]
+    assert str(home / "agents" / "bob" / "agent.sqlite") in checks["database"]
+    assert TOKEN not in result.output

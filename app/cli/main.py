@@ -89,8 +89,13 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
             problem = gateway_health(settings)
             click.echo(f"unhealthy: {problem}" if problem else "healthy")
             sys.exit(1 if problem else 0)
-        where = settings.config_path if settings.config_path.exists() else "defaults"
-        results = [CheckResult("config", True, f"valid ({where})")]
+        files = [settings.config_path]
+        if not settings.is_default_agent:
+            from app.config_layers import agent_file
+
+            files.append(agent_file(settings.home, settings.agent_id))
+        where = " + ".join(str(f) for f in files if f.exists()) or "defaults"
+        results = [CheckResult("config", True, f"valid ({where}; agent {settings.agent_id})")]
         try:
             extra = channel_checks(settings)  # one per configured channel
         except Exception as exc:  # a broken plug-in is one failed check, not a traceback
