@@ -55,7 +55,9 @@ def count(home: Path, agent: str, table: str) -> int:
     db = sqlite3.connect(database(home, agent))
     try:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-        return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]) if table in tables else 0
+        return (
+            int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]) if table in tables else 0
+        )
     finally:
         db.close()
 
@@ -137,7 +139,9 @@ def test_chat_recall_and_memory_tools_see_only_the_agents_memory(
             assert "zebra" not in text and "neighbour" not in text
             assert LOCKERS[other] not in text and NOTES[other] not in text
     assert count(home, "bob", "transcript_events") > 0
-    assert count(home, "alice", "transcript_events") == count(home, "main", "transcript_events") == 0
+    assert (
+        count(home, "alice", "transcript_events") == count(home, "main", "transcript_events") == 0
+    )
 
 
 def test_the_fast_recall_path_offers_only_the_agents_trigger_entries(
