@@ -279,3 +279,21 @@ def test_doctor_for_an_agent_names_its_own_file_and_secret_variables(
     assert "PINCH_AGENTS__BOB__TELEGRAM__BOT_TOKEN set" in checks["secrets"]
     assert str(home / "agents" / "bob" / "agent.sqlite") in checks["database"]
     assert TOKEN not in result.output
+
+
+def test_an_invalid_setting_of_an_agent_names_its_file_or_variable(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ok("agents", "add", "bob")
+    own = home / "agents" / "bob" / "config.toml"
+    own.write_text(own.read_text(encoding="utf-8") + '\n[memory]\npreset = "bogus"\n')
+    monkeypatch.setenv("PINCH_AGENTS__BOB__AGENT__MAX_RETRIES", "99")
+
+    result = pinch("memory", "status", "--agent", "bob")
+    listed = ok("agents", "list")
+
+    assert result.exit_code == 1
+    assert f"(set in {own})" in result.output
+    assert "PINCH_AGENTS__BOB__AGENT__MAX_RETRIES" in result.output
+    assert "bob\n  settings   Invalid settings:" in listed  # the others are still listed
+    assert ok("memory", "status").startswith("workspace")  # the default agent is unharmed
