@@ -297,3 +297,22 @@ def test_an_invalid_setting_of_an_agent_names_its_file_or_variable(
     assert "PINCH_AGENTS__BOB__AGENT__MAX_RETRIES" in result.output
     assert "bob\n  settings   Invalid settings:" in listed  # the others are still listed
     assert ok("memory", "status").startswith("workspace")  # the default agent is unharmed
+
+
+def test_another_agent_does_not_index_the_installations_extra_notes(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notes = tmp_path / "main-owner-notes"
+    notes.mkdir()
+    (notes / "diary.md").write_text("The safe combination is 31-41-59.\n", encoding="utf-8")
+    config = home / "config.toml"
+    config.write_text(f"[memory]\nextra_paths = [{json.dumps(str(notes))}]\n", encoding="utf-8")
+    ok("agents", "add", "bob")
+    for agent in ("main", "bob"):
+        ok("memory", "index", "--agent", agent)
+
+    assert "31-41-59" in ok("memory", "search", "safe combination")
+    assert "31-41-59" not in pinch("memory", "search", "--agent", "bob", "safe combination").output
+    monkeypatch.setenv("PINCH_MEMORY__EXTRA_PATHS", json.dumps([str(notes)]))
+    assert load_settings(agent_id="bob").memory.extra_paths == []
+    assert load_settings().memory.extra_paths == [str(notes)]
