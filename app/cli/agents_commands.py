@@ -49,6 +49,7 @@ AGENT_TEMPLATE = """\
 
 # [memory]
 # preset = "pinch"
+# extra_paths = ["~/{name}-notes"]     # more folders of {name}'s notes (never the installation's)
 # [dreaming]
 # enabled = true
 """
