@@ -316,3 +316,51 @@ def test_another_agent_does_not_index_the_installations_extra_notes(
     monkeypatch.setenv("PINCH_MEMORY__EXTRA_PATHS", json.dumps([str(notes)]))
     assert load_settings(agent_id="bob").memory.extra_paths == []
     assert load_settings().memory.extra_paths == [str(notes)]
+
+
+AGENT_COMMANDS = [
+    ["init"],
+    ["memory", "index"],
+    ["memory", "status"],
+    ["memory", "search", "bicycle"],
+    ["memory", "get", "memory/2026-11-30.md"],
+    ["memory", "compact"],
+    ["memory", "dream", "--dry-run"],
+    ["memory", "forget", "--session", "cli:direct:owner", "--dry-run"],
+    ["jobs", "list", "--all"],
+    ["intents", "list", "--all"],
+    ["pairing", "list"],
+    ["web", "login"],
+    ["mcp", "list"],
+    ["skills", "list"],
+    ["doctor", "--offline"],
+    ["backup"],
+]
+
+
+@pytest.mark.parametrize("args", AGENT_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_every_command_with_agent_reaches_only_that_agents_files(
+    home: Path, args: list[str]
+) -> None:
+    ok("agents", "add", "bob")
+    note = home / "agents" / "bob" / "workspace" / "memory" / "2026-11-30.md"
+    note.write_text("Bob's bicycle is green.\n", encoding="utf-8")
+    ok("memory", "index", "--agent", "bob")
+    # Take the default agent's files away: a command that reaches them would fail, or create
+    # them again.
+    (home / "workspace").rename(home / "main-workspace.away")
+    (home / "agents" / "main").rename(home / "main-agent.away")
+
+    result = pinch(*args, "--agent", "bob")
+
+    if args[0] == "doctor":  # no model key here: only that check may fail
+        checks = json.loads(pinch(*args, "--json", "--agent", "bob").output)["checks"]
+        assert [c["name"] for c in checks if not c["ok"]] == ["secrets"], result.output
+    elif args[:2] == ["memory", "forget"]:  # bob has no such session: advice, not a traceback
+        assert isinstance(result.exception, SystemExit | None), result.output
+    else:
+        assert result.exit_code == 0, result.output
+    assert not (home / "workspace").exists(), "the default agent's workspace came back"
+    assert not (home / "agents" / "main").exists(), "the default agent's database came back"
+    if args[:2] == ["memory", "search"] or args[:2] == ["memory", "get"]:
+        assert "bicycle is green" in result.output
