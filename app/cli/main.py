@@ -38,6 +38,9 @@ def main(ctx: click.Context) -> None:
     previous = os.umask(0o077)
     os.umask(previous | 0o077)
     ctx.call_on_close(lambda: os.umask(previous))
+    from app.agents import select_agent
+
+    ctx.call_on_close(lambda: select_agent(None))  # `--agent` holds for this run only
 
     from app.logging_setup import install_log_redaction
 
