@@ -181,6 +181,11 @@ class Settings(BaseSettings):
         return (self.workspace or self.home / "workspace").expanduser()
 
     @property
+    def is_default_agent(self) -> bool:
+        """Whether this is the installation's default agent (reads its files as one agent did)."""
+        return default_agent(self.home, read_config_file) == self.agent_id
+
+    @property
     def agent_dir(self) -> Path:
         return self.home / "agents" / self.agent_id
 
@@ -191,11 +196,6 @@ class Settings(BaseSettings):
     @property
     def config_path(self) -> Path:
         return self.home / "config.toml"
-
-    @property
-    def is_default_agent(self) -> bool:
-        """Whether this is the installation's default agent (app/config_layers.py)."""
-        return self.agent_id == default_agent(self.home, read_config_file)
 
     @property
     def own_dir(self) -> Path:

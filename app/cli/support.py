@@ -116,12 +116,10 @@ def open_index(settings: Settings) -> MemoryIndex:
 
 
 def _choose_agent(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    from app.agents import select_agent
-
     if value:
+        from app.agents import select_agent
+
         select_agent(value)
-    elif ctx.parent is None:  # a new run (the top-level command): no choice left from the last
-        select_agent(None)
 
 
 def add_agent_option(command: click.Command) -> None:
