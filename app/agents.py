@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -120,9 +121,19 @@ def lock_holder(lock: Path) -> str | None:
 
 
 def serving_gateway(settings: Settings) -> str | None:
-    """The pid of a gateway serving `settings`' agent on this machine (its lock
-    <home>/agents/NAME/gateway.lock is held), else None."""
-    return lock_holder(settings.agent_dir / "gateway.lock")
+    """The pid of a gateway serving `settings`' agent, else None: one holding the agent's lock
+    <home>/agents/NAME/gateway.lock, or one whose fresh heartbeat for the agent is in its folder
+    (a gateway serving several agents beats for each; its process must still be running)."""
+    from app.gateway.heartbeat import MAX_AGE_S, read_heartbeat
+    from memory.store.liveness import pid_alive
+
+    held = lock_holder(settings.agent_dir / "gateway.lock")
+    if held is not None:
+        return held
+    beat = read_heartbeat(settings.agent_dir)
+    if beat is None or beat.stopping or time.time() - beat.at > MAX_AGE_S:
+        return None
+    return str(beat.pid) if pid_alive(beat.pid) else None
 
 
 @dataclass(frozen=True)

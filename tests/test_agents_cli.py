@@ -364,3 +364,19 @@ def test_every_command_with_agent_reaches_only_that_agents_files(
     assert not (home / "agents" / "main").exists(), "the default agent's database came back"
     if args[:2] == ["memory", "search"] or args[:2] == ["memory", "get"]:
         assert "bicycle is green" in result.output
+
+
+def test_remove_is_refused_while_a_gateway_beats_for_the_agent(home: Path) -> None:
+    import time
+
+    ok("agents", "add", "bob")
+    beat = home / "agents" / "bob" / "gateway.heartbeat"
+    # A gateway serving several agents beats in each one's folder; this process is alive.
+    beat.write_text(json.dumps({"pid": os.getpid(), "at": time.time(), "channels": {}}))
+
+    refused = pinch("agents", "remove", "bob", "--yes")
+    beat.write_text(json.dumps({"pid": os.getpid(), "at": time.time() - 3600, "channels": {}}))
+    stale = pinch("agents", "remove", "bob", "--yes")
+
+    assert refused.exit_code == 1 and f"pid {os.getpid()}" in refused.output
+    assert stale.exit_code == 0, stale.output  # an old beat is a gateway long gone
