@@ -158,7 +158,8 @@ def agents_list(as_json: bool) -> None:
         if "error" in e:
             click.secho(f"  settings   {e['error']}", fg="red")
             continue
-        missing = "" if e["workspace_exists"] else "  (missing: `pinch init --agent ...`)"
+        init = "pinch init" + ("" if e["default"] else f" --agent {e['name']}")
+        missing = "" if e["workspace_exists"] else f"  (missing: `{init}` creates it)"
         click.echo(f"  workspace  {e['workspace']}{missing}")
         size = f" ({_size(e['database_bytes'])})" if e["database"].startswith("/") else ""
         click.echo(f"  database   {e['database']}{size}")
