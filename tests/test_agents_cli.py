@@ -380,3 +380,34 @@ def test_remove_is_refused_while_a_gateway_beats_for_the_agent(home: Path) -> No
 
     assert refused.exit_code == 1 and f"pid {os.getpid()}" in refused.output
     assert stale.exit_code == 0, stale.output  # an old beat is a gateway long gone
+
+
+def test_an_agents_archive_is_format_2_and_its_outside_workspace_comes_back_there(
+    home: Path, tmp_path: Path
+) -> None:
+    import tarfile
+
+    notes = tmp_path / "bob-notes"
+    ok("agents", "add", "bob", "--workspace", str(notes))
+    (notes / "memory" / "2026-11-30.md").write_text("Bob's kayak is red.\n", encoding="utf-8")
+    archive = Path(ok("backup", "--agent", "bob").split()[0])
+    default_archive = Path(ok("backup").split()[0])
+    with tarfile.open(archive) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+    with tarfile.open(default_archive) as tar:
+        default_manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+    # A Pinch older than agents reads format 1 only: it refuses an agent's archive.
+    assert (manifest["format"], manifest["scope"], manifest["agent_id"]) == (2, "agent", "bob")
+    assert (default_manifest["format"], default_manifest["scope"]) == (1, "home")
+
+    ok("agents", "remove", "bob", "--yes")  # the outside workspace stays where it is
+    refused = pinch("restore", str(archive))
+    assert refused.exit_code == 1 and f"{notes} is not empty" in refused.output
+    notes.rename(tmp_path / "bob-notes.old")
+    restored = ok("restore", str(archive))
+
+    assert f"workspace {notes}" in restored
+    assert (notes / "memory" / "2026-11-30.md").read_text(encoding="utf-8") == (
+        "Bob's kayak is red.\n"
+    )
+    assert load_settings(agent_id="bob").workspace_dir == notes
