@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -212,6 +213,37 @@ def test_pairing_approved_for_one_agent_does_not_admit_the_stranger_to_another(
     assert "approved  telegram user 555" in ok("pairing", "list", "--agent", "bob")
     assert "555" not in ok("pairing", "list", "--agent", "alice")
     assert "555" not in ok("pairing", "list")
+    # What each agent's gateway decides (its access check, built as app/wiring.py builds it).
+    assert gateway_decision("bob", "555").action == "answer"
+    alice = gateway_decision("alice", "555")
+    assert alice.action == "reply" and "approve" in (alice.text or "")  # a code of alice's own
+
+
+def gateway_decision(agent: str, sender: str) -> Any:
+    from app.channel_registry import Owners, channel_settings
+    from app.gateway.access import Access, Pairing
+    from channels.base import InboundMessage
+    from memory.store.db import open_database
+    from memory.store.pairing_store import SqlitePairingStore
+
+    settings = load_settings(agent_id=agent)
+    pairing = Pairing(SqlitePairingStore(open_database(settings.database_path)))
+    access = Access(
+        owners=Owners.from_settings(settings), channels=channel_settings(settings), pairing=pairing
+    )
+    message = InboundMessage(
+        channel="telegram",
+        sender_id=sender,
+        chat_id=sender,
+        chat_type="direct",
+        text="hello",
+        message_id="1",
+        dedup_key=f"{sender}:1",
+    )
+    try:
+        return access.check(message)
+    finally:
+        pairing.close()
 
 
 def test_a_job_added_for_one_agent_is_listed_only_for_it(home: Path) -> None:
