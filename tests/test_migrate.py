@@ -242,3 +242,23 @@ def test_a_row_postgresql_refuses_is_one_line_and_commits_nothing(
     assert result.exit_code == 1 and "failed during the copy" in result.output
     assert "Traceback" not in result.output and SECRET not in result.output
     assert set(postgres_hashes(empty_dsn, SCHEMA).values()) == {(0, "0" * 64)}
+
+
+def test_agent_names_whose_database_is_copied_and_where_it_goes(
+    agent: Path, empty_dsn: str, pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "none")  # keyword-only: quick
+    pinch("agents", "add", "bob")
+    note = pinch_home / "agents" / "bob" / "workspace" / "memory" / "2026-11-30.md"
+    note.write_text("Bob's bicycle is green.\n", encoding="utf-8")
+    pinch("memory", "index", "--agent", "bob")
+
+    result = pinch("migrate", "--agent", "bob", "--to", "postgres", empty_dsn)
+
+    assert "agents/bob/config.toml" in result.output
+    assert "PINCH_AGENTS__BOB__STORE__DSN" in result.output
+    with psycopg.connect(empty_dsn) as conn:
+        schemas = {r[0] for r in conn.execute("SELECT nspname FROM pg_namespace")}
+        assert "pinch_bob" in schemas and SCHEMA not in schemas  # main's was dropped: not made
+        texts = " ".join(r[0] for r in conn.execute("SELECT text FROM pinch_bob.memory_chunks"))
+        assert "Bob's bicycle is green." in texts and "green kettle" not in texts  # not main's
