@@ -262,3 +262,16 @@ def test_agent_names_whose_database_is_copied_and_where_it_goes(
         assert "pinch_bob" in schemas and SCHEMA not in schemas  # main's was dropped: not made
         texts = " ".join(r[0] for r in conn.execute("SELECT text FROM pinch_bob.memory_chunks"))
         assert "Bob's bicycle is green." in texts and "green kettle" not in texts  # not main's
+
+
+def test_a_gateway_serving_the_agent_is_named_before_the_copy(agent: Path, tmp_path: Path) -> None:
+    import fcntl
+
+    lock = agent.parent / "gateway.lock"
+    with lock.open("w") as held:
+        held.write(str(os.getpid()))
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = pinch("migrate", "--to", "sqlite", str(tmp_path / "copy.sqlite"))
+    assert f"A gateway (pid {os.getpid()}) is serving agent 'main'" in result.stderr
+    assert "every count and hash matches" in result.output

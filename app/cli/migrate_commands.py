@@ -42,6 +42,7 @@ def migrate(backend: str, target: str | None) -> None:
     from app.agents import load_agent_settings
 
     settings = load_agent_settings()  # not load_settings(): a backend refused at start is fine
+    _warn_if_served(settings)
     started = time.monotonic()
     with _source(settings) as source, _target(settings, backend, target) as made:
         report = _run(source, made)
@@ -58,6 +59,21 @@ def migrate(backend: str, target: str | None) -> None:
             click.echo(f"  {line}")
     click.echo("")
     click.echo(_switch_advice(settings, backend, made.label))
+
+
+def _warn_if_served(settings: Settings) -> None:
+    """A gateway serving the agent keeps writing: the copy holds what was there when it began."""
+    from app.agents import serving_gateway
+
+    pid = serving_gateway(settings)
+    if pid is not None:
+        click.secho(
+            f"A gateway (pid {pid}) is serving agent {settings.agent_id!r}: the copy holds what "
+            "was written before it began (one consistent snapshot), not what comes after. Stop "
+            "the gateway first if you mean to switch to the copy.",
+            fg="yellow",
+            err=True,
+        )
 
 
 def _run(source: Any, target: Any) -> TransferReport:
