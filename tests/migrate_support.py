@@ -15,10 +15,13 @@ from memory.index.index import MemoryIndex
 from memory.store.db import open_database
 from memory.store.dreaming_schema import apply_dreaming_migrations
 from memory.store.dreams_store import SqliteDreamRuns
+from memory.store.forget_store import SessionErasure, SqliteForgetStore
+from memory.store.intents_store import SqliteIntentRepository
+from memory.store.jobs_store import SqliteJobStore
 from memory.store.lineage import LineageStore
 from memory.store.postgres.migrations import PG_SETS
 from memory.store.postgres.transfer import open_postgres_source
-from memory.store.queue_store import SqliteQueueStore
+from memory.store.queue_store import Delivery, LeaseHolder, SqliteQueueStore
 from memory.store.recall_signals import RecallSignal, SqliteRecallSignals
 from memory.store.transfer import RowsHash, TransferSource
 from memory.store.transfer_sqlite import open_sqlite_source
@@ -75,6 +78,19 @@ def make_agent(home: Path) -> Settings:
         with db.transaction() as conn:  # the packed copy a big index's searches read
             generation = max(int(t.rsplit("_g", 1)[1]) for t in _matrix_tables(conn))
             SqliteMatrixPack().write(conn, generation, 1)
+        queue.record_delivery(1, 0, Delivery("telegram", "1", "m1", None), now)
+        holder = LeaseHolder("gw-1", 4242, "host", "telegram")
+        queue.acquire_lease("main:telegram:direct:1", holder, now, 60.0, lambda _: True)
+        runs.acquire_lease("nightly", "gw-1", now=now, lease_s=600.0)
+        job_store = SqliteJobStore(db)
+        job = job_store.jobs()[0]
+        assert job.next_run_utc is not None
+        job_store.claim(job.id, job.next_run_utc, None, datetime.now(UTC), run_for=job.next_run_utc)
+        intents = SqliteIntentRepository(db)
+        intents.fire_all([intents.intents()[0].id], now=now, session_key="k", excerpt="e")
+        SqliteForgetStore(db).erase(
+            SessionErasure("gone-session", "main:telegram:direct:9", now, [{"events": 3}])
+        )
         LineageStore(db).record("s1", "daily_entry", path="memory/2026-11-20.md", detail={"a": 1})
         if PG_HAS_WEB:
             web = SqliteWebAuthStore(db)
