@@ -23,12 +23,33 @@ from tests.migrate_support import make_agent, postgres_hashes, search, sqlite_ha
 
 SCHEMA = "pinch_main"  # the default agent's schema
 SECRET = "hunter2-not-shown"
-FILLED = (
-    "meta memory_generations memory_sources memory_chunks memory_units keywords embedding_cache "
-    "sessions transcript_events jobs job_runs intents intent_triggers intent_fires "
-    "approved_senders pairing_requests inbound_queue inbound_dedup outbound_deliveries "
-    "session_leases dream_runs dream_lease recall_signals lineage lineage_tombstones"
-).split()
+FILLED = [
+    "meta",
+    "memory_generations",
+    "memory_sources",
+    "memory_chunks",
+    "memory_units",
+    "keywords",
+    "embedding_cache",
+    "sessions",
+    "transcript_events",
+    "jobs",
+    "job_runs",
+    "intents",
+    "intent_triggers",
+    "intent_fires",
+    "approved_senders",
+    "pairing_requests",
+    "inbound_queue",
+    "inbound_dedup",
+    "outbound_deliveries",
+    "session_leases",
+    "dream_runs",
+    "dream_lease",
+    "recall_signals",
+    "lineage",
+    "lineage_tombstones",
+]
 
 
 def _file_state(path: Path) -> tuple[str, float]:
