@@ -269,15 +269,19 @@ def transfer(
     report = TransferReport(source.label, target.label, derived=dict(inventory.derived))
     hashes: dict[str, RowsHash] = {}
     try:
+        tables = []
         for table in copy_order(list(inventory.tables)):
+            why = target.refusal(table, inventory.tables[table])
+            if why is None:
+                tables.append(table)
+            elif source.count(table):
+                report.not_copied[table] = why
+            else:  # nothing in it to lose (a store never used, say)
+                report.derived[table] = f"empty, and {why}"
+        if report.not_copied:  # known before a row is written: say so now
+            raise _failed(source, target, report)
+        for table in tables:
             columns = inventory.tables[table]
-            why = target.refusal(table, columns)
-            if why is not None:
-                if source.count(table):
-                    report.not_copied[table] = why
-                else:  # nothing in it to lose (a store never used, say)
-                    report.derived[table] = f"empty, and {why}"
-                continue
             total = source.count(table)
             seen = hashes[table] = RowsHash()
             target.begin_table(table, columns, total)
@@ -299,13 +303,24 @@ def transfer(
         target.abort()
         raise
     report.seconds = time.monotonic() - started
+    # Every table the source holds was copied and compared, or is named as not needing it.
+    accounted = {t.table for t in report.tables} | set(report.derived)
+    for table in inventory.tables:
+        if table not in accounted:
+            report.not_copied.setdefault(table, "not copied (a bug: please report it)")
     if not report.ok:
         target.abort()
-        bad = [t.table for t in report.tables if not t.ok] + list(report.not_copied)
-        raise TransferFailed(
-            f"The copy of {source.label} did not complete ({', '.join(bad)}): nothing was "
-            f"committed to {target.label}; the source is untouched.",
-            report,
-        )
+        raise _failed(source, target, report)
     target.commit()
     return report
+
+
+def _failed(
+    source: TransferSource, target: TransferTarget, report: TransferReport
+) -> TransferFailed:
+    bad = [t.table for t in report.tables if not t.ok] + list(report.not_copied)
+    return TransferFailed(
+        f"The copy of {source.label} did not complete ({', '.join(bad)}): nothing was "
+        f"committed to {target.label}; the source is untouched.",
+        report,
+    )
