@@ -296,6 +296,8 @@ def transfer(
             written = RowsHash()
             for rows in target.rows(table, columns, batch):
                 written.add(rows)
+                if progress is not None:
+                    progress(f"{table} (reading back)", written.rows, seen.rows)
             report.tables.append(
                 TableResult(table, seen.rows, written.rows, seen.hexdigest(), written.hexdigest())
             )
