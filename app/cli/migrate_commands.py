@@ -170,14 +170,22 @@ def _switch_advice(settings: Settings, backend: str, target_label: str) -> str:
 
     name = settings.agent_id
     config = agent_file(settings.home, name)
+    if settings.store.backend == "postgres":
+        back = (
+            'To go back, set backend = "postgres" and its DSN again: the PostgreSQL schema was '
+            "not changed."
+        )
+    else:
+        back = (
+            f'To go back, set backend = "sqlite" again: {settings.database_path} was not changed.'
+        )
     if backend == "postgres":
         return (
             f"To switch agent {name!r} to PostgreSQL: stop its gateway, set in {config}\n"
             '    [store]\n    backend = "postgres"\n'
             f"and the DSN in the environment (secret): PINCH_STORE__DSN, or "
             f"{env_prefix(name)}STORE__DSN for this agent only — the one copied to: "
-            f"{target_label}. Then start the gateway again. To go back, set backend = "
-            f'"sqlite": {settings.database_path} was not changed.'
+            f"{target_label}. Then start the gateway again. {back}"
         )
     path = target_label
     moved = (
@@ -189,5 +197,5 @@ def _switch_advice(settings: Settings, backend: str, target_label: str) -> str:
         f"To switch agent {name!r} to SQLite: stop its gateway, {moved}set in {config}\n"
         '    [store]\n    backend = "sqlite"\n'
         "(or remove the [store] table and PINCH_STORE__BACKEND). Then start the gateway again. "
-        'To go back, set backend = "postgres": the PostgreSQL schema was not changed.'
+        + back
     )
