@@ -27,6 +27,14 @@ from agent.mcp.mcp_config import McpConfig, references
 from agent.media.media_config import MediaConfig, VoiceConfig
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
 from app.backup.backup_config import BackupConfig
+from app.config_layers import (
+    AGENT_NAME,
+    agent_file,
+    default_agent,
+    env_prefix,
+    layered_sources,
+    read_toml,
+)
 from app.web.web_config import WebConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.lifecycle.dreaming import DreamingConfig
@@ -173,6 +181,11 @@ class Settings(BaseSettings):
         return (self.workspace or self.home / "workspace").expanduser()
 
     @property
+    def is_default_agent(self) -> bool:
+        """Whether this is the installation's default agent (reads its files as one agent did)."""
+        return default_agent(self.home, read_config_file) == self.agent_id
+
+    @property
     def agent_dir(self) -> Path:
         return self.home / "agents" / self.agent_id
 
@@ -185,8 +198,17 @@ class Settings(BaseSettings):
         return self.home / "config.toml"
 
     @property
+    def own_dir(self) -> Path:
+        """Where this agent's small files live (channel state, the chat's history and log): the
+        home for the default agent, as before agents; <home>/agents/NAME for any other."""
+        return self.home if self.is_default_agent else self.agent_dir
+
+    @property
     def backup_dir(self) -> Path:
-        return (self.backup.path or self.home / "backups").expanduser()
+        """`[backup] path` (default <home>/backups); another agent than the default one keeps
+        its archives in a folder of its own in it, so no agent prunes another's archives."""
+        folder = (self.backup.path or self.home / "backups").expanduser()
+        return folder if self.is_default_agent else folder / self.agent_id
 
     @classmethod
     def settings_customise_sources(
@@ -197,38 +219,16 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _TomlSource(settings_cls))
+        # The installation's and the agent's files and environments (app/config_layers.py).
+        return layered_sources(settings_cls, init_settings, env_settings, read_config_file)
 
 
-class _TomlSource(PydanticBaseSettingsSource):
-    """Values from <home>/config.toml (home from PINCH_HOME or ~/.pinch)."""
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        path = pinch_home() / "config.toml"
-        if not path.exists():
-            return {}
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                f"{path} is not valid TOML: {exc}. Fix the file or move it aside."
-            ) from None
-        except IsADirectoryError:
-            raise ConfigError(
-                f"{path} is a folder, not a file: move it aside; Pinch needs a TOML file there "
-                "(or none at all, for the defaults)."
-            ) from None
-        except OSError as exc:
-            raise ConfigError(
-                f"{path} cannot be read ({exc.strerror}): check its owner and mode "
-                f"(chmod 600 {path})."
-            ) from None
-        _refuse_secrets_in_file(data, path)
-        _refuse_mcp_secrets(data, path)
-        return data
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The tables of a Pinch config file ({} if there is none), secrets refused."""
+    data = read_toml(path, ConfigError)
+    _refuse_secrets_in_file(data, path)
+    _refuse_mcp_secrets(data, path)
+    return data
 
 
 # Names that hold a secret in any table of the file (none is a setting): API keys and the like
@@ -391,19 +391,29 @@ def load_settings(**overrides: Any) -> Settings:
     except SettingsError as exc:
         raise ConfigError(_non_json_env_setting() or f"Invalid settings: {exc}.") from None
     except ValidationError as exc:
-        raise ConfigError(_validation_advice(exc)) from None
+        raise ConfigError(_validation_advice(exc, overrides.get("agent_id"))) from None
 
 
-def _validation_advice(exc: ValidationError) -> str:
+def _validation_advice(exc: ValidationError, agent: str | None = None) -> str:
+    """Each invalid setting with where it was set: the variable, else the file that sets it
+    (agent `agent`'s own variable and file first, when it is not the default agent)."""
+    home = pinch_home()
+    prefixes, files = ["PINCH_"], [home / "config.toml"]
+    if agent and AGENT_NAME.fullmatch(agent) and agent != default_agent(home, read_config_file):
+        prefixes.insert(0, env_prefix(agent))
+        files.insert(0, agent_file(home, agent))
     lines = []
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]
         where = ".".join(loc)
-        env = "PINCH_" + "__".join(loc).upper()
+        tail = "__".join(loc).upper()
         if len(loc) == 1 and isinstance(_field_type(loc), type):
-            env += "__*"  # a check across several settings of one table
+            tail += "__*"  # a check across several settings of one table
+        names = [prefix + tail for prefix in prefixes]
+        env = next((name for name in names if name in os.environ), None)
         message = err["msg"].removeprefix("Value error, ")
-        if env in os.environ:
+        setting_file = next((f for f in files if _in_config_file(f, loc)), None)
+        if env is not None:
             raw = os.environ[env].strip()
             if typing.get_origin(_field_type(loc)) is list and not _is_json_list(raw):
                 try:  # a JSON string ("notes") stands for the one item it holds
@@ -413,10 +423,10 @@ def _validation_advice(exc: ValidationError) -> str:
                 example = json.dumps([decoded if isinstance(decoded, str) else raw or "..."])
                 message += f"; in the environment a list is JSON: {env}='{example}'"
             lines.append(f"  {where}: {message} (from the environment variable {env})")
-        elif _in_config_file(loc):
-            lines.append(f"  {where}: {message} (set in {pinch_home() / 'config.toml'})")
+        elif setting_file is not None:
+            lines.append(f"  {where}: {message} (set in {setting_file})")
         else:
-            lines.append(f"  {where}: {message} (set in {pinch_home() / 'config.toml'} or {env})")
+            lines.append(f"  {where}: {message} (set in {files[0]} or {names[0]})")
     return "Invalid settings:\n" + "\n".join(lines)
 
 
@@ -427,10 +437,10 @@ def _is_json_list(raw: str) -> bool:
         return False
 
 
-def _in_config_file(loc: list[str]) -> bool:
-    """Whether config.toml sets the setting at `loc` (so the advice names only the file)."""
+def _in_config_file(path: Path, loc: list[str]) -> bool:
+    """Whether the settings file `path` sets the setting at `loc` (the advice names the file)."""
     try:
-        table: Any = tomllib.loads((pinch_home() / "config.toml").read_text(encoding="utf-8"))
+        table: Any = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     for name in loc:

@@ -94,7 +94,6 @@ def test_an_edit_and_a_rebuild_on_postgres_keep_search_in_step(
 def test_pinch_memory_index_and_search_run_on_postgres_without_the_sqlite_file(
     make_workspace: WorkspaceFactory, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("app.store_backend.WIRED_BACKENDS", ("sqlite", "postgres"))
     monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
     monkeypatch.setenv("PINCH_STORE__DSN", pg_dsn)
     monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "none")

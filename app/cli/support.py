@@ -87,11 +87,12 @@ def _database_damage(exc: Exception) -> str | None:
 
 
 def load_settings() -> Settings:
-    """The settings of this run (config.toml and PINCH_* variables)."""
-    from app.config import load_settings as load
+    """The settings of this run's agent (`--agent NAME`, else the default agent): config.toml,
+    the agent's own file and the PINCH_* variables (app/config_layers.py)."""
+    from app.agents import load_agent_settings
     from app.store_backend import check_store_backend
 
-    settings = load()
+    settings = load_agent_settings()
     check_store_backend(settings)  # an incomplete [store] backend stops every command here
     return settings
 
@@ -113,3 +114,28 @@ def open_index(settings: Settings) -> MemoryIndex:
 
         stop_recording(index.db)  # disabled means nothing is written for it, signals included
     return index
+
+
+def _choose_agent(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value:
+        from app.agents import select_agent
+
+        select_agent(value)
+
+
+def add_agent_option(command: click.Command) -> None:
+    """Give `command` and every command under it `--agent NAME` (the agent it reads or writes;
+    default: the installation's default agent, `main`). The choice holds for the whole run."""
+    command.params.append(
+        click.Option(
+            ["--agent"],
+            metavar="NAME",
+            expose_value=False,
+            is_eager=True,
+            callback=_choose_agent,
+            help="The agent to use (default: main; `pinch agents list`).",
+        )
+    )
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_agent_option(sub)
