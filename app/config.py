@@ -14,7 +14,14 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,7 +34,7 @@ from agent.mcp.mcp_config import McpConfig, references
 from agent.media.media_config import MediaConfig, VoiceConfig
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
 from app.backup.backup_config import BackupConfig
-from app.config_layers import layered_sources, read_toml
+from app.config_layers import default_agent, layered_sources, read_toml
 from app.web.web_config import WebConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.lifecycle.dreaming import DreamingConfig
@@ -88,6 +95,20 @@ class GatewayConfig(BaseModel):
     max_concurrent_turns: int = Field(default=4, ge=1, le=64)  # sessions answered in parallel
     health_listen: str = "127.0.0.1"
     health_port: int | None = Field(default=None, ge=1, le=65535)  # GET /healthz when set
+    # Several gateway processes share the agents by lease (app/gateway/fleet.py): the holder
+    # renews an agent's lease every `agent_heartbeat_s`; one not renewed for `agent_lease_s`
+    # (or whose process on this machine is gone) is taken over by another gateway.
+    agent_lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
+    agent_heartbeat_s: float = Field(default=5.0, gt=0.0, le=120.0)
+
+    @model_validator(mode="after")
+    def _heartbeat_within_lease(self) -> GatewayConfig:
+        if self.agent_heartbeat_s * 3 > self.agent_lease_s:
+            raise ValueError(
+                f"[gateway] agent_heartbeat_s ({self.agent_heartbeat_s:g}) must be at most a third "
+                f"of agent_lease_s ({self.agent_lease_s:g}): a lease must survive a missed beat"
+            )
+        return self
 
 
 class ProjectConfig(BaseModel):
@@ -172,6 +193,11 @@ class Settings(BaseSettings):
     @property
     def workspace_dir(self) -> Path:
         return (self.workspace or self.home / "workspace").expanduser()
+
+    @property
+    def is_default_agent(self) -> bool:
+        """Whether this is the installation's default agent (reads its files as one agent did)."""
+        return default_agent(self.home, read_config_file) == self.agent_id
 
     @property
     def agent_dir(self) -> Path:

@@ -48,6 +48,7 @@ from app.automations.assembly import build_automations
 from app.channel_registry import CHANNELS, Owners, adapter_class, channel_settings
 from app.gateway.access import Access, Pairing
 from app.gateway.healthz import HealthServer
+from app.gateway.heartbeat import HEARTBEAT_FILE, heartbeat_dir
 from app.gateway.queue import GatewayStore
 from app.gateway.server import Gateway, GatewayOptions
 from app.process import Runtime
@@ -61,6 +62,8 @@ from memory.index.index import MemoryIndex
 from memory.index.watch import MemoryWatcher
 from memory.lifecycle.intents import IntentStore
 from memory.lifecycle.signals import stop_recording
+from memory.store.agent_leases import AgentLeaseStore, SqliteAgentLeaseStore
+from memory.store.db import open_database
 from memory.store.pairing_store import SqlitePairingStore
 from memory.store.queue_store import SqliteQueueStore
 from memory.store.sessions import SessionStore, SqliteSessionStore
@@ -259,7 +262,7 @@ def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str,
             continue  # not run by the gateway (the terminal)
         config = getattr(settings, row.config_section)
         if row.token_variable is None:  # runs when its section is enabled (the web page)
-            if not config.enabled:
+            if not (web_page_wanted(settings) if row.config_section == "web" else config.enabled):
                 continue
         elif config.bot_token is None:
             note(f"{row.name}: skipped (no token; set {row.token_variable} to run it)")
@@ -280,7 +283,7 @@ def options_from(settings: Settings) -> GatewayOptions:
         collect_window_s=settings.gateway.collect_window_ms / 1000,
         max_concurrent_turns=settings.gateway.max_concurrent_turns,
         dedup_ttl_s=settings.slack.dedup_ttl_s,
-        heartbeat_path=settings.home / "gateway.heartbeat",
+        heartbeat_path=heartbeat_dir(settings) / HEARTBEAT_FILE,
     )
 
 
@@ -329,7 +332,7 @@ def build_web_server(
     """The web page (`[web]`) served by `pinch gateway` with `gateway`'s channels and state, or
     None when it is off. Start it after the gateway, stop it after the gateway stopped (the
     web channel's event streams end with the channel)."""
-    if not settings.web.enabled:
+    if not web_page_wanted(settings):
         return None
     from app.web.auth import Logins
     from app.web.context import WebContext
@@ -349,6 +352,33 @@ def build_web_server(
         },
     )
     return WebServer(ctx)
+
+
+def web_page_wanted(settings: Settings) -> bool:
+    """Whether `pinch gateway` serves this agent's web page: the default agent's unless `[web]
+    enabled = false`; another agent's only when its own settings give it a port (two pages
+    cannot share one; app/config_layers.py keeps [web] the agent's own)."""
+    if not settings.web.enabled:
+        return False
+    return settings.is_default_agent or "port" in settings.web.model_fields_set
+
+
+def build_agent_leases(settings: Settings) -> tuple[AgentLeaseStore, Callable[[], None]]:
+    """The lease of `settings`' agent (which gateway process serves it) on the configured
+    backend, and how to close what was opened for it: a small connection of its own to the
+    agent's database (its SQLite file, or its PostgreSQL schema)."""
+    if settings.store.backend == "postgres":
+        from app.store_factory import open_postgres_store
+        from memory.store.postgres.agent_leases import PgAgentLeaseStore
+
+        pg = open_postgres_store(settings)
+        return PgAgentLeaseStore(pg), pg.close
+    db = open_database(settings.database_path, vector_backend="numpy")
+    try:
+        return SqliteAgentLeaseStore(db), db.close
+    except BaseException:
+        db.close()
+        raise
 
 
 def web_exposure_problem(settings: Settings) -> str | None:

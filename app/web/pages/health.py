@@ -19,7 +19,7 @@ from aiohttp import web
 
 from app.cli.checks import CheckResult, channel_check
 from app.cli.doctor import run_checks_async
-from app.gateway.heartbeat import read_heartbeat
+from app.gateway.heartbeat import heartbeat_dir, read_heartbeat
 from app.web.context import WebContext
 from app.web.log_tail import LogTail, install_log_tail
 from app.web.page_support import ago, done, gateway_of, notice_of, owner_time
@@ -117,7 +117,7 @@ class HealthPages:
                         or (health.detail if health else "not checked yet"),
                     }
                 )
-        beat = await asyncio.to_thread(read_heartbeat, self.ctx.settings.home)
+        beat = await asyncio.to_thread(read_heartbeat, heartbeat_dir(self.ctx.settings))
         usage = await asyncio.to_thread(self._usage)
         tail = self.ctx.services.get("log_tail")
         lines = tail.tail(LOG_LINES) if tail else []  # redacted as they were logged
