@@ -29,9 +29,11 @@ import logging
 import math
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -47,6 +49,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("pinch.gateway")
 
 FENCE_SHARE = 2 / 3  # of agent_lease_s without a renewal: stop serving before anyone may take over
+START_AT_ONCE = 2  # agents started together (building a runtime is mostly blocking work)
+TAKE_AHEAD = 2 * START_AT_ONCE  # agents taken but not yet started, at most
+RENEW_AT_ONCE = 8  # leases renewed in parallel by the keeper thread
 
 
 def this_gateway() -> GatewayProcess:
@@ -75,6 +80,8 @@ class AgentSlot:
     renewed_at: float = 0.0  # the last successful renewal (monotonic seconds)
     free_since: float | None = None  # when this gateway first saw the lease free
     error: str | None = None  # why the agent could not start here
+    failed_at: float = 0.0  # when it last failed to start (monotonic seconds)
+    lost: bool = False  # the keeper found the lease taken by another gateway
     starting: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
@@ -110,6 +117,9 @@ class Fleet:
         self.alive = alive_for(self.me)
         self.peers = 0  # other live gateways seen at the last beat
         self._ticked = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._halt = threading.Event()
+        self._starts = asyncio.Semaphore(START_AT_ONCE)
 
     # -- what runs here --------------------------------------------------------------------
 
@@ -129,30 +139,75 @@ class Fleet:
     async def run(self, stop: asyncio.Event) -> None:
         """Beat until `stop` is set, then stop every agent served here (turns get `grace_s`)
         and release their leases."""
+        loop = asyncio.get_running_loop()
+        keeper = threading.Thread(
+            target=self._keep, args=(loop,), name="pinch-agent-leases", daemon=True
+        )
+        keeper.start()
         try:
             while not stop.is_set():
                 await self.beat()
                 self._ticked.set()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=self.heartbeat_s)
+                self._wake.clear()
+                waits = [asyncio.ensure_future(e.wait()) for e in (stop, self._wake)]
+                await asyncio.wait(waits, timeout=self.heartbeat_s, return_when="FIRST_COMPLETED")
+                for waiting in waits:
+                    waiting.cancel()
         finally:
             self._ticked.set()
-            await self.started()
+            self._halt.set()
+            for slot in self.slots:  # a start under way need not finish
+                await self._abort_start(slot)
             await asyncio.gather(
                 *(self._give_back(s, self.grace_s) for s in self.served()),
                 return_exceptions=True,
             )
+            keeper.join(timeout=self.heartbeat_s + 5)
+
+    def _keep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The keeper thread: renew every held lease each beat, whatever the event loop is busy
+        with (starting agents, a burst of messages), several at once (one agent's database
+        busy with a long write must not delay the others'); wake the loop when one was lost."""
+        with ThreadPoolExecutor(RENEW_AT_ONCE, thread_name_prefix="pinch-renew") as pool:
+            while not self._halt.wait(self.heartbeat_s):
+                held = [s for s in self.slots if s.held and not s.lost]
+                for slot, mine in zip(held, pool.map(self._renew, held), strict=True):
+                    if mine is None:
+                        continue
+                    if mine:
+                        slot.renewed_at = time.monotonic()
+                    elif slot.held:
+                        slot.lost = True
+                        loop.call_soon_threadsafe(self._wake.set)
+
+    def _renew(self, slot: AgentSlot) -> bool | None:
+        try:
+            return slot.leases.renew(self.me, time.time())
+        except Exception as exc:  # fenced by the loop once it lasts too long
+            log.warning("%s: could not renew the agent's lease: %s", slot.name, exc)
+            return None
 
     async def beat(self) -> None:
         now = time.time()
         fair = await self._fair_share(now)
         for slot in self.served():
-            await self._renew(slot)
+            stale = time.monotonic() - slot.renewed_at > self.lease_s * FENCE_SHARE
+            if slot.lost or stale:
+                why = "another gateway serves it now" if slot.lost else "it could not be renewed"
+                log.warning("%s: lease lost (%s); stopping it here", slot.name, why)
+                await self._stop_now(slot)
+            elif slot.error is not None and time.monotonic() - slot.failed_at > self.retry_s:
+                self._begin(slot)  # try again
         held = self.served()
         if self.peers and len(held) > fair:  # hand back the agents least "ours"
             extra = sorted(held, key=self._score)[: len(held) - fair]
             await asyncio.gather(*(self._give_back(s, self.grace_s) for s in extra))
         await self._take(fair, now)
+
+    @property
+    def retry_s(self) -> float:
+        """How long an agent that failed to start waits before it is tried again."""
+        return max(30.0, 3 * self.lease_s)
 
     async def _fair_share(self, now: float) -> int:
         rendezvous = self.slots[0].leases
@@ -170,23 +225,14 @@ class Fleet:
         """This gateway's own order of the agents (highest-random-weight hashing)."""
         return hashlib.sha256(f"{self.me.gateway}/{slot.name}".encode()).digest()
 
-    async def _renew(self, slot: AgentSlot) -> None:
-        try:
-            mine = await asyncio.to_thread(slot.leases.renew, self.me, time.time())
-        except Exception as exc:
-            log.warning("%s: could not renew the agent's lease: %s", slot.name, exc)
-            if time.monotonic() - slot.renewed_at < self.lease_s * FENCE_SHARE:
-                return
-            mine = False
-        if mine:
-            slot.renewed_at = time.monotonic()
-            return
-        log.warning("%s: lease lost (another gateway serves it now); stopping it here", slot.name)
-        await self._stop_now(slot)
-
     async def _take(self, fair: int, now: float) -> None:
         taken: list[AgentSlot] = []
+        # No more than a few ahead of what is starting: a gateway takes agents as fast as it
+        # can start them, so gateways that start together share them out.
+        budget = TAKE_AHEAD - sum(1 for s in self.slots if s.starting and not s.starting.done())
         for slot in sorted(self.slots, key=self._score, reverse=True):
+            if len(taken) >= budget:
+                break
             if slot.held:
                 continue
             try:
@@ -212,11 +258,17 @@ class Fleet:
                 continue
             slot.free_since = None
             slot.renewed_at = time.monotonic()
+            slot.lost = False
             log.info("%s: lease taken (epoch %d)", slot.name, lease.epoch)
             taken.append(slot)
         # Started in the background: the beats go on renewing the other leases meanwhile.
         for slot in taken:
-            slot.starting = asyncio.ensure_future(self._start(slot))
+            self._begin(slot)
+
+    def _begin(self, slot: AgentSlot) -> None:
+        """Start serving `slot` in the background; held (and renewed) from now on."""
+        service = slot.service = self.make_service(slot.settings)
+        slot.starting = asyncio.ensure_future(self._start(slot, service))
 
     async def started(self) -> None:
         """Wait for the agents being started to be running (or to have failed)."""
@@ -224,17 +276,21 @@ class Fleet:
         if starting:
             await asyncio.gather(*starting, return_exceptions=True)
 
-    async def _start(self, slot: AgentSlot) -> None:
-        service = self.make_service(slot.settings)
-        slot.service = service  # held from now on: renewed while it starts
-        try:
-            await service.start()
-            slot.error = None
-        except Exception as exc:  # one bad agent never stops the others
-            slot.error = (
-                str(exc) if isinstance(exc, GatewayError) else f"{type(exc).__name__}: {exc}"
-            )
-            log.error("%s: could not start: %s", slot.name, slot.error)
+    async def _start(self, slot: AgentSlot, service: AgentService) -> None:
+        async with self._starts:  # a few at a time: the agents already running keep answering
+            if slot.service is not service:  # given back or lost while waiting
+                return
+            try:
+                await service.start()
+                slot.error = None
+            except Exception as exc:  # one bad agent never stops the others
+                slot.error = (
+                    str(exc) if isinstance(exc, GatewayError) else f"{type(exc).__name__}: {exc}"
+                )
+                slot.failed_at = time.monotonic()
+                log.error("%s: could not start: %s", slot.name, slot.error)
+            finally:
+                self._wake.set()  # the next beat may take another agent now
 
     def cancel_turns(self) -> None:
         for slot in self.served():
@@ -251,7 +307,7 @@ class Fleet:
     async def _stop_now(self, slot: AgentSlot) -> None:
         """The lease is gone: stop at once (running turns cancelled, their messages stay
         claimed for the new holder); nothing is released (it is not ours)."""
-        await self._settled(slot)
+        await self._abort_start(slot)
         service, slot.service = slot.service, None
         if service is not None:
             service.cancel_turns()
@@ -260,7 +316,7 @@ class Fleet:
 
     async def _give_back(self, slot: AgentSlot, grace_s: float) -> None:
         """Stop serving `slot` (turns get `grace_s`), then release its lease."""
-        await self._settled(slot)
+        await self._abort_start(slot)
         service, slot.service = slot.service, None
         if service is not None:
             try:
@@ -274,11 +330,12 @@ class Fleet:
             log.warning("%s: could not release the agent's lease: %s", slot.name, exc)
 
     @staticmethod
-    async def _settled(slot: AgentSlot) -> None:
-        """Let a start under way finish (or fail) before stopping what it started."""
+    async def _abort_start(slot: AgentSlot) -> None:
+        """Cancel a start under way (it undoes what it started: no turn runs yet)."""
         if slot.starting is not None and not slot.starting.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(slot.starting)
+            slot.starting.cancel()
+            with contextlib.suppress(BaseException):
+                await slot.starting
 
     def close(self) -> None:
         for slot in self.slots:
