@@ -53,6 +53,7 @@ from app.gateway.queue import GatewayStore
 from app.gateway.server import Gateway, GatewayOptions
 from app.process import Runtime
 from app.store_backend import check_store_backend
+from app.web.auth import web_page_wanted
 from channels.base import Channel
 from common.channel_table import WEB
 from common.clock import Clock, owner_zone
@@ -347,20 +348,20 @@ def build_web_server(
         services={
             "gateway": gateway,
             "web_channel": gateway.channels.get(WEB),
-            "logins": Logins(store, settings.web, settings.home),
+            "logins": Logins(
+                store, settings.web, settings.home, session_cookie=session_cookie(settings)
+            ),
             "log_tail": log_tail or (lambda _count: []),
         },
     )
     return WebServer(ctx)
 
 
-def web_page_wanted(settings: Settings) -> bool:
-    """Whether `pinch gateway` serves this agent's web page: the default agent's unless `[web]
-    enabled = false`; another agent's only when its own settings give it a port (two pages
-    cannot share one; app/config_layers.py keeps [web] the agent's own)."""
-    if not settings.web.enabled:
-        return False
-    return settings.is_default_agent or "port" in settings.web.model_fields_set
+def session_cookie(settings: Settings) -> str:
+    """The web page's login cookie: `pinch_session` for the default agent, one of its own for
+    every other (a browser sends a host's cookies to each of its ports)."""
+    agent = settings.agent_id
+    return "pinch_session" if settings.is_default_agent else f"pinch_session_{agent}"
 
 
 def build_agent_leases(settings: Settings) -> tuple[AgentLeaseStore, Callable[[], None]]:

@@ -20,13 +20,19 @@ def web_login() -> None:
     Works while the gateway runs, and inside the container
     (`docker compose exec pinch pinch web login`).
     """
-    from app.web.auth import TOKEN_TTL_S, issue_login_url
+    from app.web.auth import TOKEN_TTL_S, issue_login_url, web_page_wanted
     from memory.store.db import open_database
     from memory.store.web_store import SqliteWebAuthStore
 
     settings = load_settings()
     if not settings.web.enabled:
         fail("The web page is off ([web] enabled = false); turn it on and restart the gateway.")
+    if not web_page_wanted(settings):
+        fail(
+            f"Agent {settings.agent_id} has no web page of its own: set [web] port in "
+            f"{settings.agent_dir / 'config.toml'} (a port no other agent uses) and restart "
+            "the gateway."
+        )
     db = open_database(settings.database_path, vector_backend="numpy")
     try:
         url = issue_login_url(settings, SqliteWebAuthStore(db))

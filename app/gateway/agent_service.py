@@ -24,13 +24,13 @@ from app.automations.assembly import owner_zone, start_automations
 from app.automations.nightly_dream import start_nightly_dream
 from app.backup.schedule import owner_alert, start_backups
 from app.gateway.server import Gateway, GatewayError
+from app.web.auth import web_page_wanted
 from app.wiring import (
     build_channels,
     build_gateway,
     build_runtime,
     build_web_server,
     web_exposure_problem,
-    web_page_wanted,
 )
 from channels.base import Channel, ChannelHealth
 from common.channel_table import messaging

@@ -23,7 +23,8 @@ from app.gateway.fleet import AgentSlot, Fleet
 from app.gateway.healthz import HealthServer
 from app.gateway.server import GatewayError
 from app.logging_setup import RecentLines, add_redacted_handler
-from app.wiring import build_agent_leases, web_exposure_problem, web_page_wanted
+from app.web.auth import web_page_wanted
+from app.wiring import build_agent_leases, web_exposure_problem
 from channels.base import Channel, ChannelHealth
 
 if TYPE_CHECKING:
