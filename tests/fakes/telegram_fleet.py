@@ -50,6 +50,7 @@ class FleetBot:
         self.token = token
         self.bot_id = int(token.split(":", 1)[0])
         self.sent: list[SentMessage] = []
+        self.history: list[tuple[float, str]] = []  # (time, text) of every send and edit
         self.polls = 0
         self._updates: list[dict[str, Any]] = []
         self._cond = cond
@@ -126,6 +127,7 @@ class FleetBot:
         )
         with self._cond:
             self.sent.append(sent)
+            self.history.append((time.time(), text))
         return self._message(sent)
 
     def edit_message_text(self, p: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +141,7 @@ class FleetBot:
                 raise ApiError(400, "Bad Request: message is not modified")
             found[0].text = text
             found[0].edits += 1
+            self.history.append((time.time(), text))
         return {**self._message(found[0]), "edit_date": int(time.time())}
 
     def _message(self, sent: SentMessage) -> dict[str, Any]:
