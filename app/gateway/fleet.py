@@ -2,22 +2,25 @@
 has a lease in its own database (memory/store/agent_leases.py); exactly one gateway holds it and
 serves the agent (polls its bot token, runs its automations, its nightly dream, its page).
 
-Every `agent_heartbeat_s` the fleet:
-- says it is alive (`announce`, in the first agent's database: every gateway given the same
-  agents meets there) and counts the live gateways, G; its fair share is ceil(agents / G);
-- renews the leases it holds. A lease it could not renew (another gateway took it) or not for
-  two thirds of `agent_lease_s` (the database unreachable) stops that agent here at once:
-  channels, scheduler, running turns (their messages stay claimed; the new holder's gateway
-  recovers them) — before any other gateway may take it;
+A keeper thread renews the leases held here every `agent_heartbeat_s`, whatever the event loop
+is busy with (starting agents, a burst of messages). Every beat (the same interval) the loop:
+- says this gateway is alive (`announce`, in the first agent's database: every gateway given the
+  same agents meets there) and counts the live gateways, G; its fair share is ceil(agents / G);
+- stops at once an agent whose lease the keeper found taken by another gateway, or could not
+  renew for two thirds of `agent_lease_s` (the database unreachable): channels, scheduler,
+  running turns (their messages stay claimed; the new holder's gateway recovers them) — before
+  any other gateway may take it;
 - hands agents beyond its fair share back (stopped gracefully, then released), so a gateway
   that started first does not keep every agent;
 - takes free agents (never taken, released, not renewed for `agent_lease_s`, or held by a
-  process of this machine that is gone) up to its fair share — and any agent left free for two
-  beats, whatever the share, so none stays unserved. Gateways try agents in an order of their
-  own (a hash of gateway and agent), so they rarely reach for the same one at once.
+  process of this machine that is gone) up to its fair share, no more than a few ahead of those
+  still starting — and any agent left free for two beats, whatever the share, so none stays
+  unserved. Gateways try agents in an order of their own (a hash of gateway and agent), so they
+  rarely reach for the same one at once.
 
 An agent that cannot start (a refused token, a broken setting) is reported in the log and in
-/healthz and keeps its lease here (another gateway would fail the same way); the others run.
+/healthz and keeps its lease here, tried again every `retry_s` (another gateway would fail the
+same way); the others run.
 """
 
 from __future__ import annotations
