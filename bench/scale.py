@@ -7,7 +7,8 @@ once, so what is measured is Pinch's own time).
     .venv/bin/python bench/scale.py --agents 30 --sessions 10 --gateways 3 --rounds 3
 
 Each round, every session sends one message (all at once), and the next round starts when every
-message of the round is answered. Reported, from the bots' final message texts:
+message of the round is answered; a first round (not timed) warms up: the sessions are made and
+each process has loaded the model SDK. Reported, from the bots' final message texts:
 - messages/s: every message of every round over the time from the first round's first push to
   the last reply (the gateways' start-up not included);
 - reply latency p50/p95: from the update being ready for getUpdates to the reply text on the
@@ -15,7 +16,8 @@ message of the round is answered. Reported, from the bots' final message texts:
   streamed delivery — everything but the model, which answers at once ("gateway overhead");
 - lost (no reply names the message) and duplicated (two or more replies name it): must be 0;
 - 409 Conflicts (two processes polling one token): must be 0;
-- per gateway: agents served, peak RSS (VmHWM), and the time until every agent was served.
+- per gateway: agents served, peak RSS (VmHWM), and the time until every agent was served at
+  an even share (the rounds start then).
 
 Offline; nice -n 10 it on a shared machine. The full target (1,000 agents x 50 sessions) needs
 what the quick run's per-agent figures project (see bench/RESULTS.md): not run here.
@@ -163,11 +165,21 @@ def run(agents: int, sessions: int, gateways: int, rounds: int) -> dict[str, obj
                     600,
                     "every agent served",
                 )
+                # Settled: an even share (gateways that started first hand agents over) and a
+                # fresh poll on every token since (the holders now serving are polling).
+                fair = -(-agents // gateways)
+                wait(lambda: max(holders(home, names).values()) <= fair, 600, "an even share")
+                polls = {n: b.polls for n, b in bots.items()}
+                wait(lambda: all(b.polls > polls[n] for n, b in bots.items()), 60, "fresh polls")
                 served_after = time.monotonic() - began
                 spread = holders(home, names)
                 pushed: dict[str, float] = {}
                 start = time.monotonic()
-                for r in range(rounds):
+                warm: set[str] = set()
+                for r in range(rounds + 1):  # round 0 warms up (sessions made, SDK loaded)
+                    if r == 1:
+                        warm, pushed = set(pushed), {}
+                        start = time.monotonic()
                     batch = []
                     for i, bot in enumerate(bots.values()):
                         for s in range(sessions):
@@ -194,6 +206,7 @@ def run(agents: int, sessions: int, gateways: int, rounds: int) -> dict[str, obj
                         p.kill()
             latencies = sorted((seen[t] - pushed[t]) * 1000 for t in pushed if t in seen)
             total = len(pushed)
+            every = [*warm, *pushed]
             return {
                 "agents": agents,
                 "sessions": sessions,
@@ -202,8 +215,8 @@ def run(agents: int, sessions: int, gateways: int, rounds: int) -> dict[str, obj
                 "messages_per_s": total / elapsed,
                 "p50_ms": statistics.median(latencies),
                 "p95_ms": latencies[int(len(latencies) * 0.95) - 1],
-                "lost": sum(1 for t in pushed if counts[t] == 0),
-                "duplicated": sum(1 for t in pushed if counts[t] > 1),
+                "lost": sum(1 for t in every if counts[t] == 0),
+                "duplicated": sum(1 for t in every if counts[t] > 1),
                 "conflicts": len(tg.conflicts),
                 "served_after_s": served_after,
                 "agents_per_gateway": sorted(spread.values(), reverse=True),
