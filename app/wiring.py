@@ -329,6 +329,7 @@ def build_web_server(
     gateway: Gateway,
     *,
     log_tail: Callable[[int], list[str]] | None = None,
+    log_agent: str | None = None,
 ) -> WebServer | None:
     """The web page (`[web]`) served by `pinch gateway` with `gateway`'s channels and state, or
     None when it is off. Start it after the gateway, stop it after the gateway stopped (the
@@ -352,6 +353,7 @@ def build_web_server(
                 store, settings.web, settings.home, session_cookie=session_cookie(settings)
             ),
             "log_tail": log_tail or (lambda _count: []),
+            "log_agent": log_agent,  # the health page's tail keeps only this agent's lines
         },
     )
     return WebServer(ctx)

@@ -86,7 +86,9 @@ def two_agents(
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(timeout=30)
             log.close()
-        assert code == 0, (tmp_path / "gateway.log").read_text()
+        logged = (tmp_path / "gateway.log").read_text()
+        assert code == 0, logged
+        assert "alice: telegram: started" in logged and "bob: telegram: started" in logged
 
 
 def login_link(agent: str) -> str:
@@ -130,6 +132,10 @@ def test_bobs_login_link_and_cookie_never_open_alices_page(two_agents: tuple) ->
         bobs = browser.get(f"{bob}/memory/file?path=MEMORY.md").text
         assert "secret-of-alice" in alices and "secret-of-bob" not in alices
         assert "secret-of-bob" in bobs and "secret-of-alice" not in bobs
+        # The log tail each page shows holds its own agent's lines only.
+        bobs_health = browser.get(f"{bob}/health").text
+        assert "bob: Web page on" in bobs_health
+        assert "alice" not in bobs_health and "carol" not in bobs_health
 
 
 def test_an_agent_without_a_port_of_its_own_has_no_page(pinch_home: Path) -> None:

@@ -23,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 from app.automations.assembly import owner_zone, start_automations
 from app.automations.nightly_dream import start_nightly_dream
 from app.backup.schedule import owner_alert, start_backups
+from app.gateway.agent_log import serving_agent
 from app.gateway.server import Gateway, GatewayError
 from app.web.auth import web_page_wanted
 from app.wiring import (
@@ -89,14 +90,14 @@ class AgentService:
         *,
         extra_channels: Mapping[str, Channel] | None = None,
         note: Callable[[str], None] = print,
-        log_tail: Callable[[int], list[str]] | None = None,
+        own_log_only: bool = False,
         backups: bool = True,
     ) -> None:
         self.settings = settings
         self.name = settings.agent_id
         self.extra_channels = dict(extra_channels or {})
         self.note = note
-        self.log_tail = log_tail
+        self.own_log_only = own_log_only  # its page's log tail: its own lines (several agents)
         self.backups_enabled = backups
         self.gateway: Gateway | None = None
         self.runtime: Runtime | None = None
@@ -113,7 +114,9 @@ class AgentService:
         return dict(self.gateway.health)
 
     async def start(self) -> None:
-        """Build and start everything; on failure, undo what started and raise GatewayError."""
+        """Build and start everything; on failure, undo what started and raise GatewayError.
+        Run it in a task of its own: what it starts inherits that task's `serving_agent`."""
+        serving_agent.set(self.name)  # its log lines name it (app/gateway/agent_log.py)
         settings = self.settings
         exposed = web_exposure_problem(settings)
         if exposed is not None:  # refused before anything starts
@@ -147,7 +150,9 @@ class AgentService:
         gateway = build_gateway(settings, runtime, channels)
         await gateway.start()  # logs which channels run; raises when none could start
         self.gateway = gateway
-        web = build_web_server(settings, runtime, gateway, log_tail=self.log_tail)
+        web = build_web_server(
+            settings, runtime, gateway, log_agent=self.name if self.own_log_only else None
+        )
         if web is not None:
             try:
                 await web.start()

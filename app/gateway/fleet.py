@@ -291,7 +291,7 @@ class Fleet:
                     str(exc) if isinstance(exc, GatewayError) else f"{type(exc).__name__}: {exc}"
                 )
                 slot.failed_at = time.monotonic()
-                log.error("%s: could not start: %s", slot.name, slot.error)
+                log.error("could not start: %s", slot.error)  # its task names the agent
             finally:
                 self._wake.set()  # the next beat may take another agent now
 

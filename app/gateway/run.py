@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from agent.mcp.mcp_config import references
+from app.gateway.agent_log import NameTheAgent
 from app.gateway.agent_service import AgentService, acquire_lock
 from app.gateway.fleet import AgentSlot, Fleet
 from app.gateway.healthz import HealthServer
 from app.gateway.server import GatewayError
-from app.logging_setup import RecentLines, add_redacted_handler
-from app.web.auth import web_page_wanted
+from app.logging_setup import add_redacted_handler
 from app.wiring import build_agent_leases, web_exposure_problem
 from channels.base import Channel, ChannelHealth
 
@@ -116,7 +116,9 @@ async def run_agents(
     SIGTERM/SIGINT. Raises GatewayError when no agent can be served: every one failed to
     start (each reason given)."""
     several = len(agents) > 1
-    recent = RecentLines()  # the web pages' tail of this log, redacted like the rest
+    if several:  # each line logged while serving an agent names it
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(NameTheAgent())
 
     def make_service(settings: Settings) -> AgentService:
         name = settings.agent_id
@@ -124,7 +126,7 @@ async def run_agents(
             settings,
             extra_channels=(extra_channels or {}).get(name),
             note=(lambda line: note(f"{name}: {line}")) if several else note,
-            log_tail=recent.tail,
+            own_log_only=several,  # its web page's log tail: its own lines only
             backups=settings.is_default_agent,  # the installation's archives: made once
         )
 
@@ -166,8 +168,6 @@ async def run_agents(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
-    if any(web_page_wanted(s) for s in agents):
-        add_redacted_handler(recent, [x for s in agents for x in settings_secrets(s)])
     beats = asyncio.ensure_future(fleet.run(stop))
     health = None
     try:
@@ -196,7 +196,6 @@ async def run_agents(
             await beats
         if health is not None:
             await health.stop()
-        logging.getLogger().removeHandler(recent)
         fleet.close()
     return 0
 

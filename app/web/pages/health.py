@@ -19,6 +19,7 @@ from aiohttp import web
 
 from app.cli.checks import CheckResult, channel_check
 from app.cli.doctor import run_checks_async
+from app.gateway.agent_log import OnlyAgent
 from app.gateway.heartbeat import heartbeat_dir, read_heartbeat
 from app.web.context import WebContext
 from app.web.log_tail import LogTail, install_log_tail
@@ -32,6 +33,8 @@ LOG_LINES = 200
 def add_routes(app: web.Application, ctx: WebContext) -> None:
     if not isinstance(ctx.services.get("log_tail"), LogTail):  # from now on, for the tail
         tail = install_log_tail(ctx.settings)
+        if ctx.services.get("log_agent"):  # a process serving several agents: this one's lines
+            tail.addFilter(OnlyAgent(ctx.services["log_agent"]))
         ctx.services["log_tail"] = tail
 
         async def remove_tail(_app: web.Application) -> None:
