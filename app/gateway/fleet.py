@@ -7,7 +7,7 @@ is busy with (starting agents, a burst of messages). Every beat (the same interv
 - says this gateway is alive (`announce`, in the first agent's database: every gateway given the
   same agents meets there) and counts the live gateways, G; its fair share is ceil(agents / G);
 - stops at once an agent whose lease the keeper found taken by another gateway, or could not
-  renew for two thirds of `agent_lease_s` (the database unreachable): channels, scheduler,
+  renew for half of `agent_lease_s` (the database unreachable): channels, scheduler,
   running turns (their messages stay claimed; the new holder's gateway recovers them) — before
   any other gateway may take it;
 - hands agents beyond its fair share back (stopped gracefully, then released), so a gateway
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pinch.gateway")
 
-FENCE_SHARE = 2 / 3  # of agent_lease_s without a renewal: stop serving before anyone may take over
+FENCE_SHARE = 1 / 2  # of agent_lease_s without a renewal: stop serving before anyone may take over
 START_AT_ONCE = 2  # agents started together (building a runtime is mostly blocking work)
 TAKE_AHEAD = 2 * START_AT_ONCE  # agents taken but not yet started, at most
 RENEW_AT_ONCE = 8  # leases renewed in parallel by the keeper thread
