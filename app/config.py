@@ -98,15 +98,16 @@ class GatewayConfig(BaseModel):
     # Several gateway processes share the agents by lease (app/gateway/fleet.py): the holder
     # renews an agent's lease every `agent_heartbeat_s`; one not renewed for `agent_lease_s`
     # (or whose process on this machine is gone) is taken over by another gateway.
-    agent_lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
+    agent_lease_s: float = Field(default=20.0, ge=1.0, le=600.0)
     agent_heartbeat_s: float = Field(default=5.0, gt=0.0, le=120.0)
 
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> GatewayConfig:
-        if self.agent_heartbeat_s * 3 > self.agent_lease_s:
+        if self.agent_heartbeat_s * 4 > self.agent_lease_s:
             raise ValueError(
-                f"[gateway] agent_heartbeat_s ({self.agent_heartbeat_s:g}) must be at most a third "
-                f"of agent_lease_s ({self.agent_lease_s:g}): a lease must survive a missed beat"
+                f"[gateway] agent_heartbeat_s ({self.agent_heartbeat_s:g}) must be at most a "
+                f"quarter of agent_lease_s ({self.agent_lease_s:g}): a gateway stops serving an "
+                "agent after half the lease without a renewal, which must outlast a missed beat"
             )
         return self
 

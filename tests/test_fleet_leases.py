@@ -165,3 +165,13 @@ def test_a_dead_gateways_agents_are_taken_over(tmp_path: Path, holder_alive: boo
         one.close()
 
     asyncio.run(scenario())
+
+
+def test_a_heartbeat_too_long_for_the_lease_is_refused_with_advice() -> None:
+    from pydantic import ValidationError
+
+    from app.config import GatewayConfig
+
+    assert GatewayConfig().agent_lease_s == 20 and GatewayConfig().agent_heartbeat_s == 5
+    with pytest.raises(ValidationError, match="at most a quarter of agent_lease_s"):
+        GatewayConfig(agent_lease_s=10, agent_heartbeat_s=5)
