@@ -34,7 +34,14 @@ from agent.mcp.mcp_config import McpConfig, references
 from agent.media.media_config import MediaConfig, VoiceConfig
 from app.automations.automations_config import AutomationsConfig, HeartbeatConfig
 from app.backup.backup_config import BackupConfig
-from app.config_layers import default_agent, layered_sources, read_toml
+from app.config_layers import (
+    AGENT_NAME,
+    agent_file,
+    default_agent,
+    env_prefix,
+    layered_sources,
+    read_toml,
+)
 from app.web.web_config import WebConfig
 from channels.channel_config import SECRET_FIELDS, SlackConfig, TelegramConfig
 from memory.lifecycle.dreaming import DreamingConfig
@@ -213,8 +220,17 @@ class Settings(BaseSettings):
         return self.home / "config.toml"
 
     @property
+    def own_dir(self) -> Path:
+        """Where this agent's small files live (channel state, the chat's history and log): the
+        home for the default agent, as before agents; <home>/agents/NAME for any other."""
+        return self.home if self.is_default_agent else self.agent_dir
+
+    @property
     def backup_dir(self) -> Path:
-        return (self.backup.path or self.home / "backups").expanduser()
+        """`[backup] path` (default <home>/backups); another agent than the default one keeps
+        its archives in a folder of its own in it, so no agent prunes another's archives."""
+        folder = (self.backup.path or self.home / "backups").expanduser()
+        return folder if self.is_default_agent else folder / self.agent_id
 
     @classmethod
     def settings_customise_sources(
@@ -397,19 +413,29 @@ def load_settings(**overrides: Any) -> Settings:
     except SettingsError as exc:
         raise ConfigError(_non_json_env_setting() or f"Invalid settings: {exc}.") from None
     except ValidationError as exc:
-        raise ConfigError(_validation_advice(exc)) from None
+        raise ConfigError(_validation_advice(exc, overrides.get("agent_id"))) from None
 
 
-def _validation_advice(exc: ValidationError) -> str:
+def _validation_advice(exc: ValidationError, agent: str | None = None) -> str:
+    """Each invalid setting with where it was set: the variable, else the file that sets it
+    (agent `agent`'s own variable and file first, when it is not the default agent)."""
+    home = pinch_home()
+    prefixes, files = ["PINCH_"], [home / "config.toml"]
+    if agent and AGENT_NAME.fullmatch(agent) and agent != default_agent(home, read_config_file):
+        prefixes.insert(0, env_prefix(agent))
+        files.insert(0, agent_file(home, agent))
     lines = []
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]
         where = ".".join(loc)
-        env = "PINCH_" + "__".join(loc).upper()
+        tail = "__".join(loc).upper()
         if len(loc) == 1 and isinstance(_field_type(loc), type):
-            env += "__*"  # a check across several settings of one table
+            tail += "__*"  # a check across several settings of one table
+        names = [prefix + tail for prefix in prefixes]
+        env = next((name for name in names if name in os.environ), None)
         message = err["msg"].removeprefix("Value error, ")
-        if env in os.environ:
+        setting_file = next((f for f in files if _in_config_file(f, loc)), None)
+        if env is not None:
             raw = os.environ[env].strip()
             if typing.get_origin(_field_type(loc)) is list and not _is_json_list(raw):
                 try:  # a JSON string ("notes") stands for the one item it holds
@@ -419,10 +445,10 @@ def _validation_advice(exc: ValidationError) -> str:
                 example = json.dumps([decoded if isinstance(decoded, str) else raw or "..."])
                 message += f"; in the environment a list is JSON: {env}='{example}'"
             lines.append(f"  {where}: {message} (from the environment variable {env})")
-        elif _in_config_file(loc):
-            lines.append(f"  {where}: {message} (set in {pinch_home() / 'config.toml'})")
+        elif setting_file is not None:
+            lines.append(f"  {where}: {message} (set in {setting_file})")
         else:
-            lines.append(f"  {where}: {message} (set in {pinch_home() / 'config.toml'} or {env})")
+            lines.append(f"  {where}: {message} (set in {files[0]} or {names[0]})")
     return "Invalid settings:\n" + "\n".join(lines)
 
 
@@ -433,10 +459,10 @@ def _is_json_list(raw: str) -> bool:
         return False
 
 
-def _in_config_file(loc: list[str]) -> bool:
-    """Whether config.toml sets the setting at `loc` (so the advice names only the file)."""
+def _in_config_file(path: Path, loc: list[str]) -> bool:
+    """Whether the settings file `path` sets the setting at `loc` (the advice names the file)."""
     try:
-        table: Any = tomllib.loads((pinch_home() / "config.toml").read_text(encoding="utf-8"))
+        table: Any = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     for name in loc:

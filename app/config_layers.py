@@ -13,7 +13,8 @@ installation's sources, so a one-agent installation reads exactly as before. Any
 never inherits what makes it a separate assistant (AGENT_OWN): its workspace, owners, channel
 accounts (Telegram and Slack tokens and rules), projects and web page ([web]: its port) come
 only from its own file and environment — two agents never share a bot token, a memory folder or
-a web port by accident. Its workspace defaults to <home>/agents/NAME/workspace.
+a web port by accident; nor does it inherit `[memory] extra_paths` (AGENT_OWN_KEYS: the default
+owner's notes). Its workspace defaults to <home>/agents/NAME/workspace.
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 
 # Tables and settings an agent other than the default one never inherits from the installation.
 # Its web page too: two pages cannot share a port, so another agent's page runs only where its
-# own file (or PINCH_AGENTS__NAME__WEB__PORT) gives it one (app/wiring.py `build_web_server`).
+# own file (or PINCH_AGENTS__NAME__WEB__PORT) gives it one (app/web/auth.py `web_page_wanted`).
 AGENT_OWN = ("agent_id", "workspace", "owners", "telegram", "slack", "projects", "web")
+# Settings inside shared tables that are one agent's own all the same: more folders of the
+# owner's notes to index (the default agent's owner's notes are not another agent's memory).
+AGENT_OWN_KEYS = {"memory": ("extra_paths",)}
 DEFAULT_AGENT = "main"
 AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
@@ -86,7 +90,17 @@ class _Without(PydanticBaseSettingsSource):
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return {k: v for k, v in self._inner().items() if k not in AGENT_OWN}
+        return shared_only(self._inner())
+
+
+def shared_only(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` (one source's settings) without what is each agent's own (AGENT_OWN, and
+    AGENT_OWN_KEYS inside the shared tables)."""
+    out = {k: v for k, v in values.items() if k not in AGENT_OWN}
+    for table, keys in AGENT_OWN_KEYS.items():
+        if isinstance(out.get(table), dict):
+            out[table] = {k: v for k, v in out[table].items() if k not in keys}
+    return out
 
 
 def layered_sources(
@@ -120,7 +134,7 @@ def layered_sources(
             _Layer(settings_cls, installation),
         )
     own_file.setdefault("workspace", str(home / "agents" / agent / "workspace"))
-    shared = {k: v for k, v in installation.items() if k not in AGENT_OWN}
+    shared = shared_only(installation)
     return (
         init_settings,
         agent_env,

@@ -270,7 +270,7 @@ def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str,
             continue
         try:
             found[row.name] = adapter_class(row)(
-                config, inbox=inbox, state_dir=settings.home / "state"
+                config, inbox=inbox, state_dir=settings.own_dir / "state"
             )
         except Exception as exc:
             note(f"{row.name}: skipped ({type(exc).__name__}: {exc})")

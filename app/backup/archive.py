@@ -1,7 +1,9 @@
 """Making a backup: `make_backup(settings)` writes one archive (see app/backup/manifest.py for
 what it holds) while the gateway may be running.
 
-Each agent database is copied with SQLite's online backup API (memory/store/snapshot.py: one
+An archive holds one agent: its workspace, its settings file and its database (the default
+agent's with the installation's config.toml; see app/backup/manifest.py). The database is
+copied with SQLite's online backup API (memory/store/snapshot.py: one
 read transaction, which in WAL mode never blocks the gateway's writes), never as a file; the
 workspace files are read one by one (a file replaced meanwhile is read whole, old or new). The
 archive is written beside its final name and renamed into place when complete, so a crash or a
@@ -26,9 +28,11 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from app.backup.manifest import (
+    AGENT_SCOPE,
     AGENTS_DIR,
     ARCHIVE_SUFFIX,
     CONFIG_NAME,
+    HOME_SCOPE,
     MANIFEST_NAME,
     MANUAL_PREFIX,
     SECRETS_NAME,
@@ -67,9 +71,13 @@ class BackupResult:
     notes: list[str] = field(default_factory=list)  # what the owner should know (left out …)
 
 
-def archive_name(prefix: str = MANUAL_PREFIX, now: datetime | None = None) -> str:
+def archive_name(
+    prefix: str = MANUAL_PREFIX, now: datetime | None = None, agent: str | None = None
+) -> str:
+    """pinch-backup-<UTC stamp>.tar.gz; another agent's than the default one's names the agent
+    (pinch-backup-bob-<stamp>.tar.gz), so archives copied into one folder stay told apart."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    return f"{prefix}{stamp}{ARCHIVE_SUFFIX}"
+    return f"{prefix}{agent + '-' if agent else ''}{stamp}{ARCHIVE_SUFFIX}"
 
 
 def resolve_destination(
@@ -83,20 +91,27 @@ def resolve_destination(
         folder = Path(to)
     else:
         return Path(to).expanduser().absolute()
-    path = folder.expanduser().absolute() / archive_name(prefix)
+    agent = None if settings.is_default_agent else settings.agent_id
+    name = archive_name(prefix, agent=agent)
+    path = folder.expanduser().absolute() / name
     n = 1
     while path.exists():  # two archives in one second
         n += 1
-        path = path.with_name(archive_name(prefix).replace(ARCHIVE_SUFFIX, f"-{n}{ARCHIVE_SUFFIX}"))
+        path = path.with_name(name.replace(ARCHIVE_SUFFIX, f"-{n}{ARCHIVE_SUFFIX}"))
     return path
 
 
 def agent_databases(settings: Settings) -> list[Path]:
-    """Every agent database of the home: agents/<id>/*.sqlite (this agent's, and others')."""
-    found = set((settings.home / AGENTS_DIR).glob("*/*.sqlite"))
-    if settings.database_path.exists():
-        found.add(settings.database_path)
-    return sorted(p for p in found if p.is_file())
+    """The agent's database, if it has one: an archive holds one agent (never another's)."""
+    return [settings.database_path] if settings.database_path.is_file() else []
+
+
+def settings_file(settings: Settings) -> tuple[str, Path]:
+    """The archive's settings member and its file: the installation's config.toml for the
+    default agent, agents/<id>/config.toml (the agent's own) for any other."""
+    if settings.is_default_agent:
+        return CONFIG_NAME, settings.config_path
+    return f"{AGENTS_DIR}/{settings.agent_id}/{CONFIG_NAME}", settings.agent_dir / CONFIG_NAME
 
 
 class _Hashing:
@@ -192,7 +207,8 @@ def make_backup(
     on_progress: Callable[[str], None] | None = None,
     databases_of: DatabaseSnapshots | None = None,
 ) -> BackupResult:
-    """Write one archive of the home (see the module docstring); BackupError with advice.
+    """Write one archive of `settings`' agent (see the module docstring): its workspace, its
+    database and its settings file (app/backup/manifest.py); BackupError with advice.
     `databases_of` copies the databases (default: SQLite's online backup API)."""
     store = databases_of or SqliteSnapshots()
     started = time.monotonic()
@@ -222,6 +238,7 @@ def make_backup(
             source_home=str(settings.home),
             workspace_external=not workspace.is_relative_to(settings.home),
             include_secrets=include_secrets,
+            scope=HOME_SCOPE if settings.is_default_agent else AGENT_SCOPE,
         )
         snapshots: list[tuple[str, Path]] = []
         for db in databases:
@@ -249,8 +266,9 @@ def make_backup(
                 compresslevel=COMPRESS_LEVEL,
                 format=tarfile.PAX_FORMAT,
             ) as tar:
-                if settings.config_path.is_file():
-                    manifest.files[CONFIG_NAME] = _add_file(tar, CONFIG_NAME, settings.config_path)
+                config_name, config_path = settings_file(settings)
+                if config_path.is_file():
+                    manifest.files[config_name] = _add_file(tar, config_name, config_path)
                 for path in files:
                     name = f"{WORKSPACE_DIR}/{path.relative_to(workspace).as_posix()}"
                     try:

@@ -5,7 +5,8 @@ An archive is one gzip-compressed tar file:
 
     config.toml                      the settings file (it never holds a secret)
     workspace/…                      every file of the workspace (memory files, inbox, skills)
-    agents/<id>/agent.sqlite         a consistent snapshot of each agent database
+    agents/<id>/agent.sqlite         a consistent snapshot of the agent's database
+    agents/<id>/config.toml          an agent's own settings file (an agent archive's, below)
     secrets.env                      only with --include-secrets
     manifest.json                    last: versions, counts, and the sha256 of every file above
 """
@@ -22,7 +23,11 @@ from typing import Any
 
 from common.redact import is_secret_name
 
-FORMAT = 1  # the manifest's layout; a reader refuses a larger one
+FORMAT = 2  # the manifest's layout; a reader refuses a larger one
+# An archive holds one agent. The default agent's ("home") is restored into an empty home, with
+# the installation's config.toml; another agent's ("agent", format 2, so that a Pinch older than
+# agents refuses it) into <home>/agents/<id>/ of any home, beside the agents there.
+HOME_SCOPE, AGENT_SCOPE = "home", "agent"
 MANIFEST_NAME = "manifest.json"
 CONFIG_NAME = "config.toml"
 SECRETS_NAME = "secrets.env"
@@ -106,7 +111,8 @@ class Manifest:
     files: dict[str, FileEntry] = field(default_factory=dict)
     databases: dict[str, DatabaseEntry] = field(default_factory=dict)
     left_out: dict[str, list[str]] = field(default_factory=dict)  # why → paths
-    format: int = FORMAT
+    scope: str = HOME_SCOPE  # HOME_SCOPE or AGENT_SCOPE (see FORMAT)
+    format: int = 1  # 2 for an agent archive (see FORMAT)
 
     def counts(self) -> dict[str, int]:
         """Each count summed over the databases, and the number of workspace files."""
@@ -119,7 +125,8 @@ class Manifest:
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
-            "format": self.format,
+            "format": 2 if self.scope == AGENT_SCOPE else 1,
+            "scope": self.scope,
             "pinch_version": self.pinch_version,
             "created_at": self.created_at,
             "agent_id": self.agent_id,
@@ -176,6 +183,7 @@ class Manifest:
                     for n, d in data["databases"].items()
                 },
                 left_out={str(k): [str(x) for x in v] for k, v in data["left_out"].items()},
+                scope=AGENT_SCOPE if data.get("scope") == AGENT_SCOPE else HOME_SCOPE,
                 format=fmt,
             )
         except (KeyError, TypeError, ValueError, AttributeError):

@@ -1,11 +1,13 @@
-"""Restoring a backup: `restore_backup(settings, archive)` into an empty home.
+"""Restoring a backup: `restore_backup(settings, archive)` into an empty home (the default
+agent's archive), or into <home>/agents/<id>/ beside the agents there (another agent's).
 
 Order, so that a bad archive or a wrong target changes nothing:
-1. the target: no gateway running for it (its lock is free) and the home empty or absent (a
-   restore never mixes an archive with what is there: move the old home aside first);
-2. the archive, read through once without writing anything: every member a plain file with a
+1. the archive, read through once without writing anything: every member a plain file with a
    safe name, the manifest readable and of a known format, every file's size and sha256 as the
    manifest says, no file missing or extra, no database migration this code does not know;
+2. the target: no gateway running for it (its lock is free) and the home (or the agent's
+   folder) and workspace empty or absent (a restore never mixes an archive with what is there:
+   move the old one aside first);
 3. extraction into a private folder beside the home (hashes checked again while writing), the
    databases' counts checked against the manifest, then one rename into place (and one for a
    workspace kept outside the home).
@@ -29,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING
 
 from app.backup.manifest import (
+    AGENT_SCOPE,
     AGENTS_DIR,
     CONFIG_NAME,
     MANIFEST_NAME,
@@ -57,9 +60,10 @@ class RestoreError(Exception):
 class RestoreReport:
     archive: Path
     manifest: Manifest
-    home: Path
+    home: Path  # where it was restored: the home, or an agent's folder in it
     workspace: Path
     dry_run: bool
+    agent: str | None = None  # the agent restored beside the others (an agent archive's)
     restored: dict[str, int] = field(default_factory=dict)  # counts read back after restoring
     notes: list[str] = field(default_factory=list)
 
@@ -80,8 +84,14 @@ def running_gateway(home: Path) -> str | None:
     return None
 
 
-def _check_target(home: Path, workspace: Path) -> None:
-    pid = running_gateway(home) if home.is_dir() else None
+def _check_target(home: Path, workspace: Path, *, agent: bool = False) -> None:
+    """`home` (or, for `agent`, an agent's folder) and `workspace` can take the archive."""
+    if agent:
+        from app.agents import lock_holder
+
+        pid = lock_holder(home / "gateway.lock")
+    else:
+        pid = running_gateway(home) if home.is_dir() else None
     if pid is not None:
         raise RestoreError(
             f"A Pinch gateway is running for {home} (pid {pid}): stop it, move the home aside "
@@ -158,13 +168,20 @@ def verify_archive(archive: Path) -> Manifest:
     return _verify(archive)[0]
 
 
-def _verify(archive: Path) -> tuple[Manifest, str | None]:
-    """`verify_archive`, and the text of the archive's config.toml (None if it has none)."""
+def _is_settings_file(name: str) -> bool:
+    parts = name.split("/")
+    return name == CONFIG_NAME or (
+        len(parts) == 3 and parts[0] == AGENTS_DIR and parts[2] == CONFIG_NAME
+    )
+
+
+def _verify(archive: Path) -> tuple[Manifest, dict[str, str]]:
+    """`verify_archive`, and the text of the archive's settings files by name."""
     if not archive.is_file():
         raise RestoreError(f"{archive} is not a file; {NOTHING}.")
     found: dict[str, FileEntry] = {}
     manifest_text: str | None = None
-    config_text: str | None = None
+    config_texts: dict[str, str] = {}
     with _members(archive) as members:
         for name, stream in members:
             if name in found or (name == MANIFEST_NAME and manifest_text is not None):
@@ -174,10 +191,10 @@ def _verify(archive: Path) -> tuple[Manifest, str | None]:
                 if len(data) > MAX_MANIFEST_BYTES:
                     raise RestoreError(f"the archive's manifest is too large; {NOTHING}.")
                 manifest_text = data.decode("utf-8", errors="replace")
-            elif name == CONFIG_NAME:
+            elif _is_settings_file(name):
                 data = stream.read(MAX_MANIFEST_BYTES + 1)
                 found[name] = _hash_stream(io.BytesIO(data))
-                config_text = data.decode("utf-8", errors="replace")
+                config_texts[name] = data.decode("utf-8", errors="replace")
             else:
                 found[name] = _hash_stream(stream)
     if manifest_text is None:
@@ -214,20 +231,47 @@ def _verify(archive: Path) -> tuple[Manifest, str | None]:
                 f"({', '.join(newer[:3])}). Upgrade Pinch (git pull, or pip install -U pinch), "
                 f"then restore again; {NOTHING}."
             )
-    return manifest, config_text
+    return manifest, config_texts
 
 
-def _target_workspace(settings: Settings, config_text: str | None) -> Path:
-    """Where the workspace goes: PINCH_WORKSPACE if set, else the restored config's
-    `workspace`, else <home>/workspace."""
-    if os.environ.get("PINCH_WORKSPACE"):
+def _target_workspace(settings: Settings, config_text: str | None, *, agent: bool) -> Path:
+    """Where the workspace goes: PINCH_WORKSPACE if set (the default agent's), else the restored
+    config's `workspace`, else <home>/workspace (another agent's: <home>/agents/<id>/workspace)."""
+    if not agent and os.environ.get("PINCH_WORKSPACE"):
         return settings.workspace_dir
     if config_text:
         with contextlib.suppress(tomllib.TOMLDecodeError):
             value = tomllib.loads(config_text).get("workspace")
             if isinstance(value, str) and value.strip():
                 return Path(value).expanduser()
-    return settings.home / WORKSPACE_DIR
+    return settings.workspace_dir if agent else settings.home / WORKSPACE_DIR
+
+
+def _agent_target(settings: Settings, manifest: Manifest, agent: str | None) -> Settings | None:
+    """The settings of the agent an agent archive restores (None for the default agent's
+    archive); RestoreError when `agent` (--agent) is not the archive's."""
+    from app.config import load_settings
+
+    name = manifest.agent_id
+    if manifest.scope != AGENT_SCOPE:
+        if agent is not None and agent != settings.agent_id:
+            raise RestoreError(
+                f"The archive holds the default agent {name!r} and the installation's settings: "
+                f"restore it without --agent, into an empty home; {NOTHING}."
+            )
+        return None
+    if agent is not None and agent != name:
+        raise RestoreError(
+            f"The archive holds agent {name!r}, not {agent!r}: restore it with --agent {name} "
+            f"(or without --agent); {NOTHING}."
+        )
+    target = load_settings(home=settings.home, agent_id=name)
+    if target.is_default_agent:
+        raise RestoreError(
+            f"{name!r} is the default agent of {settings.home}: an archive of a separate agent "
+            f"is restored beside the default one, under another name; {NOTHING}."
+        )
+    return target
 
 
 def _write_private(path: Path, stream: IO[bytes]) -> FileEntry:
@@ -249,20 +293,34 @@ def restore_backup(
     settings: Settings,
     archive: Path,
     *,
+    agent: str | None = None,
     dry_run: bool = False,
     databases_of: DatabaseSnapshots | None = None,
 ) -> RestoreReport:
     """Restore `archive` into `settings.home` (see the module docstring); RestoreError with
-    advice when refused, and then nothing was written. `databases_of` reads the restored
-    databases' counts back (default: SQLite)."""
+    advice when refused, and then nothing was written. `agent` (--agent) must name the
+    archive's agent if given. `databases_of` reads the restored databases' counts back
+    (default: SQLite)."""
     store = databases_of or SqliteSnapshots()
-    home = settings.home.expanduser().absolute()
     archive = archive.expanduser().absolute()
-    _check_target(home, settings.workspace_dir)
-    manifest, config_text = _verify(archive)
-    workspace = _target_workspace(settings, config_text).absolute()
-    _check_target(home, workspace)
+    manifest, config_texts = _verify(archive)
+    agent_settings = _agent_target(settings, manifest, agent)
+    if agent_settings is None:
+        home, prefix, config_name = settings.home.expanduser().absolute(), "", CONFIG_NAME
+    else:  # `home` below is the agent's folder: its members are agents/<id>/...
+        home = agent_settings.agent_dir.expanduser().absolute()
+        prefix = f"{AGENTS_DIR}/{agent_settings.agent_id}/"
+        config_name = prefix + CONFIG_NAME
+        foreign = [n for n in manifest.files if not n.startswith((prefix, WORKSPACE_DIR + "/"))]
+        if set(foreign) - {SECRETS_NAME}:
+            raise RestoreError(f"the agent archive holds {foreign[0]!r}; {NOTHING}.")
+    is_agent = agent_settings is not None
+    workspace = _target_workspace(
+        agent_settings or settings, config_texts.get(config_name), agent=is_agent
+    ).absolute()
+    _check_target(home, workspace, agent=is_agent)
     report = RestoreReport(archive, manifest, home, workspace, dry_run)
+    report.agent = agent_settings.agent_id if agent_settings is not None else None
     if manifest.include_secrets:
         report.notes.append(
             f"{SECRETS_NAME} holds the secrets of the backed-up environment: load them with "
@@ -287,13 +345,13 @@ def restore_backup(
                         else staged_home / workspace.relative_to(home) / rel
                     )
                 else:
-                    target = staged_home / name
+                    target = staged_home / name.removeprefix(prefix)
                 if _write_private(target, stream) != manifest.files[name]:
                     raise RestoreError(
                         f"{name} changed while it was read a second time; {NOTHING}."
                     )
         for name, db in manifest.databases.items():
-            read_back = store.facts(staged_home / name).counts
+            read_back = store.facts(staged_home / name.removeprefix(prefix)).counts
             if read_back != db.counts:
                 raise RestoreError(
                     f"{name} read back with other counts than the manifest's ({read_back} ≠ "
@@ -303,6 +361,7 @@ def restore_backup(
             make_private_dirs(staged_home / workspace.relative_to(home))
         if home.exists():
             home.rmdir()  # empty: checked above
+        make_private_dirs(home.parent)
         os.rename(staged_home, home)
         if staged_ws is not None:
             if workspace.exists():
@@ -315,6 +374,6 @@ def restore_backup(
             if folder is not None and folder.exists():
                 shutil.rmtree(folder, ignore_errors=True)
     for name in manifest.databases:
-        for key, value in store.facts(home / name).counts.items():
+        for key, value in store.facts(home / name.removeprefix(prefix)).counts.items():
             report.restored[key] = report.restored.get(key, 0) + (value or 0)
     return report

@@ -50,8 +50,10 @@ def _describe(manifest: Manifest) -> list[str]:
 )
 @friendly_errors
 def backup(to: str | None, include_secrets: bool) -> None:
-    """Write one archive of the home: workspace, config.toml and a consistent snapshot of each
-    agent database (safe while the gateway runs), with a manifest of counts and hashes."""
+    """Write one archive of the agent (`--agent NAME`; default: the default agent): its
+    workspace, its settings file and a consistent snapshot of its database (safe while the
+    gateway runs), with a manifest of counts and hashes. Another agent's archives go to a folder
+    of their own ([backup] path/NAME)."""
     from app.backup.archive import BackupError, make_backup
     from app.backup.schedule import call_niced
 
@@ -73,15 +75,20 @@ def backup(to: str | None, include_secrets: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Verify the archive and the target; write nothing.")
 @friendly_errors
 def restore(path: Path, dry_run: bool) -> None:
-    """Restore an archive made by `pinch backup` into an empty home (PINCH_HOME or ~/.pinch).
+    """Restore an archive made by `pinch backup` into an empty home (PINCH_HOME or ~/.pinch);
+    another agent's archive into <home>/agents/NAME/, beside the agents there.
 
     The archive is verified (every file's sha256, the manifest, the schema) before anything is
-    written; a running gateway's home, or one with data in it, is refused."""
+    written; a running gateway's home (or agent), or one with data in it, is refused."""
+    from app.agents import selected_agent
     from app.backup.restore import RestoreError, restore_backup
+    from app.config import load_settings as installation_settings
 
-    settings = load_settings()
+    # The agent may not exist yet (restoring it creates it): the installation's settings, and
+    # the archive says which agent it holds.
+    settings = installation_settings()
     try:
-        report = restore_backup(settings, path, dry_run=dry_run)
+        report = restore_backup(settings, path, agent=selected_agent(), dry_run=dry_run)
     except RestoreError as exc:
         fail(str(exc))
         return
@@ -101,7 +108,11 @@ def restore(path: Path, dry_run: bool) -> None:
     click.echo("Counts checked against the manifest: equal.")
     for note in report.notes:
         click.echo(note)
-    click.echo(index_advice(load_settings()))
+    if report.agent is not None:
+        click.echo(f"Agent {report.agent!r} is back: `pinch agents list` shows it.")
+        click.echo(index_advice(installation_settings(agent_id=report.agent)))
+    else:
+        click.echo(index_advice(load_settings()))
 
 
 def index_advice(settings: Settings) -> str:

@@ -61,6 +61,11 @@ def check_secrets(settings: Settings) -> CheckResult:
             needed[name] = bool(os.environ.get(name))
     for channel in channel_settings(settings).values():  # each channel says what it needs
         needed.update(channel.needed_secrets())
+    if not settings.is_default_agent:  # another agent's channel secrets are its own variables
+        from app.config_layers import env_prefix
+
+        own = env_prefix(settings.agent_id)
+        needed = {own + n[6:] if n.startswith("PINCH_") else n: v for n, v in needed.items()}
     if not needed:
         return CheckResult("secrets", True, "none needed by this configuration")
     missing = [name for name, present in needed.items() if not present]

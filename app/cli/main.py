@@ -11,12 +11,14 @@ import sys
 
 import click
 
+from app.cli.agents_commands import agents
 from app.cli.backup_commands import backup, restore
 from app.cli.gateway_commands import chat, gateway, pairing
 from app.cli.intents_commands import intents
 from app.cli.jobs import jobs
 from app.cli.mcp_commands import mcp, skills
 from app.cli.memory_commands import memory
+from app.cli.migrate_commands import migrate
 from app.cli.support import TEMPLATE_DIR, add_agent_option, friendly_errors, load_settings
 from app.cli.web_commands import web
 
@@ -37,6 +39,9 @@ def main(ctx: click.Context) -> None:
     previous = os.umask(0o077)
     os.umask(previous | 0o077)
     ctx.call_on_close(lambda: os.umask(previous))
+    from app.agents import select_agent
+
+    ctx.call_on_close(lambda: select_agent(None))  # `--agent` holds for this run only
 
     from app.logging_setup import install_log_redaction
 
@@ -88,8 +93,13 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
             problem = gateway_health(settings)
             click.echo(f"unhealthy: {problem}" if problem else "healthy")
             sys.exit(1 if problem else 0)
-        where = settings.config_path if settings.config_path.exists() else "defaults"
-        results = [CheckResult("config", True, f"valid ({where})")]
+        files = [settings.config_path]
+        if not settings.is_default_agent:
+            from app.config_layers import agent_file
+
+            files.append(agent_file(settings.home, settings.agent_id))
+        where = " + ".join(str(f) for f in files if f.exists()) or "defaults"
+        results = [CheckResult("config", True, f"valid ({where}; agent {settings.agent_id})")]
         try:
             extra = channel_checks(settings)  # one per configured channel
         except Exception as exc:  # a broken plug-in is one failed check, not a traceback
@@ -106,8 +116,22 @@ def doctor(as_json: bool, offline: bool, health: bool) -> None:
     sys.exit(0 if ok else 1)
 
 
-for command in (chat, gateway, pairing, memory, intents, jobs, backup, restore, web, mcp, skills):
+for command in (
+    chat,
+    gateway,
+    pairing,
+    memory,
+    intents,
+    jobs,
+    backup,
+    restore,
+    web,
+    mcp,
+    skills,
+    agents,
+):
     main.add_command(command)
+main.add_command(migrate)  # pinch migrate --to postgres|sqlite (issue 19)
 add_agent_option(main)  # `--agent NAME` on every command and group: `pinch --agent bob ...` too
 
 if __name__ == "__main__":

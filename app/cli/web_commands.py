@@ -27,11 +27,13 @@ def web_login() -> None:
     settings = load_settings()
     if not settings.web.enabled:
         fail("The web page is off ([web] enabled = false); turn it on and restart the gateway.")
-    if not web_page_wanted(settings):
-        fail(
-            f"Agent {settings.agent_id} has no web page of its own: set [web] port in "
+    if not web_page_wanted(settings):  # the link is its own all the same (its database)
+        click.secho(
+            f"Agent {settings.agent_id} has no web page of its own yet: set [web] port in "
             f"{settings.agent_dir / 'config.toml'} (a port no other agent uses) and restart "
-            "the gateway."
+            "the gateway; the link below opens that page, no other agent's.",
+            fg="yellow",
+            err=True,
         )
     db = open_database(settings.database_path, vector_backend="numpy")
     try:

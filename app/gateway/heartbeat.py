@@ -47,7 +47,7 @@ def heartbeat_dir(settings: Settings) -> Path:
     """Where the gateway serving `settings`' agent writes its heartbeat: the Pinch home for the
     installation's default agent (as with one agent), else the agent's folder
     (<home>/agents/NAME), so agents served together never share one file."""
-    return settings.home if settings.is_default_agent else settings.agent_dir
+    return settings.own_dir
 
 
 def write_heartbeat(

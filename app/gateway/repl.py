@@ -58,7 +58,7 @@ async def run_chat(settings: Settings, *, session: str | None = None) -> int:
     """Run the chat until Ctrl-D or the end of input; returns the exit status."""
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     console = Console(highlight=False)
-    restore_logging = _log_to_file(settings.home / "chat.log")
+    restore_logging = _log_to_file(settings.own_dir / "chat.log")
     try:
         return await _run_chat(settings, session, interactive, console)
     finally:
@@ -73,7 +73,7 @@ async def _run_chat(
         io: ChatIO
         if interactive:
             await _sync_with_status(runtime, console)
-            io = TerminalIO(console, settings.home / "chat_history", printable)
+            io = TerminalIO(console, settings.own_dir / "chat_history", printable)
         else:
             await _sync_index(runtime, _warn_plain)
             io = PipedIO(printable)

@@ -1,0 +1,321 @@
+"""The SQLite side of `pinch migrate` (memory/store/transfer.py): an agent file read through a
+read-only connection in one snapshot, and a new agent file written beside its final path and
+moved into place only once the copy verified.
+
+    with open_sqlite_source(settings.database_path) as source: ...
+    with open_sqlite_target(Path("agent.sqlite")) as target: ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import pkgutil
+import re
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from memory.errors import DatabaseError
+from memory.store.db import Database, open_database, sqlite_driver
+from memory.store.schema import MigrationSet, apply
+from memory.store.transfer import (
+    DERIVED_META,
+    INSTANTS,
+    MATRIX,
+    MATRIX_LOG,
+    MATRIX_PACK,
+    ROW_ORDER,
+    Inventory,
+    Rows,
+    generation_of,
+    instant,
+    utc_text,
+)
+
+TRIGGER_ROWS = 16  # intent_triggers rowid = intent id * 16 + entry (memory/store/intents_store)
+VEC = re.compile(r"memory_vec_g\d+")
+BOOKKEEPING = ("schema_migrations", "_migrations", "_lineage_migrations")
+# The per-generation vector tables, as memory/store/vector_tables.py and vector_pack.py make them.
+_CREATE = {
+    MATRIX: "CREATE TABLE {} (chunk_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, "
+    "vector BLOB NOT NULL)",
+    MATRIX_LOG: "CREATE TABLE {} (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "chunk_id INTEGER NOT NULL)",
+    MATRIX_PACK: "CREATE TABLE {} (block INTEGER PRIMARY KEY, seq INTEGER NOT NULL, "
+    "rows INTEGER NOT NULL, dimensions INTEGER NOT NULL, scopes TEXT NOT NULL, "
+    "ids BLOB NOT NULL, scope_codes BLOB NOT NULL, vectors BLOB NOT NULL)",
+}
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class _SqliteTables:
+    """Reading the logical tables of one SQLite connection (source and target alike)."""
+
+    conn: Any
+    label: str
+
+    def _master(self) -> dict[str, str]:
+        rows = self.conn.execute(
+            "SELECT name, coalesce(sql, '') FROM sqlite_master WHERE type = 'table'"
+        )
+        return {str(name): str(sql) for name, sql in rows}
+
+    def _columns(self, physical: str) -> list[str]:
+        return [str(r[1]) for r in self.conn.execute(f"PRAGMA table_info({_quote(physical)})")]
+
+    def inventory(self) -> Inventory:
+        master = self._master()
+        virtual = [n for n, s in master.items() if s.upper().startswith("CREATE VIRTUAL TABLE")]
+        tables: dict[str, tuple[str, ...]] = {}
+        derived: dict[str, str] = {}
+        for name in sorted(master):
+            owner = next((v for v in virtual if name.startswith(v + "_")), None)
+            if name in BOOKKEEPING:
+                derived[name] = "migration records: the target keeps its own"
+            elif name.startswith("sqlite_"):
+                derived[name] = "SQLite's own (id counters are carried over)"
+            elif owner is not None:
+                derived[name] = "FTS5 and sqlite-vec internals: rebuilt from the rows"
+            elif VEC.fullmatch(name):
+                derived[name] = "sqlite-vec's KNN index: rebuilt from the vectors on first search"
+            elif name == "memory_fts":
+                tables["keywords"] = ("chunk_id", "body")
+            elif name == "intent_triggers":
+                tables["intent_triggers"] = ("intent_id", "entry", "terms")
+            else:
+                extra = (ROW_ORDER[name],) if name in ROW_ORDER else ()
+                tables[name] = (*self._columns(name), *extra)
+        return Inventory(tables, derived)
+
+    def _select(self, table: str, columns: Sequence[str]) -> tuple[str, str]:
+        """(the columns to select, FROM … WHERE …) of a logical table."""
+        if table == "keywords":
+            return "rowid, body", "FROM memory_fts"
+        if table == "intent_triggers":
+            n = TRIGGER_ROWS
+            return f"rowid / {n}, rowid % {n}, terms", "FROM intent_triggers"
+        order = ROW_ORDER.get(table)
+        picked = ", ".join("rowid" if c == order else _quote(c) for c in columns)
+        where = f" WHERE key NOT LIKE '{DERIVED_META}'" if table == "meta" else ""
+        return picked, f"FROM {_quote(table)}{where}"
+
+    def count(self, table: str) -> int:
+        _, source = self._select(table, ())
+        return int(self.conn.execute(f"SELECT count(*) {source}").fetchone()[0])
+
+    def rows(self, table: str, columns: Sequence[str], batch: int) -> Iterator[Rows]:
+        picked, source = self._select(table, columns)
+        instants = [i for i, c in enumerate(columns) if c in INSTANTS.get(table, ())]
+        cursor = self.conn.execute(f"SELECT {picked} {source}")
+        while found := cursor.fetchmany(batch):
+            if table == "intent_triggers":
+                yield [(int(a), int(b), str(t).split(" ") if t else []) for a, b, t in found]
+            elif instants:
+                yield [
+                    tuple(instant(v) if i in instants else v for i, v in enumerate(row))
+                    for row in found
+                ]
+            else:
+                yield [tuple(row) for row in found]
+
+    def counters(self) -> dict[str, int]:
+        if "sqlite_sequence" not in self._master():
+            return {}
+        return {
+            str(n): int(s) for n, s in self.conn.execute("SELECT name, seq FROM sqlite_sequence")
+        }
+
+
+class SqliteSource(_SqliteTables):
+    """An agent file opened read-only (nothing is created, changed or migrated), read inside one
+    transaction: every table as of one moment, even while a gateway writes."""
+
+    def __init__(self, path: Path) -> None:
+        if not path.is_file():
+            raise DatabaseError(f"There is no agent database at {path}: nothing to migrate.")
+        self.label = str(path)
+        driver = sqlite_driver()
+        try:
+            self.conn = driver.connect(
+                path.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None, timeout=10
+            )
+            self.conn.execute("BEGIN")
+            self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the snapshot
+        except driver.Error as exc:
+            raise DatabaseError(f"Cannot read the agent database {path}: {exc}") from exc
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.execute("COMMIT")
+        self.conn.close()
+
+
+def migration_sets() -> list[MigrationSet]:
+    """Every SQLite migration set in memory/store/ (found by looking, as backups do: a set added
+    later is created without being listed here). The memory set is applied on open."""
+    import memory.store as package
+
+    found: dict[str, MigrationSet] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.ispkg:
+            continue  # memory/store/postgres: the other backend's sets
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, MigrationSet):
+                found.setdefault(value.name, value)
+    return [s for name, s in sorted(found.items()) if name != "memory"]
+
+
+def create_agent_schema(db: Database) -> None:
+    """Every table a fresh agent file gets from Pinch's SQLite stores."""
+    from memory.store.lineage import apply_lineage_migrations
+
+    with db.lock:
+        for migration_set in migration_sets():
+            apply(db.conn, migration_set)
+    apply_lineage_migrations(db)
+
+
+class SqliteTarget(_SqliteTables):
+    """A new agent file, written as `<path>.migrating` in one transaction and moved to `path`
+    by `commit` (an existing `path` is replaced only if it holds no rows)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.label = str(path)
+        self.partial = path.with_name(path.name + ".migrating")
+        _remove(self.partial)  # what an interrupted run left: never anyone's data
+        self.db = open_database(self.partial, vector_backend="numpy")
+        self.conn = self.db.conn
+        create_agent_schema(self.db)
+        self.conn.execute("PRAGMA synchronous = OFF")  # verified before it is moved into place
+        self.conn.execute("BEGIN IMMEDIATE")
+        self._made: set[str] = set()
+
+    def nonempty_tables(self) -> list[str]:
+        if not self.path.exists():
+            return []
+        try:
+            existing = SqliteSource(self.path)
+        except DatabaseError:
+            return [f"{self.path.name} (not a readable agent database)"]
+        try:
+            inventory = existing.inventory()
+            return [t for t in inventory.tables if existing.count(t)]
+        finally:
+            existing.close()
+
+    def refusal(self, table: str, columns: Sequence[str]) -> str | None:
+        if table in ("keywords", "intent_triggers") or generation_of(table) is not None:
+            return None
+        if table not in self._master():
+            return "no such table in a new SQLite agent file"
+        have = set(self._columns(table)) | ({ROW_ORDER[table]} if table in ROW_ORDER else set())
+        missing = [c for c in columns if c not in have]
+        return f"no column {', '.join(missing)} in SQLite" if missing else None
+
+    def begin_table(self, table: str, columns: Sequence[str], expected_rows: int) -> None:
+        if generation_of(table) is not None and table not in self._made:
+            pattern = next(p for p in _CREATE if p.fullmatch(table))
+            self.conn.execute(_CREATE[pattern].format(_quote(table)))
+            self._made.add(table)
+
+    def write(self, table: str, columns: Sequence[str], rows: Rows) -> None:
+        if not rows:
+            return
+        if table == "keywords":
+            self.conn.executemany("INSERT INTO memory_fts (rowid, body) VALUES (?, ?)", rows)
+            return
+        if table == "intent_triggers":
+            self.conn.executemany(
+                "INSERT INTO intent_triggers (rowid, terms) VALUES (?, ?)",
+                [(i * TRIGGER_ROWS + e, " ".join(terms)) for i, e, terms in rows],
+            )
+            return
+        order = ROW_ORDER.get(table)
+        names = ", ".join("rowid" if c == order else _quote(c) for c in columns)
+        marks = ", ".join("?" for _ in columns)
+        self.conn.executemany(
+            f"INSERT INTO {_quote(table)} ({names}) VALUES ({marks})",
+            [tuple(_sqlite_value(v) for v in row) for row in rows],
+        )
+
+    def finish(self, counters: dict[str, int]) -> None:
+        master = self._master()
+        for table, last in counters.items():
+            if "AUTOINCREMENT" not in master.get(table, "").upper():
+                continue  # SQLite hands out max(id) + 1 there: nothing to carry over
+            self.conn.execute(
+                "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (last, table)
+            )
+            if not self.conn.execute(
+                "SELECT 1 FROM sqlite_sequence WHERE name = ?", (table,)
+            ).fetchone():
+                self.conn.execute(
+                    "INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, last)
+                )
+
+    def commit(self) -> None:
+        self.conn.execute("COMMIT")
+        self.db.close()  # the last connection: the journal is folded into the file
+        _fsync(self.partial)  # written without syncing (synchronous = OFF): sync it once now
+        for old in (Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            _remove(old)  # an empty file's journal must not be replayed onto the copy
+        os.replace(self.partial, self.path)
+        _fsync(self.path.parent)
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.execute("ROLLBACK")
+        with contextlib.suppress(Exception):
+            self.db.close()
+        _remove(self.partial)
+
+    def close(self) -> None:
+        if self.partial.exists():
+            self.abort()
+
+
+def _sqlite_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return utc_text(value)
+    if isinstance(value, memoryview):
+        return bytes(value)
+    return value
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path) -> None:
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        name.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def open_sqlite_source(path: Path) -> Iterator[SqliteSource]:
+    source = SqliteSource(path)
+    try:
+        yield source
+    finally:
+        source.close()
+
+
+@contextlib.contextmanager
+def open_sqlite_target(path: Path) -> Iterator[SqliteTarget]:
+    target = SqliteTarget(path)
+    try:
+        yield target
+    finally:
+        target.close()
