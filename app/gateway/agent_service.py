@@ -1,8 +1,7 @@
 """One agent served by a `pinch gateway` process: its runtime (index, model client, agent), its
 channels (its own bot accounts), its `Gateway`, web page, automations, heartbeat, nightly dream
-and (the installation's default agent only) scheduled backups — started together, stopped
-together. app/gateway/run.py runs one per agent in one event loop (app/gateway/fleet.py decides
-which agents, by lease).
+and scheduled backups — started together, stopped together. app/gateway/run.py runs one per
+agent in one event loop (app/gateway/fleet.py decides which agents, by lease).
 
     service = AgentService(settings, note=print)
     await service.start()            # GatewayError with advice when it cannot serve
@@ -91,14 +90,12 @@ class AgentService:
         extra_channels: Mapping[str, Channel] | None = None,
         note: Callable[[str], None] = print,
         own_log_only: bool = False,
-        backups: bool = True,
     ) -> None:
         self.settings = settings
         self.name = settings.agent_id
         self.extra_channels = dict(extra_channels or {})
         self.note = note
         self.own_log_only = own_log_only  # its page's log tail: its own lines (several agents)
-        self.backups_enabled = backups
         self.gateway: Gateway | None = None
         self.runtime: Runtime | None = None
         self.web: WebServer | None = None
@@ -166,10 +163,9 @@ class AgentService:
         dreams = await start_nightly_dream(settings, owner_zone(runtime.clock))  # either way
         if dreams is not None:
             self._timers.append(dreams)
-        if self.backups_enabled:
-            backups = await start_backups(settings, owner_alert(settings, gateway.channels))
-            if backups is not None:
-                self._timers.append(backups)
+        backups = await start_backups(settings, owner_alert(settings, gateway.channels))
+        if backups is not None:  # its own archives, in its own folder (Settings.backup_dir)
+            self._timers.append(backups)
 
     def cancel_turns(self) -> None:
         if self.gateway is not None:

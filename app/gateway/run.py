@@ -127,7 +127,6 @@ async def run_agents(
             extra_channels=(extra_channels or {}).get(name),
             note=(lambda line: note(f"{name}: {line}")) if several else note,
             own_log_only=several,  # its web page's log tail: its own lines only
-            backups=settings.is_default_agent,  # the installation's archives: made once
         )
 
     slots: list[AgentSlot] = []
