@@ -124,6 +124,11 @@ class Fleet:
         self._halt = threading.Event()
         self._starts = asyncio.Semaphore(START_AT_ONCE)
 
+    @property
+    def _level(self) -> int:
+        """Lease events are news when agents are shared out (several, or several gateways)."""
+        return logging.INFO if len(self.slots) > 1 or self.peers else logging.DEBUG
+
     # -- what runs here --------------------------------------------------------------------
 
     def served(self) -> list[AgentSlot]:
@@ -262,7 +267,7 @@ class Fleet:
             slot.free_since = None
             slot.renewed_at = time.monotonic()
             slot.lost = False
-            log.info("%s: lease taken (epoch %d)", slot.name, lease.epoch)
+            log.log(self._level, "%s: lease taken (epoch %d)", slot.name, lease.epoch)
             taken.append(slot)
         # Started in the background: the beats go on renewing the other leases meanwhile.
         for slot in taken:
@@ -291,7 +296,12 @@ class Fleet:
                     str(exc) if isinstance(exc, GatewayError) else f"{type(exc).__name__}: {exc}"
                 )
                 slot.failed_at = time.monotonic()
-                log.error("could not start: %s", slot.error)  # its task names the agent
+                # Its task names the agent; one agent alone: the caller reports it.
+                log.log(
+                    logging.ERROR if len(self.slots) > 1 else logging.DEBUG,
+                    "could not start: %s",
+                    slot.error,
+                )
             finally:
                 self._wake.set()  # the next beat may take another agent now
 
@@ -328,7 +338,7 @@ class Fleet:
                 log.warning("%s: did not stop cleanly: %s", slot.name, exc)
         try:
             await asyncio.to_thread(slot.leases.release, self.me)
-            log.info("%s: lease released", slot.name)
+            log.log(self._level, "%s: lease released", slot.name)
         except Exception as exc:  # it expires on its own
             log.warning("%s: could not release the agent's lease: %s", slot.name, exc)
 
