@@ -4,6 +4,7 @@ both backends (`backend`: SQLite and PostgreSQL, tests/store_backends.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -107,3 +108,25 @@ def test_gateways_announced_recently_are_listed(leases: AgentLeaseStore) -> None
     leases.announce(A, T0 + 12)  # replaces A's time
     assert leases.gateways(since=T0 + 5) == [A, B]
     assert leases.gateways(since=T0 + 11) == [A]
+
+
+def test_pinch_migrate_leaves_the_lease_behind(tmp_path: Path) -> None:
+    from memory.store.db import open_database
+    from memory.store.transfer import transfer
+    from memory.store.transfer_sqlite import open_sqlite_source, open_sqlite_target
+
+    source_path, target_path = tmp_path / "agent.sqlite", tmp_path / "copy" / "agent.sqlite"
+    db = open_database(source_path, vector_backend="numpy")
+    leases = SqliteAgentLeaseStore(db)
+    leases.announce(A, T0)
+    assert leases.take(A, T0, LEASE_S, alive) is not None
+    db.close()
+    target_path.parent.mkdir()
+    with open_sqlite_source(source_path) as source, open_sqlite_target(target_path) as target:
+        report = transfer(source, target)
+    assert {"agent_lease", "agent_lease_gateways"} <= set(report.derived)
+    copy = open_database(target_path, vector_backend="numpy")
+    try:
+        assert SqliteAgentLeaseStore(copy).current() is None  # served by nobody yet
+    finally:
+        copy.close()

@@ -111,6 +111,9 @@ def l001_agent_lease(conn: Any) -> None:
 
 
 AGENT_LEASES = MigrationSet("agent_leases", [l001_agent_lease])
+# Not an agent's data: `pinch migrate` leaves them behind (the copy's gateway takes its own).
+LEASE_TABLES = frozenset({"agent_lease", "agent_lease_gateways", "agent_lease_epoch"})
+LEASE_NOT_COPIED = "which gateway serves the agent: each database keeps its own lease"
 
 _LEASE_COLUMNS = "gateway, host, pid, taken_at, renewed_at, epoch"
 
