@@ -154,7 +154,10 @@ class Fleet:
         keeper.start()
         try:
             while not stop.is_set():
-                await self.beat()
+                try:
+                    await self.beat()
+                except Exception as exc:  # a busy or unreachable database: try again next beat
+                    log.warning("Could not share out the agents this beat: %s", exc)
                 self._ticked.set()
                 self._wake.clear()
                 waits = [asyncio.ensure_future(e.wait()) for e in (stop, self._wake)]
