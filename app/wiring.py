@@ -46,6 +46,7 @@ from agent.tools import Tool
 from agent.web_fetch import WebFetcher
 from app.automations.assembly import build_automations
 from app.channel_registry import CHANNELS, Owners, adapter_class, channel_settings
+from app.config_layers import env_prefix
 from app.gateway.access import Access, Pairing
 from app.gateway.healthz import HealthServer
 from app.gateway.heartbeat import HEARTBEAT_FILE, heartbeat_dir
@@ -266,7 +267,10 @@ def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str,
             if not (web_page_wanted(settings) if row.config_section == "web" else config.enabled):
                 continue
         elif config.bot_token is None:
-            note(f"{row.name}: skipped (no token; set {row.token_variable} to run it)")
+            variable = row.token_variable
+            if not settings.is_default_agent:  # another agent's tokens are its own variables
+                variable = env_prefix(settings.agent_id) + variable.removeprefix("PINCH_")
+            note(f"{row.name}: skipped (no token; set {variable} to run it)")
             continue
         try:
             found[row.name] = adapter_class(row)(

@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 from app.automations.assembly import owner_zone, start_automations
 from app.automations.nightly_dream import start_nightly_dream
 from app.backup.schedule import owner_alert, start_backups
+from app.config_layers import env_prefix
 from app.gateway.agent_log import serving_agent
 from app.gateway.server import Gateway, GatewayError
 from app.web.auth import web_page_wanted
@@ -131,11 +132,19 @@ class AgentService:
         channels.update(self.extra_channels)
         alone = page_alone(settings)  # the page alone only when asked
         if not any(messaging(name) for name in channels) and not (channels and alone):
+            if settings.is_default_agent:
+                raise GatewayError(
+                    "No channel to run: set PINCH_TELEGRAM__BOT_TOKEN or PINCH_SLACK__BOT_TOKEN "
+                    "(and PINCH_SLACK__APP_TOKEN), or run the web page alone ([web] enabled = "
+                    "true, PINCH_WEB__ENABLED=true), "
+                    "then start `pinch gateway` again."
+                )
+            own = env_prefix(self.name)
             raise GatewayError(
-                "No channel to run: set PINCH_TELEGRAM__BOT_TOKEN or PINCH_SLACK__BOT_TOKEN "
-                "(and PINCH_SLACK__APP_TOKEN), or run the web page alone ([web] enabled = true, "
-                "PINCH_WEB__ENABLED=true), "
-                "then start `pinch gateway` again."
+                f"No channel to run for agent {self.name}: set {own}TELEGRAM__BOT_TOKEN or "
+                f"{own}SLACK__BOT_TOKEN (and {own}SLACK__APP_TOKEN), or give it a web page "
+                f"([web] port in {settings.agent_dir / 'config.toml'}), then start "
+                "`pinch gateway` again."
             )
         runtime = self.runtime = await build_runtime(settings)
         try:
