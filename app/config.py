@@ -14,7 +14,14 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -95,6 +102,21 @@ class GatewayConfig(BaseModel):
     max_concurrent_turns: int = Field(default=4, ge=1, le=64)  # sessions answered in parallel
     health_listen: str = "127.0.0.1"
     health_port: int | None = Field(default=None, ge=1, le=65535)  # GET /healthz when set
+    # Several gateway processes share the agents by lease (app/gateway/fleet.py): the holder
+    # renews an agent's lease every `agent_heartbeat_s`; one not renewed for `agent_lease_s`
+    # (or whose process on this machine is gone) is taken over by another gateway.
+    agent_lease_s: float = Field(default=20.0, ge=1.0, le=600.0)
+    agent_heartbeat_s: float = Field(default=5.0, gt=0.0, le=120.0)
+
+    @model_validator(mode="after")
+    def _heartbeat_within_lease(self) -> GatewayConfig:
+        if self.agent_heartbeat_s * 4 > self.agent_lease_s:
+            raise ValueError(
+                f"[gateway] agent_heartbeat_s ({self.agent_heartbeat_s:g}) must be at most a "
+                f"quarter of agent_lease_s ({self.agent_lease_s:g}): a gateway stops serving an "
+                "agent after half the lease without a renewal, which must outlast a missed beat"
+            )
+        return self
 
 
 class ProjectConfig(BaseModel):

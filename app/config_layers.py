@@ -11,10 +11,10 @@ installation's environment, the installation's file. The default agent (`agent_i
 installation's file or PINCH_AGENT_ID; "main" if neither) also takes every table from the
 installation's sources, so a one-agent installation reads exactly as before. Any other agent
 never inherits what makes it a separate assistant (AGENT_OWN): its workspace, owners, channel
-accounts (Telegram and Slack tokens and rules) and projects come only from its own file and
-environment — two agents never share a bot token or a memory folder by accident; nor does it
-inherit `[memory] extra_paths` (AGENT_OWN_KEYS: the default owner's notes). Its workspace
-defaults to <home>/agents/NAME/workspace.
+accounts (Telegram and Slack tokens and rules), projects and web page ([web]: its port) come
+only from its own file and environment — two agents never share a bot token, a memory folder or
+a web port by accident; nor does it inherit `[memory] extra_paths` (AGENT_OWN_KEYS: the default
+owner's notes). Its workspace defaults to <home>/agents/NAME/workspace.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
 
 # Tables and settings an agent other than the default one never inherits from the installation.
-AGENT_OWN = ("agent_id", "workspace", "owners", "telegram", "slack", "projects")
+# Its web page too: two pages cannot share a port, so another agent's page runs only where its
+# own file (or PINCH_AGENTS__NAME__WEB__PORT) gives it one (app/web/auth.py `web_page_wanted`).
+AGENT_OWN = ("agent_id", "workspace", "owners", "telegram", "slack", "projects", "web")
 # Settings inside shared tables that are one agent's own all the same: more folders of the
 # owner's notes to index (the default agent's owner's notes are not another agent's memory).
 AGENT_OWN_KEYS = {"memory": ("extra_paths",)}

@@ -86,7 +86,7 @@ class Runtime:
         await self.agent.drain()  # notes of sessions ended with /new are not lost
         if self.mcp is not None:  # their processes end here: no orphans
             await self.mcp.aclose()
-        self.watcher.stop()
+        await asyncio.to_thread(self.watcher.stop)  # up to a second: not on the event loop
         await _close_model(self.model)
         self.index.close()
 

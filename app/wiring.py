@@ -46,13 +46,16 @@ from agent.tools import Tool
 from agent.web_fetch import WebFetcher
 from app.automations.assembly import build_automations
 from app.channel_registry import CHANNELS, Owners, adapter_class, channel_settings
+from app.config_layers import env_prefix
 from app.gateway.access import Access, Pairing
 from app.gateway.healthz import HealthServer
+from app.gateway.heartbeat import HEARTBEAT_FILE, heartbeat_dir
 from app.gateway.queue import GatewayStore
 from app.gateway.server import Gateway, GatewayOptions
 from app.process import Runtime
 from app.store_backend import check_store_backend
 from app.store_factory import open_memory_index
+from app.web.auth import web_page_wanted
 from channels.base import Channel
 from common.channel_table import WEB
 from common.clock import Clock, owner_zone
@@ -62,7 +65,9 @@ from memory.index.index import MemoryIndex
 from memory.index.watch import MemoryWatcher
 from memory.lifecycle.intents import IntentStore
 from memory.lifecycle.signals import stop_recording
+from memory.store.agent_leases import AgentLeaseStore, SqliteAgentLeaseStore
 from memory.store.backends import store_for
+from memory.store.db import open_database
 from memory.store.sessions import SessionStore
 
 if TYPE_CHECKING:
@@ -257,10 +262,13 @@ def build_channels(settings: Settings, note: Callable[[str], None]) -> dict[str,
             continue  # not run by the gateway (the terminal)
         config = getattr(settings, row.config_section)
         if row.token_variable is None:  # runs when its section is enabled (the web page)
-            if not config.enabled:
+            if not (web_page_wanted(settings) if row.config_section == "web" else config.enabled):
                 continue
         elif config.bot_token is None:
-            note(f"{row.name}: skipped (no token; set {row.token_variable} to run it)")
+            variable = row.token_variable
+            if not settings.is_default_agent:  # another agent's tokens are its own variables
+                variable = env_prefix(settings.agent_id) + variable.removeprefix("PINCH_")
+            note(f"{row.name}: skipped (no token; set {variable} to run it)")
             continue
         try:
             found[row.name] = adapter_class(row)(
@@ -278,7 +286,7 @@ def options_from(settings: Settings) -> GatewayOptions:
         collect_window_s=settings.gateway.collect_window_ms / 1000,
         max_concurrent_turns=settings.gateway.max_concurrent_turns,
         dedup_ttl_s=settings.slack.dedup_ttl_s,
-        heartbeat_path=settings.home / "gateway.heartbeat",
+        heartbeat_path=heartbeat_dir(settings) / HEARTBEAT_FILE,
     )
 
 
@@ -323,11 +331,12 @@ def build_web_server(
     gateway: Gateway,
     *,
     log_tail: Callable[[int], list[str]] | None = None,
+    log_agent: str | None = None,
 ) -> WebServer | None:
     """The web page (`[web]`) served by `pinch gateway` with `gateway`'s channels and state, or
     None when it is off. Start it after the gateway, stop it after the gateway stopped (the
     web channel's event streams end with the channel)."""
-    if not settings.web.enabled:
+    if not web_page_wanted(settings):
         return None
     from app.web.auth import Logins
     from app.web.context import WebContext
@@ -341,11 +350,39 @@ def build_web_server(
         services={
             "gateway": gateway,
             "web_channel": gateway.channels.get(WEB),
-            "logins": Logins(store, settings.web, settings.home),
+            "logins": Logins(
+                store, settings.web, settings.home, session_cookie=session_cookie(settings)
+            ),
             "log_tail": log_tail or (lambda _count: []),
+            "log_agent": log_agent,  # the health page's tail keeps only this agent's lines
         },
     )
     return WebServer(ctx)
+
+
+def session_cookie(settings: Settings) -> str:
+    """The web page's login cookie: `pinch_session` for the default agent, one of its own for
+    every other (a browser sends a host's cookies to each of its ports)."""
+    agent = settings.agent_id
+    return "pinch_session" if settings.is_default_agent else f"pinch_session_{agent}"
+
+
+def build_agent_leases(settings: Settings) -> tuple[AgentLeaseStore, Callable[[], None]]:
+    """The lease of `settings`' agent (which gateway process serves it) on the configured
+    backend, and how to close what was opened for it: a small connection of its own to the
+    agent's database (its SQLite file, or its PostgreSQL schema)."""
+    if settings.store.backend == "postgres":
+        from app.store_factory import open_postgres_store
+        from memory.store.postgres.agent_leases import PgAgentLeaseStore
+
+        pg = open_postgres_store(settings)
+        return PgAgentLeaseStore(pg), pg.close
+    db = open_database(settings.database_path, vector_backend="numpy")
+    try:
+        return SqliteAgentLeaseStore(db), db.close
+    except BaseException:
+        db.close()
+        raise
 
 
 def web_exposure_problem(settings: Settings) -> str | None:

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from app.cli.checks import Check, CheckResult, channel_check
-from app.gateway.heartbeat import health_problem, read_heartbeat
+from app.gateway.heartbeat import health_problem, heartbeat_dir, read_heartbeat
 from app.wiring import build_channels
 from channels.base import ChannelHealth
 
@@ -38,7 +38,7 @@ def channel_checks(settings: Settings) -> list[Check]:
 def _running_gateway(settings: Settings) -> tuple[dict[str, ChannelHealth], float]:
     """Each channel's health as a live gateway last reported it, and how old that report is
     (nothing when no gateway runs)."""
-    beat = read_heartbeat(settings.home)
+    beat = read_heartbeat(heartbeat_dir(settings))
     if beat is None or health_problem(dataclasses.replace(beat, channels={})) is not None:
         return {}, 0.0
     return dict(beat.channels), max(0.0, time.time() - beat.at)

@@ -253,11 +253,11 @@ def run_checks(
 def gateway_health(settings: Settings, *, timeout_s: float = 3.0) -> str | None:
     """Why the gateway is unhealthy, or None: the health endpoint if `[gateway] health_port`
     is set, else the heartbeat file. Fast (no database, no model) for a container HEALTHCHECK."""
-    from app.gateway.heartbeat import health_problem, read_heartbeat
+    from app.gateway.heartbeat import health_problem, heartbeat_dir, read_heartbeat
 
     port = settings.gateway.health_port
     if port is None:
-        return health_problem(read_heartbeat(settings.home))
+        return health_problem(read_heartbeat(heartbeat_dir(settings)))
     import urllib.error
     import urllib.request
 

@@ -40,27 +40,78 @@ def chat(session_name: str | None) -> None:
 
 
 @click.command()
+@click.option(
+    "--agents",
+    "agent_list",
+    metavar="A,B",
+    default=None,
+    help="Serve only these agents (comma-separated; default: every agent with a channel "
+    "account or a web page of its own; `--agent NAME` serves that one).",
+)
 @friendly_errors
-def gateway() -> None:
-    """Run every configured channel (Telegram, Slack) and the memory watcher until stopped.
+def gateway(agent_list: str | None) -> None:
+    """Run the agents' channels (Telegram, Slack), web pages and memory watchers until stopped.
 
-    A channel starts when its token is set (PINCH_TELEGRAM__BOT_TOKEN, PINCH_SLACK__BOT_TOKEN
-    and PINCH_SLACK__APP_TOKEN). SIGTERM or Ctrl-C lets running replies finish
-    ([gateway] shutdown_grace_s); queued messages are answered after the next start.
+    Every agent of the installation with a channel account (a Telegram or Slack token of its
+    own) or a web page runs in this one process, each answered by its own bot. Several
+    `pinch gateway` processes share the agents: each agent is served by one of them at a time
+    (a lease; [gateway] agent_lease_s), and another takes it over when that one dies.
+    SIGTERM or Ctrl-C lets running replies finish ([gateway] shutdown_grace_s); queued messages
+    are answered after the next start.
     """
     import asyncio
 
-    from app.cli.setup import initialise
-    from app.gateway.run import GatewayError, configure_logging, run_gateway
+    from app.gateway.run import GatewayError, configure_logging, run_agents
 
-    settings = load_settings()
-    if not settings.workspace_dir.exists():
-        initialise(settings, TEMPLATE_DIR)
-    configure_logging(settings)
+    def note(line: str) -> None:
+        click.echo(line, err=True)
+
+    agents = _gateway_agents(agent_list, note)
+    for settings in agents:
+        _initialise(settings)
+    configure_logging(agents[0], secrets_of=agents[1:])
     try:
-        sys.exit(asyncio.run(run_gateway(settings, note=lambda line: click.echo(line, err=True))))
+        sys.exit(asyncio.run(run_agents(agents, note=note)))
     except GatewayError as exc:
         fail(str(exc))
+
+
+def _initialise(settings: Settings) -> None:
+    from app.cli.setup import initialise
+
+    if not settings.workspace_dir.exists():
+        initialise(settings, TEMPLATE_DIR)
+
+
+def _gateway_agents(agent_list: str | None, note: Any) -> list[Settings]:
+    """The settings of the agents `pinch gateway` serves: `--agents`, else `--agent`, else every
+    agent with something to run (an agent whose settings are broken is reported and left out);
+    the default agent alone when none has (its advice then says what to set)."""
+    from app.agents import agent_names, load_agent_settings, selected_agent
+    from app.config import ConfigError
+    from app.config_layers import home_from
+    from app.gateway.agent_service import wants_serving
+
+    if agent_list is not None:
+        names = [n.strip() for n in agent_list.split(",") if n.strip()]
+        if not names:
+            fail("--agents needs at least one agent name (e.g. --agents alice,bob).")
+        return [load_agent_settings(name) for name in dict.fromkeys(names)]
+    if selected_agent() is not None:
+        return [load_settings()]
+    found: list[Settings] = []
+    names = agent_names(home_from({}))
+    for name in names:
+        try:
+            settings = load_agent_settings(name)
+        except ConfigError as exc:
+            if len(names) == 1:
+                raise
+            note(f"{name}: not served ({exc})")
+            continue
+        if wants_serving(settings):
+            found.append(settings)
+    return found or [load_settings()]
 
 
 @click.group()

@@ -57,6 +57,8 @@ CONFIG_TEMPLATE = """\
 # owner_dm_scope = "main"           # main (one conversation everywhere) | per-channel
 # collect_window_ms = 1500
 # shutdown_grace_s = 20
+# agent_lease_s = 20                # several gateways: an agent not renewed this long moves
+# agent_heartbeat_s = 5             # how often a gateway renews its agents' leases
 # [automations]
 # misfire_grace_s = 3600            # a run missed by less than this runs late, with a note
 # [heartbeat]

@@ -21,12 +21,20 @@ def web_login() -> None:
     (`docker compose exec pinch pinch web login`).
     """
     from app.store_factory import open_agent_database
-    from app.web.auth import TOKEN_TTL_S, issue_login_url
+    from app.web.auth import TOKEN_TTL_S, issue_login_url, web_page_wanted
     from memory.store.backends import store_for
 
     settings = load_settings()
     if not settings.web.enabled:
         fail("The web page is off ([web] enabled = false); turn it on and restart the gateway.")
+    if not web_page_wanted(settings):  # the link is its own all the same (its database)
+        click.secho(
+            f"Agent {settings.agent_id} has no web page of its own yet: set [web] port in "
+            f"{settings.agent_dir / 'config.toml'} (a port no other agent uses) and restart "
+            "the gateway; the link below opens that page, no other agent's.",
+            fg="yellow",
+            err=True,
+        )
     db = open_agent_database(settings, vector_backend="numpy")
     try:
         url = issue_login_url(settings, store_for("WebAuthStore", db))

@@ -1,5 +1,6 @@
-"""The gateway's heartbeat file, `<home>/gateway.heartbeat`: how `pinch doctor --health` (a
-container HEALTHCHECK) knows the gateway is alive without talking to it.
+"""The gateway's heartbeat file, `<home>/gateway.heartbeat` (another agent's in its folder): how
+`pinch doctor --health` (a container HEALTHCHECK) knows the gateway is alive without talking to
+it.
 
 The gateway rewrites the file every 15 s (atomically, mode 0600) with JSON:
 `{"pid": 1234, "at": <unix time>, "channels": {"telegram": {"ok": true, "detail": "polling"}}}`
@@ -17,10 +18,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from channels.base import ChannelHealth
 from common.channel_table import messaging
 from memory.store.liveness import pid_alive
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 HEARTBEAT_FILE = "gateway.heartbeat"
 MAX_AGE_S = 90.0  # several missed beats at the gateway's 15 s interval
@@ -36,6 +41,13 @@ class Heartbeat:
 
 def heartbeat_path(home: Path) -> Path:
     return home / HEARTBEAT_FILE
+
+
+def heartbeat_dir(settings: Settings) -> Path:
+    """Where the gateway serving `settings`' agent writes its heartbeat: the Pinch home for the
+    installation's default agent (as with one agent), else the agent's folder
+    (<home>/agents/NAME), so agents served together never share one file."""
+    return settings.own_dir
 
 
 def write_heartbeat(

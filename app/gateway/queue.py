@@ -119,6 +119,11 @@ class GatewayStore:
         if self.me is not None:
             self.store.beat(self.me, time.time())
 
+    def give_up(self) -> None:
+        """This gateway stopped: its claims (turns it cancelled) are free for the next one."""
+        if self.me is not None:
+            self.store.beat(self.me, 0.0)  # a heartbeat older than any stale_s
+
     def pending_sessions(self) -> list[str]:
         return self.store.pending_sessions()
 

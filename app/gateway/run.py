@@ -1,39 +1,31 @@
-"""`pinch gateway`: every configured channel, the memory watcher and the agent in one process
-(app/wiring.py builds them; app/gateway/server.py is the `Gateway`).
+"""`pinch gateway`: the agents of the installation in one process — each its own channels,
+memory watcher, agent, page and automations (app/gateway/agent_service.py; app/wiring.py builds
+them) — shared with other gateway processes by lease (app/gateway/fleet.py).
 
-One gateway per data directory (an OS lock on <home>/agents/<id>/gateway.lock). SIGTERM/SIGINT
-drains: running turns get `shutdown_grace_s` to finish, queued messages stay queued and are
-answered after the restart; a second signal cancels the running turns at once.
+One process serves an agent at a time (its lease; and on one machine an OS lock on
+<home>/agents/<id>/gateway.lock). SIGTERM/SIGINT drains: running turns get `shutdown_grace_s`
+to finish, queued messages stay queued and are answered after the restart (or by the gateway
+that takes the agent over); a second signal cancels the running turns at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from agent.mcp.mcp_config import references
-from app.automations.assembly import owner_zone, start_automations
-from app.automations.nightly_dream import start_nightly_dream
-from app.backup.schedule import owner_alert, start_backups
+from app.gateway.agent_log import NameTheAgent
+from app.gateway.agent_service import AgentService, acquire_lock
+from app.gateway.fleet import AgentSlot, Fleet
+from app.gateway.healthz import HealthServer
 from app.gateway.server import GatewayError
-from app.logging_setup import RecentLines, add_redacted_handler
-from app.wiring import (
-    build_channels,
-    build_gateway,
-    build_health_server,
-    build_runtime,
-    build_web_server,
-    web_exposure_problem,
-)
+from app.logging_setup import add_redacted_handler
+from app.wiring import build_agent_leases, web_exposure_problem
 from channels.base import Channel, ChannelHealth
-from common.channel_table import messaging
-from memory.errors import MemoryError_
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -41,32 +33,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("pinch.gateway")
 MIN_SECRET_CHARS = 6  # shorter values are not redacted (they would garble every log line)
 
-__all__ = ["GatewayError", "acquire_lock", "configure_logging", "run_gateway", "settings_secrets"]
-
-
-# -- one gateway per data directory ------------------------------------------------------------
-
-
-def acquire_lock(path: Path) -> IO[str]:
-    """Hold an exclusive OS lock on `path` for the life of the process (released by the OS even
-    on kill -9). Raises GatewayError when another gateway holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until the process exits
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        pid = handle.read().strip() or "unknown"
-        handle.close()
-        raise GatewayError(
-            f"Another Pinch gateway is already running for this data directory (pid {pid}, "
-            f"lock {path}); stop it first — one gateway per PINCH_HOME."
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(str(os.getpid()))
-    handle.flush()
-    return handle
+__all__ = [
+    "GatewayError",
+    "acquire_lock",
+    "configure_logging",
+    "run_agents",
+    "run_gateway",
+    "settings_secrets",
+]
 
 
 # -- secrets never reach the log ---------------------------------------------------------------
@@ -95,8 +69,12 @@ def settings_secrets(settings: Settings) -> list[str]:
     return found
 
 
-def configure_logging(settings: Settings, level: int = logging.INFO) -> None:
-    add_redacted_handler(logging.StreamHandler(), settings_secrets(settings))
+def configure_logging(
+    settings: Settings, level: int = logging.INFO, *, secrets_of: Sequence[Settings] = ()
+) -> None:
+    """Log to stderr, redacting the secrets of `settings` (and of the other agents served)."""
+    secrets = [x for s in (settings, *secrets_of) for x in settings_secrets(s)]
+    add_redacted_handler(logging.StreamHandler(), secrets)
     logging.getLogger().setLevel(level)
     for noisy in (
         "httpx",
@@ -121,78 +99,135 @@ async def run_gateway(
     extra_channels: Mapping[str, Channel] | None = None,
     note: Callable[[str], None] = print,
 ) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit status. Raises GatewayError when it cannot
-    start (another gateway, no channel)."""
-    exposed = web_exposure_problem(settings)
-    if exposed is not None:  # refused before anything starts
-        raise GatewayError(exposed)
-    lock = acquire_lock(settings.agent_dir / "gateway.lock")
-    try:
-        channels = build_channels(settings, note)
-        channels.update(extra_channels or {})
-        alone = "enabled" in settings.web.model_fields_set  # the page alone only when asked
-        if not any(messaging(name) for name in channels) and not (channels and alone):
-            raise GatewayError(
-                "No channel to run: set PINCH_TELEGRAM__BOT_TOKEN or PINCH_SLACK__BOT_TOKEN "
-                "(and PINCH_SLACK__APP_TOKEN), or run the web page alone ([web] enabled = true, "
-                "PINCH_WEB__ENABLED=true), "
-                "then start `pinch gateway` again."
-            )
-        runtime = await build_runtime(settings)
+    """Serve `settings`' agent until SIGTERM/SIGINT; returns the exit status. Raises
+    GatewayError when it cannot start (another gateway, no channel)."""
+    extra = {settings.agent_id: extra_channels} if extra_channels else {}
+    return await run_agents([settings], extra_channels=extra, note=note)
+
+
+async def run_agents(
+    agents: Sequence[Settings],
+    *,
+    extra_channels: Mapping[str, Mapping[str, Channel]] | None = None,
+    note: Callable[[str], None] = print,
+) -> int:
+    """Serve `agents` (each its own runtime, channels, page, automations) in this process,
+    sharing them by lease with other gateway processes (app/gateway/fleet.py), until
+    SIGTERM/SIGINT. Raises GatewayError when no agent can be served: every one failed to
+    start (each reason given)."""
+    several = len(agents) > 1
+    if several:  # each line logged while serving an agent names it
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(NameTheAgent())
+
+    def make_service(settings: Settings) -> AgentService:
+        name = settings.agent_id
+        return AgentService(
+            settings,
+            extra_channels=(extra_channels or {}).get(name),
+            note=(lambda line: note(f"{name}: {line}")) if several else note,
+            own_log_only=several,  # its web page's log tail: its own lines only
+        )
+
+    slots: list[AgentSlot] = []
+    problems: list[str] = []
+    for settings in agents:
+        exposed = web_exposure_problem(settings)
+        if exposed is not None:  # refused before anything of that agent starts
+            if not several:
+                raise GatewayError(exposed)
+            problems.append(f"{settings.agent_id}: {exposed}")
+            log.error("%s: %s", settings.agent_id, exposed)
+            continue
         try:
-            try:
-                await runtime.sync_index()
-            except MemoryError_ as exc:  # answering still works from the last complete index
-                log.warning("The memory index could not be updated: %s", exc)
-            runtime.watcher.start()
-            await runtime.start_mcp()  # bounded wait; a failing server is retried, not fatal
-            gateway = build_gateway(settings, runtime, channels)
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
+            leases, close = await asyncio.to_thread(build_agent_leases, settings)
+        except Exception as exc:  # that agent's database: reported, the others still run
+            problems.append(f"{settings.agent_id}: {exc}")
+            log.error("%s: cannot open the agent's database: %s", settings.agent_id, exc)
+            continue
+        slots.append(AgentSlot(settings, leases, close))
+    if not slots:
+        raise GatewayError("No agent could start — " + "; ".join(problems))
+    first = agents[0].gateway
+    fleet = Fleet(
+        slots,
+        make_service,
+        lease_s=first.agent_lease_s,
+        heartbeat_s=first.agent_heartbeat_s,
+        grace_s=first.shutdown_grace_s,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
 
-            def on_signal() -> None:
-                if stop.is_set():  # a second Ctrl-C: don't wait out the grace period
-                    log.warning("Stopping now; interrupted turns are answered after the restart")
-                    gateway.cancel_turns()
-                stop.set()
+    def on_signal() -> None:
+        if stop.is_set():  # a second Ctrl-C: don't wait out the grace period
+            log.warning("Stopping now; interrupted turns are answered after the restart")
+            fleet.cancel_turns()
+        stop.set()
 
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, on_signal)
-            await gateway.start()  # logs which channels run; raises when none could start
-            health = build_health_server(settings, gateway)
-            if health is not None:
-                await health.start()
-            recent = RecentLines()  # the web page's tail of this log, redacted like the rest
-            if settings.web.enabled:
-                add_redacted_handler(recent, settings_secrets(settings))
-            web = build_web_server(settings, runtime, gateway, log_tail=recent.tail)
-            if web is not None:
-                try:
-                    await web.start()
-                except OSError as exc:  # the port is taken: the channels still answer
-                    log.error("%s", exc)
-                    gateway.failed["web"] = str(exc)
-                    gateway.health["web"] = ChannelHealth(False, f"could not start: {exc}")
-                    web = None
-                    await gateway.write_heartbeat()  # `pinch doctor` sees it at once
-            scheduler = await start_automations(runtime, gateway.channels)  # reminders, tasks
-            dreams = await start_nightly_dream(settings, owner_zone(runtime.clock))  # either way
-            backups = await start_backups(settings, owner_alert(settings, gateway.channels))
-            await stop.wait()
-            if backups is not None:
-                backups.shutdown(wait=False)
-            if dreams is not None:
-                dreams.shutdown(wait=False)
-            if scheduler is not None:
-                await scheduler.stop()
-            await gateway.stop(settings.gateway.shutdown_grace_s)
-            if web is not None:
-                await web.stop()
-            logging.getLogger().removeHandler(recent)
-            if health is not None:
-                await health.stop()
-        finally:
-            await runtime.aclose()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    beats = asyncio.ensure_future(fleet.run(stop))
+    health = None
+    try:
+        health = await _start_health(agents[0], fleet)
+        await fleet.first_beat()
+        if len(slots) == 1 and not fleet.served():  # one agent, served elsewhere: say so
+            stop.set()
+            await beats
+            raise GatewayError(await _served_elsewhere(slots[0]))
+        failed = fleet.failed()
+        if len(failed) == len(slots) and not any(s.error is None for s in fleet.served()):
+            stop.set()
+            await beats
+            if len(agents) == 1:
+                raise GatewayError(next(iter(failed.values())))
+            raise GatewayError(
+                "No agent could start — " + "; ".join(f"{n}: {why}" for n, why in failed.items())
+            )
+        if several or fleet.peers:
+            served = ", ".join(s.name for s in fleet.served()) or "none yet (standby)"
+            log.info("Gateway %s serving %s of %d agent(s)", fleet.me.gateway, served, len(slots))
+        await beats
     finally:
-        lock.close()
+        stop.set()
+        if not beats.done():
+            await beats
+        if health is not None:
+            await health.stop()
+        fleet.close()
     return 0
+
+
+async def _served_elsewhere(slot: AgentSlot) -> str:
+    lease = await asyncio.to_thread(slot.leases.current)
+    who = f"pid {lease.holder.pid} on {lease.holder.host}" if lease is not None else "unknown"
+    return (
+        f"Another Pinch gateway is already running for agent {slot.name} ({who}); stop it "
+        "first — or serve several agents (`pinch gateway`), which gateways share by lease."
+    )
+
+
+async def _start_health(settings: Settings, fleet: Fleet) -> HealthServer | None:
+    """One /healthz for the process (`[gateway] health_port`), listing each agent served."""
+    if settings.gateway.health_port is None:
+        return None
+
+    def default_channels() -> dict[str, ChannelHealth]:
+        for slot in fleet.served():
+            if slot.settings.is_default_agent or len(fleet.slots) == 1:
+                return slot.service.health if slot.service is not None else {}
+        return {}
+
+    server = HealthServer(
+        default_channels,
+        settings.gateway.health_listen,
+        settings.gateway.health_port,
+        agents=fleet.health,
+    )
+    try:
+        await server.start()
+    except OSError as exc:  # another gateway on this machine has the port: answering goes on
+        log.error("/healthz could not start on port %s: %s", settings.gateway.health_port, exc)
+        return None
+    return server

@@ -140,8 +140,7 @@ class Gateway:
         queued messages. A channel that fails to start is logged, and reported unhealthy in
         every heartbeat; when none starts, raises GatewayError with each one's reason."""
         await asyncio.to_thread(self.store.beat)
-        recovered = await asyncio.to_thread(self.store.recover)
-        if recovered:
+        if recovered := await asyncio.to_thread(self.store.recover):
             log.info("Resuming %d message(s) interrupted by the last stop", recovered)
         for name, channel in list(self.channels.items()):
             try:
@@ -193,6 +192,8 @@ class Gateway:
             except Exception as exc:
                 log.warning("%s: did not stop cleanly: %s", name, exc)
         await self.write_heartbeat(stopping=True)
+        with contextlib.suppress(Exception):  # claims given up: the next holder resumes them
+            await asyncio.to_thread(self.store.give_up)
         self._records.shutdown(wait=True)
 
     def cancel_turns(self) -> None:
@@ -475,9 +476,8 @@ class Gateway:
             await asyncio.sleep(self.options.heartbeat_every_s)
 
     async def _claims_loop(self) -> None:
-        """Beat (this process's claims stay its own), take over the claims of processes that
-        are gone (another gateway on this database, killed), then wake the queued sessions —
-        only then: a session's order across live gateways is the agent lease's job."""
+        """Beat (its claims stay its own), take over the claims of gateways gone (killed or
+        stopped), then wake the queued sessions (the agent lease keeps one gateway per agent)."""
         while True:
             await asyncio.sleep(self.options.claim_beat_s)
             try:

@@ -86,11 +86,16 @@ class Logins:
         config: WebConfig,
         home: Path,
         clock: Callable[[], float] = time.time,
+        *,
+        session_cookie: str = "pinch_session",
     ) -> None:
+        """`session_cookie`: the cookie's name — one per agent, as browsers send a host's
+        cookies to every port of it (two agents' pages on one host would log each other out)."""
         self.store = store
         self.config = config
         self.home = home
         self.clock = clock
+        self.session_cookie = session_cookie
         self._failures: deque[float] = deque()
 
     # Rate limit: every failed attempt counts, whatever it tried.
@@ -203,6 +208,15 @@ def set_password(home: Path, password: str) -> Path:
         temporary.unlink(missing_ok=True)
         raise
     return path
+
+
+def web_page_wanted(settings: Settings) -> bool:
+    """Whether `pinch gateway` serves this agent's web page: the default agent's unless `[web]
+    enabled = false`; another agent's only when its own settings give it a port (two pages
+    cannot share one; app/config_layers.py keeps [web] the agent's own)."""
+    if not settings.web.enabled:
+        return False
+    return settings.is_default_agent or "port" in settings.web.model_fields_set
 
 
 def exposure_problem(config: WebConfig, home: Path) -> str | None:

@@ -17,7 +17,6 @@ from app.web.auth import Logins
 from app.web.context import WebContext
 from app.web.security import (
     LOGIN_CSRF_COOKIE,
-    SESSION_COOKIE,
     SESSION_KEY,
     set_cookie,
 )
@@ -36,7 +35,7 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
 
     def logged_in(request: web.Request, session_id: str) -> web.StreamResponse:
         response = redirect("/")
-        set_cookie(response, request, SESSION_COOKIE, session_id, max_age)
+        set_cookie(response, request, logins.session_cookie, session_id, max_age)
         response.del_cookie(LOGIN_CSRF_COOKIE, path="/")
         return response
 
@@ -88,7 +87,7 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
     async def logout_post(request: web.Request) -> web.StreamResponse:
         await asyncio.to_thread(logins.end, request[SESSION_KEY])
         response = redirect("/login")
-        response.del_cookie(SESSION_COOKIE, path="/")
+        response.del_cookie(logins.session_cookie, path="/")
         return response
 
     app.router.add_get("/login", login_get)

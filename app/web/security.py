@@ -99,7 +99,7 @@ def security_middleware(config: WebConfig, logins: Logins) -> Middleware:
         if (request.host or "").lower() not in hosts:
             return refuse(403, "Refused: this page is not served under that host name.")
         public = request.path in PUBLIC_PATHS or request.path.startswith(PUBLIC_PREFIXES)
-        session_id = request.cookies.get(SESSION_COOKIE, "")
+        session_id = request.cookies.get(logins.session_cookie, "")
         alive = bool(session_id) and await _alive(logins, session_id)
         if request.method not in ("GET", "HEAD", "OPTIONS") and not same_origin(request):
             return refuse(403, "Refused: the request did not come from this page (Origin).")

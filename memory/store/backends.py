@@ -88,6 +88,10 @@ IMPLEMENTATIONS: Mapping[str, Mapping[str, str | None]] = {
         "sqlite": "memory.store.search_queries:SqliteSearchQueries",
         "postgres": f"{_PG}.search:PgSearchQueries",
     },
+    "AgentLeaseStore": {
+        "sqlite": "memory.store.agent_leases:SqliteAgentLeaseStore",
+        "postgres": f"{_PG}.agent_leases:PgAgentLeaseStore",
+    },
     "DatabaseSnapshots": {
         "sqlite": "memory.store.snapshot:SqliteSnapshots",
         "postgres": f"{_PG}.snapshot:PgSnapshots",

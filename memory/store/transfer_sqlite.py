@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.errors import DatabaseError
+from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
 from memory.store.db import Database, open_database, sqlite_driver
 from memory.store.schema import MigrationSet, apply
 from memory.store.transfer import (
@@ -78,6 +79,8 @@ class _SqliteTables:
             owner = next((v for v in virtual if name.startswith(v + "_")), None)
             if name in BOOKKEEPING:
                 derived[name] = "migration records: the target keeps its own"
+            elif name in LEASE_TABLES:
+                derived[name] = LEASE_NOT_COPIED
             elif name.startswith("sqlite_"):
                 derived[name] = "SQLite's own (id counters are carried over)"
             elif owner is not None:

@@ -19,7 +19,8 @@ from aiohttp import web
 
 from app.cli.checks import CheckResult, channel_check
 from app.cli.doctor import run_checks_async
-from app.gateway.heartbeat import read_heartbeat
+from app.gateway.agent_log import OnlyAgent
+from app.gateway.heartbeat import heartbeat_dir, read_heartbeat
 from app.web.context import WebContext
 from app.web.log_tail import LogTail, install_log_tail
 from app.web.page_support import ago, done, gateway_of, notice_of, owner_time
@@ -33,6 +34,8 @@ LOG_LINES = 200
 def add_routes(app: web.Application, ctx: WebContext) -> None:
     if not isinstance(ctx.services.get("log_tail"), LogTail):  # from now on, for the tail
         tail = install_log_tail(ctx.settings)
+        if ctx.services.get("log_agent"):  # a process serving several agents: this one's lines
+            tail.addFilter(OnlyAgent(ctx.services["log_agent"]))
         ctx.services["log_tail"] = tail
 
         async def remove_tail(_app: web.Application) -> None:
@@ -118,7 +121,7 @@ class HealthPages:
                         or (health.detail if health else "not checked yet"),
                     }
                 )
-        beat = await asyncio.to_thread(read_heartbeat, self.ctx.settings.home)
+        beat = await asyncio.to_thread(read_heartbeat, heartbeat_dir(self.ctx.settings))
         usage = await asyncio.to_thread(self._usage)
         tail = self.ctx.services.get("log_tail")
         lines = tail.tail(LOG_LINES) if tail else []  # redacted as they were logged

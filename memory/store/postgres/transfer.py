@@ -25,6 +25,7 @@ from psycopg import sql
 
 from common.redact import redact
 from memory.errors import DatabaseError
+from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
 from memory.store.postgres.migrations import apply_all
 from memory.store.postgres.vectors import PgKnnIndex
 from memory.store.store_config import redacted_dsn
@@ -33,6 +34,7 @@ from memory.store.transfer import DERIVED_META, MATRIX, MATRIX_LOG, MATRIX_PACK,
 DERIVED = {
     "schema_migrations": "migration records: the target keeps its own",
     "memory_keyword_stats": "bm25's row and token totals: recomputed from the keyword rows",
+    **dict.fromkeys(LEASE_TABLES, LEASE_NOT_COPIED),
 }
 # The per-generation vector tables, as memory/store/postgres/vectors.py makes them (the HNSW
 # index of a matrix table is built once its rows are in: faster than row by row).
