@@ -8,7 +8,7 @@ texts never seen by this model run through it, in batches, each batch cached as 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -88,7 +88,7 @@ class EmbeddingCache:
 
     def _batches(
         self, p: EmbeddingProvider, missing: list[Embeddable]
-    ) -> Iterator[tuple[list[Embeddable], np.ndarray]]:
+    ) -> Generator[tuple[list[Embeddable], np.ndarray], None, None]:
         """(items, their vectors) batch by batch: as the provider finishes them when it can
         hand them back so (the local models, in parallel), else `batch_size` at a time."""
         try:
