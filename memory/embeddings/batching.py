@@ -47,9 +47,10 @@ def usable_cores() -> int:
 
 
 def plan_batches(texts: Sequence[str], max_texts: int) -> list[list[int]]:
-    """Indices of `texts` in batches, longest texts first: at most `max_texts` texts and about
-    `max_texts * BATCH_BYTES_PER_TEXT` bytes a batch (a longer text goes alone). Similar
-    lengths share a batch, so batches cost about the same and the last ones are short."""
+    """Indices of `texts` in batches of similar lengths: at most `max_texts` texts and about
+    `max_texts * BATCH_BYTES_PER_TEXT` bytes a batch (a longer text goes alone), so batches
+    cost about the same. They run a batch of long texts, then one of short texts, and so on:
+    the passages done per second (the progress bar's pace) stay about even."""
     sizes = [len(t.encode("utf-8")) for t in texts]
     budget = max(1, max_texts) * BATCH_BYTES_PER_TEXT
     batches: list[list[int]] = []
@@ -63,7 +64,9 @@ def plan_batches(texts: Sequence[str], max_texts: int) -> list[list[int]]:
         used += sizes[i]
     if current:
         batches.append(current)
-    return batches
+    longest, shortest = batches[: (len(batches) + 1) // 2], batches[(len(batches) + 1) // 2 :]
+    mixed = [b for pair in zip(longest, reversed(shortest), strict=False) for b in pair]
+    return mixed + longest[len(shortest) :]
 
 
 class EngineGate:
@@ -136,7 +139,7 @@ def run_batches(
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pinch-embed")
     pending: dict[Future[T | None], list[int]] = {}
     try:
-        # Submitted a few at a time, in order (longest first), so stopping leaves little queued.
+        # Submitted a few at a time, in order, so stopping leaves little queued.
         queue = iter(batches)
         for batch in queue:
             pending[pool.submit(guarded, batch)] = batch
