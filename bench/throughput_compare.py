@@ -44,6 +44,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="a 30 kB log instead of 150 kB")
     p.add_argument("--kinds", default="throughput,during")
+    p.add_argument("--new-first", action="store_true", help="this tree first in round 1")
     args = p.parse_args()
     size = 30_000 if args.quick else 150_000
     specs = {
@@ -54,7 +55,7 @@ def main() -> None:
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in range(args.rounds):
         for kind in args.kinds.split(","):
-            for name in ("old", "new") if r % 2 == 0 else ("new", "old"):
+            for name in ("old", "new") if (r + args.new_first) % 2 == 0 else ("new", "old"):
                 data = run(trees[name], kind, specs[kind])
                 if data is None:
                     print(r, name, kind, "failed", flush=True)
