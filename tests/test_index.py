@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -429,16 +430,15 @@ def test_a_rebuild_that_fails_midway_leaves_the_old_index_serving(
     (ws / "memory" / "2026-01-12.md").write_text("Sold the kayak.\n")
     provider = idx.provider
     assert provider is not None
-    real_embed = provider.embed_documents
-    calls = []
+    real_batches = provider.embed_document_batches  # type: ignore[attr-defined]
 
-    def crash_on_second_batch(texts: list[str]) -> np.ndarray:
-        calls.append(texts)
-        if len(calls) == 2:
-            raise RuntimeError("model crashed")
-        return real_embed(texts)
+    def crash_on_second_batch(texts: list[str]) -> Iterator[tuple[list[int], np.ndarray]]:
+        for n, batch in enumerate(real_batches(texts)):
+            if n == 1:
+                raise RuntimeError("model crashed")
+            yield batch
 
-    monkeypatch.setattr(provider, "embed_documents", crash_on_second_batch)
+    monkeypatch.setattr(provider, "embed_document_batches", crash_on_second_batch)
 
     with pytest.raises(IndexingError, match="embedding model failed: model crashed"):
         idx.sync(force=True)

