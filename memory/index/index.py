@@ -69,6 +69,10 @@ __all__ = [
 TOKENIZER_VERSION = "pinch-fts-v2"  # bump when fts_body() or chunking rules change
 PASSAGES_VERSION = "units-v4"  # bump when split_units() or how passages are stored changes
 ORIGINS_VERSION = "file-lowest-v1"  # bump when how chunks get their origin changes
+# Bump when how vectors are stored changes. "once-int8-v1": a passage's vector only in the
+# embedding cache, every vector as 8-bit codes (memory/store/vector_codec.py); an index built
+# before is rebuilt from the files and the cache by the next sync, then compacted.
+VECTORS_VERSION = "once-int8-v1"
 
 # A rebuild re-creates chunks no file backs through `rebuild_hooks` (transcripts by default).
 RebuildHook = Callable[["MemoryIndex", int], None]  # (index, the generation being built)
@@ -217,6 +221,7 @@ class MemoryIndex:
             "tokenizer": TOKENIZER_VERSION,
             "passages": PASSAGES_VERSION,
             "origins": ORIGINS_VERSION,
+            "vectors": VECTORS_VERSION,
         }
 
     def _default_store(self, dimensions: int) -> VectorStore:

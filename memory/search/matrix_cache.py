@@ -24,7 +24,7 @@ from memory.store.db import Database
 from memory.store.vector_pack import PackInfo
 from memory.store.vector_readers import SharedReader
 from memory.store.vector_storage import VectorStorage, sqlite_vector_storage
-from memory.store.vector_tables import from_blob
+from memory.store.vector_codec import decode_many
 
 log = logging.getLogger(__name__)
 
@@ -315,10 +315,10 @@ def read_rows(
         if i >= n:
             break
         rows = batch[: n - i]
-        block = from_blob(b"".join(r[2] for r in rows))
+        block = decode_many([r[2] for r in rows])
         if vectors is None:
-            vectors = np.empty((size, len(block) // len(rows)), dtype=np.float32)
-        vectors[i : i + len(rows)] = block.reshape(len(rows), -1)
+            vectors = np.empty((size, block.shape[1]), dtype=np.float32)
+        vectors[i : i + len(rows)] = block
         ids[i : i + len(rows)] = [r[0] for r in rows]
         scope_of[i : i + len(rows)] = [scope_ids.setdefault(r[1], len(scope_ids)) for r in rows]
         i += len(rows)
