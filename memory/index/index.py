@@ -46,7 +46,7 @@ from memory.search.presets import SearchPreset, get_preset
 from memory.search.signal_recording import record_recall
 from memory.search.sqlite_vec import SqliteVecStore
 from memory.search.vectors import NumpyStore, VectorStore
-from memory.store.compact import space_usage
+from memory.store.compact import notes_bytes, reclaimable, space_usage
 from memory.store.db import Database, open_database
 from memory.store.index_embedcache import SqliteEmbeddingCache
 from memory.store.index_generations import SqliteGenerations
@@ -416,7 +416,9 @@ class MemoryIndex:
             return {}
         return count_project_entries(self.rows.repo.tagged_chunks(active[0]))
 
-    def status(self, *, deep: bool = False) -> IndexStatus:
+    def status(self, *, deep: bool = False, space: bool = False) -> IndexStatus:
+        """What is indexed and how; `deep`: also which files changed since; `space`: also what
+        a compaction would give back (reads every passage's hash: ≈ 1-2 s at 100k chunks)."""
         active = self.active_generation()
         generation = active[0] if active else None
         identity = self.identity()
@@ -439,6 +441,7 @@ class MemoryIndex:
         cache = self.cache.count()
         building = self.generations.live_rebuild()
         usage = space_usage(self.db)
+        notes = notes_bytes(self.db, generation) if generation is not None else 0
         return IndexStatus(
             workspace=str(self.workspace),
             database=str(self.db.path),
@@ -459,4 +462,6 @@ class MemoryIndex:
             rebuilding=building.describe() if building is not None else None,
             file_bytes=usage.file_bytes,
             free_bytes=usage.free_bytes,
+            notes_bytes=notes,
+            reclaimable_bytes=reclaimable(self.db) if space else None,
         )

@@ -111,3 +111,72 @@ def cached_vectors(db: Database, generation: int, hashes: Sequence[str]) -> dict
         ):
             found[h] = blob
     return found
+
+
+# ---- what a compaction gives back (memory/store/compact.py) ---------------------------------
+
+# A cached vector no passage names is kept this long: another process may have cached it and
+# not yet written the passages that name it (a sync caches each batch before the file's rows).
+ORPHAN_GRACE_S = 3600.0
+REQUANTISE_BATCH = 2000
+
+
+@dataclass(frozen=True)
+class CacheSlack:
+    """What the cache holds beyond what the index needs, in bytes of vector data."""
+
+    orphan_rows: int  # vectors no passage of the index names (older than the grace period)
+    orphan_bytes: int
+    float_rows: int  # vectors still float32 (written by an older version)
+    float_saving: int  # bytes their 8-bit form saves
+
+    @property
+    def bytes(self) -> int:
+        return self.orphan_bytes + self.float_saving
+
+
+_ORPHANS = (
+    "FROM embedding_cache WHERE created_at < ? "
+    "AND chunk_hash NOT IN (SELECT hash FROM memory_units)"
+)
+_FLOAT = "FROM embedding_cache WHERE length(vector) = 4 * dimensions AND dimensions % 4 = 0"
+
+
+def cache_slack(conn: Any, now: float | None = None) -> CacheSlack:
+    """How many cached vectors no passage names, how many are still float32, and their bytes.
+    (≈ 1-2 s at 100k chunks: one pass over the passages' hashes.)"""
+    cutoff = (now if now is not None else time.time()) - ORPHAN_GRACE_S
+    orphans, orphan_bytes = conn.execute(
+        f"SELECT count(*), coalesce(sum(length(vector) + length(chunk_hash) + 40), 0) {_ORPHANS}",
+        (cutoff,),
+    ).fetchone()
+    floats, saving = conn.execute(
+        f"SELECT count(*), coalesce(sum(3 * dimensions - 6), 0) {_FLOAT} "
+        "AND chunk_hash IN (SELECT hash FROM memory_units)"
+    ).fetchone()
+    return CacheSlack(int(orphans), int(orphan_bytes), int(floats), int(saving))
+
+
+def prune_orphans(conn: Any, now: float | None = None) -> int:
+    """Delete cached vectors no passage names (older than the grace period), inside the
+    caller's transaction; returns how many. A text indexed again later is embedded again."""
+    cutoff = (now if now is not None else time.time()) - ORPHAN_GRACE_S
+    return int(conn.execute(f"DELETE {_ORPHANS}", (cutoff,)).rowcount)
+
+
+def requantise(db: Database) -> int:
+    """Rewrite float32 cached vectors (an older version's) as 8-bit codes, a batch per
+    transaction; returns how many."""
+    done = 0
+    while True:
+        with db.transaction() as conn:
+            rows = conn.execute(
+                f"SELECT rowid, dimensions, vector {_FLOAT} LIMIT ?", (REQUANTISE_BATCH,)
+            ).fetchall()
+            conn.executemany(
+                "UPDATE embedding_cache SET vector = ? WHERE rowid = ?",
+                [(_stored(bytes(v), int(d)), r) for r, d, v in rows],
+            )
+        done += len(rows)
+        if len(rows) < REQUANTISE_BATCH:
+            return done
