@@ -32,6 +32,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from bench import speed_cold
 from bench.synthetic import TextSource, conversation_log, daily_note
 from bench.workspace import write_workspace
 from memory.index.chunking import chunk_markdown, split_units
@@ -274,6 +275,8 @@ SCENARIOS = {
     "edit": edit_to_searchable,
     "build": build_scale,
     "latency": search_latency,
+    "size": speed_cold.size,
+    "cold": speed_cold.cold,
 }
 
 
@@ -356,7 +359,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        help="comma-separated subset of: throughput, edit, latency, cli (default: all)",
+        help="comma-separated subset of: throughput, edit, latency, size, cold, cli (default: "
+        "all; size: the database beside its Markdown; cold: first queries after the database "
+        "left the page cache, without and with the warm-up)",
     )
     p.add_argument("--worker", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
     p.add_argument("--spec", help=argparse.SUPPRESS)
@@ -366,6 +371,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def run_all(args: argparse.Namespace, console: Console) -> Result:
     only = set(args.only.split(",")) if args.only else {"throughput", "edit", "latency", "cli"}
+    only |= {"size", "cold"} if not args.only else set()
     results: Result = {}
     if "throughput" in only:
         results["throughput"] = {}
@@ -381,7 +387,7 @@ def run_all(args: argparse.Namespace, console: Console) -> Result:
         spec = {"provider": provider, "trials": 3 if args.quick else 5, "timeout_s": 30}
         results["edit"] = in_subprocess("edit", spec)
         console.print(f"  {_summary(results['edit'])}")
-    if "latency" in only:
+    if only & {"latency", "size", "cold"}:
         if args.scales:
             scales = [int(s) for s in args.scales.split(",")]
         else:
@@ -402,15 +408,19 @@ def run_all(args: argparse.Namespace, console: Console) -> Result:
                 }
                 build = in_subprocess("build", spec)
                 console.print(f"  {_summary(build)}")
-                search: Result = {"error": "not built"}
-                if "error" not in build:
+                search: Result = {"error": "not built" if "error" in build else "not asked"}
+                if "error" not in build and "latency" in only:
                     console.print("  searching …")
                     search = in_subprocess("latency", spec)
                     console.print(f"  {_summary(search)}")
-                results["latency"].setdefault(str(chunks), {})[backend] = {
-                    "build": build,
-                    "search": search,
-                }
+                entry = {"build": build, "search": search}
+                for kind in ("size", "cold") if "error" not in build else ():
+                    if kind in only:
+                        runs = [None, 2.0] if kind == "cold" else [spec.get("warm_s")]
+                        entry[kind] = [in_subprocess(kind, {**spec, "warm_s": w}) for w in runs]
+                        for r in entry[kind]:
+                            console.print(f"  {kind}: {_summary(r)}")
+                results["latency"].setdefault(str(chunks), {})[backend] = entry
     if "cli" in only:
         console.print("pinch --help …")
         results["cli_help"] = cli_help_ms()
