@@ -7,8 +7,8 @@ Most tests drive the click command in-process with CliRunner; a few run the inst
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -184,7 +184,8 @@ def test_memory_status_shows_the_database_beside_the_notes_and_what_compaction_g
     status = json.loads(pinch("memory", "status", "--json").stdout)
 
     assert result.exit_code == 0, result.output
-    assert re.search(r"database size   \d[\d,]* [kM]B for \d[\d,]* [kM]B of notes \(\d", result.output)
+    line = r"database size   \d[\d,]* [kM]B for \d[\d,]* [kM]B of notes \(\d"
+    assert re.search(line, result.output)
     assert "compaction      nothing to give back" in result.output  # just built: compact
     assert status["notes_bytes"] == sum(
         p.stat().st_size for p in workspace.rglob("*.md") if p.name in ("MEMORY.md", "USER.md")

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from memory.index.index import MemoryIndex
 from memory.store.compact import compact, reclaimable

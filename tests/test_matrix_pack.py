@@ -17,8 +17,8 @@ from memory.search.sqlite_vec import SqliteVecStore
 from memory.search.vectors import NumpyStore, VectorStore
 from memory.store import vector_pack, vector_readers, vector_tables
 from memory.store.db import Database, open_database
-from memory.store.vector_pack import SqliteMatrixPack
 from memory.store.vector_codec import decode
+from memory.store.vector_pack import SqliteMatrixPack
 from memory.store.vector_tables import pack_table
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
 from tests.test_vectors import (

@@ -11,9 +11,9 @@ import pytest
 
 from memory.embeddings.providers import create_provider
 from memory.index.index import MemoryIndex
-from memory.store.search_queries import search_queries
 from memory.index.transcript_indexer import index_transcript
 from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.search_queries import search_queries
 from memory.store.sessions import SessionKey, SqliteSessionStore
 from memory.store.transcripts import transcript_path
 from tests.conftest import IndexFactory, WorkspaceFactory

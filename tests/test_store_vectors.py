@@ -18,9 +18,9 @@ from memory.store.db import open_database
 from memory.store.index_generations import GenerationRepository, SqliteGenerations
 from memory.store.postgres.index_rows import PgGenerations
 from memory.store.postgres.vectors import PgKnnIndex, PgMatrixPack, PgVectorTables
+from memory.store.vector_codec import decode
 from memory.store.vector_knn import KnnIndex, SqliteVecIndex
 from memory.store.vector_pack import MatrixPack, SqliteMatrixPack
-from memory.store.vector_codec import decode
 from memory.store.vector_tables import SqliteVectorTables, VectorTables, from_blob, to_blob
 from tests.conftest import sqlite_vec_loads
 from tests.pg_support import PgTestServer

@@ -21,10 +21,10 @@ from memory.search.centroid_matrix import CentroidMatrix
 from memory.search.matrix_pack import read_pack
 from memory.store import vector_readers
 from memory.store.db import Database
+from memory.store.vector_codec import decode_many
 from memory.store.vector_pack import PackInfo
 from memory.store.vector_readers import SharedReader
 from memory.store.vector_storage import VectorStorage, sqlite_vector_storage
-from memory.store.vector_codec import decode_many
 
 log = logging.getLogger(__name__)
 

@@ -92,7 +92,7 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except Exception as exc:
             cause = exc.__cause__ if isinstance(exc, DatabaseError) else exc
-            if is_busy(exc) or (cause is not None and is_busy(cause)):
+            if is_busy(exc) or (isinstance(cause, Exception) and is_busy(cause)):
                 raise DatabaseError(
                     f"Could not compact {db.path} now: another process is writing to it (a "
                     "Pinch gateway or chat?). Nothing changed; run `pinch memory compact` "
