@@ -35,10 +35,11 @@ class EmbeddingCacheRepository(Protocol):
     """Cached vectors by (provider, model, text hash).
 
     Promises: (provider, model, hash) is unique — `put` replaces an existing vector; a lookup
-    returns only vectors of the same provider, model and dimensions, as float32 blobs (SQLite
-    keeps a float32 vector of the key's width as 8-bit codes: it comes back within half a step
-    of each component, memory/store/vector_codec.py; other blobs come back as they went in);
-    `put` writes inside the caller's transaction, so a batch is cached with whatever else that transaction commits.
+    returns only vectors of the same provider, model and dimensions, as float32 blobs (SQLite keeps
+    a float32 vector of the key's width as 8-bit codes: it comes back within half a step of each
+    component, memory/store/vector_codec.py; other blobs come back as they went in); `put` writes
+    inside the caller's transaction, so a batch is cached with whatever else that transaction
+    commits.
     """
 
     def count(self) -> int: ...

@@ -2,10 +2,11 @@
 
 Per generation `N`: `memory_matrix_g<N>` holds one row a chunk (chunk id, scope, vector as 8-bit
 codes and a scale, memory/store/vector_codec.py; the source of truth for vector search), and
-`memory_matrix_log_g<N>` names every chunk whose vector was written or deleted, in order (`seq`), so a process holding the vectors in memory
-re-reads only what changed. Both vector backends write these tables, so an index built with one
-can be searched with the other. The packed copy (memory/store/vector_pack.py) and sqlite-vec's
-vec0 table (memory/store/vector_knn.py) are derived from them.
+`memory_matrix_log_g<N>` names every chunk whose vector was written or deleted, in order (`seq`), so
+a process holding the vectors in memory re-reads only what changed. Both vector backends write these
+tables, so an index built with one can be searched with the other. The packed copy
+(memory/store/vector_pack.py) and sqlite-vec's vec0 table (memory/store/vector_knn.py) are derived
+from them.
 """
 
 from __future__ import annotations
