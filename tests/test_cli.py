@@ -188,8 +188,9 @@ def test_memory_status_shows_the_database_beside_the_notes_and_what_compaction_g
     assert re.search(line, result.output)
     assert "compaction      nothing to give back" in result.output  # just built: compact
     assert status["notes_bytes"] == sum(
-        p.stat().st_size for p in workspace.rglob("*.md") if p.name in ("MEMORY.md", "USER.md")
-        or p.parent.name == "memory"
+        p.stat().st_size
+        for p in workspace.rglob("*.md")
+        if p.name in ("MEMORY.md", "USER.md") or p.parent.name == "memory"
     )
     assert status["file_bytes"] > status["notes_bytes"] > 0
     assert status["reclaimable_bytes"] == 0

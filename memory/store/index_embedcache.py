@@ -79,8 +79,10 @@ class SqliteEmbeddingCache:
         now = time.time()
         conn.executemany(
             "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?)",
-            [(key.provider, key.model, h, key.dimensions, _stored(v, key.dimensions), now)
-             for h, v in vectors],
+            [
+                (key.provider, key.model, h, key.dimensions, _stored(v, key.dimensions), now)
+                for h, v in vectors
+            ],
         )
 
 

@@ -177,9 +177,7 @@ class SqliteSearchQueries:
         for r in rows:
             if r[5] is None:
                 wanted.setdefault(int(r[3]), []).append(r[4])
-        cached = {
-            gen: cached_vectors(self.db, gen, hashes) for gen, hashes in wanted.items()
-        }
+        cached = {gen: cached_vectors(self.db, gen, hashes) for gen, hashes in wanted.items()}
         kept: list[tuple[tuple[int, int, int], bytes]] = []
         for cid, start, end, gen, h, blob in rows:
             vector = blob if blob is not None else cached[int(gen)].get(h)
