@@ -77,8 +77,13 @@ class SqliteEmbeddingCache:
 
     def put(self, conn: Any, key: ModelKey, vectors: Sequence[tuple[str, bytes]]) -> None:
         now = time.time()
+        # An upsert, not INSERT OR REPLACE: a replaced row keeps its rowid, which passages
+        # name (`memory_units.cache_row`).
         conn.executemany(
-            "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(provider, model, chunk_hash) DO UPDATE SET "
+            "dimensions = excluded.dimensions, vector = excluded.vector, "
+            "created_at = excluded.created_at",
             [
                 (key.provider, key.model, h, key.dimensions, _stored(v, key.dimensions), now)
                 for h, v in vectors
@@ -94,16 +99,58 @@ def _stored(blob: bytes, dimensions: int) -> bytes:
     return encode(decode(blob))
 
 
-def cached_vectors(db: Database, generation: int, hashes: Sequence[str]) -> dict[str, bytes]:
-    """The stored vectors (either form, see vector_codec.decode) of `hashes` by the model the
-    generation was built with; those not cached are left out. `db` may be a read connection."""
-    row = db.execute("SELECT identity FROM memory_generations WHERE id = ?", (generation,))
-    if not row:
-        return {}
-    identity = json.loads(row[0][0])
-    key = (identity.get("provider"), identity.get("model"), identity.get("dimensions"))
-    found: dict[str, bytes] = {}
+def _generation_key(conn: Any, generation: int) -> tuple[Any, Any, Any] | None:
+    row = conn.execute(
+        "SELECT identity FROM memory_generations WHERE id = ?", (generation,)
+    ).fetchone()
+    if row is None:
+        return None
+    identity = json.loads(row[0])
+    return identity.get("provider"), identity.get("model"), identity.get("dimensions")
+
+
+def cache_rows(conn: Any, generation: int, hashes: Sequence[str]) -> dict[str, int]:
+    """The cache rowids of `hashes` by the generation's model (inside the caller's
+    transaction: passages name them)."""
+    key = _generation_key(conn, generation)
+    found: dict[str, int] = {}
     unique = list(dict.fromkeys(hashes))
+    for i in range(0, len(unique) if key else 0, LOOKUP_BATCH):
+        part = unique[i : i + LOOKUP_BATCH]
+        marks = ",".join("?" for _ in part)
+        for h, rowid in conn.execute(
+            f"SELECT chunk_hash, rowid FROM embedding_cache WHERE provider = ? AND model = ? "
+            f"AND dimensions = ? AND chunk_hash IN ({marks})",
+            (*key, *part),  # type: ignore[misc]
+        ):
+            found[h] = int(rowid)
+    return found
+
+
+def cached_vectors(
+    db: Database, generation: int, hashes: Sequence[str], rows: Sequence[int | None] = ()
+) -> dict[str, bytes]:
+    """The stored vectors (either form, see vector_codec.decode) of `hashes` by the model the
+    generation was built with; those not cached are left out. `rows`: the cache rowids the
+    passages name (None: unknown), read first — one lookup by rowid each, checked against the
+    hash — and the rest by hash. `db` may be a read connection."""
+    with db.lock:
+        key = _generation_key(db.conn, generation)
+    if key is None:
+        return {}
+    found: dict[str, bytes] = {}
+    known = list(dict.fromkeys(r for r in rows if r is not None))
+    for i in range(0, len(known), LOOKUP_BATCH):
+        part = known[i : i + LOOKUP_BATCH]
+        marks = ",".join("?" for _ in part)
+        # (checked by hash: the row a passage named is its text's, of the model it was
+        # indexed with, unless a VACUUM renumbered the rows — then the hash finds it below)
+        found.update(
+            db.execute(
+                f"SELECT chunk_hash, vector FROM embedding_cache WHERE rowid IN ({marks})", part
+            )
+        )
+    unique = [h for h in set(hashes) if h not in found]
     for i in range(0, len(unique), LOOKUP_BATCH):
         part = unique[i : i + LOOKUP_BATCH]
         marks = ",".join("?" for _ in part)

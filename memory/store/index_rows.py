@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memory.store.db import Database
+from memory.store.index_embedcache import cache_rows
 
 
 @dataclass(frozen=True)
@@ -206,11 +207,16 @@ class SqliteIndexRows:
     ) -> None:
         # Each vector is stored once: in the embedding cache, where every embedded passage's
         # vector already is (memory/index/embedcache.py); search reads it from there by hash
-        # (search_queries.passage_vectors). The row keeps `vector` NULL.
+        # (search_queries.passage_vectors), by its rowid (`cache_row`). The row keeps `vector`
+        # NULL.
+        refs = cache_rows(conn, generation, [p.hash for p in passages])
         conn.executemany(
-            "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [(chunk_id, generation, p.start_line, p.end_line, p.hash) for p in passages],
+            "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash, "
+            "cache_row) VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (chunk_id, generation, p.start_line, p.end_line, p.hash, refs.get(p.hash))
+                for p in passages
+            ],
         )
 
     def set_centroid(self, conn: Any, chunk_id: int, vector: bytes) -> None:

@@ -161,25 +161,28 @@ class SqliteSearchQueries:
 
     def passage_vectors(self, chunk_ids: list[int]) -> PassageVectors | None:
         # A passage's vector is stored once, in the embedding cache of its generation's model
-        # (`vector` NULL); indexes from before that kept a copy in the row, read as it is.
+        # (`vector` NULL; `cache_row` names the cache row); indexes from before that kept a copy
+        # in the row, read as it is.
         rows: list[Any] = []
         for i in range(0, len(chunk_ids), BATCH):
             part = chunk_ids[i : i + BATCH]
             marks = ",".join("?" for _ in part)
             rows += self.db.execute(
-                "SELECT chunk_id, start_line, end_line, generation, hash, vector FROM memory_units "
-                f"WHERE chunk_id IN ({marks})",
+                "SELECT chunk_id, start_line, end_line, generation, hash, vector, cache_row "
+                f"FROM memory_units WHERE chunk_id IN ({marks})",
                 part,
             )
         if not rows:
             return None
-        wanted: dict[int, list[str]] = {}
+        wanted: dict[int, tuple[list[str], list[int | None]]] = {}
         for r in rows:
             if r[5] is None:
-                wanted.setdefault(int(r[3]), []).append(r[4])
-        cached = {gen: cached_vectors(self.db, gen, hashes) for gen, hashes in wanted.items()}
+                hashes, refs = wanted.setdefault(int(r[3]), ([], []))
+                hashes.append(r[4])
+                refs.append(r[6])
+        cached = {gen: cached_vectors(self.db, gen, h, refs) for gen, (h, refs) in wanted.items()}
         kept: list[tuple[tuple[int, int, int], bytes]] = []
-        for cid, start, end, gen, h, blob in rows:
+        for cid, start, end, gen, h, blob, _ in rows:
             vector = blob if blob is not None else cached[int(gen)].get(h)
             if vector is not None:
                 kept.append(((cid, start, end), vector))
