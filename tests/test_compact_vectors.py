@@ -153,3 +153,26 @@ def test_compaction_drops_only_cached_vectors_no_passage_names_once_they_are_old
     hits = idx.search("what is Anna's bike")
     assert hits and hits[0].path == "USER.md"
     assert idx.sync().chunks_embedded == 0  # nothing the index names was dropped
+
+
+def test_a_passage_names_its_cache_row_and_a_wrong_name_falls_back_to_the_hash(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    idx = make_index(make_workspace(FILES), use_config())
+    idx.sync()
+    named = rows(
+        idx,
+        "SELECT count(*) FROM memory_units u JOIN embedding_cache c "
+        "ON c.rowid = u.cache_row AND c.chunk_hash = u.hash",
+    )[0][0]
+    assert named == rows(idx, "SELECT count(*) FROM memory_units")[0][0]
+    ids = [r[0] for r in rows(idx, "SELECT id FROM memory_chunks ORDER BY id")]
+    before = search_queries(idx.db).passage_vectors(ids)
+    # as if a VACUUM had renumbered the cache: every name now points at another row
+    with idx.db.transaction() as conn:
+        conn.execute("UPDATE memory_units SET cache_row = cache_row + 1")
+
+    after = search_queries(idx.db).passage_vectors(ids)
+
+    assert before is not None and after is not None and after.spans == before.spans
+    assert np.array_equal(after.matrix, before.matrix)
