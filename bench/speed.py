@@ -473,6 +473,8 @@ def print_tables(results: Result, console: Console) -> None:
         for by_backend in results["latency"].values():
             for backend, r in by_backend.items():
                 b, s = r["build"], r["search"]
+                if s.get("error") == "not asked":
+                    continue  # --only size / cold: their summaries were printed as they ran
                 if "error" in b or "error" in s:
                     t.add_row("", backend, b.get("error") or s.get("error"))
                     continue
