@@ -152,12 +152,12 @@ def cached_vectors(
         )
     unique = [h for h in set(hashes) if h not in found]
     for i in range(0, len(unique), LOOKUP_BATCH):
-        part = unique[i : i + LOOKUP_BATCH]
-        marks = ",".join("?" for _ in part)
+        names = unique[i : i + LOOKUP_BATCH]
+        marks = ",".join("?" for _ in names)
         for h, blob in db.execute(
             f"SELECT chunk_hash, vector FROM embedding_cache WHERE provider = ? AND model = ? "
             f"AND dimensions = ? AND chunk_hash IN ({marks})",
-            (*key, *part),
+            (*key, *names),
         ):
             found[h] = blob
     return found
