@@ -34,6 +34,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from bench import speed_cold
 from bench.synthetic import TextSource, conversation_log, daily_note
 from bench.workspace import write_workspace
 from memory.index.chunking import chunk_markdown, split_units
@@ -332,6 +333,8 @@ SCENARIOS = {
     "edit": edit_to_searchable,
     "build": build_scale,
     "latency": search_latency,
+    "size": speed_cold.size,
+    "cold": speed_cold.cold,
 }
 
 
@@ -414,7 +417,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--only",
-        help="comma-separated subset of: throughput, during, edit, latency, cli (default: all)",
+        help="comma-separated subset of: throughput, during, edit, latency, size, cold, cli "
+        "(default: all; size: the database beside its Markdown; cold: first queries after the "
+        "database left the page cache, without and with the warm-up)",
     )
     p.add_argument("--worker", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
     p.add_argument("--spec", help=argparse.SUPPRESS)
@@ -423,7 +428,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run_all(args: argparse.Namespace, console: Console) -> Result:
-    everything = {"throughput", "during", "edit", "latency", "cli"}
+    everything = {"throughput", "during", "edit", "latency", "size", "cold", "cli"}
     only = set(args.only.split(",")) if args.only else everything
     results: Result = {}
     if "throughput" in only:
@@ -446,7 +451,7 @@ def run_all(args: argparse.Namespace, console: Console) -> Result:
         spec = {"provider": provider, "trials": 3 if args.quick else 5, "timeout_s": 30}
         results["edit"] = in_subprocess("edit", spec)
         console.print(f"  {_summary(results['edit'])}")
-    if "latency" in only:
+    if only & {"latency", "size", "cold"}:
         if args.scales:
             scales = [int(s) for s in args.scales.split(",")]
         else:
@@ -467,15 +472,19 @@ def run_all(args: argparse.Namespace, console: Console) -> Result:
                 }
                 build = in_subprocess("build", spec)
                 console.print(f"  {_summary(build)}")
-                search: Result = {"error": "not built"}
-                if "error" not in build:
+                search: Result = {"error": "not built" if "error" in build else "not asked"}
+                if "error" not in build and "latency" in only:
                     console.print("  searching …")
                     search = in_subprocess("latency", spec)
                     console.print(f"  {_summary(search)}")
-                results["latency"].setdefault(str(chunks), {})[backend] = {
-                    "build": build,
-                    "search": search,
-                }
+                entry = {"build": build, "search": search}
+                for kind in ("size", "cold") if "error" not in build else ():
+                    if kind in only:
+                        runs = [None, 2.0] if kind == "cold" else [spec.get("warm_s")]
+                        entry[kind] = [in_subprocess(kind, {**spec, "warm_s": w}) for w in runs]
+                        for r in entry[kind]:
+                            console.print(f"  {kind}: {_summary(r)}")
+                results["latency"].setdefault(str(chunks), {})[backend] = entry
     if "cli" in only:
         console.print("pinch --help …")
         results["cli_help"] = cli_help_ms()
@@ -550,6 +559,8 @@ def print_tables(results: Result, console: Console) -> None:
         for by_backend in results["latency"].values():
             for backend, r in by_backend.items():
                 b, s = r["build"], r["search"]
+                if s.get("error") == "not asked":
+                    continue  # --only size / cold: their summaries were printed as they ran
                 if "error" in b or "error" in s:
                     t.add_row("", backend, b.get("error") or s.get("error"))
                     continue

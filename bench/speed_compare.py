@@ -1,6 +1,8 @@
 """Compare two trees' search speed on the same database, alternating, on a busy machine.
 
     python bench/speed_compare.py latency --old /tmp/old-tree --out bench/out/speed --rounds 4
+    python bench/speed_compare.py latency --worker cold --old /tmp/old-tree \
+        --old-out /tmp/old-out --out bench/out/speed --chunks 10000
     python bench/speed_compare.py write --old /tmp/old-tree \
         --db bench/out/speed/scale-100000/index-sqlite-vec.sqlite
 
@@ -30,7 +32,16 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parents[1]
-FIELDS = ["p50_ms", "p95_ms", "steady_p50_ms", "steady_p95_ms", "first_query_ms", "peak_mb"]
+FIELDS = [
+    "p50_ms",
+    "p95_ms",
+    "steady_p50_ms",
+    "steady_p95_ms",
+    "first_query_ms",
+    "second_query_ms",
+    "max_ms",
+    "peak_mb",
+]
 
 
 def evict(db_path: Path) -> None:
@@ -46,9 +57,20 @@ def evict(db_path: Path) -> None:
 
 
 def latency(
-    old: Path, out: Path, rounds: int, chunks: int, queries: int, cold: bool = False
+    old: Path,
+    out: Path,
+    rounds: int,
+    chunks: int,
+    queries: int,
+    cold: bool = False,
+    old_out: Path | None = None,
+    worker: str = "latency",
+    warm_s: float | None = None,
 ) -> None:
+    """`old_out`: where the old tree's databases are, when they differ (a format change).
+    `worker` "cold" runs bench/speed_cold.py's scenario (the eviction is its own)."""
     trees = {"old": old, "new": HERE}
+    outs = {"old": old_out or out, "new": out}
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in range(rounds):
         for backend in ("sqlite-vec", "numpy"):
@@ -56,18 +78,19 @@ def latency(
                 spec = {
                     "chunks": chunks,
                     "backend": backend,
-                    "out": str(out),
+                    "out": str(outs[name]),
                     "fresh": False,
                     "queries": queries,
                     "preset": "pinch",
                     "budget_s": 300,
+                    "warm_s": warm_s,
                 }
                 if cold:
-                    evict(out / f"scale-{chunks}" / f"index-{backend}.sqlite")
+                    evict(outs[name] / f"scale-{chunks}" / f"index-{backend}.sqlite")
                 with tempfile.TemporaryDirectory() as tmp:
                     result = Path(tmp) / "result.json"
                     script = trees[name] / "bench" / "speed.py"
-                    cmd = [sys.executable, str(script), "--worker", "latency"]
+                    cmd = [sys.executable, str(script), "--worker", worker]
                     cmd += ["--spec", json.dumps(spec), "--result", str(result)]
                     if subprocess.run(cmd, check=False).returncode != 0:
                         print(f"round {r} {name} {backend}: failed", flush=True)
@@ -77,7 +100,11 @@ def latency(
                 runs.setdefault((name, backend), []).append(data)
     print("medians:")
     for (name, backend), ds in sorted(runs.items()):
-        medians = {k: round(statistics.median(d[k] for d in ds if k in d), 1) for k in FIELDS}
+        medians = {
+            k: round(statistics.median(d[k] for d in ds if d.get(k) is not None), 1)
+            for k in FIELDS
+            if any(d.get(k) is not None for d in ds)
+        }
         print(f"  {name} {backend}: {medians}")
 
 
@@ -190,6 +217,15 @@ def main() -> None:
     p.add_argument(
         "--cold", action="store_true", help="latency: evict the database from the page cache first"
     )
+    p.add_argument("--old-out", type=Path, help="the old tree's scale databases (default --out)")
+    p.add_argument(
+        "--worker",
+        default="latency",
+        choices=["latency", "cold"],
+        help="latency: warm and steady figures; cold: first queries after an eviction "
+        "(bench/speed_cold.py)",
+    )
+    p.add_argument("--warm-s", type=float, help="cold: warm() and wait this long first")
     args = p.parse_args()
     if args.what == "write-worker":
         sys.path.insert(0, str(args.tree))
@@ -200,7 +236,17 @@ def main() -> None:
     elif args.old is None:
         p.error("--old is required")
     elif args.what == "latency":
-        latency(args.old, args.out, args.rounds, args.chunks, args.queries, args.cold)
+        latency(
+            args.old,
+            args.out,
+            args.rounds,
+            args.chunks,
+            args.queries,
+            args.cold,
+            args.old_out,
+            args.worker,
+            args.warm_s,
+        )
     else:
         if args.db is None:
             p.error("--db is required")

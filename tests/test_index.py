@@ -65,7 +65,7 @@ def vec_rows(idx: MemoryIndex, dimensions: int) -> int:
         "SELECT name, sql FROM sqlite_master WHERE name GLOB 'memory_vec_g[0-9]*' "
         "AND sql LIKE '%USING vec0%'"
     ):
-        if f"float[{dimensions}]" in sql:
+        if f"float[{dimensions}]" in sql or f"int8[{dimensions}]" in sql:
             total += count(idx, f"SELECT count(*) FROM {table}")
     return total
 

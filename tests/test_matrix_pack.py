@@ -17,6 +17,7 @@ from memory.search.sqlite_vec import SqliteVecStore
 from memory.search.vectors import NumpyStore, VectorStore
 from memory.store import vector_pack, vector_readers, vector_tables
 from memory.store.db import Database, open_database
+from memory.store.vector_codec import decode
 from memory.store.vector_pack import SqliteMatrixPack
 from memory.store.vector_tables import pack_table
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
@@ -60,7 +61,8 @@ def fresh_row_read(db: Database, generation: int = 1) -> dict[int, tuple[str, by
     rows = db.execute(
         f"SELECT chunk_id, scope, vector FROM {vector_tables.matrix_table(generation)}"
     )
-    return {int(cid): (scope, bytes(blob)) for cid, scope, blob in rows}
+    # the stored rows decoded (8-bit codes → float32), as the matrix holds them
+    return {int(cid): (scope, decode(bytes(blob)).tobytes()) for cid, scope, blob in rows}
 
 
 def delete_chunks(db: Database, store: VectorStore, ids: list[int]) -> None:

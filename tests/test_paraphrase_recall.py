@@ -13,6 +13,7 @@ from memory.embeddings.providers import create_provider
 from memory.index.index import MemoryIndex
 from memory.index.transcript_indexer import index_transcript
 from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.search_queries import search_queries
 from memory.store.sessions import SessionKey, SqliteSessionStore
 from memory.store.transcripts import transcript_path
 from tests.conftest import IndexFactory, WorkspaceFactory
@@ -79,12 +80,13 @@ def test_a_conversation_chunk_has_one_passage_vector_per_turn(index: MemoryIndex
         "SELECT id FROM memory_chunks WHERE path = ? AND text LIKE ?", (path, f"%{FACT}%")
     )
     units = index.db.execute(
-        "SELECT start_line, end_line, vector FROM memory_units WHERE chunk_id = ?",
-        (chunks[0][0],),
+        "SELECT start_line, end_line FROM memory_units WHERE chunk_id = ?", (chunks[0][0],)
     )
     # Short turns are grouped (a question with its answer), never the whole chunk in one.
     assert len(units) >= 4
-    assert all(vector is not None for _, _, vector in units)
+    # Each has its vector (stored once, in the embedding cache).
+    found = search_queries(index.db).passage_vectors([chunks[0][0]])
+    assert found is not None and len(found.spans) == len(units)
 
 
 def test_a_paraphrase_finds_the_one_fact_line_in_a_long_conversation_chunk(

@@ -27,6 +27,9 @@ from tests.conftest import (
 )
 
 DIMS = 32
+# A vector's own cosine once stored as 8-bit codes (memory/store/vector_codec.py): within
+# this of the float32 cosine at these few dimensions (≈ 1e-3 at 384).
+STEP = 5e-3
 
 
 def unit_rows(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -142,7 +145,7 @@ def test_a_search_after_a_write_reads_only_the_changed_rows(
     sql = reader_statements(store, lambda: found.append(store.search(target[0], 500, 1, [""])))
 
     assert not [s for s in sql if "ORDER BY chunk_id" in s or "MATCH" in s]  # no full read
-    assert found[0][0] == (new_id, pytest.approx(1.0, abs=1e-5))
+    assert found[0][0] == (new_id, pytest.approx(1.0, abs=STEP))
     assert {i for i, _ in found[0]} == {*ids[50:], new_id}
 
 
@@ -176,7 +179,7 @@ def test_a_reused_chunk_id_is_found_by_its_new_vector(numpy_db: Database) -> Non
     (again,) = insert_chunks(numpy_db, store, target, ["chat-a"])
 
     assert again == ids[-1]
-    assert store.search(target[0], 1, 1, ["chat-a"]) == [(again, pytest.approx(1.0, abs=1e-5))]
+    assert store.search(target[0], 1, 1, ["chat-a"]) == [(again, pytest.approx(1.0, abs=STEP))]
     assert again not in {i for i, _ in store.search(target[0], 20, 1, [""])}
 
 
@@ -207,7 +210,7 @@ def test_numpy_sees_chunks_added_after_its_first_search(numpy_db: Database) -> N
 
     (best, score) = store.search(target[0], 1, 1, [""])[0]
 
-    assert best == new_id and score == pytest.approx(1.0, abs=1e-5)
+    assert best == new_id and score == pytest.approx(1.0, abs=STEP)
 
 
 def test_numpy_without_its_matrix_table_reads_the_centroids(numpy_db: Database) -> None:
@@ -221,7 +224,10 @@ def test_numpy_without_its_matrix_table_reads_the_centroids(numpy_db: Database) 
         conn.execute(f"DROP TABLE {matrix_table(1)}")
         bump_version(conn)
 
-    assert NumpyStore(numpy_db).search(query, 10, 1, [""]) == before
+    # (the centroid column is float32, the matrix table 8-bit codes: the same chunks, scores
+    # within a step)
+    again = dict(NumpyStore(numpy_db).search(query, 50, 1, [""]))
+    assert all(again[i] == pytest.approx(s, abs=STEP) for i, s in before)
 
 
 def test_equal_scores_come_back_lowest_chunk_id_first(numpy_db: Database) -> None:
@@ -435,7 +441,7 @@ def test_sqlite_vec_never_answers_from_a_vec0_table_a_numpy_process_left_behind(
     sql = reader_statements(fresh, lambda: found.append(fresh.search(target[0], 5, 1, [""])))
 
     assert not [s for s in sql if "MATCH" in s]
-    assert found[0][0] == (new_id, pytest.approx(1.0, abs=1e-5))
+    assert found[0][0] == (new_id, pytest.approx(1.0, abs=STEP))
 
 
 def test_sqlite_vec_catches_its_vec0_table_up_with_numpy_deletes_and_reused_ids(
@@ -456,7 +462,7 @@ def test_sqlite_vec_catches_its_vec0_table_up_with_numpy_deletes_and_reused_ids(
     vec.catch_up(1)
     query = unit_rows(rng, 1)[0]
 
-    assert vec.search_vec0(target[0], 1, 1, [""]) == [(again, pytest.approx(1.0, abs=1e-5))]
+    assert vec.search_vec0(target[0], 1, 1, [""]) == [(again, pytest.approx(1.0, abs=STEP))]
     assert [i for i, _ in vec.search_vec0(query, 30, 1, [""])] == exact(NumpyStore(numpy_db), query)
     assert not set(ids[-4:]) & {i for i, _ in vec.search_vec0(query, 200, 1, [""])}
     # in step again: the next one-off search is answered by vec0 while the matrix loads

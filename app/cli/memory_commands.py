@@ -39,7 +39,7 @@ def memory_status(deep: bool, as_json: bool) -> None:
     idx = open_index(settings)
     try:
         idx.db.check_integrity()  # a damaged page is reported as such, not as odd numbers
-        st = idx.status(deep=deep)
+        st = idx.status(deep=deep, space=True)
         dreams = _dreaming_status(settings, last_dream(idx.db))
         projects = {name: 0 for name in settings.projects} | idx.project_counts()
     finally:
@@ -57,6 +57,14 @@ def memory_status(deep: bool, as_json: bool) -> None:
     click.echo(f"vector search   {st.vector_backend}")
     click.echo(f"indexed         {st.files} files, {st.chunks} chunks (generation {st.generation})")
     click.echo(f"embedding cache {st.cache_entries} vectors")
+    ratio = f" ({st.file_bytes / st.notes_bytes:.1f}×)" if st.notes_bytes else ""
+    click.echo(f"database size   {_mb(st.file_bytes)} for {_mb(st.notes_bytes)} of notes{ratio}")
+    gives = st.reclaimable_bytes or 0
+    click.echo(
+        f"compaction      would give back {_mb(gives)}: `pinch memory compact`"
+        if gives >= 1_000_000
+        else "compaction      nothing to give back"
+    )
     listed = ", ".join(
         f"{n} ({c} {'entry' if c == 1 else 'entries'})" for n, c in sorted(projects.items())
     )
@@ -160,15 +168,17 @@ def _mb(n: int) -> str:
 
 def _compact(idx: MemoryIndex, *, after_rebuild: bool) -> None:
     from memory.errors import DatabaseError
-    from memory.store.compact import compact, space_usage
+    from memory.store.compact import compact, reclaimable, space_usage
 
     before = space_usage(idx.db)
-    if not before.free_bytes:
+    gives = reclaimable(idx.db)
+    if not gives:
         click.echo(f"Nothing to compact: {_mb(before.file_bytes)}, no free space inside.")
         return
     click.echo(
         f"Compacting the database ({_mb(before.free_bytes)} of {_mb(before.file_bytes)} free"
-        + (", left by the old index)…" if after_rebuild else ")…"),
+        + (", left by the old index" if after_rebuild else "")
+        + f"; about {_mb(gives)} to give back)…",
         err=True,
     )
     try:

@@ -35,6 +35,8 @@ class IndexStatus:
     rebuilding: str | None = None  # another process building a new generation: who
     file_bytes: int = 0  # the database file
     free_bytes: int = 0  # free pages inside it (a rebuild's old index until compacted)
+    notes_bytes: int = 0  # the indexed files, as indexed
+    reclaimable_bytes: int | None = None  # what `pinch memory compact` would give back (space=)
 
 
 def dirty_files(

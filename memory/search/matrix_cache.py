@@ -21,10 +21,10 @@ from memory.search.centroid_matrix import CentroidMatrix
 from memory.search.matrix_pack import read_pack
 from memory.store import vector_readers
 from memory.store.db import Database
+from memory.store.vector_codec import decode_many
 from memory.store.vector_pack import PackInfo
 from memory.store.vector_readers import SharedReader
 from memory.store.vector_storage import VectorStorage, sqlite_vector_storage
-from memory.store.vector_tables import from_blob
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,10 @@ PACK_MIN_ROWS = 10_000
 # Once this share of the pack's rows changed since it was written, a sync writes it again (a
 # reader applies these changes row by row after loading the pack).
 PACK_REFRESH_SHARE = 0.05
+# A search that meets a background read of the matrix waits this long for it before answering
+# through the fallback instead (an 8-bit pack at 100k chunks is 39 MB: ≈ 0.1 s from the page
+# cache, well under a second from disk).
+LOAD_WAIT_S = 1.5
 
 
 @functools.cache
@@ -81,8 +85,12 @@ class MatrixCache:
         (it cannot answer exactly): then this search waits for the matrix."""
         db = self._reader.get()
         loading = self._loading
-        if fallback is None and loading is not None:
-            loading.join()  # a read already under way (`preload`): wait for it, do not read twice
+        if loading is not None:
+            # A read already under way (`preload`, or an earlier search): wait for it, do not
+            # read twice. With a fallback, wait a bounded time: the fallback (sqlite-vec's vec0)
+            # is a full scan, which from a cold disk took longer than the read it would race
+            # (and slowed it down).
+            loading.join(None if fallback is None else LOAD_WAIT_S)
         with self._lock:
             with db.lock:
                 current = current_matrix(
@@ -108,10 +116,11 @@ class MatrixCache:
     def _start_load(self, generation: int) -> None:
         # the caller holds self._lock
         if self._loading is None:
-            self._loading = threading.Thread(
+            loading = threading.Thread(
                 target=self._load, args=(generation,), name="vector-matrix", daemon=True
             )
-            self._loading.start()
+            loading.start()  # before it is published: a search may join it at once
+            self._loading = loading  # (its end clears this under the lock we hold)
 
     def _load(self, generation: int) -> None:
         try:
@@ -315,10 +324,10 @@ def read_rows(
         if i >= n:
             break
         rows = batch[: n - i]
-        block = from_blob(b"".join(r[2] for r in rows))
+        block = decode_many([r[2] for r in rows])
         if vectors is None:
-            vectors = np.empty((size, len(block) // len(rows)), dtype=np.float32)
-        vectors[i : i + len(rows)] = block.reshape(len(rows), -1)
+            vectors = np.empty((size, block.shape[1]), dtype=np.float32)
+        vectors[i : i + len(rows)] = block
         ids[i : i + len(rows)] = [r[0] for r in rows]
         scope_of[i : i + len(rows)] = [scope_ids.setdefault(r[1], len(scope_ids)) for r in rows]
         i += len(rows)

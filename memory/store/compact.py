@@ -3,8 +3,11 @@
 A rebuild writes the new index beside the old one and then drops the old one, so the file keeps
 the old pages as free space (2.5 of 6.7 GB at 100k chunks) and SQLite puts later tables, such as
 the packed vector matrix, into those scattered holes: reading the vectors from disk then took
-≈ 1 s instead of ≈ 0.3-0.6 s (bench/RESULTS.md, 2026-12-01). `compact` rewrites the file without
-the holes (SQLite's VACUUM: each table's pages together again).
+≈ 1 s instead of ≈ 0.3-0.6 s (bench/RESULTS.md, 2026-12-01). `compact` first drops what the
+embedding cache holds beyond the index's needs (vectors no passage names any more, older than an
+hour) and rewrites an older version's float32 cached vectors as 8-bit codes
+(memory/store/index_embedcache.py), then rewrites the file without the holes (SQLite's VACUUM:
+each table's pages together again). `reclaimable` says how much that would give back.
 
     usage = space_usage(db)          # SpaceUsage(file_bytes=…, free_bytes=…)
     if usage.worth_compacting:
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from memory.errors import DatabaseError
 from memory.store.backends import backend_of
 from memory.store.db import BUSY_TIMEOUT_S, Database, is_busy
+from memory.store.index_embedcache import cache_slack, prune_orphans, requantise
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +55,31 @@ def space_usage(db: Database) -> SpaceUsage:
     return SpaceUsage(int(size) * int(pages), int(size) * int(free))
 
 
+def notes_bytes(db: Database, generation: int) -> int:
+    """Bytes of the files the generation indexed (as they were when indexed)."""
+    (total,) = db.execute(
+        "SELECT coalesce(sum(size), 0) FROM memory_sources WHERE generation = ? AND error IS NULL",
+        (generation,),
+    )[0]
+    return int(total)
+
+
+def reclaimable(db: Database) -> int:
+    """Bytes a compaction would give back, about: the free pages, the cached vectors no
+    passage names, and what 8-bit codes save on the cache's float32 ones (≈ 1-2 s at 100k
+    chunks)."""
+    with db.lock:
+        slack = cache_slack(db.conn)
+    return space_usage(db).free_bytes + slack.bytes
+
+
 def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
     """Rewrite the database without its free pages (VACUUM) and return the usage after it.
 
     Needs a moment without other writers: it waits up to `wait_s` for one, then raises
     DatabaseError with advice. Searches in other processes go on meanwhile (WAL); their writes
-    wait until it is done (seconds at 10k chunks, ≈ 15-30 s at 100k)."""
+    wait until it is done (seconds at 10k chunks, ≈ 15-30 s at 100k; rewriting an older
+    version's float32 cache as 8-bit codes adds ≈ 30 s at 500k cached vectors, once)."""
     if backend_of(db) != "sqlite":
         raise DatabaseError(
             "The PostgreSQL store reclaims free space itself (autovacuum): there is nothing to "
@@ -66,11 +89,19 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
         conn = db.conn
         conn.execute(f"PRAGMA busy_timeout = {int(wait_s * 1000)}")
         try:
+            with db.transaction() as tx:
+                pruned = prune_orphans(tx)
+            rewritten = requantise(db)
+            if pruned or rewritten:
+                log.info(
+                    "Embedding cache: %d unused vectors dropped, %d made 8-bit", pruned, rewritten
+                )
             conn.execute("VACUUM")
             # The rewrite went through the WAL: fold it back so the file is the whole story.
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except Exception as exc:
-            if is_busy(exc):
+            cause = exc.__cause__ if isinstance(exc, DatabaseError) else exc
+            if is_busy(exc) or (isinstance(cause, Exception) and is_busy(cause)):
                 raise DatabaseError(
                     f"Could not compact {db.path} now: another process is writing to it (a "
                     "Pinch gateway or chat?). Nothing changed; run `pinch memory compact` "

@@ -1,15 +1,23 @@
 """The embedding cache, as stored: `embedding_cache` rows, one vector per (provider, model, text
-hash), so a text is embedded once per model. Vectors are packed float32 blobs; when and in what
-batches texts are embedded is decided in memory/index/embedcache.py."""
+hash), so a text is embedded once per model. When and in what batches texts are embedded is
+decided in memory/index/embedcache.py.
+
+It is also where a passage's vector lives: `memory_units` rows name their passage's hash and
+search reads the vector from here (`cached_vectors`), so each vector is stored once. Vectors are
+handed in and out as float32 blobs and stored as 8-bit codes (memory/store/vector_codec.py);
+rows written by older versions (float32) read the same and are rewritten by `requantise`.
+"""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memory.store.db import Database
+from memory.store.vector_codec import decode, encodable, encode, is_quantised
 
 LOOKUP_BATCH = 500  # hashes per lookup query (SQLite's bound-parameter limit is far above)
 
@@ -27,8 +35,11 @@ class EmbeddingCacheRepository(Protocol):
     """Cached vectors by (provider, model, text hash).
 
     Promises: (provider, model, hash) is unique — `put` replaces an existing vector; a lookup
-    returns only vectors of the same provider, model and dimensions; `put` writes inside the
-    caller's transaction, so a batch is cached with whatever else that transaction commits.
+    returns only vectors of the same provider, model and dimensions, as float32 blobs (SQLite keeps
+    a float32 vector of the key's width as 8-bit codes: it comes back within half a step of each
+    component, memory/store/vector_codec.py; other blobs come back as they went in); `put` writes
+    inside the caller's transaction, so a batch is cached with whatever else that transaction
+    commits.
     """
 
     def count(self) -> int: ...
@@ -61,11 +72,161 @@ class SqliteEmbeddingCache:
                 f"AND dimensions = ? AND chunk_hash IN ({marks})",
                 (key.provider, key.model, key.dimensions, *part),
             ):
-                found[h] = blob
+                found[h] = decode(blob).astype("<f4").tobytes() if is_quantised(blob) else blob
         return found
 
     def put(self, conn: Any, key: ModelKey, vectors: Sequence[tuple[str, bytes]]) -> None:
+        now = time.time()
+        # An upsert, not INSERT OR REPLACE: a replaced row keeps its rowid, which passages
+        # name (`memory_units.cache_row`).
         conn.executemany(
-            "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?)",
-            [(key.provider, key.model, h, key.dimensions, v, time.time()) for h, v in vectors],
+            "INSERT INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(provider, model, chunk_hash) DO UPDATE SET "
+            "dimensions = excluded.dimensions, vector = excluded.vector, "
+            "created_at = excluded.created_at",
+            [
+                (key.provider, key.model, h, key.dimensions, _stored(v, key.dimensions), now)
+                for h, v in vectors
+            ],
         )
+
+
+def _stored(blob: bytes, dimensions: int) -> bytes:
+    """A float32 vector of `dimensions` as the cache stores it: 8-bit codes (anything else, as
+    it is)."""
+    if len(blob) != 4 * dimensions or not encodable(dimensions):
+        return blob
+    return encode(decode(blob))
+
+
+def _generation_key(conn: Any, generation: int) -> tuple[Any, Any, Any] | None:
+    row = conn.execute(
+        "SELECT identity FROM memory_generations WHERE id = ?", (generation,)
+    ).fetchone()
+    if row is None:
+        return None
+    identity = json.loads(row[0])
+    return identity.get("provider"), identity.get("model"), identity.get("dimensions")
+
+
+def cache_rows(conn: Any, generation: int, hashes: Sequence[str]) -> dict[str, int]:
+    """The cache rowids of `hashes` by the generation's model (inside the caller's
+    transaction: passages name them)."""
+    key = _generation_key(conn, generation)
+    found: dict[str, int] = {}
+    unique = list(dict.fromkeys(hashes))
+    for i in range(0, len(unique) if key else 0, LOOKUP_BATCH):
+        part = unique[i : i + LOOKUP_BATCH]
+        marks = ",".join("?" for _ in part)
+        for h, rowid in conn.execute(
+            f"SELECT chunk_hash, rowid FROM embedding_cache WHERE provider = ? AND model = ? "
+            f"AND dimensions = ? AND chunk_hash IN ({marks})",
+            (*key, *part),  # type: ignore[misc]
+        ):
+            found[h] = int(rowid)
+    return found
+
+
+def cached_vectors(
+    db: Database, generation: int, hashes: Sequence[str], rows: Sequence[int | None] = ()
+) -> dict[str, bytes]:
+    """The stored vectors (either form, see vector_codec.decode) of `hashes` by the model the
+    generation was built with; those not cached are left out. `rows`: the cache rowids the
+    passages name (None: unknown), read first — one lookup by rowid each, checked against the
+    hash — and the rest by hash. `db` may be a read connection."""
+    with db.lock:
+        key = _generation_key(db.conn, generation)
+    if key is None:
+        return {}
+    found: dict[str, bytes] = {}
+    known = list(dict.fromkeys(r for r in rows if r is not None))
+    for i in range(0, len(known), LOOKUP_BATCH):
+        part = known[i : i + LOOKUP_BATCH]
+        marks = ",".join("?" for _ in part)
+        # (checked by hash: the row a passage named is its text's, of the model it was
+        # indexed with, unless a VACUUM renumbered the rows — then the hash finds it below)
+        found.update(
+            db.execute(
+                f"SELECT chunk_hash, vector FROM embedding_cache WHERE rowid IN ({marks})", part
+            )
+        )
+    unique = [h for h in set(hashes) if h not in found]
+    for i in range(0, len(unique), LOOKUP_BATCH):
+        names = unique[i : i + LOOKUP_BATCH]
+        marks = ",".join("?" for _ in names)
+        for h, blob in db.execute(
+            f"SELECT chunk_hash, vector FROM embedding_cache WHERE provider = ? AND model = ? "
+            f"AND dimensions = ? AND chunk_hash IN ({marks})",
+            (*key, *names),
+        ):
+            found[h] = blob
+    return found
+
+
+# ---- what a compaction gives back (memory/store/compact.py) ---------------------------------
+
+# A cached vector no passage names is kept this long: another process may have cached it and
+# not yet written the passages that name it (a sync caches each batch before the file's rows).
+ORPHAN_GRACE_S = 3600.0
+REQUANTISE_BATCH = 2000
+
+
+@dataclass(frozen=True)
+class CacheSlack:
+    """What the cache holds beyond what the index needs, in bytes of vector data."""
+
+    orphan_rows: int  # vectors no passage of the index names (older than the grace period)
+    orphan_bytes: int
+    float_rows: int  # vectors still float32 (written by an older version)
+    float_saving: int  # bytes their 8-bit form saves
+
+    @property
+    def bytes(self) -> int:
+        return self.orphan_bytes + self.float_saving
+
+
+_ORPHANS = (
+    "FROM embedding_cache WHERE created_at < ? "
+    "AND chunk_hash NOT IN (SELECT hash FROM memory_units)"
+)
+_FLOAT = "FROM embedding_cache WHERE length(vector) = 4 * dimensions AND dimensions % 4 = 0"
+
+
+def cache_slack(conn: Any, now: float | None = None) -> CacheSlack:
+    """How many cached vectors no passage names, how many are still float32, and their bytes.
+    (≈ 1-2 s at 100k chunks: one pass over the passages' hashes.)"""
+    cutoff = (now if now is not None else time.time()) - ORPHAN_GRACE_S
+    orphans, orphan_bytes = conn.execute(
+        f"SELECT count(*), coalesce(sum(length(vector) + length(chunk_hash) + 40), 0) {_ORPHANS}",
+        (cutoff,),
+    ).fetchone()
+    floats, saving = conn.execute(
+        f"SELECT count(*), coalesce(sum(3 * dimensions - 6), 0) {_FLOAT} "
+        "AND chunk_hash IN (SELECT hash FROM memory_units)"
+    ).fetchone()
+    return CacheSlack(int(orphans), int(orphan_bytes), int(floats), int(saving))
+
+
+def prune_orphans(conn: Any, now: float | None = None) -> int:
+    """Delete cached vectors no passage names (older than the grace period), inside the
+    caller's transaction; returns how many. A text indexed again later is embedded again."""
+    cutoff = (now if now is not None else time.time()) - ORPHAN_GRACE_S
+    return int(conn.execute(f"DELETE {_ORPHANS}", (cutoff,)).rowcount)
+
+
+def requantise(db: Database) -> int:
+    """Rewrite float32 cached vectors (an older version's) as 8-bit codes, a batch per
+    transaction; returns how many."""
+    done = 0
+    while True:
+        with db.transaction() as conn:
+            rows = conn.execute(
+                f"SELECT rowid, dimensions, vector {_FLOAT} LIMIT ?", (REQUANTISE_BATCH,)
+            ).fetchall()
+            conn.executemany(
+                "UPDATE embedding_cache SET vector = ? WHERE rowid = ?",
+                [(_stored(bytes(v), int(d)), r) for r, d, v in rows],
+            )
+        done += len(rows)
+        if len(rows) < REQUANTISE_BATCH:
+            return done

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memory.store.db import Database
+from memory.store.index_embedcache import cache_rows
 
 
 @dataclass(frozen=True)
@@ -204,14 +205,23 @@ class SqliteIndexRows:
     def insert_passages(
         self, conn: Any, chunk_id: int, generation: int, passages: Sequence[PassageRow]
     ) -> None:
+        # Each vector is stored once: in the embedding cache, where every embedded passage's
+        # vector already is (memory/index/embedcache.py); search reads it from there by hash
+        # (search_queries.passage_vectors), by its rowid (`cache_row`). The row keeps `vector`
+        # NULL.
+        refs = cache_rows(conn, generation, [p.hash for p in passages])
         conn.executemany(
-            "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash, vector) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [(chunk_id, generation, p.start_line, p.end_line, p.hash, p.vector) for p in passages],
+            "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash, "
+            "cache_row) VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (chunk_id, generation, p.start_line, p.end_line, p.hash, refs.get(p.hash))
+                for p in passages
+            ],
         )
 
     def set_centroid(self, conn: Any, chunk_id: int, vector: bytes) -> None:
-        conn.execute("UPDATE memory_chunks SET centroid = ? WHERE id = ?", (vector, chunk_id))
+        """Nothing: the centroid is stored once, in the generation's matrix table (the vector
+        store's); `memory_chunks.centroid` is only read from indexes older than that table."""
 
     def chunk_ids(
         self, conn: Any, generation: int, path: str, from_line: int | None = None

@@ -185,6 +185,14 @@ def m007_projects_chunk_and_session_project(conn: Any) -> None:
     )
 
 
+def m008_compact_units_cache_row(conn: Any) -> None:
+    """Feature "compact" (issue 22): a passage's vector is stored once, in the embedding cache;
+    its row names that cache row (`cache_row`, its rowid, checked against the hash on every
+    read: a row id a VACUUM renumbered falls back to the hash). NULL for older rows: read by
+    hash, or from their own `vector`."""
+    conn.executescript("ALTER TABLE memory_units ADD COLUMN cache_row INTEGER;")
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -193,6 +201,7 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m005_source_warnings,
     m006_one_active_generation,
     m007_projects_chunk_and_session_project,
+    m008_compact_units_cache_row,
 ]
 
 

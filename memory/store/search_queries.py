@@ -15,7 +15,9 @@ import numpy as np
 from memory.errors import DatabaseCorruptError, DatabaseError
 from memory.store.backends import store_for
 from memory.store.db import Database, as_corruption, corruption_advice
-from memory.store.vector_tables import BATCH, from_blob
+from memory.store.index_embedcache import cached_vectors
+from memory.store.vector_codec import decode_many
+from memory.store.vector_tables import BATCH
 
 # What SQLite says about a MATCH expression it cannot parse (as opposed to a database problem).
 _FTS_QUERY_ERRORS = (
@@ -159,19 +161,35 @@ class SqliteSearchQueries:
         return out
 
     def passage_vectors(self, chunk_ids: list[int]) -> PassageVectors | None:
+        # A passage's vector is stored once, in the embedding cache of its generation's model
+        # (`vector` NULL; `cache_row` names the cache row); indexes from before that kept a copy
+        # in the row, read as it is.
         rows: list[Any] = []
         for i in range(0, len(chunk_ids), BATCH):
             part = chunk_ids[i : i + BATCH]
             marks = ",".join("?" for _ in part)
             rows += self.db.execute(
-                "SELECT chunk_id, start_line, end_line, vector FROM memory_units "
-                f"WHERE chunk_id IN ({marks}) AND vector IS NOT NULL",
+                "SELECT chunk_id, start_line, end_line, generation, hash, vector, cache_row "
+                f"FROM memory_units WHERE chunk_id IN ({marks})",
                 part,
             )
         if not rows:
             return None
-        matrix = from_blob(b"".join(r[3] for r in rows)).reshape(len(rows), -1)
-        return PassageVectors([(r[0], r[1], r[2]) for r in rows], matrix)
+        wanted: dict[int, tuple[list[str], list[int | None]]] = {}
+        for r in rows:
+            if r[5] is None:
+                hashes, refs = wanted.setdefault(int(r[3]), ([], []))
+                hashes.append(r[4])
+                refs.append(r[6])
+        cached = {gen: cached_vectors(self.db, gen, h, refs) for gen, (h, refs) in wanted.items()}
+        kept: list[tuple[tuple[int, int, int], bytes]] = []
+        for cid, start, end, gen, h, blob, _ in rows:
+            vector = blob if blob is not None else cached[int(gen)].get(h)
+            if vector is not None:
+                kept.append(((cid, start, end), vector))
+        if not kept:
+            return None
+        return PassageVectors([s for s, _ in kept], decode_many([v for _, v in kept]))
 
     def chunks(self, ids: list[int]) -> list[ChunkRow]:
         out: list[ChunkRow] = []

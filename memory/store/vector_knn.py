@@ -1,10 +1,11 @@
 """sqlite-vec's vec0 table per index generation: a KNN index derived from the stored vectors.
 
-`memory_vec_g<N>` (a vec0 virtual table; `scope` a metadata column, so KNN filters
-conversations inside the index) is derived from the matrix table (memory/store/vector_tables.py)
-and used only while in step with it: `meta` key `vec0_seq_g<N>` holds the change log's seq it
-last caught up to. A process without sqlite-vec writes only the matrix table, which leaves the
-vec0 table behind until a process with sqlite-vec catches it up.
+`memory_vec_g<N>` (a vec0 virtual table; `scope` a metadata column, so KNN filters conversations
+inside the index; `int8[d]`: the stored vectors' 8-bit codes, whose cosine is the decoded vectors' —
+tables made by older versions are `float[d]` and stay so) is derived from the matrix table
+(memory/store/vector_tables.py) and used only while in step with it: `meta` key `vec0_seq_g<N>`
+holds the change log's seq it last caught up to. A process without sqlite-vec writes only the matrix
+table, which leaves the vec0 table behind until a process with sqlite-vec catches it up.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from memory.store.vector_codec import decode, encodable, encode, int8_codes
 from memory.store.vector_tables import (
     BATCH,
     SqliteVectorTables,
@@ -66,20 +68,45 @@ class SqliteVecIndex:
     def __init__(self, dimensions: int) -> None:
         self.dimensions = dimensions
         self._tables = SqliteVectorTables()
-        self._ready: set[int] = set()
+        self._ready: dict[int, bool] = {}  # generation -> its table holds int8 codes
 
     def _ensure(self, conn: Any, generation: int) -> str:
         table = vec_table(generation)
         if generation not in self._ready:
+            kind = "int8" if encodable(self.dimensions) else "float"
             conn.execute(
                 f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING vec0("
-                f"scope text, embedding float[{self.dimensions}] distance_metric=cosine)"
+                f"scope text, embedding {kind}[{self.dimensions}] distance_metric=cosine)"
             )
-            self._ready.add(generation)
+            self._ready[generation] = self._holds_int8(conn, generation)
         return table
 
+    @staticmethod
+    def _holds_int8(conn: Any, generation: int) -> bool:
+        row = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE name = ?", (vec_table(generation),)
+        ).fetchone()
+        return bool(row and "int8[" in (row[0] or ""))
+
     def forget(self, generation: int) -> None:
-        self._ready.discard(generation)
+        self._ready.pop(generation, None)
+
+    def _as_column(self, generation: int, blob: bytes) -> bytes:
+        """A stored vector (either form) as the generation's vec0 column takes it."""
+        if self._ready.get(generation):
+            return int8_codes(blob) or int8_codes(encode(decode(blob))) or b""
+        return to_blob(decode(blob))
+
+    def _copy_rows(self, conn: Any, generation: int, table: str, sql: str, params: Any) -> None:
+        """Insert the rows `sql` selects (id, scope, stored vector) into the vec0 table."""
+        int8 = self._ready.get(generation)
+        value = "vec_int8(?)" if int8 else "?"
+        cursor = conn.execute(sql, params)
+        while rows := cursor.fetchmany(4096):
+            conn.executemany(
+                f"INSERT INTO {table}(rowid, scope, embedding) VALUES (?, ?, {value})",
+                [(cid, scope, self._as_column(generation, blob)) for cid, scope, blob in rows],
+            )
 
     def _seq(self, conn: Any, generation: int) -> int | None:
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (vec0_seq_key(generation),))
@@ -110,14 +137,15 @@ class SqliteVecIndex:
         if changed is None:  # never in step, or the log no longer covers its lag: copy it all
             conn.execute(f"DELETE FROM {table}")
             if table_exists(conn, matrix_table(generation)):
-                conn.execute(
-                    f"INSERT INTO {table}(rowid, scope, embedding) "
-                    f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)}"
-                )
+                sql = f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)}"
+                self._copy_rows(conn, generation, table, sql, ())
             else:  # an index from before the matrix table
-                conn.execute(
-                    f"INSERT INTO {table}(rowid, scope, embedding) SELECT id, scope, centroid "
-                    "FROM memory_chunks WHERE generation = ? AND centroid IS NOT NULL",
+                self._copy_rows(
+                    conn,
+                    generation,
+                    table,
+                    "SELECT id, scope, centroid FROM memory_chunks "
+                    "WHERE generation = ? AND centroid IS NOT NULL",
                     (generation,),
                 )
         else:
@@ -125,11 +153,11 @@ class SqliteVecIndex:
                 part = changed[i : i + BATCH]
                 marks = ",".join("?" for _ in part)
                 conn.execute(f"DELETE FROM {table} WHERE rowid IN ({marks})", part)
-                conn.execute(
-                    f"INSERT INTO {table}(rowid, scope, embedding) SELECT chunk_id, scope, "
-                    f"vector FROM {matrix_table(generation)} WHERE chunk_id IN ({marks})",
-                    part,
+                sql = (
+                    f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)} "
+                    f"WHERE chunk_id IN ({marks})"
                 )
+                self._copy_rows(conn, generation, table, sql, part)
         conn.execute(
             "INSERT INTO meta(key, value) VALUES (?, ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -147,14 +175,34 @@ class SqliteVecIndex:
         table = vec_table(generation)
         if not table_exists(conn, table):
             return []
+        if generation not in self._ready:
+            self._ready[generation] = self._holds_int8(conn, generation)
         marks = ",".join("?" for _ in scopes)
+        probe = "vec_int8(?)" if self._ready[generation] else "?"
+        # int8: a wider shortlist by the codes (the query's quantised too), then the exact cosine
+        wide = 2 * k + 16 if self._ready[generation] else k
         rows = conn.execute(
-            f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ? "
+            f"SELECT rowid, distance FROM {table} WHERE embedding MATCH {probe} AND k = ? "
             f"AND scope IN ({marks}) ORDER BY distance",
-            (to_blob(query), min(k, KNN_MAX_K), *scopes),
+            (self._as_column(generation, to_blob(query)), min(wide, KNN_MAX_K), *scopes),
         ).fetchall()
         pairs = [(int(uid), 1.0 - float(dist)) for uid, dist in rows]
-        return sorted(pairs, key=lambda p: (-p[1], p[0]))
+        if self._ready[generation] and pairs:
+            pairs = self._rescore(conn, generation, query, [uid for uid, _ in pairs])
+        return sorted(pairs, key=lambda p: (-p[1], p[0]))[:k]
+
+    def _rescore(
+        self, conn: Any, generation: int, query: np.ndarray, ids: list[int]
+    ) -> list[tuple[int, float]]:
+        """The cosine of the float query with the stored vectors (decoded) of `ids`: the score
+        the in-memory matrix gives them (the codes' own ranking also quantised the query)."""
+        found = self._tables.vectors_of(conn, generation, ids)
+        kept = [i for i in ids if i in found]
+        if not kept:
+            return []
+        matrix = np.vstack([found[i][1] for i in kept])
+        sims = matrix @ np.asarray(query, dtype=np.float32)
+        return list(zip(kept, sims.tolist(), strict=True))
 
     def count(self, conn: Any, generation: int) -> int:
         table = vec_table(generation)

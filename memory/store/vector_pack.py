@@ -3,7 +3,9 @@
 The row table `memory_matrix_g<N>` (one 1.5 kB row a chunk) stays the source of truth; reading
 its 100k rows through SQLite and Python takes seconds. The pack, `memory_matrix_pack_g<N>`, holds
 the same rows in blocks of `BLOCK_ROWS` (chunk ids as one int64 blob, scopes as int32 codes into
-the block's own list of names, vectors as one float32 blob), ordered by chunk id, and records the
+the block's own list of names, vectors as one blob: the rows' 8-bit codes then their float32
+scales, memory/store/vector_codec.py — or float32 rows, as older packs and rows hold), ordered by
+chunk id, and records the
 change-log seq it is current at. A reader loads the pack (memory/search/matrix_pack.py) and then
 applies the change log since that seq (memory/search/matrix_cache.py). The pack is written
 whole in one transaction (every block carries the same seq) and dropped with the generation.
@@ -17,9 +19,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from memory.store.vector_codec import HEADER, decode_many, is_quantised
 from memory.store.vector_tables import matrix_table, pack_table, table_exists
 
-BLOCK_ROWS = 1024  # 1.5 MB of vectors a block at 384 dimensions
+BLOCK_ROWS = 1024  # 0.4 MB of vectors a block at 384 dimensions (1.5 MB as float32)
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,13 @@ class SqliteMatrixPack:
             if any(len(r[2]) != width for r in rows):
                 self.drop(conn, generation)
                 return 0
+            blobs = [r[2] for r in rows]
+            if all(is_quantised(b) for b in blobs):
+                dims = width - HEADER
+                vectors = b"".join(b[HEADER:] for b in blobs) + b"".join(b[2:HEADER] for b in blobs)
+            else:
+                dims = width // 4
+                vectors = decode_many(blobs).astype("<f4").tobytes()
             names: dict[str, int] = {}
             codes = [names.setdefault(r[1], len(names)) for r in rows]
             conn.execute(
@@ -115,11 +125,11 @@ class SqliteMatrixPack:
                     block,
                     seq,
                     len(rows),
-                    width // 4,
+                    dims,
                     json.dumps(list(names)),
                     np.array([r[0] for r in rows], dtype="<i8").tobytes(),
                     np.array(codes, dtype="<i4").tobytes(),
-                    b"".join(r[2] for r in rows),
+                    vectors,
                 ),
             )
             block += 1
@@ -154,5 +164,16 @@ class SqliteMatrixPack:
             json.loads(names),
             np.frombuffer(id_blob, dtype="<i8"),
             np.frombuffer(code_blob, dtype="<i4"),
-            np.frombuffer(vec_blob, dtype="<f4").reshape(n, dims),
+            block_vectors(vec_blob, n, dims),
         )
+
+
+def block_vectors(blob: bytes, rows: int, dims: int) -> np.ndarray:
+    """A block's vectors as float32 (rows, dims): 8-bit codes then scales, or float32."""
+    if len(blob) == 4 * rows * dims:
+        return np.frombuffer(blob, dtype="<f4").reshape(rows, dims)
+    codes = np.frombuffer(blob, dtype=np.int8, count=rows * dims).reshape(rows, dims)
+    scales = np.frombuffer(blob, dtype="<f4", count=rows, offset=rows * dims)
+    out = codes.astype(np.float32)
+    out *= scales[:, None]
+    return out

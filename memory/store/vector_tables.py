@@ -1,11 +1,12 @@
 """The stored centroid vectors of each index generation and their change log.
 
-Per generation `N`: `memory_matrix_g<N>` holds one row a chunk (chunk id, scope, float32 vector;
-the source of truth for vector search), and `memory_matrix_log_g<N>` names every chunk whose
-vector was written or deleted, in order (`seq`), so a process holding the vectors in memory
-re-reads only what changed. Both vector backends write these tables, so an index built with one
-can be searched with the other. The packed copy (memory/store/vector_pack.py) and sqlite-vec's
-vec0 table (memory/store/vector_knn.py) are derived from them.
+Per generation `N`: `memory_matrix_g<N>` holds one row a chunk (chunk id, scope, vector as 8-bit
+codes and a scale, memory/store/vector_codec.py; the source of truth for vector search), and
+`memory_matrix_log_g<N>` names every chunk whose vector was written or deleted, in order (`seq`), so
+a process holding the vectors in memory re-reads only what changed. Both vector backends write these
+tables, so an index built with one can be searched with the other. The packed copy
+(memory/store/vector_pack.py) and sqlite-vec's vec0 table (memory/store/vector_knn.py) are derived
+from them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 import numpy as np
+
+from memory.store.vector_codec import decode, encode
 
 LOG_KEEP = 100_000  # change-log rows kept per generation (≈ 2 MB)
 BATCH = 500  # ids bound in one statement
@@ -131,7 +134,8 @@ class VectorTables(Protocol):
     def rows(
         self, conn: Any, generation: int, batch: int
     ) -> Iterator[list[tuple[int, str, bytes]]]:
-        """(chunk id, scope, vector blob) rows ordered by chunk id, `batch` at a time."""
+        """(chunk id, scope, stored vector blob) rows ordered by chunk id, `batch` at a time
+        (decode the blobs with vector_codec.decode_many)."""
 
 
 class SqliteVectorTables:
@@ -155,7 +159,7 @@ class SqliteVectorTables:
                 )
             conn.executemany(
                 f"INSERT OR REPLACE INTO {table}(chunk_id, scope, vector) VALUES (?, ?, ?)",
-                [(cid, scope, to_blob(vec)) for cid, g, scope, vec in rows if g == gen],
+                [(cid, scope, encode(vec)) for cid, g, scope, vec in rows if g == gen],
             )
 
     def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
@@ -242,7 +246,7 @@ class SqliteVectorTables:
             for cid, scope, blob in conn.execute(
                 f"SELECT chunk_id, scope, vector FROM {table} WHERE chunk_id IN ({marks})", part
             ):
-                found[int(cid)] = (scope, from_blob(blob))
+                found[int(cid)] = (scope, decode(blob))
         return found
 
     def _source(self, conn: Any, generation: int) -> tuple[str, str, tuple[Any, ...]]:
