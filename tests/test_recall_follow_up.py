@@ -80,7 +80,7 @@ def test_feedback_terms_are_the_words_the_best_hits_share_and_the_rest_rarely_ho
         "[9] User: Ilse Brandt said the boiler valve is worn.",
         "[12] Assistant: Friday works.",
     ]
-    pool = best + ["We talked about Friday plans.", "Friday is movie night.", "The valve shop."]
+    pool = [*best, "We talked about Friday plans.", "Friday is movie night.", "The valve shop."]
 
     terms = feedback_terms(best, pool, ["heating", "repair"], 3)
 
@@ -105,7 +105,10 @@ def test_a_follow_up_that_finds_nothing_new_leaves_the_result_as_it_was(tmp_path
         asyncio.run(answer(kit, AgentRequest(OWNER, QUESTION)))
     messages = recall_requests(server)[1].body["messages"]
     result = next(
-        b["content"] for m in messages if isinstance(m["content"], list) for b in m["content"]
+        b["content"]
+        for m in messages
+        if isinstance(m["content"], list)
+        for b in m["content"]
         if b.get("type") == "tool_result"
     )
     text = result if isinstance(result, str) else "".join(b["text"] for b in result)
