@@ -154,7 +154,10 @@ class ActiveMemory:
         self._open_until = 0.0
         self._reports: dict[str, RecallReport] = {}
         self.deep_calls = 0  # sub-calls started (for tests and the benchmark)
-        self.follow_up_terms = FOLLOW_UP_TERMS  # 0: no follow-up search (the benchmark's "before")
+        # Deep recall's follow-up search: off (0) — measured, not adopted (bench/RESULTS.md,
+        # 2026-12-02 h-recall2: no gain on reworded questions; ≈ 1,000 more tokens a recall).
+        # FOLLOW_UP_TERMS turns it on.
+        self.follow_up_terms = 0
 
     def last_turn(self, key: SessionKey) -> RecallReport | None:
         """What recall did on `key`'s last turn that asked for it (None: nothing yet)."""

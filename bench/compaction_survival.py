@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from rich.console import Console
 from rich.table import Table
 
-from agent.active_memory import DEEP_ROUNDS, SUMMARY_CHARS, ActiveMemory
+from agent.active_memory import DEEP_ROUNDS, FOLLOW_UP_TERMS, SUMMARY_CHARS, ActiveMemory
 from agent.agent_config import AgentConfig
 from agent.model.factory import AnthropicClient
 from agent.prompts import render
@@ -808,7 +808,7 @@ async def ask_with_active_memory(
     facts: Sequence[Fact],
     question_set: str,
     mode: str,
-    no_follow_up: bool = False,
+    follow_up: bool = False,
 ) -> Result:
     """Each fact's question as an owner turn, the model calling no tool in it: is the fact in
     the recalled block Active Memory put in front of the message? Also counted: whether the
@@ -822,8 +822,8 @@ async def ask_with_active_memory(
         config=agent.config.model_copy(update={"recall_mode": mode}),
         index=agent.index,
     )
-    if no_follow_up:
-        memory.follow_up_terms = 0
+    if follow_up:
+        memory.follow_up_terms = FOLLOW_UP_TERMS
     agent.recall = memory
     rows = []
     for fact in facts:
@@ -982,7 +982,7 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
                             facts_of(turns, question_set),
                             question_set,
                             mode,
-                            args.no_follow_up,
+                            args.follow_up,
                         )
                     )
                 finally:
@@ -1275,9 +1275,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "perfectly would write (an upper bound of the path, not a model's figure)",
     )
     parser.add_argument(
-        "--no-follow-up",
+        "--follow-up",
         action="store_true",
-        help="Active Memory without deep recall's follow-up search (the figures before it)",
+        help="Active Memory with deep recall's follow-up search (off by default)",
     )
     parser.add_argument(
         "--keep",

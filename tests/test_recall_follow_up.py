@@ -9,6 +9,7 @@ import asyncio
 import json
 from pathlib import Path
 
+from agent.active_memory import FOLLOW_UP_TERMS
 from agent.requests import AgentRequest
 from memory.search.feedback import feedback_terms
 from tests.agent_support import OWNER, make_kit, template_workspace
@@ -34,8 +35,7 @@ def run(tmp_path: Path, follow_up_terms: int | None = None) -> tuple[str, list[s
     with FakeModelServer() as server:
         kit = make_kit(tmp_path, server, workspace=template_workspace(tmp_path, **FILES))
         memory = with_active_memory(kit)
-        if follow_up_terms is not None:
-            memory.follow_up_terms = follow_up_terms
+        memory.follow_up_terms = FOLLOW_UP_TERMS if follow_up_terms is None else follow_up_terms
         asked: list[str] = []
         search = kit.agent.index.search
 
@@ -62,7 +62,7 @@ def test_the_follow_up_finds_the_note_that_shares_the_first_hits_words(tmp_path:
 
 
 def test_without_the_follow_up_the_second_note_is_not_seen(tmp_path: Path) -> None:
-    saw, asked = run(tmp_path, follow_up_terms=0)
+    saw, asked = run(tmp_path, follow_up_terms=0)  # the default
 
     assert "Decided: Lisbon trip" in saw and "cabin 12" not in saw
     assert asked == ["Lisbon trip decided"]
@@ -96,7 +96,7 @@ def test_a_follow_up_that_finds_nothing_new_leaves_the_result_as_it_was(tmp_path
     del files["memory/2026-02-10.md"]
     with FakeModelServer() as server:
         kit = make_kit(tmp_path, server, workspace=template_workspace(tmp_path, **files))
-        with_active_memory(kit)
+        with_active_memory(kit).follow_up_terms = FOLLOW_UP_TERMS
         server.script(
             tool_reply("memory_search", {"query": "Lisbon trip decided"}),
             text_reply("NONE"),
