@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import re
 import threading
@@ -47,10 +48,11 @@ from agent.projects import ProjectDirectory
 from agent.prompts import render
 from agent.recall_intent import recall_intent
 from agent.tools import ToolContext, ToolRegistry
-from agent.types import Message, ModelRequest, Usage
+from agent.types import Message, ModelRequest, ToolCall, ToolResult, Usage
 from common.text import shorten
 from memory.index.index import MemoryIndex
 from memory.lifecycle.triggers import STRONG_MATCH, TriggerFiles, TriggerHit
+from memory.search.feedback import feedback_terms
 from memory.store.sessions import SessionKey, SessionStore
 from memory.store.transcripts import UNTRUSTED_LEFT_OUT, untrusted_seqs
 from memory.text import line_terms, query_terms, stem_term
@@ -63,6 +65,11 @@ DEEP_TOOLS = frozenset({"memory_search", "memory_get", "transcript_read"})
 DEEP_ROUNDS = 3  # model calls of one deep recall; tools run after all but the last
 DEEP_MAX_TOKENS = 400
 SUMMARY_CHARS = 400
+# Deep recall's follow-up search (ActiveMemory._follow_up): this many words of the first
+# search's best FOLLOW_UP_DOCS hits are added to its query; at most FOLLOW_UP_HITS new hits kept.
+FOLLOW_UP_TERMS = 6
+FOLLOW_UP_DOCS = 3
+FOLLOW_UP_HITS = 4
 CACHE_S = 15.0
 BREAKER_TIMEOUTS = 3
 BREAKER_OPEN_S = 60.0
@@ -147,6 +154,10 @@ class ActiveMemory:
         self._open_until = 0.0
         self._reports: dict[str, RecallReport] = {}
         self.deep_calls = 0  # sub-calls started (for tests and the benchmark)
+        # Deep recall's follow-up search: off (0) — measured, not adopted (bench/RESULTS.md,
+        # 2026-12-02 h-recall2: no gain on reworded questions; ≈ 1,000 more tokens a recall).
+        # FOLLOW_UP_TERMS turns it on.
+        self.follow_up_terms = 0
 
     def last_turn(self, key: SessionKey) -> RecallReport | None:
         """What recall did on `key`'s last turn that asked for it (None: nothing yet)."""
@@ -287,8 +298,53 @@ class ActiveMemory:
             results = [
                 await self.tools.call(call, ctx, allowed=DEEP_TOOLS) for call in response.tool_calls
             ]
+            if round_ == 0 and self.follow_up_terms:
+                results = [
+                    await self._follow_up(call, result, ctx)
+                    for call, result in zip(response.tool_calls, results, strict=True)
+                ]
             messages += [response.to_message(), Message.tool_results(results)]
         return clean_summary(response.text)
+
+    async def _follow_up(self, call: ToolCall, result: ToolResult, ctx: ToolContext) -> ToolResult:
+        """Deep recall's follow-up to the sub-call's first memory_search: a second search of
+        its query plus the words its best hits share (memory/search/feedback.py), and at most
+        FOLLOW_UP_HITS hits it finds that the first did not, added to the same result — the
+        other half of a question whose evidence is in two places, or the note a reworded
+        question missed but its neighbours' words find. No model call; one search."""
+        if call.name != "memory_search" or result.is_error:
+            return result
+        try:
+            answer = json.loads(result.content)
+        except json.JSONDecodeError:
+            return result
+        hits = answer.get("results") or []
+        query = str(call.input.get("query") or "").strip()
+        if not hits or not query:
+            return result
+        snippets = [str(h.get("snippet", "")) for h in hits]
+        extra = feedback_terms(
+            snippets[:FOLLOW_UP_DOCS], snippets, query_terms(query), self.follow_up_terms
+        )
+        if not extra:
+            return result
+        args = {**call.input, "query": f"{query} {' '.join(extra)}"}
+        more = await self.tools.call(
+            ToolCall(f"{call.id}-more", "memory_search", args), ctx, allowed=DEEP_TOOLS
+        )
+        if more.is_error:
+            return result
+        seen = {(h.get("path"), h.get("lines")) for h in hits}
+        new = [
+            h
+            for h in json.loads(more.content).get("results", [])
+            if (h.get("path"), h.get("lines")) not in seen
+        ][:FOLLOW_UP_HITS]
+        if not new:
+            return result
+        answer["results"] = hits + new
+        answer["follow_up"] = f"The last {len(new)} results: a second search with {extra}."
+        return dataclasses.replace(result, content=json.dumps(answer, ensure_ascii=False))
 
 
 def clean_summary(text: str) -> str | None:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
 import random
@@ -68,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from rich.console import Console
 from rich.table import Table
 
-from agent.active_memory import DEEP_ROUNDS, SUMMARY_CHARS, ActiveMemory
+from agent.active_memory import DEEP_ROUNDS, FOLLOW_UP_TERMS, SUMMARY_CHARS, ActiveMemory
 from agent.agent_config import AgentConfig
 from agent.model.factory import AnthropicClient
 from agent.prompts import render
@@ -88,6 +89,7 @@ from tests.fakes.model_server import (
     FakeModelServer,
     RecordedRequest,
     Reply,
+    ScriptedToolCall,
     text_reply,
     tool_reply,
 )
@@ -630,9 +632,16 @@ class ScriptedModel:
     """Answers turns from the script, every flush with NO_REPLY, every summary with
     LOSSY_SUMMARY; counts each kind of request."""
 
-    def __init__(self, turns: Sequence[Turn], reader: LineReader | None = None) -> None:
+    def __init__(
+        self,
+        turns: Sequence[Turn],
+        reader: LineReader | None = None,
+        rewrites: dict[str, str] | None = None,
+    ) -> None:
         self.answers = {t.user: t.answer for t in turns}
         self.reader = reader  # how the deep-recall sub-call picks lines (None: shared words)
+        # question → the rewording the sub-call also searches for (`--rewrite`; None: none)
+        self.rewrites = rewrites or {}
         self.summary_instructions = render("summary")
         # The flush prompt's first line carries no date.
         self.flush_opening = render("flush", today=date(2000, 1, 1)).split("\n", 1)[0]
@@ -646,8 +655,8 @@ class ScriptedModel:
             self.counts["recall"] += 1
             results = _tool_results(request)
             if results:
-                self.recall_saw = results[-1]
-            return recall_reply(request, self.reader)
+                self.recall_saw = "\n".join(_snippets(r) for r in results)
+            return recall_reply(request, self.reader, self.rewrites)
         if request.system_text() == self.summary_instructions:
             self.counts["summary"] += 1
             return text_reply(LOSSY_SUMMARY)
@@ -707,24 +716,38 @@ def meaning_reader(provider: Any) -> LineReader:
     return order
 
 
-def recall_reply(request: RecordedRequest, reader: LineReader | None = None) -> Reply:
+def recall_reply(
+    request: RecordedRequest,
+    reader: LineReader | None = None,
+    rewrites: dict[str, str] | None = None,
+) -> Reply:
     """The deep-recall sub-call of a model that does the least a model could: search with the
     owner's words, then answer with the owner's lines of the results (what the owner said is
     what the owner asks about; questions left out), those sharing most words with the question
     first, then in the search's order, as many as fit in SUMMARY_CHARS. It understands nothing:
     a paraphrase shares no word with its fact, so there the search's ranking alone decides.
-    With a `reader` (`--reader meaning`) the lines are ordered by it instead."""
+    With a `reader` (`--reader meaning`) the lines are ordered by it instead. With `rewrites`
+    (`--rewrite`), the first round also searches the question's rewording, in the same round:
+    the query-rewriting path of a real model, with a rewording no model wrote."""
     messages = request.body.get("messages", [])
     first = messages[0]["content"]
     opening = first if isinstance(first, str) else first[-1]["text"]
     question = opening.rsplit("The owner's newest message:\n", 1)[-1].strip()
     results = _tool_results(request)
     if not results:
-        return tool_reply("memory_search", {"query": question})
-    try:
-        hits = json.loads(results[-1]).get("results", [])
-    except json.JSONDecodeError:
-        hits = []
+        rewording = (rewrites or {}).get(question)
+        if rewording is None:
+            return tool_reply("memory_search", {"query": question})
+        return Reply(
+            tool_calls=(
+                ScriptedToolCall("memory_search", {"query": question}),
+                ScriptedToolCall("memory_search", {"query": rewording}),
+            )
+        )
+    hits = []
+    for result in results:
+        with contextlib.suppress(json.JSONDecodeError):
+            hits += json.loads(result).get("results", [])
     wanted = {stem_term(t) for t in query_terms(question)}
     lines = [
         line.strip()
@@ -750,6 +773,21 @@ def recall_reply(request: RecordedRequest, reader: LineReader | None = None) -> 
     return text_reply(" / ".join(best) if best else "NONE")
 
 
+def _own_words(turns: Sequence[Turn]) -> dict[str, str]:
+    """Each planted fact's paraphrase → its own-words question (`--rewrite own-words`)."""
+    return {
+        ALL_FACTS[t.fact].paraphrase: ALL_FACTS[t.fact].question
+        for t in turns
+        if t.fact is not None
+    }
+
+
+REWRITES: dict[str, Callable[[Sequence[Turn]], dict[str, str]]] = {
+    "none": lambda turns: {},
+    "own-words": _own_words,
+}
+
+
 def question_of(fact: Fact, question_set: str) -> str:
     return fact.paraphrase if question_set.endswith("paraphrase") else fact.question
 
@@ -770,6 +808,7 @@ async def ask_with_active_memory(
     facts: Sequence[Fact],
     question_set: str,
     mode: str,
+    follow_up: bool = False,
 ) -> Result:
     """Each fact's question as an owner turn, the model calling no tool in it: is the fact in
     the recalled block Active Memory put in front of the message? Also counted: whether the
@@ -783,6 +822,8 @@ async def ask_with_active_memory(
         config=agent.config.model_copy(update={"recall_mode": mode}),
         index=agent.index,
     )
+    if follow_up:
+        memory.follow_up_terms = FOLLOW_UP_TERMS
     agent.recall = memory
     rows = []
     for fact in facts:
@@ -797,7 +838,7 @@ async def ask_with_active_memory(
             {
                 "question": question,
                 "found": _normalise(fact.text) in _normalise(str(asked.get("recalled") or "")),
-                "seen": _normalise(fact.text) in _normalise(_snippets(model.recall_saw)),
+                "seen": _normalise(fact.text) in _normalise(model.recall_saw),
                 "deep": report.deep if report else None,
                 "reason": report.deep_reason if report else None,
             }
@@ -862,6 +903,7 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
     model = ScriptedModel(
         turns,
         meaning_reader(index.provider) if args.reader == "meaning" and index.provider else None,
+        REWRITES[args.rewrite](turns),
     )
     # As at start-up: the workspace is indexed before the first message. (Left to the first
     # search instead, that build would replay every transcript and hide what compaction missed.)
@@ -940,6 +982,7 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
                             facts_of(turns, question_set),
                             question_set,
                             mode,
+                            args.follow_up,
                         )
                     )
                 finally:
@@ -1221,6 +1264,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="how the scripted deep-recall sub-call picks the owner's lines from its search "
         "results: by shared words (understands nothing; default) or by e5 similarity to the "
         "question (a stand-in for a model that understands what it reads)",
+    )
+    parser.add_argument(
+        "--rewrite",
+        choices=tuple(REWRITES),
+        default="none",
+        help="query rewriting in the scripted deep-recall sub-call: none (one search with the "
+        "owner's words; default), or own-words: a second search in the same round with the "
+        "fact's own-words question — the rewording a model that guessed the note's words "
+        "perfectly would write (an upper bound of the path, not a model's figure)",
+    )
+    parser.add_argument(
+        "--follow-up",
+        action="store_true",
+        help="Active Memory with deep recall's follow-up search (off by default)",
     )
     parser.add_argument(
         "--keep",

@@ -24,6 +24,7 @@ from memory.search.candidates import (
     load_candidates,
     vector_candidates,
 )
+from memory.search.feedback import feedback_terms
 from memory.search.presets import SearchPreset
 from memory.search.ranking import (
     best_chunk_coverage,
@@ -201,6 +202,10 @@ def _run_search(
     if pending_vector is not None:
         vector, passages = pending_vector.result()
         vector = vector[:pool]
+        if preset.feedback_terms and keyword_weight > 0 and relevance_floor is not None:
+            keyword = _with_feedback(
+                queries, generation, preset, terms, vector, relevance_floor, pool, scopes, keyword
+            )
     elif keyword_weight == 0:
         # Vector-only preset without vectors (keyword-only index): fall back to keywords.
         match = fts_match_expression(query_terms(query)[:QUERY_TERMS], operator="OR")
@@ -234,11 +239,24 @@ def _run_search(
         c.passages = tuple((a, b, (x - v_worst) / span) for a, b, x in passages.get(cid, ()))
         c.score = vector_weight * v + keyword_weight * kw
     ranked = sorted((cands[i] for i in merged if i in cands), key=lambda c: (-c.score, c.id))
+    near_misses: set[int] = set()  # admitted only beside an answer (preset.evidence_slack)
+    slot_floor = relevance_floor
     if preset.require_evidence and relevance_floor is not None:
         raw = dict(vector)
-        ranked = [
+        strict = [
             c for c in ranked if c.keyword_score > 0 or raw.get(c.id, -1.0) >= relevance_floor
         ]
+        if strict and preset.evidence_slack > 0:
+            slot_floor = relevance_floor - preset.evidence_slack
+            near_misses = {
+                c.id
+                for c in ranked
+                if c.keyword_score <= 0 and slot_floor <= raw.get(c.id, -1.0) < relevance_floor
+            }
+            admitted = near_misses | {c.id for c in strict}
+            ranked = [c for c in ranked if c.id in admitted]
+        else:
+            ranked = strict
 
     if preset.line_rerank_weight > 0 or preset.snippet == "focused":
         head = ranked[: preset.rerank_pool]
@@ -268,7 +286,13 @@ def _run_search(
         ranked.sort(key=lambda c: (-c.score, -lifted[c.id], c.project != project, c.id))
     ranked = [c for c in ranked if c.score >= floor]
     if preset.mmr_lambda is not None:
-        ranked = mmr_select(ranked[: max(3 * k, 20)], k, preset.mmr_lambda, preset.mmr_same_source)
+        ranked = mmr_select(
+            ranked[: max(3 * k, 20)],
+            k,
+            preset.mmr_lambda,
+            preset.mmr_same_source,
+            preset.mmr_same_day,
+        )
     if (
         preset.vector_slots
         and vector
@@ -279,8 +303,10 @@ def _run_search(
         eligible = (
             cands if min_score is None else {i: c for i, c in cands.items() if c.score >= floor}
         )
-        ranked = keep_vector_best(ranked, k, vector, eligible, preset.vector_slots, relevance_floor)
+        ranked = keep_vector_best(ranked, k, vector, eligible, preset.vector_slots, slot_floor)
     ranked = ranked[:k]
+    if near_misses and all(c.id in near_misses for c in ranked):
+        ranked = []  # near misses alone are no answer: what made one fell below min_score
     if preset.snippet == "focused" and (unscored := [c for c in ranked if not c.line_scores]):
         # A chunk kept for its meaning may come from beyond the rerank pool: pick its lines too.
         rerank_by_lines(
@@ -308,3 +334,34 @@ def _run_search(
             )
         )
     return hits
+
+
+def _with_feedback(
+    queries: SearchQueries,
+    generation: int,
+    preset: SearchPreset,
+    terms: list[str],
+    vector: list[tuple[int, float]],
+    relevance_floor: float,
+    pool: int,
+    scopes: list[str],
+    keyword: list[tuple[int, float]],
+) -> list[tuple[int, float]]:
+    """The keyword candidates of `terms` plus the feedback words of the best vector hits at or
+    above the relevance floor (`SearchPreset.feedback_terms`); `keyword` when there are none."""
+    best_ids = [i for i, sim in vector[: preset.feedback_docs] if sim >= relevance_floor]
+    if not best_ids:
+        return keyword
+    texts = load_candidates(queries, [i for i, _ in vector])
+    best = [texts[i].text for i in best_ids if i in texts]
+    extra = feedback_terms(best, [c.text for c in texts.values()], terms, preset.feedback_terms)
+    if not extra:
+        return keyword
+    expanded = terms + extra
+    if preset.keyword_common_share is not None and preset.keyword_operator == "OR":
+        match = common_term_match(queries, generation, expanded, preset.keyword_common_share)
+    else:
+        match = fts_match_expression(expanded, operator="OR")
+    if not match:
+        return keyword
+    return keyword_candidates(queries, generation, match, pool, scopes, preset.keyword_rank_cap)

@@ -44,6 +44,11 @@ class SearchPreset:
     # …only when c is below this (1.0: always): a question its keywords mostly explain keeps
     # the full keyword side.
     keyword_coverage_below: float = 1.0
+    # Pseudo-relevance feedback: this many words of the best `feedback_docs` vector hits at or
+    # above the embedding model's relevance floor (memory/search/feedback.py) are added to the
+    # keyword query (candidates and bm25 only; lines are still scored by the question's words).
+    feedback_terms: int = 0
+    feedback_docs: int = 3
     # Reranking by how well the best lines of a chunk cover the query's (rarer) terms.
     line_rerank_weight: float = 0.0
     rerank_pool: int = 40
@@ -60,6 +65,8 @@ class SearchPreset:
     # MMR: a hit from the same file as one already chosen counts as at least this redundant
     # (0: word overlap only).
     mmr_same_source: float = 0.0
+    # …and one of the same date as one already chosen (whatever file it is in) at least this.
+    mmr_same_day: float = 0.0
     snippet: Literal["head", "focused"] = "head"
     snippet_chars: int = 700
     # Focused snippets: lines are picked by score only down to this share of the best line's,
@@ -68,6 +75,11 @@ class SearchPreset:
     # Drop hits with no query word in them whose vector similarity is below the embedding
     # model's relevance floor, so "nothing relevant" can be an empty answer.
     require_evidence: bool = False
+    # …but once the search has an answer (a hit with a query word, or one at or above the
+    # floor), a hit this far below the floor is admitted beside it, and may take a vector slot:
+    # the floor decides whether anything at all is relevant, not which of the near misses
+    # accompany an answer. Alone, such hits are still no answer (0: the floor is strict).
+    evidence_slack: float = 0.0
     # The best this many chunks by meaning alone (best passage cosine at or above the embedding
     # model's relevance floor) always make the results, in place of the lowest-ranked hybrid
     # hits. A question asked in other words than the note shares no keyword with it, and

@@ -175,13 +175,19 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def mmr_select(
-    candidates: list[Candidate], k: int, lam: float, same_source: float = 0.0
+    candidates: list[Candidate],
+    k: int,
+    lam: float,
+    same_source: float = 0.0,
+    same_day: float = 0.0,
 ) -> list[Candidate]:
     """Maximal marginal relevance on word sets: relevant, and not repeating each other.
 
     `same_source`: a candidate from the same file (one day's log, one session) as a chosen one
     counts as at least this similar to it — evidence spread over several days or sessions
-    (a multi-hop question's) is preferred to more of the same conversation."""
+    (a multi-hop question's) is preferred to more of the same conversation. `same_day`: the
+    same for a candidate of the same date (a dated log, session or transcript of that day),
+    whichever file it is in."""
     pool = list(candidates)
     sets = {c.id: line_terms(c.text) for c in pool}
     redundancy = {c.id: 0.0 for c in pool}  # max similarity to anything chosen so far
@@ -195,6 +201,8 @@ def mmr_select(
             similar = _jaccard(sets[c.id], sets[best.id])
             if same_source and c.path == best.path:
                 similar = max(similar, same_source)
+            if same_day and c.day is not None and c.day == best.day:
+                similar = max(similar, same_day)
             redundancy[c.id] = max(redundancy[c.id], similar)
     return chosen
 
