@@ -212,21 +212,70 @@ def scale_files(chunks: int, tokens: int, overlap: int) -> tuple[dict[str, str],
     (the passages `split_units` cuts each chunk into), to prime the embedding cache with.
     """
     source = TextSource(chunks, rich=True)
-    first = date(2022, 1, 1)
     files: dict[str, str] = {}
     count = 0
     passages: dict[str, None] = {}
     i = 0
     while count < chunks:
-        day = first + timedelta(days=i % DAYS_SPAN)
-        rel = f"memory/{day.year}/{day}" + (f"-note{i // DAYS_SPAN}" if i >= DAYS_SPAN else "")
+        day = _scale_day(i)
         content = daily_note(source, day, source.rng.randint(3, 12))
-        files[rel + ".md"] = content
-        for chunk in chunk_markdown(content, tokens=tokens, overlap=overlap):
-            count += 1
-            passages.update((u.text, None) for u in split_units(chunk))
+        files[_scale_rel(i)] = content
+        count += _add_passages(passages, content, tokens, overlap)
         i += 1
     return files, count, list(passages)
+
+
+def _scale_day(i: int) -> date:
+    return date(2022, 1, 1) + timedelta(days=i % DAYS_SPAN)
+
+
+def _scale_rel(i: int) -> str:
+    """The i-th generated file's path: the order does not depend on the files' content."""
+    day = _scale_day(i)
+    return f"memory/{day.year}/{day}" + (f"-note{i // DAYS_SPAN}" if i >= DAYS_SPAN else "") + ".md"
+
+
+def _add_passages(passages: dict[str, None], content: str, tokens: int, overlap: int) -> int:
+    chunks = chunk_markdown(content, tokens=tokens, overlap=overlap)
+    for chunk in chunks:
+        passages.update((u.text, None) for u in split_units(chunk))
+    return len(chunks)
+
+
+def _saved_scale_files(
+    workspace: Path, chunks: int, tokens: int, overlap: int
+) -> tuple[dict[str, str], int, list[str]] | None:
+    """`scale_files`' answer read back from a workspace an earlier build wrote completely (its
+    `.scale.json` names the file count): generating the text is most of a 100k build's first
+    minutes. None when there is no such workspace, or it was written for other settings."""
+    marker = workspace.parent / ".scale.json"
+    try:
+        saved = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if saved.get("chunks") != chunks or [saved.get("tokens"), saved.get("overlap")] != [
+        tokens,
+        overlap,
+    ]:
+        return None
+    files: dict[str, str] = {}
+    passages: dict[str, None] = {}
+    count = 0
+    for i in range(saved["files"]):
+        path = workspace / _scale_rel(i)
+        if not path.is_file():
+            return None
+        files[_scale_rel(i)] = content = path.read_text(encoding="utf-8")
+        count += _add_passages(passages, content, tokens, overlap)
+    return (files, count, list(passages)) if count == saved["count"] else None
+
+
+def _save_scale_marker(
+    workspace: Path, chunks: int, tokens: int, overlap: int, files: int, count: int
+) -> None:
+    marker = {"chunks": chunks, "tokens": tokens, "overlap": overlap, "files": files}
+    marker["count"] = count
+    (workspace.parent / ".scale.json").write_text(json.dumps(marker), encoding="utf-8")
 
 
 def _scale_paths(spec: Result) -> tuple[Path, Path]:
@@ -242,10 +291,15 @@ def build_scale(spec: Result) -> Result:
         db_path.unlink(missing_ok=True)
     config = MemoryConfig()
     started = time.perf_counter()
-    files, count, texts = scale_files(
-        spec["chunks"], config.chunking.tokens, config.chunking.overlap
+    tokens, overlap = config.chunking.tokens, config.chunking.overlap
+    saved = (
+        None if spec["fresh"] else _saved_scale_files(workspace, spec["chunks"], tokens, overlap)
     )
-    write_workspace(workspace, files)
+    files, count, texts = saved or scale_files(spec["chunks"], tokens, overlap)
+    if saved is None:
+        (workspace.parent / ".scale.json").unlink(missing_ok=True)
+        write_workspace(workspace, files)
+        _save_scale_marker(workspace, spec["chunks"], tokens, overlap, len(files), count)
     generated = time.perf_counter()
     index = _open(workspace, db_path, "local", spec["backend"])
     provider = index.provider
