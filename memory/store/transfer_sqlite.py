@@ -20,11 +20,9 @@ from typing import Any
 
 from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
-from memory.store.index_embedcache import cached_vectors
 from memory.store.db import Database, open_database, sqlite_driver
+from memory.store.index_embedcache import cached_vectors
 from memory.store.schema import MigrationSet, apply
-from memory.store.vector_codec import decode, is_quantised
-from memory.store.vector_pack import block_vectors
 from memory.store.transfer import (
     DERIVED_META,
     INSTANTS,
@@ -38,6 +36,8 @@ from memory.store.transfer import (
     instant,
     utc_text,
 )
+from memory.store.vector_codec import decode, is_quantised
+from memory.store.vector_pack import block_vectors
 
 TRIGGER_ROWS = 16  # intent_triggers rowid = intent id * 16 + entry (memory/store/intents_store)
 VEC = re.compile(r"memory_vec_g\d+")
