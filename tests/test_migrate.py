@@ -357,3 +357,26 @@ def test_a_gateway_serving_the_agent_is_named_before_the_copy(agent: Path, tmp_p
         result = pinch("migrate", "--to", "sqlite", str(tmp_path / "copy.sqlite"))
     assert f"A gateway (pid {os.getpid()}) is serving agent 'main'" in result.stderr
     assert "every count and hash matches" in result.output
+
+
+def test_a_passages_vector_hashes_the_same_however_sqlite_keeps_it(agent: Path) -> None:
+    """The logical memory_units row carries the float32 vector whether the row names its cache
+    row, names one a VACUUM renumbered (found by hash, as search finds it), or keeps an older
+    index's float32 copy itself: the same rows and hashes, so the copy compares like with like."""
+    with sqlite_hashes(agent) as before:
+        pass
+    with sqlite3.connect(agent) as conn:
+        units = conn.execute(
+            "SELECT u.id, c.vector FROM memory_units u "
+            "JOIN embedding_cache c ON c.rowid = u.cache_row ORDER BY u.id"
+        ).fetchall()
+        assert len(units) >= 2
+        first, blob = units[0]
+        conn.execute(
+            "UPDATE memory_units SET vector = ?, cache_row = NULL WHERE id = ?",
+            (decode(blob).astype("<f4").tobytes(), first),
+        )
+        conn.execute("UPDATE memory_units SET cache_row = cache_row + 100000 WHERE vector IS NULL")
+    with sqlite_hashes(agent) as after:
+        pass
+    assert after == before
