@@ -53,7 +53,7 @@ TOKEN = re.compile(r"\bm-\d+-\d+-r\d+\b")
 # gateways' long polls, typing indicators and model calls overflow it and connections time out
 # (a model turn failed "did not finish answering" 70 s into a run). The real Telegram and model
 # APIs have no such limit: give the fakes a real backlog.
-ThreadingHTTPServer.request_queue_size = 1024
+ThreadingHTTPServer.request_queue_size = 4096  # the kernel caps it at somaxconn
 
 
 def echo_tokens(request: RecordedRequest) -> Reply:
