@@ -521,7 +521,8 @@ def run_all(args: argparse.Namespace, console: Console) -> Result:
                     search = in_subprocess("latency", spec)
                     console.print(f"  {_summary(search)}")
                 entry = {"build": build, "search": search}
-                for kind in ("size", "cold") if "error" not in build else ():
+                measured_apart = "error" in build or dsn is not None  # size, cold: SQLite only
+                for kind in ("size", "cold") if not measured_apart else ():
                     if kind in only:
                         runs = [None, 2.0] if kind == "cold" else [spec.get("warm_s")]
                         entry[kind] = [in_subprocess(kind, {**spec, "warm_s": w}) for w in runs]
