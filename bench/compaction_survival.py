@@ -903,7 +903,7 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
     model = ScriptedModel(
         turns,
         meaning_reader(index.provider) if args.reader == "meaning" and index.provider else None,
-        REWRITES[args.rewrite](turns),
+        REWRITES[getattr(args, "rewrite", "none")](turns),
     )
     # As at start-up: the workspace is indexed before the first message. (Left to the first
     # search instead, that build would replay every transcript and hide what compaction missed.)
@@ -982,7 +982,7 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
                             facts_of(turns, question_set),
                             question_set,
                             mode,
-                            args.follow_up,
+                            getattr(args, "follow_up", False),
                         )
                     )
                 finally:

@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,11 @@ from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, te
 from tests.fakes.telegram_fleet import FleetBot, TelegramFleet  # noqa: E402
 
 TOKEN = re.compile(r"\bm-\d+-\d+-r\d+\b")
+# The fakes are http.server's ThreadingHTTPServer, whose listen backlog is 5: at 100 agents the
+# gateways' long polls, typing indicators and model calls overflow it and connections time out
+# (a model turn failed "did not finish answering" 70 s into a run). The real Telegram and model
+# APIs have no such limit: give the fakes a real backlog.
+ThreadingHTTPServer.request_queue_size = 4096  # the kernel caps it at somaxconn
 
 
 def echo_tokens(request: RecordedRequest) -> Reply:

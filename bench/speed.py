@@ -34,7 +34,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from bench import speed_cold
+from bench import speed_cold, speed_pg
 from bench.synthetic import TextSource, conversation_log, daily_note
 from bench.workspace import write_workspace
 from memory.index.chunking import chunk_markdown, split_units
@@ -49,6 +49,7 @@ BACKENDS = ("sqlite-vec", "numpy")
 DAYS_SPAN = 1095  # scale workspaces spread their notes over three years
 
 Result = dict[str, Any]
+_SERVERS: list[Any] = []  # the pgserver of a --store postgres run
 
 
 def _peak_mb() -> float:
@@ -278,6 +279,23 @@ def _save_scale_marker(
     (workspace.parent / ".scale.json").write_text(json.dumps(marker), encoding="utf-8")
 
 
+def _open_scale(spec: Result) -> MemoryIndex:
+    """The index of a latency scale: its SQLite file, or its schema on PostgreSQL (`dsn`)."""
+    workspace, db_path = _scale_paths(spec)
+    if spec.get("dsn"):
+        config = MemoryConfig(embedding=EmbeddingConfig(provider="local"))
+        return speed_pg.open_index(workspace, spec["dsn"], spec["chunks"], config)
+    return _open(workspace, db_path, "local", spec["backend"])
+
+
+def _memory(spec: Result) -> Result:
+    """Resident memory now: this process's, and the PostgreSQL server's when there is one."""
+    found: Result = {"rss_mb": speed_pg.current_rss_mb()}
+    if spec.get("dsn"):
+        found.update(speed_pg.server_memory_mb(spec["dsn"]))
+    return found
+
+
 def _scale_paths(spec: Result) -> tuple[Path, Path]:
     root = Path(spec["out"]) / f"scale-{spec['chunks']}"
     return root / "workspace", root / f"index-{spec['backend']}.sqlite"
@@ -301,7 +319,9 @@ def build_scale(spec: Result) -> Result:
         write_workspace(workspace, files)
         _save_scale_marker(workspace, spec["chunks"], tokens, overlap, len(files), count)
     generated = time.perf_counter()
-    index = _open(workspace, db_path, "local", spec["backend"])
+    if spec["fresh"] and spec.get("dsn"):
+        speed_pg.drop_schema(spec["dsn"], spec["chunks"])
+    index = _open_scale(spec)
     provider = index.provider
     assert provider is not None, index.degraded_reason()
     status = index.status()
@@ -316,8 +336,10 @@ def build_scale(spec: Result) -> Result:
     report = index.sync(on_progress=_refuse_real_embedding)
     built = time.perf_counter()
     status = index.status()
+    memory = _memory(spec)
     index.close()
     return {
+        **memory,
         "chunks": status.chunks,
         "files": len(files),
         "backend": status.vector_backend,
@@ -340,8 +362,7 @@ def _refuse_real_embedding(done: int, total: int, path: str) -> None:
 
 def search_latency(spec: Result) -> Result:
     """Time searches of an index built by `build_scale`, query embedding by the real model."""
-    workspace, db_path = _scale_paths(spec)
-    index = _open(workspace, db_path, "local", spec["backend"])
+    index = _open_scale(spec)
     source = TextSource(99, rich=True)
     queries = [source.question() for _ in range(spec["queries"] + 1)]
     if spec.get("warm_s"):  # as `pinch chat` / `pinch gateway` start: warm, then a pause
@@ -370,11 +391,15 @@ def search_latency(spec: Result) -> Result:
         steady.append(1000 * (time.perf_counter() - started))
         cpu.append(1000 * (time.process_time() - cpu_started))
     backend = index.vector_backend
+    memory = _memory(spec)
     index.close()
     warm = timings[1:]  # the first query loads the model (and the numpy matrix) once
+    first30 = timings[1:31]  # the first questions after the open, before any steady state
     return {
+        **memory,
         "backend": backend,
         "first_query_ms": timings[0],
+        "first30_p95_ms": float(np.percentile(first30, 95)),
         "p50_ms": float(np.percentile(warm, 50)),
         "p95_ms": float(np.percentile(warm, 95)),
         "steady_p50_ms": float(np.percentile(steady, 50)),
@@ -461,6 +486,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--preset", default="pinch", help="search preset for latency (default pinch)")
     p.add_argument("--fresh", action="store_true", help="rebuild the scale databases")
     p.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="latency: the memory index in SQLite (sqlite-vec and numpy) or in PostgreSQL "
+        "(pgvector; a pgserver under --out unless --dsn)",
+    )
+    p.add_argument("--dsn", help="--store postgres: an existing PostgreSQL with pgvector")
+    p.add_argument(
         "--budget-s",
         type=float,
         default=300,
@@ -515,8 +548,17 @@ def run_all(args: argparse.Namespace, console: Console) -> Result:
         else:
             scales = [1_000, 5_000] if args.quick else list(SCALES)
         results["latency"] = {}
+        backends: Sequence[str] = BACKENDS
+        dsn = None
+        if args.store == "postgres":
+            backends = ("postgres",)
+            dsn = args.dsn
+            if dsn is None:
+                console.print("starting PostgreSQL (pgserver) …")
+                server, dsn = speed_pg.start_server(args.out / "postgres")
+                _SERVERS.append(server)  # kept referenced (running) until the process ends
         for chunks in scales:
-            for backend in BACKENDS:
+            for backend in backends:
                 console.print(f"search latency: {chunks} chunks, {backend}: building …")
                 spec = {
                     "chunks": chunks,
@@ -527,6 +569,7 @@ def run_all(args: argparse.Namespace, console: Console) -> Result:
                     "preset": args.preset,
                     "budget_s": args.budget_s,
                     "warm_s": args.warm_s,
+                    "dsn": dsn,
                 }
                 build = in_subprocess("build", spec)
                 console.print(f"  {_summary(build)}")
@@ -536,7 +579,8 @@ def run_all(args: argparse.Namespace, console: Console) -> Result:
                     search = in_subprocess("latency", spec)
                     console.print(f"  {_summary(search)}")
                 entry = {"build": build, "search": search}
-                for kind in ("size", "cold") if "error" not in build else ():
+                measured_apart = "error" in build or dsn is not None  # size, cold: SQLite only
+                for kind in ("size", "cold") if not measured_apart else ():
                     if kind in only:
                         runs = [None, 2.0] if kind == "cold" else [spec.get("warm_s")]
                         entry[kind] = [in_subprocess(kind, {**spec, "warm_s": w}) for w in runs]
@@ -570,8 +614,18 @@ THROUGHPUT_COLUMNS = (
     "tokens/s",
     "wall s",
 )
-LATENCY_COLUMNS = ("chunks", "backend", "sync s", "first query ms", "p50 ms", "p95 ms", "n")
-PEAK_COLUMNS = ("build peak MB", "search peak MB")
+LATENCY_COLUMNS = (
+    "chunks",
+    "backend",
+    "sync s",
+    "first query ms",
+    "first-30 p95 ms",
+    "steady p50 ms",
+    "steady p95 ms",
+    "n",
+)
+LATENCY_KEYS = ("first_query_ms", "first30_p95_ms", "steady_p50_ms", "steady_p95_ms")
+PEAK_COLUMNS = ("build peak MB", "search peak MB", "PostgreSQL RSS / PSS MB")
 
 
 def print_tables(results: Result, console: Console) -> None:
@@ -626,9 +680,10 @@ def print_tables(results: Result, console: Console) -> None:
                     str(b["chunks"]),
                     s["backend"],
                     _f(b["sync_s"]) if b["files_indexed"] else "reused",
-                    *(_f(s[k]) for k in ("first_query_ms", "p50_ms", "p95_ms")),
+                    *(_f(s.get(k)) for k in LATENCY_KEYS),
                     str(s["queries"]),
                     *(_f(x["peak_mb"], "{:.0f}") for x in (b, s)),
+                    f"{s['pg_rss_mb']:.0f} / {s['pg_pss_mb']:.0f}" if "pg_rss_mb" in s else "—",
                 )
         console.print(t)
     if "cli_help" in results:

@@ -161,6 +161,35 @@ def test_the_written_config_template_is_valid_and_all_defaults(pinch_home: Path)
     assert load_settings().memory == MemoryConfig()
 
 
+def test_a_file_another_process_created_first_is_left_as_it_is(pinch_home: Path) -> None:
+    # Several `pinch gateway` processes starting at once on one home each initialise it: the
+    # one that finds a template file made between its check and its create must not crash.
+    from app.cli.setup import _write_private
+
+    pinch_home.mkdir(parents=True, exist_ok=True)
+    target = pinch_home / "AGENTS.md"
+    target.write_text("made by the other gateway")
+
+    assert _write_private(target, b"template") is False
+    assert target.read_text() == "made by the other gateway"
+
+
+def test_gateways_initialising_one_home_at_once_all_start(pinch_home: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.cli.setup import initialise
+    from app.cli.support import TEMPLATE_DIR
+
+    settings = load_settings()
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        made = list(pool.map(lambda _: initialise(settings, TEMPLATE_DIR), range(6)))
+
+    templates = {p.name for p in TEMPLATE_DIR.glob("*.md")}
+    assert {p.name for p in settings.workspace_dir.glob("*.md")} >= templates
+    created = [Path(line).name for lines in made for line in lines if line.endswith(".md")]
+    assert sorted(created) == sorted(templates)  # each file made once, by one of them
+
+
 # ---- mistakes that used to end in a traceback or pass unnoticed ----------------------------
 
 

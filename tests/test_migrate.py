@@ -1,5 +1,6 @@
 """`pinch migrate`: an agent copied SQLite → PostgreSQL → SQLite with every table, count and
-hash identical, the same search results, the source untouched, a non-empty target refused, a
+hash identical (vectors compared as float32: SQLite's 8-bit codes decoded, PostgreSQL's float32),
+the same search results, the source untouched, a non-empty target refused, a
 table the target cannot take failing the whole copy, and a DSN's password never shown."""
 
 from __future__ import annotations
@@ -10,19 +11,24 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import psycopg
 import pytest
+from pgvector.psycopg import register_vector
 from psycopg.conninfo import make_conninfo
 
 from memory.store.postgres.keywords import keyword_tokens, stemmed
 from memory.store.postgres.transfer import open_postgres_target
 from memory.store.transfer import transfer
 from memory.store.transfer_sqlite import open_sqlite_source
+from memory.store.vector_codec import decode, is_quantised
+from memory.store.vector_pack import block_vectors
 from tests.backup_support import pinch
 from tests.migrate_support import make_agent, postgres_hashes, search, sqlite_hashes
 
 SCHEMA = "pinch_main"  # the default agent's schema
 SECRET = "hunter2-not-shown"
+DIMS = 512  # the bundled USE model's vectors
 FILLED = [
     "meta",
     "memory_generations",
@@ -102,6 +108,7 @@ def test_round_trip_keeps_every_table_and_every_search_result(
     assert 'backend = "postgres"' in there.output and "PINCH_STORE__DSN" in there.output
     assert postgres_hashes(empty_dsn, SCHEMA) == original
     assert _file_state(agent) == before  # the source is only read
+    _assert_float32_on_postgres(agent, empty_dsn)
 
     # Back, with the agent now on PostgreSQL (still refused at start while it is being wired).
     monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
@@ -115,6 +122,53 @@ def test_round_trip_keeps_every_table_and_every_search_result(
         assert {t: h for t, h in returned.items() if h[0] or t in original} == original
     workspace = agent.parents[2] / "workspace"
     assert search(copy, workspace) == search(agent, workspace) != []
+    # The copy holds PostgreSQL's float32 rows as they came (no cache row named); the SQLite
+    # stores read them as an older index's rows, and search finds exactly the same.
+    with sqlite3.connect(copy) as conn:
+        units = conn.execute("SELECT vector, cache_row FROM memory_units").fetchall()
+        assert units and all(len(v) == 4 * DIMS and ref is None for v, ref in units)
+        cached = conn.execute("SELECT vector FROM embedding_cache").fetchall()
+        assert cached and all(len(v) == 4 * DIMS for (v,) in cached)
+
+
+def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
+    """SQLite's 8-bit vectors (the passages' kept once, in the embedding cache) arrive on
+    PostgreSQL as the float32 they decode to, each passage with its own vector."""
+    with sqlite3.connect(agent) as conn:
+        units = conn.execute("SELECT chunk_id, vector, cache_row FROM memory_units").fetchall()
+        assert units and all(v is None and ref is not None for _, v, ref in units)
+        cache = dict(
+            conn.execute(
+                "SELECT u.chunk_id, c.vector FROM memory_units u "
+                "JOIN embedding_cache c ON c.rowid = u.cache_row"
+            ).fetchall()
+        )
+        matrix = [t for (t,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE name LIKE 'memory_matrix_g%'"
+        )]  # fmt: skip
+        rows = dict(conn.execute(f"SELECT chunk_id, vector FROM {matrix[0]}").fetchall())
+        pack_table = matrix[0].replace("matrix_g", "matrix_pack_g")
+        pack = conn.execute(f"SELECT rows, dimensions, vectors FROM {pack_table}").fetchall()
+        assert pack and all(len(v) == n * d + 4 * n for n, d, v in pack)  # codes, then scales
+    assert all(is_quantised(b) for b in [*cache.values(), *rows.values()])
+    with psycopg.connect(dsn) as pg:
+        register_vector(pg)
+        pg.execute(f"SET search_path TO {SCHEMA}")
+        there = dict(pg.execute("SELECT chunk_id, vector FROM memory_units").fetchall())
+        assert {c: bytes(v) for c, v in there.items()} == {
+            c: decode(b).astype("<f4").tobytes() for c, b in cache.items()
+        }
+        pg_rows = pg.execute(f"SELECT chunk_id, vector, embedding FROM {matrix[0]}").fetchall()
+        assert len(pg_rows) == len(rows)
+        for chunk_id, blob, embedding in pg_rows:
+            expected = decode(rows[chunk_id])
+            assert bytes(blob) == expected.astype("<f4").tobytes()
+            assert np.array_equal(np.asarray(embedding.to_numpy(), np.float32), expected)
+        # The pack as PgMatrixPack reads it: float32 rows, the same numbers.
+        pg_pack = pg.execute(f"SELECT rows, dimensions, vectors FROM {pack_table}").fetchall()
+        assert [(n, d) for n, d, _ in pg_pack] == [(n, d) for n, d, _ in pack]
+        for (n, d, v), (_, _, b) in zip(pg_pack, pack, strict=True):
+            assert bytes(v) == block_vectors(b, n, d).astype("<f4").tobytes()
 
 
 def test_keyword_rows_on_postgres_are_stemmed_as_the_index_writes_them(
@@ -303,3 +357,26 @@ def test_a_gateway_serving_the_agent_is_named_before_the_copy(agent: Path, tmp_p
         result = pinch("migrate", "--to", "sqlite", str(tmp_path / "copy.sqlite"))
     assert f"A gateway (pid {os.getpid()}) is serving agent 'main'" in result.stderr
     assert "every count and hash matches" in result.output
+
+
+def test_a_passages_vector_hashes_the_same_however_sqlite_keeps_it(agent: Path) -> None:
+    """The logical memory_units row carries the float32 vector whether the row names its cache
+    row, names one a VACUUM renumbered (found by hash, as search finds it), or keeps an older
+    index's float32 copy itself: the same rows and hashes, so the copy compares like with like."""
+    with sqlite_hashes(agent) as before:
+        pass
+    with sqlite3.connect(agent) as conn:
+        units = conn.execute(
+            "SELECT u.id, c.vector FROM memory_units u "
+            "JOIN embedding_cache c ON c.rowid = u.cache_row ORDER BY u.id"
+        ).fetchall()
+        assert len(units) >= 2
+        first, blob = units[0]
+        conn.execute(
+            "UPDATE memory_units SET vector = ?, cache_row = NULL WHERE id = ?",
+            (decode(blob).astype("<f4").tobytes(), first),
+        )
+        conn.execute("UPDATE memory_units SET cache_row = cache_row + 100000 WHERE vector IS NULL")
+    with sqlite_hashes(agent) as after:
+        pass
+    assert after == before

@@ -116,17 +116,21 @@ def test_the_boost_lifts_only_the_active_projects_hits() -> None:
 def test_without_tags_search_is_exactly_what_it_was(
     make_workspace: WorkspaceFactory, make_index: IndexFactory, project: str | None
 ) -> None:
-    """Same hits, same scores as main gave before projects (tests/project_fixture.py GOLD),
-    with no active project and with one that tags nothing. (GOLD predates issue 20's keyword
-    calibration: `pinch` is compared with that knob off, and today's `pinch` with and without
-    the project must agree.)"""
+    """Same hits, same scores (to 8-bit storage's precision) as main gave before projects
+    (tests/project_fixture.py GOLD), with no active project and with one that tags nothing.
+    (GOLD predates issue 20's keyword calibration: `pinch` is compared with that knob off,
+    and today's `pinch` with and without the project must agree.)"""
     idx = make_index(make_workspace(FILES), use_config())
     before_issue_20 = get_preset("pinch").with_overrides(keyword_coverage_power=0.0)
     for query in QUERIES:
         for name, preset in (("pinch", before_issue_20), ("openclaw", get_preset("openclaw"))):
             hits = idx.search(query, preset=preset, now=NOW, record=False, project=project)
-            got = [(h.path, h.start_line, h.end_line, round(h.score, 9)) for h in hits]
-            assert got == GOLD[f"{name}|{query}"], (name, query)
+            gold = GOLD[f"{name}|{query}"]
+            got = [(h.path, h.start_line, h.end_line) for h in hits]
+            assert got == [g[:3] for g in gold], (name, query)
+            # GOLD's scores came from float32 vectors; stored as 8-bit codes (issue 22) a cosine
+            # moves by at most ≈ 0.002.
+            assert [h.score for h in hits] == pytest.approx([g[3] for g in gold], abs=3e-3)
         with_project = idx.search(query, now=NOW, record=False, project=project)
         without = idx.search(query, now=NOW, record=False)
         assert [(h.path, h.start_line, h.score) for h in with_project] == [

@@ -107,10 +107,16 @@ CONFIG_TEMPLATE = """\
 """
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+def _write_private(path: Path, data: bytes) -> bool:
+    """Create `path` (0600) holding `data`; False if it exists already — another process made it
+    first (several `pinch gateway` processes starting at once on one home initialise it each)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        return False
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+    return True
 
 
 def tighten_home(home: Path) -> str | None:
@@ -139,16 +145,15 @@ def initialise(settings: Settings, template_dir: Path) -> list[str]:
         if note:
             created.append(note)
     created += [str(d) + "/" for d in make_private_dirs(home)]
-    if not settings.config_path.exists():
-        _write_private(settings.config_path, CONFIG_TEMPLATE.encode("utf-8"))
+    config_text = CONFIG_TEMPLATE.encode("utf-8")
+    if not settings.config_path.exists() and _write_private(settings.config_path, config_text):
         created.append(str(settings.config_path))
     ws = settings.workspace_dir
     for directory in (ws, ws / "memory"):
         created += [str(d) + "/" for d in make_private_dirs(directory)]
     for src in sorted(template_dir.glob("*.md")):
         dest = ws / src.name
-        if not dest.exists():
-            _write_private(dest, src.read_bytes())
+        if not dest.exists() and _write_private(dest, src.read_bytes()):
             created.append(str(dest))
     if settings.store.backend == "postgres":  # the agent's schema, created and migrated
         from app.store_factory import open_postgres_store

@@ -15,9 +15,13 @@ table the other understands:
 - SQLite's rowid order of `sessions` and `intent_fires` ↔ PostgreSQL's `created_order` /
   `fire_order`;
 - the jobs' instants: ISO UTC text ↔ `timestamptz`; `owner_private`: 0/1 ↔ boolean;
-- each generation's vectors `memory_matrix_g<N>` (+ its change log and packed copy) are copied
-  as they are — vectors reused, nothing re-embedded; PostgreSQL's pgvector column and HNSW index
-  are filled from the same float32 blobs.
+- vectors: SQLite stores them as 8-bit codes and a scale (memory/store/vector_codec.py; a
+  passage's only once, in the embedding cache row `memory_units.cache_row` names), PostgreSQL as
+  float32; the logical rows carry float32 (SQLite's decoded: exact and deterministic), each
+  passage its own vector and no `cache_row` — in `memory_units`, `embedding_cache`, each
+  generation's `memory_matrix_g<N>` and packed copy (transfer_sqlite.py). Vectors are reused,
+  nothing re-embedded; PostgreSQL's pgvector column and HNSW index are filled from the same
+  float32 blobs, and float32 rows copied to SQLite are stored and searched as they are.
 
 Derived data is not copied but rebuilt from what is: SQLite's FTS5 and sqlite-vec internals
 (the vec0 KNN tables catch up from the vectors on first search), PostgreSQL's bm25 statistics.
@@ -25,7 +29,8 @@ A table of the source that the target cannot take is reported and the copy is NO
 
 Hashes: per table, the sum (mod 2^256) of the sha256 of each row's canonical form (bytes as
 hex, instants as ISO UTC, booleans as 0/1), so the order rows come in does not matter and equal
-data gives equal hashes on both backends.
+data gives equal hashes on both backends. Vectors are hashed in their float32 logical form
+(above), not as SQLite's 8-bit bytes.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import Any
 from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
 from memory.store.db import Database, open_database, sqlite_driver
+from memory.store.index_embedcache import cached_vectors
 from memory.store.schema import MigrationSet, apply
 from memory.store.transfer import (
     DERIVED_META,
@@ -35,6 +36,8 @@ from memory.store.transfer import (
     instant,
     utc_text,
 )
+from memory.store.vector_codec import decode, is_quantised
+from memory.store.vector_pack import block_vectors
 
 TRIGGER_ROWS = 16  # intent_triggers rowid = intent id * 16 + entry (memory/store/intents_store)
 VEC = re.compile(r"memory_vec_g\d+")
@@ -49,6 +52,11 @@ _CREATE = {
     "rows INTEGER NOT NULL, dimensions INTEGER NOT NULL, scopes TEXT NOT NULL, "
     "ids BLOB NOT NULL, scope_codes BLOB NOT NULL, vectors BLOB NOT NULL)",
 }
+# memory_units' reference to the embedding cache row holding its vector (SQLite only): the
+# logical row carries the vector itself instead (see `_SqliteTables` below).
+CACHE_ROW = "cache_row"
+# The extra columns read to resolve a memory_units row's vector from the cache.
+_UNIT_EXTRA = (CACHE_ROW, "hash", "generation")
 
 
 def _quote(name: str) -> str:
@@ -56,7 +64,15 @@ def _quote(name: str) -> str:
 
 
 class _SqliteTables:
-    """Reading the logical tables of one SQLite connection (source and target alike)."""
+    """Reading the logical tables of one SQLite connection (source and target alike).
+
+    Vectors are read in the portable form both backends share, float32 little-endian: SQLite
+    stores them as 8-bit codes and a scale (memory/store/vector_codec.py), decoded here — exact
+    and deterministic, so the same file always gives the same rows and hashes. A memory_units
+    row whose `vector` is NULL (its vector kept once, in the embedding cache row `cache_row`
+    names) carries that cache row's vector, and `cache_row` is not a logical column; the
+    embedding cache's vectors, the matrix rows and the pack's blocks come decoded. Float32
+    blobs (older rows, or rows copied from PostgreSQL) are read as they are."""
 
     conn: Any
     label: str
@@ -91,6 +107,8 @@ class _SqliteTables:
                 tables["keywords"] = ("chunk_id", "body")
             elif name == "intent_triggers":
                 tables["intent_triggers"] = ("intent_id", "entry", "terms")
+            elif name == "memory_units":
+                tables[name] = tuple(c for c in self._columns(name) if c != CACHE_ROW)
             else:
                 extra = (ROW_ORDER[name],) if name in ROW_ORDER else ()
                 tables[name] = (*self._columns(name), *extra)
@@ -113,11 +131,16 @@ class _SqliteTables:
         return int(self.conn.execute(f"SELECT count(*) {source}").fetchone()[0])
 
     def rows(self, table: str, columns: Sequence[str], batch: int) -> Iterator[Rows]:
-        picked, source = self._select(table, columns)
+        units = table == "memory_units" and CACHE_ROW in self._columns(table)
+        picked, source = self._select(table, [*columns, *_UNIT_EXTRA] if units else columns)
         instants = [i for i, c in enumerate(columns) if c in INSTANTS.get(table, ())]
         cursor = self.conn.execute(f"SELECT {picked} {source}")
         while found := cursor.fetchmany(batch):
-            if table == "intent_triggers":
+            if units:
+                yield self._unit_vectors(columns, found)
+            elif (convert := _float32_rows(table, columns)) is not None:
+                yield [convert(row) for row in found]
+            elif table == "intent_triggers":
                 yield [(int(a), int(b), str(t).split(" ") if t else []) for a, b, t in found]
             elif instants:
                 yield [
@@ -126,6 +149,30 @@ class _SqliteTables:
                 ]
             else:
                 yield [tuple(row) for row in found]
+
+    def _unit_vectors(self, columns: Sequence[str], found: Rows) -> Rows:
+        """memory_units rows (`columns`, then `_UNIT_EXTRA`) with each vector as float32: the
+        row's own, else the embedding cache's row it names (found as the search finds it,
+        memory/store/search_queries.py passage_vectors: by rowid, checked by hash, else by
+        hash under the generation's model); NULL when neither has it (search skips it too)."""
+        at, n = list(columns).index("vector"), len(columns)
+        wanted: dict[int, tuple[list[str], list[int | None]]] = {}
+        for row in found:
+            if row[at] is None:
+                hashes, refs = wanted.setdefault(int(row[n + 2]), ([], []))
+                hashes.append(str(row[n + 1]))
+                refs.append(row[n])
+        reader = _Reader(self.conn)
+        cached = {
+            g: cached_vectors(reader, g, h, refs)  # type: ignore[arg-type]
+            for g, (h, refs) in wanted.items()
+        }
+        out: Rows = []
+        for row in found:
+            blob = row[at] if row[at] is not None else cached[int(row[n + 2])].get(row[n + 1])
+            vector = None if blob is None else _float32(blob)
+            out.append((*row[:at], vector, *row[at + 1 : n]))
+        return out
 
     def counters(self) -> dict[str, int]:
         if "sqlite_sequence" not in self._master():
@@ -283,6 +330,41 @@ class SqliteTarget(_SqliteTables):
     def close(self) -> None:
         if self.partial.exists():
             self.abort()
+
+
+class _Reader:
+    """What `cached_vectors` uses of a Database, over a bare connection (read only)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.lock = contextlib.nullcontext()
+
+    def execute(self, query: str, params: Sequence[Any] = ()) -> list[Any]:
+        return list(self.conn.execute(query, params))
+
+
+def _float32(blob: bytes) -> bytes:
+    """A stored vector as float32 little-endian (8-bit codes decoded; float32 as it is)."""
+    blob = bytes(blob)
+    return decode(blob).astype("<f4").tobytes() if is_quantised(blob) else blob
+
+
+def _float32_rows(table: str, columns: Sequence[str]) -> Any:
+    """A function turning `table`'s rows to their float32 form, None for a table without
+    vectors stored as 8-bit codes."""
+    names = list(columns)
+    if (table == "embedding_cache" or MATRIX.fullmatch(table)) and "vector" in names:
+        at = names.index("vector")
+        return lambda row: (*row[:at], _float32(row[at]), *row[at + 1 :])
+    if MATRIX_PACK.fullmatch(table) and {"vectors", "rows", "dimensions"} <= set(names):
+        at, n, d = names.index("vectors"), names.index("rows"), names.index("dimensions")
+
+        def block(row: Any) -> tuple[Any, ...]:
+            floats = block_vectors(bytes(row[at]), int(row[n]), int(row[d]))
+            return (*row[:at], floats.astype("<f4").tobytes(), *row[at + 1 :])
+
+        return block
+    return None
 
 
 def _sqlite_value(value: Any) -> Any:

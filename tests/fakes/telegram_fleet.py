@@ -209,7 +209,9 @@ class TelegramFleet:
                 as end of file)."""
                 sock: socket.socket = self.connection
                 try:
-                    readable, _, _ = select.select([sock], [], [], 0)
+                    poller = select.poll()  # not select(): no limit of 1,024 descriptors
+                    poller.register(sock, select.POLLIN)
+                    readable = poller.poll(0)
                     return not readable or sock.recv(1, socket.MSG_PEEK) != b""
                 except OSError:
                     return False
