@@ -164,6 +164,20 @@ def test_match_counts_stop_at_the_limit(index: MemoryIndex, open_queries: Opener
     assert queries.match_count('"nowhere"', None) == 0
 
 
+@pytest.mark.parametrize(
+    "match",
+    ['"dog" AND "anna"', '"dog" OR "bees"', '"walked the dog"', '"dog the walked"', EVERY],
+)
+def test_a_count_is_the_number_of_rows_the_expression_ranks(
+    index: MemoryIndex, open_queries: Opener, match: str
+) -> None:
+    queries = open_queries(index.db)
+    ranked = len(queries.keyword_ranked(match, 100))
+
+    assert queries.match_count(match, None) == ranked
+    assert queries.match_count(match, 1) == min(ranked, 1)
+
+
 def test_in_scope_keeps_only_the_generation_and_scopes_asked_for(
     index: MemoryIndex, open_queries: Opener
 ) -> None:

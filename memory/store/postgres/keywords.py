@@ -131,3 +131,20 @@ def bm25_statement(phrases: Sequence[Sequence[str]], operator: str) -> tuple[str
         f"SELECT c.chunk_id, -({score}) AS rank FROM c, i, s WHERE {matched}"
     )
     return statement, params
+
+
+def count_statement(
+    phrases: Sequence[Sequence[str]], operator: str, limit: int | None
+) -> tuple[str, list[Any]]:
+    """A SELECT of how many keyword rows match the stemmed `phrases` joined by `operator`,
+    counting stops at `limit`: no bm25, no row leaves PostgreSQL, and the GIN lookup ends at the
+    limit (a common term's count costs what its first `limit` rows do)."""
+    params: list[Any] = [sorted({t for p in phrases for t in p})]  # the GIN lookup's, first
+    freqs = [_frequency(p, params) for p in phrases]
+    joiner = " OR " if operator == "OR" else " AND "
+    matched = joiner.join(f"{f} > 0" for f in freqs)
+    statement = f"SELECT 1 FROM memory_keywords WHERE tokens && %s::text[] AND ({matched})"
+    if limit is not None:
+        statement += " LIMIT %s"
+        params.append(limit)
+    return f"SELECT count(*) FROM ({statement}) AS m", params

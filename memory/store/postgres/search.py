@@ -12,7 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from memory.store.postgres.database import PgDatabase
-from memory.store.postgres.keywords import bm25_statement, parse_match, stemmed
+from memory.store.postgres.keywords import (
+    KeywordQuery,
+    bm25_statement,
+    count_statement,
+    parse_match,
+    stemmed,
+)
 from memory.store.search_queries import ChunkRow, PassageVectors
 from memory.store.vector_tables import from_blob
 
@@ -44,12 +50,7 @@ class PgSearchQueries:
         if not flat or (limit is not None and limit <= 0):
             return []
         with self.db.transaction() as conn:
-            stems = stemmed(flat)
-            phrases, at = [], 0
-            for phrase in query.phrases:
-                phrases.append(stems[at : at + len(phrase)])
-                at += len(phrase)
-            statement, params = bm25_statement(phrases, query.operator)
+            statement, params = bm25_statement(_stemmed_phrases(query), query.operator)
             statement += f" ORDER BY {order}"
             if limit is not None:
                 statement += " LIMIT %s"
@@ -64,7 +65,11 @@ class PgSearchQueries:
         return self._keyword(match, "chunk_id DESC", limit)
 
     def match_count(self, match: str, limit: int | None) -> int:
-        return len(self._keyword(match, "chunk_id", limit))
+        query = parse_match(match)
+        if not any(query.phrases) or (limit is not None and limit <= 0):
+            return 0
+        statement, params = count_statement(_stemmed_phrases(query), query.operator, limit)
+        return int(self.db.execute(statement, params)[0][0])
 
     def in_scope(self, ids: list[int], generation: int, scopes: list[str]) -> set[int]:
         if not ids or not scopes:
@@ -98,3 +103,13 @@ class PgSearchQueries:
             (list(ids),),
         )
         return [tuple(r) for r in rows]
+
+
+def _stemmed_phrases(query: KeywordQuery) -> list[list[str]]:
+    """The query's phrases with each token stemmed as the keyword rows hold them."""
+    stems = stemmed([t for phrase in query.phrases for t in phrase])
+    phrases, at = [], 0
+    for phrase in query.phrases:
+        phrases.append(stems[at : at + len(phrase)])
+        at += len(phrase)
+    return phrases
