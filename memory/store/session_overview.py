@@ -105,18 +105,7 @@ class SqliteSessionOverview:
             f"FROM sessions s {where}) ORDER BY active DESC, created_at DESC, id LIMIT ? OFFSET ?"
         )
         rows = self.db.execute(sql, [*params, limit, offset])
-        found = tuple(
-            SessionRow(
-                str(r[0]),
-                SessionKey(r[1], r[2], r[3], r[4], r[5]),
-                str(r[6]),
-                float(r[7]),
-                int(r[8]),
-                int(r[9] or 0),
-                float(r[10]),
-            )
-            for r in rows
-        )
+        found = tuple(session_row(r) for r in rows)
         return SessionPage(found, int(total), offset, limit)
 
     def channels(self) -> dict[str, int]:
@@ -135,3 +124,16 @@ class SqliteSessionOverview:
             (since,),
         )
         return [UsageRow(float(r[0] * USAGE_BUCKET_S), *(int(v) for v in r[1:])) for r in rows]
+
+
+def session_row(r: Any) -> SessionRow:
+    """A `SessionRow` of one row of the page's SELECT (the same columns on every backend)."""
+    return SessionRow(
+        str(r[0]),
+        SessionKey(r[1], r[2], r[3], r[4], r[5]),
+        str(r[6]),
+        float(r[7]),
+        int(r[8]),
+        int(r[9] or 0),
+        float(r[10]),
+    )

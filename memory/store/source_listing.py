@@ -10,7 +10,7 @@ index's source rows (`memory_sources`, memory/store/index_rows.py owns the table
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from memory.store.db import Database
 
@@ -46,11 +46,13 @@ class SourceListings(Protocol):
     def listing(self, generation: int, *, newest: int) -> SourceListing: ...
 
 
-class SqliteSourceListing:
-    def __init__(self, db: Database) -> None:
+class CachedListing:
+    """The listing kept per (generation, newest, index version), on any backend: classifying
+    30,000 files costs ~80 ms, and the list changes only when the index does. Subclasses read
+    it (`_read`)."""
+
+    def __init__(self, db: Any) -> None:
         self.db = db
-        # The last answer and the (generation, newest, index version) it was for: classifying
-        # 30,000 files costs ~80 ms, and the list changes only when the index does.
         self._last: tuple[tuple[int, int, str], SourceListing] | None = None
 
     def listing(self, generation: int, *, newest: int) -> SourceListing:
@@ -62,6 +64,14 @@ class SqliteSourceListing:
         answer = self._read(generation, newest)
         self._last = (key, answer)
         return answer
+
+    def _read(self, generation: int, newest: int) -> SourceListing:
+        raise NotImplementedError
+
+
+class SqliteSourceListing(CachedListing):
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
 
     def _read(self, generation: int, newest: int) -> SourceListing:
         where = "WHERE generation = ? AND source != 'sessions'"

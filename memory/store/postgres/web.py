@@ -18,9 +18,14 @@ from __future__ import annotations
 from typing import Any
 
 from memory.store.postgres.database import PgDatabase, one_row
-from memory.store.session_overview import USAGE_BUCKET_S, SessionPage, SessionRow, UsageRow
-from memory.store.sessions import USAGE_FIELDS, SessionKey
-from memory.store.source_listing import ListedFile, SourceListing
+from memory.store.session_overview import (
+    USAGE_BUCKET_S,
+    SessionPage,
+    UsageRow,
+    session_row,
+)
+from memory.store.sessions import USAGE_FIELDS
+from memory.store.source_listing import CachedListing, ListedFile, SourceListing
 
 # -- WebAuthStore ------------------------------------------------------------------------------
 
@@ -91,18 +96,7 @@ class PgSessionOverview:
             'ORDER BY active DESC, s.created_at DESC, s.id COLLATE "C" LIMIT %s OFFSET %s',
             [*params, limit, offset],
         )
-        found = tuple(
-            SessionRow(
-                str(r[0]),
-                SessionKey(r[1], r[2], r[3], r[4], r[5]),
-                str(r[6]),
-                float(r[7]),
-                int(r[8]),
-                int(r[9] or 0),
-                float(r[10]),
-            )
-            for r in rows
-        )
+        found = tuple(session_row(r) for r in rows)
         return SessionPage(found, int(total), offset, limit)
 
     def channels(self) -> dict[str, int]:
@@ -138,23 +132,8 @@ _KIND = (
 )
 
 
-class PgSourceListing:
+class PgSourceListing(CachedListing):
     """`SourceListings` on PostgreSQL over `memory_sources` (read-only)."""
-
-    def __init__(self, db: PgDatabase) -> None:
-        self.db = db
-        # The last answer and the (generation, newest, index version) it was for.
-        self._last: tuple[tuple[int, int, str], SourceListing] | None = None
-
-    def listing(self, generation: int, *, newest: int) -> SourceListing:
-        version = self.db.execute("SELECT value FROM meta WHERE key = 'index_version'")
-        key = (generation, newest, str(version[0][0]) if version else "0")
-        last = self._last
-        if last is not None and last[0] == key:
-            return last[1]
-        answer = self._read(generation, newest)
-        self._last = (key, answer)
-        return answer
 
     def _read(self, generation: int, newest: int) -> SourceListing:
         classified = (
