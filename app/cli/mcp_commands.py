@@ -103,6 +103,7 @@ async def probe_servers(settings: Settings, only: str | None = None) -> list[Ser
             name,
             config.model_copy(update={"lazy": False}),
             stderr_path=settings.agent_dir / "mcp" / f"{name}.probe.stderr.log",
+            first_backoff_s=PROBE_MAX_S * 2,  # a probe reports the first attempt: no retry
         )
         for name, config in settings.mcp.servers.items()
         if only in (None, name)
