@@ -351,7 +351,7 @@ def build_web_server(
             "gateway": gateway,
             "web_channel": gateway.channels.get(WEB),
             "logins": Logins(
-                store, settings.web, settings.home, session_cookie=session_cookie(settings)
+                store, settings.web, settings.own_dir, session_cookie=session_cookie(settings)
             ),
             "log_tail": log_tail or (lambda _count: []),
             "log_agent": log_agent,  # the health page's tail keeps only this agent's lines
@@ -390,7 +390,7 @@ def web_exposure_problem(settings: Settings) -> str | None:
     password), else None."""
     from app.web.auth import exposure_problem
 
-    return exposure_problem(settings.web, settings.home)
+    return exposure_problem(settings.web, settings.own_dir)
 
 
 def build_health_server(settings: Settings, gateway: Gateway) -> HealthServer | None:

@@ -411,3 +411,25 @@ def test_an_agents_archive_is_format_2_and_its_outside_workspace_comes_back_ther
         "Bob's kayak is red.\n"
     )
     assert load_settings(agent_id="bob").workspace_dir == notes
+
+
+def test_each_agent_has_its_own_web_password(home: Path) -> None:
+    from app.web.auth import read_password_hash, verify_password
+    from app.wiring import web_exposure_problem
+
+    ok("agents", "add", "bob")
+    done = pinch(
+        "web", "set-password", "--agent", "bob", "--password-stdin", input="bob's phrase x\n"
+    )
+    assert done.exit_code == 0, done.output
+    bob, main_settings = load_settings(agent_id="bob"), load_settings()
+    assert str(bob.own_dir / "web-password") in " ".join(done.output.split())
+    assert read_password_hash(main_settings.own_dir) is None  # the default agent's page: none
+    assert verify_password("bob's phrase x", read_password_hash(bob.own_dir) or "")
+    mine = pinch("web", "set-password", "--password-stdin", input="main's own phrase\n")
+    assert mine.exit_code == 0, mine.output
+    assert not verify_password("bob's phrase x", read_password_hash(main_settings.own_dir) or "")
+    exposed = main_settings.model_copy(
+        update={"web": main_settings.web.model_copy(update={"host": "0.0.0.0"})}
+    )
+    assert web_exposure_problem(exposed) is None  # main has a password now

@@ -59,7 +59,8 @@ def web_login() -> None:
 def web_set_password(password_stdin: bool) -> None:
     """Set the web page's password (needed to serve it on a non-loopback host).
 
-    Stored as a scrypt hash in <home>/web-password (mode 0600), never in plain text.
+    Stored as a scrypt hash in <home>/web-password (mode 0600), never in plain text; another
+    agent than the default one has its own, in <home>/agents/NAME/web-password (`--agent NAME`).
     """
     import sys
 
@@ -70,5 +71,5 @@ def web_set_password(password_stdin: bool) -> None:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = click.prompt("New password", hide_input=True, confirmation_prompt=True)
-    path = set_password(settings.home, password)
+    path = set_password(settings.own_dir, password)
     click.echo(f"Password set (a scrypt hash in {path}). Log in at the page's /login.")

@@ -176,6 +176,8 @@ def verify_password(password: str, stored: str) -> bool:
 
 
 def password_path(home: Path) -> Path:
+    """`home`: the agent's own folder (`Settings.own_dir`): the installation's home for the
+    default agent, <home>/agents/NAME for another, so one agent's password opens no other page."""
     return home / PASSWORD_FILE
 
 
