@@ -210,7 +210,7 @@ def test_a_passage_in_two_chunks_and_two_files_reaches_the_model_once(
     make_workspace: WorkspaceFactory, tmp_path: Path
 ) -> None:
     shared = "The boiler service is booked with Kessler and Sons for the first Tuesday of May."
-    log = conversation_log(4_000)
+    log = conversation_log(2_000)  # over one chunk: the two copies land in different ones
     notes = f"{shared}\n\n{log}\n\n{shared}\n"  # near the top and the bottom of a file
     workspace = make_workspace(
         {"memory/2024-03-01.md": notes, "memory/2024-03-02.md": f"{shared}\n"}
