@@ -204,3 +204,29 @@ def test_usable_cores_follows_omp_num_threads(monkeypatch: pytest.MonkeyPatch) -
     assert usable_cores() == 1
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert usable_cores() >= 1
+
+
+def test_a_passage_in_two_chunks_and_two_files_reaches_the_model_once(
+    make_workspace: WorkspaceFactory, tmp_path: Path
+) -> None:
+    shared = "The boiler service is booked with Kessler and Sons for the first Tuesday of May."
+    log = conversation_log(2_000)  # over one chunk: the two copies land in different ones
+    notes = f"{shared}\n\n{log}\n\n{shared}\n"  # near the top and the bottom of a file
+    workspace = make_workspace(
+        {"memory/2024-03-01.md": notes, "memory/2024-03-02.md": f"{shared}\n"}
+    )
+    e5 = CountingE5()
+    config = MemoryConfig(embedding=EmbeddingConfig(provider="local"))
+    index = MemoryIndex.open(workspace, tmp_path / "agent.sqlite", config, provider=e5)
+    try:
+        report = index.sync()
+        chunks = chunk_markdown(notes, tokens=400, overlap=80)
+        holding = [c for c in chunks if any(u.text == shared for u in split_units(c))]
+        assert len(holding) == 2  # two chunks of the first file, and the second file, hold it
+        assert e5.seen.count(shared) == 1
+        assert len(e5.seen) == len(set(e5.seen)) == report.chunks_embedded
+        hits = index.search("when is the boiler serviced", preset="vector", max_results=10)
+        found = {h.path for h in hits if "Kessler" in h.snippet}
+        assert found == {"memory/2024-03-01.md", "memory/2024-03-02.md"}
+    finally:
+        index.close()
