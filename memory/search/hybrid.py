@@ -14,12 +14,14 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from memory.embeddings.base import query_cores
 from memory.search.candidates import (
     common_term_match,
+    embed_and_search,
     keyword_candidates,
     load_candidates,
     vector_candidates,
@@ -56,6 +58,8 @@ if TYPE_CHECKING:
 
     from memory.search.vectors import VectorStore
 
+T = TypeVar("T")
+
 COARSE_POOL = 100  # chunks the centroid index hands to passage re-scoring
 # A query pasted with a whole page must still answer at once. The local model embeds ≈1.3 ms a
 # CJK token (a 10,000-character Chinese query took 14 s): it sees the query's first 256 tokens
@@ -65,6 +69,12 @@ QUERY_CHARS = 2000
 QUERY_EMBED_TOKENS = 256
 QUERY_TERMS = 64
 _EMBEDDER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embedding")
+SCHEDULE = "embed-first"
+
+
+def _with_cores(cores: int, fn: Callable[..., T], *args: object) -> T:
+    with query_cores(cores):
+        return fn(*args)
 
 
 @dataclass(frozen=True)
@@ -172,18 +182,29 @@ def _run_search(
     terms = terms[:QUERY_TERMS]
     pending_vector = None
     if embed_query is not None and store is not None and preset.vector_weight > 0:
-        # The vector side (embed the query, shortlist, re-score passages) runs in a worker
-        # thread on the store's own connection while SQLite runs the keyword search on the main
-        # one: the model and SQLite both release the GIL, so two cores work at once.
-        pending_vector = _EMBEDDER.submit(
-            vector_candidates,
-            store,
-            embed_query,
-            head_tokens(query, QUERY_EMBED_TOKENS),
-            max(COARSE_POOL, pool),
-            generation,
-            scopes,
-        )
+        text = head_tokens(query, QUERY_EMBED_TOKENS)
+        side = max(COARSE_POOL, pool)
+        if SCHEDULE == "embed-first":
+            with query_cores(2):
+                qvec = embed_query(text)
+            pending_vector = _EMBEDDER.submit(
+                vector_candidates, store, qvec, side, generation, scopes
+            )
+        else:
+            # The vector side (embed the query, shortlist, re-score passages) runs in a worker
+            # thread on the store's own connection while SQLite runs the keyword search on the
+            # main one: the model and SQLite both release the GIL, so two cores work at once.
+            pending_vector = _EMBEDDER.submit(
+                _with_cores,
+                2 if SCHEDULE == "parallel2" else 1,
+                embed_and_search,
+                store,
+                embed_query,
+                text,
+                side,
+                generation,
+                scopes,
+            )
     keyword: list[tuple[int, float]] = []
     if preset.keyword_weight > 0:
         if preset.keyword_common_share is not None and preset.keyword_operator == "OR":
