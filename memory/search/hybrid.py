@@ -11,20 +11,16 @@ reads comes through `SearchQueries` (memory/store/search_queries.py).
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memory.embeddings.base import query_cores
 from memory.search.candidates import (
     common_term_match,
-    embed_and_search,
     keyword_candidates,
     load_candidates,
-    vector_candidates,
 )
 from memory.search.feedback import feedback_terms
 from memory.search.presets import SearchPreset
@@ -38,6 +34,7 @@ from memory.search.ranking import (
     rerank_by_lines,
     temporal_multiplier,
 )
+from memory.search.schedule import embeds_first, start_vector_side
 from memory.search.snippets import focused_snippet, head_snippet
 from memory.store.db import Database
 from memory.store.search_queries import (
@@ -58,8 +55,6 @@ if TYPE_CHECKING:
 
     from memory.search.vectors import VectorStore
 
-T = TypeVar("T")
-
 COARSE_POOL = 100  # chunks the centroid index hands to passage re-scoring
 # A query pasted with a whole page must still answer at once. The local model embeds ≈1.3 ms a
 # CJK token (a 10,000-character Chinese query took 14 s): it sees the query's first 256 tokens
@@ -68,13 +63,6 @@ COARSE_POOL = 100  # chunks the centroid index hands to passage re-scoring
 QUERY_CHARS = 2000
 QUERY_EMBED_TOKENS = 256
 QUERY_TERMS = 64
-_EMBEDDER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embedding")
-SCHEDULE = "embed-first"
-
-
-def _with_cores(cores: int, fn: Callable[..., T], *args: object) -> T:
-    with query_cores(cores):
-        return fn(*args)
 
 
 @dataclass(frozen=True)
@@ -123,9 +111,11 @@ def run_search(
     scopes: list[str],
     admits: Callable[[str, str], bool] | None = None,
     project: str | None = None,
+    multicore_query: bool = False,
 ) -> list[SearchHit]:
     """`memory_search` over one generation, best hits first. `project`: the active project,
     whose tagged hits the preset's `project_boost` lifts (None: no project preferred).
+    `multicore_query`: `embed_query` can use several cores (memory/search/schedule.py).
 
     Raises `IndexCorruptError` when SQLite finds the index damaged and `DatabaseError` for any
     other database failure: a broken index never looks like an empty answer.
@@ -145,6 +135,7 @@ def run_search(
             scopes=scopes,
             admits=admits,
             project=project,
+            multicore_query=multicore_query,
         )
     except Exception as exc:
         if is_database_error(exc):
@@ -167,6 +158,7 @@ def _run_search(
     scopes: list[str],
     admits: Callable[[str, str], bool] | None = None,
     project: str | None = None,
+    multicore_query: bool = False,
 ) -> list[SearchHit]:
     query = re.sub(r"\s+", " ", query[: 4 * QUERY_CHARS]).strip()[:QUERY_CHARS]
     if not re.search(r"\w", query):
@@ -182,29 +174,17 @@ def _run_search(
     terms = terms[:QUERY_TERMS]
     pending_vector = None
     if embed_query is not None and store is not None and preset.vector_weight > 0:
-        text = head_tokens(query, QUERY_EMBED_TOKENS)
-        side = max(COARSE_POOL, pool)
-        if SCHEDULE == "embed-first":
-            with query_cores(2):
-                qvec = embed_query(text)
-            pending_vector = _EMBEDDER.submit(
-                vector_candidates, store, qvec, side, generation, scopes
-            )
-        else:
-            # The vector side (embed the query, shortlist, re-score passages) runs in a worker
-            # thread on the store's own connection while SQLite runs the keyword search on the
-            # main one: the model and SQLite both release the GIL, so two cores work at once.
-            pending_vector = _EMBEDDER.submit(
-                _with_cores,
-                2 if SCHEDULE == "parallel2" else 1,
-                embed_and_search,
-                store,
-                embed_query,
-                text,
-                side,
-                generation,
-                scopes,
-            )
+        # Embedded first on both cores, or beside the keyword side (memory/search/schedule.py).
+        first = embeds_first(terms, multicore_query, preset.keyword_weight > 0)
+        pending_vector = start_vector_side(
+            store,
+            embed_query,
+            head_tokens(query, QUERY_EMBED_TOKENS),
+            max(COARSE_POOL, pool),
+            generation,
+            scopes,
+            first=first,
+        )
     keyword: list[tuple[int, float]] = []
     if preset.keyword_weight > 0:
         if preset.keyword_common_share is not None and preset.keyword_operator == "OR":
