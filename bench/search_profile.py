@@ -177,6 +177,30 @@ def profile(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def answers(spec: dict[str, Any]) -> dict[str, list[list[Any]]]:
+    """Every preset's hits (path, lines, score to 6 places) for the questions, searched once."""
+    from datetime import datetime
+
+    from memory.search.presets import PRESETS
+
+    index = speed._open_scale(spec)
+    source = TextSource(99, rich=True)
+    questions = [source.question() for _ in range(spec["queries"])]
+    now = datetime(2026, 12, 2, 12, 0)
+    out = {
+        name: [
+            [
+                (h.path, h.start_line, h.end_line, round(h.score, 6))
+                for h in index.search(q, preset=name, now=now, record=False)
+            ]
+            for q in questions
+        ]
+        for name in sorted(PRESETS)
+    }
+    index.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--quick", action="store_true", help="1k chunks, 10 questions")
@@ -192,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--dump",
+        type=Path,
+        help="instead: write every preset's hits for the questions to this JSON file (to compare "
+        "two trees' answers: run each with its PYTHONPATH)",
+    )
     args = p.parse_args(argv)
     chunks, queries = (1_000, 10) if args.quick else (args.chunks, args.queries)
     spec = {
@@ -207,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     db_path = args.out / f"scale-{chunks}" / f"index-{args.backend}.sqlite"
     if not db_path.exists():
         speed.build_scale(spec)
+    if args.dump:
+        args.dump.write_text(json.dumps(answers(spec)), encoding="utf-8")
+        return 0
     result = profile(spec)
     print(json.dumps(result, indent=1) if args.json else table(result))
     return 0
