@@ -1,10 +1,11 @@
 """A search's steps in another order give the same answer: the question embedded first on both
 cores, then the keyword and vector sides at once, as when the embedding runs beside the keyword
 side on one core (memory/search/schedule.py); and the centroid matrix's remembered scope masks
-and edge ties (memory/search/centroid_matrix.py)."""
+and edge ties (memory/search/centroid_matrix.py); `line_terms` in two passes."""
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -12,6 +13,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
+from common.text import strip_comments
 from memory.embeddings.base import query_core_limit, query_cores
 from memory.embeddings.batching import EngineGate
 from memory.embeddings.local_models import LocalE5Provider
@@ -20,6 +22,7 @@ from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.search import schedule as schedule_module
 from memory.search.centroid_matrix import CentroidMatrix
 from memory.search.presets import PRESETS
+from memory.text import _TOKEN, CJK_CHAR, line_terms, stem_term
 
 NOW = datetime(2026, 1, 2, 12, 0)
 NOTES = {
@@ -149,3 +152,29 @@ def test_searches_agree_with_an_exhaustive_sort() -> None:
             key=lambda p: (-p[1], p[0]),
         )[:25]
         assert m.search(q, 25, [""]) == want
+
+
+def _line_terms_by_token(text: str) -> frozenset[str]:
+    """`line_terms` as it was written before (one pass, token by token): the reference."""
+    out: set[str] = set()
+    for token in _TOKEN.findall(strip_comments(text)):
+        if CJK_CHAR.match(token):
+            out.update(token)
+            out.update(token[i : i + 2] for i in range(len(token) - 1))
+        else:
+            out.add(stem_term(token.lower()))
+    return frozenset(out)
+
+
+def test_line_terms_in_two_passes_equal_the_token_by_token_reference() -> None:
+    rng = random.Random(7)
+    alphabet = "abcXYZ猫狗蓝色 _-é1İ\u0307한テ<!-->：\n"
+    texts = [
+        "İstanbul straße ÉCOLE naïve émigré's café-au-lait",
+        "猫ABC猫猫 x猫y 한국어 テスト カタカナ漢字mix",
+        "<!-- origin: untrusted -->猫狗 words<!-- trigger: tea time -->s",
+        "a_b 1２３ ｆｕｌｌ —— ",
+        "",
+    ] + ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(3000)]
+    for text in texts:
+        assert line_terms(text) == _line_terms_by_token(text), text
