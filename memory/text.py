@@ -133,17 +133,20 @@ def normalised_runs(text: str) -> list[str]:
     return _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold())
 
 
+_WORD_RUN = re.compile(rf"[^\W{_CJK_CLASS}]+")
+
+
 @lru_cache(maxsize=65536)
 def line_terms(text: str) -> frozenset[str]:
     """Stemmed words and CJK bigrams/unigrams of a line, for scoring lines against a query
     (its comments left out, as `strip_comments`)."""
-    out: set[str] = set()
-    for token in _TOKEN.findall(strip_comments(text)):
-        if CJK_CHAR.match(token):
-            out.update(token)
-            out.update(token[i : i + 2] for i in range(len(token) - 1))
-        else:
-            out.add(_stem(token.lower()))
+    # The runs `_TOKEN` finds, by kind: word runs and CJK runs never touch (a character is one
+    # or the other), so two passes find the same runs (≈ 12 µs a line in one pass, by token).
+    text = strip_comments(text)
+    out = {_stem(word.lower()) for word in _WORD_RUN.findall(text)}
+    for run in _CJK_RUN.findall(text):
+        out.update(run)
+        out.update(run[i : i + 2] for i in range(len(run) - 1))
     return frozenset(out)
 
 

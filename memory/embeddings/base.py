@@ -3,7 +3,9 @@ vector shape (unit-length float32 rows) all of them return."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -69,6 +71,26 @@ class BatchEmbedder(Protocol):
     ) -> Iterator[tuple[list[int], FloatArray]]:
         """(indices into `texts`, their vectors), every text once, in no fixed order."""
         ...
+
+
+_query_cores: ContextVar[int] = ContextVar("pinch_query_cores", default=1)
+
+
+@contextlib.contextmanager
+def query_cores(n: int) -> Iterator[None]:
+    """A query embedded by this thread inside the block may use up to `n` cores (a local model
+    that runs on several; the default is one: a search embeds its question beside the keyword
+    side). Remote providers ignore it."""
+    token = _query_cores.set(max(1, n))
+    try:
+        yield
+    finally:
+        _query_cores.reset(token)
+
+
+def query_core_limit() -> int:
+    """The cores `query_cores` allows the calling thread's query embedding (1 outside it)."""
+    return _query_cores.get()
 
 
 def unit_rows(rows: Any, dimensions: int) -> FloatArray:

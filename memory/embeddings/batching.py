@@ -102,6 +102,11 @@ class EngineGate:
                 self._running -= 1
                 self._turn.notify_all()
 
+    def batches_running(self) -> int:
+        """Indexing batches running now (a query may start beside them)."""
+        with self._turn:
+            return self._running
+
     @contextlib.contextmanager
     def query(self) -> Iterator[None]:
         with self._turn:

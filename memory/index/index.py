@@ -405,6 +405,7 @@ class MemoryIndex:
             scopes=list(scopes),
             admits=filter.admits if filter is not None else None,
             project=project,
+            multicore_query=bool(getattr(provider, "multicore_query", False)),
         )
         if record:
             record_recall(self.db, query, hits, now=now)  # Dreaming's signals; never blocks

@@ -137,21 +137,41 @@ def chunk_vector_scores(
     best = dict(coarse)  # a chunk without passage vectors keeps its centroid score
     passages: dict[int, list[tuple[int, int, float]]] = {}
     ids = [cid for cid, _ in coarse]
+    q = np.asarray(query, dtype=np.float32)
     for i in range(0, len(ids), 500):  # (one product per 500 chunks, as always: same floats)
         found = queries.passage_vectors(ids[i : i + 500])
         if found is None:
             continue
-        sims = found.matrix @ np.asarray(query, dtype=np.float32)
-        seen: set[int] = set()
-        for (cid, start, end), sim in zip(found.spans, sims.tolist(), strict=True):
-            best[cid] = sim if cid not in seen else max(best[cid], sim)
-            seen.add(cid)
-            passages.setdefault(cid, []).append((start, end, sim))
+        sims = (found.matrix @ q).tolist()
+        # Each chunk's passages in the order the store lists them (together, per its promise;
+        # grouped here by chunk whatever the order), and its best passage's cosine.
+        for (cid, start, end), sim in zip(found.spans, sims, strict=True):
+            scored = passages.get(cid)
+            if scored is None:
+                passages[cid] = [(start, end, sim)]
+            else:
+                scored.append((start, end, sim))
+        for cid, scored in passages.items():
+            best[cid] = max(x for _, _, x in scored)
     ranked = sorted(best.items(), key=lambda x: (-x[1], x[0]))
     return ranked, passages
 
 
 def vector_candidates(
+    store: VectorStore,
+    qvec: np.ndarray,
+    pool: int,
+    generation: int,
+    scopes: list[str],
+) -> tuple[list[tuple[int, float]], dict[int, list[tuple[int, int, float]]]]:
+    """The vector side of a search for the query's vector: shortlist `pool` chunks by centroid,
+    then score them by their passages (on the store's own read connection)."""
+    # Centroids find a wide pool cheaply; passages then score it exactly.
+    coarse = store.search(qvec, pool, generation, scopes)
+    return chunk_vector_scores(search_queries(store.reader()), qvec, coarse)
+
+
+def embed_and_search(
     store: VectorStore,
     embed_query: Callable[[str], np.ndarray],
     query: str,
@@ -159,12 +179,8 @@ def vector_candidates(
     generation: int,
     scopes: list[str],
 ) -> tuple[list[tuple[int, float]], dict[int, list[tuple[int, int, float]]]]:
-    """The vector side of a search: embed the query, shortlist `pool` chunks by centroid, then
-    score them by their passages (on the store's own read connection)."""
-    qvec = embed_query(query)
-    # Centroids find a wide pool cheaply; passages then score it exactly.
-    coarse = store.search(qvec, pool, generation, scopes)
-    return chunk_vector_scores(search_queries(store.reader()), qvec, coarse)
+    """`vector_candidates` of the query, embedded here (in the calling thread)."""
+    return vector_candidates(store, embed_query(query), pool, generation, scopes)
 
 
 def load_candidates(queries: SearchQueries, ids: list[int]) -> dict[int, Candidate]:

@@ -11,7 +11,6 @@ reads comes through `SearchQueries` (memory/store/search_queries.py).
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -22,7 +21,6 @@ from memory.search.candidates import (
     common_term_match,
     keyword_candidates,
     load_candidates,
-    vector_candidates,
 )
 from memory.search.feedback import feedback_terms
 from memory.search.presets import SearchPreset
@@ -36,6 +34,7 @@ from memory.search.ranking import (
     rerank_by_lines,
     temporal_multiplier,
 )
+from memory.search.schedule import embeds_first, start_vector_side
 from memory.search.snippets import focused_snippet, head_snippet
 from memory.store.db import Database
 from memory.store.search_queries import (
@@ -64,7 +63,6 @@ COARSE_POOL = 100  # chunks the centroid index hands to passage re-scoring
 QUERY_CHARS = 2000
 QUERY_EMBED_TOKENS = 256
 QUERY_TERMS = 64
-_EMBEDDER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embedding")
 
 
 @dataclass(frozen=True)
@@ -113,9 +111,11 @@ def run_search(
     scopes: list[str],
     admits: Callable[[str, str], bool] | None = None,
     project: str | None = None,
+    multicore_query: bool = False,
 ) -> list[SearchHit]:
     """`memory_search` over one generation, best hits first. `project`: the active project,
     whose tagged hits the preset's `project_boost` lifts (None: no project preferred).
+    `multicore_query`: `embed_query` can use several cores (memory/search/schedule.py).
 
     Raises `IndexCorruptError` when SQLite finds the index damaged and `DatabaseError` for any
     other database failure: a broken index never looks like an empty answer.
@@ -135,6 +135,7 @@ def run_search(
             scopes=scopes,
             admits=admits,
             project=project,
+            multicore_query=multicore_query,
         )
     except Exception as exc:
         if is_database_error(exc):
@@ -157,6 +158,7 @@ def _run_search(
     scopes: list[str],
     admits: Callable[[str, str], bool] | None = None,
     project: str | None = None,
+    multicore_query: bool = False,
 ) -> list[SearchHit]:
     query = re.sub(r"\s+", " ", query[: 4 * QUERY_CHARS]).strip()[:QUERY_CHARS]
     if not re.search(r"\w", query):
@@ -172,17 +174,16 @@ def _run_search(
     terms = terms[:QUERY_TERMS]
     pending_vector = None
     if embed_query is not None and store is not None and preset.vector_weight > 0:
-        # The vector side (embed the query, shortlist, re-score passages) runs in a worker
-        # thread on the store's own connection while SQLite runs the keyword search on the main
-        # one: the model and SQLite both release the GIL, so two cores work at once.
-        pending_vector = _EMBEDDER.submit(
-            vector_candidates,
+        # Embedded first on both cores, or beside the keyword side (memory/search/schedule.py).
+        first = embeds_first(terms, multicore_query, preset.keyword_weight > 0)
+        pending_vector = start_vector_side(
             store,
             embed_query,
             head_tokens(query, QUERY_EMBED_TOKENS),
             max(COARSE_POOL, pool),
             generation,
             scopes,
+            first=first,
         )
     keyword: list[tuple[int, float]] = []
     if preset.keyword_weight > 0:

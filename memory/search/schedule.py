@@ -1,0 +1,83 @@
+"""When a search embeds its question: first, on both cores, or beside the keyword side.
+
+A search has three parts of CPU work: the question's embedding (the local e5 model: ≈ 25 ms of
+one core for a short question, ≈ 13 ms on two), the keyword side (SQLite's FTS5: a few ms for a
+few English words, 20-40 ms for a Chinese question's bigram phrases at 100k chunks: each phrase
+is a positional scan of two common characters) and the vector side (the centroid product and
+the passages' re-scoring, ≈ 5-10 ms). On two cores the shortest path is
+
+- *embed first*: the embedding on both cores, then the keyword and vector sides at once —
+  when the keyword side is short (it waits for the embedding);
+- *beside*: the embedding on one core and then the vector side, while the keyword side runs
+  on the other — when the keyword side is long (about as long as the embedding itself).
+
+`SCHEDULE = "auto"` picks by the question's terms (`keyword_heavy`); "embed-first" and
+"beside" force one (tests, benchmarks). A model that cannot use several cores for a query
+(a remote API, USE) always runs beside: embedding first would only wait. Both give the same
+answer: the same vector (each engine output is computed by one thread), the same reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+import numpy as np
+
+from memory.embeddings.base import query_cores
+from memory.search.candidates import embed_and_search, vector_candidates
+from memory.search.vectors import VectorStore
+from memory.text import CJK_CHAR
+
+T = TypeVar("T")
+VectorSide = tuple[list[tuple[int, float]], dict[int, list[tuple[int, int, float]]]]
+
+SCHEDULE = "auto"  # "auto" | "embed-first" | "beside"
+# Keyword-side weight at which the embedding runs beside it: an English word ≈ 1 (one doclist
+# counted and ranked), a CJK bigram ≈ 3 (a phrase: two doclists merged by position). Measured
+# at 100k chunks (bench/RESULTS.md, 2026-12-02): 2-4 English words ≈ 5-15 ms of FTS5, a
+# Chinese question's 8-12 bigrams ≈ 30-45 ms.
+HEAVY_KEYWORDS = 12
+_WORKERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embedding")
+
+
+def keyword_weight(terms: list[str]) -> int:
+    """The keyword side's expected cost in units of one English word (see HEAVY_KEYWORDS)."""
+    return sum(3 if len(t) > 1 and CJK_CHAR.match(t) else 1 for t in terms)
+
+
+def keyword_heavy(terms: list[str]) -> bool:
+    return keyword_weight(terms) >= HEAVY_KEYWORDS
+
+
+def embeds_first(terms: list[str], multicore: bool, keywords: bool) -> bool:
+    """Whether a search with these keyword `terms` embeds its question first, on both cores.
+    `multicore`: the model can use several cores for a query; `keywords`: the preset has a
+    keyword side at all."""
+    if not multicore or SCHEDULE == "beside":
+        return False
+    if SCHEDULE == "embed-first" or not keywords:
+        return True
+    return not keyword_heavy(terms)
+
+
+def start_vector_side(
+    store: VectorStore,
+    embed_query: Callable[[str], np.ndarray],
+    text: str,
+    pool: int,
+    generation: int,
+    scopes: list[str],
+    *,
+    first: bool,
+) -> Future[VectorSide]:
+    """The vector side of a search under way in a worker thread (on the store's own read
+    connection). With `first`, the question is embedded here, on both cores, before it starts."""
+    if first:
+        with query_cores(2):
+            qvec = embed_query(text)
+        return _WORKERS.submit(vector_candidates, store, qvec, pool, generation, scopes)
+    # The model and SQLite both release the GIL: the embedding runs on one core while the
+    # caller runs the keyword search on the other.
+    return _WORKERS.submit(embed_and_search, store, embed_query, text, pool, generation, scopes)
