@@ -119,7 +119,7 @@ def setup(home: Path, telegram: Fake, agents: int, poll_s: int) -> dict[str, str
 
 
 def start_gateway(
-    home: Path, model_url: str, tokens: dict[str, str], log: Path
+    home: Path, model_url: str, tokens: dict[str, str], log: Path, profile: Path | None = None
 ) -> subprocess.Popen[bytes]:
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PINCH_")},
@@ -137,8 +137,9 @@ def start_gateway(
         "PINCH_DREAMING__ENABLED": "false",
     }
     (home.parent / "xdg").mkdir(mode=0o700, exist_ok=True)
+    profiled = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "gateway"],
+        [sys.executable, *profiled, "-m", "app.cli.main", "gateway"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -223,7 +224,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         names = list(tokens)
         began = time.monotonic()
         procs = [
-            start_gateway(home, models[k % len(models)].url, tokens, work / f"gw{k}.log")
+            start_gateway(
+                home,
+                models[k % len(models)].url,
+                tokens,
+                work / f"gw{k}.log",
+                args.profile / f"gw{k}.prof" if args.profile else None,
+            )
             for k in range(gateways)
         ]
         every = 0.5 if agents <= 100 else 5.0  # reading a thousand leases takes a while
@@ -375,6 +382,7 @@ def main() -> None:
     parser.add_argument("--model-procs", type=int, default=0, help="default: one per gateway")
     parser.add_argument("--poll-s", type=int, default=20, help="each bot's long-poll timeout")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--profile", type=Path, help="run the gateways under cProfile, here")
     parser.add_argument("--keep", action="store_true", help="keep the home and the logs")
     args = parser.parse_args()
     if args.quick:
