@@ -135,6 +135,7 @@ def start_gateway(
         "PINCH_MEMORY__EMBEDDING__PROVIDER": "none",
         "PINCH_GATEWAY__COLLECT_WINDOW_MS": "0",
         "PINCH_DREAMING__ENABLED": "false",
+        "PINCH_BACKUP__EVERY": "",  # a thousand agents' first backups all fall due 10 min in
     }
     (home.parent / "xdg").mkdir(mode=0o700, exist_ok=True)
     profiled = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
@@ -371,6 +372,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `timeout`: stop what we started
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="6 agents x 5 sessions, 2 gateways")
     parser.add_argument("--agents", type=int, default=30)
