@@ -75,7 +75,7 @@ def raise_fd_limit(want: int = 65536) -> int:
 class Fake:
     """One fake server process (bench/scale_fakes.py)."""
 
-    def __init__(self, kind: str, work: Path, log: Path) -> None:
+    def __init__(self, kind: str, work: Path, log: Path, nice: int | None = None) -> None:
         port_file = work / f"{kind}-{id(self)}.port"
         self.proc = subprocess.Popen(
             [sys.executable, str(FAKES), kind, "--port-file", str(port_file)],
@@ -84,6 +84,8 @@ class Fake:
             stdout=subprocess.DEVNULL,
             stderr=log.open("w"),
         )
+        if nice is not None:  # the fakes stand for Telegram's and the model's servers: not
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, nice)  # starved with the gateways
         wait(lambda: port_file.exists() and port_file.read_text().strip() != "", 60, kind)
         self.url = f"http://127.0.0.1:{int(port_file.read_text())}"
         self.http = httpx.Client(base_url=self.url, timeout=120)
@@ -217,9 +219,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     fakes: list[Fake] = []
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        telegram = Fake("telegram", work, work / "telegram.log")
+        telegram = Fake("telegram", work, work / "telegram.log", args.fakes_nice)
         fakes.append(telegram)
-        models = [Fake("model", work, work / f"model{m}.log") for m in range(args.model_procs)]
+        models = [
+            Fake("model", work, work / f"model{m}.log", args.fakes_nice)
+            for m in range(args.model_procs)
+        ]
         fakes += models
         tokens = setup(home, telegram, agents, args.poll_s)
         names = list(tokens)
@@ -383,6 +388,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=0.0, help="paced messages a second")
     parser.add_argument("--model-procs", type=int, default=0, help="default: one per gateway")
     parser.add_argument("--poll-s", type=int, default=20, help="each bot's long-poll timeout")
+    parser.add_argument(
+        "--fakes-nice",
+        type=int,
+        help="the fakes' niceness (e.g. 0 when the bench runs at nice 15 on a loaded machine: "
+        "at 1,000 agents fakes starved with the gateways timed connections out)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--profile", type=Path, help="run the gateways under cProfile, here")
     parser.add_argument("--keep", action="store_true", help="keep the home and the logs")
