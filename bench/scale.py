@@ -399,7 +399,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the home and the logs")
     args = parser.parse_args()
     if args.quick:
-        args.agents, args.sessions, args.gateways, args.rounds, args.paced = 6, 5, 2, 1, 60
+        args.agents, args.sessions, args.gateways, args.rounds, args.paced = 6, 5, 2, 1, 30
         args.poll_s = 5
     args.model_procs = args.model_procs or args.gateways
     r = run(args)
