@@ -26,6 +26,8 @@ from app.config_layers import AGENT_NAME, default_agent, env_prefix, home_from
 from common.private_files import make_private_dirs
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from app.config import Settings
 
 _selected: ContextVar[str | None] = ContextVar("pinch_selected_agent", default=None)
@@ -54,14 +56,16 @@ def selected_agent() -> str | None:
     return _selected.get()
 
 
-def load_agent_settings(name: str | None = None) -> Settings:
+def load_agent_settings(name: str | None = None, *, listed: Sequence[str] = ()) -> Settings:
     """The settings of agent `name` (default: the selected agent, else the installation's
-    default agent); a ConfigError naming the agents there are if `name` is not one of them."""
+    default agent); a ConfigError naming the agents there are if `name` is not one of them.
+    `listed`: the agents the caller has just listed (`agent_names`) — not listed again for each
+    of a thousand agents."""
     name = name or _selected.get()
     if name is None:
         return load_settings()
     home = home_from({})
-    names = agent_names(home)
+    names = list(listed) or agent_names(home)
     if name not in names:
         if not AGENT_NAME.fullmatch(name):
             raise ConfigError(

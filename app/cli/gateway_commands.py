@@ -101,9 +101,9 @@ def _gateway_agents(agent_list: str | None, note: Any) -> list[Settings]:
         return [load_settings()]
     found: list[Settings] = []
     names = agent_names(home_from({}))
-    for name in names:
+    for name in names:  # listed just now: no need to list them again for each (1,000 agents)
         try:
-            settings = load_agent_settings(name)
+            settings = load_agent_settings(name, listed=names)
         except ConfigError as exc:
             if len(names) == 1:
                 raise

@@ -15,8 +15,11 @@ is busy with (starting agents, a burst of messages). Every beat (the same interv
 - takes free agents (never taken, released, not renewed for `agent_lease_s`, or held by a
   process of this machine that is gone) up to its fair share, no more than a few ahead of those
   still starting — and any agent left free for two beats, whatever the share, so none stays
-  unserved. Gateways try agents in an order of their own (a hash of gateway and agent), so they
-  rarely reach for the same one at once.
+  unserved. A lease seen held by another live gateway is read again a beat later, not at
+  every beat (beats follow each agent started: with a thousand agents, reading every other
+  gateway's leases after each start made start-up grow with the square of the agents).
+  Gateways try agents in an order of their own (a hash of gateway and agent), so they rarely
+  reach for the same one at once.
 
 An agent that cannot start (a refused token, a broken setting) is reported in the log and in
 /healthz and keeps its lease here, tried again every `retry_s` (another gateway would fail the
@@ -82,6 +85,7 @@ class AgentSlot:
     service: AgentService | None = None
     renewed_at: float = 0.0  # the last successful renewal (monotonic seconds)
     free_since: float | None = None  # when this gateway first saw the lease free
+    seen_held_at: float = -math.inf  # when this gateway last saw another live holder's lease
     error: str | None = None  # why the agent could not start here
     failed_at: float = 0.0  # when it last failed to start (monotonic seconds)
     lost: bool = False  # the keeper found the lease taken by another gateway
@@ -244,8 +248,8 @@ class Fleet:
         for slot in sorted(self.slots, key=self._score, reverse=True):
             if len(taken) >= budget:
                 break
-            if slot.held:
-                continue
+            if slot.held or time.monotonic() - slot.seen_held_at < self.heartbeat_s:
+                continue  # held by another live gateway a moment ago: not read again yet
             try:
                 current = await asyncio.to_thread(slot.leases.current)
             except Exception as exc:
@@ -257,6 +261,7 @@ class Fleet:
             )
             if not free:
                 slot.free_since = None
+                slot.seen_held_at = time.monotonic()
                 continue
             slot.free_since = slot.free_since or time.monotonic()
             long_free = time.monotonic() - slot.free_since >= 2 * self.heartbeat_s

@@ -68,6 +68,18 @@ def split_for_telegram(markdown: str, limit: int = TELEGRAM_MAX_CHARS) -> list[T
     """Cut a Markdown reply into chunks whose rendered HTML fits `limit`; [] for blank text."""
     if not markdown.strip():
         return []
+    return list(_split_cached(markdown, limit))
+
+
+@lru_cache(maxsize=256)
+def _split_cached(markdown: str, limit: int) -> tuple[TelegramPiece, ...]:
+    """The same text is cut three times a reply (the stream's split, the send, the final
+    check), and markdown-it parses it four times a cut: ≈ 1/4 of a reply's CPU in the gateway
+    (bench/scale.py's profile). The pieces are immutable."""
+    return tuple(_split(markdown, limit))
+
+
+def _split(markdown: str, limit: int) -> list[TelegramPiece]:
     units: list[_Unit] = []
     for block in _top_level_blocks(markdown):
         unit = _Unit(block, "\n\n")

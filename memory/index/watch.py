@@ -17,6 +17,7 @@ from memory.files.workspace import extra_path_base, is_memory_path
 from memory.index.index import MemoryIndex
 
 log = logging.getLogger(__name__)
+POLL_MS = 2000  # how often a watcher without file notifications looks at the files
 
 
 class MemoryWatcher:
@@ -67,6 +68,21 @@ class MemoryWatcher:
         return False
 
     def _run(self) -> None:
+        try:
+            self._watch(polling=False)
+        except Exception as exc:  # no inotify instance left: one a watched agent, 128 a user
+            if self._stop.is_set():
+                return
+            log.warning(
+                "Cannot watch %s with the system's file notifications (%s): checking it every "
+                "%d s instead (raise fs.inotify.max_user_instances to watch more agents)",
+                self.index.workspace,
+                exc,
+                POLL_MS // 1000,
+            )
+            self._watch(polling=True)
+
+    def _watch(self, *, polling: bool) -> None:
         from watchfiles import watch
 
         # watchfiles yields once no change has come for `step` ms (the quiet period we want),
@@ -78,6 +94,8 @@ class MemoryWatcher:
             stop_event=self._stop,
             recursive=True,
             raise_interrupt=False,
+            force_polling=polling or None,
+            poll_delay_ms=POLL_MS,
         ):
             if self._stop.is_set():
                 break
