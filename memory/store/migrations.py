@@ -11,6 +11,9 @@ from typing import Any
 
 from memory.store.schema import MigrationSet, apply
 
+# The keyword index's columns and options since m009 (no copy of the text: `content=''`).
+FTS_COLUMNS = "body, content = '', tokenize = 'porter unicode61 remove_diacritics 2'"
+
 
 def m001_memory_index(conn: Any) -> None:
     conn.executescript(
@@ -193,6 +196,21 @@ def m008_compact_units_cache_row(conn: Any) -> None:
     conn.executescript("ALTER TABLE memory_units ADD COLUMN cache_row INTEGER;")
 
 
+def m009_size_contentless_fts(conn: Any) -> None:
+    """Feature "size" (issue 22): the keyword index without its second copy of every chunk's
+    text — a contentless FTS5 table (`content=''`); rows are removed with FTS5's 'delete'
+    command and the body recomputed from `memory_chunks.text` (memory/store/index_rows.py).
+    The existing rows are copied over as they are (no re-tokenising change: same tokenizer)."""
+    conn.executescript(
+        f"""
+        CREATE VIRTUAL TABLE memory_fts_slim USING fts5({FTS_COLUMNS});
+        INSERT INTO memory_fts_slim(rowid, body) SELECT rowid, body FROM memory_fts;
+        DROP TABLE memory_fts;
+        ALTER TABLE memory_fts_slim RENAME TO memory_fts;
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -202,6 +220,7 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m006_one_active_generation,
     m007_projects_chunk_and_session_project,
     m008_compact_units_cache_row,
+    m009_size_contentless_fts,
 ]
 
 

@@ -38,6 +38,7 @@ from memory.store.transfer import (
 )
 from memory.store.vector_codec import decode, is_quantised
 from memory.store.vector_pack import block_vectors
+from memory.text import fts_body
 
 TRIGGER_ROWS = 16  # intent_triggers rowid = intent id * 16 + entry (memory/store/intents_store)
 VEC = re.compile(r"memory_vec_g\d+")
@@ -117,7 +118,9 @@ class _SqliteTables:
     def _select(self, table: str, columns: Sequence[str]) -> tuple[str, str]:
         """(the columns to select, FROM … WHERE …) of a logical table."""
         if table == "keywords":
-            return "rowid, body", "FROM memory_fts"
+            # The keyword index keeps no copy of its bodies (content=''): each is the chunk's
+            # text as memory/text.py `fts_body` makes it (see `rows`).
+            return "id, text", "FROM memory_chunks"
         if table == "intent_triggers":
             n = TRIGGER_ROWS
             return f"rowid / {n}, rowid % {n}, terms", "FROM intent_triggers"
@@ -140,6 +143,8 @@ class _SqliteTables:
                 yield self._unit_vectors(columns, found)
             elif (convert := _float32_rows(table, columns)) is not None:
                 yield [convert(row) for row in found]
+            elif table == "keywords":
+                yield [(int(cid), fts_body(text)) for cid, text in found]
             elif table == "intent_triggers":
                 yield [(int(a), int(b), str(t).split(" ") if t else []) for a, b, t in found]
             elif instants:
