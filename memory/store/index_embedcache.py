@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memory.store.content_hash import StoredHash, stored_hash
 from memory.store.db import Database
 from memory.store.vector_codec import decode, encodable, encode, is_quantised
 
@@ -65,14 +66,16 @@ class SqliteEmbeddingCache:
     def get(self, key: ModelKey, hashes: Sequence[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
         for i in range(0, len(hashes), LOOKUP_BATCH):
-            part = list(hashes[i : i + LOOKUP_BATCH])
+            part = {stored_hash(h): h for h in hashes[i : i + LOOKUP_BATCH]}
             marks = ",".join("?" for _ in part)
-            for h, blob in self.db.execute(
+            for k, blob in self.db.execute(
                 f"SELECT chunk_hash, vector FROM embedding_cache WHERE provider = ? AND model = ? "
                 f"AND dimensions = ? AND chunk_hash IN ({marks})",
                 (key.provider, key.model, key.dimensions, *part),
             ):
-                found[h] = decode(blob).astype("<f4").tobytes() if is_quantised(blob) else blob
+                found[part[k]] = (
+                    decode(blob).astype("<f4").tobytes() if is_quantised(blob) else blob
+                )
         return found
 
     def put(self, conn: Any, key: ModelKey, vectors: Sequence[tuple[str, bytes]]) -> None:
@@ -85,7 +88,14 @@ class SqliteEmbeddingCache:
             "dimensions = excluded.dimensions, vector = excluded.vector, "
             "created_at = excluded.created_at",
             [
-                (key.provider, key.model, h, key.dimensions, _stored(v, key.dimensions), now)
+                (
+                    key.provider,
+                    key.model,
+                    stored_hash(h),
+                    key.dimensions,
+                    _stored(v, key.dimensions),
+                    now,
+                )
                 for h, v in vectors
             ],
         )
@@ -116,29 +126,30 @@ def cache_rows(conn: Any, generation: int, hashes: Sequence[str]) -> dict[str, i
     found: dict[str, int] = {}
     unique = list(dict.fromkeys(hashes))
     for i in range(0, len(unique) if key else 0, LOOKUP_BATCH):
-        part = unique[i : i + LOOKUP_BATCH]
+        part = {stored_hash(h): h for h in unique[i : i + LOOKUP_BATCH]}
         marks = ",".join("?" for _ in part)
-        for h, rowid in conn.execute(
+        for k, rowid in conn.execute(
             f"SELECT chunk_hash, rowid FROM embedding_cache WHERE provider = ? AND model = ? "
             f"AND dimensions = ? AND chunk_hash IN ({marks})",
             (*key, *part),  # type: ignore[misc]
         ):
-            found[h] = int(rowid)
+            found[part[k]] = int(rowid)
     return found
 
 
 def cached_vectors(
-    db: Database, generation: int, hashes: Sequence[str], rows: Sequence[int | None] = ()
-) -> dict[str, bytes]:
-    """The stored vectors (either form, see vector_codec.decode) of `hashes` by the model the
-    generation was built with; those not cached are left out. `rows`: the cache rowids the
+    db: Database, generation: int, hashes: Sequence[StoredHash], rows: Sequence[int | None] = ()
+) -> dict[StoredHash, bytes]:
+    """The stored vectors (either form, see vector_codec.decode) of `hashes` (as stored:
+    `memory_units.hash`, content_hash.stored_hash) by the model the generation was built with,
+    keyed by the stored hash; those not cached are left out. `rows`: the cache rowids the
     passages name (None: unknown), read first — one lookup by rowid each, checked against the
     hash — and the rest by hash. `db` may be a read connection."""
     with db.lock:
         key = _generation_key(db.conn, generation)
     if key is None:
         return {}
-    found: dict[str, bytes] = {}
+    found: dict[StoredHash, bytes] = {}
     known = list(dict.fromkeys(r for r in rows if r is not None))
     for i in range(0, len(known), LOOKUP_BATCH):
         part = known[i : i + LOOKUP_BATCH]
@@ -150,7 +161,7 @@ def cached_vectors(
                 f"SELECT chunk_hash, vector FROM embedding_cache WHERE rowid IN ({marks})", part
             )
         )
-    unique = [h for h in set(hashes) if h not in found]
+    unique = [h for h in {stored_hash(h) for h in hashes} if h not in found]
     for i in range(0, len(unique), LOOKUP_BATCH):
         names = unique[i : i + LOOKUP_BATCH]
         marks = ",".join("?" for _ in names)

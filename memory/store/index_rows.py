@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memory.store.content_hash import stored_hash
 from memory.store.db import Database
 from memory.store.index_embedcache import cache_rows
 from memory.text import fts_body
@@ -226,7 +227,14 @@ class SqliteIndexRows:
             "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash, "
             "cache_row) VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (chunk_id, generation, p.start_line, p.end_line, p.hash, refs.get(p.hash))
+                (
+                    chunk_id,
+                    generation,
+                    p.start_line,
+                    p.end_line,
+                    stored_hash(p.hash),
+                    refs.get(p.hash),
+                )
                 for p in passages
             ],
         )
@@ -375,6 +383,11 @@ class SqliteIndexRows:
             conn.executemany(_FTS_INSERT, [(int(cid), fts_body(text)) for cid, text in rows])
 
     def drop_generation(self, conn: Any, generation: int) -> None:
-        conn.execute("DELETE FROM memory_units WHERE generation = ?", (generation,))
+        # (by chunk: the passages' own generation column has no index since m010)
+        conn.execute(
+            "DELETE FROM memory_units WHERE chunk_id IN "
+            "(SELECT id FROM memory_chunks WHERE generation = ?)",
+            (generation,),
+        )
         conn.execute("DELETE FROM memory_chunks WHERE generation = ?", (generation,))
         conn.execute("DELETE FROM memory_sources WHERE generation = ?", (generation,))

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from memory.store.content_hash import stored_hash
 from memory.store.schema import MigrationSet, apply
+
+_CONVERT_BATCH = 20_000
 
 # The keyword index's columns and options since m009 (no copy of the text: `content=''`).
 FTS_COLUMNS = "body, content = '', tokenize = 'porter unicode61 remove_diacritics 2'"
@@ -211,6 +214,30 @@ def m009_size_contentless_fts(conn: Any) -> None:
     )
 
 
+def m010_size_binary_hashes(conn: Any) -> None:
+    """Feature "size" (issue 22): the embedding cache's keys and the passages' hashes as the
+    SHA-256 digest's 32 bytes instead of 64 hex characters (memory/store/content_hash.py
+    `stored_hash`), and no index on the passages' generation (nothing looks them up by it: a
+    generation's passages are removed through its chunks). Rows keep their rowids, so the
+    passages' `cache_row` still names the right cache row."""
+    conn.execute("DROP INDEX IF EXISTS memory_units_by_generation")
+    for table, column in (("embedding_cache", "chunk_hash"), ("memory_units", "hash")):
+        last = 0
+        while True:
+            rows = conn.execute(
+                f"SELECT rowid, {column} FROM {table} WHERE rowid > ? AND typeof({column}) = "
+                f"'text' AND length({column}) = 64 ORDER BY rowid LIMIT {_CONVERT_BATCH}",
+                (last,),
+            ).fetchall()
+            if not rows:
+                break
+            last = int(rows[-1][0])
+            conn.executemany(
+                f"UPDATE {table} SET {column} = ? WHERE rowid = ?",
+                [(stored_hash(h), r) for r, h in rows if isinstance(stored_hash(h), bytes)],
+            )
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -221,6 +248,7 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m007_projects_chunk_and_session_project,
     m008_compact_units_cache_row,
     m009_size_contentless_fts,
+    m010_size_binary_hashes,
 ]
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
+from memory.store.content_hash import StoredHash, hash_of_stored, stored_hash
 from memory.store.db import Database, open_database, sqlite_driver
 from memory.store.index_embedcache import cached_vectors
 from memory.store.schema import MigrationSet, apply
@@ -56,6 +57,8 @@ _CREATE = {
 # memory_units' reference to the embedding cache row holding its vector (SQLite only): the
 # logical row carries the vector itself instead (see `_SqliteTables` below).
 CACHE_ROW = "cache_row"
+# The columns holding a text hash stored as the digest's bytes (memory/store/content_hash.py).
+HASHES = {"memory_units": "hash", "embedding_cache": "chunk_hash"}
 # The extra columns read to resolve a memory_units row's vector from the cache.
 _UNIT_EXTRA = (CACHE_ROW, "hash", "generation")
 
@@ -134,6 +137,14 @@ class _SqliteTables:
         return int(self.conn.execute(f"SELECT count(*) {source}").fetchone()[0])
 
     def rows(self, table: str, columns: Sequence[str], batch: int) -> Iterator[Rows]:
+        at = list(columns).index(HASHES[table]) if HASHES.get(table) in columns else None
+        for found in self._rows(table, columns, batch):
+            if at is None:
+                yield found
+            else:  # the portable form of a hash: hex text (SQLite keeps the digest's bytes)
+                yield [(*r[:at], hash_of_stored(r[at]), *r[at + 1 :]) for r in found]
+
+    def _rows(self, table: str, columns: Sequence[str], batch: int) -> Iterator[Rows]:
         units = table == "memory_units" and CACHE_ROW in self._columns(table)
         picked, source = self._select(table, [*columns, *_UNIT_EXTRA] if units else columns)
         instants = [i for i, c in enumerate(columns) if c in INSTANTS.get(table, ())]
@@ -161,11 +172,11 @@ class _SqliteTables:
         memory/store/search_queries.py passage_vectors: by rowid, checked by hash, else by
         hash under the generation's model); NULL when neither has it (search skips it too)."""
         at, n = list(columns).index("vector"), len(columns)
-        wanted: dict[int, tuple[list[str], list[int | None]]] = {}
+        wanted: dict[int, tuple[list[StoredHash], list[int | None]]] = {}
         for row in found:
             if row[at] is None:
                 hashes, refs = wanted.setdefault(int(row[n + 2]), ([], []))
-                hashes.append(str(row[n + 1]))
+                hashes.append(stored_hash(row[n + 1]))
                 refs.append(row[n])
         reader = _Reader(self.conn)
         cached = {
@@ -174,7 +185,11 @@ class _SqliteTables:
         }
         out: Rows = []
         for row in found:
-            blob = row[at] if row[at] is not None else cached[int(row[n + 2])].get(row[n + 1])
+            blob = (
+                row[at]
+                if row[at] is not None
+                else cached[int(row[n + 2])].get(stored_hash(row[n + 1]))
+            )
             vector = None if blob is None else _float32(blob)
             out.append((*row[:at], vector, *row[at + 1 : n]))
         return out
@@ -293,6 +308,9 @@ class SqliteTarget(_SqliteTables):
                 [(i * TRIGGER_ROWS + e, " ".join(terms)) for i, e, terms in rows],
             )
             return
+        if HASHES.get(table) in columns:
+            at = list(columns).index(HASHES[table])
+            rows = [(*r[:at], stored_hash(r[at]), *r[at + 1 :]) for r in rows]
         order = ROW_ORDER.get(table)
         names = ", ".join("rowid" if c == order else _quote(c) for c in columns)
         marks = ", ".join("?" for _ in columns)
