@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memory.store.cache_codec import WIDE_VECTORS, shrink_batch, stored_vector
 from memory.store.content_hash import StoredHash, stored_hash
 from memory.store.db import Database
-from memory.store.vector_codec import decode, encodable, encode, is_quantised
+from memory.store.vector_codec import decode, is_compact
 
 LOOKUP_BATCH = 500  # hashes per lookup query (SQLite's bound-parameter limit is far above)
 
@@ -73,9 +74,7 @@ class SqliteEmbeddingCache:
                 f"AND dimensions = ? AND chunk_hash IN ({marks})",
                 (key.provider, key.model, key.dimensions, *part),
             ):
-                found[part[k]] = (
-                    decode(blob).astype("<f4").tobytes() if is_quantised(blob) else blob
-                )
+                found[part[k]] = decode(blob).astype("<f4").tobytes() if is_compact(blob) else blob
         return found
 
     def put(self, conn: Any, key: ModelKey, vectors: Sequence[tuple[str, bytes]]) -> None:
@@ -93,20 +92,12 @@ class SqliteEmbeddingCache:
                     key.model,
                     stored_hash(h),
                     key.dimensions,
-                    _stored(v, key.dimensions),
+                    stored_vector(v, key.dimensions),
                     now,
                 )
                 for h, v in vectors
             ],
         )
-
-
-def _stored(blob: bytes, dimensions: int) -> bytes:
-    """A float32 vector of `dimensions` as the cache stores it: 8-bit codes (anything else, as
-    it is)."""
-    if len(blob) != 4 * dimensions or not encodable(dimensions):
-        return blob
-    return encode(decode(blob))
 
 
 def _generation_key(conn: Any, generation: int) -> tuple[Any, Any, Any] | None:
@@ -179,7 +170,6 @@ def cached_vectors(
 # A cached vector no passage names is kept this long: another process may have cached it and
 # not yet written the passages that name it (a sync caches each batch before the file's rows).
 ORPHAN_GRACE_S = 3600.0
-REQUANTISE_BATCH = 2000
 
 
 @dataclass(frozen=True)
@@ -188,8 +178,8 @@ class CacheSlack:
 
     orphan_rows: int  # vectors no passage of the index names (older than the grace period)
     orphan_bytes: int
-    float_rows: int  # vectors still float32 (written by an older version)
-    float_saving: int  # bytes their 8-bit form saves
+    float_rows: int  # vectors still float32 or 8-bit (written by an older version)
+    float_saving: int  # bytes their 4-bit form saves
 
     @property
     def bytes(self) -> int:
@@ -200,7 +190,8 @@ _ORPHANS = (
     "FROM embedding_cache WHERE created_at < ? "
     "AND chunk_hash NOT IN (SELECT hash FROM memory_units)"
 )
-_FLOAT = "FROM embedding_cache WHERE length(vector) = 4 * dimensions AND dimensions % 4 = 0"
+_FLOAT = f"FROM embedding_cache WHERE {WIDE_VECTORS}"
+_STORED_SIZE = "CASE WHEN dimensions % 8 = 0 THEN dimensions / 2 + 6 ELSE dimensions + 6 END"
 
 
 def cache_slack(conn: Any, now: float | None = None) -> CacheSlack:
@@ -212,7 +203,7 @@ def cache_slack(conn: Any, now: float | None = None) -> CacheSlack:
         (cutoff,),
     ).fetchone()
     floats, saving = conn.execute(
-        f"SELECT count(*), coalesce(sum(3 * dimensions - 6), 0) {_FLOAT} "
+        f"SELECT count(*), coalesce(sum(length(vector) - {_STORED_SIZE}), 0) {_FLOAT} "
         "AND chunk_hash IN (SELECT hash FROM memory_units)"
     ).fetchone()
     return CacheSlack(int(orphans), int(orphan_bytes), int(floats), int(saving))
@@ -226,18 +217,13 @@ def prune_orphans(conn: Any, now: float | None = None) -> int:
 
 
 def requantise(db: Database) -> int:
-    """Rewrite float32 cached vectors (an older version's) as 8-bit codes, a batch per
-    transaction; returns how many."""
-    done = 0
+    """Rewrite cached vectors an older version stored wider (float32, 8-bit codes) in the
+    cache's form (4-bit codes), a batch per transaction; returns how many."""
+    done, last = 0, 0
     while True:
         with db.transaction() as conn:
-            rows = conn.execute(
-                f"SELECT rowid, dimensions, vector {_FLOAT} LIMIT ?", (REQUANTISE_BATCH,)
-            ).fetchall()
-            conn.executemany(
-                "UPDATE embedding_cache SET vector = ? WHERE rowid = ?",
-                [(_stored(bytes(v), int(d)), r) for r, d, v in rows],
-            )
-        done += len(rows)
-        if len(rows) < REQUANTISE_BATCH:
+            n, seen = shrink_batch(conn, last)
+        done += n
+        if seen is None:
             return done
+        last = seen

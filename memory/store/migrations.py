@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from memory.store.cache_codec import shrink_batch
 from memory.store.content_hash import stored_hash
 from memory.store.schema import MigrationSet, apply
 
@@ -238,6 +239,16 @@ def m010_size_binary_hashes(conn: Any) -> None:
             )
 
 
+def m011_size_4bit_cache(conn: Any) -> None:
+    """Feature "size" (issue 22): the embedding cache's vectors (the passages' only copy) as
+    4-bit codes and a scale (memory/store/cache_codec.py), from the 8-bit codes or float32
+    an older version wrote: nothing is embedded again. ≈ 200 instead of 390 bytes a vector;
+    the centroids (matrix, sqlite-vec) keep their 8-bit codes."""
+    last: int | None = 0
+    while last is not None:
+        _, last = shrink_batch(conn, last)
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -249,6 +260,7 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m008_compact_units_cache_row,
     m009_size_contentless_fts,
     m010_size_binary_hashes,
+    m011_size_4bit_cache,
 ]
 
 

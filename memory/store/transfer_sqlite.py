@@ -37,7 +37,7 @@ from memory.store.transfer import (
     instant,
     utc_text,
 )
-from memory.store.vector_codec import decode, is_quantised
+from memory.store.vector_codec import decode, is_compact
 from memory.store.vector_pack import block_vectors
 from memory.text import fts_body
 
@@ -369,7 +369,7 @@ class _Reader:
 def _float32(blob: bytes) -> bytes:
     """A stored vector as float32 little-endian (8-bit codes decoded; float32 as it is)."""
     blob = bytes(blob)
-    return decode(blob).astype("<f4").tobytes() if is_quantised(blob) else blob
+    return decode(blob).astype("<f4").tobytes() if is_compact(blob) else blob
 
 
 def _float32_rows(table: str, columns: Sequence[str]) -> Any:

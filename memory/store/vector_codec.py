@@ -21,6 +21,14 @@ import numpy as np
 
 MAGIC = b"i8"
 HEADER = len(MAGIC) + 4  # magic, then the float32 scale
+# 4-bit codes (feature "size", issue 22): the embedding cache's passage vectors. `b"q4"`, the
+# float32 scale, then two codes a byte (low nibble first), each code + 8 in 0..15 for -7..7:
+# `d / 2 + 6` bytes (198 at 384 dimensions). The scale clips at `Q4_CLIP` times the vector's
+# root mean square, not its peak: the few large components of a text embedding would otherwise
+# leave most components one or two steps wide.
+MAGIC4 = b"q4"
+Q4_LEVELS = 7
+Q4_CLIP = 3.0
 
 
 def encodable(dimensions: int) -> bool:
@@ -61,11 +69,68 @@ def _split(blob: bytes, width: int) -> list[bytes]:
 
 
 def is_quantised(blob: bytes) -> bool:
+    """An 8-bit vector (the centroids' and sqlite-vec's form)."""
     return len(blob) % 4 == 2 and blob[:2] == MAGIC
 
 
+def is_4bit(blob: bytes) -> bool:
+    return len(blob) % 4 == 2 and blob[:2] == MAGIC4
+
+
+def is_compact(blob: bytes) -> bool:
+    """Either stored form (8- or 4-bit codes), not float32."""
+    return len(blob) % 4 == 2 and blob[:2] in (MAGIC, MAGIC4)
+
+
+def encodable4(dimensions: int) -> bool:
+    """Whether vectors of this width can be stored as 4-bit codes (a whole number of bytes,
+    and a length no float32 blob has)."""
+    return dimensions > 0 and dimensions % 8 == 0
+
+
+def quantise4(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes in -7..7 as int8 (n, d), float32 scales (n,)): codes × scale ≈ x, components
+    beyond `Q4_CLIP` root mean squares clipped."""
+    x = np.asarray(vectors, dtype=np.float32)
+    if not x.size:
+        return np.zeros(x.shape, dtype=np.int8), np.zeros(len(x), dtype=np.float32)
+    peak = np.abs(x).max(axis=1)
+    rms = np.sqrt(np.mean(x * x, axis=1))
+    clip = np.minimum(peak, Q4_CLIP * rms)
+    scales = np.where(clip > 0, clip / Q4_LEVELS, 1.0).astype(np.float32)
+    codes = np.clip(np.rint(x / scales[:, None]), -Q4_LEVELS, Q4_LEVELS).astype(np.int8)
+    return codes, scales
+
+
+def encode4_many(vectors: np.ndarray) -> list[bytes]:
+    """Vectors (n, d) as 4-bit blobs (the width must be `encodable4`)."""
+    codes, scales = quantise4(vectors)
+    nibbles = (codes + 8).astype(np.uint8)
+    packed = nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)
+    head = scales.astype("<f4").tobytes()
+    return [MAGIC4 + head[4 * i : 4 * i + 4] + row.tobytes() for i, row in enumerate(packed)]
+
+
+def encode4(vector: np.ndarray) -> bytes:
+    """One vector as a 4-bit blob (else as `encode` stores it, when the width does not fit)."""
+    v = np.asarray(vector, dtype=np.float32).reshape(-1)
+    return encode4_many(v[None, :])[0] if encodable4(len(v)) else encode(v)
+
+
+def _unpack4(packed: np.ndarray) -> np.ndarray:
+    """(n, d/2) packed bytes → (n, d) float32 codes in -7..7."""
+    out = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.float32)
+    out[:, 0::2] = (packed & 0x0F).astype(np.float32) - 8.0
+    out[:, 1::2] = (packed >> 4).astype(np.float32) - 8.0
+    return out
+
+
 def decode(blob: bytes) -> np.ndarray:
-    """A stored vector as float32 (either form)."""
+    """A stored vector as float32 (any form)."""
+    if is_4bit(blob):
+        scale = np.frombuffer(blob, dtype="<f4", count=1, offset=2)[0]
+        packed = np.frombuffer(blob, dtype=np.uint8, offset=HEADER)[None, :]
+        return _unpack4(packed)[0] * scale
     if is_quantised(blob):
         scale = np.frombuffer(blob, dtype="<f4", count=1, offset=2)[0]
         return np.frombuffer(blob, dtype=np.int8, offset=HEADER).astype(np.float32) * scale
@@ -83,7 +148,14 @@ def decode_many(blobs: Sequence[bytes]) -> np.ndarray:
         codes = joined[:, HEADER:].view(np.int8).astype(np.float32)
         codes *= scales[:, None]
         return codes
-    if not any(is_quantised(b) for b in blobs):
+    lengths = {len(b) for b in blobs}
+    if len(lengths) == 1 and all(is_4bit(b) for b in blobs):
+        joined = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), -1)
+        scales = joined[:, 2:HEADER].copy().view("<f4").reshape(-1)
+        vectors = _unpack4(joined[:, HEADER:])
+        vectors *= scales[:, None]
+        return vectors
+    if not any(is_compact(b) for b in blobs):
         return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1).copy()
     return np.vstack([decode(b) for b in blobs])
 

@@ -1,0 +1,182 @@
+"""Issue 22, database size: the keyword index keeps no copy of the text (contentless FTS5), the
+cache keys and passage hashes are stored as bytes, the cache's vectors as 4-bit codes; deletes
+and edits stay exact, and an index in the previous layout upgrades by itself keeping its
+search results. Real SQLite files, both vector backends, the real USE model (512 dimensions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memory.index.index import MemoryIndex
+from memory.store.migrations import memory_set
+from memory.store.search_queries import search_queries
+from memory.store.vector_codec import decode, decode_many, encode, encode4_many, is_4bit
+from memory.text import fts_body
+from tests.conftest import IndexFactory, WorkspaceFactory, sqlite_vec_loads, use_config
+
+FILES = {
+    "MEMORY.md": "# Memory\n\n- My cat is called Tom and he sleeps on the blue sofa.\n",
+    "USER.md": "# User\n\n- Anna prefers tea to coffee.\n\n- Anna's bike is a green Gazelle.\n",
+    "memory/2026-01-10.md": "# 2026-01-10\n\nWent hiking in the Alps with Ben.\n\n"
+    "Ben lost his compass near the glacier.\n",
+    "memory/2026-01-11.md": "# 2026-01-11\n\nThe plumber Zebulon fixed the kitchen tap.\n",
+}
+QUESTIONS = ("who lost a compass", "which bike does Anna ride", "what is the cat called")
+BACKENDS = ["numpy", "sqlite-vec"]
+
+
+def rows(idx: MemoryIndex, sql: str, *params: Any) -> list[Any]:
+    return list(idx.db.execute(sql, params))
+
+
+def keyword_ids(idx: MemoryIndex, word: str) -> list[int]:
+    """Rowids the keyword index itself returns for `word` (no join with the chunk rows)."""
+    return [i for i, _ in search_queries(idx.db).keyword_ranked(f'"{word}"', 50)]
+
+
+def open_index(make_index: IndexFactory, workspace: Any, backend: str) -> MemoryIndex:
+    if backend == "sqlite-vec" and not sqlite_vec_loads():
+        pytest.skip("sqlite-vec cannot be loaded by this Python's SQLite")
+    return make_index(workspace, use_config(vector_backend=backend))
+
+
+def answers(idx: MemoryIndex) -> list[list[tuple[str, int]]]:
+    return [[(h.path, h.start_line) for h in idx.search(q)][:3] for q in QUESTIONS]
+
+
+# ---- the 4-bit codec ------------------------------------------------------------------------
+
+
+def test_a_4bit_vector_is_half_the_8bit_one_and_keeps_the_ranking_close() -> None:
+    rng = np.random.default_rng(3)
+    docs = rng.standard_normal((200, 384)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    query = docs[7] + 0.5 * rng.standard_normal(384).astype(np.float32)
+    query /= np.linalg.norm(query)
+
+    blobs = encode4_many(docs)
+
+    assert all(is_4bit(b) and len(b) == 384 // 2 + 6 for b in blobs)
+    assert len(encode(docs[0])) == 384 + 6
+    back = decode_many(blobs)
+    assert np.allclose(back[5], decode(blobs[5]))
+    assert np.abs(back @ query - docs @ query).max() < 0.03
+    assert int(np.argmax(back @ query)) == 7
+    cos = np.sum(back * docs, axis=1) / np.linalg.norm(back, axis=1)
+    assert cos.min() > 0.98
+
+
+# ---- contentless keywords: deletes and edits stay exact ---------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_deleted_or_edited_chunk_is_never_found_by_keyword(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, backend: str
+) -> None:
+    workspace = make_workspace(FILES)
+    idx = open_index(make_index, workspace, backend)
+    idx.sync()
+    sql = rows(idx, "SELECT sql FROM sqlite_master WHERE name = 'memory_fts'")[0][0]
+    assert "content = ''" in sql  # no second copy of the text
+    assert len(keyword_ids(idx, "zebulon")) == 1 and len(keyword_ids(idx, "compass")) == 1
+
+    (workspace / "memory" / "2026-01-11.md").unlink()
+    text = FILES["memory/2026-01-10.md"].replace("compass", "map")
+    (workspace / "memory" / "2026-01-10.md").write_text(text, encoding="utf-8")
+    idx.sync()
+
+    assert keyword_ids(idx, "zebulon") == [] and keyword_ids(idx, "compass") == []
+    assert len(keyword_ids(idx, "map")) == 1 and len(keyword_ids(idx, "glacier")) == 1
+    assert not [h for h in idx.search("Zebulon plumber") if "Zebulon" in h.snippet]
+    # what FTS5 counts for ranking went with the rows: as many documents as chunks
+    (chunks,) = rows(idx, "SELECT count(*) FROM memory_chunks")[0]
+    assert search_queries(idx.db).match_count('"anna" OR "ben" OR "tom" OR "map"', None) == 3
+    assert rows(idx, "SELECT count(*) FROM memory_fts_docsize")[0][0] == chunks
+    idx.db.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_forced_rebuild_leaves_each_chunk_once_in_the_keyword_index(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, backend: str
+) -> None:
+    workspace = make_workspace(FILES)
+    idx = open_index(make_index, workspace, backend)
+    idx.sync()
+    before = answers(idx)
+
+    idx.sync(force=True)
+
+    (chunks,) = rows(idx, "SELECT count(*) FROM memory_chunks")[0]
+    assert rows(idx, "SELECT count(*) FROM memory_fts_docsize")[0][0] == chunks
+    live = {r[0] for r in rows(idx, "SELECT id FROM memory_chunks")}
+    assert set(keyword_ids(idx, "compass")) <= live and len(keyword_ids(idx, "compass")) == 1
+    assert answers(idx) == before
+
+
+# ---- the previous layout upgrades by itself ---------------------------------------------------
+
+
+def previous_layout(idx: MemoryIndex) -> None:
+    """Turn the index into what the version before m009-m011 wrote: FTS5 with its own copy of
+    every body, hashes as hex text, 8-bit cached vectors, an index on the passages'
+    generation, and those migrations not recorded."""
+    with idx.db.transaction() as conn:
+        conn.execute(
+            "CREATE VIRTUAL TABLE memory_fts_old USING fts5("
+            "body, tokenize = 'porter unicode61 remove_diacritics 2')"
+        )
+        conn.executemany(
+            "INSERT INTO memory_fts_old(rowid, body) VALUES (?, ?)",
+            [(i, fts_body(t)) for i, t in conn.execute("SELECT id, text FROM memory_chunks")],
+        )
+        conn.execute("DROP TABLE memory_fts")
+        conn.execute("ALTER TABLE memory_fts_old RENAME TO memory_fts")
+        conn.execute("UPDATE embedding_cache SET chunk_hash = lower(hex(chunk_hash))")
+        conn.execute("UPDATE memory_units SET hash = lower(hex(hash))")
+        for rowid, blob in conn.execute("SELECT rowid, vector FROM embedding_cache").fetchall():
+            conn.execute(
+                "UPDATE embedding_cache SET vector = ? WHERE rowid = ?",
+                (encode(decode(blob)), rowid),
+            )
+        conn.execute("CREATE INDEX memory_units_by_generation ON memory_units (generation)")
+        names = ("m009_size_contentless_fts", "m010_size_binary_hashes", "m011_size_4bit_cache")
+        for table in ("schema_migrations", "_migrations"):
+            conn.executemany(f"DELETE FROM {table} WHERE name = ?", [(n,) for n in names])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, backend: str
+) -> None:
+    workspace = make_workspace(FILES)
+    idx = open_index(make_index, workspace, backend)
+    idx.sync()
+    before = answers(idx)
+    previous_layout(idx)
+    assert all(len(h) == 64 for (h,) in rows(idx, "SELECT hash FROM memory_units"))
+    idx.close()
+
+    idx = open_index(make_index, workspace, backend)  # the migrations run on open
+
+    assert {m.__name__ for m in memory_set().migrations} <= {
+        r[0] for r in rows(idx, "SELECT name FROM schema_migrations WHERE owner = 'memory'")
+    }
+    sql = rows(idx, "SELECT sql FROM sqlite_master WHERE name = 'memory_fts'")[0][0]
+    assert "content = ''" in sql
+    assert all(
+        isinstance(h, bytes) and len(h) == 32 for (h,) in rows(idx, "SELECT hash FROM memory_units")
+    )
+    assert all(is_4bit(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache"))
+    assert not rows(idx, "SELECT 1 FROM sqlite_master WHERE name = 'memory_units_by_generation'")
+    assert answers(idx) == before
+    report = idx.sync()
+    assert report.chunks_embedded == 0  # nothing embedded again
+    # the migrated keyword rows are removed exactly like new ones
+    (workspace / "memory" / "2026-01-11.md").unlink()
+    idx.sync()
+    assert keyword_ids(idx, "zebulon") == []
+    idx.db.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
