@@ -16,10 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memory.store.cache_codec import WIDE_VECTORS, shrink_batch, stored_vector
+from memory.store.cache_codec import (
+    WIDE_VECTORS,
+    encode_for_cache,
+    float32_from_cache,
+    shrink_batch,
+)
 from memory.store.content_hash import StoredHash, stored_hash
 from memory.store.db import Database
-from memory.store.vector_codec import decode, is_compact
 
 LOOKUP_BATCH = 500  # hashes per lookup query (SQLite's bound-parameter limit is far above)
 
@@ -65,7 +69,8 @@ class SqliteEmbeddingCache:
         return int(self.db.execute("SELECT count(*) FROM embedding_cache")[0][0])
 
     def get(self, key: ModelKey, hashes: Sequence[str]) -> dict[str, bytes]:
-        found: dict[str, bytes] = {}
+        names: list[str] = []
+        blobs: list[bytes] = []
         for i in range(0, len(hashes), LOOKUP_BATCH):
             part = {stored_hash(h): h for h in hashes[i : i + LOOKUP_BATCH]}
             marks = ",".join("?" for _ in part)
@@ -74,11 +79,17 @@ class SqliteEmbeddingCache:
                 f"AND dimensions = ? AND chunk_hash IN ({marks})",
                 (key.provider, key.model, key.dimensions, *part),
             ):
-                found[part[k]] = decode(blob).astype("<f4").tobytes() if is_compact(blob) else blob
-        return found
+                names.append(part[k])
+                blobs.append(blob)
+        if not blobs:
+            return {}
+        with self.db.lock:
+            floats = float32_from_cache(self.db.conn, _triple(key), blobs)
+        return dict(zip(names, floats, strict=True))
 
     def put(self, conn: Any, key: ModelKey, vectors: Sequence[tuple[str, bytes]]) -> None:
         now = time.time()
+        stored = encode_for_cache(conn, _triple(key), [v for _, v in vectors])
         # An upsert, not INSERT OR REPLACE: a replaced row keeps its rowid, which passages
         # name (`memory_units.cache_row`).
         conn.executemany(
@@ -92,12 +103,16 @@ class SqliteEmbeddingCache:
                     key.model,
                     stored_hash(h),
                     key.dimensions,
-                    stored_vector(v, key.dimensions),
+                    blob,
                     now,
                 )
-                for h, v in vectors
+                for (h, _), blob in zip(vectors, stored, strict=True)
             ],
         )
+
+
+def _triple(key: ModelKey) -> tuple[str, str, int]:
+    return key.provider, key.model, key.dimensions
 
 
 def _generation_key(conn: Any, generation: int) -> tuple[Any, Any, Any] | None:
@@ -131,9 +146,9 @@ def cache_rows(conn: Any, generation: int, hashes: Sequence[str]) -> dict[str, i
 def cached_vectors(
     db: Database, generation: int, hashes: Sequence[StoredHash], rows: Sequence[int | None] = ()
 ) -> dict[StoredHash, bytes]:
-    """The stored vectors (either form, see vector_codec.decode) of `hashes` (as stored:
-    `memory_units.hash`, content_hash.stored_hash) by the model the generation was built with,
-    keyed by the stored hash; those not cached are left out. `rows`: the cache rowids the
+    """The vectors (as float32 blobs) of `hashes` (as stored: `memory_units.hash`,
+    content_hash.stored_hash) by the model the generation was built with, keyed by the stored
+    hash; those not cached are left out. `rows`: the cache rowids the
     passages name (None: unknown), read first — one lookup by rowid each, checked against the
     hash — and the rest by hash. `db` may be a read connection."""
     with db.lock:
@@ -148,9 +163,13 @@ def cached_vectors(
         # (checked by hash: the row a passage named is its text's, of the model it was
         # indexed with, unless a VACUUM renumbered the rows — then the hash finds it below)
         found.update(
-            db.execute(
-                f"SELECT chunk_hash, vector FROM embedding_cache WHERE rowid IN ({marks})", part
+            (h, blob)
+            for h, blob, *model in db.execute(
+                "SELECT chunk_hash, vector, provider, model, dimensions FROM embedding_cache "
+                f"WHERE rowid IN ({marks})",
+                part,
             )
+            if tuple(model) == tuple(key)
         )
     unique = [h for h in {stored_hash(h) for h in hashes} if h not in found]
     for i in range(0, len(unique), LOOKUP_BATCH):
@@ -162,7 +181,11 @@ def cached_vectors(
             (*key, *names),
         ):
             found[h] = blob
-    return found
+    if not found:
+        return found
+    with db.lock:
+        floats = float32_from_cache(db.conn, key, list(found.values()))
+    return dict(zip(found, floats, strict=True))
 
 
 # ---- what a compaction gives back (memory/store/compact.py) ---------------------------------

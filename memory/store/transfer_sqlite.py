@@ -20,6 +20,7 @@ from typing import Any
 
 from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
+from memory.store.cache_codec import float32_from_cache
 from memory.store.content_hash import StoredHash, hash_of_stored, stored_hash
 from memory.store.db import Database, open_database, sqlite_driver
 from memory.store.index_embedcache import cached_vectors
@@ -59,6 +60,8 @@ _CREATE = {
 CACHE_ROW = "cache_row"
 # The columns holding a text hash stored as the digest's bytes (memory/store/content_hash.py).
 HASHES = {"memory_units": "hash", "embedding_cache": "chunk_hash"}
+# The columns naming a cached vector's model (its 4-bit codes are around that model's center).
+_MODEL = ("provider", "model", "dimensions")
 # The extra columns read to resolve a memory_units row's vector from the cache.
 _UNIT_EXTRA = (CACHE_ROW, "hash", "generation")
 
@@ -152,6 +155,8 @@ class _SqliteTables:
         while found := cursor.fetchmany(batch):
             if units:
                 yield self._unit_vectors(columns, found)
+            elif table == "embedding_cache" and {"vector", *_MODEL} <= set(columns):
+                yield self._cache_vectors(columns, found)
             elif (convert := _float32_rows(table, columns)) is not None:
                 yield [convert(row) for row in found]
             elif table == "keywords":
@@ -192,6 +197,18 @@ class _SqliteTables:
             )
             vector = None if blob is None else _float32(blob)
             out.append((*row[:at], vector, *row[at + 1 : n]))
+        return out
+
+    def _cache_vectors(self, columns: Sequence[str], found: Rows) -> Rows:
+        """embedding_cache rows with each vector as float32 (a 4-bit one decoded around its
+        model's center, memory/store/cache_codec.py)."""
+        names = list(columns)
+        at, model_at = names.index("vector"), [names.index(c) for c in _MODEL]
+        out: Rows = []
+        for row in found:
+            model = tuple(row[i] for i in model_at)
+            (blob,) = float32_from_cache(self.conn, model, [row[at]])
+            out.append((*row[:at], blob, *row[at + 1 :]))
         return out
 
     def counters(self) -> dict[str, int]:

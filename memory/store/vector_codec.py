@@ -21,14 +21,20 @@ import numpy as np
 
 MAGIC = b"i8"
 HEADER = len(MAGIC) + 4  # magic, then the float32 scale
-# 4-bit codes (feature "size", issue 22): the embedding cache's passage vectors. `b"q4"`, the
-# float32 scale, then two codes a byte (low nibble first), each code + 8 in 0..15 for -7..7:
-# `d / 2 + 6` bytes (198 at 384 dimensions). The scale clips at `Q4_CLIP` times the vector's
-# root mean square, not its peak: the few large components of a text embedding would otherwise
-# leave most components one or two steps wide.
-MAGIC4 = b"q4"
-Q4_LEVELS = 7
-Q4_CLIP = 3.0
+# 4-bit codes (feature "size", issue 22), for the embedding cache's passage vectors: `b"c4"`,
+# a float32 scale, then two codes a byte (low nibble first): `d / 2 + 6` bytes (198 at 384
+# dimensions). What is coded is the vector minus its model's *center* (a fixed vector per model,
+# kept beside the cache: e5 puts every text near one direction, |mean| ≈ 0.92, so the residual
+# is small), each component of residual / scale rounded to the nearest of the 16 levels that
+# are optimal for a normal distribution (Lloyd-Max), the scale being the residual's root mean
+# square. Measured on 788 LoCoMo turns (e5-small): score error 0.0016 on average against
+# 0.0043 for plain peak-scaled 4-bit and 0.0002 for 8-bit; passage ranking MRR within noise.
+MAGIC4 = b"c4"
+_HALF_LEVELS = np.array(
+    [0.1284, 0.3881, 0.6568, 0.9424, 1.2562, 1.6181, 2.0690, 2.7326], dtype=np.float32
+)
+LEVELS4 = np.concatenate([-_HALF_LEVELS[::-1], _HALF_LEVELS])  # code 0..15 → level
+_EDGES4 = (LEVELS4[1:] + LEVELS4[:-1]) / 2
 
 
 def encodable(dimensions: int) -> bool:
@@ -88,49 +94,38 @@ def encodable4(dimensions: int) -> bool:
     return dimensions > 0 and dimensions % 8 == 0
 
 
-def quantise4(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes in -7..7 as int8 (n, d), float32 scales (n,)): codes × scale ≈ x, components
-    beyond `Q4_CLIP` root mean squares clipped."""
-    x = np.asarray(vectors, dtype=np.float32)
-    if not x.size:
-        return np.zeros(x.shape, dtype=np.int8), np.zeros(len(x), dtype=np.float32)
-    peak = np.abs(x).max(axis=1)
-    rms = np.sqrt(np.mean(x * x, axis=1))
-    clip = np.minimum(peak, Q4_CLIP * rms)
-    scales = np.where(clip > 0, clip / Q4_LEVELS, 1.0).astype(np.float32)
-    codes = np.clip(np.rint(x / scales[:, None]), -Q4_LEVELS, Q4_LEVELS).astype(np.int8)
-    return codes, scales
-
-
-def encode4_many(vectors: np.ndarray) -> list[bytes]:
-    """Vectors (n, d) as 4-bit blobs (the width must be `encodable4`)."""
-    codes, scales = quantise4(vectors)
-    nibbles = (codes + 8).astype(np.uint8)
-    packed = nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)
+def encode4_many(vectors: np.ndarray, center: np.ndarray) -> list[bytes]:
+    """Vectors (n, d) as 4-bit blobs around `center` (d,) (the width must be `encodable4`)."""
+    x = np.asarray(vectors, dtype=np.float32) - np.asarray(center, dtype=np.float32)[None, :]
+    rms = np.sqrt(np.mean(x * x, axis=1)) if x.size else np.zeros(len(x), dtype=np.float32)
+    scales = np.where(rms > 0, rms, 1.0).astype(np.float32)
+    codes = np.searchsorted(_EDGES4, x / scales[:, None]).astype(np.uint8)
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
     head = scales.astype("<f4").tobytes()
     return [MAGIC4 + head[4 * i : 4 * i + 4] + row.tobytes() for i, row in enumerate(packed)]
 
 
-def encode4(vector: np.ndarray) -> bytes:
-    """One vector as a 4-bit blob (else as `encode` stores it, when the width does not fit)."""
-    v = np.asarray(vector, dtype=np.float32).reshape(-1)
-    return encode4_many(v[None, :])[0] if encodable4(len(v)) else encode(v)
-
-
-def _unpack4(packed: np.ndarray) -> np.ndarray:
-    """(n, d/2) packed bytes → (n, d) float32 codes in -7..7."""
-    out = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.float32)
-    out[:, 0::2] = (packed & 0x0F).astype(np.float32) - 8.0
-    out[:, 1::2] = (packed >> 4).astype(np.float32) - 8.0
+def decode4_many(blobs: Sequence[bytes], center: np.ndarray) -> np.ndarray:
+    """4-bit blobs of one width (from `encode4_many` with the same `center`) as float32 (n, d)."""
+    joined = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), -1)
+    scales = joined[:, 2:HEADER].copy().view("<f4").reshape(-1)
+    packed = joined[:, HEADER:]
+    out = np.empty((len(blobs), packed.shape[1] * 2), dtype=np.float32)
+    out[:, 0::2] = LEVELS4[packed & 0x0F]
+    out[:, 1::2] = LEVELS4[packed >> 4]
+    out *= scales[:, None]
+    out += np.asarray(center, dtype=np.float32)[None, :]
     return out
 
 
+def _needs_center() -> ValueError:
+    return ValueError("a 4-bit vector is decoded with its model's center (decode4_many)")
+
+
 def decode(blob: bytes) -> np.ndarray:
-    """A stored vector as float32 (any form)."""
+    """A stored vector as float32 (float32 or 8-bit; a 4-bit one needs `decode4_many`)."""
     if is_4bit(blob):
-        scale = np.frombuffer(blob, dtype="<f4", count=1, offset=2)[0]
-        packed = np.frombuffer(blob, dtype=np.uint8, offset=HEADER)[None, :]
-        return _unpack4(packed)[0] * scale
+        raise _needs_center()
     if is_quantised(blob):
         scale = np.frombuffer(blob, dtype="<f4", count=1, offset=2)[0]
         return np.frombuffer(blob, dtype=np.int8, offset=HEADER).astype(np.float32) * scale
@@ -148,13 +143,6 @@ def decode_many(blobs: Sequence[bytes]) -> np.ndarray:
         codes = joined[:, HEADER:].view(np.int8).astype(np.float32)
         codes *= scales[:, None]
         return codes
-    lengths = {len(b) for b in blobs}
-    if len(lengths) == 1 and all(is_4bit(b) for b in blobs):
-        joined = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), -1)
-        scales = joined[:, 2:HEADER].copy().view("<f4").reshape(-1)
-        vectors = _unpack4(joined[:, HEADER:])
-        vectors *= scales[:, None]
-        return vectors
     if not any(is_compact(b) for b in blobs):
         return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1).copy()
     return np.vstack([decode(b) for b in blobs])
