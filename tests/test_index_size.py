@@ -162,6 +162,7 @@ def previous_layout(idx: MemoryIndex) -> None:
             )
         conn.execute("DELETE FROM meta WHERE key LIKE 'cache_center:%'")
         conn.execute("CREATE INDEX memory_units_by_generation ON memory_units (generation)")
+        conn.execute("CREATE INDEX memory_chunks_by_hash ON memory_chunks (hash)")
         names = ("m009_size_contentless_fts", "m010_size_binary_hashes", "m011_size_4bit_cache")
         for table in ("schema_migrations", "_migrations"):
             conn.executemany(f"DELETE FROM {table} WHERE name = ?", [(n,) for n in names])
@@ -190,7 +191,8 @@ def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
         isinstance(h, bytes) and len(h) == 32 for (h,) in rows(idx, "SELECT hash FROM memory_units")
     )
     assert all(is_4bit(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache"))
-    assert not rows(idx, "SELECT 1 FROM sqlite_master WHERE name = 'memory_units_by_generation'")
+    for gone in ("memory_units_by_generation", "memory_chunks_by_hash"):
+        assert not rows(idx, "SELECT 1 FROM sqlite_master WHERE name = ?", gone)
     assert answers(idx) == before
     report = idx.sync()
     assert report.chunks_embedded == 0  # nothing embedded again

@@ -91,6 +91,9 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
         try:
             with db.transaction() as tx:
                 pruned = prune_orphans(tx)
+                # the keyword index's segments merged into one b-tree (smaller, as a rebuild
+                # leaves many)
+                tx.execute("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
             rewritten = requantise(db)
             if pruned or rewritten:
                 log.info(

@@ -218,10 +218,11 @@ def m009_size_contentless_fts(conn: Any) -> None:
 def m010_size_binary_hashes(conn: Any) -> None:
     """Feature "size" (issue 22): the embedding cache's keys and the passages' hashes as the
     SHA-256 digest's 32 bytes instead of 64 hex characters (memory/store/content_hash.py
-    `stored_hash`), and no index on the passages' generation (nothing looks them up by it: a
-    generation's passages are removed through its chunks). Rows keep their rowids, so the
-    passages' `cache_row` still names the right cache row."""
+    `stored_hash`), and no index on the passages' generation nor on the chunks' hash (nothing
+    looks them up by either: a generation's passages are removed through its chunks). Rows keep
+    their rowids, so the passages' `cache_row` still names the right cache row."""
     conn.execute("DROP INDEX IF EXISTS memory_units_by_generation")
+    conn.execute("DROP INDEX IF EXISTS memory_chunks_by_hash")
     for table, column in (("embedding_cache", "chunk_hash"), ("memory_units", "hash")):
         last = 0
         while True:
