@@ -28,11 +28,15 @@ from memory.store.vector_codec import (
 )
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
 
+# Enough passages for the first cached batch to set the model's 4-bit center.
+GROCERIES = ("apples", "pears", "plums", "leeks", "onions", "rice", "flour", "lentils", "figs")
 FILES = {
     "MEMORY.md": "# Memory\n\n- My cat is called Tom and he sleeps on the blue sofa.\n",
     "USER.md": "# User\n\n- Anna prefers tea to coffee.\n\n- Anna's bike is a green Gazelle.\n",
     "memory/2026-01-10.md": "# 2026-01-10\n\nWent hiking in the Alps with Ben.\n\n"
     "Ben lost his compass near the glacier.\n",
+    "memory/2026-01-12.md": "# 2026-01-12\n\n"
+    + "".join(f"- Errand {i}: bought {w} at the market.\n\n" for i, w in enumerate(GROCERIES)),
 }
 
 

@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from memory.index.index import MemoryIndex
-from memory.store.cache_codec import float32_from_cache
+from memory.store.cache_codec import WIDE_VECTORS, float32_from_cache
+from memory.store.db import open_database
+from memory.store.index_embedcache import (
+    ModelKey,
+    SqliteEmbeddingCache,
+    requantise,
+)
 from memory.store.migrations import memory_set
 from memory.store.search_queries import search_queries
 from memory.store.vector_codec import (
@@ -22,16 +28,21 @@ from memory.store.vector_codec import (
     encode4_many,
     encode_many,
     is_4bit,
+    is_quantised,
 )
 from memory.text import fts_body
 from tests.conftest import IndexFactory, WorkspaceFactory, sqlite_vec_loads, use_config
 
+# Enough passages for the first cached batch to set the model's 4-bit center.
+GROCERIES = ("apples", "pears", "plums", "leeks", "onions", "rice", "flour", "lentils", "figs")
 FILES = {
     "MEMORY.md": "# Memory\n\n- My cat is called Tom and he sleeps on the blue sofa.\n",
     "USER.md": "# User\n\n- Anna prefers tea to coffee.\n\n- Anna's bike is a green Gazelle.\n",
     "memory/2026-01-10.md": "# 2026-01-10\n\nWent hiking in the Alps with Ben.\n\n"
     "Ben lost his compass near the glacier.\n",
     "memory/2026-01-11.md": "# 2026-01-11\n\nThe plumber Zebulon fixed the kitchen tap.\n",
+    "memory/2026-01-12.md": "# 2026-01-12\n\n"
+    + "".join(f"- Errand {i}: bought {w} at the market.\n\n" for i, w in enumerate(GROCERIES)),
 }
 QUESTIONS = ("who lost a compass", "which bike does Anna ride", "what is the cat called")
 BACKENDS = ["numpy", "sqlite-vec"]
@@ -201,3 +212,45 @@ def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
     idx.sync()
     assert keyword_ids(idx, "zebulon") == []
     idx.db.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
+
+
+def test_a_models_center_comes_from_a_batch_big_enough_and_older_rows_follow_on_compaction(
+    tmp_path: Any,
+) -> None:
+    db = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
+    try:
+        cache = SqliteEmbeddingCache(db)
+        key = ModelKey("test", "m", 64)
+        rng = np.random.default_rng(5)
+        common = rng.standard_normal(64).astype(np.float32)
+        vectors = common + 0.3 * rng.standard_normal((13, 64)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        blobs = [(f"{i:064x}", v.astype("<f4").tobytes()) for i, v in enumerate(vectors)]
+
+        with db.transaction() as conn:
+            cache.put(conn, key, blobs[:3])  # too few for a center: 8-bit
+        stored = [bytes(v) for (v,) in db.execute("SELECT vector FROM embedding_cache")]
+        assert all(is_quantised(v) for v in stored)
+        with db.transaction() as conn:
+            cache.put(conn, key, blobs[3:])
+        assert (
+            sum(is_4bit(bytes(v)) for (v,) in db.execute("SELECT vector FROM embedding_cache"))
+            == 10
+        )
+        wide = f"SELECT count(*) FROM embedding_cache WHERE {WIDE_VECTORS}"
+        assert db.execute(wide)[0][0] == 3  # what a compaction still shrinks
+
+        assert requantise(db) == 3
+        assert all(is_4bit(bytes(v)) for (v,) in db.execute("SELECT vector FROM embedding_cache"))
+        back = cache.get(key, [h for h, _ in blobs])
+        got = np.array([np.frombuffer(back[h], dtype="<f4") for h, _ in blobs])
+        assert np.abs(np.sum(got * vectors, axis=1) - 1).max() < 0.02
+        # keys are the digest's bytes, handed out as the hex they came in as
+        (key_blob,) = db.execute("SELECT chunk_hash FROM embedding_cache LIMIT 1")[0]
+        assert (
+            isinstance(key_blob, bytes)
+            and len(key_blob) == 32
+            and set(back) == {h for h, _ in blobs}
+        )
+    finally:
+        db.close()

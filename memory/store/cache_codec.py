@@ -4,7 +4,8 @@ model's center (memory/store/vector_codec.py `encode4_many`, 198 bytes at 384 di
 version's wider rows. No database handle here, only a connection inside the caller's
 transaction: the cache (index_embedcache.py), the migrations and `pinch migrate` use it.
 
-A model's center is written once, by the first batch cached for it (the batch's mean), in
+A model's center is written once, by the first batch of at least `CENTER_SAMPLE` vectors
+cached for it (the batch's mean; smaller batches before it are stored 8-bit), in
 `meta` under `cache_center:<provider>|<model>|<dimensions>` (float32 as hex), and never
 changed: every 4-bit vector of that model is coded around it.
 """
@@ -35,6 +36,9 @@ WIDE_VECTORS = (
     "+ 6 AND dimensions % 8 = 0 AND substr(vector, 1, 2) = X'6938'))"
 )
 SHRINK_BATCH = 2000
+# The fewest vectors a model's center is made from (a center from one text leaves the others
+# ≈ 1.6× the residual a mean leaves): a smaller first batch is stored 8-bit until then.
+CENTER_SAMPLE = 8
 
 
 def _center_key(model: ModelTriple) -> str:
@@ -74,10 +78,11 @@ def encode_for_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> l
     if not wide:
         return out
     floats = np.frombuffer(b"".join(out[i] for i in wide), dtype="<f4").reshape(len(wide), dims)
-    if encodable4(dims):
-        coded = encode4_many(floats, _ensure_center(conn, model, floats))
-    else:
-        coded = [encode(v) for v in floats]
+    center = center_of(conn, model) if encodable4(dims) else None
+    if center is None and encodable4(dims) and len(wide) >= CENTER_SAMPLE:
+        center = _ensure_center(conn, model, floats)
+    # (no center yet and too few to make a good one: 8-bit until a compaction rewrites them)
+    coded = encode4_many(floats, center) if center is not None else [encode(v) for v in floats]
     for i, blob in zip(wide, coded, strict=True):
         out[i] = blob
     return out

@@ -98,8 +98,9 @@ def encode4_many(vectors: np.ndarray, center: np.ndarray) -> list[bytes]:
     """Vectors (n, d) as 4-bit blobs around `center` (d,) (the width must be `encodable4`)."""
     x = np.asarray(vectors, dtype=np.float32) - np.asarray(center, dtype=np.float32)[None, :]
     rms = np.sqrt(np.mean(x * x, axis=1)) if x.size else np.zeros(len(x), dtype=np.float32)
-    scales = np.where(rms > 0, rms, 1.0).astype(np.float32)
-    codes = np.searchsorted(_EDGES4, x / scales[:, None]).astype(np.uint8)
+    scales = rms.astype(np.float32)  # 0 for the center itself: it decodes exactly
+    codes = np.searchsorted(_EDGES4, x / np.where(scales > 0, scales, 1.0)[:, None])
+    codes = codes.astype(np.uint8)
     packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
     head = scales.astype("<f4").tobytes()
     return [MAGIC4 + head[4 * i : 4 * i + 4] + row.tobytes() for i, row in enumerate(packed)]
