@@ -4,8 +4,10 @@ decided in memory/index/embedcache.py.
 
 It is also where a passage's vector lives: `memory_units` rows name their passage's hash and
 search reads the vector from here (`cached_vectors`), so each vector is stored once. Vectors are
-handed in and out as float32 blobs and stored as 8-bit codes (memory/store/vector_codec.py);
-rows written by older versions (float32) read the same and are rewritten by `requantise`.
+handed in and out as float32 blobs and stored as 4-bit codes around their model's center
+(memory/store/cache_codec.py); rows written by older versions (float32, 8-bit) read the same and
+are rewritten by `requantise` (and by migration m011). Keys are kept as the hash's 32 bytes
+(memory/store/content_hash.py `stored_hash`) and handed out as the hex text they came in as.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ class EmbeddingCacheRepository(Protocol):
 
     Promises: (provider, model, hash) is unique — `put` replaces an existing vector; a lookup
     returns only vectors of the same provider, model and dimensions, as float32 blobs (SQLite keeps
-    a float32 vector of the key's width as 8-bit codes: it comes back within half a step of each
-    component, memory/store/vector_codec.py; other blobs come back as they went in); `put` writes
+    a float32 vector of the key's width as 4-bit codes around the model's center, or 8-bit: it
+    comes back close to what went in, memory/store/cache_codec.py; other blobs come back as they
+    went in); `put` writes
     inside the caller's transaction, so a batch is cached with whatever else that transaction
     commits.
     """

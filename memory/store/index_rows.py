@@ -32,7 +32,8 @@ _BATCH = 500
 
 @dataclass(frozen=True)
 class ChunkRow:
-    """One chunk as stored; `keywords` is the body of its full-text row."""
+    """One chunk as stored; `keywords` is the body of its full-text row (memory/text.py
+    `fts_body(text)`: SQLite indexes that, recomputed, since it keeps no copy to delete by)."""
 
     generation: int
     path: str
