@@ -152,7 +152,8 @@ def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
         pack_table = matrix[0].replace("matrix_g", "matrix_pack_g")
         pack = conn.execute(f"SELECT rows, dimensions, vectors FROM {pack_table}").fetchall()
         assert pack and all(len(v) == n * d + 4 * n for n, d, v in pack)  # codes, then scales
-    assert all(is_4bit(b) for b in cache.values())
+    # (4-bit, or 8-bit while the model has no center: too few vectors cached yet)
+    assert all(is_4bit(b) or is_quantised(b) for b in cache.values())
     assert all(is_quantised(b) for b in rows.values())
     with psycopg.connect(dsn) as pg:
         register_vector(pg)
