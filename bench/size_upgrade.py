@@ -4,9 +4,10 @@
 
 Copies SOURCE (never written) to COPY, opens the copy — its pending migrations run, as they
 would for a user — then compacts it (`pinch memory compact`: the cache rewritten, VACUUM) and
-prints JSON (`--quick`: migrations only, no compaction; ≈ 45 s for a 10k-chunk database
-on a loaded machine, ≈ 35 s of it the migrations): the seconds each step took, the file's size before and after (× the Markdown when
---markdown names the workspace it indexes), and the pages each table takes with its indexes.
+prints JSON (`--quick`: migrations only, no compaction; ≈ 45 s for a 10k-chunk database on
+a loaded machine, ≈ 35 s of it the migrations): the seconds each step took, the file's size
+before and after (× the Markdown when --markdown names the workspace it indexes), and the
+pages each table takes with its indexes.
 """
 
 from __future__ import annotations
