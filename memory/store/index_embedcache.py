@@ -166,13 +166,12 @@ def cached_vectors(
         # (checked by hash: the row a passage named is its text's, of the model it was
         # indexed with, unless a VACUUM renumbered the rows — then the hash finds it below)
         found.update(
-            (h, blob)
-            for h, blob, *model in db.execute(
-                "SELECT chunk_hash, vector, provider, model, dimensions FROM embedding_cache "
-                f"WHERE rowid IN ({marks})",
-                part,
+            db.execute(
+                # (unary +: found by rowid, not by scanning the model's rows in the key index)
+                f"SELECT chunk_hash, vector FROM embedding_cache WHERE rowid IN ({marks}) "
+                "AND +provider = ? AND +model = ? AND +dimensions = ?",
+                (*part, *key),
             )
-            if tuple(model) == tuple(key)
         )
     unique = [h for h in {stored_hash(h) for h in hashes} if h not in found]
     for i in range(0, len(unique), LOOKUP_BATCH):

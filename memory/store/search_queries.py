@@ -14,7 +14,7 @@ import numpy as np
 
 from memory.errors import DatabaseCorruptError, DatabaseError
 from memory.store.backends import store_for
-from memory.store.content_hash import StoredHash, stored_hash
+from memory.store.content_hash import StoredHash
 from memory.store.db import Database, as_corruption, corruption_advice
 from memory.store.index_embedcache import cached_vectors
 from memory.store.vector_codec import decode_many
@@ -185,7 +185,7 @@ class SqliteSearchQueries:
         cached = {gen: cached_vectors(self.db, gen, h, refs) for gen, (h, refs) in wanted.items()}
         kept: list[tuple[tuple[int, int, int], bytes]] = []
         for cid, start, end, gen, h, blob, _ in rows:
-            vector = blob if blob is not None else cached[int(gen)].get(stored_hash(h))
+            vector = blob if blob is not None else cached[int(gen)].get(h)
             if vector is not None:
                 kept.append(((cid, start, end), vector))
         if not kept:
