@@ -154,10 +154,23 @@ def cached_vectors(
     hash; those not cached are left out. `rows`: the cache rowids the
     passages name (None: unknown), read first — one lookup by rowid each, checked against the
     hash — and the rest by hash. `db` may be a read connection."""
+    found, key = stored_vectors(db, generation, hashes, rows)
+    if not found or key is None:
+        return found
+    with db.lock:
+        floats = float32_from_cache(db.conn, key, list(found.values()))
+    return dict(zip(found, floats, strict=True))
+
+
+def stored_vectors(
+    db: Database, generation: int, hashes: Sequence[StoredHash], rows: Sequence[int | None] = ()
+) -> tuple[dict[StoredHash, bytes], tuple[str, str, int] | None]:
+    """`cached_vectors` as stored (4-bit, 8-bit or float32 blobs), and the generation's model
+    (whose center decodes the 4-bit ones: cache_codec.center_of)."""
     with db.lock:
         key = _generation_key(db.conn, generation)
     if key is None:
-        return {}
+        return {}, None
     found: dict[StoredHash, bytes] = {}
     known = list(dict.fromkeys(r for r in rows if r is not None))
     for i in range(0, len(known), LOOKUP_BATCH):
@@ -183,11 +196,7 @@ def cached_vectors(
             (*key, *names),
         ):
             found[h] = blob
-    if not found:
-        return found
-    with db.lock:
-        floats = float32_from_cache(db.conn, key, list(found.values()))
-    return dict(zip(found, floats, strict=True))
+    return found, key
 
 
 # ---- what a compaction gives back (memory/store/compact.py) ---------------------------------

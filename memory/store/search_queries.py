@@ -14,10 +14,11 @@ import numpy as np
 
 from memory.errors import DatabaseCorruptError, DatabaseError
 from memory.store.backends import store_for
+from memory.store.cache_codec import center_of
 from memory.store.content_hash import StoredHash
 from memory.store.db import Database, as_corruption, corruption_advice
-from memory.store.index_embedcache import cached_vectors
-from memory.store.vector_codec import decode_many
+from memory.store.index_embedcache import stored_vectors
+from memory.store.vector_codec import decode4_many, decode_many, is_4bit
 from memory.store.vector_tables import BATCH
 
 # What SQLite says about a MATCH expression it cannot parse (as opposed to a database problem).
@@ -182,15 +183,42 @@ class SqliteSearchQueries:
                 hashes, refs = wanted.setdefault(int(r[3]), ([], []))
                 hashes.append(r[4])
                 refs.append(r[6])
-        cached = {gen: cached_vectors(self.db, gen, h, refs) for gen, (h, refs) in wanted.items()}
-        kept: list[tuple[tuple[int, int, int], bytes]] = []
+        cached = {gen: stored_vectors(self.db, gen, h, refs) for gen, (h, refs) in wanted.items()}
+        kept: list[tuple[tuple[int, int, int], bytes, int | None]] = []
         for cid, start, end, gen, h, blob, _ in rows:
-            vector = blob if blob is not None else cached[int(gen)].get(h)
+            vector = blob if blob is not None else cached[int(gen)][0].get(h)
             if vector is not None:
-                kept.append(((cid, start, end), vector))
+                kept.append(((cid, start, end), vector, None if blob is not None else int(gen)))
         if not kept:
             return None
-        return PassageVectors([s for s, _ in kept], decode_many([v for _, v in kept]))
+        return PassageVectors([s for s, _, _ in kept], self._decode(kept, cached))
+
+    def _decode(self, kept: list[Any], cached: dict[int, Any]) -> Any:
+        """The kept blobs as one float32 matrix: the cache's 4-bit ones decoded around their
+        model's center in one go (cache_codec), the rest as vector_codec.decode_many reads them."""
+        by_gen: dict[int, list[int]] = {}
+        for i, (_, blob, gen) in enumerate(kept):
+            if gen is not None and is_4bit(blob):
+                by_gen.setdefault(gen, []).append(i)
+        if not by_gen:
+            return decode_many([b for _, b, _ in kept])
+        centers: dict[int, Any] = {}
+        with self.db.lock:
+            for gen in by_gen:
+                centers[gen] = center_of(self.db.conn, cached[gen][1])
+                if centers[gen] is None:
+                    raise ValueError("no center for the 4-bit cached vectors of this index")
+        if len(by_gen) == 1 and len(next(iter(by_gen.values()))) == len(kept):
+            (gen,) = by_gen
+            return decode4_many([b for _, b, _ in kept], centers[gen])  # the usual case
+        parts: dict[int, Any] = {}
+        for gen, at in by_gen.items():
+            decoded = decode4_many([kept[i][1] for i in at], centers[gen])
+            parts.update(zip(at, decoded, strict=True))
+        rest = [i for i in range(len(kept)) if i not in parts]
+        if rest:
+            parts.update(zip(rest, decode_many([kept[i][1] for i in rest]), strict=True))
+        return np.stack([parts[i] for i in range(len(kept))])
 
     def chunks(self, ids: list[int]) -> list[ChunkRow]:
         out: list[ChunkRow] = []
