@@ -80,6 +80,27 @@ def grouped(tables: dict[str, int]) -> dict[str, int]:
     return dict(sorted(groups.items(), key=lambda kv: -kv[1]))
 
 
+def page_bytes(db_path: Path) -> dict[str, int]:
+    """Bytes of pages each table takes with its indexes (SQLite's `dbstat`, which the stdlib
+    sqlite3 of this machine has and pysqlite3 has not), grouped as `grouped` groups them; {}
+    when there is no dbstat."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        rows = conn.execute(
+            "SELECT s.name, coalesce(m.tbl_name, s.name), sum(s.pgsize) FROM dbstat s "
+            "LEFT JOIN sqlite_master m ON m.name = s.name GROUP BY s.name"
+        ).fetchall()
+        conn.close()
+    except sqlite3.Error:
+        return {}
+    by_table: dict[str, int] = {}
+    for _name, table, n in rows:
+        by_table[table] = by_table.get(table, 0) + int(n)
+    return grouped(by_table)
+
+
 def size(spec: Result) -> Result:
     """The scale database's size beside its Markdown, and where the bytes go."""
     from memory.store.db import sqlite_driver
@@ -109,6 +130,7 @@ def size(spec: Result) -> Result:
         "free_mb": free * page / 1e6,
         **{f"rows_{k}": v for k, v in counts.items()},
         "payload_mb": {k: round(v / 1e6, 1) for k, v in tables.items() if v >= 100_000},
+        "pages_mb": {k: round(v / 1e6, 1) for k, v in page_bytes(db_path).items() if v >= 100_000},
     }
 
 

@@ -6,6 +6,7 @@ Most tests drive the click command in-process with CliRunner; a few run the inst
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -463,11 +464,30 @@ def damaged_home(pinch_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     assert pinch("memory", "index").exit_code == 0
     db = pinch_home / "agents" / "main" / "agent.sqlite"
     assert not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
-    size = db.stat().st_size
-    with db.open("r+b") as fh:  # two 4 kB pages in the middle of the file
-        fh.seek((size // 2) // 4096 * 4096)
+    with db.open("r+b") as fh:  # two 4 kB pages in the middle of the chunk rows a search reads
+        fh.seek(_middle_page(db, "memory_chunks") * 4096)
         fh.write(bytes((i * 7 + 3) % 256 for i in range(8192)))
     return pinch_home
+
+
+def _middle_page(db: Path, table: str) -> int:
+    """The 0-based number of a leaf page in the middle of `table` (SQLite's dbstat, which the
+    stdlib sqlite3 has), else the middle of the file."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            pages = [
+                int(p)
+                for (p,) in conn.execute(
+                    "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' "
+                    "ORDER BY pageno",
+                    (table,),
+                )
+            ]
+        return pages[len(pages) // 2] - 1
+    except sqlite3.Error:
+        return db.stat().st_size // 2 // 4096
 
 
 def test_memory_status_reports_a_damaged_page_with_what_to_do(damaged_home: Path) -> None:

@@ -14,17 +14,29 @@ from typing import Any
 import numpy as np
 
 from memory.index.index import MemoryIndex
+from memory.store.cache_codec import float32_from_cache
 from memory.store.compact import compact, reclaimable
 from memory.store.index_embedcache import cache_slack, prune_orphans
 from memory.store.search_queries import search_queries
-from memory.store.vector_codec import decode, decode_many, encode, encode_many, is_quantised
+from memory.store.vector_codec import (
+    decode,
+    decode_many,
+    encode,
+    encode_many,
+    is_4bit,
+    is_quantised,
+)
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
 
+# Enough passages for the first cached batch to set the model's 4-bit center.
+GROCERIES = ("apples", "pears", "plums", "leeks", "onions", "rice", "flour", "lentils", "figs")
 FILES = {
     "MEMORY.md": "# Memory\n\n- My cat is called Tom and he sleeps on the blue sofa.\n",
     "USER.md": "# User\n\n- Anna prefers tea to coffee.\n\n- Anna's bike is a green Gazelle.\n",
     "memory/2026-01-10.md": "# 2026-01-10\n\nWent hiking in the Alps with Ben.\n\n"
     "Ben lost his compass near the glacier.\n",
+    "memory/2026-01-12.md": "# 2026-01-12\n\n"
+    + "".join(f"- Errand {i}: bought {w} at the market.\n\n" for i, w in enumerate(GROCERIES)),
 }
 
 
@@ -74,7 +86,7 @@ def test_passages_and_centroids_are_stored_once_and_search_reads_them(
     assert rows(idx, "SELECT count(*) FROM memory_units WHERE vector IS NOT NULL")[0][0] == 0
     assert rows(idx, "SELECT count(*) FROM memory_chunks WHERE centroid IS NOT NULL")[0][0] == 0
     cached = rows(idx, "SELECT vector FROM embedding_cache")
-    assert cached and all(len(v) == 512 + 6 for (v,) in cached)
+    assert cached and all(len(v) == 512 // 2 + 6 for (v,) in cached)  # 4-bit codes
     ids = [r[0] for r in rows(idx, "SELECT id FROM memory_chunks")]
     found = search_queries(idx.db).passage_vectors(ids)
     units = rows(idx, "SELECT count(*) FROM memory_units")[0][0]
@@ -88,10 +100,13 @@ def old_format(idx: MemoryIndex) -> None:
     """Turn the index into what the previous version wrote: float32 everywhere, passage
     vectors copied into their rows, and a generation identity without "vectors"."""
     with idx.db.transaction() as conn:
-        for rowid, blob in conn.execute("SELECT rowid, vector FROM embedding_cache").fetchall():
+        cached = conn.execute(
+            "SELECT rowid, provider, model, dimensions, vector FROM embedding_cache"
+        ).fetchall()
+        for rowid, provider, model, dims, blob in cached:
             conn.execute(
                 "UPDATE embedding_cache SET vector = ? WHERE rowid = ?",
-                (decode(blob).astype("<f4").tobytes(), rowid),
+                (float32_from_cache(conn, (provider, model, dims), [blob])[0], rowid),
             )
         conn.execute(
             "UPDATE memory_units SET vector = (SELECT c.vector FROM embedding_cache c "
@@ -128,7 +143,7 @@ def test_an_older_index_is_searched_as_it_is_then_rebuilt_and_compacted_losing_n
     assert reclaimable(idx.db) > 0
     compact(idx.db)
     assert cache_slack(idx.db.conn).float_rows == 0
-    assert all(is_quantised(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache"))
+    assert all(is_4bit(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache"))
     assert [(h.path, h.start_line) for h in idx.search("who lost a compass")] == before
 
 

@@ -4,8 +4,10 @@ decided in memory/index/embedcache.py.
 
 It is also where a passage's vector lives: `memory_units` rows name their passage's hash and
 search reads the vector from here (`cached_vectors`), so each vector is stored once. Vectors are
-handed in and out as float32 blobs and stored as 8-bit codes (memory/store/vector_codec.py);
-rows written by older versions (float32) read the same and are rewritten by `requantise`.
+handed in and out as float32 blobs and stored as 4-bit codes around their model's center
+(memory/store/cache_codec.py); rows written by older versions (float32, 8-bit) read the same and
+are rewritten by `requantise` (and by migration m011). Keys are kept as the hash's 32 bytes
+(memory/store/content_hash.py `stored_hash`) and handed out as the hex text they came in as.
 """
 
 from __future__ import annotations
@@ -16,8 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memory.store.cache_codec import (
+    WIDE_VECTORS,
+    encode_for_cache,
+    float32_from_cache,
+    shrink_batch,
+)
+from memory.store.content_hash import StoredHash, stored_hash
 from memory.store.db import Database
-from memory.store.vector_codec import decode, encodable, encode, is_quantised
 
 LOOKUP_BATCH = 500  # hashes per lookup query (SQLite's bound-parameter limit is far above)
 
@@ -36,8 +44,9 @@ class EmbeddingCacheRepository(Protocol):
 
     Promises: (provider, model, hash) is unique — `put` replaces an existing vector; a lookup
     returns only vectors of the same provider, model and dimensions, as float32 blobs (SQLite keeps
-    a float32 vector of the key's width as 8-bit codes: it comes back within half a step of each
-    component, memory/store/vector_codec.py; other blobs come back as they went in); `put` writes
+    a float32 vector of the key's width as 4-bit codes around the model's center, or 8-bit: it
+    comes back close to what went in, memory/store/cache_codec.py; other blobs come back as they
+    went in); `put` writes
     inside the caller's transaction, so a batch is cached with whatever else that transaction
     commits.
     """
@@ -63,20 +72,27 @@ class SqliteEmbeddingCache:
         return int(self.db.execute("SELECT count(*) FROM embedding_cache")[0][0])
 
     def get(self, key: ModelKey, hashes: Sequence[str]) -> dict[str, bytes]:
-        found: dict[str, bytes] = {}
+        names: list[str] = []
+        blobs: list[bytes] = []
         for i in range(0, len(hashes), LOOKUP_BATCH):
-            part = list(hashes[i : i + LOOKUP_BATCH])
+            part = {stored_hash(h): h for h in hashes[i : i + LOOKUP_BATCH]}
             marks = ",".join("?" for _ in part)
-            for h, blob in self.db.execute(
+            for k, blob in self.db.execute(
                 f"SELECT chunk_hash, vector FROM embedding_cache WHERE provider = ? AND model = ? "
                 f"AND dimensions = ? AND chunk_hash IN ({marks})",
                 (key.provider, key.model, key.dimensions, *part),
             ):
-                found[h] = decode(blob).astype("<f4").tobytes() if is_quantised(blob) else blob
-        return found
+                names.append(part[k])
+                blobs.append(blob)
+        if not blobs:
+            return {}
+        with self.db.lock:
+            floats = float32_from_cache(self.db.conn, _triple(key), blobs)
+        return dict(zip(names, floats, strict=True))
 
     def put(self, conn: Any, key: ModelKey, vectors: Sequence[tuple[str, bytes]]) -> None:
         now = time.time()
+        stored = encode_for_cache(conn, _triple(key), [v for _, v in vectors])
         # An upsert, not INSERT OR REPLACE: a replaced row keeps its rowid, which passages
         # name (`memory_units.cache_row`).
         conn.executemany(
@@ -85,18 +101,21 @@ class SqliteEmbeddingCache:
             "dimensions = excluded.dimensions, vector = excluded.vector, "
             "created_at = excluded.created_at",
             [
-                (key.provider, key.model, h, key.dimensions, _stored(v, key.dimensions), now)
-                for h, v in vectors
+                (
+                    key.provider,
+                    key.model,
+                    stored_hash(h),
+                    key.dimensions,
+                    blob,
+                    now,
+                )
+                for (h, _), blob in zip(vectors, stored, strict=True)
             ],
         )
 
 
-def _stored(blob: bytes, dimensions: int) -> bytes:
-    """A float32 vector of `dimensions` as the cache stores it: 8-bit codes (anything else, as
-    it is)."""
-    if len(blob) != 4 * dimensions or not encodable(dimensions):
-        return blob
-    return encode(decode(blob))
+def _triple(key: ModelKey) -> tuple[str, str, int]:
+    return key.provider, key.model, key.dimensions
 
 
 def _generation_key(conn: Any, generation: int) -> tuple[Any, Any, Any] | None:
@@ -116,29 +135,43 @@ def cache_rows(conn: Any, generation: int, hashes: Sequence[str]) -> dict[str, i
     found: dict[str, int] = {}
     unique = list(dict.fromkeys(hashes))
     for i in range(0, len(unique) if key else 0, LOOKUP_BATCH):
-        part = unique[i : i + LOOKUP_BATCH]
+        part = {stored_hash(h): h for h in unique[i : i + LOOKUP_BATCH]}
         marks = ",".join("?" for _ in part)
-        for h, rowid in conn.execute(
+        for k, rowid in conn.execute(
             f"SELECT chunk_hash, rowid FROM embedding_cache WHERE provider = ? AND model = ? "
             f"AND dimensions = ? AND chunk_hash IN ({marks})",
             (*key, *part),  # type: ignore[misc]
         ):
-            found[h] = int(rowid)
+            found[part[k]] = int(rowid)
     return found
 
 
 def cached_vectors(
-    db: Database, generation: int, hashes: Sequence[str], rows: Sequence[int | None] = ()
-) -> dict[str, bytes]:
-    """The stored vectors (either form, see vector_codec.decode) of `hashes` by the model the
-    generation was built with; those not cached are left out. `rows`: the cache rowids the
+    db: Database, generation: int, hashes: Sequence[StoredHash], rows: Sequence[int | None] = ()
+) -> dict[StoredHash, bytes]:
+    """The vectors (as float32 blobs) of `hashes` (as stored: `memory_units.hash`,
+    content_hash.stored_hash) by the model the generation was built with, keyed by the stored
+    hash; those not cached are left out. `rows`: the cache rowids the
     passages name (None: unknown), read first — one lookup by rowid each, checked against the
     hash — and the rest by hash. `db` may be a read connection."""
+    found, key = stored_vectors(db, generation, hashes, rows)
+    if not found or key is None:
+        return found
+    with db.lock:
+        floats = float32_from_cache(db.conn, key, list(found.values()))
+    return dict(zip(found, floats, strict=True))
+
+
+def stored_vectors(
+    db: Database, generation: int, hashes: Sequence[StoredHash], rows: Sequence[int | None] = ()
+) -> tuple[dict[StoredHash, bytes], tuple[str, str, int] | None]:
+    """`cached_vectors` as stored (4-bit, 8-bit or float32 blobs), and the generation's model
+    (whose center decodes the 4-bit ones: cache_codec.center_of)."""
     with db.lock:
         key = _generation_key(db.conn, generation)
     if key is None:
-        return {}
-    found: dict[str, bytes] = {}
+        return {}, None
+    found: dict[StoredHash, bytes] = {}
     known = list(dict.fromkeys(r for r in rows if r is not None))
     for i in range(0, len(known), LOOKUP_BATCH):
         part = known[i : i + LOOKUP_BATCH]
@@ -147,10 +180,13 @@ def cached_vectors(
         # indexed with, unless a VACUUM renumbered the rows — then the hash finds it below)
         found.update(
             db.execute(
-                f"SELECT chunk_hash, vector FROM embedding_cache WHERE rowid IN ({marks})", part
+                # (unary +: found by rowid, not by scanning the model's rows in the key index)
+                f"SELECT chunk_hash, vector FROM embedding_cache WHERE rowid IN ({marks}) "
+                "AND +provider = ? AND +model = ? AND +dimensions = ?",
+                (*part, *key),
             )
         )
-    unique = [h for h in set(hashes) if h not in found]
+    unique = [h for h in {stored_hash(h) for h in hashes} if h not in found]
     for i in range(0, len(unique), LOOKUP_BATCH):
         names = unique[i : i + LOOKUP_BATCH]
         marks = ",".join("?" for _ in names)
@@ -160,7 +196,7 @@ def cached_vectors(
             (*key, *names),
         ):
             found[h] = blob
-    return found
+    return found, key
 
 
 # ---- what a compaction gives back (memory/store/compact.py) ---------------------------------
@@ -168,7 +204,6 @@ def cached_vectors(
 # A cached vector no passage names is kept this long: another process may have cached it and
 # not yet written the passages that name it (a sync caches each batch before the file's rows).
 ORPHAN_GRACE_S = 3600.0
-REQUANTISE_BATCH = 2000
 
 
 @dataclass(frozen=True)
@@ -177,8 +212,8 @@ class CacheSlack:
 
     orphan_rows: int  # vectors no passage of the index names (older than the grace period)
     orphan_bytes: int
-    float_rows: int  # vectors still float32 (written by an older version)
-    float_saving: int  # bytes their 8-bit form saves
+    float_rows: int  # vectors still float32 or 8-bit (written by an older version)
+    float_saving: int  # bytes their 4-bit form saves
 
     @property
     def bytes(self) -> int:
@@ -189,7 +224,8 @@ _ORPHANS = (
     "FROM embedding_cache WHERE created_at < ? "
     "AND chunk_hash NOT IN (SELECT hash FROM memory_units)"
 )
-_FLOAT = "FROM embedding_cache WHERE length(vector) = 4 * dimensions AND dimensions % 4 = 0"
+_FLOAT = f"FROM embedding_cache WHERE {WIDE_VECTORS}"
+_STORED_SIZE = "CASE WHEN dimensions % 8 = 0 THEN dimensions / 2 + 6 ELSE dimensions + 6 END"
 
 
 def cache_slack(conn: Any, now: float | None = None) -> CacheSlack:
@@ -201,7 +237,7 @@ def cache_slack(conn: Any, now: float | None = None) -> CacheSlack:
         (cutoff,),
     ).fetchone()
     floats, saving = conn.execute(
-        f"SELECT count(*), coalesce(sum(3 * dimensions - 6), 0) {_FLOAT} "
+        f"SELECT count(*), coalesce(sum(length(vector) - {_STORED_SIZE}), 0) {_FLOAT} "
         "AND chunk_hash IN (SELECT hash FROM memory_units)"
     ).fetchone()
     return CacheSlack(int(orphans), int(orphan_bytes), int(floats), int(saving))
@@ -215,18 +251,13 @@ def prune_orphans(conn: Any, now: float | None = None) -> int:
 
 
 def requantise(db: Database) -> int:
-    """Rewrite float32 cached vectors (an older version's) as 8-bit codes, a batch per
-    transaction; returns how many."""
-    done = 0
+    """Rewrite cached vectors an older version stored wider (float32, 8-bit codes) in the
+    cache's form (4-bit codes), a batch per transaction; returns how many."""
+    done, last = 0, 0
     while True:
         with db.transaction() as conn:
-            rows = conn.execute(
-                f"SELECT rowid, dimensions, vector {_FLOAT} LIMIT ?", (REQUANTISE_BATCH,)
-            ).fetchall()
-            conn.executemany(
-                "UPDATE embedding_cache SET vector = ? WHERE rowid = ?",
-                [(_stored(bytes(v), int(d)), r) for r, d, v in rows],
-            )
-        done += len(rows)
-        if len(rows) < REQUANTISE_BATCH:
+            n, seen = shrink_batch(conn, last)
+        done += n
+        if seen is None:
             return done
+        last = seen

@@ -15,13 +15,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memory.store.content_hash import stored_hash
 from memory.store.db import Database
 from memory.store.index_embedcache import cache_rows
+from memory.text import fts_body
+
+# The keyword index holds no copy of the text (`content=''`, migration m009): a row is removed by
+# handing FTS5 the body it was inserted with, which is `fts_body(text)` of the chunk row (the
+# index's identity names the tokenizer version, so a change of `fts_body` means a new
+# generation). Removing a whole generation rebuilds the keywords of what stays instead, when
+# that is no more work: exact whatever `fts_body` the dropped rows were written with.
+_FTS_DELETE = "INSERT INTO memory_fts(memory_fts, rowid, body) VALUES ('delete', ?, ?)"
+_FTS_INSERT = "INSERT INTO memory_fts(rowid, body) VALUES (?, ?)"
+_BATCH = 500
 
 
 @dataclass(frozen=True)
 class ChunkRow:
-    """One chunk as stored; `keywords` is the body of its full-text row."""
+    """One chunk as stored; `keywords` is the body of its full-text row (memory/text.py
+    `fts_body(text)`: SQLite indexes that, recomputed, since it keeps no copy to delete by)."""
 
     generation: int
     path: str
@@ -199,7 +211,9 @@ class SqliteIndexRows:
             ),
         )
         cid = int(cur.lastrowid)
-        conn.execute("INSERT INTO memory_fts(rowid, body) VALUES (?, ?)", (cid, row.keywords))
+        # (fts_body of the text, not `row.keywords`, which is the same for every caller: the
+        # body a delete recomputes must be the one inserted.)
+        conn.execute(_FTS_INSERT, (cid, fts_body(row.text)))
         return cid
 
     def insert_passages(
@@ -214,7 +228,14 @@ class SqliteIndexRows:
             "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash, "
             "cache_row) VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (chunk_id, generation, p.start_line, p.end_line, p.hash, refs.get(p.hash))
+                (
+                    chunk_id,
+                    generation,
+                    p.start_line,
+                    p.end_line,
+                    stored_hash(p.hash),
+                    refs.get(p.hash),
+                )
                 for p in passages
             ],
         )
@@ -234,7 +255,14 @@ class SqliteIndexRows:
         return [int(r[0]) for r in conn.execute(sql, params)]
 
     def delete_keywords(self, conn: Any, chunk_ids: Sequence[int]) -> None:
-        conn.executemany("DELETE FROM memory_fts WHERE rowid = ?", [(i,) for i in chunk_ids])
+        ids = list(chunk_ids)
+        for i in range(0, len(ids), _BATCH):
+            part = ids[i : i + _BATCH]
+            marks = ",".join("?" for _ in part)
+            rows = conn.execute(
+                f"SELECT id, text FROM memory_chunks WHERE id IN ({marks})", part
+            ).fetchall()
+            conn.executemany(_FTS_DELETE, [(int(cid), fts_body(text)) for cid, text in rows])
 
     def delete_chunks(self, conn: Any, chunk_ids: Sequence[int]) -> None:
         conn.executemany("DELETE FROM memory_units WHERE chunk_id = ?", [(i,) for i in chunk_ids])
@@ -337,13 +365,30 @@ class SqliteIndexRows:
         )
 
     def drop_keywords_of(self, conn: Any, generation: int) -> None:
+        dropped, kept = conn.execute(
+            "SELECT count(*) FILTER (WHERE generation = ?), count(*) FILTER (WHERE generation != ?)"
+            " FROM memory_chunks",
+            (generation, generation),
+        ).fetchone()
+        if not dropped:
+            return
+        if kept > dropped:
+            ids = conn.execute("SELECT id FROM memory_chunks WHERE generation = ?", (generation,))
+            self.delete_keywords(conn, [int(r[0]) for r in ids.fetchall()])
+            return
+        conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('delete-all')")
+        cursor = conn.execute(
+            "SELECT id, text FROM memory_chunks WHERE generation != ? ORDER BY id", (generation,)
+        )
+        while rows := cursor.fetchmany(_BATCH):
+            conn.executemany(_FTS_INSERT, [(int(cid), fts_body(text)) for cid, text in rows])
+
+    def drop_generation(self, conn: Any, generation: int) -> None:
+        # (by chunk: the passages' own generation column has no index since m010)
         conn.execute(
-            "DELETE FROM memory_fts WHERE rowid IN "
+            "DELETE FROM memory_units WHERE chunk_id IN "
             "(SELECT id FROM memory_chunks WHERE generation = ?)",
             (generation,),
         )
-
-    def drop_generation(self, conn: Any, generation: int) -> None:
-        conn.execute("DELETE FROM memory_units WHERE generation = ?", (generation,))
         conn.execute("DELETE FROM memory_chunks WHERE generation = ?", (generation,))
         conn.execute("DELETE FROM memory_sources WHERE generation = ?", (generation,))

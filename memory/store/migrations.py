@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from memory.store.cache_codec import shrink_batch
+from memory.store.content_hash import stored_hash
 from memory.store.schema import MigrationSet, apply
+
+_CONVERT_BATCH = 20_000
+
+# The keyword index's columns and options since m009 (no copy of the text: `content=''`).
+FTS_COLUMNS = "body, content = '', tokenize = 'porter unicode61 remove_diacritics 2'"
 
 
 def m001_memory_index(conn: Any) -> None:
@@ -193,6 +200,56 @@ def m008_compact_units_cache_row(conn: Any) -> None:
     conn.executescript("ALTER TABLE memory_units ADD COLUMN cache_row INTEGER;")
 
 
+def m009_size_contentless_fts(conn: Any) -> None:
+    """Feature "size" (issue 22): the keyword index without its second copy of every chunk's
+    text — a contentless FTS5 table (`content=''`); rows are removed with FTS5's 'delete'
+    command and the body recomputed from `memory_chunks.text` (memory/store/index_rows.py).
+    The existing rows are copied over as they are (no re-tokenising change: same tokenizer)."""
+    conn.executescript(
+        f"""
+        CREATE VIRTUAL TABLE memory_fts_slim USING fts5({FTS_COLUMNS});
+        INSERT INTO memory_fts_slim(rowid, body) SELECT rowid, body FROM memory_fts;
+        DROP TABLE memory_fts;
+        ALTER TABLE memory_fts_slim RENAME TO memory_fts;
+        """
+    )
+
+
+def m010_size_binary_hashes(conn: Any) -> None:
+    """Feature "size" (issue 22): the embedding cache's keys and the passages' hashes as the
+    SHA-256 digest's 32 bytes instead of 64 hex characters (memory/store/content_hash.py
+    `stored_hash`), and no index on the passages' generation nor on the chunks' hash (nothing
+    looks them up by either: a generation's passages are removed through its chunks). Rows keep
+    their rowids, so the passages' `cache_row` still names the right cache row."""
+    conn.execute("DROP INDEX IF EXISTS memory_units_by_generation")
+    conn.execute("DROP INDEX IF EXISTS memory_chunks_by_hash")
+    for table, column in (("embedding_cache", "chunk_hash"), ("memory_units", "hash")):
+        last = 0
+        while True:
+            rows = conn.execute(
+                f"SELECT rowid, {column} FROM {table} WHERE rowid > ? AND typeof({column}) = "
+                f"'text' AND length({column}) = 64 ORDER BY rowid LIMIT {_CONVERT_BATCH}",
+                (last,),
+            ).fetchall()
+            if not rows:
+                break
+            last = int(rows[-1][0])
+            conn.executemany(
+                f"UPDATE {table} SET {column} = ? WHERE rowid = ?",
+                [(stored_hash(h), r) for r, h in rows if isinstance(stored_hash(h), bytes)],
+            )
+
+
+def m011_size_4bit_cache(conn: Any) -> None:
+    """Feature "size" (issue 22): the embedding cache's vectors (the passages' only copy) as
+    4-bit codes and a scale (memory/store/cache_codec.py), from the 8-bit codes or float32
+    an older version wrote: nothing is embedded again. ≈ 200 instead of 390 bytes a vector;
+    the centroids (matrix, sqlite-vec) keep their 8-bit codes."""
+    last: int | None = 0
+    while last is not None:
+        _, last = shrink_batch(conn, last)
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -202,6 +259,9 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m006_one_active_generation,
     m007_projects_chunk_and_session_project,
     m008_compact_units_cache_row,
+    m009_size_contentless_fts,
+    m010_size_binary_hashes,
+    m011_size_4bit_cache,
 ]
 
 

@@ -109,6 +109,9 @@ class _NoScriptCommit:
     def execute(self, sql: str, params: Any = ()) -> Any:
         return self._conn.execute(sql, params)
 
+    def executemany(self, sql: str, rows: Any) -> Any:
+        return self._conn.executemany(sql, rows)
+
 
 def _split_sql(script: str) -> list[str]:
     lines = [line.split("--", 1)[0] for line in script.splitlines()]

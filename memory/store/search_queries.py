@@ -14,9 +14,11 @@ import numpy as np
 
 from memory.errors import DatabaseCorruptError, DatabaseError
 from memory.store.backends import store_for
+from memory.store.cache_codec import center_of
+from memory.store.content_hash import StoredHash
 from memory.store.db import Database, as_corruption, corruption_advice
-from memory.store.index_embedcache import cached_vectors
-from memory.store.vector_codec import decode_many
+from memory.store.index_embedcache import stored_vectors
+from memory.store.vector_codec import decode4_many, decode_many, is_4bit
 from memory.store.vector_tables import BATCH
 
 # What SQLite says about a MATCH expression it cannot parse (as opposed to a database problem).
@@ -172,7 +174,8 @@ class SqliteSearchQueries:
             marks = ",".join("?" for _ in part)
             rows += self.db.execute(
                 "SELECT u.chunk_id, u.start_line, u.end_line, u.generation, u.hash, "
-                "coalesce(u.vector, c.vector) FROM memory_units u LEFT JOIN embedding_cache c "
+                "coalesce(u.vector, c.vector), u.vector IS NULL, u.cache_row "
+                "FROM memory_units u LEFT JOIN embedding_cache c "
                 "ON u.vector IS NULL AND c.rowid = u.cache_row AND c.chunk_hash = u.hash "
                 "AND u.generation IN (SELECT id FROM memory_generations) "
                 f"WHERE u.chunk_id IN ({marks})",
@@ -180,19 +183,51 @@ class SqliteSearchQueries:
             )
         if not rows:
             return None
-        missing: dict[int, list[Any]] = {}
+        missing: dict[int, tuple[list[StoredHash], list[int | None]]] = {}
         for r in rows:
             if r[5] is None:
-                missing.setdefault(int(r[3]), []).append(r[4])
-        cached = {gen: cached_vectors(self.db, gen, hashes) for gen, hashes in missing.items()}
-        kept: list[tuple[tuple[int, int, int], bytes]] = []
-        for cid, start, end, gen, h, blob in rows:
-            vector = blob if blob is not None else cached[int(gen)].get(h)
+                hashes, refs = missing.setdefault(int(r[3]), ([], []))
+                hashes.append(r[4])
+                refs.append(r[7])
+        cached = {gen: stored_vectors(self.db, gen, h, refs) for gen, (h, refs) in missing.items()}
+        kept: list[tuple[tuple[int, int, int], bytes, int | None]] = []
+        for cid, start, end, gen, h, blob, from_cache, _ in rows:
+            vector = blob if blob is not None else cached[int(gen)][0].get(h)
             if vector is not None:
-                kept.append(((cid, start, end), vector))
+                kept.append(((cid, start, end), vector, int(gen) if from_cache else None))
         if not kept:
             return None
-        return PassageVectors([s for s, _ in kept], decode_many([v for _, v in kept]))
+        return PassageVectors([s for s, _, _ in kept], self._decode(kept, cached))
+
+    def _decode(self, kept: list[Any], cached: dict[int, Any]) -> Any:
+        """The kept blobs as one float32 matrix: the cache's 4-bit ones decoded around their
+        model's center in one go (cache_codec), the rest as vector_codec.decode_many reads them."""
+        by_gen: dict[int, list[int]] = {}
+        for i, (_, blob, gen) in enumerate(kept):
+            if gen is not None and is_4bit(blob):
+                by_gen.setdefault(gen, []).append(i)
+        if not by_gen:
+            return decode_many([b for _, b, _ in kept])
+        for gen in by_gen:  # read by the join above: the generation's model is still wanted
+            if gen not in cached:
+                cached[gen] = stored_vectors(self.db, gen, [], [])
+        centers: dict[int, Any] = {}
+        with self.db.lock:
+            for gen in by_gen:
+                centers[gen] = center_of(self.db.conn, cached[gen][1])
+                if centers[gen] is None:
+                    raise ValueError("no center for the 4-bit cached vectors of this index")
+        if len(by_gen) == 1 and len(next(iter(by_gen.values()))) == len(kept):
+            (gen,) = by_gen
+            return decode4_many([b for _, b, _ in kept], centers[gen])  # the usual case
+        parts: dict[int, Any] = {}
+        for gen, at in by_gen.items():
+            decoded = decode4_many([kept[i][1] for i in at], centers[gen])
+            parts.update(zip(at, decoded, strict=True))
+        rest = [i for i in range(len(kept)) if i not in parts]
+        if rest:
+            parts.update(zip(rest, decode_many([kept[i][1] for i in rest]), strict=True))
+        return np.stack([parts[i] for i in range(len(kept))])
 
     def chunks(self, ids: list[int]) -> list[ChunkRow]:
         out: list[ChunkRow] = []

@@ -20,6 +20,8 @@ from typing import Any
 
 from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
+from memory.store.cache_codec import float32_from_cache
+from memory.store.content_hash import StoredHash, hash_of_stored, stored_hash
 from memory.store.db import Database, open_database, sqlite_driver
 from memory.store.index_embedcache import cached_vectors
 from memory.store.schema import MigrationSet, apply
@@ -36,8 +38,9 @@ from memory.store.transfer import (
     instant,
     utc_text,
 )
-from memory.store.vector_codec import decode, is_quantised
+from memory.store.vector_codec import decode, is_compact
 from memory.store.vector_pack import block_vectors
+from memory.text import fts_body
 
 TRIGGER_ROWS = 16  # intent_triggers rowid = intent id * 16 + entry (memory/store/intents_store)
 VEC = re.compile(r"memory_vec_g\d+")
@@ -55,6 +58,10 @@ _CREATE = {
 # memory_units' reference to the embedding cache row holding its vector (SQLite only): the
 # logical row carries the vector itself instead (see `_SqliteTables` below).
 CACHE_ROW = "cache_row"
+# The columns holding a text hash stored as the digest's bytes (memory/store/content_hash.py).
+HASHES = {"memory_units": "hash", "embedding_cache": "chunk_hash"}
+# The columns naming a cached vector's model (its 4-bit codes are around that model's center).
+_MODEL = ("provider", "model", "dimensions")
 # The extra columns read to resolve a memory_units row's vector from the cache.
 _UNIT_EXTRA = (CACHE_ROW, "hash", "generation")
 
@@ -117,7 +124,9 @@ class _SqliteTables:
     def _select(self, table: str, columns: Sequence[str]) -> tuple[str, str]:
         """(the columns to select, FROM … WHERE …) of a logical table."""
         if table == "keywords":
-            return "rowid, body", "FROM memory_fts"
+            # The keyword index keeps no copy of its bodies (content=''): each is the chunk's
+            # text as memory/text.py `fts_body` makes it (see `rows`).
+            return "id, text", "FROM memory_chunks"
         if table == "intent_triggers":
             n = TRIGGER_ROWS
             return f"rowid / {n}, rowid % {n}, terms", "FROM intent_triggers"
@@ -131,6 +140,14 @@ class _SqliteTables:
         return int(self.conn.execute(f"SELECT count(*) {source}").fetchone()[0])
 
     def rows(self, table: str, columns: Sequence[str], batch: int) -> Iterator[Rows]:
+        at = list(columns).index(HASHES[table]) if HASHES.get(table) in columns else None
+        for found in self._rows(table, columns, batch):
+            if at is None:
+                yield found
+            else:  # the portable form of a hash: hex text (SQLite keeps the digest's bytes)
+                yield [(*r[:at], hash_of_stored(r[at]), *r[at + 1 :]) for r in found]
+
+    def _rows(self, table: str, columns: Sequence[str], batch: int) -> Iterator[Rows]:
         units = table == "memory_units" and CACHE_ROW in self._columns(table)
         picked, source = self._select(table, [*columns, *_UNIT_EXTRA] if units else columns)
         instants = [i for i, c in enumerate(columns) if c in INSTANTS.get(table, ())]
@@ -138,8 +155,12 @@ class _SqliteTables:
         while found := cursor.fetchmany(batch):
             if units:
                 yield self._unit_vectors(columns, found)
+            elif table == "embedding_cache" and {"vector", *_MODEL} <= set(columns):
+                yield self._cache_vectors(columns, found)
             elif (convert := _float32_rows(table, columns)) is not None:
                 yield [convert(row) for row in found]
+            elif table == "keywords":
+                yield [(int(cid), fts_body(text)) for cid, text in found]
             elif table == "intent_triggers":
                 yield [(int(a), int(b), str(t).split(" ") if t else []) for a, b, t in found]
             elif instants:
@@ -156,11 +177,11 @@ class _SqliteTables:
         memory/store/search_queries.py passage_vectors: by rowid, checked by hash, else by
         hash under the generation's model); NULL when neither has it (search skips it too)."""
         at, n = list(columns).index("vector"), len(columns)
-        wanted: dict[int, tuple[list[str], list[int | None]]] = {}
+        wanted: dict[int, tuple[list[StoredHash], list[int | None]]] = {}
         for row in found:
             if row[at] is None:
                 hashes, refs = wanted.setdefault(int(row[n + 2]), ([], []))
-                hashes.append(str(row[n + 1]))
+                hashes.append(stored_hash(row[n + 1]))
                 refs.append(row[n])
         reader = _Reader(self.conn)
         cached = {
@@ -169,9 +190,25 @@ class _SqliteTables:
         }
         out: Rows = []
         for row in found:
-            blob = row[at] if row[at] is not None else cached[int(row[n + 2])].get(row[n + 1])
+            blob = (
+                row[at]
+                if row[at] is not None
+                else cached[int(row[n + 2])].get(stored_hash(row[n + 1]))
+            )
             vector = None if blob is None else _float32(blob)
             out.append((*row[:at], vector, *row[at + 1 : n]))
+        return out
+
+    def _cache_vectors(self, columns: Sequence[str], found: Rows) -> Rows:
+        """embedding_cache rows with each vector as float32 (a 4-bit one decoded around its
+        model's center, memory/store/cache_codec.py)."""
+        names = list(columns)
+        at, model_at = names.index("vector"), [names.index(c) for c in _MODEL]
+        out: Rows = []
+        for row in found:
+            model = tuple(row[i] for i in model_at)
+            (blob,) = float32_from_cache(self.conn, model, [row[at]])
+            out.append((*row[:at], blob, *row[at + 1 :]))
         return out
 
     def counters(self) -> dict[str, int]:
@@ -288,6 +325,9 @@ class SqliteTarget(_SqliteTables):
                 [(i * TRIGGER_ROWS + e, " ".join(terms)) for i, e, terms in rows],
             )
             return
+        if HASHES.get(table) in columns:
+            at = list(columns).index(HASHES[table])
+            rows = [(*r[:at], stored_hash(r[at]), *r[at + 1 :]) for r in rows]
         order = ROW_ORDER.get(table)
         names = ", ".join("rowid" if c == order else _quote(c) for c in columns)
         marks = ", ".join("?" for _ in columns)
@@ -346,7 +386,7 @@ class _Reader:
 def _float32(blob: bytes) -> bytes:
     """A stored vector as float32 little-endian (8-bit codes decoded; float32 as it is)."""
     blob = bytes(blob)
-    return decode(blob).astype("<f4").tobytes() if is_quantised(blob) else blob
+    return decode(blob).astype("<f4").tobytes() if is_compact(blob) else blob
 
 
 def _float32_rows(table: str, columns: Sequence[str]) -> Any:

@@ -21,6 +21,21 @@ import numpy as np
 
 MAGIC = b"i8"
 HEADER = len(MAGIC) + 4  # magic, then the float32 scale
+# 4-bit codes (feature "size", issue 22), for the embedding cache's passage vectors: `b"c4"`,
+# a float32 scale, then two codes a byte (low nibble first): `d / 2 + 6` bytes (198 at 384
+# dimensions). What is coded is the vector minus its model's *center* (a fixed vector per model,
+# kept beside the cache: e5 puts every text near one direction, |mean| ≈ 0.92, so the residual
+# is small), each component of residual / scale rounded to the nearest of the 16 levels that
+# are optimal for a normal distribution (Lloyd-Max), the scale being the residual's root mean
+# square. Measured on 788 LoCoMo turns (e5-small): score error 0.0016 on average against
+# 0.0043 for plain peak-scaled 4-bit and 0.0002 for 8-bit; passage ranking MRR within noise.
+MAGIC4 = b"c4"
+_HALF_LEVELS = np.array(
+    [0.1284, 0.3881, 0.6568, 0.9424, 1.2562, 1.6181, 2.0690, 2.7326], dtype=np.float32
+)
+LEVELS4 = np.concatenate([-_HALF_LEVELS[::-1], _HALF_LEVELS])  # code 0..15 → level
+_EDGES4 = (LEVELS4[1:] + LEVELS4[:-1]) / 2
+_PAIRS4 = np.stack([LEVELS4[np.arange(256) & 0x0F], LEVELS4[np.arange(256) >> 4]], axis=1)
 
 
 def encodable(dimensions: int) -> bool:
@@ -61,11 +76,57 @@ def _split(blob: bytes, width: int) -> list[bytes]:
 
 
 def is_quantised(blob: bytes) -> bool:
+    """An 8-bit vector (the centroids' and sqlite-vec's form)."""
     return len(blob) % 4 == 2 and blob[:2] == MAGIC
 
 
+def is_4bit(blob: bytes) -> bool:
+    return len(blob) % 4 == 2 and blob[:2] == MAGIC4
+
+
+def is_compact(blob: bytes) -> bool:
+    """Either stored form (8- or 4-bit codes), not float32."""
+    return len(blob) % 4 == 2 and blob[:2] in (MAGIC, MAGIC4)
+
+
+def encodable4(dimensions: int) -> bool:
+    """Whether vectors of this width can be stored as 4-bit codes (a whole number of bytes,
+    and a length no float32 blob has)."""
+    return dimensions > 0 and dimensions % 8 == 0
+
+
+def encode4_many(vectors: np.ndarray, center: np.ndarray) -> list[bytes]:
+    """Vectors (n, d) as 4-bit blobs around `center` (d,) (the width must be `encodable4`)."""
+    x = np.asarray(vectors, dtype=np.float32) - np.asarray(center, dtype=np.float32)[None, :]
+    rms = np.sqrt(np.mean(x * x, axis=1)) if x.size else np.zeros(len(x), dtype=np.float32)
+    scales = rms.astype(np.float32)  # 0 for the center itself: it decodes exactly
+    codes = np.searchsorted(_EDGES4, x / np.where(scales > 0, scales, 1.0)[:, None])
+    codes = codes.astype(np.uint8)
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    head = scales.astype("<f4").tobytes()
+    return [MAGIC4 + head[4 * i : 4 * i + 4] + row.tobytes() for i, row in enumerate(packed)]
+
+
+def decode4_many(blobs: Sequence[bytes], center: np.ndarray) -> np.ndarray:
+    """4-bit blobs of one width (from `encode4_many` with the same `center`) as float32 (n, d)."""
+    joined = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), -1)
+    scales = joined[:, 2:HEADER].copy().view("<f4").reshape(-1)
+    packed = joined[:, HEADER:]
+    # one gather (np.take: indexing with [] is ≈ 40× slower here): a byte → its two levels
+    out = np.take(_PAIRS4, packed, axis=0).reshape(len(blobs), -1)
+    out *= scales[:, None]
+    out += np.asarray(center, dtype=np.float32)[None, :]
+    return out
+
+
+def _needs_center() -> ValueError:
+    return ValueError("a 4-bit vector is decoded with its model's center (decode4_many)")
+
+
 def decode(blob: bytes) -> np.ndarray:
-    """A stored vector as float32 (either form)."""
+    """A stored vector as float32 (float32 or 8-bit; a 4-bit one needs `decode4_many`)."""
+    if is_4bit(blob):
+        raise _needs_center()
     if is_quantised(blob):
         scale = np.frombuffer(blob, dtype="<f4", count=1, offset=2)[0]
         return np.frombuffer(blob, dtype=np.int8, offset=HEADER).astype(np.float32) * scale
@@ -83,7 +144,7 @@ def decode_many(blobs: Sequence[bytes]) -> np.ndarray:
         codes = joined[:, HEADER:].view(np.int8).astype(np.float32)
         codes *= scales[:, None]
         return codes
-    if not any(is_quantised(b) for b in blobs):
+    if not any(is_compact(b) for b in blobs):
         return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1).copy()
     return np.vstack([decode(b) for b in blobs])
 

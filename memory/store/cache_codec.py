@@ -1,0 +1,131 @@
+"""The embedding cache's vectors as stored (feature "size", issue 22): 4-bit codes around the
+model's center (memory/store/vector_codec.py `encode4_many`, 198 bytes at 384 dimensions;
+8-bit where the width does not allow 4-bit), the centers themselves, and what rewrites an older
+version's wider rows. No database handle here, only a connection inside the caller's
+transaction: the cache (index_embedcache.py), the migrations and `pinch migrate` use it.
+
+A model's center is written once, by the first batch of at least `CENTER_SAMPLE` vectors
+cached for it (the batch's mean; smaller batches before it are stored 8-bit), in
+`meta` under `cache_center:<provider>|<model>|<dimensions>` (float32 as hex), and never
+changed: every 4-bit vector of that model is coded around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memory.store.vector_codec import (
+    decode,
+    decode4_many,
+    encodable,
+    encodable4,
+    encode,
+    encode4_many,
+    is_4bit,
+    is_compact,
+)
+
+ModelTriple = tuple[str, str, int]  # provider, model, dimensions
+
+# Vectors an older version stored in a wider form than the cache's (float32; 8-bit codes).
+WIDE_VECTORS = (
+    "((length(vector) = 4 * dimensions AND dimensions % 4 = 0) OR (length(vector) = dimensions "
+    "+ 6 AND dimensions % 8 = 0 AND substr(vector, 1, 2) = X'6938'))"
+)
+SHRINK_BATCH = 2000
+# The fewest vectors a model's center is made from (a center from one text leaves the others
+# ≈ 1.6× the residual a mean leaves): a smaller first batch is stored 8-bit until then.
+CENTER_SAMPLE = 8
+
+
+def _center_key(model: ModelTriple) -> str:
+    provider, name, dims = model
+    return f"cache_center:{provider}|{name}|{int(dims)}"
+
+
+def center_of(conn: Any, model: ModelTriple) -> np.ndarray | None:
+    """The model's center, None if nothing 4-bit was cached for it yet."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (_center_key(model),)).fetchone()
+    if row is None:
+        return None
+    return np.frombuffer(bytes.fromhex(row[0]), dtype="<f4").astype(np.float32)
+
+
+def _ensure_center(conn: Any, model: ModelTriple, sample: np.ndarray) -> np.ndarray:
+    found = center_of(conn, model)
+    if found is not None:
+        return found
+    mean = np.asarray(sample, dtype=np.float32).mean(axis=0).astype("<f4")
+    conn.execute(
+        "INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
+        (_center_key(model), mean.tobytes().hex()),
+    )
+    stored = center_of(conn, model)
+    assert stored is not None
+    return stored
+
+
+def encode_for_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> list[bytes]:
+    """float32 vectors of `model` as the cache stores them (4-bit around the model's center,
+    written now if it is the first batch; 8-bit when the width does not allow 4-bit; blobs of
+    another length as they are), inside the caller's transaction."""
+    dims = int(model[2])
+    out = [bytes(b) for b in blobs]
+    wide = [i for i, b in enumerate(out) if len(b) == 4 * dims and encodable(dims)]
+    if not wide:
+        return out
+    floats = np.frombuffer(b"".join(out[i] for i in wide), dtype="<f4").reshape(len(wide), dims)
+    center = center_of(conn, model) if encodable4(dims) else None
+    if center is None and encodable4(dims) and len(wide) >= CENTER_SAMPLE:
+        center = _ensure_center(conn, model, floats)
+    # (no center yet and too few to make a good one: 8-bit until a compaction rewrites them)
+    coded = encode4_many(floats, center) if center is not None else [encode(v) for v in floats]
+    for i, blob in zip(wide, coded, strict=True):
+        out[i] = blob
+    return out
+
+
+def float32_from_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> list[bytes]:
+    """Cached vectors of `model` (any stored form) as float32 blobs."""
+    out = [bytes(b) for b in blobs]
+    four = [i for i, b in enumerate(out) if is_4bit(b)]
+    if four:
+        center = center_of(conn, model)
+        if center is None:
+            raise ValueError(f"no center for the 4-bit cached vectors of {model[0]}/{model[1]}")
+        decoded = decode4_many([out[i] for i in four], center).astype("<f4")
+        for i, row in zip(four, decoded, strict=True):
+            out[i] = row.tobytes()
+    return [as_float32(b) for b in out]
+
+
+def as_float32(blob: bytes) -> bytes:
+    """A float32 or 8-bit stored vector as a float32 blob (4-bit: `float32_from_cache`)."""
+    return decode(blob).astype("<f4").tobytes() if is_compact(blob) else blob
+
+
+def shrink_batch(conn: Any, after: int) -> tuple[int, int | None]:
+    """Rewrite the next `SHRINK_BATCH` wide cached vectors with a rowid above `after` in the
+    cache's form, inside the caller's transaction: (how many, the last rowid seen — None when
+    none were left)."""
+    rows = conn.execute(
+        "SELECT rowid, provider, model, dimensions, vector FROM embedding_cache "
+        f"WHERE {WIDE_VECTORS} AND rowid > ? ORDER BY rowid LIMIT ?",
+        (after, SHRINK_BATCH),
+    ).fetchall()
+    if not rows:
+        return 0, None
+    by_model: dict[ModelTriple, list[tuple[int, bytes]]] = {}
+    for rowid, provider, name, dims, blob in rows:
+        by_model.setdefault((provider, name, int(dims)), []).append((int(rowid), bytes(blob)))
+    done = 0
+    for model, items in by_model.items():
+        floats = [as_float32(b) for _, b in items]
+        coded = encode_for_cache(conn, model, floats)
+        changed = [(c, r) for (r, b), c in zip(items, coded, strict=True) if c != b]
+        conn.executemany("UPDATE embedding_cache SET vector = ? WHERE rowid = ?", changed)
+        done += len(changed)
+    return done, int(rows[-1][0])

@@ -1,0 +1,256 @@
+"""Issue 22, database size: the keyword index keeps no copy of the text (contentless FTS5), the
+cache keys and passage hashes are stored as bytes, the cache's vectors as 4-bit codes; deletes
+and edits stay exact, and an index in the previous layout upgrades by itself keeping its
+search results. Real SQLite files, both vector backends, the real USE model (512 dimensions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memory.index.index import MemoryIndex
+from memory.store.cache_codec import WIDE_VECTORS, float32_from_cache
+from memory.store.db import open_database
+from memory.store.index_embedcache import (
+    ModelKey,
+    SqliteEmbeddingCache,
+    requantise,
+)
+from memory.store.migrations import memory_set
+from memory.store.search_queries import search_queries
+from memory.store.vector_codec import (
+    decode,
+    decode4_many,
+    encode,
+    encode4_many,
+    encode_many,
+    is_4bit,
+    is_quantised,
+)
+from memory.text import fts_body
+from tests.conftest import IndexFactory, WorkspaceFactory, sqlite_vec_loads, use_config
+
+# Enough passages for the first cached batch to set the model's 4-bit center.
+GROCERIES = ("apples", "pears", "plums", "leeks", "onions", "rice", "flour", "lentils", "figs")
+FILES = {
+    "MEMORY.md": "# Memory\n\n- My cat is called Tom and he sleeps on the blue sofa.\n",
+    "USER.md": "# User\n\n- Anna prefers tea to coffee.\n\n- Anna's bike is a green Gazelle.\n",
+    "memory/2026-01-10.md": "# 2026-01-10\n\nWent hiking in the Alps with Ben.\n\n"
+    "Ben lost his compass near the glacier.\n",
+    "memory/2026-01-11.md": "# 2026-01-11\n\nThe plumber Zebulon fixed the kitchen tap.\n",
+    "memory/2026-01-12.md": "# 2026-01-12\n\n"
+    + "".join(f"- Errand {i}: bought {w} at the market.\n\n" for i, w in enumerate(GROCERIES)),
+}
+QUESTIONS = ("who lost a compass", "which bike does Anna ride", "what is the cat called")
+BACKENDS = ["numpy", "sqlite-vec"]
+
+
+def rows(idx: MemoryIndex, sql: str, *params: Any) -> list[Any]:
+    return list(idx.db.execute(sql, params))
+
+
+def keyword_ids(idx: MemoryIndex, word: str) -> list[int]:
+    """Rowids the keyword index itself returns for `word` (no join with the chunk rows)."""
+    return [i for i, _ in search_queries(idx.db).keyword_ranked(f'"{word}"', 50)]
+
+
+def open_index(make_index: IndexFactory, workspace: Any, backend: str) -> MemoryIndex:
+    if backend == "sqlite-vec" and not sqlite_vec_loads():
+        pytest.skip("sqlite-vec cannot be loaded by this Python's SQLite")
+    return make_index(workspace, use_config(vector_backend=backend))
+
+
+def answers(idx: MemoryIndex) -> list[list[tuple[str, int]]]:
+    return [[(h.path, h.start_line) for h in idx.search(q)][:3] for q in QUESTIONS]
+
+
+# ---- the 4-bit codec ------------------------------------------------------------------------
+
+
+def test_a_4bit_vector_is_half_the_8bit_one_and_keeps_the_ranking_close() -> None:
+    # like e5's: every text near one direction (|mean| ≈ 0.9), the rest spread around it
+    rng = np.random.default_rng(3)
+    common = rng.standard_normal(384).astype(np.float32)
+    spread = rng.standard_normal((200, 384)).astype(np.float32)
+    docs = 2.2 * common / np.linalg.norm(common) + spread / np.sqrt(384)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    query = docs[7] + 0.2 * rng.standard_normal(384).astype(np.float32) / np.sqrt(384)
+    query /= np.linalg.norm(query)
+    center = docs[:50].mean(axis=0)
+
+    blobs = encode4_many(docs, center)
+
+    assert all(is_4bit(b) and len(b) == 384 // 2 + 6 for b in blobs)
+    assert len(encode(docs[0])) == 384 + 6
+    back = decode4_many(blobs, center)
+    with pytest.raises(ValueError):
+        decode(blobs[0])  # never read without its center
+    assert np.abs(back @ query - docs @ query).max() < 0.01
+    assert np.abs(back @ query - docs @ query).mean() < 0.003
+    assert int(np.argmax(back @ query)) == 7
+    plain = [decode(b) for b in encode_many(docs - center)]  # 8-bit of the same residuals
+    assert np.abs(np.array(plain) + center - docs).max() < np.abs(back - docs).max()
+
+
+# ---- contentless keywords: deletes and edits stay exact ---------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_deleted_or_edited_chunk_is_never_found_by_keyword(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, backend: str
+) -> None:
+    workspace = make_workspace(FILES)
+    idx = open_index(make_index, workspace, backend)
+    idx.sync()
+    sql = rows(idx, "SELECT sql FROM sqlite_master WHERE name = 'memory_fts'")[0][0]
+    assert "content = ''" in sql  # no second copy of the text
+    assert len(keyword_ids(idx, "zebulon")) == 1 and len(keyword_ids(idx, "compass")) == 1
+
+    (workspace / "memory" / "2026-01-11.md").unlink()
+    text = FILES["memory/2026-01-10.md"].replace("compass", "map")
+    (workspace / "memory" / "2026-01-10.md").write_text(text, encoding="utf-8")
+    idx.sync()
+
+    assert keyword_ids(idx, "zebulon") == [] and keyword_ids(idx, "compass") == []
+    assert len(keyword_ids(idx, "map")) == 1 and len(keyword_ids(idx, "glacier")) == 1
+    assert not [h for h in idx.search("Zebulon plumber") if "Zebulon" in h.snippet]
+    # what FTS5 counts for ranking went with the rows: as many documents as chunks
+    (chunks,) = rows(idx, "SELECT count(*) FROM memory_chunks")[0]
+    assert search_queries(idx.db).match_count('"anna" OR "ben" OR "tom" OR "map"', None) == 3
+    assert rows(idx, "SELECT count(*) FROM memory_fts_docsize")[0][0] == chunks
+    idx.db.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_forced_rebuild_leaves_each_chunk_once_in_the_keyword_index(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, backend: str
+) -> None:
+    workspace = make_workspace(FILES)
+    idx = open_index(make_index, workspace, backend)
+    idx.sync()
+    before = answers(idx)
+
+    idx.sync(force=True)
+
+    (chunks,) = rows(idx, "SELECT count(*) FROM memory_chunks")[0]
+    assert rows(idx, "SELECT count(*) FROM memory_fts_docsize")[0][0] == chunks
+    live = {r[0] for r in rows(idx, "SELECT id FROM memory_chunks")}
+    assert set(keyword_ids(idx, "compass")) <= live and len(keyword_ids(idx, "compass")) == 1
+    assert answers(idx) == before
+
+
+# ---- the previous layout upgrades by itself ---------------------------------------------------
+
+
+def previous_layout(idx: MemoryIndex) -> None:
+    """Turn the index into what the version before m009-m011 wrote: FTS5 with its own copy of
+    every body, hashes as hex text, 8-bit cached vectors, an index on the passages'
+    generation, and those migrations not recorded."""
+    with idx.db.transaction() as conn:
+        conn.execute(
+            "CREATE VIRTUAL TABLE memory_fts_old USING fts5("
+            "body, tokenize = 'porter unicode61 remove_diacritics 2')"
+        )
+        conn.executemany(
+            "INSERT INTO memory_fts_old(rowid, body) VALUES (?, ?)",
+            [(i, fts_body(t)) for i, t in conn.execute("SELECT id, text FROM memory_chunks")],
+        )
+        conn.execute("DROP TABLE memory_fts")
+        conn.execute("ALTER TABLE memory_fts_old RENAME TO memory_fts")
+        conn.execute("UPDATE embedding_cache SET chunk_hash = lower(hex(chunk_hash))")
+        conn.execute("UPDATE memory_units SET hash = lower(hex(hash))")
+        cached = conn.execute(
+            "SELECT rowid, provider, model, dimensions, vector FROM embedding_cache"
+        ).fetchall()
+        for rowid, provider, model, dims, blob in cached:
+            (floats,) = float32_from_cache(conn, (provider, model, dims), [blob])
+            conn.execute(
+                "UPDATE embedding_cache SET vector = ? WHERE rowid = ?",
+                (encode(decode(floats)), rowid),
+            )
+        conn.execute("DELETE FROM meta WHERE key LIKE 'cache_center:%'")
+        conn.execute("CREATE INDEX memory_units_by_generation ON memory_units (generation)")
+        conn.execute("CREATE INDEX memory_chunks_by_hash ON memory_chunks (hash)")
+        names = ("m009_size_contentless_fts", "m010_size_binary_hashes", "m011_size_4bit_cache")
+        for table in ("schema_migrations", "_migrations"):
+            conn.executemany(f"DELETE FROM {table} WHERE name = ?", [(n,) for n in names])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, backend: str
+) -> None:
+    workspace = make_workspace(FILES)
+    idx = open_index(make_index, workspace, backend)
+    idx.sync()
+    before = answers(idx)
+    previous_layout(idx)
+    assert all(len(h) == 64 for (h,) in rows(idx, "SELECT hash FROM memory_units"))
+    idx.close()
+
+    idx = open_index(make_index, workspace, backend)  # the migrations run on open
+
+    assert {m.__name__ for m in memory_set().migrations} <= {
+        r[0] for r in rows(idx, "SELECT name FROM schema_migrations WHERE owner = 'memory'")
+    }
+    sql = rows(idx, "SELECT sql FROM sqlite_master WHERE name = 'memory_fts'")[0][0]
+    assert "content = ''" in sql
+    assert all(
+        isinstance(h, bytes) and len(h) == 32 for (h,) in rows(idx, "SELECT hash FROM memory_units")
+    )
+    assert all(is_4bit(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache"))
+    for gone in ("memory_units_by_generation", "memory_chunks_by_hash"):
+        assert not rows(idx, "SELECT 1 FROM sqlite_master WHERE name = ?", gone)
+    assert answers(idx) == before
+    report = idx.sync()
+    assert report.chunks_embedded == 0  # nothing embedded again
+    # the migrated keyword rows are removed exactly like new ones
+    (workspace / "memory" / "2026-01-11.md").unlink()
+    idx.sync()
+    assert keyword_ids(idx, "zebulon") == []
+    idx.db.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
+
+
+def test_a_models_center_comes_from_a_batch_big_enough_and_older_rows_follow_on_compaction(
+    tmp_path: Any,
+) -> None:
+    db = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
+    try:
+        cache = SqliteEmbeddingCache(db)
+        key = ModelKey("test", "m", 64)
+        rng = np.random.default_rng(5)
+        common = rng.standard_normal(64).astype(np.float32)
+        vectors = common + 0.3 * rng.standard_normal((13, 64)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        blobs = [(f"{i:064x}", v.astype("<f4").tobytes()) for i, v in enumerate(vectors)]
+
+        with db.transaction() as conn:
+            cache.put(conn, key, blobs[:3])  # too few for a center: 8-bit
+        stored = [bytes(v) for (v,) in db.execute("SELECT vector FROM embedding_cache")]
+        assert all(is_quantised(v) for v in stored)
+        with db.transaction() as conn:
+            cache.put(conn, key, blobs[3:])
+        assert (
+            sum(is_4bit(bytes(v)) for (v,) in db.execute("SELECT vector FROM embedding_cache"))
+            == 10
+        )
+        wide = f"SELECT count(*) FROM embedding_cache WHERE {WIDE_VECTORS}"
+        assert db.execute(wide)[0][0] == 3  # what a compaction still shrinks
+
+        assert requantise(db) == 3
+        assert all(is_4bit(bytes(v)) for (v,) in db.execute("SELECT vector FROM embedding_cache"))
+        back = cache.get(key, [h for h, _ in blobs])
+        got = np.array([np.frombuffer(back[h], dtype="<f4") for h, _ in blobs])
+        assert np.abs(np.sum(got * vectors, axis=1) - 1).max() < 0.02
+        # keys are the digest's bytes, handed out as the hex they came in as
+        (key_blob,) = db.execute("SELECT chunk_hash FROM embedding_cache LIMIT 1")[0]
+        assert (
+            isinstance(key_blob, bytes)
+            and len(key_blob) == 32
+            and set(back) == {h for h, _ in blobs}
+        )
+    finally:
+        db.close()
