@@ -44,6 +44,11 @@ class SearchPreset:
     # …only when c is below this (1.0: always): a question its keywords mostly explain keeps
     # the full keyword side.
     keyword_coverage_below: float = 1.0
+    # Each keyword hit's keyword score × (the share of the question's IDF-weighted words it
+    # holds) ** power (`calibrate_keyword_hits`), and so is its line-rerank bonus
+    # (`rerank_by_lines`): filler sharing one incidental word with the question weighs little
+    # beside a chunk the vectors found. 0: off.
+    keyword_hit_coverage_power: float = 0.0
     # Pseudo-relevance feedback: this many words of the best `feedback_docs` vector hits at or
     # above the embedding model's relevance floor (memory/search/feedback.py) are added to the
     # keyword query (candidates and bm25 only; lines are still scored by the question's words).
