@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench.compaction_survival import shared_terms  # noqa: E402
+from bench.compaction_survival import shared_terms
 
 SESSIONS = 12  # per conversation
 FILLER_PAIRS = 7  # Sam / assistant exchanges of chit-chat per session, besides the facts
@@ -83,7 +83,9 @@ SINGLES: tuple[Single, ...] = (
         "Which antibiotic must doctors never give me?",
         "penicillin",
     ),
-    Single("The car is booked in for its MOT on Friday", "When is the vehicle inspection?", "Friday"),
+    Single(
+        "The car is booked in for its MOT on Friday", "When is the vehicle inspection?", "Friday"
+    ),
     Single(
         "I keep the spare house key under the blue flowerpot by the back door",
         "Where did I hide a way in, in case I get locked out?",
