@@ -222,14 +222,15 @@ def _run_search(
         cands = {i: c for i, c in cands.items() if admits(c.source, c.origin)}
         merged = {i: s for i, s in merged.items() if i in cands}
     rerank_weight = preset.line_rerank_weight
+    hit_power = 0.0  # preset.keyword_hit_coverage_power, when its gate lets it act
     if (preset.keyword_coverage_power or preset.keyword_hit_coverage_power) and vector and keyword:
         held = [i for i, _ in keyword if i in cands]
         shares = chunk_coverages([cands[i].text for i in held], terms)
         coverage = max(shares, default=0.0)
-        if preset.keyword_hit_coverage_power:
-            merged = calibrate_keyword_hits(
-                merged, dict(zip(held, shares, strict=True)), preset.keyword_hit_coverage_power
-            )
+        if coverage < preset.keyword_hit_coverage_below:
+            hit_power = preset.keyword_hit_coverage_power
+        if hit_power:
+            merged = calibrate_keyword_hits(merged, dict(zip(held, shares, strict=True)), hit_power)
         if preset.keyword_coverage_power and coverage < preset.keyword_coverage_below:
             calibration = coverage**preset.keyword_coverage_power
             keyword_weight *= calibration
@@ -272,7 +273,7 @@ def _run_search(
             rerank_weight,
             preset.line_semantic_weight,
             preset.line_follow_weight,
-            preset.keyword_hit_coverage_power,
+            hit_power,
         )
         ranked = head + ranked[preset.rerank_pool :]
     # Keep the reported score in [0, 1] whatever the weights add up to.

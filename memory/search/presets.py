@@ -49,6 +49,8 @@ class SearchPreset:
     # (`rerank_by_lines`): filler sharing one incidental word with the question weighs little
     # beside a chunk the vectors found. 0: off.
     keyword_hit_coverage_power: float = 0.0
+    # …only when the best keyword hit holds less than this share of the question (1.0: always).
+    keyword_hit_coverage_below: float = 1.0
     # Pseudo-relevance feedback: this many words of the best `feedback_docs` vector hits at or
     # above the embedding model's relevance floor (memory/search/feedback.py) are added to the
     # keyword query (candidates and bm25 only; lines are still scored by the question's words).
@@ -168,6 +170,7 @@ PINCH = SearchPreset(
     vector_slots=3,
     evidence_slack=0.02,
     keyword_hit_coverage_power=2.0,
+    keyword_hit_coverage_below=0.35,
     # Issue 20 (2026-12-02, bench/RESULTS.md): when the best keyword hit holds less than a
     # quarter of the question's (IDF-weighted) words, the keyword side × √(that share). MADial
     # dev zh hit@1 / any@5 10.0 / 47.5 → 21.2 / 51.2 % (vectors alone 20.0 / 47.5), en any@5

@@ -88,16 +88,20 @@ def chunk_coverages(texts: list[str], terms: list[str]) -> list[float]:
     no line weighs the most). Near 1 for a note that says what the question asks; low for one
     that shares a single incidental word with it (a reworded question, or a long chatty one
     whose common words — in Chinese, bigrams across word boundaries — are in every note)."""
-    stems = list(dict.fromkeys(stem_term(t) for t in terms))
-    if not stems:
-        return [1.0] * len(texts)
     per_text = [[line_terms(line) for line in text.split("\n")] for text in texts]
+    return _coverages(per_text, list(dict.fromkeys(stem_term(t) for t in terms)))
+
+
+def _coverages(per_text: list[list[frozenset[str]]], stems: list[str]) -> list[float]:
+    """`chunk_coverages` of chunks given as their lines' terms."""
+    if not stems:
+        return [1.0] * len(per_text)
     lines = [lt for chunk in per_text for lt in chunk]
     df = {t: sum(1 for line in lines if t in line) for t in stems}
     weights = {t: math.log(1 + (len(lines) - d + 0.5) / (d + 0.5)) for t, d in df.items()}
     total = sum(weights.values())
     if total <= 0:
-        return [1.0] * len(texts)
+        return [1.0] * len(per_text)
     out = []
     for chunk in per_text:
         held = frozenset().union(*chunk)
@@ -150,11 +154,7 @@ def rerank_by_lines(
     per_line = [[line_terms(line) for line in lines] for lines in split]
     weights = _line_weights(per_line, stems)
     total = sum(weights.values())
-    shares = (
-        chunk_coverages([c.text for c in candidates], terms)
-        if coverage_power and weight
-        else [1.0] * len(candidates)
-    )
+    shares = _coverages(per_line, stems) if coverage_power and weight else [1.0] * len(candidates)
     for cand, lts, share in zip(candidates, per_line, shares, strict=True):
         if not lts:
             continue
