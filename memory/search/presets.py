@@ -160,13 +160,13 @@ PINCH = SearchPreset(
     require_evidence=True,
     # Slots for the best chunks by meaning, when the keywords explain less than half of the
     # question (2026-12-01: one slot, reworded questions 27 → 37 of 50). Issue 20, third round
-    # (2026-12-02, bench/RESULTS.md): three slots, near misses of the relevance floor beside an
-    # answer (`evidence_slack`) and each keyword hit weighed by the share of the question it
-    # holds, squared (`keyword_hit_coverage_power`), together: survival paraphrases 40 → 44 of
-    # 50 (vectors alone 44), Active Memory 36 → 38, unrelated questions answered with nothing
-    # 62 → 66 of 210; the reworded multi-session set (bench/reworded_sessions.py) seen@6 88 →
-    # 92 %, located_all@10 84 → 92 %, MRR 0.57 → 0.84. Slots and slack without the weighing
-    # cost that set 3 questions of 50.
+    # (2026-12-02, bench/RESULTS.md h-recall3): three slots, near misses of the relevance floor
+    # beside an answer (`evidence_slack`), and — when the best keyword hit holds less than 35 %
+    # of the question — each keyword hit weighed by the share it holds, squared
+    # (`keyword_hit_coverage_power`): survival paraphrases 40 → 44 of 50 (the vectors alone:
+    # 44); the reworded multi-session set (bench/reworded_sessions.py) located_all@10 42 → 46
+    # of 50, MRR 0.57 → 0.77; LoCoMo (2 conversations, 302 q.) within one question. Slots and
+    # slack alone cost that set 3 questions; the weighing ungated cost LoCoMo 6-7.
     vector_slots=3,
     evidence_slack=0.02,
     keyword_hit_coverage_power=2.0,
