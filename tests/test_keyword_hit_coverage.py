@@ -127,21 +127,3 @@ def test_a_hit_holding_the_questions_words_keeps_its_rank(tmp_path: Path) -> Non
     idx.close()
 
     assert "spelled wrong" in hits[0].snippet
-
-
-def test_deep_recall_sizes_only_a_search_that_names_no_max_results() -> None:
-    from types import SimpleNamespace
-
-    from agent.active_memory import ActiveMemory
-    from agent.types import ToolCall
-
-    sized = SimpleNamespace(search_results=10)
-    bare = ToolCall("a", "memory_search", {"query": "q"})
-    named = ToolCall("b", "memory_search", {"query": "q", "max_results": 3})
-    other = ToolCall("c", "memory_get", {"path": "MEMORY.md"})
-
-    assert ActiveMemory._sized(sized, bare).input["max_results"] == 10  # type: ignore[arg-type]
-    assert ActiveMemory._sized(sized, named).input["max_results"] == 3  # type: ignore[arg-type]
-    assert ActiveMemory._sized(sized, other) is other  # type: ignore[arg-type]
-    off = SimpleNamespace(search_results=None)
-    assert ActiveMemory._sized(off, bare) is bare  # type: ignore[arg-type]
