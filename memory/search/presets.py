@@ -163,10 +163,11 @@ PINCH = SearchPreset(
     # (2026-12-02, bench/RESULTS.md h-recall3): three slots, near misses of the relevance floor
     # beside an answer (`evidence_slack`), and — when the best keyword hit holds less than 35 %
     # of the question — each keyword hit weighed by the share it holds, squared
-    # (`keyword_hit_coverage_power`): survival paraphrases 40 → 44 of 50 (the vectors alone:
-    # 44); the reworded multi-session set (bench/reworded_sessions.py) located_all@10 42 → 46
-    # of 50, MRR 0.57 → 0.77; LoCoMo (2 conversations, 302 q.) within one question. Slots and
-    # slack alone cost that set 3 questions; the weighing ungated cost LoCoMo 6-7.
+    # (`keyword_hit_coverage_power`): survival paraphrases 40 → 44 of 50 on the kept index
+    # (the vectors alone: 44; the bench itself 42 → 45), Active Memory 36 → 38; the reworded
+    # multi-session set (bench/reworded_sessions.py) located_all@10 42 → 46 of 50, MRR
+    # 0.57 → 0.77; LoCoMo (2 conversations, 302 q.) within one question. Slots and slack alone
+    # cost that set 3 questions; the weighing ungated cost LoCoMo 6-7.
     vector_slots=3,
     evidence_slack=0.02,
     keyword_hit_coverage_power=2.0,
