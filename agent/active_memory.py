@@ -158,6 +158,17 @@ class ActiveMemory:
         # 2026-12-02 h-recall2: no gain on reworded questions; ≈ 1,000 more tokens a recall).
         # FOLLOW_UP_TERMS turns it on.
         self.follow_up_terms = 0
+        # Results of the sub-call's memory_search when the model names no max_results (None:
+        # the tool's own default, 6). Measured, not adopted: bench/RESULTS.md h-recall3.
+        self.search_results: int | None = None
+
+    def _sized(self, call: ToolCall) -> ToolCall:
+        """`call` with `search_results` as its max_results, for a memory_search naming none."""
+        if self.search_results is None or call.name != "memory_search":
+            return call
+        if call.input.get("max_results"):
+            return call
+        return dataclasses.replace(call, input={**call.input, "max_results": self.search_results})
 
     def last_turn(self, key: SessionKey) -> RecallReport | None:
         """What recall did on `key`'s last turn that asked for it (None: nothing yet)."""
@@ -295,9 +306,8 @@ class ActiveMemory:
                 return clean_summary(response.text)
             if round_ == DEEP_ROUNDS - 1:
                 break
-            results = [
-                await self.tools.call(call, ctx, allowed=DEEP_TOOLS) for call in response.tool_calls
-            ]
+            calls = [self._sized(call) for call in response.tool_calls]
+            results = [await self.tools.call(call, ctx, allowed=DEEP_TOOLS) for call in calls]
             if round_ == 0 and self.follow_up_terms:
                 results = [
                     await self._follow_up(call, result, ctx)

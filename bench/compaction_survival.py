@@ -899,6 +899,7 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
         context_window=args.context_window,
         reserve_floor=args.reserve_floor,
         soft_threshold=args.soft_threshold,
+        recall_timeout_s=getattr(args, "recall_timeout", 8.0),
     )
     model = ScriptedModel(
         turns,
@@ -1278,6 +1279,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--follow-up",
         action="store_true",
         help="Active Memory with deep recall's follow-up search (off by default)",
+    )
+    parser.add_argument(
+        "--recall-timeout",
+        type=float,
+        default=8.0,
+        metavar="S",
+        help="Active Memory's deep-recall time limit (default 8 s, the setting's default; on a "
+        "loaded machine the sub-call's searches can take longer, and three timeouts open the "
+        "breaker: a machine figure, not a search one)",
     )
     parser.add_argument(
         "--keep",

@@ -67,8 +67,11 @@ def test_a_reworded_question_finds_its_note_by_meaning_without_a_vector_slot(
         | FILLER,
     )
     question = "What is the name of my feline companion?"
-    today = PINCH.with_overrides(vector_slots=0, keyword_coverage_power=0.0)
-    calibrated = PINCH.with_overrides(vector_slots=0, keyword_coverage_power=1.0)
+    # (Each hit weighed by its own share, `keyword_hit_coverage_power`, off: the global rule alone.)
+    today = PINCH.with_overrides(
+        vector_slots=0, keyword_coverage_power=0.0, keyword_hit_coverage_power=0.0
+    )
+    calibrated = today.with_overrides(keyword_coverage_power=1.0)
 
     before = [h.path for h in idx.search(question, preset=today, now=NOW, max_results=3)]
     after = [h.path for h in idx.search(question, preset=calibrated, now=NOW, max_results=3)]

@@ -118,10 +118,16 @@ def test_without_tags_search_is_exactly_what_it_was(
 ) -> None:
     """Same hits, same scores (to 8-bit storage's precision) as main gave before projects
     (tests/project_fixture.py GOLD), with no active project and with one that tags nothing.
-    (GOLD predates issue 20's keyword calibration: `pinch` is compared with that knob off,
-    and today's `pinch` with and without the project must agree.)"""
+    (GOLD predates issue 20's keyword calibration, hit weighing, slack and slots: `pinch` is
+    compared with those knobs as they were, and today's `pinch` with and without the project
+    must agree.)"""
     idx = make_index(make_workspace(FILES), use_config())
-    before_issue_20 = get_preset("pinch").with_overrides(keyword_coverage_power=0.0)
+    before_issue_20 = get_preset("pinch").with_overrides(
+        keyword_coverage_power=0.0,
+        keyword_hit_coverage_power=0.0,
+        evidence_slack=0.0,
+        vector_slots=1,
+    )
     for query in QUERIES:
         for name, preset in (("pinch", before_issue_20), ("openclaw", get_preset("openclaw"))):
             hits = idx.search(query, preset=preset, now=NOW, record=False, project=project)

@@ -3,7 +3,7 @@
 The pipeline, each step a small function driven by a `SearchPreset`:
 keyword candidates (FTS5 bm25) + vector candidates (memory/search/candidates.py) →
 `merge_hybrid` → the keyword side weighed by how much of the question it holds
-(`best_chunk_coverage`) → `rerank_by_lines` → `temporal_multiplier` / importance → min-score
+(`chunk_coverages`) → `rerank_by_lines` → `temporal_multiplier` / importance → min-score
 filter → `mmr_select` (memory/search/ranking.py) → snippets (memory/search/snippets.py). What it
 reads comes through `SearchQueries` (memory/store/search_queries.py).
 """
@@ -25,7 +25,8 @@ from memory.search.candidates import (
 from memory.search.feedback import feedback_terms
 from memory.search.presets import SearchPreset
 from memory.search.ranking import (
-    best_chunk_coverage,
+    calibrate_keyword_hits,
+    chunk_coverages,
     keep_vector_best,
     merge_hybrid,
     mmr_select,
@@ -222,10 +223,16 @@ def _run_search(
         cands = {i: c for i, c in cands.items() if admits(c.source, c.origin)}
         merged = {i: s for i, s in merged.items() if i in cands}
     rerank_weight = preset.line_rerank_weight
-    if preset.keyword_coverage_power and vector and keyword:
-        texts = [cands[i].text for i, _ in keyword if i in cands]
-        coverage = best_chunk_coverage(texts, terms)
-        if coverage < preset.keyword_coverage_below:
+    hit_power = 0.0  # preset.keyword_hit_coverage_power, when its gate lets it act
+    if (preset.keyword_coverage_power or preset.keyword_hit_coverage_power) and vector and keyword:
+        held = [i for i, _ in keyword if i in cands]
+        shares = chunk_coverages([cands[i].text for i in held], terms)
+        coverage = max(shares, default=0.0)
+        if coverage < preset.keyword_hit_coverage_below:
+            hit_power = preset.keyword_hit_coverage_power
+        if hit_power:
+            merged = calibrate_keyword_hits(merged, dict(zip(held, shares, strict=True)), hit_power)
+        if preset.keyword_coverage_power and coverage < preset.keyword_coverage_below:
             calibration = coverage**preset.keyword_coverage_power
             keyword_weight *= calibration
             rerank_weight *= calibration
@@ -267,6 +274,7 @@ def _run_search(
             rerank_weight,
             preset.line_semantic_weight,
             preset.line_follow_weight,
+            hit_power,
         )
         ranked = head + ranked[preset.rerank_pool :]
     # Keep the reported score in [0, 1] whatever the weights add up to.

@@ -44,6 +44,13 @@ class SearchPreset:
     # …only when c is below this (1.0: always): a question its keywords mostly explain keeps
     # the full keyword side.
     keyword_coverage_below: float = 1.0
+    # Each keyword hit's keyword score × (the share of the question's IDF-weighted words it
+    # holds) ** power (`calibrate_keyword_hits`), and so is its line-rerank bonus
+    # (`rerank_by_lines`): filler sharing one incidental word with the question weighs little
+    # beside a chunk the vectors found. 0: off.
+    keyword_hit_coverage_power: float = 0.0
+    # …only when the best keyword hit holds less than this share of the question (1.0: always).
+    keyword_hit_coverage_below: float = 1.0
     # Pseudo-relevance feedback: this many words of the best `feedback_docs` vector hits at or
     # above the embedding model's relevance floor (memory/search/feedback.py) are added to the
     # keyword query (candidates and bm25 only; lines are still scored by the question's words).
@@ -151,11 +158,20 @@ PINCH = SearchPreset(
     snippet_chars=1000,
     line_follow_weight=0.5,
     require_evidence=True,
-    # One slot, when the keywords explain less than half of the question (2026-12-01, scored on
-    # 6-result searches): reworded questions (bench/compaction_survival.py, English) 27 → 37 of
-    # 50 found; LoCoMo dev and MADial unchanged. Three slots found 39 but cost MADial any@5 one
-    # English and three Chinese dialogues of 80; ungated, LoCoMo located_any@6 −0.8 points.
-    vector_slots=1,
+    # Slots for the best chunks by meaning, when the keywords explain less than half of the
+    # question (2026-12-01: one slot, reworded questions 27 → 37 of 50). Issue 20, third round
+    # (2026-12-02, bench/RESULTS.md h-recall3): three slots, near misses of the relevance floor
+    # beside an answer (`evidence_slack`), and — when the best keyword hit holds less than 35 %
+    # of the question — each keyword hit weighed by the share it holds, squared
+    # (`keyword_hit_coverage_power`): survival paraphrases 40 → 44 of 50 on the kept index
+    # (the vectors alone: 44; the bench itself 42 → 45), Active Memory 36 → 38; the reworded
+    # multi-session set (bench/reworded_sessions.py) located_all@10 42 → 46 of 50, MRR
+    # 0.57 → 0.77; LoCoMo (2 conversations, 302 q.) within one question. Slots and slack alone
+    # cost that set 3 questions; the weighing ungated cost LoCoMo 6-7.
+    vector_slots=3,
+    evidence_slack=0.02,
+    keyword_hit_coverage_power=2.0,
+    keyword_hit_coverage_below=0.35,
     # Issue 20 (2026-12-02, bench/RESULTS.md): when the best keyword hit holds less than a
     # quarter of the question's (IDF-weighted) words, the keyword side × √(that share). MADial
     # dev zh hit@1 / any@5 10.0 / 47.5 → 21.2 / 51.2 % (vectors alone 20.0 / 47.5), en any@5

@@ -82,27 +82,57 @@ def query_coverage(texts: list[str], terms: list[str]) -> float:
     return sum(w for t, w in weights.items() if df[t]) / total if total > 0 else 1.0
 
 
-def best_chunk_coverage(texts: list[str], terms: list[str]) -> float:
-    """How much of the query the best single one of `texts` (the keyword candidates) holds:
-    the IDF-weighted share of the query's terms in it, IDF over all their lines as in
-    `query_coverage`. Near 1 when one note says what the question asks; low when every keyword
-    hit shares one incidental word with it (a reworded question, or a long chatty one whose
-    common words — in Chinese, bigrams across word boundaries — are in every note)."""
-    stems = list(dict.fromkeys(stem_term(t) for t in terms))
-    if not stems or not texts:
-        return 1.0 if not stems else 0.0
+def chunk_coverages(texts: list[str], terms: list[str]) -> list[float]:
+    """How much of the query each of `texts` (the keyword candidates) holds: the IDF-weighted
+    share of the query's terms in it, IDF over all their lines as in `query_coverage` (a term in
+    no line weighs the most). Near 1 for a note that says what the question asks; low for one
+    that shares a single incidental word with it (a reworded question, or a long chatty one
+    whose common words — in Chinese, bigrams across word boundaries — are in every note)."""
     per_text = [[line_terms(line) for line in text.split("\n")] for text in texts]
+    return _coverages(per_text, list(dict.fromkeys(stem_term(t) for t in terms)))
+
+
+def _coverages(per_text: list[list[frozenset[str]]], stems: list[str]) -> list[float]:
+    """`chunk_coverages` of chunks given as their lines' terms."""
+    if not stems:
+        return [1.0] * len(per_text)
     lines = [lt for chunk in per_text for lt in chunk]
     df = {t: sum(1 for line in lines if t in line) for t in stems}
     weights = {t: math.log(1 + (len(lines) - d + 0.5) / (d + 0.5)) for t, d in df.items()}
     total = sum(weights.values())
     if total <= 0:
-        return 1.0
-    best = 0.0
+        return [1.0] * len(per_text)
+    out = []
     for chunk in per_text:
         held = frozenset().union(*chunk)
-        best = max(best, sum(w for t, w in weights.items() if t in held))
-    return best / total
+        out.append(sum(w for t, w in weights.items() if t in held) / total)
+    return out
+
+
+def calibrate_keyword_hits(
+    merged: dict[int, tuple[float, float]], shares: dict[int, float], power: float
+) -> dict[int, tuple[float, float]]:
+    """Each keyword hit's keyword score × (the share of the question it holds) ** `power`.
+
+    The keyword side is normalised by its best candidate, so when every keyword hit shares just
+    one incidental word with the question (asked in other words than the note), the best of
+    them scores 1 and filler outranks the chunk the vectors found. Weighed by what it holds, a
+    hit with one common word of a long question weighs little, and one holding the question's
+    rarer words keeps its score. A hit stays a keyword hit (score > 0)."""
+    out = dict(merged)
+    for cid, share in shares.items():
+        if cid in out:
+            v, kw = out[cid]
+            if kw > 0:
+                out[cid] = (v, kw * max(share, 1e-3) ** power)
+    return out
+
+
+def best_chunk_coverage(texts: list[str], terms: list[str]) -> float:
+    """How much of the query the best single one of `texts` holds (`chunk_coverages`)."""
+    if not texts:
+        return 0.0 if terms else 1.0
+    return max(chunk_coverages(texts, terms))
 
 
 def rerank_by_lines(
@@ -111,14 +141,21 @@ def rerank_by_lines(
     weight: float,
     semantic_weight: float = 1.0,
     follow_weight: float = 0.0,
+    coverage_power: float = 0.0,
 ) -> None:
-    """Add `weight` × how much of the query's weight the best 1–2 adjacent lines cover."""
+    """Add `weight` × how much of the query's weight the best 1–2 adjacent lines cover.
+
+    `coverage_power`: that bonus × (the IDF-weighted share of the whole question the chunk
+    holds, terms in no candidate weighing the most) ** power. Line coverage counts only the
+    terms some candidate has, so for a question asked in other words a line sharing one
+    incidental word with it "covers" it all; weighed by the whole question, it covers little."""
     stems = list(dict.fromkeys(stem_term(t) for t in terms))
     split = [c.text.split("\n") for c in candidates]
     per_line = [[line_terms(line) for line in lines] for lines in split]
     weights = _line_weights(per_line, stems)
     total = sum(weights.values())
-    for cand, lts in zip(candidates, per_line, strict=True):
+    shares = _coverages(per_line, stems) if coverage_power and weight else [1.0] * len(candidates)
+    for cand, lts, share in zip(candidates, per_line, shares, strict=True):
         if not lts:
             continue
         scores = [sum(w for t, w in weights.items() if t in lt) for lt in lts]
@@ -146,7 +183,7 @@ def rerank_by_lines(
         )
         if total > 0 and weight:
             coverage = 0.5 * best / total + 0.5 * pair_best / total
-            cand.score += weight * coverage
+            cand.score += weight * coverage * share**coverage_power
 
 
 def temporal_multiplier(day: str | None, now: datetime, preset: SearchPreset) -> float:
