@@ -99,17 +99,60 @@ def _frequency(phrase: Sequence[str], params: list[Any]) -> str:
     )
 
 
-def bm25_statement(phrases: Sequence[Sequence[str]], operator: str) -> tuple[str, list[Any]]:
-    """A SELECT of (chunk_id, rank) for every keyword row matching the stemmed `phrases` joined
-    by `operator`, rank = FTS5's bm25 (negative) over the whole table; the caller orders and
-    limits it. Candidates come from the GIN index (`&&`); frequencies, document frequencies,
-    idf and the score are computed by PostgreSQL."""
-    params: list[Any] = []
-    freqs = [f"{_frequency(p, params)} AS f{i}" for i, p in enumerate(phrases)]
-    params.append(sorted({t for p in phrases for t in p}))
-    hits = ", ".join(
-        f"count(*) FILTER (WHERE f{i} > 0)::float8 AS h{i}" for i in range(len(phrases))
+def _df(phrase: Sequence[str], params: list[Any]) -> str:
+    """SQL for how many keyword rows hold `phrase`: a single token's count is read from
+    `memory_keyword_df` (kept with the keyword rows), a phrase's counted over the rows holding
+    all its tokens (the GIN index's `@>`) where they are consecutive."""
+    if len(phrase) == 1:
+        params.append(phrase[0])
+        return "coalesce((SELECT rows FROM memory_keyword_df WHERE token = %s), 0)::float8"
+    params.append(sorted(set(phrase)))
+    inner = _frequency(phrase, params)
+    return (
+        f"(SELECT count(*) FROM memory_keywords WHERE tokens @> %s::text[] AND {inner} > 0)::float8"
     )
+
+
+def _matching(phrases: Sequence[Sequence[str]], operator: str, params: list[Any]) -> str:
+    """The WHERE condition of the keyword rows matching `phrases` joined by `operator`, written
+    for the GIN index: `@>` (AND) or `&&` (OR) of the tokens, and each phrase's order checked
+    only where a phrase has several tokens."""
+    params.append(sorted({t for p in phrases for t in p}))
+    condition = "tokens @> %s::text[]" if operator == "AND" else "tokens && %s::text[]"
+    if all(len(p) == 1 for p in phrases):
+        return condition
+    checks = []
+    for phrase in phrases:
+        if len(phrase) == 1:
+            params.append(phrase[0])
+            checks.append("%s = ANY(tokens)")
+        else:
+            checks.append(f"{_frequency(phrase, params)} > 0")
+    return f"{condition} AND ({(' AND ' if operator == 'AND' else ' OR ').join(checks)})"
+
+
+def bm25_statement(
+    phrases: Sequence[Sequence[str]], operator: str, newest: int | None = None
+) -> tuple[str, list[Any]]:
+    """A SELECT of (chunk_id, rank) for the keyword rows matching the stemmed `phrases` joined
+    by `operator` — every one, or with `newest` only the `newest` highest chunk ids among them,
+    as SQLite's capped path ranks them — rank = FTS5's bm25 (negative) over the whole table;
+    the caller orders and limits it.
+
+    Bounded work: the candidates come from the GIN index (`&&` / `@>`), cut to `newest` before
+    any frequency is computed; N and the average length come from `memory_keyword_stats` and a
+    token's document frequency from `memory_keyword_df`, so idf reads no posting (a phrase of
+    several tokens is counted over the rows holding all of them)."""
+    cand_params: list[Any] = []
+    where = _matching(phrases, operator, cand_params)
+    candidates = f"SELECT chunk_id, tokens FROM memory_keywords WHERE {where}"
+    if newest is not None:
+        candidates += " ORDER BY chunk_id DESC LIMIT %s"
+        cand_params.append(newest)
+    freq_params: list[Any] = []
+    freqs = [f"{_frequency(p, freq_params)} AS f{i}" for i, p in enumerate(phrases)]
+    df_params: list[Any] = []
+    hits = ", ".join(f"{_df(p, df_params)} AS h{i}" for i, p in enumerate(phrases))
     idfs = ", ".join(
         f"CASE WHEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) > 0 "
         f"THEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) ELSE 1e-6 END AS i{i}"
@@ -119,18 +162,16 @@ def bm25_statement(phrases: Sequence[Sequence[str]], operator: str) -> tuple[str
         f"i.i{i} * c.f{i} * {K1 + 1} / (c.f{i} + {K1} * ({1 - B} + {B} * c.dl / s.avgdl))"
         for i in range(len(phrases))
     )
-    joiner = " OR " if operator == "OR" else " AND "
-    matched = joiner.join(f"c.f{i} > 0" for i in range(len(phrases)))
     statement = (
         "WITH s AS (SELECT rows::float8 AS n, CASE WHEN rows > 0 THEN tokens::float8 / rows "
         "ELSE 1 END AS avgdl FROM memory_keyword_stats WHERE id = 1), "
-        f"c AS (SELECT chunk_id, cardinality(tokens)::float8 AS dl, {', '.join(freqs)} "
-        "FROM memory_keywords WHERE tokens && %s::text[]), "
-        f"h AS (SELECT {hits} FROM c), "
+        f"m AS MATERIALIZED ({candidates}), "
+        f"c AS (SELECT chunk_id, cardinality(tokens)::float8 AS dl, {', '.join(freqs)} FROM m), "
+        f"h AS (SELECT {hits}), "
         f"i AS (SELECT {idfs} FROM s, h) "
-        f"SELECT c.chunk_id, -({score}) AS rank FROM c, i, s WHERE {matched}"
+        f"SELECT c.chunk_id, -({score}) AS rank FROM c, i, s"
     )
-    return statement, params
+    return statement, cand_params + freq_params + df_params
 
 
 def count_statement(
