@@ -147,7 +147,13 @@ def bm25_statement(
     where = _matching(phrases, operator, cand_params)
     candidates = f"SELECT chunk_id, tokens FROM memory_keywords WHERE {where}"
     if newest is not None:
-        candidates += " ORDER BY chunk_id DESC LIMIT %s"
+        # The newest ids first, their token arrays read only for those kept: a word held by
+        # many rows costs their ids (from the heap pages the GIN lookup names), not their arrays.
+        candidates = (
+            "SELECT k.chunk_id, k.tokens FROM (SELECT chunk_id FROM memory_keywords WHERE "
+            f"{where} ORDER BY chunk_id DESC LIMIT %s) AS n JOIN memory_keywords AS k "
+            "USING (chunk_id)"
+        )
         cand_params.append(newest)
     freq_params: list[Any] = []
     freqs = [f"{_frequency(p, freq_params)} AS f{i}" for i, p in enumerate(phrases)]
