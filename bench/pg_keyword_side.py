@@ -32,7 +32,14 @@ from bench.synthetic import TextSource  # noqa: E402
 from memory.search import presets  # noqa: E402
 from memory.search.candidates import COMMON_TERM_FLOOR, common_term_match  # noqa: E402
 from memory.store.postgres.database import open_postgres  # noqa: E402
-from memory.store.postgres.keywords import K1, B, _frequency, count_statement, parse_match  # noqa: E402
+from memory.store.postgres.keywords import (  # noqa: E402
+    K1,
+    B,
+    _frequency,
+    bm25_statement,
+    count_statement,
+    parse_match,
+)
 from memory.store.postgres.search import PgSearchQueries, _stemmed_phrases  # noqa: E402
 from memory.text import fts_match_expression, query_terms  # noqa: E402
 
@@ -130,7 +137,15 @@ def run(dsn: str, schema: str, queries: int, rounds: int) -> dict[str, Any]:
                 "n": len(ordered),
             }
 
+        slowest = max(range(len(matches)), key=lambda i: timings["new_rank"][i])
+        query = parse_match(matches[slowest])
+        statement, params = bm25_statement(_stemmed_phrases(query), query.operator, cap)
+        plan = db.execute(
+            "EXPLAIN (ANALYZE, BUFFERS) " + statement + " ORDER BY chunk_id DESC", params
+        )
         return {
+            "slowest_expression": matches[slowest],
+            "slowest_plan": [str(r[0]) for r in plan],
             "schema": schema,
             "chunks": total,
             "cap": cap,

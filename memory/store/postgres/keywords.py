@@ -115,20 +115,22 @@ def _df(phrase: Sequence[str], params: list[Any]) -> str:
 
 def _matching(phrases: Sequence[Sequence[str]], operator: str, params: list[Any]) -> str:
     """The WHERE condition of the keyword rows matching `phrases` joined by `operator`, written
-    for the GIN index: `@>` (AND) or `&&` (OR) of the tokens, and each phrase's order checked
-    only where a phrase has several tokens."""
-    params.append(sorted({t for p in phrases for t in p}))
-    condition = "tokens @> %s::text[]" if operator == "AND" else "tokens && %s::text[]"
-    if all(len(p) == 1 for p in phrases):
-        return condition
-    checks = []
+    for the GIN index: each phrase is a `tokens @> its tokens` lookup (OR: the index's bitmaps
+    united; AND: all the tokens at once), and a phrase of several tokens has its order checked
+    only on the rows holding all of them."""
+    if operator == "AND":
+        params.append(sorted({t for p in phrases for t in p}))
+        checks = ["tokens @> %s::text[]"]
+        checks += [f"{_frequency(p, params)} > 0" for p in phrases if len(p) > 1]
+        return " AND ".join(checks)
+    alternatives = []
     for phrase in phrases:
+        params.append(sorted(set(phrase)))
         if len(phrase) == 1:
-            params.append(phrase[0])
-            checks.append("%s = ANY(tokens)")
+            alternatives.append("tokens @> %s::text[]")
         else:
-            checks.append(f"{_frequency(phrase, params)} > 0")
-    return f"{condition} AND ({(' AND ' if operator == 'AND' else ' OR ').join(checks)})"
+            alternatives.append(f"(tokens @> %s::text[] AND {_frequency(phrase, params)} > 0)")
+    return "(" + " OR ".join(alternatives) + ")"
 
 
 def bm25_statement(
@@ -168,13 +170,16 @@ def bm25_statement(
         f"i.i{i} * c.f{i} * {K1 + 1} / (c.f{i} + {K1} * ({1 - B} + {B} * c.dl / s.avgdl))"
         for i in range(len(phrases))
     )
+    # Every step MATERIALIZED: each frequency and each document count is computed once (an
+    # inlined CTE repeats a subquery wherever the score formula names its column).
     statement = (
-        "WITH s AS (SELECT rows::float8 AS n, CASE WHEN rows > 0 THEN tokens::float8 / rows "
-        "ELSE 1 END AS avgdl FROM memory_keyword_stats WHERE id = 1), "
+        "WITH s AS MATERIALIZED (SELECT rows::float8 AS n, CASE WHEN rows > 0 THEN "
+        "tokens::float8 / rows ELSE 1 END AS avgdl FROM memory_keyword_stats WHERE id = 1), "
         f"m AS MATERIALIZED ({candidates}), "
-        f"c AS (SELECT chunk_id, cardinality(tokens)::float8 AS dl, {', '.join(freqs)} FROM m), "
-        f"h AS (SELECT {hits}), "
-        f"i AS (SELECT {idfs} FROM s, h) "
+        "c AS MATERIALIZED (SELECT chunk_id, cardinality(tokens)::float8 AS dl, "
+        f"{', '.join(freqs)} FROM m), "
+        f"h AS MATERIALIZED (SELECT {hits}), "
+        f"i AS MATERIALIZED (SELECT {idfs} FROM s, h) "
         f"SELECT c.chunk_id, -({score}) AS rank FROM c, i, s"
     )
     return statement, cand_params + freq_params + df_params
@@ -186,11 +191,8 @@ def count_statement(
     """A SELECT of how many keyword rows match the stemmed `phrases` joined by `operator`,
     counting stops at `limit`: no bm25, no row leaves PostgreSQL, and the GIN lookup ends at the
     limit (a common term's count costs what its first `limit` rows do)."""
-    params: list[Any] = [sorted({t for p in phrases for t in p})]  # the GIN lookup's, first
-    freqs = [_frequency(p, params) for p in phrases]
-    joiner = " OR " if operator == "OR" else " AND "
-    matched = joiner.join(f"{f} > 0" for f in freqs)
-    statement = f"SELECT 1 FROM memory_keywords WHERE tokens && %s::text[] AND ({matched})"
+    params: list[Any] = []
+    statement = f"SELECT 1 FROM memory_keywords WHERE {_matching(phrases, operator, params)}"
     if limit is not None:
         statement += " LIMIT %s"
         params.append(limit)
