@@ -48,6 +48,7 @@ EXPRESSIONS = [
     '"running" OR "cafe" OR "kettle"',
     '"green kettle" OR "rain"',
     '"dog" AND "river runs"',
+    '"dog dog" OR "bees honey bees"',  # phrases that can overlap themselves
     '"蓝 色" OR "杯 子"',
     '"anna" OR "bees" OR "honey" OR "river" OR "train"',
     '"nowhere"',

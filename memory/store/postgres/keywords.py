@@ -99,6 +99,38 @@ def _frequency(phrase: Sequence[str], params: list[Any]) -> str:
     )
 
 
+# A row's tokens as one string, each token between two unit separators (chr 31, never inside a
+# token): a phrase occurs where its tokens, wrapped alike, occur as a substring — found by
+# `strpos`, counted by `replace`, both in C, instead of a subquery over the first token's
+# positions.
+JOINED = "(chr(31) || array_to_string(tokens, chr(31) || chr(31)) || chr(31))"
+
+
+def _wrapped(phrase: Sequence[str]) -> str:
+    return "".join(f"\x1f{t}\x1f" for t in phrase)
+
+
+def _phrase_found(phrase: Sequence[str], params: list[Any]) -> str:
+    """SQL true where the row's tokens hold `phrase` (several tokens) consecutively."""
+    params.append(_wrapped(phrase))
+    return f"strpos({JOINED}, %s) > 0"
+
+
+def _occurrences(phrase: Sequence[str], params: list[Any], joined: str) -> str:
+    """SQL for how often `phrase` occurs in the row whose wrapped tokens are `joined`. Counting
+    by `replace` finds non-overlapping occurrences: exact unless the phrase can overlap itself
+    (a token sequence whose start repeats its end, as "ha ha"), which is counted position by
+    position as before."""
+    if len(phrase) == 1 or any(
+        list(phrase[:k]) == list(phrase[-k:]) for k in range(1, len(phrase))
+    ):
+        return _frequency(phrase, params)
+    params += [_wrapped(phrase), _wrapped(phrase)]
+    return (
+        f"((octet_length({joined}) - octet_length(replace({joined}, %s, ''))) / octet_length(%s))"
+    )
+
+
 def _df(phrase: Sequence[str], params: list[Any]) -> str:
     """SQL for how many keyword rows hold `phrase`: a single token's count is read from
     `memory_keyword_df` (kept with the keyword rows), a phrase's counted over the rows holding
@@ -121,7 +153,7 @@ def _matching(phrases: Sequence[Sequence[str]], operator: str, params: list[Any]
     if operator == "AND":
         params.append(sorted({t for p in phrases for t in p}))
         checks = ["tokens @> %s::text[]"]
-        checks += [f"{_frequency(p, params)} > 0" for p in phrases if len(p) > 1]
+        checks += [_phrase_found(p, params) for p in phrases if len(p) > 1]
         return " AND ".join(checks)
     alternatives = []
     for phrase in phrases:
@@ -129,7 +161,7 @@ def _matching(phrases: Sequence[Sequence[str]], operator: str, params: list[Any]
         if len(phrase) == 1:
             alternatives.append("tokens @> %s::text[]")
         else:
-            alternatives.append(f"(tokens @> %s::text[] AND {_frequency(phrase, params)} > 0)")
+            alternatives.append(f"(tokens @> %s::text[] AND {_phrase_found(phrase, params)})")
     return "(" + " OR ".join(alternatives) + ")"
 
 
@@ -147,18 +179,19 @@ def bm25_statement(
     several tokens is counted over the rows holding all of them)."""
     cand_params: list[Any] = []
     where = _matching(phrases, operator, cand_params)
-    candidates = f"SELECT chunk_id, tokens FROM memory_keywords WHERE {where}"
+    joined = f", {JOINED} AS joined" if any(len(p) > 1 for p in phrases) else ""
+    candidates = f"SELECT chunk_id, tokens{joined} FROM memory_keywords WHERE {where}"
     if newest is not None:
         # The newest ids first, their token arrays read only for those kept: a word held by
         # many rows costs their ids (from the heap pages the GIN lookup names), not their arrays.
         candidates = (
-            "SELECT k.chunk_id, k.tokens FROM (SELECT chunk_id FROM memory_keywords WHERE "
+            f"SELECT k.chunk_id, k.tokens{joined} FROM (SELECT chunk_id FROM memory_keywords WHERE "
             f"{where} ORDER BY chunk_id DESC LIMIT %s) AS n JOIN memory_keywords AS k "
             "USING (chunk_id)"
         )
         cand_params.append(newest)
     freq_params: list[Any] = []
-    freqs = [f"{_frequency(p, freq_params)} AS f{i}" for i, p in enumerate(phrases)]
+    freqs = [f"{_occurrences(p, freq_params, 'joined')} AS f{i}" for i, p in enumerate(phrases)]
     df_params: list[Any] = []
     hits = ", ".join(f"{_df(p, df_params)} AS h{i}" for i, p in enumerate(phrases))
     idfs = ", ".join(
