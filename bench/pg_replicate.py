@@ -82,7 +82,9 @@ def replicate(dsn: str, source: str, target: str, times: int) -> dict[str, float
                 suffix = "" if k == 0 else f"-r{k}"
                 conn.execute(
                     sql.SQL(
-                        "INSERT INTO memory_chunks OVERRIDING SYSTEM VALUE SELECT id + %s, "
+                        "INSERT INTO memory_chunks (id, generation, path, source, origin, scope, "
+                        "start_line, end_line, hash, text, importance, day, project, centroid) "
+                        "OVERRIDING SYSTEM VALUE SELECT id + %s, "
                         "generation, regexp_replace(path, '[.]md$', %s), source, origin, scope, "
                         "start_line, end_line, encode(sha256(convert_to(translate(text, %s, %s), "
                         "'UTF8')), 'hex'), translate(text, %s, %s), importance, day, project, "
@@ -92,7 +94,8 @@ def replicate(dsn: str, source: str, target: str, times: int) -> dict[str, float
                 )
                 conn.execute(
                     sql.SQL(
-                        "INSERT INTO memory_keywords SELECT chunk_id + %s, "
+                        "INSERT INTO memory_keywords (chunk_id, body, tokens) "
+                        "SELECT chunk_id + %s, "
                         "translate(body, %s, %s), "
                         "string_to_array(translate(array_to_string(tokens, ' '), %s, %s), ' ') "
                         "FROM {}.memory_keywords ORDER BY chunk_id"
