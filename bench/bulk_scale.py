@@ -18,6 +18,7 @@ real local model's, as in bench/speed.py.
     python bench/bulk_scale.py load --chunks 100000 --workspace DIR [--dsn DSN] [--cache]
     python bench/bulk_scale.py replicate --source DIR --times 10 --target DIR   # 1M text
     python bench/bulk_scale.py check --chunks 10000   # bulk vs real sync: same search results
+    python bench/bulk_scale.py check --quick          # the same at 1,000 chunks (≈ 1 min)
     python bench/bulk_scale.py serve                  # keep bench/out/speed/postgres running
 
 The schema is bench/speed_pg.py's `pinch_speed_<chunks>`, so `bench/speed.py --worker latency
@@ -542,8 +543,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--chunks", type=int, default=10_000)
     c.add_argument("--queries", type=int, default=30)
     c.add_argument("--dsn")
+    c.add_argument("--quick", action="store_true", help="1,000 chunks, 10 questions (≈ 1 min)")
     sub.add_parser("serve")
     args = p.parse_args(argv)
+    if args.cmd == "check" and args.quick:
+        args.chunks, args.queries = 1000, 10
     if args.cmd == "serve":
         serve(OUT)
         return 0

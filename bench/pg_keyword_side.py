@@ -164,7 +164,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dsn")
     p.add_argument("--queries", type=int, default=30)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="10 questions, one round")
     args = p.parse_args(argv)
+    if args.quick:
+        args.queries, args.rounds = 10, 1
     server, dsn = (
         (None, args.dsn)
         if args.dsn
