@@ -22,11 +22,26 @@ from memory.store.index_rows import ChunkRow, PassageRow, SourceRow, SourceState
 from memory.store.postgres.database import PgDatabase, one_row
 from memory.store.postgres.keywords import keyword_tokens, stemmed
 
-# Takes the removed keyword rows out of bm25's N and total length (`gone`: their token counts).
-_UNCOUNT = (
-    "UPDATE memory_keyword_stats SET rows = rows - (SELECT count(*) FROM gone), "
-    "tokens = tokens - (SELECT coalesce(sum(n), 0) FROM gone) WHERE id = 1"
+# Deletes keyword rows (`{}`: which) and takes them out of bm25's N, total length and the
+# document frequencies of their tokens, in one statement; returns the tokens no row holds now.
+_DELETE_KEYWORDS = (
+    "WITH gone AS (DELETE FROM memory_keywords WHERE {} RETURNING tokens), "
+    "totals AS (UPDATE memory_keyword_stats SET rows = rows - (SELECT count(*) FROM gone), "
+    "tokens = tokens - (SELECT coalesce(sum(cardinality(tokens)), 0) FROM gone) WHERE id = 1), "
+    "per_token AS (SELECT t, count(*) AS n FROM gone, "
+    "LATERAL (SELECT DISTINCT unnest(gone.tokens) AS t) AS u GROUP BY t) "
+    "UPDATE memory_keyword_df AS d SET rows = d.rows - per_token.n FROM per_token "
+    "WHERE d.token = per_token.t RETURNING d.token, d.rows"
 )
+
+
+def _delete_keywords(conn: Any, which: str, params: tuple[Any, ...]) -> None:
+    """Delete the keyword rows `which` selects with the totals and frequencies kept with them.
+    (Writers queue on the one `memory_keyword_stats` row before touching the frequencies.)"""
+    changed = conn.execute(_DELETE_KEYWORDS.format(which), params).fetchall()
+    unheld = sorted(str(token) for token, rows in changed if rows <= 0)
+    if unheld:
+        conn.execute("DELETE FROM memory_keyword_df WHERE token = ANY(%s) AND rows <= 0", (unheld,))
 
 
 class PgGenerations:
@@ -182,6 +197,13 @@ class PgIndexRows:
             "UPDATE memory_keyword_stats SET rows = rows + 1, tokens = tokens + %s WHERE id = 1",
             (len(tokens),),
         )
+        # Each distinct token's document frequency, in token order (the stats row above already
+        # queues writers; the order keeps any other writer from deadlocking with this one).
+        conn.execute(
+            "INSERT INTO memory_keyword_df AS d (token, rows) SELECT t, 1 FROM unnest(%s::text[]) "
+            "AS t ON CONFLICT (token) DO UPDATE SET rows = d.rows + 1",
+            (sorted(set(tokens)),),
+        )
         return cid
 
     def insert_passages(
@@ -207,11 +229,7 @@ class PgIndexRows:
         return [int(r[0]) for r in conn.execute(statement + " ORDER BY id", params).fetchall()]
 
     def delete_keywords(self, conn: Any, chunk_ids: Sequence[int]) -> None:
-        conn.execute(
-            f"WITH gone AS (DELETE FROM memory_keywords WHERE chunk_id = ANY(%s) "
-            f"RETURNING cardinality(tokens) AS n) {_UNCOUNT}",
-            (list(chunk_ids),),
-        )
+        _delete_keywords(conn, "chunk_id = ANY(%s)", (list(chunk_ids),))
 
     def delete_chunks(self, conn: Any, chunk_ids: Sequence[int]) -> None:
         ids = list(chunk_ids)
@@ -312,11 +330,8 @@ class PgIndexRows:
         return {str(r[0]): str(r[1]) for r in rows}
 
     def drop_keywords_of(self, conn: Any, generation: int) -> None:
-        conn.execute(
-            "WITH gone AS (DELETE FROM memory_keywords WHERE chunk_id IN "
-            "(SELECT id FROM memory_chunks WHERE generation = %s) "
-            f"RETURNING cardinality(tokens) AS n) {_UNCOUNT}",
-            (generation,),
+        _delete_keywords(
+            conn, "chunk_id IN (SELECT id FROM memory_chunks WHERE generation = %s)", (generation,)
         )
 
     def drop_generation(self, conn: Any, generation: int) -> None:

@@ -99,17 +99,101 @@ def _frequency(phrase: Sequence[str], params: list[Any]) -> str:
     )
 
 
-def bm25_statement(phrases: Sequence[Sequence[str]], operator: str) -> tuple[str, list[Any]]:
-    """A SELECT of (chunk_id, rank) for every keyword row matching the stemmed `phrases` joined
-    by `operator`, rank = FTS5's bm25 (negative) over the whole table; the caller orders and
-    limits it. Candidates come from the GIN index (`&&`); frequencies, document frequencies,
-    idf and the score are computed by PostgreSQL."""
-    params: list[Any] = []
-    freqs = [f"{_frequency(p, params)} AS f{i}" for i, p in enumerate(phrases)]
-    params.append(sorted({t for p in phrases for t in p}))
-    hits = ", ".join(
-        f"count(*) FILTER (WHERE f{i} > 0)::float8 AS h{i}" for i in range(len(phrases))
+# A row's tokens as one string, each token between two unit separators (chr 31, never inside a
+# token): a phrase occurs where its tokens, wrapped alike, occur as a substring — found by
+# `strpos`, counted by `replace`, both in C, instead of a subquery over the first token's
+# positions.
+JOINED = "(chr(31) || array_to_string(tokens, chr(31) || chr(31)) || chr(31))"
+
+
+def _wrapped(phrase: Sequence[str]) -> str:
+    return "".join(f"\x1f{t}\x1f" for t in phrase)
+
+
+def _phrase_found(phrase: Sequence[str], params: list[Any]) -> str:
+    """SQL true where the row's tokens hold `phrase` (several tokens) consecutively."""
+    params.append(_wrapped(phrase))
+    return f"strpos({JOINED}, %s) > 0"
+
+
+def _occurrences(phrase: Sequence[str], params: list[Any], joined: str) -> str:
+    """SQL for how often `phrase` occurs in the row whose wrapped tokens are `joined`. Counting
+    by `replace` finds non-overlapping occurrences: exact unless the phrase can overlap itself
+    (a token sequence whose start repeats its end, as "ha ha"), which is counted position by
+    position as before."""
+    if len(phrase) == 1 or any(
+        list(phrase[:k]) == list(phrase[-k:]) for k in range(1, len(phrase))
+    ):
+        return _frequency(phrase, params)
+    params += [_wrapped(phrase), _wrapped(phrase)]
+    return (
+        f"((octet_length({joined}) - octet_length(replace({joined}, %s, ''))) / octet_length(%s))"
     )
+
+
+def _df(phrase: Sequence[str], params: list[Any]) -> str:
+    """SQL for how many keyword rows hold `phrase`: a single token's count is read from
+    `memory_keyword_df` (kept with the keyword rows), a phrase's counted over the rows holding
+    all its tokens (the GIN index's `@>`) where they are consecutive."""
+    if len(phrase) == 1:
+        params.append(phrase[0])
+        return "coalesce((SELECT rows FROM memory_keyword_df WHERE token = %s), 0)::float8"
+    params.append(sorted(set(phrase)))
+    inner = _frequency(phrase, params)
+    return (
+        f"(SELECT count(*) FROM memory_keywords WHERE tokens @> %s::text[] AND {inner} > 0)::float8"
+    )
+
+
+def _matching(phrases: Sequence[Sequence[str]], operator: str, params: list[Any]) -> str:
+    """The WHERE condition of the keyword rows matching `phrases` joined by `operator`, written
+    for the GIN index: each phrase is a `tokens @> its tokens` lookup (OR: the index's bitmaps
+    united; AND: all the tokens at once), and a phrase of several tokens has its order checked
+    only on the rows holding all of them."""
+    if operator == "AND":
+        params.append(sorted({t for p in phrases for t in p}))
+        checks = ["tokens @> %s::text[]"]
+        checks += [_phrase_found(p, params) for p in phrases if len(p) > 1]
+        return " AND ".join(checks)
+    alternatives = []
+    for phrase in phrases:
+        params.append(sorted(set(phrase)))
+        if len(phrase) == 1:
+            alternatives.append("tokens @> %s::text[]")
+        else:
+            alternatives.append(f"(tokens @> %s::text[] AND {_phrase_found(phrase, params)})")
+    return "(" + " OR ".join(alternatives) + ")"
+
+
+def bm25_statement(
+    phrases: Sequence[Sequence[str]], operator: str, newest: int | None = None
+) -> tuple[str, list[Any]]:
+    """A SELECT of (chunk_id, rank) for the keyword rows matching the stemmed `phrases` joined
+    by `operator` — every one, or with `newest` only the `newest` highest chunk ids among them,
+    as SQLite's capped path ranks them — rank = FTS5's bm25 (negative) over the whole table;
+    the caller orders and limits it.
+
+    Bounded work: the candidates come from the GIN index (`&&` / `@>`), cut to `newest` before
+    any frequency is computed; N and the average length come from `memory_keyword_stats` and a
+    token's document frequency from `memory_keyword_df`, so idf reads no posting (a phrase of
+    several tokens is counted over the rows holding all of them)."""
+    cand_params: list[Any] = []
+    where = _matching(phrases, operator, cand_params)
+    joined = f", {JOINED} AS joined" if any(len(p) > 1 for p in phrases) else ""
+    candidates = f"SELECT chunk_id, tokens{joined} FROM memory_keywords WHERE {where}"
+    if newest is not None:
+        # The newest ids first, their token arrays read only for those kept: a word held by
+        # many rows costs their ids (from the heap pages the GIN lookup names), not their arrays.
+        candidates = (
+            f"SELECT k.chunk_id, k.tokens{joined} FROM (SELECT chunk_id FROM memory_keywords WHERE "
+            f"{where} ORDER BY chunk_id DESC LIMIT %s) AS n JOIN memory_keywords AS k "
+            "USING (chunk_id)"
+        )
+        cand_params.append(newest)
+    freq_params: list[Any] = []
+    freqs = [f"{_occurrences(p, freq_params, 'joined')} AS f{i}" for i, p in enumerate(phrases)]
+    df_params: list[Any] = []
+    hits = ", ".join(f"{_df(p, df_params)} AS h{i}" for i, p in enumerate(phrases))
     idfs = ", ".join(
         f"CASE WHEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) > 0 "
         f"THEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) ELSE 1e-6 END AS i{i}"
@@ -119,18 +203,19 @@ def bm25_statement(phrases: Sequence[Sequence[str]], operator: str) -> tuple[str
         f"i.i{i} * c.f{i} * {K1 + 1} / (c.f{i} + {K1} * ({1 - B} + {B} * c.dl / s.avgdl))"
         for i in range(len(phrases))
     )
-    joiner = " OR " if operator == "OR" else " AND "
-    matched = joiner.join(f"c.f{i} > 0" for i in range(len(phrases)))
+    # Every step MATERIALIZED: each frequency and each document count is computed once (an
+    # inlined CTE repeats a subquery wherever the score formula names its column).
     statement = (
-        "WITH s AS (SELECT rows::float8 AS n, CASE WHEN rows > 0 THEN tokens::float8 / rows "
-        "ELSE 1 END AS avgdl FROM memory_keyword_stats WHERE id = 1), "
-        f"c AS (SELECT chunk_id, cardinality(tokens)::float8 AS dl, {', '.join(freqs)} "
-        "FROM memory_keywords WHERE tokens && %s::text[]), "
-        f"h AS (SELECT {hits} FROM c), "
-        f"i AS (SELECT {idfs} FROM s, h) "
-        f"SELECT c.chunk_id, -({score}) AS rank FROM c, i, s WHERE {matched}"
+        "WITH s AS MATERIALIZED (SELECT rows::float8 AS n, CASE WHEN rows > 0 THEN "
+        "tokens::float8 / rows ELSE 1 END AS avgdl FROM memory_keyword_stats WHERE id = 1), "
+        f"m AS MATERIALIZED ({candidates}), "
+        "c AS MATERIALIZED (SELECT chunk_id, cardinality(tokens)::float8 AS dl, "
+        f"{', '.join(freqs)} FROM m), "
+        f"h AS MATERIALIZED (SELECT {hits}), "
+        f"i AS MATERIALIZED (SELECT {idfs} FROM s, h) "
+        f"SELECT c.chunk_id, -({score}) AS rank FROM c, i, s"
     )
-    return statement, params
+    return statement, cand_params + freq_params + df_params
 
 
 def count_statement(
@@ -139,11 +224,8 @@ def count_statement(
     """A SELECT of how many keyword rows match the stemmed `phrases` joined by `operator`,
     counting stops at `limit`: no bm25, no row leaves PostgreSQL, and the GIN lookup ends at the
     limit (a common term's count costs what its first `limit` rows do)."""
-    params: list[Any] = [sorted({t for p in phrases for t in p})]  # the GIN lookup's, first
-    freqs = [_frequency(p, params) for p in phrases]
-    joiner = " OR " if operator == "OR" else " AND "
-    matched = joiner.join(f"{f} > 0" for f in freqs)
-    statement = f"SELECT 1 FROM memory_keywords WHERE tokens && %s::text[] AND ({matched})"
+    params: list[Any] = []
+    statement = f"SELECT 1 FROM memory_keywords WHERE {_matching(phrases, operator, params)}"
     if limit is not None:
         statement += " LIMIT %s"
         params.append(limit)

@@ -428,6 +428,25 @@ def p001_web_logins(conn: Any) -> None:
     )
 
 
+def p001_keyword_df(conn: Any) -> None:
+    """Feature: PostgreSQL's bounded keyword ranking (issue 19, search at 1M chunks). Each
+    stemmed token's document frequency (how many keyword rows hold it), kept with the keyword
+    rows as `memory_keyword_stats` keeps N and the total length, so bm25's idf reads one row per
+    word instead of every posting; filled from the rows already there."""
+    _run(
+        conn,
+        """
+        CREATE TABLE memory_keyword_df (
+            token text PRIMARY KEY,
+            rows bigint NOT NULL
+        );
+        INSERT INTO memory_keyword_df (token, rows)
+            SELECT t, count(*) FROM memory_keywords,
+                LATERAL (SELECT DISTINCT unnest(tokens) AS t) AS u GROUP BY t
+        """,
+    )
+
+
 PG_SETS = (
     MigrationSet("memory", [p001_sessions_and_index]),
     MigrationSet("gateway", [p001_gateway_tables, p002_queue_claims]),
@@ -436,6 +455,8 @@ PG_SETS = (
     MigrationSet("intents", [p001_intents]),
     MigrationSet("lineage", [p001_lineage]),
     MigrationSet("web", [p001_web_logins]),  # feature: the web page on PostgreSQL (issue 19)
+    # feature: bounded keyword ranking on PostgreSQL (issue 19, search p95 at 1M chunks)
+    MigrationSet("keyword_df", [p001_keyword_df]),
 )
 
 

@@ -1,10 +1,12 @@
 """`SearchQueries` on PostgreSQL (memory/store/search_queries.py states the promises).
 
-Keyword ranking (memory/store/postgres/keywords.py): the expression's tokens are stemmed in SQL,
-the GIN index on `memory_keywords.tokens` finds every row holding any of them (`&&`), and FTS5's
-bm25 is computed by PostgreSQL over those candidates with the whole schema's row count and
-average length — the same formula and the same tokens as SQLite, so equal data gives equal
-ranks. Reads only.
+Keyword ranking (memory/store/postgres/keywords.py): the expression's tokens are stemmed as the
+rows hold them, the GIN index on `memory_keywords.tokens` finds the matching rows (`&&` / `@>`),
+and FTS5's bm25 is computed by PostgreSQL over those candidates — only the newest `limit` of them
+for `keyword_newest`, as SQLite's capped path ranks them — with the whole schema's row count,
+average length and per-token document frequencies read from the tables kept with the keyword
+rows: the same formula and the same tokens as SQLite, so equal data gives equal ranks, and a
+capped search's cost no longer grows with how many rows hold a word. Reads only.
 """
 
 from __future__ import annotations
@@ -43,32 +45,41 @@ class PgSearchQueries:
         )
         return int(rows[0][0])
 
-    def _keyword(self, match: str, order: str, limit: int | None) -> list[tuple[int, float]]:
-        """(chunk id, bm25 rank) of the rows `match` finds, in `order`, at most `limit`."""
+    def _keyword(self, match: str, order: str, limit: int | None, newest: bool) -> list[Any]:
+        """(chunk id, bm25 rank) of the rows `match` finds, in `order`, at most `limit`; with
+        `newest`, only the `limit` highest ids are ranked at all (bm25 never sees the rest)."""
         query = parse_match(match)
         flat = [t for phrase in query.phrases for t in phrase]
         if not flat or (limit is not None and limit <= 0):
             return []
-        with self.db.transaction() as conn:
-            statement, params = bm25_statement(_stemmed_phrases(query), query.operator)
-            statement += f" ORDER BY {order}"
-            if limit is not None:
-                statement += " LIMIT %s"
-                params.append(limit)
-            rows = conn.execute(statement, params).fetchall()
+        phrases = _stemmed_phrases(query)
+        statement, params = bm25_statement(phrases, query.operator, limit if newest else None)
+        statement += f" ORDER BY {order}"
+        if limit is not None and not newest:
+            statement += " LIMIT %s"
+            params.append(limit)
+        rows = self.db.execute(statement, params)
         return [(int(cid), float(rank)) for cid, rank in rows]
 
     def keyword_ranked(self, match: str, limit: int) -> list[tuple[int, float]]:
-        return self._keyword(match, "rank, chunk_id", limit)
+        return self._keyword(match, "rank, chunk_id", limit, newest=False)
 
     def keyword_newest(self, match: str, limit: int) -> list[tuple[int, float]]:
-        return self._keyword(match, "chunk_id DESC", limit)
+        return self._keyword(match, "chunk_id DESC", limit, newest=True)
 
     def match_count(self, match: str, limit: int | None) -> int:
         query = parse_match(match)
         if not any(query.phrases) or (limit is not None and limit <= 0):
             return 0
-        statement, params = count_statement(_stemmed_phrases(query), query.operator, limit)
+        phrases = _stemmed_phrases(query)
+        if len(phrases) == 1 and len(phrases[0]) == 1:
+            # One word: its document frequency, kept with the keyword rows (no posting read).
+            rows = self.db.execute(
+                "SELECT rows FROM memory_keyword_df WHERE token = %s", (phrases[0][0],)
+            )
+            found = int(rows[0][0]) if rows else 0
+            return found if limit is None else min(found, limit)
+        statement, params = count_statement(phrases, query.operator, limit)
         return int(self.db.execute(statement, params)[0][0])
 
     def in_scope(self, ids: list[int], generation: int, scopes: list[str]) -> set[int]:

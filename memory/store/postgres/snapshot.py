@@ -179,6 +179,12 @@ class PgSnapshots:
                 ) as into:
                     for data in _chunks(fd):
                         into.write(data)
+            if "memory_keyword_df" in present and "memory_keyword_df" not in loaded:
+                # A copy made before the table existed: its frequencies from the keyword rows.
+                conn.execute(
+                    "INSERT INTO memory_keyword_df (token, rows) SELECT t, count(*) FROM "
+                    "memory_keywords, LATERAL (SELECT DISTINCT unnest(tokens) AS t) AS u GROUP BY t"
+                )
             _continue_identities(conn)
 
 

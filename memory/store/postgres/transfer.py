@@ -34,6 +34,7 @@ from memory.store.transfer import DERIVED_META, MATRIX, MATRIX_LOG, MATRIX_PACK,
 DERIVED = {
     "schema_migrations": "migration records: the target keeps its own",
     "memory_keyword_stats": "bm25's row and token totals: recomputed from the keyword rows",
+    "memory_keyword_df": "each token's document frequency: recomputed from the keyword rows",
     **dict.fromkeys(LEASE_TABLES, LEASE_NOT_COPIED),
 }
 # The per-generation vector tables, as memory/store/postgres/vectors.py makes them (the HNSW
@@ -371,6 +372,11 @@ class PgTarget(_PgTables):
             "UPDATE memory_keyword_stats SET rows = (SELECT count(*) FROM memory_keywords), "
             "tokens = (SELECT coalesce(sum(cardinality(tokens)), 0) FROM memory_keywords) "
             "WHERE id = 1"
+        )
+        self.conn.execute("DELETE FROM memory_keyword_df")
+        self.conn.execute(
+            "INSERT INTO memory_keyword_df (token, rows) SELECT t, count(*) FROM memory_keywords, "
+            "LATERAL (SELECT DISTINCT unnest(tokens) AS t) AS u GROUP BY t"
         )
         for table, width in self._made.items():
             match = MATRIX.fullmatch(table)
