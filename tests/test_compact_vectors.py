@@ -28,7 +28,7 @@ from memory.store.vector_codec import (
 )
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
 
-# Enough passages for the first cached batch to set the model's 4-bit center.
+# Enough passages for a first cached batch that would set a model's 4-bit center.
 GROCERIES = ("apples", "pears", "plums", "leeks", "onions", "rice", "flour", "lentils", "figs")
 FILES = {
     "MEMORY.md": "# Memory\n\n- My cat is called Tom and he sleeps on the blue sofa.\n",
@@ -86,7 +86,7 @@ def test_passages_and_centroids_are_stored_once_and_search_reads_them(
     assert rows(idx, "SELECT count(*) FROM memory_units WHERE vector IS NOT NULL")[0][0] == 0
     assert rows(idx, "SELECT count(*) FROM memory_chunks WHERE centroid IS NOT NULL")[0][0] == 0
     cached = rows(idx, "SELECT vector FROM embedding_cache")
-    assert cached and all(len(v) == 512 // 2 + 6 for (v,) in cached)  # 4-bit codes
+    assert cached and all(len(v) == 512 + 6 for (v,) in cached)  # 8-bit codes (CACHE_BITS)
     ids = [r[0] for r in rows(idx, "SELECT id FROM memory_chunks")]
     found = search_queries(idx.db).passage_vectors(ids)
     units = rows(idx, "SELECT count(*) FROM memory_units")[0][0]
@@ -143,7 +143,10 @@ def test_an_older_index_is_searched_as_it_is_then_rebuilt_and_compacted_losing_n
     assert reclaimable(idx.db) > 0
     compact(idx.db)
     assert cache_slack(idx.db.conn).float_rows == 0
-    assert all(is_4bit(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache"))
+    assert all(
+        is_quantised(v) and not is_4bit(v)
+        for (v,) in rows(idx, "SELECT vector FROM embedding_cache")
+    )
     assert [(h.path, h.start_line) for h in idx.search("who lost a compass")] == before
 
 

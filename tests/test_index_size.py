@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from memory.index.index import MemoryIndex
-from memory.store.cache_codec import WIDE_VECTORS, float32_from_cache
+from memory.store import cache_codec
+from memory.store.cache_codec import float32_from_cache, wide_vectors
 from memory.store.db import open_database
 from memory.store.index_embedcache import (
     ModelKey,
@@ -46,6 +47,12 @@ FILES = {
 }
 QUESTIONS = ("who lost a compass", "which bike does Anna ride", "what is the cat called")
 BACKENDS = ["numpy", "sqlite-vec"]
+
+
+@pytest.fixture
+def four_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache's 4-bit form (not the default: memory/store/cache_codec.py CACHE_BITS)."""
+    monkeypatch.setattr(cache_codec, "CACHE_BITS", 4)
 
 
 def rows(idx: MemoryIndex, sql: str, *params: Any) -> list[Any]:
@@ -179,10 +186,16 @@ def previous_layout(idx: MemoryIndex) -> None:
             conn.executemany(f"DELETE FROM {table} WHERE name = ?", [(n,) for n in names])
 
 
+@pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
-    make_workspace: WorkspaceFactory, make_index: IndexFactory, backend: str
+    make_workspace: WorkspaceFactory,
+    make_index: IndexFactory,
+    backend: str,
+    bits: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(cache_codec, "CACHE_BITS", bits)
     workspace = make_workspace(FILES)
     idx = open_index(make_index, workspace, backend)
     idx.sync()
@@ -201,7 +214,11 @@ def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
     assert all(
         isinstance(h, bytes) and len(h) == 32 for (h,) in rows(idx, "SELECT hash FROM memory_units")
     )
-    assert all(is_4bit(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache"))
+    cached = [bytes(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache")]
+    if bits == 4:
+        assert all(is_4bit(v) for v in cached)
+    else:  # the default: 8-bit codes stay as they were
+        assert all(is_quantised(v) and not is_4bit(v) for v in cached)
     for gone in ("memory_units_by_generation", "memory_chunks_by_hash"):
         assert not rows(idx, "SELECT 1 FROM sqlite_master WHERE name = ?", gone)
     assert answers(idx) == before
@@ -214,6 +231,7 @@ def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
     idx.db.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
 
 
+@pytest.mark.usefixtures("four_bit")
 def test_a_models_center_comes_from_a_batch_big_enough_and_older_rows_follow_on_compaction(
     tmp_path: Any,
 ) -> None:
@@ -237,7 +255,7 @@ def test_a_models_center_comes_from_a_batch_big_enough_and_older_rows_follow_on_
             sum(is_4bit(bytes(v)) for (v,) in db.execute("SELECT vector FROM embedding_cache"))
             == 10
         )
-        wide = f"SELECT count(*) FROM embedding_cache WHERE {WIDE_VECTORS}"
+        wide = f"SELECT count(*) FROM embedding_cache WHERE {wide_vectors()}"
         assert db.execute(wide)[0][0] == 3  # what a compaction still shrinks
 
         assert requantise(db) == 3

@@ -30,11 +30,34 @@ from memory.store.vector_codec import (
 
 ModelTriple = tuple[str, str, int]  # provider, model, dimensions
 
-# Vectors an older version stored in a wider form than the cache's (float32; 8-bit codes).
-WIDE_VECTORS = (
-    "((length(vector) = 4 * dimensions AND dimensions % 4 = 0) OR (length(vector) = dimensions "
-    "+ 6 AND dimensions % 8 = 0 AND substr(vector, 1, 2) = X'6938'))"
-)
+# The cache's codes: 8-bit by default. 4-bit codes around the model's center halve the
+# cache (≈ 95 MB less at 100k chunks) and are built and tested, but are not the default: on
+# the survival bench's reworded questions they found one fact fewer than 8-bit (44 vs 45/50,
+# with the issue-20 ranking), on LoCoMo conv-26 the vector preset lost 0.027 MRR, and on a
+# small index (a new user's first notes) the center comes from few vectors and moves scores
+# at the relevance floor. Set to 4 to measure them; rows of either form read back alike.
+CACHE_BITS = 8
+
+
+def wide_vectors() -> str:
+    """SQL: the cached vectors stored wider than the cache's form (float32; and 8-bit codes
+    when the cache is 4-bit), which a compaction rewrites."""
+    float32 = "(length(vector) = 4 * dimensions AND dimensions % 4 = 0)"
+    if CACHE_BITS != 4:
+        return float32
+    return (
+        f"({float32} OR (length(vector) = dimensions "
+        "+ 6 AND dimensions % 8 = 0 AND substr(vector, 1, 2) = X'6938'))"
+    )
+
+
+def stored_size_sql() -> str:
+    """SQL: the bytes a cached vector takes in the cache's form."""
+    if CACHE_BITS != 4:
+        return "dimensions + 6"
+    return "CASE WHEN dimensions % 8 = 0 THEN dimensions / 2 + 6 ELSE dimensions + 6 END"
+
+
 SHRINK_BATCH = 2000
 # The fewest vectors a model's center is made from (a center from one text leaves the others
 # ≈ 1.6× the residual a mean leaves): a smaller first batch is stored 8-bit until then.
@@ -78,8 +101,9 @@ def encode_for_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> l
     if not wide:
         return out
     floats = np.frombuffer(b"".join(out[i] for i in wide), dtype="<f4").reshape(len(wide), dims)
-    center = center_of(conn, model) if encodable4(dims) else None
-    if center is None and encodable4(dims) and len(wide) >= CENTER_SAMPLE:
+    four = CACHE_BITS == 4 and encodable4(dims)
+    center = center_of(conn, model) if four else None
+    if center is None and four and len(wide) >= CENTER_SAMPLE:
         center = _ensure_center(conn, model, floats)
     # (no center yet and too few to make a good one: 8-bit until a compaction rewrites them)
     coded = encode4_many(floats, center) if center is not None else [encode(v) for v in floats]
@@ -113,7 +137,7 @@ def shrink_batch(conn: Any, after: int) -> tuple[int, int | None]:
     none were left)."""
     rows = conn.execute(
         "SELECT rowid, provider, model, dimensions, vector FROM embedding_cache "
-        f"WHERE {WIDE_VECTORS} AND rowid > ? ORDER BY rowid LIMIT ?",
+        f"WHERE {wide_vectors()} AND rowid > ? ORDER BY rowid LIMIT ?",
         (after, SHRINK_BATCH),
     ).fetchall()
     if not rows:

@@ -5,7 +5,7 @@ the old pages as free space (2.5 of 6.7 GB at 100k chunks) and SQLite puts later
 the packed vector matrix, into those scattered holes: reading the vectors from disk then took
 ≈ 1 s instead of ≈ 0.3-0.6 s (bench/RESULTS.md, 2026-12-01). `compact` first drops what the
 embedding cache holds beyond the index's needs (vectors no passage names any more, older than an
-hour) and rewrites an older version's float32 or 8-bit cached vectors as 4-bit codes
+hour) and rewrites an older version's wider cached vectors in the cache's form (8-bit codes)
 (memory/store/index_embedcache.py), then rewrites the file without the holes (SQLite's VACUUM:
 each table's pages together again). `reclaimable` says how much that would give back.
 
@@ -66,7 +66,7 @@ def notes_bytes(db: Database, generation: int) -> int:
 
 def reclaimable(db: Database) -> int:
     """Bytes a compaction would give back, about: the free pages, the cached vectors no
-    passage names, and what 4-bit codes save on the cache's wider (float32, 8-bit) ones
+    passage names, and what the cache's form saves on its wider (float32) ones
     (≈ 1-2 s at 100k chunks)."""
     with db.lock:
         slack = cache_slack(db.conn)
@@ -79,7 +79,7 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
     Needs a moment without other writers: it waits up to `wait_s` for one, then raises
     DatabaseError with advice. Searches in other processes go on meanwhile (WAL); their writes
     wait until it is done (seconds at 10k chunks, ≈ 15-30 s at 100k; rewriting an older
-    version's float32 or 8-bit cache as 4-bit codes adds ≈ 30 s at 500k cached vectors, once)."""
+    version's float32 cache as codes adds ≈ 30 s at 500k cached vectors, once)."""
     if backend_of(db) != "sqlite":
         raise DatabaseError(
             "The PostgreSQL store reclaims free space itself (autovacuum): there is nothing to "
@@ -97,7 +97,7 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
             rewritten = requantise(db)
             if pruned or rewritten:
                 log.info(
-                    "Embedding cache: %d unused vectors dropped, %d made 4-bit", pruned, rewritten
+                    "Embedding cache: %d unused vectors dropped, %d made compact", pruned, rewritten
                 )
             conn.execute("VACUUM")
             # The rewrite went through the WAL: fold it back so the file is the whole story.

@@ -4,10 +4,11 @@ decided in memory/index/embedcache.py.
 
 It is also where a passage's vector lives: `memory_units` rows name their passage's hash and
 search reads the vector from here (`cached_vectors`), so each vector is stored once. Vectors are
-handed in and out as float32 blobs and stored as 4-bit codes around their model's center
-(memory/store/cache_codec.py); rows written by older versions (float32, 8-bit) read the same and
-are rewritten by `requantise` (and by migration m011). Keys are kept as the hash's 32 bytes
-(memory/store/content_hash.py `stored_hash`) and handed out as the hex text they came in as.
+handed in and out as float32 blobs and stored as 8-bit codes (or 4-bit codes around their
+model's center: memory/store/cache_codec.py `CACHE_BITS`); rows written in another form read the
+same, and wider ones are rewritten by `requantise` (and by migration m011). Keys are kept as
+the hash's 32 bytes (memory/store/content_hash.py `stored_hash`) and handed out as the hex text
+they came in as.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memory.store.cache_codec import (
-    WIDE_VECTORS,
     encode_for_cache,
     float32_from_cache,
     shrink_batch,
+    stored_size_sql,
+    wide_vectors,
 )
 from memory.store.content_hash import StoredHash, stored_hash
 from memory.store.db import Database
@@ -224,8 +226,6 @@ _ORPHANS = (
     "FROM embedding_cache WHERE created_at < ? "
     "AND chunk_hash NOT IN (SELECT hash FROM memory_units)"
 )
-_FLOAT = f"FROM embedding_cache WHERE {WIDE_VECTORS}"
-_STORED_SIZE = "CASE WHEN dimensions % 8 = 0 THEN dimensions / 2 + 6 ELSE dimensions + 6 END"
 
 
 def cache_slack(conn: Any, now: float | None = None) -> CacheSlack:
@@ -237,7 +237,8 @@ def cache_slack(conn: Any, now: float | None = None) -> CacheSlack:
         (cutoff,),
     ).fetchone()
     floats, saving = conn.execute(
-        f"SELECT count(*), coalesce(sum(length(vector) - {_STORED_SIZE}), 0) {_FLOAT} "
+        f"SELECT count(*), coalesce(sum(length(vector) - {stored_size_sql()}), 0) "
+        f"FROM embedding_cache WHERE {wide_vectors()} "
         "AND chunk_hash IN (SELECT hash FROM memory_units)"
     ).fetchone()
     return CacheSlack(int(orphans), int(orphan_bytes), int(floats), int(saving))

@@ -241,10 +241,10 @@ def m010_size_binary_hashes(conn: Any) -> None:
 
 
 def m011_size_4bit_cache(conn: Any) -> None:
-    """Feature "size" (issue 22): the embedding cache's vectors (the passages' only copy) as
-    4-bit codes and a scale (memory/store/cache_codec.py), from the 8-bit codes or float32
-    an older version wrote: nothing is embedded again. ≈ 200 instead of 390 bytes a vector;
-    the centroids (matrix, sqlite-vec) keep their 8-bit codes."""
+    """Feature "size" (issue 22): the embedding cache's vectors (the passages' only copy) in
+    the cache's form (memory/store/cache_codec.py `CACHE_BITS`: 8-bit by default, 4-bit
+    around the model's center when chosen), from the wider form an older version wrote:
+    nothing is embedded again."""
     last: int | None = 0
     while last is not None:
         _, last = shrink_batch(conn, last)
