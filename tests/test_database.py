@@ -202,6 +202,52 @@ def test_a_database_locked_while_opening_is_reported(
     other.close()
 
 
+def test_a_gateway_waits_for_a_database_another_gateway_is_creating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several gateways starting at once create and migrate the same agents' databases: the
+    one that finds it locked tries again (memory/store/db.py opened_when_free) instead of
+    stopping; an error that is not a lock is not retried."""
+    import threading
+    import time
+
+    from memory.store.db import opened_when_free
+
+    monkeypatch.setattr(memory.store.db, "BUSY_TIMEOUT_S", 0.2)
+    path = tmp_path / "agent.sqlite"
+    locked = threading.Event()
+
+    def another_gateway() -> None:  # holds the lock for a second, then lets go
+        other = connect_raw(path)
+        other.execute("CREATE TABLE t (x)")
+        other.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        time.sleep(1.0)
+        other.execute("ROLLBACK")
+        other.close()
+
+    released = threading.Thread(target=another_gateway)
+    released.start()
+    assert locked.wait(10)
+    tries: list[int] = []
+
+    def open_once() -> Any:
+        tries.append(1)
+        return open_database(path)
+
+    db = opened_when_free(open_once, first_wait_s=0.5)
+    released.join()
+    assert len(tries) >= 2  # the first found it locked; a later one opened it
+    assert db.execute("SELECT count(*) FROM t") == [(0,)]
+    db.close()
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(b"not a database" * 100)
+    tries.clear()
+    with pytest.raises(DatabaseError, match="not a valid SQLite database"):
+        opened_when_free(lambda: (tries.append(1), open_database(broken)))
+    assert len(tries) == 1
+
+
 def test_a_write_while_another_process_writes_is_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

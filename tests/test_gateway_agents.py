@@ -104,9 +104,18 @@ def test_each_message_goes_to_the_agent_whose_bot_received_it(two_agents: tuple)
     wait_for(lambda: all(b.texts(OWNER) for b in bots.values()), 30, "both answered")
     assert bots["alice"].texts(OWNER) == ["alice: hello alice"]
     assert bots["bob"].texts(OWNER) == ["bob: hello bob"]
-    with pytest.raises(urllib.error.HTTPError) as unhealthy:  # carol's token is refused
-        urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=10)
-    health = json.loads(unhealthy.value.read())
+    refused: list[urllib.error.HTTPError] = []
+
+    def carol_reported() -> bool:  # carol's token is refused: once her start gave up, unhealthy
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=10)
+        except urllib.error.HTTPError as exc:
+            refused.append(exc)
+            return True
+        return False
+
+    wait_for(carol_reported, 30, "carol reported unhealthy")
+    health = json.loads(refused[-1].read())
     assert health["agents"]["alice"]["ok"] and health["agents"]["bob"]["ok"]
     assert health["agents"]["alice"]["channels"]["telegram"]["ok"] is True
     assert health["agents"]["carol"]["ok"] is False

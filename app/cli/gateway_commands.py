@@ -66,9 +66,10 @@ def gateway(agent_list: str | None) -> None:
     def note(line: str) -> None:
         click.echo(line, err=True)
 
-    agents = _gateway_agents(agent_list, note)
-    for settings in agents:
-        _initialise(settings)
+    listed = _gateway_agents(agent_list, note)
+    agents = [s for s in listed if _initialised(s, note, alone=len(listed) == 1)]
+    if not agents:
+        fail("No agent could start: each one's database stayed locked by another process.")
     configure_logging(agents[0], secrets_of=agents[1:])
     try:
         sys.exit(asyncio.run(run_agents(agents, note=note)))
@@ -76,11 +77,25 @@ def gateway(agent_list: str | None) -> None:
         fail(str(exc))
 
 
-def _initialise(settings: Settings) -> None:
+def _initialised(settings: Settings, note: Any, *, alone: bool) -> bool:
+    """Create the agent's workspace and database the first time it is served. Another gateway
+    starting beside this one may be creating them at the same moment: wait for it (a few tries);
+    if the database stays locked, leave that agent to the other gateways (the only agent:
+    the error, with its advice)."""
     from app.cli.setup import initialise
+    from memory.errors import DatabaseError
+    from memory.store.db import opened_when_free
 
-    if not settings.workspace_dir.exists():
-        initialise(settings, TEMPLATE_DIR)
+    if settings.workspace_dir.exists():
+        return True
+    try:
+        opened_when_free(lambda: initialise(settings, TEMPLATE_DIR))
+    except DatabaseError as exc:
+        if alone:
+            raise
+        note(f"{settings.agent_id}: not served by this gateway: {exc}")
+        return False
+    return True
 
 
 def _gateway_agents(agent_list: str | None, note: Any) -> list[Settings]:

@@ -11,6 +11,7 @@ that takes the agent over); a second signal cancels the running turns at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -26,6 +27,7 @@ from app.gateway.server import GatewayError
 from app.logging_setup import add_redacted_handler
 from app.wiring import build_agent_leases, web_exposure_problem
 from channels.base import Channel, ChannelHealth
+from memory.store.db import opened_when_free
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -140,7 +142,9 @@ async def run_agents(
             log.error("%s: %s", settings.agent_id, exposed)
             continue
         try:
-            leases, close = await asyncio.to_thread(build_agent_leases, settings)
+            leases, close = await asyncio.to_thread(
+                opened_when_free, functools.partial(build_agent_leases, settings)
+            )
         except Exception as exc:  # that agent's database: reported, the others still run
             problems.append(f"{settings.agent_id}: {exc}")
             log.error("%s: cannot open the agent's database: %s", settings.agent_id, exc)

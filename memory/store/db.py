@@ -13,14 +13,17 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from common.private_files import PRIVATE_FILE_MODE, make_private_dirs
 from memory.errors import DatabaseCorruptError, DatabaseError
 from memory.store.migrations import apply_migrations
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_S = 10.0  # how long a write waits for another process's write to finish
 # What SQLite says about a damaged file: "database disk image is malformed", "file is not a
@@ -70,6 +73,23 @@ def _locked_message(path: Path) -> str:
         f"The agent database {path} is locked by another process (is a Pinch gateway "
         "running?). Stop it or wait, then try again."
     )
+
+
+def opened_when_free(open_: Callable[[], T], *, tries: int = 5, first_wait_s: float = 1.0) -> T:
+    """`open_()` (something that opens an agent database), tried again while another process
+    holds the database's lock — several gateways starting at once create and migrate the same
+    agents' databases — waiting 1, 2, 4, 8 s between tries (beyond each try's own busy
+    timeout); the last try's DatabaseError otherwise."""
+    wait = first_wait_s
+    for _ in range(tries - 1):
+        try:
+            return open_()
+        except DatabaseError as exc:
+            if "locked by another process" not in str(exc):
+                raise
+        time.sleep(wait)
+        wait *= 2
+    return open_()
 
 
 def is_busy(exc: Exception) -> bool:
