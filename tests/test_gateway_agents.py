@@ -101,7 +101,9 @@ def test_each_message_goes_to_the_agent_whose_bot_received_it(two_agents: tuple)
     bots, _ports, health_port, _proc = two_agents
     for name, bot in bots.items():
         bot.push(bot.private_text(f"hello {name}", user_id=OWNER))
-    wait_for(lambda: all(b.texts(OWNER) for b in bots.values()), 30, "both answered")
+    want = {name: [f"{name}: hello {name}"] for name in bots}
+    # (a reply streams in: its message is sent, then edited until it is whole)
+    wait_for(lambda: all(b.texts(OWNER) == want[n] for n, b in bots.items()), 30, "both answered")
     assert bots["alice"].texts(OWNER) == ["alice: hello alice"]
     assert bots["bob"].texts(OWNER) == ["bob: hello bob"]
     refused: list[urllib.error.HTTPError] = []
