@@ -37,6 +37,9 @@ from urllib.parse import parse_qsl
 
 from aiohttp import web
 
+from tests.fakes.model_server import last_user_text
+from tests.fakes.telegram_fleet import private_update
+
 TOKEN = re.compile(r"\bm-\d+-\d+-r\d+\b")
 CONFLICT = (
     "Conflict: terminated by other getUpdates request; make sure that only one bot instance "
@@ -66,17 +69,7 @@ class Bot:
         self._message_ids = itertools.count(1)
 
     def update(self, text: str, user_id: int) -> dict[str, Any]:
-        user = {"id": user_id, "is_bot": False, "first_name": f"U{user_id}"}
-        return {
-            "update_id": next(self._update_ids),
-            "message": {
-                "message_id": next(self._message_ids),
-                "date": int(time.time()),
-                "chat": {"id": user_id, "type": "private", "first_name": user["first_name"]},
-                "from": user,
-                "text": text,
-            },
-        }
+        return private_update(next(self._update_ids), next(self._message_ids), text, user_id)
 
     def me(self) -> dict[str, Any]:
         return {
@@ -289,7 +282,7 @@ class EchoModel:
             return _json(401, {"type": "error", "error": {"type": "authentication_error"}})
         body = await request.json()
         self.calls += 1
-        tokens = TOKEN.findall(_last_user_text(body))
+        tokens = TOKEN.findall(last_user_text(body))
         text = "re: " + " ".join(tokens)
         usage = {
             "input_tokens": max(1, len(json.dumps(body.get("messages", []))) // 4),
@@ -336,19 +329,6 @@ def _events(message: dict[str, Any], text: str) -> list[tuple[str, dict[str, Any
         ("message_stop", {}),
     ]
     return [(kind, {"type": kind, **data}) for kind, data in events]
-
-
-def _last_user_text(body: dict[str, Any]) -> str:
-    for message in reversed(body.get("messages", [])):
-        if message.get("role") != "user":
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            return content
-        texts = [b.get("text", "") for b in content or [] if b.get("type") == "text"]
-        if texts:
-            return "".join(texts)
-    return ""
 
 
 async def serve(kind: str, port_file: Path, port: int) -> None:

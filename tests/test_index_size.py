@@ -33,17 +33,13 @@ from memory.store.vector_codec import (
 )
 from memory.text import fts_body
 from tests.conftest import IndexFactory, WorkspaceFactory, sqlite_vec_loads, use_config
+from tests.test_compact_vectors import FILES as COMPACT_FILES
 
-# Enough passages for the first cached batch to set the model's 4-bit center.
-GROCERIES = ("apples", "pears", "plums", "leeks", "onions", "rice", "flour", "lentils", "figs")
+# test_compact_vectors' notes (with enough passages for a first batch to set a model's 4-bit
+# center), and a plumber whose name only one chunk holds (the keyword deletes below).
 FILES = {
-    "MEMORY.md": "# Memory\n\n- My cat is called Tom and he sleeps on the blue sofa.\n",
-    "USER.md": "# User\n\n- Anna prefers tea to coffee.\n\n- Anna's bike is a green Gazelle.\n",
-    "memory/2026-01-10.md": "# 2026-01-10\n\nWent hiking in the Alps with Ben.\n\n"
-    "Ben lost his compass near the glacier.\n",
+    **COMPACT_FILES,
     "memory/2026-01-11.md": "# 2026-01-11\n\nThe plumber Zebulon fixed the kitchen tap.\n",
-    "memory/2026-01-12.md": "# 2026-01-12\n\n"
-    + "".join(f"- Errand {i}: bought {w} at the market.\n\n" for i, w in enumerate(GROCERIES)),
 }
 QUESTIONS = ("who lost a compass", "which bike does Anna ride", "what is the cat called")
 BACKENDS = ["numpy", "sqlite-vec"]

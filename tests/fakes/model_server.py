@@ -95,6 +95,21 @@ _OPENAI_FINISH_REASONS = {
 }
 
 
+def last_user_text(body: dict[str, Any]) -> str:
+    """The text of the newest user message of a request body (tool results excluded), in the
+    Anthropic or OpenAI shape."""
+    for message in reversed(body.get("messages", [])):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        texts = [b.get("text", "") for b in content or [] if b.get("type") == "text"]
+        if texts:
+            return "".join(texts)
+    return ""
+
+
 @dataclass(frozen=True)
 class ScriptedToolCall:
     name: str
@@ -186,16 +201,7 @@ class RecordedRequest:
 
     def last_user_text(self) -> str:
         """The text of the newest user message (tool results excluded), in either API's shape."""
-        for message in reversed(self.body.get("messages", [])):
-            if message.get("role") != "user":
-                continue
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            texts = [b.get("text", "") for b in content or [] if b.get("type") == "text"]
-            if texts:
-                return "".join(texts)
-        return ""
+        return last_user_text(self.body)
 
     def images(self) -> list[DecodedImage]:
         """Every image block of the request, decoded (Anthropic `image` blocks with a base64

@@ -37,6 +37,21 @@ CONFLICT = (
 )
 
 
+def private_update(update_id: int, message_id: int, text: str, user_id: int) -> dict[str, Any]:
+    """A Bot API update: `text` from user `user_id` in their private chat with the bot."""
+    user = {"id": user_id, "is_bot": False, "first_name": f"U{user_id}"}
+    return {
+        "update_id": update_id,
+        "message": {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": {"id": user_id, "type": "private", "first_name": user["first_name"]},
+            "from": user,
+            "text": text,
+        },
+    }
+
+
 @dataclass
 class Conflict:
     token: str
@@ -60,17 +75,7 @@ class FleetBot:
 
     # -- updates the test sends
     def private_text(self, text: str, *, user_id: int) -> dict[str, Any]:
-        user = {"id": user_id, "is_bot": False, "first_name": f"U{user_id}"}
-        return {
-            "update_id": next(self._update_ids),
-            "message": {
-                "message_id": next(self._message_ids),
-                "date": int(time.time()),
-                "chat": {"id": user_id, "type": "private", "first_name": user["first_name"]},
-                "from": user,
-                "text": text,
-            },
-        }
+        return private_update(next(self._update_ids), next(self._message_ids), text, user_id)
 
     def push(self, *updates: dict[str, Any]) -> None:
         with self._cond:
