@@ -1,9 +1,13 @@
 """Text helpers shared by chunking, indexing and search: token estimates and query terms.
 
-CJK text has no spaces, so the keyword index stores it with every Han/Kana/Hangul character as
-its own token; a query's CJK run becomes overlapping bigram phrases (and single characters for
-one-character runs). That makes one- and two-character words such as 猫 or 蓝色 searchable,
-which FTS5's trigram tokenizer cannot do.
+CJK text has no spaces, so the keyword index stores each Han/Kana/Hangul run as its overlapping
+bigrams followed by its last character ("妈妈说" → "妈妈 妈说 说"): a query's bigram is one index
+token (its document frequency and postings those of one term, not a two-token phrase checked
+position by position), and every occurrence of a character begins exactly one token, so a
+one-character query is the prefix `"猫"*` with the same counts a token per character gave. That
+makes one- and two-character words such as 猫 or 蓝色 searchable, which FTS5's trigram
+tokenizer cannot do; a run keeps as many tokens as it has characters, so bm25's document
+lengths are those of one token per character.
 """
 
 from __future__ import annotations
@@ -63,10 +67,17 @@ def head_tokens(text: str, tokens: int) -> str:
     return head[:space] if space > len(head) * 3 // 4 else head
 
 
+def _cjk_index_tokens(run: str) -> str:
+    # Overlapping bigrams, then the last character: n tokens for n characters, each character
+    # beginning one of them.
+    return " " + " ".join([run[i : i + 2] for i in range(len(run) - 1)] + [run[-1]]) + " "
+
+
 def fts_body(text: str) -> str:
-    """The text as stored in the FTS5 column: comments stripped (`strip_comments`), CJK
-    characters separated by spaces."""
-    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", strip_comments(text))
+    """The text as stored in the FTS5 column (and PostgreSQL's keyword rows): comments stripped
+    (`strip_comments`), each CJK run written as its overlapping bigrams and its last character,
+    between spaces. Insert and delete must hand the index the same body (contentless FTS5)."""
+    return _CJK_RUN.sub(lambda m: _cjk_index_tokens(m.group(0)), strip_comments(text))
 
 
 def query_terms(query: str, *, drop_stopwords: bool = True) -> list[str]:
@@ -96,10 +107,21 @@ def query_terms(query: str, *, drop_stopwords: bool = True) -> list[str]:
     return terms
 
 
+def _cjk_query_tokens(run: str) -> str:
+    # A run of two or more characters occurs in an indexed run as its consecutive bigrams (the
+    # indexed run may go on past its end: no trailing character is asked for).
+    if len(run) == 1:
+        return run
+    return " " + " ".join(run[i : i + 2] for i in range(len(run) - 1)) + " "
+
+
 def _fts_phrase(term: str) -> str:
-    # Each CJK character is its own FTS token, so a bigram is a two-token phrase.
-    if CJK_CHAR.match(term):
-        term = " ".join(term)
+    """A quoted FTS5 phrase for `term`: a CJK bigram is one index token; a single CJK character
+    is the prefix of the one token each of its occurrences begins (`"猫"*`); a longer CJK term
+    (OpenClaw's whole runs) the phrase of its bigrams."""
+    if len(term) == 1 and CJK_CHAR.match(term):
+        return f'"{term}"*'
+    term = _CJK_RUN.sub(lambda m: _cjk_query_tokens(m.group(0)), term).strip()
     return '"' + term.replace('"', '""') + '"'
 
 

@@ -31,7 +31,7 @@ NOTES = {
     "memory/2026-01-02.md": "# Jan 2\n\nThe dog chased a zeppelin shadow. Anna laughed.\n",
     "memory/2026-01-03.md": "# Jan 3\n\nBought honey jars for the bees.\n",
 }
-EVERY = '"anna" OR "dog" OR "bees" OR "honey" OR "rain" OR "jan" OR "蓝"'
+EVERY = '"anna" OR "dog" OR "bees" OR "honey" OR "rain" OR "jan" OR "蓝"*'
 
 
 def copy_to_postgres(source: Database, server: PgTestServer) -> Any:
@@ -279,7 +279,10 @@ MIXED = {
     [
         '"anna" OR "dog"',
         '"bees" AND "honey"',
-        '"蓝 色" OR "杯 子"',
+        '"蓝色" OR "杯子"',
+        '"蓝"*',  # a one-character CJK query: every token its occurrences begin
+        '"anna" AND "蓝"*',
+        '"喜欢 欢蓝 蓝色"',  # OpenClaw's whole CJK run: the phrase of its bigrams
         '"running" OR "cafe"',
         '"dogs"',
         '"communicate" OR "always" OR "above"',

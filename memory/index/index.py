@@ -68,7 +68,9 @@ __all__ = [
     "VirtualChunk",
 ]
 
-TOKENIZER_VERSION = "pinch-fts-v2"  # bump when fts_body() or chunking rules change
+# Bump when fts_body() or chunking rules change. v3: CJK runs as bigram tokens
+# (memory/store/cjk_keywords.py rebuilds a v2 index's keyword rows in place and renames it).
+TOKENIZER_VERSION = "pinch-fts-v3"
 PASSAGES_VERSION = "units-v4"  # bump when split_units() or how passages are stored changes
 ORIGINS_VERSION = "file-lowest-v1"  # bump when how chunks get their origin changes
 # Bump when how vectors are stored changes. "once-int8-v1": a passage's vector only in the

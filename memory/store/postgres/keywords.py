@@ -8,9 +8,13 @@ text-search parser (it knows no Chinese), but the same tokens and FTS5's own bm2
   own Snowball `english_stem` was used first: it stems 130 of MADial's 2,011 English words
   otherwise than FTS5 — and leaves its stop words unstemmed —, the Python Porter 1, so the keyword
   preset differed by a question in 40; bench/RESULTS.md.)
+  A CJK run arrives as its bigrams and its last character (`fts_body`), each one token here
+  too: a Chinese bigram has one `memory_keyword_df` row and one GIN `@>` lookup, like a word.
 - Expressions: the FTS5 subset Pinch writes (memory/text.py `fts_match_expression`): quoted
-  phrases, or bare words, joined by one operator, AND or OR; anything else is a
-  `MalformedQuery`, as FTS5 would refuse it.
+  phrases, or bare words, joined by one operator, AND or OR; a one-token prefix (`"猫"*`, what
+  a one-character CJK query becomes: every token its occurrences begin) is matched through the
+  tokens of `memory_keyword_df` it begins; anything else is a `MalformedQuery`, as FTS5 would
+  refuse it.
 - Ranking: FTS5's bm25 (k1 = 1.2, b = 0.75, idf = ln((N - n + 0.5) / (n + 0.5)), 1e-6 when not
   positive, a phrase's frequency = its occurrences), over every keyword row of the schema, as
   a negative rank (lower is better), so equal data gives equal ranks on both backends. It is
@@ -40,7 +44,8 @@ def stemmed(tokens: Sequence[str]) -> list[str]:
     return [porter_stem(t) if _STEMMABLE.fullmatch(t) else t for t in tokens]
 
 
-_EXPRESSION = re.compile(r'\s*(?:"((?:[^"]|"")*)"|([^\W_]+))\s*')
+_EXPRESSION = re.compile(r'\s*(?:"((?:[^"]|"")*)"|([^\W_]+))(\s*\*)?\s*')
+PREFIX = "*"  # ends a phrase's one token when it is a prefix (no token holds it: `_TOKEN`)
 
 
 def keyword_tokens(text: str) -> list[str]:
@@ -69,6 +74,10 @@ def parse_match(expression: str) -> KeywordQuery:
             raise MalformedQuery(f"fts5: syntax error near {rest[:20]!r}")
         text = m.group(1).replace('""', '"') if m.group(1) is not None else m.group(2)
         tokens = keyword_tokens(text)
+        if tokens and m.group(3):
+            if len(tokens) > 1:
+                raise MalformedQuery("a prefix of several tokens is not an expression Pinch writes")
+            tokens = [tokens[0] + PREFIX]
         if tokens:
             phrases.append(tokens)
         rest = rest[m.end() :]
@@ -84,8 +93,26 @@ def parse_match(expression: str) -> KeywordQuery:
     return KeywordQuery(phrases, operators.pop() if operators else "AND")
 
 
+def is_prefix(phrase: Sequence[str]) -> bool:
+    """Whether `phrase` is one prefix token (`parse_match` marks it with PREFIX)."""
+    return len(phrase) == 1 and phrase[0].endswith(PREFIX)
+
+
+def _expansion(phrase: Sequence[str], params: list[Any]) -> str:
+    """SQL for the array of indexed tokens a prefix phrase matches (those it begins), from the
+    frequency table's tokens: one scan of the distinct tokens, not of the keyword rows."""
+    params.append(phrase[0][: -len(PREFIX)])
+    return (
+        "(SELECT coalesce(array_agg(token), '{}') FROM memory_keyword_df "
+        "WHERE starts_with(token, %s))"
+    )
+
+
 def _frequency(phrase: Sequence[str], params: list[Any]) -> str:
     """SQL for how often `phrase` (consecutive stemmed tokens) occurs in a row's `tokens`."""
+    if is_prefix(phrase):
+        params.append(phrase[0][: -len(PREFIX)])
+        return "(SELECT count(*) FROM unnest(tokens) AS t WHERE starts_with(t, %s))"
     params.append(phrase[0])
     if len(phrase) == 1:
         return "coalesce(cardinality(array_positions(tokens, %s)), 0)"
@@ -135,6 +162,9 @@ def _df(phrase: Sequence[str], params: list[Any]) -> str:
     """SQL for how many keyword rows hold `phrase`: a single token's count is read from
     `memory_keyword_df` (kept with the keyword rows), a phrase's counted over the rows holding
     all its tokens (the GIN index's `@>`) where they are consecutive."""
+    if is_prefix(phrase):
+        inner = _expansion(phrase, params)
+        return f"(SELECT count(*) FROM memory_keywords WHERE tokens && {inner})::float8"
     if len(phrase) == 1:
         params.append(phrase[0])
         return "coalesce((SELECT rows FROM memory_keyword_df WHERE token = %s), 0)::float8"
@@ -151,12 +181,19 @@ def _matching(phrases: Sequence[Sequence[str]], operator: str, params: list[Any]
     united; AND: all the tokens at once), and a phrase of several tokens has its order checked
     only on the rows holding all of them."""
     if operator == "AND":
-        params.append(sorted({t for p in phrases for t in p}))
-        checks = ["tokens @> %s::text[]"]
+        checks = []
+        whole = sorted({t for p in phrases if not is_prefix(p) for t in p})
+        if whole:
+            params.append(whole)
+            checks.append("tokens @> %s::text[]")
+        checks += [f"tokens && {_expansion(p, params)}" for p in phrases if is_prefix(p)]
         checks += [_phrase_found(p, params) for p in phrases if len(p) > 1]
         return " AND ".join(checks)
     alternatives = []
     for phrase in phrases:
+        if is_prefix(phrase):
+            alternatives.append(f"tokens && {_expansion(phrase, params)}")
+            continue
         params.append(sorted(set(phrase)))
         if len(phrase) == 1:
             alternatives.append("tokens @> %s::text[]")

@@ -21,6 +21,7 @@ from typing import Any
 
 from psycopg import sql
 
+from memory.store.postgres.cjk_keywords import p001_cjk_bigram_keywords
 from memory.store.schema import MigrationSet
 
 
@@ -457,6 +458,7 @@ PG_SETS = (
     MigrationSet("web", [p001_web_logins]),  # feature: the web page on PostgreSQL (issue 19)
     # feature: bounded keyword ranking on PostgreSQL (issue 19, search p95 at 1M chunks)
     MigrationSet("keyword_df", [p001_keyword_df]),
+    MigrationSet("cjk_keywords", [p001_cjk_bigram_keywords]),  # feature: CJK bigram tokens
 )
 
 

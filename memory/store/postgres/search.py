@@ -18,6 +18,7 @@ from memory.store.postgres.keywords import (
     KeywordQuery,
     bm25_statement,
     count_statement,
+    is_prefix,
     parse_match,
     stemmed,
 )
@@ -72,7 +73,7 @@ class PgSearchQueries:
         if not any(query.phrases) or (limit is not None and limit <= 0):
             return 0
         phrases = _stemmed_phrases(query)
-        if len(phrases) == 1 and len(phrases[0]) == 1:
+        if len(phrases) == 1 and len(phrases[0]) == 1 and not is_prefix(phrases[0]):
             # One word: its document frequency, kept with the keyword rows (no posting read).
             rows = self.db.execute(
                 "SELECT rows FROM memory_keyword_df WHERE token = %s", (phrases[0][0],)
