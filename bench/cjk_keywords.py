@@ -177,20 +177,21 @@ def keywords(old: Path, new: Path, rounds: int, questions: int = 30) -> dict[str
     for db in dbs.values():
         db.close()
 
-    def summary(values: list[float]) -> list[float]:
-        ordered = sorted(values)
-        return [
-            round(statistics.median(ordered), 2),
-            round(ordered[int(0.95 * (len(ordered) - 1))], 2),
-        ]
-
-    return {
+    out: dict[str, Any] = {
         "questions": chinese,
         "rounds": rounds,
         "same_chunks": f"{same}/{rounds * len(chinese)}",
-        **{f"{k}_{step}_ms_p50_p95": summary(v) for k, steps in per.items() for step, v in steps.items()},
-        **{f"{k}_total_ms_p50_p95": summary([a + b for a, b in zip(s["counts"], s["bm25"], strict=True)]) for k, s in per.items()},
-    }  # fmt: skip
+    }
+    for layout, steps in per.items():
+        steps["total"] = [a + b for a, b in zip(steps["counts"], steps["bm25"], strict=True)]
+        for step, values in steps.items():
+            out[f"{layout}_{step}_ms_p50_p95"] = _p50_p95(values)
+    return out
+
+
+def _p50_p95(values: list[float]) -> list[float]:
+    ordered = sorted(values)
+    return [round(statistics.median(ordered), 2), round(ordered[int(0.95 * (len(ordered) - 1))], 2)]
 
 
 def quick_build(folder: Path, chunks: int) -> tuple[Path, Path]:
