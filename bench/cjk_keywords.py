@@ -165,7 +165,8 @@ def keywords(old: Path, new: Path, rounds: int, questions: int = 30) -> dict[str
     dbs = {"old": raw_database(old), "new": raw_database(new)}
     exprs = {"old": old_expression, "new": fts_match_expression}
     per: dict[str, dict[str, list[float]]] = {k: {"counts": [], "bm25": []} for k in dbs}
-    same = 0
+    same, differing = 0, set()
+    by_question: dict[str, list[float]] = {}
     for _ in range(rounds):
         for q in chinese:
             found = {}
@@ -173,7 +174,10 @@ def keywords(old: Path, new: Path, rounds: int, questions: int = 30) -> dict[str
                 counts, bm25, found[layout] = _keyword_side(dbs[layout], q, exprs[layout])
                 per[layout]["counts"].append(counts)
                 per[layout]["bm25"].append(bm25)
+                by_question.setdefault(f"{layout}: {q}", []).append(counts + bm25)
             same += found["old"] == found["new"]
+            if found["old"] != found["new"]:
+                differing.add(q)
     for db in dbs.values():
         db.close()
 
@@ -181,6 +185,10 @@ def keywords(old: Path, new: Path, rounds: int, questions: int = 30) -> dict[str
         "questions": chinese,
         "rounds": rounds,
         "same_chunks": f"{same}/{rounds * len(chinese)}",
+        "differing": sorted(differing),
+        "per_question_total_ms_p50": {
+            k: round(statistics.median(v), 2) for k, v in sorted(by_question.items())
+        },
     }
     for layout, steps in per.items():
         steps["total"] = [a + b for a, b in zip(steps["counts"], steps["bm25"], strict=True)]

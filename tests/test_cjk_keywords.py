@@ -23,6 +23,7 @@ from memory.store.postgres.database import PgDatabase
 from memory.store.postgres.index_rows import PgGenerations, PgIndexRows
 from memory.store.postgres.keywords import keyword_tokens, stemmed
 from memory.store.postgres.search import PgSearchQueries
+from memory.store.postgres.snapshot import PgSnapshots
 from memory.store.schema import applied
 from memory.store.search_queries import SqliteSearchQueries
 from memory.text import _CJK_RUN, fts_body, fts_match_expression, query_terms
@@ -257,27 +258,31 @@ def test_a_database_from_before_migration_sets_gets_the_new_keyword_layout(
     db.close()
 
 
-def test_postgres_migration_rewrites_the_keyword_rows_and_their_frequencies(
-    pg_database: PgDatabase,
-) -> None:
-    texts = ["Anna 的妈妈说要搬家。", "蓝色的杯子 and blue cups", "no Chinese at all", "猫"]
-    generations, rows = PgGenerations(pg_database), PgIndexRows(pg_database)
-    with pg_database.transaction() as conn:
+PG_TEXTS = ["Anna 的妈妈说要搬家。", "蓝色的杯子 and blue cups", "no Chinese at all", "猫"]
+
+
+def write_old_layout(db: PgDatabase) -> int:
+    """PG_TEXTS as keyword rows of the old layout, in an active generation naming it."""
+    generations, rows = PgGenerations(db), PgIndexRows(db)
+    with db.transaction() as conn:
         generation = generations.create_building(
             conn, {"dimensions": 0, "tokenizer": OLD_TOKENIZER}, 1.0
         )
         generations.activate(conn, generation, 1.0)
-        for n, text in enumerate(texts):
+        for n, text in enumerate(PG_TEXTS):
             row = ChunkRow(
                 generation, "a.md", "memory", "owner", "", n, n, f"h{n}", text, None, None,
                 old_body(text), None,
             )  # fmt: skip
             rows.insert_chunk(conn, row)
-    queries = PgSearchQueries(pg_database)
-    assert queries.match_count('"搬家"', None) == 0  # the old layout
-    with pg_database.transaction() as conn:
-        p001_cjk_bigram_keywords(conn)
+    assert PgSearchQueries(db).match_count('"搬家"', None) == 0  # the old layout
+    return generation
 
+
+def assert_new_layout(db: PgDatabase, generation: int) -> None:
+    texts = PG_TEXTS
+    pg_database = db
+    queries = PgSearchQueries(db)
     kept = pg_database.execute("SELECT body, tokens FROM memory_keywords ORDER BY chunk_id")
     assert kept == [(fts_body(t), stemmed(keyword_tokens(fts_body(t)))) for t in texts]
     recount = (
@@ -296,3 +301,27 @@ def test_postgres_migration_rewrites_the_keyword_rows_and_their_frequencies(
     }
     assert queries.match_count('"搬家"', None) == 1
     assert queries.match_count('"猫"*', None) == 1 and queries.match_count('"蓝"*', None) == 1
+
+
+def test_postgres_migration_rewrites_the_keyword_rows_and_their_frequencies(
+    pg_database: PgDatabase,
+) -> None:
+    generation = write_old_layout(pg_database)
+    with pg_database.transaction() as conn:
+        p001_cjk_bigram_keywords(conn)
+    assert_new_layout(pg_database, generation)
+
+
+def test_a_postgres_backup_of_the_old_layout_is_restored_with_the_new_one(
+    pg_database: PgDatabase, pg_server: PgTestServer, tmp_path: Path
+) -> None:
+    generation = write_old_layout(pg_database)
+    pg_database.execute("DELETE FROM schema_migrations WHERE owner = 'cjk_keywords'")
+    dump = tmp_path / "agent.pgdump"
+    PgSnapshots(pg_database).copy(Path("agent"), dump)
+    target = pg_server.open(pg_server.new_database(), min_size=0, max_size=2)
+    try:
+        PgSnapshots(target).load(dump)  # a fresh schema: its own migration ran on no rows
+        assert_new_layout(target, generation)
+    finally:
+        target.close()

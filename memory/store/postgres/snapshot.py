@@ -29,6 +29,7 @@ from psycopg import sql
 
 from common.private_files import PRIVATE_FILE_MODE
 from memory.errors import DatabaseCorruptError, DatabaseError
+from memory.store.postgres.cjk_keywords import p001_cjk_bigram_keywords
 from memory.store.postgres.database import PgDatabase
 from memory.store.postgres.migrations import PG_SETS
 from memory.store.snapshot import COUNTED, DatabaseFacts
@@ -185,6 +186,10 @@ class PgSnapshots:
                     "INSERT INTO memory_keyword_df (token, rows) SELECT t, count(*) FROM "
                     "memory_keywords, LATERAL (SELECT DISTINCT unnest(tokens) AS t) AS u GROUP BY t"
                 )
+            if "p001_cjk_bigram_keywords" not in header["migrations"].get("cjk_keywords", []):
+                # A copy made before CJK bigram tokens (the schema's own migration ran on no
+                # rows): its keyword rows rewritten as this code writes and reads them.
+                p001_cjk_bigram_keywords(conn)
             _continue_identities(conn)
 
 
