@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from app.gateway.queue import GatewayStore
+from memory.store.cjk_keywords import CJK_KEYWORDS
 from memory.store.db import _load_driver, open_database
 from memory.store.gateway_schema import GATEWAY
 from memory.store.migrations import MIGRATIONS
@@ -83,7 +84,11 @@ def test_each_set_records_its_own_migrations(tmp_path: Path) -> None:
 
     owners = dict(db.execute("SELECT owner, count(*) FROM schema_migrations GROUP BY owner"))
 
-    assert owners == {"memory": len(MIGRATIONS), "gateway": len(GATEWAY.migrations)}
+    assert owners == {
+        "memory": len(MIGRATIONS),
+        "cjk_keywords": len(CJK_KEYWORDS.migrations),  # applied with the memory set on open
+        "gateway": len(GATEWAY.migrations),
+    }
     db.close()
 
 

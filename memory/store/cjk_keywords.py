@@ -4,7 +4,7 @@ CJK run as its overlapping bigrams and its last character, instead of one token 
 character). Nothing is embedded again and no file is read: the text is in `memory_chunks`.
 
 Its own migration set ("cjk_keywords"), applied right after the memory set whenever the agent
-database is opened (memory/store/migrations.py `apply_migrations`), so the contentless FTS5
+database is opened (memory/store/db.py `open_database`), so the contentless FTS5
 index (memory/store/index_rows.py deletes a row by handing FTS5 its body again) never holds a
 body the code would not write. The generations' identity names the new body
 (`pinch-fts-v3`, memory/index/index.py `TOKENIZER_VERSION`), so a database rebuilt here is not
@@ -13,6 +13,7 @@ rebuilt again from the files by the next sync.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from memory.store.schema import MigrationSet
@@ -26,7 +27,11 @@ def c001_cjk_bigram_keywords(conn: Any) -> None:
     """Feature "cjk": every keyword row written again from its chunk's text with today's
     `fts_body` (a contentless table cannot be re-tokenised in place: 'delete-all', then the
     rows), and the generations built with the old body marked as built with the new one."""
-    conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('delete-all')")
+    made = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_fts'").fetchone()
+    if made is not None and re.search(r"content\s*=\s*''", made[0]):
+        conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('delete-all')")
+    else:  # the table before m009 kept its own copy of the text (older code's test databases)
+        conn.execute("DELETE FROM memory_fts")
     last = 0
     while True:
         rows = conn.execute(

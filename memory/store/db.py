@@ -21,7 +21,9 @@ from typing import Any, TypeVar
 
 from common.private_files import PRIVATE_FILE_MODE, make_private_dirs
 from memory.errors import DatabaseCorruptError, DatabaseError
+from memory.store.cjk_keywords import CJK_KEYWORDS
 from memory.store.migrations import apply_migrations
+from memory.store.schema import apply
 
 T = TypeVar("T")
 
@@ -291,6 +293,7 @@ def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
                 '(x86_64) or set [memory] vector_backend = "auto" to use the in-process search.'
             )
         apply_migrations(conn)
+        apply(conn, CJK_KEYWORDS)  # rewrites memory_fts, which the memory set made first
     except driver.DatabaseError as exc:
         message = str(exc)
         if is_busy(exc):

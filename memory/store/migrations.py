@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 from memory.store.cache_codec import shrink_batch
-from memory.store.cjk_keywords import CJK_KEYWORDS
 from memory.store.content_hash import stored_hash
 from memory.store.schema import MigrationSet, apply
 
@@ -267,11 +266,9 @@ MIGRATIONS: list[Callable[[Any], None]] = [
 
 
 def apply_migrations(conn: Any) -> list[str]:
-    """Apply the memory set's pending migrations in order, each in its own transaction, then the
-    keyword index's "cjk_keywords" set (memory/store/cjk_keywords.py: it rewrites `memory_fts`,
-    which must exist first); return their names. (The memory set is one of several in the
-    database: see memory/store/schema.py.)"""
-    return apply(conn, memory_set()) + apply(conn, CJK_KEYWORDS)
+    """Apply the memory set's pending migrations in order, each in its own transaction; return
+    their names. (The memory set is one of several in the database: see memory/store/schema.py.)"""
+    return apply(conn, memory_set())
 
 
 def memory_set() -> MigrationSet:
