@@ -143,7 +143,7 @@ def _keyword_side(
     terms = query_terms(question)[:32]
     candidates._term_counts.clear()
     real = candidates.fts_match_expression
-    candidates.fts_match_expression = expression  # type: ignore[assignment]
+    candidates.fts_match_expression = expression
     try:
         start = time.thread_time()
         match = candidates.common_term_match(queries, generation, terms, 0.05)
@@ -154,7 +154,7 @@ def _keyword_side(
         ) if match else []  # fmt: skip
         ranked = time.thread_time()
     finally:
-        candidates.fts_match_expression = real  # type: ignore[assignment]
+        candidates.fts_match_expression = real
     return 1000 * (counted - start), 1000 * (ranked - counted), [i for i, _ in found]
 
 

@@ -86,7 +86,7 @@ def run(dsn: str, texts: list[str], rounds: int) -> dict[str, Any]:
                 terms = query_terms(question)[:32]
                 candidates._term_counts.clear()
                 real = candidates.fts_match_expression
-                candidates.fts_match_expression = expressions[layout]  # type: ignore[assignment]
+                candidates.fts_match_expression = expressions[layout]
                 try:
                     start = time.perf_counter()
                     match = candidates.common_term_match(
@@ -94,7 +94,7 @@ def run(dsn: str, texts: list[str], rounds: int) -> dict[str, Any]:
                     )
                     counted = time.perf_counter()
                 finally:
-                    candidates.fts_match_expression = real  # type: ignore[assignment]
+                    candidates.fts_match_expression = real
                 rows = queries[layout].keyword_newest(match, 3000) if match else []
                 ranked = time.perf_counter()
                 timings[layout]["counts"].append(1000 * (counted - start))
