@@ -142,6 +142,43 @@ def test_one_and_several_character_chinese_questions_find_their_chunk(
             copy.close()
 
 
+KANA_HANGUL = {
+    "MEMORY.md": "# Memory\n\nAnna は東京タワーに行きました。\n",
+    "memory/2026-03-01.md": "# Mar 1\n\nAnna 는 서울에서 김치를 먹었다.\n",
+}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_japanese_and_korean_pieces_are_tokens_too(
+    backend: str,
+    make_workspace: WorkspaceFactory,
+    make_index: IndexFactory,
+    request: pytest.FixtureRequest,
+) -> None:
+    idx = make_index(make_workspace(KANA_HANGUL), keyword_config())
+    idx.sync()
+    queries: Any = SqliteSearchQueries(idx.db)
+    copy = None
+    if backend == "postgres":
+        copy = copy_to_postgres(idx.db, request.getfixturevalue("pg_server"))
+        queries = PgSearchQueries(copy)
+    try:
+        for question, path in [
+            ("東京", "MEMORY.md"),
+            ("タワー", "MEMORY.md"),
+            ("서울", "memory/2026-03-01.md"),
+            ("김치", "memory/2026-03-01.md"),
+            ("울", "memory/2026-03-01.md"),  # one character: a prefix
+        ]:
+            match = fts_match_expression(query_terms(question))
+            assert match is not None
+            ranked = queries.keyword_ranked(match, 10)
+            assert [queries.chunks([i])[0][1] for i, _ in ranked] == [path], question
+    finally:
+        if copy is not None:
+            copy.close()
+
+
 def test_deletes_and_reindexing_leave_no_stale_token(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
