@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memory.store.cache_codec import shrink_batch
+from memory.store.chunk_text import compress_batch
 from memory.store.content_hash import stored_hash
 from memory.store.schema import MigrationSet, apply
 
@@ -250,6 +251,17 @@ def m011_size_4bit_cache(conn: Any) -> None:
         _, last = shrink_batch(conn, last)
 
 
+def m012_size2_chunk_text(conn: Any) -> None:
+    """Feature "size2" (issue 22, helper size2): chunk texts stored compressed with a preset
+    dictionary made from the index's own chunks (memory/store/chunk_text.py); nothing else
+    changes (the keyword index is recomputed from the same text, exactly). An index with too
+    little text for a dictionary keeps them plain until it has enough. The pages freed are given
+    back by `pinch memory compact`."""
+    last: int | None = 0
+    while last is not None:
+        _, last = compress_batch(conn, last)
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -262,6 +274,7 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m009_size_contentless_fts,
     m010_size_binary_hashes,
     m011_size_4bit_cache,
+    m012_size2_chunk_text,
 ]
 
 
