@@ -101,18 +101,12 @@ def old_format(idx: MemoryIndex) -> None:
     vectors copied into their rows, and a generation identity without "vectors"."""
     with idx.db.transaction() as conn:
         cached = conn.execute(
-            "SELECT chunk_hash, provider, model, dimensions, vector FROM embedding_cache"
+            "SELECT rowid, provider, model, dimensions, vector FROM embedding_cache"
         ).fetchall()
-        for key, provider, model, dims, blob in cached:
+        for rowid, provider, model, dims, blob in cached:
             conn.execute(
-                "UPDATE embedding_cache SET vector = ? WHERE provider = ? AND model = ? "
-                "AND chunk_hash = ?",
-                (
-                    float32_from_cache(conn, (provider, model, dims), [blob])[0],
-                    provider,
-                    model,
-                    key,
-                ),
+                "UPDATE embedding_cache SET vector = ? WHERE rowid = ?",
+                (float32_from_cache(conn, (provider, model, dims), [blob])[0], rowid),
             )
         conn.execute(
             "UPDATE memory_units SET vector = (SELECT c.vector FROM embedding_cache c "
@@ -179,24 +173,22 @@ def test_compaction_drops_only_cached_vectors_no_passage_names_once_they_are_old
     assert idx.sync().chunks_embedded == 0  # nothing the index names was dropped
 
 
-def test_a_passage_finds_its_vector_by_the_caches_key_which_no_vacuum_renumbers(
+def test_a_passage_names_its_cache_row_and_a_wrong_name_falls_back_to_the_hash(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
     idx = make_index(make_workspace(FILES), use_config())
     idx.sync()
-    (sql,) = rows(idx, "SELECT sql FROM sqlite_master WHERE name = 'embedding_cache'")[0]
-    assert "WITHOUT ROWID" in sql  # migration m013: the rows are the key's own b-tree
-    assert not rows(
-        idx, "SELECT 1 FROM sqlite_master WHERE name LIKE 'sqlite_autoindex_embedding%'"
-    )
     named = rows(
         idx,
-        "SELECT count(*) FROM memory_units u JOIN embedding_cache c ON c.chunk_hash = u.hash",
+        "SELECT count(*) FROM memory_units u JOIN embedding_cache c "
+        "ON c.rowid = u.cache_row AND c.chunk_hash = u.hash",
     )[0][0]
     assert named == rows(idx, "SELECT count(*) FROM memory_units")[0][0]
     ids = [r[0] for r in rows(idx, "SELECT id FROM memory_chunks ORDER BY id")]
     before = search_queries(idx.db).passage_vectors(ids)
-    compact(idx.db)  # VACUUM
+    # as if a VACUUM had renumbered the cache: every name now points at another row
+    with idx.db.transaction() as conn:
+        conn.execute("UPDATE memory_units SET cache_row = cache_row + 1")
 
     after = search_queries(idx.db).passage_vectors(ids)
 

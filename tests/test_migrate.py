@@ -126,8 +126,8 @@ def test_round_trip_keeps_every_table_and_every_search_result(
     # The copy holds PostgreSQL's float32 rows as they came (no cache row named); the SQLite
     # stores read them as an older index's rows, and search finds exactly the same.
     with sqlite3.connect(copy) as conn:
-        units = conn.execute("SELECT vector FROM memory_units").fetchall()
-        assert units and all(len(v) == 4 * DIMS for (v,) in units)
+        units = conn.execute("SELECT vector, cache_row FROM memory_units").fetchall()
+        assert units and all(len(v) == 4 * DIMS and ref is None for v, ref in units)
         cached = conn.execute("SELECT vector FROM embedding_cache").fetchall()
         assert cached and all(len(v) == 4 * DIMS for (v,) in cached)
 
@@ -136,11 +136,11 @@ def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
     """SQLite's 4-bit and 8-bit vectors (the passages' kept once, in the embedding cache) arrive on
     PostgreSQL as the float32 they decode to, each passage with its own vector."""
     with sqlite3.connect(agent) as conn:
-        units = conn.execute("SELECT chunk_id, vector FROM memory_units").fetchall()
-        assert units and all(v is None for _, v in units)
+        units = conn.execute("SELECT chunk_id, vector, cache_row FROM memory_units").fetchall()
+        assert units and all(v is None and ref is not None for _, v, ref in units)
         cached = conn.execute(
             "SELECT u.chunk_id, c.vector, c.provider, c.model, c.dimensions "
-            "FROM memory_units u JOIN embedding_cache c ON c.chunk_hash = u.hash ORDER BY u.id"
+            "FROM memory_units u JOIN embedding_cache c ON c.rowid = u.cache_row"
         ).fetchall()
         cache = {c: b for c, b, *_ in cached}
         # the cache's 4-bit codes decode around their model's center
@@ -158,7 +158,7 @@ def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
     with psycopg.connect(dsn) as pg:
         register_vector(pg)
         pg.execute(f"SET search_path TO {SCHEMA}")
-        there = dict(pg.execute("SELECT chunk_id, vector FROM memory_units ORDER BY id").fetchall())
+        there = dict(pg.execute("SELECT chunk_id, vector FROM memory_units").fetchall())
         assert {c: bytes(v) for c, v in there.items()} == floats
         pg_rows = pg.execute(f"SELECT chunk_id, vector, embedding FROM {matrix[0]}").fetchall()
         assert len(pg_rows) == len(rows)
@@ -362,23 +362,23 @@ def test_a_gateway_serving_the_agent_is_named_before_the_copy(agent: Path, tmp_p
 
 
 def test_a_passages_vector_hashes_the_same_however_sqlite_keeps_it(agent: Path) -> None:
-    """The logical memory_units row carries the float32 vector whether the embedding cache holds
-    it (found by the generation's model and the passage's hash, as search finds it) or the row
-    keeps an older index's float32 copy itself: the same rows and hashes, so the copy compares
-    like with like."""
+    """The logical memory_units row carries the float32 vector whether the row names its cache
+    row, names one a VACUUM renumbered (found by hash, as search finds it), or keeps an older
+    index's float32 copy itself: the same rows and hashes, so the copy compares like with like."""
     with sqlite_hashes(agent) as before:
         pass
     with sqlite3.connect(agent) as conn:
         units = conn.execute(
             "SELECT u.id, c.vector, c.provider, c.model, c.dimensions FROM memory_units u "
-            "JOIN embedding_cache c ON c.chunk_hash = u.hash ORDER BY u.id"
+            "JOIN embedding_cache c ON c.rowid = u.cache_row ORDER BY u.id"
         ).fetchall()
         assert len(units) >= 2
         first, blob, *model = units[0]
         conn.execute(
-            "UPDATE memory_units SET vector = ? WHERE id = ?",
+            "UPDATE memory_units SET vector = ?, cache_row = NULL WHERE id = ?",
             (float32_from_cache(conn, tuple(model), [blob])[0], first),
         )
+        conn.execute("UPDATE memory_units SET cache_row = cache_row + 100000 WHERE vector IS NULL")
     with sqlite_hashes(agent) as after:
         pass
     assert after == before

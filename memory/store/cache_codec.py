@@ -131,37 +131,25 @@ def as_float32(blob: bytes) -> bytes:
     return decode(blob).astype("<f4").tobytes() if is_compact(blob) else blob
 
 
-CacheKey = tuple[str, str, Any]  # provider, model, chunk_hash: the cache's primary key
-
-
-def shrink_batch(conn: Any, after: CacheKey | int | None) -> tuple[int, CacheKey | None]:
-    """Rewrite the next `SHRINK_BATCH` wide cached vectors whose key (provider, model,
-    chunk_hash) comes after `after` (0 or None: from the first) in the cache's form, inside the
-    caller's transaction: (how many, the last key seen — None when none were left). By key, not
-    rowid: the cache is keyed by it alone since migration m013 (WITHOUT ROWID)."""
-    start = "AND (provider, model, chunk_hash) > (?, ?, ?) " if isinstance(after, tuple) else ""
+def shrink_batch(conn: Any, after: int) -> tuple[int, int | None]:
+    """Rewrite the next `SHRINK_BATCH` wide cached vectors with a rowid above `after` in the
+    cache's form, inside the caller's transaction: (how many, the last rowid seen — None when
+    none were left)."""
     rows = conn.execute(
-        "SELECT provider, model, chunk_hash, dimensions, vector FROM embedding_cache "
-        f"WHERE {wide_vectors()} {start}ORDER BY provider, model, chunk_hash LIMIT ?",
-        (*(after if isinstance(after, tuple) else ()), SHRINK_BATCH),
+        "SELECT rowid, provider, model, dimensions, vector FROM embedding_cache "
+        f"WHERE {wide_vectors()} AND rowid > ? ORDER BY rowid LIMIT ?",
+        (after, SHRINK_BATCH),
     ).fetchall()
     if not rows:
         return 0, None
-    by_model: dict[ModelTriple, list[tuple[Any, bytes]]] = {}
-    for provider, name, key, dims, blob in rows:
-        by_model.setdefault((provider, name, int(dims)), []).append((key, bytes(blob)))
+    by_model: dict[ModelTriple, list[tuple[int, bytes]]] = {}
+    for rowid, provider, name, dims, blob in rows:
+        by_model.setdefault((provider, name, int(dims)), []).append((int(rowid), bytes(blob)))
     done = 0
     for model, items in by_model.items():
         floats = [as_float32(b) for _, b in items]
         coded = encode_for_cache(conn, model, floats)
-        changed = [
-            (c, model[0], model[1], k) for (k, b), c in zip(items, coded, strict=True) if c != b
-        ]
-        conn.executemany(
-            "UPDATE embedding_cache SET vector = ? WHERE provider = ? AND model = ? "
-            "AND chunk_hash = ?",
-            changed,
-        )
+        changed = [(c, r) for (r, b), c in zip(items, coded, strict=True) if c != b]
+        conn.executemany("UPDATE embedding_cache SET vector = ? WHERE rowid = ?", changed)
         done += len(changed)
-    last = rows[-1]
-    return done, (last[0], last[1], last[2])
+    return done, int(rows[-1][0])

@@ -95,7 +95,8 @@ class SqliteEmbeddingCache:
     def put(self, conn: Any, key: ModelKey, vectors: Sequence[tuple[str, bytes]]) -> None:
         now = time.time()
         stored = encode_for_cache(conn, _triple(key), [v for _, v in vectors])
-        # (an upsert: the key stays, its vector and time are replaced)
+        # An upsert, not INSERT OR REPLACE: a replaced row keeps its rowid, which passages
+        # name (`memory_units.cache_row`).
         conn.executemany(
             "INSERT INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT(provider, model, chunk_hash) DO UPDATE SET "
@@ -129,21 +130,33 @@ def _generation_key(conn: Any, generation: int) -> tuple[Any, Any, Any] | None:
     return identity.get("provider"), identity.get("model"), identity.get("dimensions")
 
 
-def generation_model(conn: Any, generation: int) -> tuple[str, str, int] | None:
-    """(provider, model, dimensions) the generation was built with (None: no such one)."""
+def cache_rows(conn: Any, generation: int, hashes: Sequence[str]) -> dict[str, int]:
+    """The cache rowids of `hashes` by the generation's model (inside the caller's
+    transaction: passages name them)."""
     key = _generation_key(conn, generation)
-    if key is None or key[0] is None or key[1] is None:
-        return None
-    return str(key[0]), str(key[1]), int(key[2] or 0)
+    found: dict[str, int] = {}
+    unique = list(dict.fromkeys(hashes))
+    for i in range(0, len(unique) if key else 0, LOOKUP_BATCH):
+        part = {stored_hash(h): h for h in unique[i : i + LOOKUP_BATCH]}
+        marks = ",".join("?" for _ in part)
+        for k, rowid in conn.execute(
+            f"SELECT chunk_hash, rowid FROM embedding_cache WHERE provider = ? AND model = ? "
+            f"AND dimensions = ? AND chunk_hash IN ({marks})",
+            (*key, *part),  # type: ignore[misc]
+        ):
+            found[part[k]] = int(rowid)
+    return found
 
 
 def cached_vectors(
-    db: Database, generation: int, hashes: Sequence[StoredHash]
+    db: Database, generation: int, hashes: Sequence[StoredHash], rows: Sequence[int | None] = ()
 ) -> dict[StoredHash, bytes]:
     """The vectors (as float32 blobs) of `hashes` (as stored: `memory_units.hash`,
     content_hash.stored_hash) by the model the generation was built with, keyed by the stored
-    hash; those not cached are left out. `db` may be a read connection."""
-    found, key = stored_vectors(db, generation, hashes)
+    hash; those not cached are left out. `rows`: the cache rowids the
+    passages name (None: unknown), read first — one lookup by rowid each, checked against the
+    hash — and the rest by hash. `db` may be a read connection."""
+    found, key = stored_vectors(db, generation, hashes, rows)
     if not found or key is None:
         return found
     with db.lock:
@@ -152,18 +165,30 @@ def cached_vectors(
 
 
 def stored_vectors(
-    db: Database, generation: int, hashes: Sequence[StoredHash]
+    db: Database, generation: int, hashes: Sequence[StoredHash], rows: Sequence[int | None] = ()
 ) -> tuple[dict[StoredHash, bytes], tuple[str, str, int] | None]:
     """`cached_vectors` as stored (4-bit, 8-bit or float32 blobs), and the generation's model
-    (whose center decodes the 4-bit ones: cache_codec.center_of). By the cache's key: one
-    lookup in its primary key each (any layout: WITHOUT ROWID since m013, a rowid table with
-    its unique key index before)."""
+    (whose center decodes the 4-bit ones: cache_codec.center_of)."""
     with db.lock:
-        key = generation_model(db.conn, generation)
+        key = _generation_key(db.conn, generation)
     if key is None:
         return {}, None
     found: dict[StoredHash, bytes] = {}
-    unique = list({stored_hash(h) for h in hashes})
+    known = list(dict.fromkeys(r for r in rows if r is not None))
+    for i in range(0, len(known), LOOKUP_BATCH):
+        part = known[i : i + LOOKUP_BATCH]
+        marks = ",".join("?" for _ in part)
+        # (checked by hash: the row a passage named is its text's, of the model it was
+        # indexed with, unless a VACUUM renumbered the rows — then the hash finds it below)
+        found.update(
+            db.execute(
+                # (unary +: found by rowid, not by scanning the model's rows in the key index)
+                f"SELECT chunk_hash, vector FROM embedding_cache WHERE rowid IN ({marks}) "
+                "AND +provider = ? AND +model = ? AND +dimensions = ?",
+                (*part, *key),
+            )
+        )
+    unique = [h for h in {stored_hash(h) for h in hashes} if h not in found]
     for i in range(0, len(unique), LOOKUP_BATCH):
         names = unique[i : i + LOOKUP_BATCH]
         marks = ",".join("?" for _ in names)
@@ -229,7 +254,7 @@ def prune_orphans(conn: Any, now: float | None = None) -> int:
 def requantise(db: Database) -> int:
     """Rewrite cached vectors an older version stored wider (float32, 8-bit codes) in the
     cache's form (4-bit codes), a batch per transaction; returns how many."""
-    done, last = 0, None
+    done, last = 0, 0
     while True:
         with db.transaction() as conn:
             n, seen = shrink_batch(conn, last)

@@ -24,6 +24,7 @@ from memory.store.chunk_text import (
 )
 from memory.store.content_hash import stored_hash
 from memory.store.db import Database
+from memory.store.index_embedcache import cache_rows
 from memory.text import fts_body
 
 # The keyword index holds no copy of the text (`content=''`, migration m009): a row is removed by
@@ -244,13 +245,22 @@ class SqliteIndexRows:
         self, conn: Any, chunk_id: int, generation: int, passages: Sequence[PassageRow]
     ) -> None:
         # Each vector is stored once: in the embedding cache, where every embedded passage's
-        # vector already is (memory/index/embedcache.py); search reads it from there by the
-        # cache's key, (the generation's model, this hash). The row keeps `vector` NULL.
+        # vector already is (memory/index/embedcache.py); search reads it from there by hash
+        # (search_queries.passage_vectors), by its rowid (`cache_row`). The row keeps `vector`
+        # NULL.
+        refs = cache_rows(conn, generation, [p.hash for p in passages])
         conn.executemany(
-            "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash) "
-            "VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash, "
+            "cache_row) VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (chunk_id, generation, p.start_line, p.end_line, stored_hash(p.hash))
+                (
+                    chunk_id,
+                    generation,
+                    p.start_line,
+                    p.end_line,
+                    stored_hash(p.hash),
+                    refs.get(p.hash),
+                )
                 for p in passages
             ],
         )

@@ -262,33 +262,6 @@ def m012_size2_chunk_text(conn: Any) -> None:
         _, last = compress_batch(conn, last)
 
 
-def m013_size2_cache_by_key(conn: Any) -> None:
-    """Feature "size2" (issue 22, helper size2): the embedding cache as a WITHOUT ROWID table
-    keyed by (provider, model, chunk_hash) — the rows are the key's b-tree, so there is no
-    second copy of every key in a unique index (36 MB at 100k chunks) — and the passages no
-    longer name a cache rowid (`memory_units.cache_row`, dropped): a passage's vector is found
-    by its generation's model and its own hash, which no VACUUM can renumber."""
-    conn.executescript(
-        """
-        CREATE TABLE embedding_cache_by_key (
-            provider TEXT NOT NULL,
-            model TEXT NOT NULL,
-            chunk_hash TEXT NOT NULL,
-            dimensions INTEGER NOT NULL,
-            vector BLOB NOT NULL,
-            created_at REAL NOT NULL,
-            PRIMARY KEY (provider, model, chunk_hash)
-        ) WITHOUT ROWID;
-        INSERT INTO embedding_cache_by_key
-            SELECT provider, model, chunk_hash, dimensions, vector, created_at
-            FROM embedding_cache ORDER BY provider, model, chunk_hash;
-        DROP TABLE embedding_cache;
-        ALTER TABLE embedding_cache_by_key RENAME TO embedding_cache;
-        ALTER TABLE memory_units DROP COLUMN cache_row;
-        """
-    )
-
-
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -302,7 +275,6 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m010_size_binary_hashes,
     m011_size_4bit_cache,
     m012_size2_chunk_text,
-    m013_size2_cache_by_key,
 ]
 
 

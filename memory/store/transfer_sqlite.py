@@ -64,7 +64,7 @@ HASHES = {"memory_units": "hash", "embedding_cache": "chunk_hash"}
 # The columns naming a cached vector's model (its 4-bit codes are around that model's center).
 _MODEL = ("provider", "model", "dimensions")
 # The extra columns read to resolve a memory_units row's vector from the cache.
-_UNIT_EXTRA = ("hash", "generation")
+_UNIT_EXTRA = (CACHE_ROW, "hash", "generation")
 
 
 def _quote(name: str) -> str:
@@ -149,7 +149,7 @@ class _SqliteTables:
                 yield [(*r[:at], hash_of_stored(r[at]), *r[at + 1 :]) for r in found]
 
     def _rows(self, table: str, columns: Sequence[str], batch: int) -> Iterator[Rows]:
-        units = table == "memory_units" and "vector" in columns
+        units = table == "memory_units" and CACHE_ROW in self._columns(table)
         picked, source = self._select(table, [*columns, *_UNIT_EXTRA] if units else columns)
         instants = [i for i, c in enumerate(columns) if c in INSTANTS.get(table, ())]
         cursor = self.conn.execute(f"SELECT {picked} {source}")
@@ -178,24 +178,27 @@ class _SqliteTables:
 
     def _unit_vectors(self, columns: Sequence[str], found: Rows) -> Rows:
         """memory_units rows (`columns`, then `_UNIT_EXTRA`) with each vector as float32: the
-        row's own, else the embedding cache's row of its hash under the generation's model
-        (as the search finds it, memory/store/search_queries.py passage_vectors); NULL when
-        neither has it (search skips it too). Files of any layout: the cache keyed by its
-        primary key (m013) or a rowid table whose `cache_row` the passages named."""
+        row's own, else the embedding cache's row it names (found as the search finds it,
+        memory/store/search_queries.py passage_vectors: by rowid, checked by hash, else by
+        hash under the generation's model); NULL when neither has it (search skips it too)."""
         at, n = list(columns).index("vector"), len(columns)
-        wanted: dict[int, list[StoredHash]] = {}
+        wanted: dict[int, tuple[list[StoredHash], list[int | None]]] = {}
         for row in found:
             if row[at] is None:
-                wanted.setdefault(int(row[n + 1]), []).append(stored_hash(row[n]))
+                hashes, refs = wanted.setdefault(int(row[n + 2]), ([], []))
+                hashes.append(stored_hash(row[n + 1]))
+                refs.append(row[n])
         reader = _Reader(self.conn)
         cached = {
-            g: cached_vectors(reader, g, h)  # type: ignore[arg-type]
-            for g, h in wanted.items()
+            g: cached_vectors(reader, g, h, refs)  # type: ignore[arg-type]
+            for g, (h, refs) in wanted.items()
         }
         out: Rows = []
         for row in found:
             blob = (
-                row[at] if row[at] is not None else cached[int(row[n + 1])].get(stored_hash(row[n]))
+                row[at]
+                if row[at] is not None
+                else cached[int(row[n + 2])].get(stored_hash(row[n + 1]))
             )
             vector = None if blob is None else _float32(blob)
             out.append((*row[:at], vector, *row[at + 1 : n]))
