@@ -241,7 +241,7 @@ class SqliteSearchQueries:
                 part,
             )
         with self.db.lock:  # the texts are stored compressed (memory/store/chunk_text.py)
-            return read_texts(self.db.conn, out, 6)  # type: ignore[return-value]
+            return read_texts(self.db.conn, out, 6)
 
 
 def search_queries(db: Database) -> SearchQueries:
