@@ -36,6 +36,7 @@ _CURRENT = "text_dict"
 _WBITS = -15  # raw deflate: no zlib header or checksum (the row is checked by SQLite)
 
 _dicts: dict[bytes, bytes] = {}  # id -> dictionary: ids are content hashes, valid everywhere
+_DICTS_KEPT = 256  # dictionaries kept in memory (one per agent database: a gateway's agents)
 _dicts_lock = threading.Lock()
 
 
@@ -56,6 +57,8 @@ def _dictionary(conn: Any, dict_id: bytes) -> bytes:
         raise ValueError(f"chunk text dictionary {dict_id.hex()} does not match its id")
     with _dicts_lock:
         _dicts[dict_id] = data
+        while len(_dicts) > _DICTS_KEPT:  # the oldest read first goes (read again if needed)
+            _dicts.pop(next(iter(_dicts)))
     return data
 
 
