@@ -36,6 +36,7 @@ from rich.table import Table
 from bench.compaction_survival import FACTS, ZH_FACTS, _normalise
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.chunk_text import read_texts
 
 Encoder = Callable[[Sequence[str]], np.ndarray]
 
@@ -54,6 +55,8 @@ def passages(root: Path) -> tuple[list[str], list[int]]:
             "WHERE u.generation = ? ORDER BY u.rowid",
             (generation,),
         )
+        with index.db.lock:  # (chunk texts may be stored compressed: memory/store/chunk_text.py)
+            rows = read_texts(index.db.conn, rows, 3)
     finally:
         index.close()
     texts = ["\n".join(t.split("\n")[a - s : b - s + 1]) for _, a, b, t, s in rows]

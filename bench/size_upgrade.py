@@ -1,6 +1,7 @@
 """Upgrade a copy of an agent database to this version's layout and measure it (issue 22).
 
     python bench/size_upgrade.py SOURCE.sqlite COPY.sqlite [--markdown WORKSPACE] [--quick]
+        [--cache-bits 4]
 
 Copies SOURCE (never written) to COPY, opens the copy — its pending migrations run, as they
 would for a user — then compacts it (`pinch memory compact`: the cache rewritten, VACUUM) and
@@ -22,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.speed_cold import markdown_bytes, page_bytes
+from memory.store import cache_codec
 from memory.store.compact import compact
 from memory.store.db import open_database
 
@@ -33,7 +35,16 @@ def main() -> None:
     p.add_argument("--markdown", type=Path, help="the workspace the database indexes")
     p.add_argument("--backend", default="numpy", choices=["numpy", "sqlite-vec"])
     p.add_argument("--quick", action="store_true", help="migrations only, no compaction")
+    p.add_argument(
+        "--cache-bits",
+        type=int,
+        choices=[4, 8],
+        help="measure with the cache's codes of this width (memory/store/cache_codec.py "
+        "CACHE_BITS; 4 is built but not the default): the compaction rewrites them",
+    )
     args = p.parse_args()
+    if args.cache_bits:
+        cache_codec.CACHE_BITS = args.cache_bits
     notes = markdown_bytes(args.markdown) if args.markdown else 0
     shutil.copyfile(args.source, args.copy)
     before = args.copy.stat().st_size

@@ -16,6 +16,7 @@ import pytest
 
 from common.text import strip_comments
 from memory.index.index import TOKENIZER_VERSION, MemoryIndex
+from memory.store import chunk_text, index_rows
 from memory.store.cjk_keywords import CJK_KEYWORDS, OLD_TOKENIZER
 from memory.store.index_rows import ChunkRow
 from memory.store.postgres.cjk_keywords import p001_cjk_bigram_keywords
@@ -238,7 +239,10 @@ def downgrade_to_the_old_layout(path: Path) -> None:
     """The database as main wrote it before this change: old bodies, the old tokenizer named,
     the "cjk_keywords" migration not applied."""
     conn = sqlite3.connect(path)
-    rows = conn.execute("SELECT id, text FROM memory_chunks").fetchall()
+    rows = [
+        (c, chunk_text.read_text(conn, t))
+        for c, t in conn.execute("SELECT id, text FROM memory_chunks").fetchall()
+    ]
     conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('delete-all')")
     conn.executemany(
         "INSERT INTO memory_fts(rowid, body) VALUES (?, ?)", [(c, old_body(t)) for c, t in rows]
@@ -256,9 +260,17 @@ def downgrade_to_the_old_layout(path: Path) -> None:
     conn.close()
 
 
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain texts", "compressed texts"])
 def test_the_migration_upgrades_an_old_layout_index_in_place(
-    make_workspace: WorkspaceFactory, make_index: IndexFactory, tmp_path: Path
+    make_workspace: WorkspaceFactory,
+    make_index: IndexFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    compressed: bool,
 ) -> None:
+    if compressed:  # the memory set's m012 compresses texts before this set reads them
+        monkeypatch.setattr(chunk_text, "DICT_MIN_BYTES", 100)
+        monkeypatch.setattr(index_rows, "_DICT_LOOK_EVERY", 1)
     ws = make_workspace(NOTES)
     fresh = make_index(ws, keyword_config(), db_name="fresh.sqlite")
     fresh.sync()
@@ -271,6 +283,10 @@ def test_the_migration_upgrades_an_old_layout_index_in_place(
     built.close()
     downgrade_to_the_old_layout(tmp_path / "old.sqlite")
 
+    if compressed:
+        with sqlite3.connect(tmp_path / "old.sqlite") as raw:
+            forms = {f for (f,) in raw.execute("SELECT DISTINCT typeof(text) FROM memory_chunks")}
+        assert "blob" in forms
     idx = make_index(ws, keyword_config(), db_name="old.sqlite")  # opening migrates it
     assert applied(idx.db.conn, "cjk_keywords") == {"c001_cjk_bigram_keywords"}
     active = idx.active_generation()

@@ -14,6 +14,7 @@ import pytest
 from memory.index.index import MemoryIndex
 from memory.store import cache_codec
 from memory.store.cache_codec import float32_from_cache, wide_vectors
+from memory.store.chunk_text import read_text
 from memory.store.db import open_database
 from memory.store.index_embedcache import (
     ModelKey,
@@ -151,8 +152,25 @@ def test_a_forced_rebuild_leaves_each_chunk_once_in_the_keyword_index(
 def previous_layout(idx: MemoryIndex) -> None:
     """Turn the index into what the version before m009-m011 wrote: FTS5 with its own copy of
     every body, hashes as hex text, 8-bit cached vectors, an index on the passages'
-    generation, and those migrations not recorded."""
+    generation, and those migrations not recorded (with what m012-m013 changed undone too:
+    plain chunk texts, the cache's unique key index)."""
     with idx.db.transaction() as conn:
+        conn.execute(
+            "CREATE TABLE cache_old (provider TEXT NOT NULL, model TEXT NOT NULL, "
+            "chunk_hash TEXT NOT NULL, dimensions INTEGER NOT NULL, vector BLOB NOT NULL, "
+            "created_at REAL NOT NULL, PRIMARY KEY (provider, model, chunk_hash))"
+        )
+        conn.execute(
+            "INSERT INTO cache_old(rowid, provider, model, chunk_hash, dimensions, "
+            "vector, created_at) SELECT rowid, * FROM embedding_cache"
+        )
+        conn.execute("DROP TABLE embedding_cache")
+        conn.execute("ALTER TABLE cache_old RENAME TO embedding_cache")
+        texts = conn.execute("SELECT id, text FROM memory_chunks").fetchall()
+        conn.executemany(
+            "UPDATE memory_chunks SET text = ? WHERE id = ?",
+            [(read_text(conn, t), i) for i, t in texts],
+        )
         conn.execute(
             "CREATE VIRTUAL TABLE memory_fts_old USING fts5("
             "body, tokenize = 'porter unicode61 remove_diacritics 2')"
@@ -177,7 +195,13 @@ def previous_layout(idx: MemoryIndex) -> None:
         conn.execute("DELETE FROM meta WHERE key LIKE 'cache_center:%'")
         conn.execute("CREATE INDEX memory_units_by_generation ON memory_units (generation)")
         conn.execute("CREATE INDEX memory_chunks_by_hash ON memory_chunks (hash)")
-        names = ("m009_size_contentless_fts", "m010_size_binary_hashes", "m011_size_4bit_cache")
+        names = (
+            "m009_size_contentless_fts",
+            "m010_size_binary_hashes",
+            "m011_size_4bit_cache",
+            "m012_size2_chunk_text",
+            "m013_size2_cache_short_key",
+        )
         for table in ("schema_migrations", "_migrations"):
             conn.executemany(f"DELETE FROM {table} WHERE name = ?", [(n,) for n in names])
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from memory.errors import DatabaseError
 from memory.store.backends import backend_of
+from memory.store.chunk_text import compress_batch
 from memory.store.db import BUSY_TIMEOUT_S, Database, is_busy
 from memory.store.index_embedcache import cache_slack, prune_orphans, requantise
 
@@ -95,6 +96,7 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
                 # leaves many)
                 tx.execute("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
             rewritten = requantise(db)
+            compress_texts(db)
             if pruned or rewritten:
                 log.info(
                     "Embedding cache: %d unused vectors dropped, %d made compact", pruned, rewritten
@@ -114,6 +116,19 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
     return space_usage(db)
+
+
+def compress_texts(db: Database) -> int:
+    """Compress the chunk texts still stored plain (written before the index had a text
+    dictionary, or by an older version), a batch per transaction; returns how many."""
+    done, last = 0, 0
+    while True:
+        with db.transaction() as conn:
+            n, seen = compress_batch(conn, last)
+        done += n
+        if seen is None:
+            return done
+        last = seen
 
 
 def compact_if_worth_it(db: Database) -> SpaceUsage | None:

@@ -30,6 +30,10 @@ from memory.store.content_hash import StoredHash, stored_hash
 from memory.store.db import Database
 
 LOOKUP_BATCH = 500  # hashes per lookup query (SQLite's bound-parameter limit is far above)
+# The cache's key index holds the first bytes of the hash alone (migration m013: 8 bytes
+# instead of provider, model and all 32 — ≈ 27 MB less at 100k chunks): lookups name the prefix
+# and the whole hash, and compare the whole key on the rows the prefix finds.
+KEY_PREFIX = 8
 
 
 @dataclass(frozen=True)
@@ -74,46 +78,57 @@ class SqliteEmbeddingCache:
         return int(self.db.execute("SELECT count(*) FROM embedding_cache")[0][0])
 
     def get(self, key: ModelKey, hashes: Sequence[str]) -> dict[str, bytes]:
-        names: list[str] = []
-        blobs: list[bytes] = []
-        for i in range(0, len(hashes), LOOKUP_BATCH):
-            part = {stored_hash(h): h for h in hashes[i : i + LOOKUP_BATCH]}
-            marks = ",".join("?" for _ in part)
-            for k, blob in self.db.execute(
-                f"SELECT chunk_hash, vector FROM embedding_cache WHERE provider = ? AND model = ? "
-                f"AND dimensions = ? AND chunk_hash IN ({marks})",
-                (key.provider, key.model, key.dimensions, *part),
-            ):
-                names.append(part[k])
-                blobs.append(blob)
-        if not blobs:
-            return {}
+        wanted = {stored_hash(h): h for h in hashes}
         with self.db.lock:
-            floats = float32_from_cache(self.db.conn, _triple(key), blobs)
+            found = lookup(self.db.conn, key.provider, key.model, list(wanted), key.dimensions)
+            if not found:
+                return {}
+            names = [wanted[k] for k in found]
+            floats = float32_from_cache(self.db.conn, _triple(key), [b for _, b in found.values()])
         return dict(zip(names, floats, strict=True))
 
     def put(self, conn: Any, key: ModelKey, vectors: Sequence[tuple[str, bytes]]) -> None:
         now = time.time()
         stored = encode_for_cache(conn, _triple(key), [v for _, v in vectors])
-        # An upsert, not INSERT OR REPLACE: a replaced row keeps its rowid, which passages
-        # name (`memory_units.cache_row`).
+        latest = {stored_hash(h): blob for (h, _), blob in zip(vectors, stored, strict=True)}
+        # (provider, model, hash) is unique by this: the row a key has is replaced in place,
+        # keeping its rowid, which passages name (`memory_units.cache_row`); the others are new.
+        there = lookup(conn, key.provider, key.model, list(latest))
         conn.executemany(
-            "INSERT INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT(provider, model, chunk_hash) DO UPDATE SET "
-            "dimensions = excluded.dimensions, vector = excluded.vector, "
-            "created_at = excluded.created_at",
+            "UPDATE embedding_cache SET dimensions = ?, vector = ?, created_at = ? WHERE rowid = ?",
+            [(key.dimensions, latest[k], now, rowid) for k, (rowid, _) in there.items()],
+        )
+        conn.executemany(
+            "INSERT INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (
-                    key.provider,
-                    key.model,
-                    stored_hash(h),
-                    key.dimensions,
-                    blob,
-                    now,
-                )
-                for (h, _), blob in zip(vectors, stored, strict=True)
+                (key.provider, key.model, k, key.dimensions, blob, now)
+                for k, blob in latest.items()
+                if k not in there
             ],
         )
+
+
+def lookup(
+    conn: Any, provider: str, model: str, keys: Sequence[StoredHash], dimensions: int | None = None
+) -> dict[StoredHash, tuple[int, bytes]]:
+    """{stored hash: (rowid, stored vector)} of the cached rows among `keys` under the model
+    (and width, when given). Found through the index on the hash's first 8 bytes (migration
+    m013: the cache has no index of its whole key), each row's whole key compared."""
+    found: dict[StoredHash, tuple[int, bytes]] = {}
+    width = "" if dimensions is None else "AND dimensions = ? "
+    for i in range(0, len(keys), LOOKUP_BATCH):
+        part = list(dict.fromkeys(keys[i : i + LOOKUP_BATCH]))
+        marks = ",".join("?" for _ in part)
+        prefixes = list(dict.fromkeys(k[:KEY_PREFIX] for k in part))
+        pmarks = ",".join("?" for _ in prefixes)
+        for rowid, k, blob in conn.execute(
+            "SELECT rowid, chunk_hash, vector FROM embedding_cache "
+            f"WHERE substr(chunk_hash, 1, {KEY_PREFIX}) IN ({pmarks}) AND chunk_hash IN ({marks}) "
+            f"AND provider = ? AND model = ? {width}",
+            (*prefixes, *part, provider, model, *(() if dimensions is None else (dimensions,))),
+        ):
+            found[bytes(k) if isinstance(k, memoryview) else k] = (int(rowid), blob)
+    return found
 
 
 def _triple(key: ModelKey) -> tuple[str, str, int]:
@@ -134,18 +149,11 @@ def cache_rows(conn: Any, generation: int, hashes: Sequence[str]) -> dict[str, i
     """The cache rowids of `hashes` by the generation's model (inside the caller's
     transaction: passages name them)."""
     key = _generation_key(conn, generation)
-    found: dict[str, int] = {}
-    unique = list(dict.fromkeys(hashes))
-    for i in range(0, len(unique) if key else 0, LOOKUP_BATCH):
-        part = {stored_hash(h): h for h in unique[i : i + LOOKUP_BATCH]}
-        marks = ",".join("?" for _ in part)
-        for k, rowid in conn.execute(
-            f"SELECT chunk_hash, rowid FROM embedding_cache WHERE provider = ? AND model = ? "
-            f"AND dimensions = ? AND chunk_hash IN ({marks})",
-            (*key, *part),  # type: ignore[misc]
-        ):
-            found[part[k]] = int(rowid)
-    return found
+    if key is None or key[0] is None or key[1] is None:
+        return {}
+    wanted = {stored_hash(h): h for h in hashes}
+    found = lookup(conn, str(key[0]), str(key[1]), list(wanted), key[2])
+    return {wanted[k]: rowid for k, (rowid, _) in found.items()}
 
 
 def cached_vectors(
@@ -182,22 +190,17 @@ def stored_vectors(
         # indexed with, unless a VACUUM renumbered the rows — then the hash finds it below)
         found.update(
             db.execute(
-                # (unary +: found by rowid, not by scanning the model's rows in the key index)
+                # (unary +: found by rowid, not through the key index)
                 f"SELECT chunk_hash, vector FROM embedding_cache WHERE rowid IN ({marks}) "
                 "AND +provider = ? AND +model = ? AND +dimensions = ?",
                 (*part, *key),
             )
         )
     unique = [h for h in {stored_hash(h) for h in hashes} if h not in found]
-    for i in range(0, len(unique), LOOKUP_BATCH):
-        names = unique[i : i + LOOKUP_BATCH]
-        marks = ",".join("?" for _ in names)
-        for h, blob in db.execute(
-            f"SELECT chunk_hash, vector FROM embedding_cache WHERE provider = ? AND model = ? "
-            f"AND dimensions = ? AND chunk_hash IN ({marks})",
-            (*key, *names),
-        ):
-            found[h] = blob
+    if unique and key[0] is not None and key[1] is not None:
+        with db.lock:
+            located = lookup(db.conn, str(key[0]), str(key[1]), unique, key[2])
+        found.update({h: blob for h, (_, blob) in located.items()})
     return found, key
 
 

@@ -15,6 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memory.store.chunk_text import (
+    current_dictionary,
+    ensure_dictionary,
+    pack_text,
+    read_text,
+    read_texts,
+)
 from memory.store.content_hash import stored_hash
 from memory.store.db import Database
 from memory.store.index_embedcache import cache_rows
@@ -28,6 +35,9 @@ from memory.text import fts_body
 _FTS_DELETE = "INSERT INTO memory_fts(memory_fts, rowid, body) VALUES ('delete', ?, ?)"
 _FTS_INSERT = "INSERT INTO memory_fts(rowid, body) VALUES (?, ?)"
 _BATCH = 500
+# Chunks inserted between two looks for a text dictionary while there is none (it is made once
+# the index holds enough text: memory/store/chunk_text.py).
+_DICT_LOOK_EVERY = 64
 
 
 @dataclass(frozen=True)
@@ -189,8 +199,23 @@ class SqliteIndexRows:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._until_look = 0
+
+    def _text_dictionary(self, conn: Any) -> tuple[bytes, bytes] | None:
+        """The dictionary chunk texts are compressed with, read in the caller's transaction
+        (one `meta` row; never cached across transactions: one that made it may roll back).
+        While there is none it is looked for every `_DICT_LOOK_EVERY` chunks, and made once
+        the index holds enough text."""
+        found = current_dictionary(conn)
+        if found is None:
+            self._until_look -= 1
+            if self._until_look <= 0:
+                self._until_look = _DICT_LOOK_EVERY
+                found = ensure_dictionary(conn)
+        return found
 
     def insert_chunk(self, conn: Any, row: ChunkRow) -> int:
+        # The text compressed (memory/store/chunk_text.py): read back with read_text.
         cur = conn.execute(
             "INSERT INTO memory_chunks(generation, path, source, origin, scope, "
             "start_line, end_line, hash, text, importance, day, project) "
@@ -204,7 +229,7 @@ class SqliteIndexRows:
                 row.start_line,
                 row.end_line,
                 row.hash,
-                row.text,
+                pack_text(row.text, self._text_dictionary(conn)),
                 row.importance,
                 row.day,
                 row.project,
@@ -262,7 +287,9 @@ class SqliteIndexRows:
             rows = conn.execute(
                 f"SELECT id, text FROM memory_chunks WHERE id IN ({marks})", part
             ).fetchall()
-            conn.executemany(_FTS_DELETE, [(int(cid), fts_body(text)) for cid, text in rows])
+            conn.executemany(
+                _FTS_DELETE, [(int(cid), fts_body(read_text(conn, text))) for cid, text in rows]
+            )
 
     def delete_chunks(self, conn: Any, chunk_ids: Sequence[int]) -> None:
         conn.executemany("DELETE FROM memory_units WHERE chunk_id = ?", [(i,) for i in chunk_ids])
@@ -275,6 +302,8 @@ class SqliteIndexRows:
             "FROM memory_chunks WHERE generation = ? AND path = ?) ORDER BY id",
             (generation, path, generation, path),
         )
+        with self.db.lock:
+            rows = read_texts(self.db.conn, rows, 2)
         return [StoredChunk(int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows]
 
     def tagged_chunks(self, generation: int) -> list[tuple[str, int, str, str]]:
@@ -283,6 +312,8 @@ class SqliteIndexRows:
             "WHERE generation = ? AND project IS NOT NULL ORDER BY path, start_line",
             (generation,),
         )
+        with self.db.lock:
+            rows = read_texts(self.db.conn, rows, 2)
         return [(r[0], int(r[1]), r[2], r[3]) for r in rows]
 
     def chunk_count(self, generation: int) -> int:
@@ -381,7 +412,9 @@ class SqliteIndexRows:
             "SELECT id, text FROM memory_chunks WHERE generation != ? ORDER BY id", (generation,)
         )
         while rows := cursor.fetchmany(_BATCH):
-            conn.executemany(_FTS_INSERT, [(int(cid), fts_body(text)) for cid, text in rows])
+            conn.executemany(
+                _FTS_INSERT, [(int(cid), fts_body(read_text(conn, text))) for cid, text in rows]
+            )
 
     def drop_generation(self, conn: Any, generation: int) -> None:
         # (by chunk: the passages' own generation column has no index since m010)

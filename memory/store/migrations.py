@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memory.store.cache_codec import shrink_batch
+from memory.store.chunk_text import compress_batch
 from memory.store.content_hash import stored_hash
 from memory.store.schema import MigrationSet, apply
 
@@ -250,6 +251,43 @@ def m011_size_4bit_cache(conn: Any) -> None:
         _, last = shrink_batch(conn, last)
 
 
+def m012_size2_chunk_text(conn: Any) -> None:
+    """Feature "size2" (issue 22, helper size2): chunk texts stored compressed with a preset
+    dictionary made from the index's own chunks (memory/store/chunk_text.py); nothing else
+    changes (the keyword index is recomputed from the same text, exactly). An index with too
+    little text for a dictionary keeps them plain until it has enough. The pages freed are given
+    back by `pinch memory compact`."""
+    last: int | None = 0
+    while last is not None:
+        _, last = compress_batch(conn, last)
+
+
+def m013_size2_cache_short_key(conn: Any) -> None:
+    """Feature "size2" (issue 22, helper size2): the embedding cache without the unique index of
+    its whole key (provider, model and the 32-byte hash again for every row: 36 MB at 100k
+    chunks), and instead an index of the hash's first 8 bytes (memory/store/index_embedcache.py
+    `lookup` compares the whole key; the cache's `put` keeps it unique). Rows keep their rowids,
+    so the passages' `cache_row` still name them."""
+    conn.executescript(
+        """
+        CREATE TABLE embedding_cache_slim (
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            chunk_hash TEXT NOT NULL,        -- sha256 digest (32 bytes) of the text
+            dimensions INTEGER NOT NULL,
+            vector BLOB NOT NULL,
+            created_at REAL NOT NULL
+        );
+        INSERT INTO embedding_cache_slim(rowid, provider, model, chunk_hash, dimensions, vector,
+            created_at) SELECT rowid, provider, model, chunk_hash, dimensions, vector, created_at
+            FROM embedding_cache ORDER BY rowid;
+        DROP TABLE embedding_cache;
+        ALTER TABLE embedding_cache_slim RENAME TO embedding_cache;
+        CREATE INDEX embedding_cache_by_key ON embedding_cache (substr(chunk_hash, 1, 8));
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -262,6 +300,8 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m009_size_contentless_fts,
     m010_size_binary_hashes,
     m011_size_4bit_cache,
+    m012_size2_chunk_text,
+    m013_size2_cache_short_key,
 ]
 
 

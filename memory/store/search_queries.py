@@ -15,6 +15,7 @@ import numpy as np
 from memory.errors import DatabaseCorruptError, DatabaseError
 from memory.store.backends import store_for
 from memory.store.cache_codec import center_of
+from memory.store.chunk_text import read_texts
 from memory.store.content_hash import StoredHash
 from memory.store.db import Database, as_corruption, corruption_advice
 from memory.store.index_embedcache import stored_vectors
@@ -239,7 +240,8 @@ class SqliteSearchQueries:
                 f"project FROM memory_chunks WHERE id IN ({marks})",
                 part,
             )
-        return out
+        with self.db.lock:  # the texts are stored compressed (memory/store/chunk_text.py)
+            return read_texts(self.db.conn, out, 6)
 
 
 def search_queries(db: Database) -> SearchQueries:

@@ -21,6 +21,7 @@ from typing import Any
 from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
 from memory.store.cache_codec import float32_from_cache
+from memory.store.chunk_text import read_text, read_texts
 from memory.store.content_hash import StoredHash, hash_of_stored, stored_hash
 from memory.store.db import Database, open_database, sqlite_driver
 from memory.store.index_embedcache import cached_vectors
@@ -160,7 +161,11 @@ class _SqliteTables:
             elif (convert := _float32_rows(table, columns)) is not None:
                 yield [convert(row) for row in found]
             elif table == "keywords":
-                yield [(int(cid), fts_body(text)) for cid, text in found]
+                yield [(int(cid), fts_body(read_text(self.conn, text))) for cid, text in found]
+            elif table == "memory_chunks" and "text" in columns:
+                # (the portable form of a chunk's text: plain; SQLite may keep it compressed,
+                # memory/store/chunk_text.py)
+                yield read_texts(self.conn, found, list(columns).index("text"))
             elif table == "intent_triggers":
                 yield [(int(a), int(b), str(t).split(" ") if t else []) for a, b, t in found]
             elif instants:

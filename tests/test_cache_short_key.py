@@ -1,0 +1,56 @@
+"""Issue 22 (helper size2): the embedding cache without the unique index of its whole key —
+an index of the hash's first 8 bytes finds the rows, the whole key is compared, and `put`
+keeps (provider, model, hash) unique, replacing a key's row in place (its rowid, which
+passages name, kept). Real SQLite files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from memory.store.db import open_database
+from memory.store.index_embedcache import ModelKey, SqliteEmbeddingCache, lookup
+
+KEY = ModelKey("local", "e5", 8)
+
+
+def vec(seed: int) -> bytes:
+    v = np.random.default_rng(seed).standard_normal(8).astype("<f4")
+    return (v / np.linalg.norm(v)).astype("<f4").tobytes()
+
+
+def test_keys_sharing_their_first_bytes_are_told_apart_and_stay_unique(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "a.sqlite")
+    cache = SqliteEmbeddingCache(db)
+    twin_a, twin_b = "ab" * 8 + "0" * 48, "ab" * 8 + "1" * 48  # the same first 8 bytes
+    with db.transaction() as conn:
+        cache.put(conn, KEY, [(twin_a, vec(1)), (twin_b, vec(2)), (twin_a, vec(3))])
+        cache.put(conn, ModelKey("local", "other", 8), [(twin_a, vec(4))])
+    rows = db.execute("SELECT rowid, chunk_hash FROM embedding_cache WHERE model = 'e5'")
+    assert len(rows) == 2  # twin_a once: the last of the batch
+    got = cache.get(KEY, [twin_a, twin_b, "cd" * 32])
+    assert set(got) == {twin_a, twin_b}
+    close = np.frombuffer(got[twin_a], "<f4") @ np.frombuffer(vec(3), "<f4")
+    assert close > 0.99  # (8-bit codes: within half a step)
+    before = dict((bytes(h), r) for r, h in rows)
+
+    with db.transaction() as conn:
+        cache.put(conn, KEY, [(twin_b, vec(5))])  # replaced in place
+
+    after = dict(
+        (bytes(h), r)
+        for r, h in db.execute("SELECT rowid, chunk_hash FROM embedding_cache WHERE model = 'e5'")
+    )
+    assert after == before
+    with db.lock:
+        found = lookup(db.conn, "local", "e5", [bytes.fromhex(twin_b)], 8)
+        assert set(found) == {bytes.fromhex(twin_b)}
+        assert lookup(db.conn, "local", "e5", [bytes.fromhex(twin_b)], 16) == {}
+    names = [
+        n
+        for (n,) in db.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'embedding_cache'")
+    ]
+    assert "embedding_cache_by_key" in names
+    assert not [n for n in names if n.startswith("sqlite_autoindex")]
+    db.close()
