@@ -18,6 +18,7 @@ from common.text import strip_comments
 from memory.index.index import TOKENIZER_VERSION, MemoryIndex
 from memory.store import chunk_text, index_rows
 from memory.store.cjk_keywords import CJK_KEYWORDS, OLD_TOKENIZER
+from memory.store.compact import compact
 from memory.store.index_rows import ChunkRow
 from memory.store.postgres.cjk_keywords import p001_cjk_bigram_keywords
 from memory.store.postgres.database import PgDatabase
@@ -86,7 +87,7 @@ def assert_index_is_exactly_the_chunks(idx: MemoryIndex) -> None:
     conn = idx.db.conn
     conn.execute("INSERT INTO memory_fts(memory_fts, rank) VALUES ('integrity-check', 0)")
     chunks = conn.execute("SELECT id, text FROM memory_chunks").fetchall()
-    fresh = fts5([(cid, fts_body(text)) for cid, text in chunks])
+    fresh = fts5([(cid, fts_body(chunk_text.read_text(conn, text))) for cid, text in chunks])
     fresh.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, f, row)")
     expected = [tuple(r) for r in fresh.execute(VOCAB).fetchall()]
     assert vocabulary(conn, "memory_fts") == expected
@@ -269,7 +270,7 @@ def test_the_migration_upgrades_an_old_layout_index_in_place(
     compressed: bool,
 ) -> None:
     if compressed:  # the memory set's m012 compresses texts before this set reads them
-        monkeypatch.setattr(chunk_text, "DICT_MIN_BYTES", 100)
+        monkeypatch.setattr(chunk_text, "DICT_MIN_BYTES", 50)
         monkeypatch.setattr(index_rows, "_DICT_LOOK_EVERY", 1)
     ws = make_workspace(NOTES)
     fresh = make_index(ws, keyword_config(), db_name="fresh.sqlite")
@@ -280,6 +281,8 @@ def test_the_migration_upgrades_an_old_layout_index_in_place(
     built = make_index(ws, keyword_config(), db_name="old.sqlite")
     built.sync()
     generation = built.active_generation()
+    if compressed:
+        compact(built.db)  # writes the texts compressed (the dictionary is made from them)
     built.close()
     downgrade_to_the_old_layout(tmp_path / "old.sqlite")
 
