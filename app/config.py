@@ -103,7 +103,7 @@ class GatewayConfig(BaseModel):
     # Turns running at once in one `pinch gateway` process, all its agents together: beyond
     # it, messages wait in the durable queue (in order) for a free slot instead of crowding
     # one event loop until connections time out (app/gateway/workers.py `TurnSlots`).
-    max_concurrent_turns_per_process: int = Field(default=32, ge=1, le=4096)
+    max_concurrent_turns_per_process: int = Field(default=64, ge=1, le=4096)
     health_listen: str = "127.0.0.1"
     health_port: int | None = Field(default=None, ge=1, le=65535)  # GET /healthz when set
     # Several gateway processes share the agents by lease (app/gateway/fleet.py): the holder
