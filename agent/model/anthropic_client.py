@@ -170,6 +170,13 @@ class AnthropicClient(RetryingClient):
             status = _ANTHROPIC_ERROR_STATUS.get(str(exc.type), 500)
         return status, exc.api_message or exc.message, exc.response.headers
 
+    def _no_response(self, exc: Exception) -> bool:
+        import anthropic
+
+        # The SDK raises APIConnectionError only when no answer came (a broken stream comes
+        # from the HTTP library itself); its APITimeoutError is translated before this.
+        return isinstance(exc, anthropic.APIConnectionError)
+
     def _key_source(self) -> str:
         return self._key_from if self._api_key else "ANTHROPIC_AUTH_TOKEN"
 

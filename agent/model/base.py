@@ -42,9 +42,9 @@ OLLAMA_URL = "http://localhost:11434"
 INITIAL_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
 MAX_RETRY_WAIT_S = 30.0
-# A connection that failed before the request left (a connect or pool timeout, a reset while
-# connecting) or broke before any answer reached anyone — an overloaded server, a burst — is
-# tried at least this many times more (whatever max_retries says, backing off 0.5 … 8 s: ≈ 15 s
+# A connection that failed before the request left (a connect or pool timeout) or before any
+# answer came (reset, closed) — an overloaded server, a burst — is tried at least this many
+# times more (whatever max_retries says, backing off 0.5 … 8 s: ≈ 15 s
 # of waits), within the call's timeout_s. A refused connection (nothing listens) is not: it
 # gets max_retries, so a stopped server is reported at once.
 CONNECT_RETRIES = 5
@@ -196,16 +196,14 @@ class RetryingClient:
                     attempts=attempts,
                 )
             return ModelTimeoutError(model=model, url=url, timeout_s=self.timeout_s)
+        if self._no_response(exc):  # the connection failed before any answer: not the stream
+            return self._unreachable(chain)
         if isinstance(exc, IncompleteStreamError) or any(_is_broken_stream(e) for e in chain):
             return ServerError(
                 model=model, url=url, attempts=attempts, what="the stream broke off", broken=True
             )
         if any(_is_connection_error(e) for e in chain):
-            refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
-            reason = "connection refused" if refused else "connection failed"
-            return ServerUnreachableError(
-                model=model, url=url, reason=reason, url_from=self.url_from
-            )
+            return self._unreachable(chain)
         failure = self._http_failure(exc)
         if failure is None:
             log.debug("Unreadable answer from %s", url, exc_info=True)
@@ -232,6 +230,22 @@ class RetryingClient:
         if status == 413 or _is_context_overflow(exc, detail):  # 413: the request is too large
             return ContextTooLongError(model=model, url=url, status=status, detail=detail)
         return RequestRefusedError(model=model, url=url, status=status, detail=detail)
+
+    def _unreachable(self, chain: list[BaseException]) -> ServerUnreachableError:
+        if any(isinstance(e, ConnectionRefusedError) for e in chain):
+            reason = "connection refused"
+        elif any(isinstance(e, ConnectionResetError) or _is_broken_stream(e) for e in chain):
+            reason = "connection reset before any answer"
+        else:
+            reason = "connection failed"
+        return ServerUnreachableError(
+            model=self.model, url=self.url, reason=reason, url_from=self.url_from
+        )
+
+    def _no_response(self, exc: Exception) -> bool:
+        """Whether `exc` says the connection failed before any answer came (a client library
+        that tells this apart from a stream broken mid-answer overrides it)."""
+        return False
 
     def _unreadable(self, exc: Exception) -> str:
         if isinstance(exc, UnreadableResponseError):
@@ -282,8 +296,7 @@ def _connection_failure(error: ModelError) -> bool:
     """A transient failure of the connection itself (see CONNECT_RETRIES)."""
     if isinstance(error, ServerUnreachableError):
         return not error.refused
-    broken = isinstance(error, ServerError) and error.broken_stream
-    return broken or isinstance(error, ModelConnectTimeoutError)
+    return isinstance(error, ModelConnectTimeoutError)
 
 
 def _is_connect_timeout(exc: BaseException) -> bool:
