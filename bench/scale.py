@@ -6,6 +6,9 @@ time, not the harness's.
 
     .venv/bin/python bench/scale.py --quick          # 6 agents x 5 sessions, 2 gateways (< 1 min)
     nice -n 15 .venv/bin/python bench/scale.py --agents 1000 --sessions 50 --gateways 3
+    # a burst, before/after: the same run with the gateways of another checkout
+    nice -n 10 .venv/bin/python bench/scale.py --agents 334 --sessions 5 --gateways 1 \
+        --paced 0 --fakes-nice 0 --gateway-code /path/to/main
 
 The run: the gateways start together on a fresh home; once every agent is served (its token
 polled) at an even share (no gateway above ceil(N / K) agents, read from the agents' leases),
@@ -25,8 +28,12 @@ Reported:
   queue, the agent's context and turn, the streamed delivery. In a burst it includes the wait
   behind the other messages of the burst; paced, it is one message's own cost. Also end to end
   (pushed to replied);
-- lost (no final bot message names the message) and duplicated (two or more do): must be 0,
-  warm-up and paced included; 409 Conflicts (two processes polling one token): must be 0;
+- failed: turns that ended in an error notice (a bot message naming no message: "Could not
+  connect to the model server…") — a round ends when every message is answered or failed, or
+  after `--stall-s` without either (what is left then is lost);
+- lost (no final bot message names the message, failed ones apart) and duplicated (two or more
+  do): must be 0, warm-up and paced included; 409 Conflicts (two processes polling one token):
+  must be 0;
 - start-up: until every agent is served, and until the share is even; per gateway: agents,
   resident memory at the even share and peak (VmHWM), and the fakes' CPU.
 """
