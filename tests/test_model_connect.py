@@ -21,6 +21,7 @@ from agent.model.errors import ModelConnectTimeoutError, ServerUnreachableError,
 from agent.types import Message, ModelRequest
 from tests.fakes.model_server import FakeModelServer, text_reply
 from tests.fakes.tcp_gate import TcpGate
+from tests.fakes.tcp_gate import full_listener as hanging_port
 
 KEY = "sk-test-connect-key-0123456789abcdef"
 
@@ -31,26 +32,8 @@ def ask(text: str = "hi") -> ModelRequest:
 
 @pytest.fixture
 def full_listener() -> Iterator[int]:
-    """A port whose listen queue is full and never accepted from: a connection to it hangs
-    (the kernel drops the SYN), like a server swamped by a burst."""
-    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
-    port = listener.getsockname()[1]
-    fillers = []
-    for _ in range(8):  # fill the accept queue (backlog 0 still takes one or two)
-        sock = socket.socket()
-        sock.setblocking(False)
-        try:
-            sock.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        fillers.append(sock)
-    time.sleep(0.1)
-    try:
+    with hanging_port() as port:
         yield port
-    finally:
-        for sock in fillers:
-            sock.close()
-        listener.close()
 
 
 def test_a_connect_timeout_names_the_server_and_the_connect_timeout(full_listener: int) -> None:

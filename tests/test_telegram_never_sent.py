@@ -7,7 +7,6 @@ not send again: a lost reply)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -15,29 +14,14 @@ from telegram.error import NetworkError, TimedOut
 from telegram.request import HTTPXRequest
 
 from channels.telegram.adapter import _maybe_delivered, _never_sent
+from tests.fakes.tcp_gate import full_listener as hanging_port
 from tests.fakes.telegram_server import FakeTelegram
 
 
 @pytest.fixture
 def full_listener() -> Iterator[int]:
-    """A port whose listen queue is full and never accepted from: connecting to it hangs."""
-    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
-    port = listener.getsockname()[1]
-    fillers = []
-    for _ in range(8):
-        sock = socket.socket()
-        sock.setblocking(False)
-        try:
-            sock.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        fillers.append(sock)
-    try:
+    with hanging_port() as port:
         yield port
-    finally:
-        for sock in fillers:
-            sock.close()
-        listener.close()
 
 
 async def failure(port: int, *, at_once: int) -> list[NetworkError]:

@@ -6,6 +6,8 @@ first `reset_first` connections outright — connection failures a real client m
         client = AnthropicClient(api_key="k", base_url=gate.url)   # through the gate
         gate.resets          # connections reset so far
         gate.peak_open       # the most connections open through it at once
+
+    with full_listener() as port: ...   # a port whose connections hang (a connect timeout)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import socket
 import struct
 import threading
+from collections.abc import Iterator
 from typing import Self
 
 
@@ -107,3 +110,24 @@ def _reset(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.close()
+
+
+@contextlib.contextmanager
+def full_listener() -> Iterator[int]:
+    """A port whose listen queue is full and never accepted from: a connection to it hangs (the
+    kernel drops the SYN) until the client's connect timeout, like a server swamped by a burst."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = int(listener.getsockname()[1])
+    fillers = []
+    for _ in range(8):  # fill the accept queue (backlog 0 still takes one or two)
+        sock = socket.socket()
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            sock.connect(("127.0.0.1", port))
+        fillers.append(sock)
+    try:
+        yield port
+    finally:
+        for sock in fillers:
+            sock.close()
+        listener.close()
