@@ -8,6 +8,7 @@ import email.utils
 import json
 import logging
 import random
+import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
@@ -44,9 +45,9 @@ MAX_BACKOFF_S = 8.0
 MAX_RETRY_WAIT_S = 30.0
 # A connection that failed before the request left (a connect or pool timeout) or before any
 # answer came (reset, closed) — an overloaded server, a burst — is tried at least this many
-# times more (whatever max_retries says, backing off 0.5 … 8 s: ≈ 15 s
-# of waits), within the call's timeout_s. A refused connection (nothing listens) is not: it
-# gets max_retries, so a stopped server is reported at once.
+# times more (whatever max_retries says, backing off 0.5 … 8 s: ≈ 15 s of waits), within the
+# call's timeout_s. A refused connection (nothing listens) or a host name not found is not: it
+# gets max_retries, so a stopped server or a mistyped api_base is reported at once.
 CONNECT_RETRIES = 5
 
 TextCallback = Callable[[str], None]
@@ -234,6 +235,8 @@ class RetryingClient:
     def _unreachable(self, chain: list[BaseException]) -> ServerUnreachableError:
         if any(isinstance(e, ConnectionRefusedError) for e in chain):
             reason = "connection refused"
+        elif any(isinstance(e, socket.gaierror) for e in chain):
+            reason = "host name not found"
         elif any(isinstance(e, ConnectionResetError) or _is_broken_stream(e) for e in chain):
             reason = "connection reset before any answer"
         else:

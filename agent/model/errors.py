@@ -148,7 +148,8 @@ class ServerUnreachableError(ModelError):
     transient = True
 
     def __init__(self, *, model: str, url: str, reason: str, url_from: str | None = None) -> None:
-        self.refused = reason == "connection refused"  # nothing listens: not retried long
+        # Nothing listens, or no such host: retrying for long would only delay the advice.
+        self.refused = reason in ("connection refused", "host name not found")
         hint = f"check {url_from or _api_base()} and the network"
         if model.startswith(("ollama/", "ollama_chat/")):
             hint = (
