@@ -110,7 +110,10 @@ class TelegramChannel(Channel):
         self._inbox = inbox
         self._lock = TokenLock(state_dir, self._token)
         self._retry_base_s = retry_base_s
-        self._bot = self._make_bot(pool_size=8, read_timeout=20.0)
+        # Replies: up to [gateway] max_concurrent_turns (4) turns an agent, each with its
+        # streamed edits and its "typing…" beside it, plus notices: connections are opened
+        # only when needed, and one that waits for a free one past pool_timeout is retried.
+        self._bot = self._make_bot(pool_size=16, read_timeout=20.0)
         self._identity: BotIdentity | None = None
         self._poller: Poller | None = None
         self._webhook: WebhookReceiver | None = None
