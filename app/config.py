@@ -100,6 +100,10 @@ class GatewayConfig(BaseModel):
     collect_window_ms: int = Field(default=1_500, ge=0, le=60_000)  # quick messages → one turn
     shutdown_grace_s: float = Field(default=20.0, ge=0)  # in-flight turns may finish this long
     max_concurrent_turns: int = Field(default=4, ge=1, le=64)  # sessions answered in parallel
+    # Turns running at once in one `pinch gateway` process, all its agents together: beyond
+    # it, messages wait in the durable queue (in order) for a free slot instead of crowding
+    # one event loop until connections time out (app/gateway/workers.py `TurnSlots`).
+    max_concurrent_turns_per_process: int = Field(default=64, ge=1, le=4096)
     health_listen: str = "127.0.0.1"
     health_port: int | None = Field(default=None, ge=1, le=65535)  # GET /healthz when set
     # Several gateway processes share the agents by lease (app/gateway/fleet.py): the holder

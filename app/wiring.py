@@ -52,6 +52,7 @@ from app.gateway.healthz import HealthServer
 from app.gateway.heartbeat import HEARTBEAT_FILE, heartbeat_dir
 from app.gateway.queue import GatewayStore
 from app.gateway.server import Gateway, GatewayOptions
+from app.gateway.workers import TurnSlots
 from app.process import Runtime
 from app.store_backend import check_store_backend
 from app.store_factory import open_memory_index
@@ -296,12 +297,14 @@ def build_gateway(
     channels: Mapping[str, Channel],
     *,
     chat_claimant: str | None = None,
+    turn_slots: TurnSlots | None = None,
 ) -> Gateway:
     """The gateway answering `channels` with `runtime`'s agent (start it with `await
     gateway.start()`). `pinch gateway` passes the platform channels; `pinch chat` passes the
     terminal and its `chat_claimant` (the terminal's instance): that gateway claims only the
     queue rows its terminal wrote, writes no heartbeat file (the heartbeat is `pinch
-    gateway`'s), and knows no platform owners (the terminal's user is the owner)."""
+    gateway`'s), and knows no platform owners (the terminal's user is the owner). `turn_slots`:
+    the process's bound on turns at once, shared by every agent it serves."""
     db = runtime.index.db
     if chat_claimant is not None:
         return Gateway(
@@ -322,6 +325,7 @@ def build_gateway(
         store=GatewayStore(store_for("QueueStore", db)),
         access=access,
         options=options_from(settings),
+        turn_slots=turn_slots,
     )
 
 

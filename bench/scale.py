@@ -6,6 +6,9 @@ time, not the harness's.
 
     .venv/bin/python bench/scale.py --quick          # 6 agents x 5 sessions, 2 gateways (< 1 min)
     nice -n 15 .venv/bin/python bench/scale.py --agents 1000 --sessions 50 --gateways 3
+    # a burst, before/after: the same run with the gateways of another checkout
+    nice -n 10 .venv/bin/python bench/scale.py --agents 334 --sessions 5 --gateways 1 \
+        --paced 0 --fakes-nice 0 --gateway-code /path/to/main
 
 The run: the gateways start together on a fresh home; once every agent is served (its token
 polled) at an even share (no gateway above ceil(N / K) agents, read from the agents' leases),
@@ -25,8 +28,12 @@ Reported:
   queue, the agent's context and turn, the streamed delivery. In a burst it includes the wait
   behind the other messages of the burst; paced, it is one message's own cost. Also end to end
   (pushed to replied);
-- lost (no final bot message names the message) and duplicated (two or more do): must be 0,
-  warm-up and paced included; 409 Conflicts (two processes polling one token): must be 0;
+- failed: turns that ended in an error notice (a bot message naming no message: "Could not
+  connect to the model server…") — a round ends when every message is answered or failed, or
+  after `--stall-s` without either (what is left then is lost);
+- lost (no final bot message names the message, failed ones apart) and duplicated (two or more
+  do): must be 0, warm-up and paced included; 409 Conflicts (two processes polling one token):
+  must be 0;
 - start-up: until every agent is served, and until the share is even; per gateway: agents,
   resident memory at the even share and peak (VmHWM), and the fakes' CPU.
 """
@@ -121,8 +128,14 @@ def setup(home: Path, telegram: Fake, agents: int, poll_s: int) -> dict[str, str
 
 
 def start_gateway(
-    home: Path, model_url: str, tokens: dict[str, str], log: Path, profile: Path | None = None
+    home: Path,
+    model_url: str,
+    tokens: dict[str, str],
+    log: Path,
+    args: argparse.Namespace,
+    profile: Path | None = None,
 ) -> subprocess.Popen[bytes]:
+    code = args.gateway_code
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PINCH_")},
         **{f"PINCH_AGENTS__{n.upper()}__TELEGRAM__BOT_TOKEN": t for n, t in tokens.items()},
@@ -138,12 +151,15 @@ def start_gateway(
         "PINCH_GATEWAY__COLLECT_WINDOW_MS": "0",
         "PINCH_DREAMING__ENABLED": "false",
         "PINCH_BACKUP__EVERY": "",  # a thousand agents' first backups all fall due 10 min in
+        "PYTHONPATH": str(code),
     }
+    if args.turns_per_process:
+        env["PINCH_GATEWAY__MAX_CONCURRENT_TURNS_PER_PROCESS"] = str(args.turns_per_process)
     (home.parent / "xdg").mkdir(mode=0o700, exist_ok=True)
     profiled = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
     return subprocess.Popen(
         [sys.executable, *profiled, "-m", "app.cli.main", "gateway"],
-        cwd=ROOT,
+        cwd=code,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=log.open("w"),
@@ -207,8 +223,22 @@ def push_all(telegram: Fake, items: list[list[object]]) -> None:
         telegram.post("/_scale/push", {"items": items[i : i + 5000]})
 
 
-def answered_all(telegram: Fake, total: int) -> Callable[[], bool]:
-    return lambda: telegram.get("/_scale/progress")["replied"] >= total
+def settle(telegram: Fake, total: int, what: str, stall_s: float) -> None:
+    """Wait until `total` messages are answered or failed (a notice naming no message): a
+    failed turn is counted, not waited for. Gives up, saying so, after `stall_s` without
+    progress (the report then counts what is missing as lost)."""
+    last, since = (-1, -1), time.monotonic()
+    while True:
+        progress = telegram.get("/_scale/progress")
+        now = (progress["replied"], progress["notices"])
+        if sum(now) >= total:
+            return
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > stall_s:
+            print(f"gave up waiting for {what}: {now[0]} answered, {now[1]} failed of {total}")
+            return
+        time.sleep(0.2)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -235,6 +265,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 models[k % len(models)].url,
                 tokens,
                 work / f"gw{k}.log",
+                args,
                 args.profile / f"gw{k}.prof" if args.profile else None,
             )
             for k in range(gateways)
@@ -266,7 +297,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # warm-up: one message to each agent
         push_all(telegram, [[i, 1000, f"m-{i}-0-r0"] for i in range(agents)])
         sent += agents
-        wait(answered_all(telegram, sent), 3600, "the warm-up answered", 0.2)
+        settle(telegram, sent, "the warm-up", args.stall_s)
+        notices0 = telegram.get("/_scale/progress")["notices"]
 
         # burst: every session at once, `rounds` times
         burst: list[str] = []
@@ -280,8 +312,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             burst += [str(x[2]) for x in items]
             push_all(telegram, items)
             sent += len(items)
-            wait(answered_all(telegram, sent), 7200, f"burst round {r} answered", 0.2)
+            settle(telegram, sent, f"burst round {r}", args.stall_s)
         burst_s = time.monotonic() - start
+        burst_failed = telegram.get("/_scale/progress")["notices"] - notices0
         burst_cpu = sum(cpu_s(p.pid) for p in procs) - sum(cpu0)
         fakes_cpu = sum(cpu_s(f.proc.pid) for f in fakes) - sum(fakes_cpu0)
         rate = len(burst) / burst_s
@@ -301,7 +334,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             telegram.post("/_scale/push", {"items": [[i, 1000 + s, text]]})
             paced.append(text)
         sent += len(paced)
-        wait(answered_all(telegram, sent), 3600, "the paced messages answered", 0.2)
+        settle(telegram, sent, "the paced messages", args.stall_s)
         rss_peak = [proc_status(p.pid, "VmHWM") for p in procs]
         fakes_rss = [proc_status(f.proc.pid, "VmHWM") for f in fakes]
         report = telegram.get("/_scale/report")
@@ -349,6 +382,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "fd_limit": fds,
         "messages": sent,
         "burst_messages": len(burst),
+        "burst_failed": burst_failed,
+        "failed": report["notices"],
+        "max_concurrent_turns_per_process": args.turns_per_process,
+        "gateway_code": str(args.gateway_code),
         "burst_s": burst_s,
         "messages_per_s": rate,
         "cpu_ms_per_message": burst_cpu * 1000 / len(burst),
@@ -363,7 +400,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "paced_overhead_p95_ms": percentile(paced_own, 0.95),
         "paced_e2e_p50_ms": statistics.median(paced_e2e) if paced_e2e else float("nan"),
         "paced_e2e_p95_ms": percentile(paced_e2e, 0.95),
-        "lost": sum(1 for t in every_token if counts.get(t, 0) == 0),
+        "lost": sum(1 for t in every_token if counts.get(t, 0) == 0) - report["notices"],
         "duplicated": sum(1 for t in every_token if counts.get(t, 0) > 1),
         "conflicts": report["conflicts"],
         "every_token_polled_s": first_served,
@@ -394,6 +431,24 @@ def main() -> None:
         help="the fakes' niceness (e.g. 0 when the bench runs at nice 15 on a loaded machine: "
         "at 1,000 agents fakes starved with the gateways timed connections out)",
     )
+    parser.add_argument(
+        "--turns-per-process",
+        type=int,
+        default=0,
+        help="[gateway] max_concurrent_turns_per_process for the gateways (default: theirs)",
+    )
+    parser.add_argument(
+        "--gateway-code",
+        type=Path,
+        default=ROOT,
+        help="run the gateways from this checkout (e.g. main's, for a before/after)",
+    )
+    parser.add_argument(
+        "--stall-s",
+        type=float,
+        default=180.0,
+        help="stop waiting for a round after this long without an answer or a failure",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--profile", type=Path, help="run the gateways under cProfile, here")
     parser.add_argument("--keep", action="store_true", help="keep the home and the logs")
@@ -419,7 +474,8 @@ def main() -> None:
         f"p95 {r['paced_overhead_p95_ms']:.0f} ms at {r['paced_rate']:.1f}/s over "
         f"{r['paced_messages']} messages (end to end p50 {r['paced_e2e_p50_ms']:.0f}, "
         f"p95 {r['paced_e2e_p95_ms']:.0f} ms)\n"
-        f"  lost {r['lost']}, duplicated {r['duplicated']}, 409 conflicts {r['conflicts']}\n"
+        f"  failed (error notices) {r['failed']} (burst {r['burst_failed']}), lost {r['lost']}, "
+        f"duplicated {r['duplicated']}, 409 conflicts {r['conflicts']}\n"
         f"  start-up          every token polled {r['every_token_polled_s']:.1f} s, even share "
         f"{r['even_share_s']:.1f} s; agents per gateway {r['agents_per_gateway']}\n"
         f"  RSS per gateway   at even share {mb(r['rss_started_mb'])} MB, peak "

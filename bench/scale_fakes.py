@@ -17,7 +17,8 @@ answers every Messages API request, streamed or not, with "re: " and the message
 Both time what the bench measures on the machine's monotonic clock (one clock for every
 process): per message token, when it was pushed, when a getUpdates answer first carried it
 (fetched), when a bot's message (sent or edited) first showed it (replied), how many of the
-bots' final messages name it (answered: lost 0, duplicated >1); and per token, when the model
+bots' final messages name it (answered: lost 0, duplicated >1), how many bot messages name
+none (notices: a turn that failed and said so); and per token, when the model
 call carrying it began and ended. The bench reads them from `/_scale/*` routes.
 """
 
@@ -133,10 +134,21 @@ class TelegramFleet:
             self.order[index].wake.set()
         return web.json_response({"pushed": len(self.pushed)})
 
+    def notices(self) -> int:
+        """The bots' messages that name no message token: error notices ("could not connect
+        to the model server…"), each a turn that failed instead of answering."""
+        return sum(
+            1
+            for bot in self.order
+            for _chat, text in bot.messages.values()
+            if not TOKEN.search(text)
+        )
+
     async def progress(self, request: web.Request) -> web.Response:
         return web.json_response(
             {
                 "replied": len(self.replied),
+                "notices": self.notices(),
                 "polls": [b.polls for b in self.order],
                 "conflicts": self.conflicts,
             }
@@ -154,6 +166,7 @@ class TelegramFleet:
                 "fetched": self.fetched,
                 "replied": self.replied,
                 "answered": answered,
+                "notices": self.notices(),
                 "conflicts": self.conflicts,
             }
         )

@@ -58,6 +58,7 @@ _ANTHROPIC_STOP_REASONS: dict[str | None, StopReason] = {
     "model_context_window_exceeded": "max_tokens",
 }
 _EPHEMERAL = {"type": "ephemeral"}
+CONNECT_TIMEOUT_S = 10.0  # a TCP (and TLS) connection, or a free one from the pool
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class AnthropicClient(RetryingClient):
         self._key_from = "api_key" if api_key else "ANTHROPIC_API_KEY"
         self._sdk: anthropic.AsyncAnthropic | None = None
         self._sdk_loop: asyncio.AbstractEventLoop | None = None
+        self.connect_timeout_s = min(timeout_s, CONNECT_TIMEOUT_S)
 
     async def aclose(self) -> None:
         if self._sdk is not None:
@@ -106,7 +108,10 @@ class AnthropicClient(RetryingClient):
             # (a CLI command, a test) needs a client of its own.
             self._sdk_loop = loop
             sdk = await asyncio.to_thread(importlib.import_module, "anthropic")
-            timeout = sdk.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0))
+            # Waiting for a free pooled connection counts as connecting (a connect timeout:
+            # retried, the request never left), not as the answer's timeout_s.
+            connect = self.connect_timeout_s
+            timeout = sdk.Timeout(self.timeout_s, connect=connect, pool=connect)
             tls = await asyncio.to_thread(_tls_context)
             self._sdk = sdk.AsyncAnthropic(
                 api_key=self._api_key,
@@ -164,6 +169,13 @@ class AnthropicClient(RetryingClient):
         if status < 400:  # an error event mid-stream, after a 200
             status = _ANTHROPIC_ERROR_STATUS.get(str(exc.type), 500)
         return status, exc.api_message or exc.message, exc.response.headers
+
+    def _no_response(self, exc: Exception) -> bool:
+        import anthropic
+
+        # The SDK raises APIConnectionError only when no answer came (a broken stream comes
+        # from the HTTP library itself); its APITimeoutError is translated before this.
+        return isinstance(exc, anthropic.APIConnectionError)
 
     def _key_source(self) -> str:
         return self._key_from if self._api_key else "ANTHROPIC_AUTH_TOKEN"

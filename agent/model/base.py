@@ -8,6 +8,7 @@ import email.utils
 import json
 import logging
 import random
+import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
@@ -16,6 +17,7 @@ from agent.model.errors import (
     AuthenticationFailedError,
     BadResponseError,
     ContextTooLongError,
+    ModelConnectTimeoutError,
     ModelError,
     ModelTimeoutError,
     RateLimitedError,
@@ -24,6 +26,7 @@ from agent.model.errors import (
     ServerUnreachableError,
     UnknownModelError,
     quote,
+    server_host,
 )
 from agent.types import ModelRequest, ModelResponse, Usage
 
@@ -40,6 +43,12 @@ OLLAMA_URL = "http://localhost:11434"
 INITIAL_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
 MAX_RETRY_WAIT_S = 30.0
+# A connection that failed before the request left (a connect or pool timeout) or before any
+# answer came (reset, closed) — an overloaded server, a burst — is tried at least this many
+# times more (whatever max_retries says, backing off 0.5 … 8 s: ≈ 15 s of waits), within the
+# call's timeout_s. A refused connection (nothing listens) or a host name not found is not: it
+# gets max_retries, so a stopped server or a mistyped api_base is reported at once.
+CONNECT_RETRIES = 5
 
 TextCallback = Callable[[str], None]
 
@@ -105,6 +114,7 @@ class RetryingClient:
         self.url_from: str | None = None
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self.connect_timeout_s = timeout_s  # a client with a shorter one says so
 
     async def complete(
         self, request: ModelRequest, on_text: TextCallback | None = None
@@ -179,17 +189,22 @@ class RetryingClient:
         model, url = self.model, self.url
         chain = list(_exception_chain(exc))
         if any(_is_timeout(e) for e in chain):
+            if not isinstance(exc, TimeoutError) and any(_is_connect_timeout(e) for e in chain):
+                return ModelConnectTimeoutError(
+                    model=model,
+                    host=server_host(url),
+                    connect_s=self.connect_timeout_s,
+                    attempts=attempts,
+                )
             return ModelTimeoutError(model=model, url=url, timeout_s=self.timeout_s)
+        if self._no_response(exc):  # the connection failed before any answer: not the stream
+            return self._unreachable(chain)
         if isinstance(exc, IncompleteStreamError) or any(_is_broken_stream(e) for e in chain):
             return ServerError(
                 model=model, url=url, attempts=attempts, what="the stream broke off", broken=True
             )
         if any(_is_connection_error(e) for e in chain):
-            refused = any(isinstance(e, ConnectionRefusedError) for e in chain)
-            reason = "connection refused" if refused else "connection failed"
-            return ServerUnreachableError(
-                model=model, url=url, reason=reason, url_from=self.url_from
-            )
+            return self._unreachable(chain)
         failure = self._http_failure(exc)
         if failure is None:
             log.debug("Unreadable answer from %s", url, exc_info=True)
@@ -217,6 +232,24 @@ class RetryingClient:
             return ContextTooLongError(model=model, url=url, status=status, detail=detail)
         return RequestRefusedError(model=model, url=url, status=status, detail=detail)
 
+    def _unreachable(self, chain: list[BaseException]) -> ServerUnreachableError:
+        if any(isinstance(e, ConnectionRefusedError) for e in chain):
+            reason = "connection refused"
+        elif any(isinstance(e, socket.gaierror) for e in chain):
+            reason = "host name not found"
+        elif any(isinstance(e, ConnectionResetError) or _is_broken_stream(e) for e in chain):
+            reason = "connection reset before any answer"
+        else:
+            reason = "connection failed"
+        return ServerUnreachableError(
+            model=self.model, url=self.url, reason=reason, url_from=self.url_from
+        )
+
+    def _no_response(self, exc: Exception) -> bool:
+        """Whether `exc` says the connection failed before any answer came (a client library
+        that tells this apart from a stream broken mid-answer overrides it)."""
+        return False
+
     def _unreadable(self, exc: Exception) -> str:
         if isinstance(exc, UnreadableResponseError):
             return str(exc)
@@ -225,9 +258,20 @@ class RetryingClient:
 
     def _retry_delay(self, error: ModelError, exc: Exception, attempts: int) -> float | None:
         """Seconds to wait before the next attempt, or None to give up now."""
-        # Timeouts are not retried here: each already cost timeout_s of silence.
-        retryable = (RateLimitedError, ServerError, ServerUnreachableError)
-        if attempts > self.max_retries or not isinstance(error, retryable):
+        # Timeouts are not retried here: each already cost timeout_s of silence — except a
+        # connect timeout: the request never left.
+        retryable = (
+            RateLimitedError,
+            ServerError,
+            ServerUnreachableError,
+            ModelConnectTimeoutError,
+        )
+        if not isinstance(error, retryable):
+            return None
+        allowed = self.max_retries
+        if _connection_failure(error):
+            allowed = max(allowed, CONNECT_RETRIES)
+        if attempts > allowed:
             return None
         failure = self._http_failure(exc)
         asked = _retry_after(failure[2]) if failure else None
@@ -246,8 +290,25 @@ _TIMEOUT_NAMES = {
     "APITimeoutError",
     "Timeout",
 }
+_CONNECT_TIMEOUT_NAMES = ("ConnectTimeout", "PoolTimeout")
 _CONNECTION_NAMES = {"ConnectError", "APIConnectionError", "ClientConnectorError"}
 _BROKEN_STREAM_NAMES = {"RemoteProtocolError", "ReadError", "ClientPayloadError"}
+
+
+def _connection_failure(error: ModelError) -> bool:
+    """A transient failure of the connection itself (see CONNECT_RETRIES)."""
+    if isinstance(error, ServerUnreachableError):
+        return not error.refused
+    return isinstance(error, ModelConnectTimeoutError)
+
+
+def _is_connect_timeout(exc: BaseException) -> bool:
+    """Waiting for a connection (to open, or a free one from the pool) timed out: httpx's
+    ConnectTimeout / PoolTimeout, named in the text by libraries that wrap them (litellm)."""
+    if type(exc).__name__ in _CONNECT_TIMEOUT_NAMES:
+        return True
+    text = str(exc)
+    return any(name in text for name in _CONNECT_TIMEOUT_NAMES)
 
 
 def _exception_chain(exc: BaseException) -> Iterator[BaseException]:

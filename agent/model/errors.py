@@ -13,6 +13,7 @@ unknown model, a refused request) need the owner to change something; retrying o
 from __future__ import annotations
 
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 from common.home import config_file_hint
 from common.redact import redact
@@ -147,6 +148,8 @@ class ServerUnreachableError(ModelError):
     transient = True
 
     def __init__(self, *, model: str, url: str, reason: str, url_from: str | None = None) -> None:
+        # Nothing listens, or no such host: retrying for long would only delay the advice.
+        self.refused = reason in ("connection refused", "host name not found")
         hint = f"check {url_from or _api_base()} and the network"
         if model.startswith(("ollama/", "ollama_chat/")):
             hint = (
@@ -165,6 +168,35 @@ class ModelTimeoutError(ModelError):
             f"try again, or raise timeout_s in {config_file_hint()}",
             model=model,
         )
+
+
+class ModelConnectTimeoutError(ModelTimeoutError):
+    """No connection to the model's server could be made (or taken from the client's pool)
+    within the connect timeout: the request never left, so it was retried; `host` is the
+    server's host and port only (no path, query or user information: no secret)."""
+
+    def __init__(self, *, model: str, host: str, connect_s: float, attempts: int) -> None:
+        ModelError.__init__(
+            self,
+            f"Could not connect to the model server at {host} within {connect_s:g} s "
+            f"({model}, {_attempts(attempts)}): the server is overloaded or unreachable; "
+            "try again in a moment, or check it and the network",
+            model=model,
+        )
+
+
+def server_host(url: str) -> str:
+    """`url`'s host and port, for an error message: never its user information (a password),
+    path or query (a key); a name that is no URL ("the openai API") as it is."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return url.split("?", 1)[0].split("@")[-1]
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{host}:{port}" if port else host
 
 
 def _attempts(n: int) -> str:

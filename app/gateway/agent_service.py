@@ -25,6 +25,7 @@ from app.backup.schedule import owner_alert, start_backups
 from app.config_layers import env_prefix
 from app.gateway.agent_log import serving_agent
 from app.gateway.server import Gateway, GatewayError
+from app.gateway.workers import TurnSlots
 from app.web.auth import web_page_wanted
 from app.wiring import (
     build_channels,
@@ -91,8 +92,10 @@ class AgentService:
         extra_channels: Mapping[str, Channel] | None = None,
         note: Callable[[str], None] = print,
         own_log_only: bool = False,
+        turn_slots: TurnSlots | None = None,
     ) -> None:
         self.settings = settings
+        self.turn_slots = turn_slots  # the process's bound on turns at once (all its agents)
         self.name = settings.agent_id
         self.extra_channels = dict(extra_channels or {})
         self.note = note
@@ -153,7 +156,7 @@ class AgentService:
             log.warning("The memory index could not be updated: %s", exc)
         runtime.watcher.start()
         await runtime.start_mcp()  # bounded wait; a failing server is retried, not fatal
-        gateway = build_gateway(settings, runtime, channels)
+        gateway = build_gateway(settings, runtime, channels, turn_slots=self.turn_slots)
         await gateway.start()  # logs which channels run; raises when none could start
         self.gateway = gateway
         web = build_web_server(

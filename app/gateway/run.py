@@ -24,6 +24,7 @@ from app.gateway.agent_service import AgentService, acquire_lock
 from app.gateway.fleet import AgentSlot, Fleet
 from app.gateway.healthz import HealthServer
 from app.gateway.server import GatewayError
+from app.gateway.workers import TurnSlots
 from app.logging_setup import add_redacted_handler
 from app.wiring import build_agent_leases, web_exposure_problem
 from channels.base import Channel, ChannelHealth
@@ -122,6 +123,9 @@ async def run_agents(
         for handler in logging.getLogger().handlers:
             handler.addFilter(NameTheAgent())
 
+    # One bound for the whole process: beyond it turns wait, their messages in the queue.
+    turn_slots = TurnSlots(agents[0].gateway.max_concurrent_turns_per_process)
+
     def make_service(settings: Settings) -> AgentService:
         name = settings.agent_id
         return AgentService(
@@ -129,6 +133,7 @@ async def run_agents(
             extra_channels=(extra_channels or {}).get(name),
             note=(lambda line: note(f"{name}: {line}")) if several else note,
             own_log_only=several,  # its web page's log tail: its own lines only
+            turn_slots=turn_slots,
         )
 
     slots: list[AgentSlot] = []

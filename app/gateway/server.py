@@ -4,18 +4,18 @@ A message goes: adapter → `Gateway.on_message` → access check (app/gateway/a
 senders cost no model call) → session key (app/gateway/routing.py) → de-duplicated and queued
 durably in the agent database (app/gateway/queue.py, committed before the adapter acknowledges
 it) → the session's worker: one turn at a time per session, sessions in parallel up to
-`max_concurrent_turns`, messages that arrive while a turn runs collected into the next one
-(`collect_window_ms`) → the agent (app/gateway/turns.py) → the reply streamed by editing one
-message (app/gateway/delivery.py), each sent message recorded right after the platform accepted
-it. app/wiring.py `build_gateway` builds it for `pinch gateway` (app/gateway/run.py) and for
-`pinch chat` (app/gateway/repl.py, the `cli` channel only).
+`max_concurrent_turns` (all agents of a process: `turn_slots`, app/gateway/workers.py),
+messages arriving while a turn runs collected into the next one (`collect_window_ms`) → the
+agent (app/gateway/turns.py) → the reply streamed by editing one message (delivery.py), each
+sent message recorded once the platform accepted it. app/wiring.py `build_gateway` builds it
+for `pinch gateway` (run.py) and `pinch chat` (repl.py, the `cli` channel only).
 
 One turn per session across processes: each process claims only its own queue rows
 (`GatewayStore(claimant=…)`), and a turn first takes the session's lease (app/gateway/leases.py),
 so the owner's main session is never written by two processes at once: the second turn waits,
 and a channel that presents turns itself (`channels.terminal.TurnAware`) is told "waiting for a
-reply on Telegram to finish…". `cancel_turn(key)` is the terminal's Ctrl-C. `stop(grace_s)`
-drains; a heartbeat file says every 15 s which channels are healthy (app/gateway/heartbeat.py).
+reply on Telegram to finish…". `cancel_turn(key)` is the terminal's Ctrl-C; `stop(grace_s)`
+drains; a heartbeat file says every 15 s which channels are healthy (heartbeat.py).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from app.gateway.leases import LEASE_POLL_S, LEASE_STALE_S, SessionLeases
 from app.gateway.queue import Batch, GatewayStore, LeaseHolder, this_process
 from app.gateway.routing import session_key_for
 from app.gateway.turns import Runtime, TurnResult, run_turn
-from app.gateway.workers import SessionWorkers
+from app.gateway.workers import SessionWorkers, TurnSlots
 from channels.base import Channel, ChannelHealth, InboundMessage, OutboundMessage, SentMessage
 from channels.terminal import TurnAware, TurnOutcome
 from common.channel_table import messaging
@@ -71,9 +71,6 @@ TurnRunner = Callable[[Runtime, AgentRequest, Callable[[str], None]], Awaitable[
 
 class GatewayError(Exception):
     """The gateway cannot start; the message says why and what to do."""
-
-
-# -- the gateway -------------------------------------------------------------------------------
 
 
 @dataclass
@@ -102,6 +99,7 @@ class Gateway:
         access: Access,
         options: GatewayOptions | None = None,
         turn_runner: TurnRunner = run_turn,
+        turn_slots: TurnSlots | None = None,
     ) -> None:
         self.runtime = runtime
         self.channels = dict(channels)
@@ -116,6 +114,7 @@ class Gateway:
             self._run_batch,
             collect_window_s=self.options.collect_window_s,
             max_concurrent=self.options.max_concurrent_turns,
+            shared=turn_slots,
         )
         self._background: list[asyncio.Task[None]] = []
         self._heartbeat_lock = asyncio.Lock()

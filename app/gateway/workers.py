@@ -1,5 +1,8 @@
 """Per-session workers: one task per session with queued messages, so the turns of one session
-run one at a time, in order, while sessions run in parallel up to `max_concurrent` turns.
+run one at a time, in order, while sessions run in parallel up to `max_concurrent` turns — and,
+with `shared` (one `TurnSlots` for every agent of a `pinch gateway` process), up to that many
+turns in the whole process. A session waiting for a slot leaves its messages in the durable
+queue (claimed only once a slot is free); slots are handed out first come, first served.
 
 A worker first waits until the session's newest message is `collect_window_s` old (messages
 sent in a burst become one turn), then asks for the next batch and runs it, until the session's
@@ -10,9 +13,10 @@ start); the running ones are the caller's to wait for or cancel.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from app.gateway.queue import Batch
 
@@ -24,6 +28,33 @@ NextBatch = Callable[[str], Batch | None]
 RunBatch = Callable[[Batch], Awaitable[bool]]
 
 
+class TurnSlots:
+    """The turns one process runs at once, all its agents together (`[gateway]
+    max_concurrent_turns_per_process`): beyond it a turn waits for a slot (FIFO)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._free = asyncio.Semaphore(limit)
+        self.running = 0
+        self.waiting = 0
+        self.peak = 0  # the most turns that ran at once (for tests and benchmarks)
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        self.waiting += 1
+        try:
+            await self._free.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            yield
+        finally:
+            self.running -= 1
+            self._free.release()
+
+
 class SessionWorkers:
     def __init__(
         self,
@@ -32,6 +63,7 @@ class SessionWorkers:
         *,
         collect_window_s: float,
         max_concurrent: int,
+        shared: TurnSlots | None = None,
     ) -> None:
         self.next_batch = next_batch
         self.run_batch = run_batch
@@ -40,6 +72,7 @@ class SessionWorkers:
         self._dirty: set[str] = set()
         self._arrived: dict[str, float] = {}
         self._slots = asyncio.Semaphore(max_concurrent)
+        self._shared = shared
         self._draining = False
 
     def busy(self, key: str) -> bool:
@@ -89,7 +122,7 @@ class SessionWorkers:
         while not self._draining:
             if collect:
                 await self._settle(key)
-            async with self._slots:
+            async with self._slots, self._process_slot():
                 if self._draining:
                     return
                 self._dirty.discard(key)
@@ -100,6 +133,9 @@ class SessionWorkers:
                     return
                 if not await self.run_batch(batch):
                     return
+
+    def _process_slot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._shared.slot() if self._shared is not None else contextlib.nullcontext()
 
     async def _settle(self, key: str) -> None:
         """Wait until the session's newest message is `collect_window_s` old."""

@@ -24,6 +24,17 @@ log = logging.getLogger("pinch.channels.slack")
 
 _MAX_RETRY_AFTER_S = 120
 _LOOKUP_TIMEOUT_S = 5.0
+_CONNECT_ATTEMPTS = 4  # a call whose connection was never made: tried this often in all
+
+
+class _NeverConnected(Exception):
+    """A call failed before a connection was made: safe to try again (`error` if not)."""
+
+    def __init__(self, error: ChannelError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 # The bot scopes of the README's manifest; without the essential ones nothing arrives or leaves.
 SCOPES = (
     "app_mentions:read",
@@ -196,18 +207,33 @@ class SlackWebApi:
         return dict(response.data) if isinstance(response.data, dict) else {}
 
     async def call(self, method: str, **params: Any) -> dict[str, Any]:
-        """One Web API call; failures become ChannelError with advice, never a retry."""
+        """One Web API call; failures become ChannelError with advice. Only a connection never
+        made (nothing can have been posted) is tried again, backing off 1, 2, 4 s."""
+        for attempt in range(_CONNECT_ATTEMPTS):
+            try:
+                return await self._call_once(method, **params)
+            except _NeverConnected as never:
+                if attempt == _CONNECT_ATTEMPTS - 1:
+                    raise never.error from never.__cause__
+                await asyncio.sleep(2**attempt)
+        raise AssertionError("unreachable")
+
+    async def _call_once(self, method: str, **params: Any) -> dict[str, Any]:
         try:
             response = await getattr(self.client(), method)(**params)
         except SlackApiError as e:
             raise ChannelError(advice_for(e, method.replace("_", "."))) from e
         except (TimeoutError, aiohttp.ClientError) as e:
             write = method.startswith("chat_")
-            note = "; not retried, so nothing appears twice" if write else ""
-            raise ChannelError(
+            never = isinstance(e, aiohttp.ClientConnectorError)
+            note = "; not retried, so nothing appears twice" if write and not never else ""
+            error = ChannelError(
                 f"Slack did not answer {method.replace('_', '.')} ({type(e).__name__}){note} — "
                 "check the network",
                 # A connection never made can't have posted anything; any other loss might have.
-                maybe_delivered=write and not isinstance(e, aiohttp.ClientConnectorError),
-            ) from e
+                maybe_delivered=write and not never,
+            )
+            if never:
+                raise _NeverConnected(error) from e
+            raise error from e
         return dict(response.data) if isinstance(response.data, dict) else {}

@@ -75,6 +75,10 @@ COMMANDS = (
     ("help", "What you can do here"),
 )
 _SEND_ATTEMPTS = 3
+# A call whose connection was never made (refused, a connect or pool timeout: the request did
+# not leave, so it cannot arrive twice) is tried this many times in all, backing off 1, 2, 4,
+# 8 s: a burst of replies must not turn a busy moment into error notices.
+_NEVER_SENT_ATTEMPTS = 5
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 T = TypeVar("T")
 
@@ -106,7 +110,10 @@ class TelegramChannel(Channel):
         self._inbox = inbox
         self._lock = TokenLock(state_dir, self._token)
         self._retry_base_s = retry_base_s
-        self._bot = self._make_bot(pool_size=8, read_timeout=20.0)
+        # Replies: up to [gateway] max_concurrent_turns (4) turns an agent, each with its
+        # streamed edits and its "typing…" beside it, plus notices: connections are opened
+        # only when needed, and one that waits for a free one past pool_timeout is retried.
+        self._bot = self._make_bot(pool_size=16, read_timeout=20.0)
         self._identity: BotIdentity | None = None
         self._poller: Poller | None = None
         self._webhook: WebhookReceiver | None = None
@@ -332,13 +339,16 @@ class TelegramChannel(Channel):
             raise self._advice(error) from None
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
-        """429: wait as long as Telegram asks. A connection that was never made: retry (the
-        message can't have been sent). Anything else surfaces (BadRequest) or becomes advice."""
-        for attempt in range(1, _SEND_ATTEMPTS + 1):
+        """429: wait as long as Telegram asks. A connection that was never made (refused, a
+        connect or pool timeout): retry with backoff (the message can't have been sent).
+        Anything else surfaces (BadRequest) or becomes advice."""
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return await call()
             except RetryAfter as error:
-                if attempt == _SEND_ATTEMPTS:
+                if attempt >= _SEND_ATTEMPTS:
                     raise self._advice(error) from None
                 wait = retry_after_s(error)
                 log.info("Telegram asked to slow down (429); waiting %.0f s", wait)
@@ -346,13 +356,13 @@ class TelegramChannel(Channel):
             except (BadRequest, ChatMigrated):
                 raise
             except NetworkError as error:
-                never_sent = "ConnectError" in error.message and not isinstance(error, TimedOut)
-                if not never_sent or attempt == _SEND_ATTEMPTS:
+                if not _never_sent(error) or attempt >= _NEVER_SENT_ATTEMPTS:
                     raise self._advice(error) from None
-                await asyncio.sleep(self._retry_base_s * attempt)
+                delay = self._retry_base_s * 2 ** (attempt - 1)
+                log.info("Telegram: %s; trying again in %.0f s", self._describe(error), delay)
+                await asyncio.sleep(delay)
             except TelegramError as error:
                 raise self._advice(error) from None
-        raise AssertionError("unreachable")
 
     # -- health
     async def check(self) -> ChannelHealth:
@@ -464,11 +474,20 @@ def _redact_token_in_logs(token: str) -> None:
             logger.addFilter(RedactingFilter([token]))
 
 
+def _never_sent(error: NetworkError) -> bool:
+    """Whether the request never left: no connection could be made (ConnectError), or none in
+    time (python-telegram-bot's "Timed out" caused by httpx's ConnectTimeout), or no free one
+    in the pool ("Pool timeout")."""
+    if isinstance(error, TimedOut):
+        cause = type(error.__cause__).__name__
+        return cause in ("ConnectTimeout", "PoolTimeout") or "Pool timeout" in error.message
+    return "ConnectError" in error.message
+
+
 def _maybe_delivered(error: NetworkError) -> bool:
     """Whether Telegram may have acted on a call that failed: the request went out and no
     answer came back (a timeout, a dropped connection), as opposed to a connection never made,
     a wait for a free connection, or an HTTP error status (the platform answered)."""
-    text = error.message
-    if isinstance(error, TimedOut):
-        return "ConnectTimeout" not in text and "Pool timeout" not in text
-    return text.startswith("httpx.") and "ConnectError" not in text
+    if _never_sent(error):
+        return False
+    return isinstance(error, TimedOut) or error.message.startswith("httpx.")
