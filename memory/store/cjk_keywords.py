@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from memory.store.schema import MigrationSet
 from memory.store.chunk_text import read_text
+from memory.store.schema import MigrationSet
 from memory.text import fts_body
 
 OLD_TOKENIZER, NEW_TOKENIZER = "pinch-fts-v2", "pinch-fts-v3"
@@ -27,7 +27,8 @@ _BATCH = 2_000
 def c001_cjk_bigram_keywords(conn: Any) -> None:
     """Feature "cjk": every keyword row written again from its chunk's text with today's
     `fts_body` (a contentless table cannot be re-tokenised in place: 'delete-all', then the
-    rows; texts the memory set's m012 compressed are read back plain), and the generations built with the old body marked as built with the new one."""
+    rows; texts the memory set's m012 compressed are read back plain), and the generations
+    built with the old body marked as built with the new one."""
     made = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_fts'").fetchone()
     if made is not None and re.search(r"content\s*=\s*''", made[0]):
         conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('delete-all')")
