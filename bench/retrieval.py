@@ -100,6 +100,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--embedding", choices=["local", "use", "none"], default="local")
     p.add_argument("--limit-conversations", type=int, metavar="N", help="first N conversations")
     p.add_argument(
+        "--conversations",
+        metavar="LIST",
+        help="only these LoCoMo conversations, 1-based positions (\"3,4,5\"; one run per "
+        "conversation gives its own figures)",
+    )
+    p.add_argument(
         "--limit-queries",
         type=int,
         metavar="N",
@@ -225,6 +231,9 @@ def _locomo_recorder(
 
 def run_locomo(args: argparse.Namespace, run: BenchRun, console: Console) -> None:
     conversations = locomo.load_locomo(args.locomo)[: args.limit_conversations]
+    if args.conversations:
+        wanted = {int(n) for n in args.conversations.split(",") if n.strip()}
+        conversations = [c for i, c in enumerate(conversations, 1) if i in wanted]
     for conv in conversations:
         files, locations = locomo.render_workspace(conv)
         questions = conv.questions[: args.limit_queries]
