@@ -102,7 +102,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--conversations",
         metavar="LIST",
-        help="only these LoCoMo conversations, 1-based positions (\"3,4,5\"; one run per "
+        help='only these LoCoMo conversations, 1-based positions ("3,4,5"; one run per '
         "conversation gives its own figures)",
     )
     p.add_argument(
