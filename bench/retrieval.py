@@ -229,11 +229,23 @@ def _locomo_recorder(
     return record
 
 
+def pick_conversations(conversations: list[Q], limit: int | None, positions: str | None) -> list[Q]:
+    """The first `limit` conversations (None: all), and of those only the 1-based `positions`
+    ("3,4,5"; None or empty: every one)."""
+    picked = conversations[:limit]
+    if not positions:
+        return picked
+    try:
+        wanted = {int(n) for n in positions.split(",") if n.strip()}
+    except ValueError:
+        raise SystemExit(f"--conversations takes positions like 3,4,5, not {positions!r}") from None
+    return [c for i, c in enumerate(picked, 1) if i in wanted]
+
+
 def run_locomo(args: argparse.Namespace, run: BenchRun, console: Console) -> None:
-    conversations = locomo.load_locomo(args.locomo)[: args.limit_conversations]
-    if args.conversations:
-        wanted = {int(n) for n in args.conversations.split(",") if n.strip()}
-        conversations = [c for i, c in enumerate(conversations, 1) if i in wanted]
+    conversations = pick_conversations(
+        locomo.load_locomo(args.locomo), args.limit_conversations, args.conversations
+    )
     for conv in conversations:
         files, locations = locomo.render_workspace(conv)
         questions = conv.questions[: args.limit_queries]
