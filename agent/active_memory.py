@@ -64,7 +64,12 @@ FAST_ENTRY_CHARS = 400  # one recalled entry, at most
 DEEP_TOOLS = frozenset({"memory_search", "memory_get", "transcript_read"})
 DEEP_ROUNDS = 3  # model calls of one deep recall; tools run after all but the last
 DEEP_MAX_TOKENS = 400
-SUMMARY_CHARS = 400
+# The summary's budget. 400 held two of the owner's chatty lines: on the survival bench's 50
+# reworded questions the sub-call read 43 facts but its summary kept 38 — each of the other five
+# was the 3rd–6th line by meaning, behind longer lines of chit-chat — and a real model is also
+# asked for each fact's date and path (a transcript path alone is 41 characters). 500: 38, 600:
+# 42, 800: 42 (bench/RESULTS.md, 2026-12-02 h-am). ≈ 50 tokens more in front of a turn.
+SUMMARY_CHARS = 600
 # Deep recall's follow-up search (ActiveMemory._follow_up): this many words of the first
 # search's best FOLLOW_UP_DOCS hits are added to its query; at most FOLLOW_UP_HITS new hits kept.
 FOLLOW_UP_TERMS = 6

@@ -649,6 +649,7 @@ class ScriptedModel:
         self.slug_opening = render("slug", transcript="").split("\n", 1)[0]
         self.counts = {"turn": 0, "flush": 0, "summary": 0, "recall": 0, "slug": 0, "unknown": 0}
         self.recall_saw = ""  # the search results the last deep-recall sub-call was given
+        self.recall_lines: list[str] = []  # the owner's lines it weighed, in the reader's order
 
     def __call__(self, request: RecordedRequest) -> Reply:
         if request.system_text() == self.recall_instructions:
@@ -656,7 +657,7 @@ class ScriptedModel:
             results = _tool_results(request)
             if results:
                 self.recall_saw = "\n".join(_snippets(r) for r in results)
-            return recall_reply(request, self.reader, self.rewrites)
+            return recall_reply(request, self.reader, self.rewrites, self.recall_lines)
         if request.system_text() == self.summary_instructions:
             self.counts["summary"] += 1
             return text_reply(LOSSY_SUMMARY)
@@ -720,6 +721,7 @@ def recall_reply(
     request: RecordedRequest,
     reader: LineReader | None = None,
     rewrites: dict[str, str] | None = None,
+    weighed: list[str] | None = None,
 ) -> Reply:
     """The deep-recall sub-call of a model that does the least a model could: search with the
     owner's words, then answer with the owner's lines of the results (what the owner said is
@@ -728,7 +730,8 @@ def recall_reply(
     a paraphrase shares no word with its fact, so there the search's ranking alone decides.
     With a `reader` (`--reader meaning`) the lines are ordered by it instead. With `rewrites`
     (`--rewrite`), the first round also searches the question's rewording, in the same round:
-    the query-rewriting path of a real model, with a rewording no model wrote."""
+    the query-rewriting path of a real model, with a rewording no model wrote. `weighed`, if
+    given, is filled with the lines in the order they were weighed (for the misses' line rank)."""
     messages = request.body.get("messages", [])
     first = messages[0]["content"]
     opening = first if isinstance(first, str) else first[-1]["text"]
@@ -765,6 +768,8 @@ def recall_reply(
             reverse=True,
         )
         ordered = [line for _, _, line in scored]
+    if weighed is not None:
+        weighed[:] = ordered
     best: list[str] = []
     for line in ordered:
         if len(" / ".join([*best, line])) > SUMMARY_CHARS:
@@ -830,6 +835,7 @@ async def ask_with_active_memory(
         question = question_of(fact, question_set)
         model.answers[question] = "OK."
         model.recall_saw = ""
+        model.recall_lines.clear()
         await agent.handle(OWNER, question)
         session = store.current(OWNER)
         asked = store.events(session.id, kinds=("user",))[-1].content
@@ -839,6 +845,17 @@ async def ask_with_active_memory(
                 "question": question,
                 "found": _normalise(fact.text) in _normalise(str(asked.get("recalled") or "")),
                 "seen": _normalise(fact.text) in _normalise(model.recall_saw),
+                # The fact's line among the owner's lines the reader weighed (1 = first), of how
+                # many: a fact seen but not summarised came after lines that filled the summary.
+                "line_rank": next(
+                    (
+                        i
+                        for i, line in enumerate(model.recall_lines, 1)
+                        if _normalise(fact.text) in _normalise(line)
+                    ),
+                    None,
+                ),
+                "lines": len(model.recall_lines),
                 "deep": report.deep if report else None,
                 "reason": report.deep_reason if report else None,
             }
@@ -857,7 +874,7 @@ async def ask_with_active_memory(
         "seen": sum(1 for r in rows if r["seen"]),
         "deep": deep,
         "misses": [
-            {k: r[k] for k in ("question", "seen", "deep", "reason")}
+            {k: r[k] for k in ("question", "seen", "line_rank", "lines", "deep", "reason")}
             for r in rows
             if not r["found"]
         ],

@@ -100,6 +100,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--embedding", choices=["local", "use", "none"], default="local")
     p.add_argument("--limit-conversations", type=int, metavar="N", help="first N conversations")
     p.add_argument(
+        "--conversations",
+        metavar="LIST",
+        help='only these LoCoMo conversations, 1-based positions ("3,4,5"; one run per '
+        "conversation gives its own figures)",
+    )
+    p.add_argument(
         "--limit-queries",
         type=int,
         metavar="N",
@@ -223,8 +229,23 @@ def _locomo_recorder(
     return record
 
 
+def pick_conversations(conversations: list[Q], limit: int | None, positions: str | None) -> list[Q]:
+    """The first `limit` conversations (None: all), and of those only the 1-based `positions`
+    ("3,4,5"; None or empty: every one)."""
+    picked = conversations[:limit]
+    if not positions:
+        return picked
+    try:
+        wanted = {int(n) for n in positions.split(",") if n.strip()}
+    except ValueError:
+        raise SystemExit(f"--conversations takes positions like 3,4,5, not {positions!r}") from None
+    return [c for i, c in enumerate(picked, 1) if i in wanted]
+
+
 def run_locomo(args: argparse.Namespace, run: BenchRun, console: Console) -> None:
-    conversations = locomo.load_locomo(args.locomo)[: args.limit_conversations]
+    conversations = pick_conversations(
+        locomo.load_locomo(args.locomo), args.limit_conversations, args.conversations
+    )
     for conv in conversations:
         files, locations = locomo.render_workspace(conv)
         questions = conv.questions[: args.limit_queries]

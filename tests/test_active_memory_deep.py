@@ -166,9 +166,9 @@ def test_summaries_that_only_report_finding_nothing_are_dropped() -> None:
     )
 
 
-def test_a_long_summary_is_cut_to_400_characters() -> None:
+def test_a_long_summary_is_cut_to_600_characters() -> None:
     summary = clean_summary("word " * 200)
-    assert summary is not None and len(summary) <= 400 and summary.endswith("…")
+    assert summary is not None and 590 <= len(summary) <= 600 and summary.endswith("…")
 
 
 def test_mode_off_makes_no_sub_call_and_injects_nothing(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import compaction_survival as survival
+from tests.fakes.model_server import RecordedRequest
 
 
 def test_every_paraphrase_shares_no_content_word_with_its_fact() -> None:
@@ -69,4 +70,35 @@ def test_a_small_run_resets_plants_in_both_languages_and_asks_every_set(tmp_path
     assert result["unrelated"]["n"] == len(survival.unrelated_questions())
     assert [(a["questions"], a["mode"]) for a in result["active_memory"]] == [
         (q, "always") for q in survival.QUESTION_SETS
+    ]
+    for am in result["active_memory"]:
+        assert all({"line_rank", "lines"} <= set(miss) for miss in am["misses"])
+
+
+def test_the_reader_reports_the_order_it_weighed_the_owner_lines_in() -> None:
+    results = {
+        "results": [
+            {"snippet": "[3] User: I keep the spare key under the blue pot.\n[3] Assistant: OK."},
+            {"snippet": "[9] User: Where is the spare key?\n[9] User: The blue pot is cracked."},
+        ]
+    }
+    body = {
+        "messages": [
+            {"role": "user", "content": "The owner's newest message:\nWhere is the spare key?"},
+            {"role": "assistant", "content": [{"type": "text", "text": "searching"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t", "content": json.dumps(results)}
+                ],
+            },
+        ]
+    }
+    request = RecordedRequest("anthropic", "/v1/messages", {}, body, None)
+    weighed: list[str] = []
+    survival.recall_reply(request, weighed=weighed)
+    # Questions are left out; the line sharing most words with the question comes first.
+    assert weighed == [
+        "[3] User: I keep the spare key under the blue pot.",
+        "[9] User: The blue pot is cracked.",
     ]
