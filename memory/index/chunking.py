@@ -188,8 +188,11 @@ class Unit:
 
     start_line: int
     end_line: int
-    text: str
+    text: str  # what the model embeds (passage_text)
     hash: str
+    # The hash of the text earlier versions embedded for these lines, when it differs: its
+    # cached vector serves this passage too (an upgrade re-embeds nothing).
+    legacy: str = ""
 
 
 UNIT_MAX_CHARS = 600
@@ -245,10 +248,71 @@ def split_units(chunk: Chunk) -> list[Unit]:
             group.append(entry)
         if group:
             groups.append(group)
+    if MERGE_CHARS:
+        groups = _merge_short(groups)
     units = []
     for g in groups:
         # What the model embeds: the passage without its comments (markers, template guidance).
-        text = strip_comments("\n".join(x for _, x in g)).strip()
+        plain = strip_comments("\n".join(x for _, x in g)).strip()
+        text = passage_text(plain)
         if text:
-            units.append(Unit(g[0][0], g[-1][0], text, hash_text(text)))
+            key = hash_text(text)
+            legacy = hash_text(plain) if plain != text else ""
+            units.append(Unit(g[0][0], g[-1][0], text, key, legacy))
     return units
+
+
+def _merge_short(groups: list[list[tuple[int, str]]]) -> list[list[tuple[int, str]]]:
+    """Neighbouring short passages as one (a heading starts a new one); one of MERGE_CHARS or
+    more stays on its own."""
+    out: list[list[tuple[int, str]]] = []
+    for g in groups:
+        if out and not is_heading(g[0][1]):
+            prev = out[-1]
+            size = sum(len(x) + 1 for _, x in prev)
+            mine = sum(len(x) + 1 for _, x in g)
+            if size < MERGE_CHARS and mine < MERGE_CHARS and size + mine <= UNIT_MAX_CHARS:
+                out[-1] = prev + g
+                continue
+        out.append(g)
+    return out
+
+
+# What carries no meaning for a vector (the keyword index and snippets keep the original text).
+STYLE: frozenset[str] = frozenset({"markers", "emphasis", "stamps"})  # or "speaker" too
+MERGE_CHARS = 0
+_MARKER = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
+_HASHES = re.compile(r"^\s{0,3}#{1,6}\s+")
+_STAMP = re.compile(  # "[12] ", "[D1:3] ", "09:30 ", "03 " before a speaker's "Name:"
+    r"^(?:\[(?=[^\]]*\d)[\w:.-]{1,12}\]|\d{1,2}:\d{2}(?::\d{2})?"
+    r"|\d{1,2}(?=\s+[A-Z][\w ]{0,20}:))\s+"
+)
+_DATE_TIME = re.compile(r"\b(?:\d{4}-\d{2}-\d{2}|\d{1,2}:\d{2}(?::\d{2})?)\b")
+_SPEAKER = re.compile(r"^(?:User|Assistant|Owner)(?: \(cont\.\))?:\s+")
+_STRONG = re.compile(r"(\*\*|__|`+)(?=\S)(.+?)(?<=\S)\1")
+_EM = re.compile(r"(?<![\w*])([*_])(?=\S)([^*_\n]+?)(?<=\S)\1(?![\w*])")
+
+
+def passage_text(text: str) -> str:
+    """What the model embeds of a passage's lines: without list markers, heading marks,
+    emphasis, turn stamps or the speaker label, as STYLE says (measured in bench/RESULTS.md)."""
+    if not STYLE:
+        return text.strip()
+    out = []
+    for line in text.split("\n"):
+        heading = is_heading(line)
+        if "markers" in STYLE:
+            line = _HASHES.sub("", line) if heading else _MARKER.sub("", line)
+        if "emphasis" in STYLE:
+            line = _EM.sub(r"\2", _STRONG.sub(r"\2", line))
+        if "stamps" in STYLE:
+            line = _STAMP.sub("", line.lstrip())
+            if heading:
+                line = _DATE_TIME.sub("", line)
+                if not any(ch.isalpha() for ch in line):
+                    continue
+                line = " ".join(line.split()).strip(" —-")
+        if "speaker" in STYLE:
+            line = _SPEAKER.sub("", line.lstrip())
+        out.append(line.strip())
+    return "\n".join(x for x in out if x).strip()

@@ -31,6 +31,11 @@ class Embeddable(Protocol):
     @property
     def text(self) -> str: ...
 
+    @property
+    def legacy(self) -> str:
+        """The hash of what an earlier version embedded for the same text ("" if the same)."""
+        ...
+
 
 class EmbeddingCache:
     """Cached embedding of texts for one agent database."""
@@ -67,6 +72,10 @@ class EmbeddingCache:
         found = self.cached(p, hashes)  # before any text reaches the model's tokenizer
         from_cache = len(found)
         missing = [c for c in dict((c.hash, c) for c in items).values() if c.hash not in found]
+        carried = self._carry_over(p, missing)
+        found.update(carried)
+        from_cache += len(carried)
+        missing = [c for c in missing if c.hash not in carried]
         total = len(missing)
         if on_progress and total:
             on_progress(0, total, "")
@@ -85,6 +94,21 @@ class EmbeddingCache:
                 if on_progress:
                     on_progress(done, total, "")
         return found, from_cache, total
+
+    def _carry_over(
+        self, p: EmbeddingProvider, missing: Sequence[Embeddable]
+    ) -> dict[str, np.ndarray]:
+        """Vectors of texts an earlier version embedded in another form (with a list marker, a
+        turn stamp: chunking.passage_text), cached again under the new form's hash."""
+        legacy = {c.legacy: c.hash for c in missing if c.legacy}
+        if not legacy:
+            return {}
+        old = self.cached(p, list(legacy))
+        carried = {legacy[h]: v for h, v in old.items()}
+        if carried:
+            with self.db.transaction() as conn:
+                self.repo.put(conn, _key(p), [(h, to_blob(v)) for h, v in carried.items()])
+        return carried
 
     def _batches(
         self, p: EmbeddingProvider, missing: list[Embeddable]

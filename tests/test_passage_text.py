@@ -1,0 +1,128 @@
+"""What the embedding model reads of a passage: its words without list markers, heading marks,
+emphasis or turn stamps; the keyword index and snippets keep the lines as written, and a
+passage an earlier version embedded with its marks keeps its cached vector (no re-embedding)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+import memory.index.chunking as chunking
+from memory.embeddings.base import FloatArray
+from memory.embeddings.providers import LocalE5Provider
+from memory.index.chunking import chunk_markdown, passage_text, split_units
+from memory.index.index import MemoryIndex
+from memory.memory_config import EmbeddingConfig, MemoryConfig
+from tests.conftest import WorkspaceFactory
+
+
+class CountingE5(LocalE5Provider):
+    """The real local model, remembering which texts reached it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def embed_document_batches(
+        self, texts: Sequence[str]
+    ) -> Iterator[tuple[list[int], FloatArray]]:
+        self.seen.extend(texts)
+        return super().embed_document_batches(texts)
+
+
+def test_list_markers_and_turn_stamps_are_not_embedded() -> None:
+    assert passage_text("- 03 Owner: Booked the dentist.") == "Owner: Booked the dentist."
+    assert passage_text("[12] User: my cat is Tom") == "User: my cat is Tom"
+    assert passage_text("[D1:3] Caroline: hi") == "Caroline: hi"
+    assert passage_text("1. Buy milk\n* Call Ben") == "Buy milk\nCall Ben"
+    assert passage_text("09:30 Assistant: Noted.") == "Assistant: Noted."
+
+
+def test_emphasis_marks_go_and_words_with_underscores_stay() -> None:
+    text = "The **blue** umbrella, `pinch`, _really_"
+    assert passage_text(text) == "The blue umbrella, pinch, really"
+    assert passage_text("set max_results to 2*3*4") == "set max_results to 2*3*4"
+
+
+def test_a_heading_keeps_its_words_without_hashes_dates_or_times() -> None:
+    text = "## Session 4 — 2024-03-02 11:00\n- I moved to Lisbon."
+    assert passage_text(text) == "Session 4\nI moved to Lisbon."
+    assert passage_text("## 14:05\n- Talked to Anna") == "Talked to Anna"
+
+
+def test_words_that_look_like_labels_are_kept() -> None:
+    assert passage_text("Note to self: call mum") == "Note to self: call mum"
+    assert passage_text("[link] the page") == "[link] the page"
+    assert passage_text("12 apples: cheap") == "12 apples: cheap"
+
+
+def test_the_same_reply_under_different_stamps_is_one_passage_text() -> None:
+    log = "\n".join(f"- {m:02d} Assistant: Noted. Anything else?" for m in range(10))
+    (chunk,) = chunk_markdown(log)
+    units = split_units(chunk)
+    assert len(units) == 10  # one passage a turn, each with its own lines
+    assert {u.text for u in units} == {"Assistant: Noted. Anything else?"}
+    assert [u.start_line for u in units] == list(range(1, 11))
+    assert all(u.legacy and u.legacy != u.hash for u in units)
+
+
+def _index(workspace: Path, tmp_path: Path, e5: LocalE5Provider) -> MemoryIndex:
+    config = MemoryConfig(embedding=EmbeddingConfig(provider="local"))
+    return MemoryIndex.open(workspace, tmp_path / "agent.sqlite", config, provider=e5)
+
+
+NOTES = (
+    "## Session 1 — 2024-03-02 11:00\n"
+    "- 03 Owner: The boiler service is booked with **Kessler and Sons** for May.\n"
+    "- 04 Assistant: Noted.\n"
+    "- 09 Owner: My sister Ines moved to Porto last spring.\n"
+    "- 10 Assistant: Noted.\n"
+)
+
+
+def test_keyword_search_and_snippets_keep_the_lines_as_written(
+    make_workspace: WorkspaceFactory, tmp_path: Path
+) -> None:
+    workspace = make_workspace({"memory/2024-03-02.md": NOTES})
+    e5 = CountingE5()
+    index = _index(workspace, tmp_path, e5)
+    try:
+        index.sync()
+        assert "Owner: My sister Ines moved to Porto last spring." in e5.seen
+        assert e5.seen.count("Assistant: Noted.") == 1  # two turns, one text for the model
+        hits = index.search("Kessler boiler", preset="keyword", max_results=3)
+        assert hits and "- 03 Owner: The boiler service is booked with **Kessler" in hits[0].snippet
+        hits = index.search("where does my sister live now", preset="vector", max_results=3)
+        assert any("Porto" in h.snippet for h in hits)
+    finally:
+        index.close()
+
+
+def test_an_index_built_before_keeps_its_vectors_and_reembeds_nothing(
+    make_workspace: WorkspaceFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = make_workspace({"memory/2024-03-02.md": NOTES})
+    monkeypatch.setattr(chunking, "STYLE", frozenset())  # as earlier versions embedded
+    before = CountingE5()
+    index = _index(workspace, tmp_path, before)
+    try:
+        index.sync()
+        assert any("- 03 Owner:" in t for t in before.seen)
+    finally:
+        index.close()
+    monkeypatch.undo()
+    after = CountingE5()
+    index = _index(workspace, tmp_path, after)
+    try:
+        report = index.sync(force=True)
+        assert after.seen == []  # every passage's earlier vector carried over
+        assert report.chunks_embedded == 0
+        hits = index.search("where does my sister live now", preset="vector", max_results=3)
+        assert any("Porto" in h.snippet for h in hits)
+        (workspace / "memory/2024-03-02.md").write_text(NOTES + "- 11 Owner: I sold the car.\n")
+        index.sync()
+        assert after.seen == ["Owner: I sold the car."]  # only the new line
+    finally:
+        index.close()
