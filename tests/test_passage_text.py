@@ -1,5 +1,5 @@
-"""What the embedding model reads of a passage: its words without list markers, heading marks,
-emphasis or turn stamps; the keyword index and snippets keep the lines as written, and a
+"""What the embedding model reads of a passage: its words without list markers, heading marks or
+emphasis; the keyword index and snippets keep the lines as written, and a
 passage an earlier version embedded with its marks keeps its cached vector (no re-embedding)."""
 
 from __future__ import annotations
@@ -32,40 +32,43 @@ class CountingE5(LocalE5Provider):
         return super().embed_document_batches(texts)
 
 
-def test_list_markers_and_turn_stamps_are_not_embedded() -> None:
-    assert passage_text("- 03 Owner: Booked the dentist.") == "Owner: Booked the dentist."
-    assert passage_text("[12] User: my cat is Tom") == "User: my cat is Tom"
-    assert passage_text("[D1:3] Caroline: hi") == "Caroline: hi"
+def test_list_markers_heading_marks_and_emphasis_are_not_embedded() -> None:
+    assert passage_text("- Booked the dentist.") == "Booked the dentist."
     assert passage_text("1. Buy milk\n* Call Ben") == "Buy milk\nCall Ben"
-    assert passage_text("09:30 Assistant: Noted.") == "Assistant: Noted."
-
-
-def test_emphasis_marks_go_and_words_with_underscores_stay() -> None:
+    assert passage_text("## Pets\nMy cat is Tom.") == "Pets\nMy cat is Tom."
     text = "The **blue** umbrella, `pinch`, _really_"
     assert passage_text(text) == "The blue umbrella, pinch, really"
+
+
+def test_words_with_underscores_or_stars_and_turn_stamps_stay() -> None:
     assert passage_text("set max_results to 2*3*4") == "set max_results to 2*3*4"
+    assert passage_text("[12] User: my cat is Tom") == "[12] User: my cat is Tom"
+    assert passage_text("- 03 Owner: hi") == "03 Owner: hi"  # stamps: measured, not adopted
 
 
-def test_a_heading_keeps_its_words_without_hashes_dates_or_times() -> None:
-    text = "## Session 4 — 2024-03-02 11:00\n- I moved to Lisbon."
-    assert passage_text(text) == "Session 4\nI moved to Lisbon."
+def test_the_stamps_option_leaves_out_turn_numbers_and_times_not_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(chunking, "STYLE", frozenset({"markers", "stamps"}))
+    assert passage_text("- 03 Owner: Booked the dentist.") == "Owner: Booked the dentist."
+    assert passage_text("[D1:3] Caroline: hi") == "Caroline: hi"
+    assert passage_text("09:30 Assistant: Noted.") == "Assistant: Noted."
+    assert passage_text("## Session 4 — 2024-03-02 11:00\n- I moved.") == "Session 4\nI moved."
     assert passage_text("## 14:05\n- Talked to Anna") == "Talked to Anna"
-
-
-def test_words_that_look_like_labels_are_kept() -> None:
     assert passage_text("Note to self: call mum") == "Note to self: call mum"
     assert passage_text("[link] the page") == "[link] the page"
     assert passage_text("12 apples: cheap") == "12 apples: cheap"
 
 
-def test_the_same_reply_under_different_stamps_is_one_passage_text() -> None:
-    log = "\n".join(f"- {m:02d} Assistant: Noted. Anything else?" for m in range(10))
+def test_each_item_keeps_its_own_passage_and_lines() -> None:
+    log = "\n".join(f"- Noted, item {n}." for n in range(10))
     (chunk,) = chunk_markdown(log)
     units = split_units(chunk)
-    assert len(units) == 10  # one passage a turn, each with its own lines
-    assert {u.text for u in units} == {"Assistant: Noted. Anything else?"}
+    assert [u.text for u in units] == [f"Noted, item {n}." for n in range(10)]
     assert [u.start_line for u in units] == list(range(1, 11))
     assert all(u.legacy and u.legacy != u.hash for u in units)
+    (plain,) = split_units(chunk_markdown("No marker here.")[0])
+    assert plain.legacy == ""
 
 
 def _index(workspace: Path, tmp_path: Path, e5: LocalE5Provider) -> MemoryIndex:
@@ -90,8 +93,8 @@ def test_keyword_search_and_snippets_keep_the_lines_as_written(
     index = _index(workspace, tmp_path, e5)
     try:
         index.sync()
-        assert "Owner: My sister Ines moved to Porto last spring." in e5.seen
-        assert e5.seen.count("Assistant: Noted.") == 1  # two turns, one text for the model
+        assert "09 Owner: My sister Ines moved to Porto last spring." in e5.seen
+        assert not any("**" in t or t.startswith("- ") for t in e5.seen)
         hits = index.search("Kessler boiler", preset="keyword", max_results=3)
         assert hits and "- 03 Owner: The boiler service is booked with **Kessler" in hits[0].snippet
         hits = index.search("where does my sister live now", preset="vector", max_results=3)
@@ -123,6 +126,6 @@ def test_an_index_built_before_keeps_its_vectors_and_reembeds_nothing(
         assert any("Porto" in h.snippet for h in hits)
         (workspace / "memory/2024-03-02.md").write_text(NOTES + "- 11 Owner: I sold the car.\n")
         index.sync()
-        assert after.seen == ["Owner: I sold the car."]  # only the new line
+        assert after.seen == ["11 Owner: I sold the car."]  # only the new line
     finally:
         index.close()
