@@ -43,9 +43,9 @@ def test_each_list_item_is_its_own_passage() -> None:
     units = split_units(chunk("- Anna likes tea.\n- Ben likes coffee.\n- Chloe likes juice."))
 
     assert [(u.start_line, u.end_line, u.text) for u in units] == [
-        (1, 1, "Anna likes tea."),  # the model reads no list marker (passage_text)
-        (2, 2, "Ben likes coffee."),
-        (3, 3, "Chloe likes juice."),
+        (1, 1, "- Anna likes tea."),
+        (2, 2, "- Ben likes coffee."),
+        (3, 3, "- Chloe likes juice."),
     ]
 
 
@@ -53,7 +53,7 @@ def test_a_heading_goes_with_the_paragraph_after_it() -> None:
     units = split_units(chunk("## Pets\nMy cat is called Tom.\n\n## Food\nI like ramen.", 10))
 
     assert [(u.start_line, u.end_line) for u in units] == [(10, 11), (13, 14)]
-    assert units[0].text == "Pets\nMy cat is called Tom."
+    assert units[0].text == "## Pets\nMy cat is called Tom."
 
 
 def test_a_long_paragraph_is_cut_at_lines_into_bounded_passages() -> None:

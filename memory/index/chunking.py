@@ -260,11 +260,12 @@ def split_units(chunk: Chunk) -> list[Unit]:
     return units
 
 
-# What carries no meaning for a vector (the keyword index and snippets keep the original text):
-# "markers" (list markers, heading hashes), "emphasis"; "stamps" (turn numbers and times) and
-# "speaker" (User/Assistant/Owner labels) cost recall on LoCoMo and the reworded set
-# (bench/RESULTS.md, h-passage): not adopted, kept to measure again.
-STYLE: frozenset[str] = frozenset({"markers", "emphasis"})
+# What the model may be spared of a passage (the keyword index and snippets keep the lines):
+# "markers" (list markers, heading hashes), "emphasis", "stamps" (turn numbers and times),
+# "speaker" (User/Assistant/Owner labels). Each cost recall on a data set (bench/RESULTS.md,
+# h-passage: stamps on LoCoMo and the reworded set, heading hashes on MADial English), so none is
+# on; kept to measure again, with the upgrade path (Unit.legacy) ready.
+STYLE: frozenset[str] = frozenset()
 _MARKER = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
 _HASHES = re.compile(r"^\s{0,3}#{1,6}\s+")
 _STAMP = re.compile(  # "[12] ", "[D1:3] ", "09:30 ", "03 " before a speaker's "Name:"
