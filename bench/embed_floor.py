@@ -170,8 +170,12 @@ def _summary(runs: dict[str, list[Result]], cores: int) -> Result:
         else:
             row["chunks"] = rs[0]["chunks"]
             row["chunks_per_s"] = rs[0]["chunks"] / wall
-        if tokens:
-            row["tokens_per_s"] = tokens / wall
+            row["process_cpu_s"] = statistics.median(r["process_cpu_s"] for r in rs)
+        # Each tree's own count: another tree's passages may read differently (--old).
+        mine = rs[0].get("tokens") or tokens
+        if mine:
+            row["tokens"] = mine
+            row["tokens_per_s"] = mine / wall
         out["kinds"][kind] = row
     engine1 = out["kinds"].get("engine-1")
     if tokens and engine1:
@@ -187,14 +191,17 @@ def _summary(runs: dict[str, list[Result]], cores: int) -> Result:
 
 
 def _lines(summary: Result) -> list[str]:
-    lines = ["kind       median wall s  tokens/s  CPU-ms/token  chunks/s  ÷ engine-N"]
+    lines = ["kind       median wall s  tokens/s  CPU-ms/token  chunks/s  ÷ engine-N  tokens"]
     for kind, row in summary["kinds"].items():
         cpu = "" if "cpu_ms_per_token" not in row else f"{row['cpu_ms_per_token']:.3f}"
+        if "process_cpu_s" in row and row.get("tokens"):  # the whole process, model load too
+            cpu = f"({1000 * row['process_cpu_s'] / row['tokens']:.3f})"
         pace = "" if "chunks_per_s" not in row else f"{row['chunks_per_s']:.2f}"
         ratio = "" if "over_engine_N" not in row else f"{row['over_engine_N']:.2f}×"
         tokens = f"{row['tokens_per_s']:.0f}" if "tokens_per_s" in row else ""
         lines.append(
-            f"{kind:10s} {row['wall_s']:13.2f}  {tokens:>8s}  {cpu:>12s}  {pace:>8s}  {ratio}"
+            f"{kind:10s} {row['wall_s']:13.2f}  {tokens:>8s}  {cpu:>12s}  {pace:>8s}  "
+            f"{ratio:>10s}  {row.get('tokens', '')}"
         )
     if "floor_s" in summary:
         lines.append(
