@@ -51,6 +51,15 @@ class SearchPreset:
     keyword_hit_coverage_power: float = 0.0
     # …only when the best keyword hit holds less than this share of the question (1.0: always).
     keyword_hit_coverage_below: float = 1.0
+    # In that share, a question term no candidate line holds weighs no more than the heaviest
+    # term some line holds (False: it weighs the most, its IDF with a document frequency of 0).
+    keyword_hit_absent_cap: bool = False
+    # …and all such terms together weigh at most this share of the question (1.0: no limit).
+    keyword_hit_absent_share: float = 1.0
+    # What the weighing acts on: "both" (the keyword score and the line bonus), "score", "lines".
+    keyword_hit_weighs: str = "both"
+    # Hits among the vector side's best this many are not weighed (0: every hit is).
+    keyword_hit_vector_spared: int = 0
     # Pseudo-relevance feedback: this many words of the best `feedback_docs` vector hits at or
     # above the embedding model's relevance floor (memory/search/feedback.py) are added to the
     # keyword query (candidates and bm25 only; lines are still scored by the question's words).
