@@ -224,22 +224,14 @@ def _run_search(
         merged = {i: s for i, s in merged.items() if i in cands}
     rerank_weight = preset.line_rerank_weight
     hit_power = 0.0  # preset.keyword_hit_coverage_power, when its gate lets it act
-    spared: frozenset[int] = frozenset()  # hits it leaves alone (the vectors' best)
     if (preset.keyword_coverage_power or preset.keyword_hit_coverage_power) and vector and keyword:
         held = [i for i, _ in keyword if i in cands]
-        shares = chunk_coverages(
-            [cands[i].text for i in held],
-            terms,
-            preset.keyword_hit_absent_cap,
-            preset.keyword_hit_absent_share,
-        )
+        shares = chunk_coverages([cands[i].text for i in held], terms)
         coverage = max(shares, default=0.0)
         if coverage < preset.keyword_hit_coverage_below:
             hit_power = preset.keyword_hit_coverage_power
-        spared = frozenset(i for i, _ in vector[: preset.keyword_hit_vector_spared])
-        if hit_power and preset.keyword_hit_weighs != "lines":
-            weighed = {i: s for i, s in zip(held, shares, strict=True) if i not in spared}
-            merged = calibrate_keyword_hits(merged, weighed, hit_power)
+        if hit_power:
+            merged = calibrate_keyword_hits(merged, dict(zip(held, shares, strict=True)), hit_power)
         if preset.keyword_coverage_power and coverage < preset.keyword_coverage_below:
             calibration = coverage**preset.keyword_coverage_power
             keyword_weight *= calibration
@@ -282,10 +274,7 @@ def _run_search(
             rerank_weight,
             preset.line_semantic_weight,
             preset.line_follow_weight,
-            hit_power if preset.keyword_hit_weighs != "score" else 0.0,
-            preset.keyword_hit_absent_cap,
-            spared,
-            preset.keyword_hit_absent_share,
+            hit_power if preset.keyword_hit_weighs_lines else 0.0,
         )
         ranked = head + ranked[preset.rerank_pool :]
     # Keep the reported score in [0, 1] whatever the weights add up to.

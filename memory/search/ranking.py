@@ -82,41 +82,23 @@ def query_coverage(texts: list[str], terms: list[str]) -> float:
     return sum(w for t, w in weights.items() if df[t]) / total if total > 0 else 1.0
 
 
-def chunk_coverages(
-    texts: list[str], terms: list[str], absent_cap: bool = False, absent_share: float = 1.0
-) -> list[float]:
+def chunk_coverages(texts: list[str], terms: list[str]) -> list[float]:
     """How much of the query each of `texts` (the keyword candidates) holds: the IDF-weighted
     share of the query's terms in it, IDF over all their lines as in `query_coverage` (a term in
     no line weighs the most). Near 1 for a note that says what the question asks; low for one
     that shares a single incidental word with it (a reworded question, or a long chatty one
     whose common words — in Chinese, bigrams across word boundaries — are in every note)."""
     per_text = [[line_terms(line) for line in text.split("\n")] for text in texts]
-    stems = list(dict.fromkeys(stem_term(t) for t in terms))
-    return _coverages(per_text, stems, absent_cap, absent_share)
+    return _coverages(per_text, list(dict.fromkeys(stem_term(t) for t in terms)))
 
 
-def _coverages(
-    per_text: list[list[frozenset[str]]],
-    stems: list[str],
-    absent_cap: bool = False,
-    absent_share: float = 1.0,
-) -> list[float]:
-    """`chunk_coverages` of chunks given as their lines' terms. `absent_cap`: a term in no
-    line weighs no more than the heaviest term some line holds."""
+def _coverages(per_text: list[list[frozenset[str]]], stems: list[str]) -> list[float]:
+    """`chunk_coverages` of chunks given as their lines' terms."""
     if not stems:
         return [1.0] * len(per_text)
     lines = [lt for chunk in per_text for lt in chunk]
     df = {t: sum(1 for line in lines if t in line) for t in stems}
     weights = {t: math.log(1 + (len(lines) - d + 0.5) / (d + 0.5)) for t, d in df.items()}
-    if absent_cap:
-        heaviest = max((w for t, w in weights.items() if df[t]), default=0.0)
-        weights = {t: w if df[t] else min(w, heaviest) for t, w in weights.items()}
-    absent = sum(w for t, w in weights.items() if not df[t])
-    present = sum(weights.values()) - absent
-    if absent_share < 1.0 and absent > 0 and present > 0:
-        limit = present * absent_share / (1.0 - absent_share)  # absent / (absent + present)
-        if absent > limit:
-            weights = {t: w if df[t] else w * limit / absent for t, w in weights.items()}
     total = sum(weights.values())
     if total <= 0:
         return [1.0] * len(per_text)
@@ -160,9 +142,6 @@ def rerank_by_lines(
     semantic_weight: float = 1.0,
     follow_weight: float = 0.0,
     coverage_power: float = 0.0,
-    absent_cap: bool = False,
-    spared: frozenset[int] = frozenset(),
-    absent_share: float = 1.0,
 ) -> None:
     """Add `weight` × how much of the query's weight the best 1–2 adjacent lines cover.
 
@@ -175,12 +154,7 @@ def rerank_by_lines(
     per_line = [[line_terms(line) for line in lines] for lines in split]
     weights = _line_weights(per_line, stems)
     total = sum(weights.values())
-    shares = (
-        _coverages(per_line, stems, absent_cap, absent_share)
-        if coverage_power and weight
-        else [1.0] * len(candidates)
-    )
-    shares = [1.0 if c.id in spared else x for c, x in zip(candidates, shares, strict=True)]
+    shares = _coverages(per_line, stems) if coverage_power and weight else [1.0] * len(candidates)
     for cand, lts, share in zip(candidates, per_line, shares, strict=True):
         if not lts:
             continue
