@@ -274,7 +274,7 @@ def _run_search(
             rerank_weight,
             preset.line_semantic_weight,
             preset.line_follow_weight,
-            hit_power,
+            hit_power if preset.keyword_hit_weighs_lines else 0.0,
         )
         ranked = head + ranked[preset.rerank_pool :]
     # Keep the reported score in [0, 1] whatever the weights add up to.

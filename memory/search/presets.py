@@ -51,6 +51,9 @@ class SearchPreset:
     keyword_hit_coverage_power: float = 0.0
     # …only when the best keyword hit holds less than this share of the question (1.0: always).
     keyword_hit_coverage_below: float = 1.0
+    # …and so is each hit's line-rerank bonus (False: its keyword score alone is weighed; a hit
+    # whose lines hold part of the question keeps that bonus).
+    keyword_hit_weighs_lines: bool = True
     # Pseudo-relevance feedback: this many words of the best `feedback_docs` vector hits at or
     # above the embedding model's relevance floor (memory/search/feedback.py) are added to the
     # keyword query (candidates and bm25 only; lines are still scored by the question's words).
@@ -170,8 +173,15 @@ PINCH = SearchPreset(
     # cost that set 3 questions; the weighing ungated cost LoCoMo 6-7.
     vector_slots=3,
     evidence_slack=0.02,
-    keyword_hit_coverage_power=2.0,
+    # Issue 20, fifth round (bench/RESULTS.md, h-am2): the weighing squared, line bonus too,
+    # pushed LoCoMo evidence holding part of the question (a question naming a year the
+    # evidence says in other words: "summer 2021" / "last summer") down to filler level: −6
+    # questions at located_any@6 of 997. Its keyword score alone, × its share (power 1):
+    # LoCoMo 924 / 925 (rule off; the one is a vector slot's), survival 44 → 45 of 50 on the
+    # kept index, the reworded set's located_all@10 46 kept.
+    keyword_hit_coverage_power=1.0,
     keyword_hit_coverage_below=0.35,
+    keyword_hit_weighs_lines=False,
     # Issue 20 (2026-12-02, bench/RESULTS.md): when the best keyword hit holds less than a
     # quarter of the question's (IDF-weighted) words, the keyword side × √(that share). MADial
     # dev zh hit@1 / any@5 10.0 / 47.5 → 21.2 / 51.2 % (vectors alone 20.0 / 47.5), en any@5
