@@ -39,7 +39,7 @@ from urllib.parse import parse_qsl
 from aiohttp import web
 
 from tests.fakes.model_server import last_user_text
-from tests.fakes.telegram_fleet import private_update
+from tests.fakes.telegram_fleet import bot_user, private_update
 
 TOKEN = re.compile(r"\bm-\d+-\d+-r\d+\b")
 CONFLICT = (
@@ -73,15 +73,7 @@ class Bot:
         return private_update(next(self._update_ids), next(self._message_ids), text, user_id)
 
     def me(self) -> dict[str, Any]:
-        return {
-            "id": self.bot_id,
-            "is_bot": True,
-            "first_name": f"Bot{self.bot_id}",
-            "username": f"fleet{self.bot_id}_bot",
-            "can_join_groups": True,
-            "can_read_all_group_messages": False,
-            "supports_inline_queries": False,
-        }
+        return bot_user(self.bot_id)
 
     def message(self, message_id: int) -> dict[str, Any]:
         chat_id, text = self.messages[message_id]

@@ -37,6 +37,19 @@ CONFLICT = (
 )
 
 
+def bot_user(bot_id: int) -> dict[str, Any]:
+    """The Bot API's `getMe` answer for the fleet's bot `bot_id`."""
+    return {
+        "id": bot_id,
+        "is_bot": True,
+        "first_name": f"Bot{bot_id}",
+        "username": f"fleet{bot_id}_bot",
+        "can_join_groups": True,
+        "can_read_all_group_messages": False,
+        "supports_inline_queries": False,
+    }
+
+
 def private_update(update_id: int, message_id: int, text: str, user_id: int) -> dict[str, Any]:
     """A Bot API update: `text` from user `user_id` in their private chat with the bot."""
     user = {"id": user_id, "is_bot": False, "first_name": f"U{user_id}"}
@@ -88,15 +101,7 @@ class FleetBot:
 
     # -- the Bot API
     def get_me(self) -> dict[str, Any]:
-        return {
-            "id": self.bot_id,
-            "is_bot": True,
-            "first_name": f"Bot{self.bot_id}",
-            "username": f"fleet{self.bot_id}_bot",
-            "can_join_groups": True,
-            "can_read_all_group_messages": False,
-            "supports_inline_queries": False,
-        }
+        return bot_user(self.bot_id)
 
     def get_updates(
         self, p: dict[str, Any], connected: Any, on_conflict: Any
