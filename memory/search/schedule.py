@@ -2,8 +2,8 @@
 
 A search has three parts of CPU work: the question's embedding (the local e5 model: ≈ 25 ms of
 one core for a short question, ≈ 13 ms on two), the keyword side (SQLite's FTS5: a few ms for a
-few English words, 20-40 ms for a Chinese question's bigram phrases at 100k chunks: each phrase
-is a positional scan of two common characters) and the vector side (the centroid product and
+few English words, 15-21 ms for a Chinese question's 8-12 bigrams at 100k chunks since a bigram
+is an index term of its own, 20-40 ms before) and the vector side (the centroid product and
 the passages' re-scoring, ≈ 5-10 ms). On two cores the shortest path is
 
 - *embed first*: the embedding on both cores, then the keyword and vector sides at once —
@@ -35,9 +35,10 @@ VectorSide = tuple[list[tuple[int, float]], dict[int, list[tuple[int, int, float
 
 SCHEDULE = "auto"  # "auto" | "embed-first" | "beside"
 # Keyword-side weight at which the embedding runs beside it: an English word ≈ 1 (one doclist
-# counted and ranked), a CJK bigram ≈ 3 (a phrase: two doclists merged by position). Measured
-# at 100k chunks (bench/RESULTS.md, 2026-12-02): 2-4 English words ≈ 5-15 ms of FTS5, a
-# Chinese question's 8-12 bigrams ≈ 30-45 ms.
+# counted and ranked), a CJK bigram 3 — set when a bigram was a phrase (two doclists merged by
+# position: 8-12 bigrams ≈ 30-45 ms of FTS5 at 100k chunks); since bigrams became index terms
+# (h-cjk, bench/RESULTS.md 2026-12-02) they cost 16-21 ms, ≈ 2 words each. Not re-tuned: the
+# two schedules could not be told apart on the loaded machine that measured it.
 HEAVY_KEYWORDS = 12
 _WORKERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embedding")
 
