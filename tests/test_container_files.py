@@ -59,3 +59,33 @@ def test_the_image_installs_the_runtime_subset_of_the_lock_with_the_same_pins() 
     names = {pin.split("==")[0] for pin in runtime}
     assert not names & {"pytest", "ruff", "mypy", "playwright", "pgserver"}
     assert "requirements-runtime.lock" in (root / "Dockerfile").read_text()
+
+
+def test_a_dependency_asked_for_with_extras_is_pinned_with_them() -> None:
+    """litellm asks for httpx[http2]: a lock line `httpx==…` lets pip's --require-hashes mode
+    look past the pin for the newest httpx and refuse to install (CI failed so the day httpx
+    0.29 came out). Every extra that a locked package always asks for is on its pin."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    lock = (ROOT / "requirements.lock").read_text()
+    pinned: dict[str, set[str]] = {}
+    for line in lock.splitlines():
+        if line and line[0].isalnum() and "==" in line:
+            req = Requirement(line.split(" ")[0])
+            pinned[canonicalize_name(req.name)] = set(req.extras)
+    asked: list[tuple[str, str, set[str]]] = []
+    for name in pinned:
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for text in requires:
+            req = Requirement(text)
+            if req.extras and (req.marker is None or req.marker.evaluate({"extra": ""})):
+                asked.append((name, canonicalize_name(req.name), set(req.extras)))
+    assert ("litellm", "httpx", {"http2"}) in asked
+    missing = [(who, dep, want) for who, dep, want in asked if not want <= pinned.get(dep, set())]
+    assert not missing, f"pin these with their extras in requirements.lock: {missing}"
