@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from memory.errors import DatabaseError
 from memory.store.backends import backend_of
 from memory.store.chunk_text import compress_batch
-from memory.store.db import BUSY_TIMEOUT_S, Database, is_busy
+from memory.store.db import BUSY_TIMEOUT_S, Database, in_batches, is_busy
 from memory.store.index_embedcache import cache_slack, prune_orphans, requantise
 
 log = logging.getLogger(__name__)
@@ -121,14 +121,7 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
 def compress_texts(db: Database) -> int:
     """Compress the chunk texts still stored plain (written before the index had a text
     dictionary, or by an older version), a batch per transaction; returns how many."""
-    done, last = 0, 0
-    while True:
-        with db.transaction() as conn:
-            n, seen = compress_batch(conn, last)
-        done += n
-        if seen is None:
-            return done
-        last = seen
+    return in_batches(db, compress_batch)
 
 
 def compact_if_worth_it(db: Database) -> SpaceUsage | None:

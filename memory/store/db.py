@@ -231,6 +231,21 @@ class Database:
             self.conn.close()
 
 
+def in_batches(db: Database, batch: Callable[[Any, int], tuple[int, int | None]]) -> int:
+    """Run `batch(conn, after)` a transaction at a time until it says it is done; returns the
+    rows it changed in all. `batch` handles the rows after key `after` and returns (rows
+    changed, the last key it saw — None when nothing was left): a long rewrite never holds the
+    write lock for long, and an interruption loses at most one batch's work (redone next time)."""
+    done, last = 0, 0
+    while True:
+        with db.transaction() as conn:
+            n, seen = batch(conn, last)
+        done += n
+        if seen is None:
+            return done
+        last = seen
+
+
 def _make_private(path: Path) -> None:
     """Create the database file 0600 if missing and tighten it and its -wal/-shm files.
 

@@ -27,7 +27,7 @@ from memory.store.cache_codec import (
     wide_vectors,
 )
 from memory.store.content_hash import StoredHash, stored_hash
-from memory.store.db import Database
+from memory.store.db import Database, in_batches
 
 LOOKUP_BATCH = 500  # hashes per lookup query (SQLite's bound-parameter limit is far above)
 # The cache's key index holds the first bytes of the hash alone (migration m013: 8 bytes
@@ -257,11 +257,4 @@ def prune_orphans(conn: Any, now: float | None = None) -> int:
 def requantise(db: Database) -> int:
     """Rewrite cached vectors an older version stored wider (float32, 8-bit codes) in the
     cache's form (4-bit codes), a batch per transaction; returns how many."""
-    done, last = 0, 0
-    while True:
-        with db.transaction() as conn:
-            n, seen = shrink_batch(conn, last)
-        done += n
-        if seen is None:
-            return done
-        last = seen
+    return in_batches(db, shrink_batch)
