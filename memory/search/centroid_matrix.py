@@ -1,8 +1,13 @@
-"""A generation's centroids held in memory, and exact cosine search over them."""
+"""A generation's centroids held in memory, and cosine search over them: exact, or past
+`projection.MIN_ROWS` rows a first pass over their principal components with the best
+candidates scored exactly (memory/search/projection.py)."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from memory.search import projection as projection_module
+from memory.search.projection import Fitting, Projection
 
 
 def best_first(pairs: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -36,6 +41,8 @@ class CentroidMatrix:
         # The rows each set of scopes may see (np.isin over every row: ≈ 1-2 ms at 100k), kept
         # until a row changes.
         self._masks: dict[tuple[str, ...], np.ndarray] = {}
+        self._projection: Projection | None = None  # past MIN_ROWS, once fitted
+        self._fitting: Fitting | None = None
 
     def row_of(self) -> dict[int, int]:
         if self._row is None:
@@ -58,6 +65,10 @@ class CentroidMatrix:
             self.ids[i] = chunk_id
         self.vectors[i] = vector
         self.scope_of[i] = self.scope_ids.setdefault(scope, len(self.scope_ids))
+        if self._projection is not None:
+            self._projection.rows[i] = self._projection.project(self.vectors[i : i + 1])[0]
+        elif self._fitting is not None:
+            self._fitting.touch(i)
         self._masks.clear()
 
     def remove(self, chunk_id: int) -> None:
@@ -73,6 +84,8 @@ class CentroidMatrix:
         self.scope_of = np.concatenate([self.scope_of, np.full(extra, -1, dtype=np.int32)])
         pad = np.zeros((extra, self.vectors.shape[1]), dtype=np.float32)
         self.vectors = np.concatenate([self.vectors, pad])
+        if self._projection is not None:
+            self._projection.grow(len(self.vectors))
 
     def visible(self, scopes: list[str]) -> np.ndarray:
         """Which of the first `n` rows a search of `scopes` may return (bool, remembered)."""
@@ -86,22 +99,49 @@ class CentroidMatrix:
             self._masks[key] = mask
         return mask
 
+    def projection(self) -> Projection | None:
+        """The first-pass projection when it is ready; past MIN_ROWS rows, the first call
+        starts fitting it in the background (searches stay exact until then)."""
+        if self._projection is not None or self.n < projection_module.MIN_ROWS:
+            return self._projection
+        if self._fitting is None:
+            live = np.flatnonzero(self.scope_of[: self.n] >= 0)
+            if len(live) >= projection_module.MIN_ROWS:
+                self._fitting = Fitting(self.vectors, self.n, live)
+        elif self._fitting.done() and not self._fitting.failed:
+            self._projection = self._fitting.take(self.vectors, self.n)
+            self._fitting = None
+        return self._projection
+
     def search(self, query: np.ndarray, k: int, scopes: list[str]) -> list[tuple[int, float]]:
         if not self.n:
             return []
-        sims = self.vectors[: self.n] @ np.asarray(query, dtype=np.float32)
+        q = np.asarray(query, dtype=np.float32)
         # Always filter: conversation transcripts carry their own scope, and no search may
         # see another conversation's (not even one asking only for the shared scope '').
-        sims[~self.visible(scopes)] = -np.inf
-        k = min(k, len(sims))
-        top = np.argpartition(sims, len(sims) - k)[len(sims) - k :]
-        edge = sims[top].min()
-        if np.count_nonzero(sims == edge) > np.count_nonzero(sims[top] == edge):
-            # Rows tied at the edge of the top k, some left out: the lower chunk ids go in.
-            tied = np.flatnonzero(sims == edge)
-            tied = tied[np.argsort(self.ids[tied], kind="stable")]
-            above = np.flatnonzero(sims > edge)
-            top = np.concatenate([above, tied[: k - len(above)]])
-        return best_first(
-            [(int(self.ids[i]), float(sims[i])) for i in top.tolist() if np.isfinite(sims[i])]
-        )
+        visible = self.visible(scopes)
+        projection = self.projection()
+        if projection is not None:
+            count = max(projection_module.CANDIDATES, 10 * k)
+            rows = projection.candidates(q, self.n, visible, count)
+            return top_k(self.ids[rows], self.vectors[rows] @ q, k)
+        sims = self.vectors[: self.n] @ q
+        sims[~visible] = -np.inf
+        return top_k(self.ids[: self.n], sims, k)
+
+
+def top_k(ids: np.ndarray, sims: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The `k` best of (ids[i], sims[i]) best first (-inf: not a candidate); rows tied at the
+    edge of the top k go in by lower chunk id."""
+    k = min(k, len(sims))
+    if k <= 0:
+        return []
+    top = np.argpartition(sims, len(sims) - k)[len(sims) - k :]
+    edge = sims[top].min()
+    if np.count_nonzero(sims == edge) > np.count_nonzero(sims[top] == edge):
+        # Rows tied at the edge of the top k, some left out: the lower chunk ids go in.
+        tied = np.flatnonzero(sims == edge)
+        tied = tied[np.argsort(ids[tied], kind="stable")]
+        above = np.flatnonzero(sims > edge)
+        top = np.concatenate([above, tied[: k - len(above)]])
+    return best_first([(int(ids[i]), float(sims[i])) for i in top.tolist() if np.isfinite(sims[i])])
