@@ -137,7 +137,13 @@ def profile(spec: dict[str, Any]) -> dict[str, Any]:
     index.search("warm up the model and the matrix", preset=spec["preset"], record=False)
     for store in getattr(index, "_stores", {}).values():
         getattr(store, "wait_loaded", lambda timeout: True)(120)
-    out: dict[str, Any] = {"backend": index.vector_backend, "questions": len(questions)}
+    calibrate = getattr(index.provider, "calibrate_query_cores", None)
+    cores = calibrate() if calibrate is not None else 1  # as the chat and the gateway do
+    out: dict[str, Any] = {
+        "backend": index.vector_backend,
+        "questions": len(questions),
+        "query_cores": cores,  # parallel:embed-first needs 2 (else it runs beside)
+    }
     modes = spec["modes"]
     runs: dict[str, dict[str, Any]] = {
         m: {"steps": defaultdict(list), "walls": [], "cpus": []} for m in modes

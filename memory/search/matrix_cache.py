@@ -137,6 +137,8 @@ class MatrixCache:
                 db.close()
             with self._lock:
                 self._matrix = loaded  # if already stale, the next search brings it up to date
+                if loaded is not None:  # a large matrix: its first pass is fitted from now on
+                    loaded.projection()
         except Exception:  # the fallback keeps answering; the next search tries again
             log.exception("reading the vector matrix failed")
         finally:
@@ -144,10 +146,19 @@ class MatrixCache:
                 self._loading = None
 
     def wait_loaded(self, timeout: float) -> bool:
-        """Wait for a background read to finish (for tests and benchmarks)."""
+        """Wait for a background read to finish, and for the first pass's fit of a large
+        matrix (for tests and benchmarks: the steady state)."""
         loading = self._loading
         if loading is not None:
             loading.join(timeout)
+        with self._lock:
+            matrix = self._matrix
+            fitting = matrix.fitting() if matrix is not None else None
+        if matrix is not None and fitting is not None:
+            fitting.wait(timeout)
+            with self._lock:
+                if matrix is self._matrix:
+                    matrix.projection()  # taken now, not by the next search
         return self._loading is None
 
 

@@ -13,12 +13,17 @@ the passages' re-scoring, ≈ 5-10 ms). On two cores the shortest path is
 
 `SCHEDULE = "auto"` picks by the question's terms (`keyword_heavy`); "embed-first" and
 "beside" force one (tests, benchmarks). A model that cannot use several cores for a query
-(a remote API, USE) always runs beside: embedding first would only wait. Both give the same
+(a remote API, USE) always runs beside: embedding first would only wait. Whether the local
+model gains from two engine threads depends on the machine (on one here two threads took
+half the time, on another 1.5× longer), so it embeds first only once the warm-up of a
+long-running process measured two threads clearly faster (`calibrate_after_load`,
+`LocalE5Provider.calibrate_query_cores`); until then, and in one-off commands, beside. Both give the same
 answer: the same vector (each engine output is computed by one thread), the same reads.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
@@ -30,6 +35,7 @@ from memory.search.candidates import embed_and_search, vector_candidates
 from memory.search.vectors import VectorStore
 from memory.text import CJK_CHAR
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 VectorSide = tuple[list[tuple[int, float]], dict[int, list[tuple[int, int, float]]]]
 
@@ -40,6 +46,8 @@ SCHEDULE = "auto"  # "auto" | "embed-first" | "beside"
 # (h-cjk, bench/RESULTS.md 2026-12-02) they cost 16-21 ms, ≈ 2 words each. Not re-tuned: the
 # two schedules could not be told apart on the loaded machine that measured it.
 HEAVY_KEYWORDS = 12
+# How long the warm-up waits for the vectors before timing the query embedding anyway.
+WARM_WAIT_S = 120
 _WORKERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embedding")
 
 
@@ -82,3 +90,15 @@ def start_vector_side(
     # The model and SQLite both release the GIL: the embedding runs on one core while the
     # caller runs the keyword search on the other.
     return _WORKERS.submit(embed_and_search, store, embed_query, text, pool, generation, scopes)
+
+
+def calibrate_after_load(store: VectorStore | None, calibrate: Callable[[], int]) -> None:
+    """How many engine threads a question's embedding should use here, measured once the
+    vectors are read (a measurement beside that read would favour one thread)."""
+    try:
+        wait = getattr(store, "wait_loaded", None)
+        if wait is not None:
+            wait(WARM_WAIT_S)
+        calibrate()
+    except Exception:  # a warm-up only: searches keep one engine thread
+        log.warning("Could not time the query embedding", exc_info=True)
