@@ -71,19 +71,9 @@ def recall(
 ) -> tuple[float, float]:
     """Mean recall@k of the first pass (dims wide, candidates = share of the rows), and the
     worst question's."""
-    old = projection.DIMENSIONS
-    projection.DIMENSIONS = dims
-    try:
-        fitted = projection.Projection.__new__(projection.Projection)
-        live = np.arange(len(rows))
-        sample = rows[live[:: max(1, len(live) // projection.SAMPLE_ROWS)]].astype(np.float64)
-        mean = sample.mean(axis=0)
-        _, vecs = np.linalg.eigh((sample - mean).T @ (sample - mean))
-        fitted.mean = mean.astype(np.float32)
-        fitted.basis = np.ascontiguousarray(vecs[:, ::-1][:, :dims], dtype=np.float32)
-        fitted.rows = fitted.project(rows)
-    finally:
-        projection.DIMENSIONS = old
+    mean, basis = projection.principal_basis(rows, np.arange(len(rows)), dims)
+    fitted = projection.Projection(mean, basis, len(rows))
+    fitted.set_rows(0, rows)
     count = max(int(share * len(rows)), k + 1)
     visible = np.ones(len(rows), dtype=bool)
     found: list[float] = []
@@ -139,6 +129,7 @@ def main(argv: list[str] | None = None) -> None:
                             "k": k,
                             "recall": mean,
                             "worst": worst,
+                            "per_k": max(int(share * len(rows)), k + 1) / k,
                         }
                     )
     if args.json:
@@ -153,6 +144,7 @@ def main(argv: list[str] | None = None) -> None:
             str(r["dims"]),
             f"{r['share']:.0%}",
             str(r["k"]),
+            f"{r['per_k']:.1f}",
             f"{r['recall']:.4f}",
             f"{r['worst']:.2f}",
         )

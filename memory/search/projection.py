@@ -69,6 +69,19 @@ class Projection:
         return rows[np.isfinite(approx[rows])]
 
 
+def principal_basis(
+    vectors: np.ndarray, live: np.ndarray, dimensions: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The mean of an even sample of the `live` rows (≤ SAMPLE_ROWS) and their `dimensions`
+    leading principal directions (a dimensions-wide basis, float32)."""
+    sample = vectors[live[:: max(1, len(live) // SAMPLE_ROWS)]]  # a float32 copy: 31 MB
+    mean = sample.mean(axis=0, dtype=np.float64).astype(np.float32)
+    sample -= mean
+    scatter = (sample.T @ sample).astype(np.float64)
+    _, eigenvectors = np.linalg.eigh(scatter)  # ascending eigenvalues
+    return mean, np.ascontiguousarray(eigenvectors[:, ::-1][:, :dimensions], dtype=np.float32)
+
+
 def fit(vectors: np.ndarray, live: np.ndarray, capacity: int) -> Projection | None:
     """A projection of `vectors` (its rows `live` in use) onto the leading principal components
     of an even sample of them, with every row up to the last live one projected. None when the
@@ -76,12 +89,8 @@ def fit(vectors: np.ndarray, live: np.ndarray, capacity: int) -> Projection | No
     dims = vectors.shape[1]
     if len(live) < MIN_ROWS or dims <= 2 * DIMENSIONS:
         return None
-    sample = vectors[live[:: max(1, len(live) // SAMPLE_ROWS)]].astype(np.float64)
-    mean = sample.mean(axis=0)
-    centered = sample - mean
-    _, eigenvectors = np.linalg.eigh(centered.T @ centered)  # ascending eigenvalues
-    basis = np.ascontiguousarray(eigenvectors[:, ::-1][:, :DIMENSIONS], dtype=np.float32)
-    projection = Projection(mean.astype(np.float32), basis, capacity)
+    mean, basis = principal_basis(vectors, live, DIMENSIONS)
+    projection = Projection(mean, basis, capacity)
     projection.set_rows(0, vectors[: int(live[-1]) + 1])
     return projection
 
