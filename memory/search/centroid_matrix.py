@@ -106,7 +106,7 @@ class CentroidMatrix:
             return self._projection
         if self._fitting is None:
             live = np.flatnonzero(self.scope_of[: self.n] >= 0)
-            if len(live) >= projection_module.MIN_ROWS:
+            if projection_module.worth_it(len(live), self.vectors.shape[1]):
                 self._fitting = Fitting(self.vectors, self.n, live)
         elif self._fitting.done() and not self._fitting.failed:
             self._projection = self._fitting.take(self.vectors, self.n)

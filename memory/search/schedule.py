@@ -17,8 +17,9 @@ the passages' re-scoring, ≈ 5-10 ms). On two cores the shortest path is
 model gains from two engine threads depends on the machine (on one here two threads took
 half the time, on another 1.5× longer), so it embeds first only once the warm-up of a
 long-running process measured two threads clearly faster (`calibrate_after_load`,
-`LocalE5Provider.calibrate_query_cores`); until then, and in one-off commands, beside. Both give the same
-answer: the same vector (each engine output is computed by one thread), the same reads.
+`LocalE5Provider.calibrate_query_cores`); until then, and in one-off commands, beside. Both
+give the same answer: the same vector (each engine output is computed by one thread), the same
+reads.
 """
 
 from __future__ import annotations
