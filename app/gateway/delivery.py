@@ -11,8 +11,11 @@ at each cut) — and piece N is always message N: when the text outgrows a messa
 continues in new ones, and nothing is shown twice or dropped. `on_sent(part, sent)` is awaited
 right after the platform accepts each new message, so the caller can record it at once.
 `resume` takes messages a previous run of the same turn already sent: they are edited instead of
-sent again. A final text shorter than what streamed turns the messages it no longer needs into a
-pointer to the reply above (there is no delete in the Channel interface).
+sent again. A piece whose send failed with no answer (it may or may not have arrived) is not
+sent again while the reply streams; the final push sends it once more (at least once: a rare
+second copy rather than a lost reply). A final text shorter than what streamed turns the
+messages it no longer needs into a pointer to the reply above (there is no delete in the
+Channel interface).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class ReplyStream:
         # The piece whose send failed in a way the platform may still have acted on (part ->
         # text): the same text for that part is not sent again, so it can't appear twice.
         self._maybe_sent: dict[int, str] = {}
+        self._sent_again: set[int] = set()  # parts the final push sent a second time
 
     def feed(self, delta: str) -> None:
         """Add streamed text (safe to call from a synchronous callback on the event loop)."""
@@ -120,7 +124,20 @@ class ReplyStream:
                         await self._add(occupied[1:], part)
                     continue
                 if self._maybe_sent.get(part) == piece and part == len(pieces) - 1:
-                    break  # probably shown already; a second copy is worse than no message id
+                    if not final or part in self._sent_again:
+                        break  # while streaming: it may be shown; the final push decides
+                    # The turn ends and this piece's only send failed with no answer from the
+                    # platform: it may have been shown, or never have arrived (a connection
+                    # reset before the platform read it: 2 of 51,000 replies lost so in
+                    # bench/scale.py). Sent once more — a rare second copy rather than a reply
+                    # that silently never came.
+                    del self._maybe_sent[part]
+                    self._sent_again.add(part)  # once: a failing retry of finish() adds none
+                    log.warning(
+                        "Sending reply part %d again: its send may not have reached %s",
+                        part,
+                        self.channel.name,
+                    )
                 try:
                     sent = await self.channel.send(replace(self.target, text=piece))
                 except ChannelError as exc:
