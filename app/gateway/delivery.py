@@ -65,7 +65,8 @@ class ReplyStream:
         self._pusher: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         # The piece whose send failed in a way the platform may still have acted on (part ->
-        # text): the same text for that part is not sent again, so it can't appear twice.
+        # text): the same text for that part is not sent again while the reply streams (the
+        # final push sends it once more: at least once).
         self._maybe_sent: dict[int, str] = {}
         self._sent_again: set[int] = set()  # parts the final push sent a second time
 
