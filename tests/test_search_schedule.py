@@ -109,8 +109,11 @@ def test_calibration_decides_whether_searches_embed_on_two_cores(
     cores = e5.calibrate_query_cores(rounds=2)
     assert cores in (1, 2) and e5.multicore_query == (cores == 2)
     local_models._QUERY_CORES[key] = 2
-    with e5._loaded.gate.batch():  # an indexing batch running: no measurement, no change
-        assert e5.calibrate_query_cores(rounds=1) == 2
+    assert e5.calibrate_query_cores(rounds=1) == 2  # measured once per process: kept
+    del local_models._QUERY_CORES[key]
+    with e5._loaded.gate.batch():  # an indexing batch running: one thread, nothing decided
+        assert e5.calibrate_query_cores(rounds=1) == 1
+    assert key not in local_models._QUERY_CORES
     monkeypatch.setattr(local_models.os, "cpu_count", lambda: 1)
     assert e5.calibrate_query_cores(rounds=1) == 1 and not e5.multicore_query
 
@@ -120,10 +123,16 @@ def test_the_warm_up_times_the_query_embedding_after_the_vectors_are_read(
 ) -> None:
     provider = e5_index.provider
     assert isinstance(provider, LocalE5Provider)
+    key = (provider.provider, provider.model)
+    monkeypatch.delitem(local_models._QUERY_CORES, key, raising=False)  # not timed yet
     done = threading.Event()
     monkeypatch.setattr(provider, "calibrate_query_cores", lambda: done.set() or 1)
     e5_index.warm()
     assert done.wait(30)
+    done.clear()
+    local_models._QUERY_CORES[key] = 1  # timed once: a second warm-up (another agent) skips it
+    e5_index.warm()
+    assert not done.wait(1)
 
 
 def test_query_cores_is_per_thread_and_restored() -> None:

@@ -39,6 +39,7 @@ _QUERY_CORES: dict[tuple[str, str], int] = {}
 CALIBRATION_TEXT = "What did I tell you about the dentist appointment next week?"
 CALIBRATION_ROUNDS = 5
 MULTICORE_GAIN = 0.8  # two threads must take under 80 % of one thread's time
+_calibration_lock = threading.Lock()
 _loaded_models_lock = threading.Lock()
 
 
@@ -158,14 +159,26 @@ class LocalE5Provider:
         only once `calibrate_query_cores` found that faster on this machine."""
         return _QUERY_CORES.get((self.provider, self.model), 1) > 1
 
+    @property
+    def query_cores_measured(self) -> bool:
+        """Whether this process has timed the query embedding (`calibrate_query_cores`)."""
+        return (self.provider, self.model) in _QUERY_CORES
+
     def calibrate_query_cores(self, rounds: int = CALIBRATION_ROUNDS) -> int:
         """Time a short question on one engine thread and on two, alternating, and let searches
         embed on two (`multicore_query`) only where that is clearly faster. Whether it is
         depends on the machine: one machine here took 17.6-20.8 ms on two threads against 36 ms
         on one, another 36-39 ms on two against 23-26 ms on one (its barrier wake-ups cost more
         than the split saves; bench/RESULTS.md, 2026-12-02 12:55). ≈ 0.3 s, once per process
-        (the chat and the gateway, after their warm-up); returns the cores chosen."""
+        and model (the chat and the gateway, after their warm-up; later calls return the
+        choice); returns the cores chosen."""
         key = (self.provider, self.model)
+        with _calibration_lock:  # once per process and model: a gateway warms every agent
+            if key in _QUERY_CORES:
+                return _QUERY_CORES[key]
+            return self._measure_query_cores(key, rounds)
+
+    def _measure_query_cores(self, key: tuple[str, str], rounds: int) -> int:
         cores = 1
         gate = self._loaded.gate
         if (os.cpu_count() or 1) >= 2 and _engine_openmp() is not None:
@@ -173,7 +186,7 @@ class LocalE5Provider:
             timings: dict[int, list[float]] = {1: [], 2: []}
             with gate.query():
                 if gate.batches_running():
-                    return _QUERY_CORES.get(key, 1)  # indexing owns the cores: measure later
+                    return 1  # indexing owns the cores: measured at a later warm-up
                 engine.query([CALIBRATION_TEXT])  # (the first run pays for cold caches)
                 for _ in range(rounds):
                     for n in (1, 2):

@@ -176,7 +176,7 @@ class MemoryIndex:
             if store is not None and identity.get("model") == self.provider.model:
                 store.preload(generation)
             calibrate = getattr(self.provider, "calibrate_query_cores", None)
-            if calibrate is not None:
+            if calibrate is not None and not getattr(self.provider, "query_cores_measured", True):
                 threading.Thread(
                     target=calibrate_after_load,
                     args=(store, calibrate),
