@@ -1,15 +1,19 @@
-"""PostgreSQL's keyword side alone, before and after it was bounded (issue 19), side by side on
-one scale's schema: for each question, the keyword expression search makes of it (the `pinch`
-preset: common words left out, OR), then, alternating old and new in each round,
+"""PostgreSQL's keyword side alone, side by side on one scale's schema (issue 19): for each
+question, the keyword expression search makes of it (the `pinch` preset: common words left out,
+OR), then, alternating the statements in each round,
 
-- the ranked read: the old statement (main `63fcffc`: every matching row scored, document
-  frequencies counted over the postings, then the newest `keyword_rank_cap`) against
-  `PgSearchQueries.keyword_newest` (the newest `cap` ids cut first, frequencies read from
-  `memory_keyword_df`) — same ids and ranks checked;
-- the word counts search makes (`match_count` of each word, to the common-word limit): the old
+- the ranked read of the newest `keyword_rank_cap` matches, by up to three statements — `unbounded`
+  (main `63fcffc`: every matching row scored, document frequencies counted over the rows, then
+  the newest cut), `arrays` (`bm25_statement`: the newest ids cut first over the GIN lookup,
+  frequencies counted in the kept rows' token arrays, document frequencies from
+  `memory_keyword_df`) and `postings` (`PgSearchQueries.keyword_newest`, which reads an OR of
+  words from `memory_keyword_postings`: each word's newest entries from the index alone) —
+  the same ids and ranks checked;
+- the word counts search makes (`match_count` of each word, to the common-word limit): the
   `count(*)` over the GIN lookup against the frequency table.
 
     python bench/pg_keyword_side.py --chunks 100000 [--dsn DSN] [--queries 30] [--rounds 2]
+        [--arms arrays,postings]       # add `unbounded` for the statement before both
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from memory.store.postgres.keywords import (  # noqa: E402
     bm25_statement,
     count_statement,
     parse_match,
+    postings_statement,
+    reads_postings,
 )
 from memory.store.postgres.search import PgSearchQueries, _stemmed_phrases  # noqa: E402
 from memory.text import fts_match_expression, query_terms  # noqa: E402
@@ -78,7 +84,23 @@ def _ms(f: Any) -> tuple[float, Any]:
     return 1000 * (time.perf_counter() - t), out
 
 
-def run(dsn: str, schema: str, queries: int, rounds: int) -> dict[str, Any]:
+def _unbounded(db: Any, match: str, cap: int) -> list[tuple[int, float]]:
+    query = parse_match(match)
+    statement, params = old_statement(_stemmed_phrases(query), query.operator)
+    rows = db.execute(statement + " ORDER BY chunk_id DESC LIMIT %s", [*params, cap])
+    return [(int(i), float(r)) for i, r in rows]
+
+
+def _arrays(db: Any, match: str, cap: int) -> list[tuple[int, float]]:
+    query = parse_match(match)
+    statement, params = bm25_statement(_stemmed_phrases(query), query.operator, cap)
+    rows = db.execute(statement + " ORDER BY chunk_id DESC", params)
+    return [(int(i), float(r)) for i, r in rows]
+
+
+def run(
+    dsn: str, schema: str, queries: int, rounds: int, wanted: Sequence[str] = ("arrays", "postings")
+) -> dict[str, Any]:
     db = open_postgres(dsn, schema=schema, min_size=1, max_size=2)
     try:
         pg = PgSearchQueries(db)
@@ -98,26 +120,33 @@ def run(dsn: str, schema: str, queries: int, rounds: int) -> dict[str, Any]:
             m = common_term_match(pg, generation, terms[:12], preset.keyword_common_share)
             if m:
                 matches.append(m)
+        ranked = {
+            "unbounded": lambda m: _unbounded(db, m, cap),
+            "arrays": lambda m: _arrays(db, m, cap),
+            "postings": lambda m: pg.keyword_newest(m, cap),
+        }
+        arms = [a for a in ranked if a in wanted]
         timings: dict[str, list[float]] = {
-            k: [] for k in ("old_rank", "new_rank", "old_count", "new_count")
+            k: [] for k in (*(f"{a}_rank" for a in arms), "old_count", "new_count")
         }
         same = True
-        for _ in range(rounds):
-            for m in matches:
-                query = parse_match(m)
-                statement, params = old_statement(_stemmed_phrases(query), query.operator)
-                statement += " ORDER BY chunk_id DESC LIMIT %s"
-                ms, old = _ms(lambda s=statement, p=[*params, cap]: db.execute(s, p))
-                timings["old_rank"].append(ms)
-                ms, new = _ms(lambda m=m: pg.keyword_newest(m, cap))
-                timings["new_rank"].append(ms)
-                same = (
-                    same
-                    and [int(r[0]) for r in old] == [i for i, _ in new]
+        for round_no in range(rounds):
+            for n, m in enumerate(matches):
+                answers = []
+                # The order of the arms turns with each question (caches warm for no one arm).
+                turn = (n + round_no) % len(arms)
+                for arm in arms[turn:] + arms[:turn]:
+                    ms, got = _ms(lambda m=m, arm=arm: ranked[arm](m))
+                    timings[f"{arm}_rank"].append(ms)
+                    answers.append(got)
+                first = answers[0]
+                same = same and all(
+                    [i for i, _ in other] == [i for i, _ in first]
                     and all(
-                        abs(float(a[1]) - b[1]) <= 1e-9 * abs(b[1])
-                        for a, b in zip(old, new, strict=True)
+                        abs(a[1] - b[1]) <= 1e-9 * abs(b[1])
+                        for a, b in zip(other, first, strict=True)
                     )
+                    for other in answers[1:]
                 )
             for w in words:
                 assert w is not None
@@ -137,14 +166,22 @@ def run(dsn: str, schema: str, queries: int, rounds: int) -> dict[str, Any]:
                 "n": len(ordered),
             }
 
-        slowest = max(range(len(matches)), key=lambda i: timings["new_rank"][i])
+        last = arms[-1]
+        per_question = timings[f"{last}_rank"][: len(matches)]
+        slowest = max(range(len(matches)), key=lambda i: per_question[i])
         query = parse_match(matches[slowest])
-        statement, params = bm25_statement(_stemmed_phrases(query), query.operator, cap)
+        phrases = _stemmed_phrases(query)
+        if last == "postings" and reads_postings(phrases):
+            statement, params = postings_statement([p[0] for p in phrases], query.operator, cap)
+        else:
+            statement, params = bm25_statement(phrases, query.operator, cap)
         plan = db.execute(
             "EXPLAIN (ANALYZE, BUFFERS) " + statement + " ORDER BY chunk_id DESC", params
         )
         return {
+            "arms": arms,
             "slowest_expression": matches[slowest],
+            "slowest_of": last,
             "slowest_plan": [str(r[0]) for r in plan],
             "schema": schema,
             "chunks": total,
@@ -165,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--queries", type=int, default=30)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="10 questions, one round")
+    p.add_argument("--arms", default="arrays,postings", help="of: unbounded, arrays, postings")
     args = p.parse_args(argv)
     if args.quick:
         args.queries, args.rounds = 10, 1
@@ -174,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else speed_pg.start_server(REPO / "bench" / "out" / "speed" / "postgres")
     )
     schema = args.schema or speed_pg.schema_for(args.chunks)
-    print(json.dumps(run(dsn, schema, args.queries, args.rounds), indent=1))
+    print(json.dumps(run(dsn, schema, args.queries, args.rounds, args.arms.split(",")), indent=1))
     del server
     return 0
 

@@ -221,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         help="serial (one thread), parallel:SCHEDULE (memory.search.schedule.SCHEDULE)",
     )
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument(
+        "--dsn", help="profile the scale's schema on this PostgreSQL (bench/bulk_scale.py load)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument(
         "--dump",
@@ -239,9 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         "preset": args.preset,
         "modes": args.modes.split(","),
         "rounds": args.rounds,
+        "dsn": args.dsn,
     }
     db_path = args.out / f"scale-{chunks}" / f"index-{args.backend}.sqlite"
-    if not db_path.exists():
+    if not args.dsn and not db_path.exists():
         speed.build_scale(spec)
     if args.dump:
         args.dump.write_text(json.dumps(answers(spec)), encoding="utf-8")

@@ -255,6 +255,100 @@ def bm25_statement(
     return statement, cand_params + freq_params + df_params
 
 
+def reads_postings(phrases: Sequence[Sequence[str]]) -> bool:
+    """Whether `postings_statement` ranks this expression: words (or CJK bigrams) alone, each
+    one token — what the presets' keyword side writes, joined by OR or AND. Phrases of several
+    tokens and prefixes go to `bm25_statement`."""
+    return bool(phrases) and all(len(p) == 1 and not is_prefix(p) for p in phrases)
+
+
+_POSTINGS = "memory_keyword_postings"
+
+
+def postings_statement(
+    tokens: Sequence[str],
+    operator: str,
+    newest: int | None = None,
+    join_order: Sequence[int] | None = None,
+) -> tuple[str, list[Any]]:
+    """`bm25_statement` for single stemmed `tokens` joined by `operator`, read from
+    `memory_keyword_postings` alone (its primary key holds each token's rows in id order, with
+    the counts and lengths bm25 needs): the same ids and ranks, without reading a token array.
+
+    - OR: each distinct token's entries newest first — with `newest`, only its first `newest`
+      (a backward range of the index) —, the `newest` highest ids among them kept. A row among
+      the newest `newest` of the union holding token t has fewer than `newest` newer rows in
+      the union, so fewer in t's list: nothing is missed.
+    - AND: the first token's entries newest first, joined on the id to each other token's
+      (index lookups or a merge of the ranges, as the planner finds cheaper), the first
+      `newest` rows that hold them all kept. `join_order`: the tokens' positions in the order
+      to join them (the rarest first, for a caller that fixes the planner's join order)."""
+    params: list[Any] = []
+    n = len(tokens)
+    limit = " LIMIT %s" if newest is not None else ""
+    if operator == "OR" or n == 1:
+        distinct = list(dict.fromkeys(tokens))
+        lists = []
+        for token in distinct:
+            lists.append(
+                f"(SELECT token, chunk_id, tf, dl FROM {_POSTINGS} WHERE token = %s "
+                f"ORDER BY chunk_id DESC{limit})"
+            )
+            params += [token, newest] if newest is not None else [token]
+        # One row per kept id, a count column per phrase (0 where the row lacks it).
+        counts = ", ".join(
+            f"coalesce(max(u.tf) FILTER (WHERE u.token = %s), 0) AS f{i}" for i in range(n)
+        )
+        params += list(tokens)
+        kept = ""
+        if newest is not None:
+            kept = f"(SELECT DISTINCT chunk_id FROM u ORDER BY chunk_id DESC{limit})"
+            params.append(newest)
+        rows = (
+            f"WITH u AS MATERIALIZED ({' UNION ALL '.join(lists)}) "
+            f"SELECT u.chunk_id, max(u.dl) AS dl, {counts} FROM u "
+            + (f"WHERE u.chunk_id IN {kept} " if newest is not None else "")
+            + "GROUP BY u.chunk_id"
+        )
+    else:
+        order = list(join_order) if join_order is not None else list(range(n))
+        first = order[0]
+        joins = " ".join(
+            f"JOIN {_POSTINGS} AS p{i} ON p{i}.token = %s AND p{i}.chunk_id = p{first}.chunk_id"
+            for i in order[1:]
+        )
+        params += [tokens[i] for i in order[1:]] + [tokens[first]]
+        counts = ", ".join(f"p{i}.tf AS f{i}" for i in range(n))
+        rows = (
+            f"SELECT p{first}.chunk_id, p{first}.dl, {counts} FROM {_POSTINGS} AS p{first} "
+            f"{joins} WHERE p{first}.token = %s ORDER BY p{first}.chunk_id DESC{limit}"
+        )
+        if newest is not None:
+            params.append(newest)
+    df_params: list[Any] = []
+    hits = ", ".join(f"{_df([t], df_params)} AS h{i}" for i, t in enumerate(tokens))
+    idfs = ", ".join(
+        f"CASE WHEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) > 0 "
+        f"THEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) ELSE 1e-6 END AS i{i}"
+        for i in range(n)
+    )
+    # bm25_statement's formula, term by term in the same order: the same floats.
+    score = " + ".join(
+        f"i.i{i} * c.f{i} * {K1 + 1} / (c.f{i} + {K1} * ({1 - B} + {B} * c.dl / s.avgdl))"
+        for i in range(n)
+    )
+    statement = (
+        "WITH s AS MATERIALIZED (SELECT rows::float8 AS n, CASE WHEN rows > 0 THEN "
+        "tokens::float8 / rows ELSE 1 END AS avgdl FROM memory_keyword_stats WHERE id = 1), "
+        f"r AS MATERIALIZED ({rows}), "
+        "c AS MATERIALIZED (SELECT r.*, r.dl::float8 AS dlf FROM r), "
+        f"h AS MATERIALIZED (SELECT {hits}), "
+        f"i AS MATERIALIZED (SELECT {idfs} FROM s, h) "
+        f"SELECT c.chunk_id, -({score.replace('c.dl', 'c.dlf')}) AS rank FROM c, i, s"
+    )
+    return statement, params + df_params
+
+
 def count_statement(
     phrases: Sequence[Sequence[str]], operator: str, limit: int | None
 ) -> tuple[str, list[Any]]:

@@ -36,7 +36,9 @@ from memory.store.snapshot import COUNTED, DatabaseFacts
 
 MAGIC = b"PINCH-PGDUMP 1\n"
 _LENGTH = struct.Struct(">Q")
-NOT_COPIED = ("schema_migrations",)  # the target has its own (and refuses unknown ones)
+# The target has its own migration records (and refuses unknown ones); the postings are
+# written by the keyword rows' triggers as those rows are loaded.
+NOT_COPIED = ("schema_migrations", "memory_keyword_postings")
 
 
 class PgSnapshots:

@@ -35,6 +35,7 @@ DERIVED = {
     "schema_migrations": "migration records: the target keeps its own",
     "memory_keyword_stats": "bm25's row and token totals: recomputed from the keyword rows",
     "memory_keyword_df": "each token's document frequency: recomputed from the keyword rows",
+    "memory_keyword_postings": "each token's rows, counts and lengths: kept by triggers",
     **dict.fromkeys(LEASE_TABLES, LEASE_NOT_COPIED),
 }
 # The per-generation vector tables, as memory/store/postgres/vectors.py makes them (the HNSW
