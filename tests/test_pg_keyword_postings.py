@@ -14,8 +14,8 @@ import pytest
 
 from memory.store.postgres.database import PgDatabase
 from memory.store.postgres.index_rows import PgGenerations, PgIndexRows
+from memory.store.postgres.keyword_postings import p001_keyword_postings
 from memory.store.postgres.keywords import bm25_statement, parse_match, reads_postings
-from memory.store.postgres.migrations import p001_keyword_postings
 from memory.store.postgres.search import PgSearchQueries, _stemmed_phrases
 from memory.store.postgres.snapshot import PgSnapshots
 from tests.pg_support import PgTestServer
