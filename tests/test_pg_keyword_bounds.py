@@ -113,20 +113,24 @@ def random_text(rng: random.Random) -> str:
     return " ".join(words).capitalize() + "."
 
 
-@pytest.fixture
-def filled(pg_database: PgDatabase) -> Iterator[tuple[PgDatabase, int, list[int]]]:
+def fill(db: PgDatabase, seed: int) -> tuple[PgDatabase, int, list[int]]:
     """Two generations of 150 random chunks each (the second a rebuild in progress)."""
-    rng = random.Random(19)
-    generations, rows = PgGenerations(pg_database), PgIndexRows(pg_database)
+    rng = random.Random(seed)
+    generations, rows = PgGenerations(db), PgIndexRows(db)
     ids: list[int] = []
-    with pg_database.transaction() as conn:
+    with db.transaction() as conn:
         old = generations.create_building(conn, {"dimensions": 0}, 1.0)
         generations.activate(conn, old, 1.0)
         new = generations.create_building(conn, {"dimensions": 0}, 2.0)
         for n in range(300):
             g = old if n % 2 else new
             ids.append(rows.insert_chunk(conn, chunk(g, f"m{n % 7}.md", n, random_text(rng))))
-    yield pg_database, old, ids
+    return db, old, ids
+
+
+@pytest.fixture
+def filled(pg_database: PgDatabase) -> Iterator[tuple[PgDatabase, int, list[int]]]:
+    yield fill(pg_database, 19)
 
 
 def test_document_frequencies_follow_inserts_deletes_and_a_rebuild(
@@ -160,12 +164,13 @@ def test_a_failed_write_leaves_the_frequencies_as_they_were(
     filled: tuple[PgDatabase, int, list[int]],
 ) -> None:
     db, old, _ = filled
-    before = db.execute(KEPT)
+    postings = "SELECT token, chunk_id, tf, dl FROM memory_keyword_postings ORDER BY 1, 2"
+    before, postings_before = db.execute(KEPT), db.execute(postings)
     with pytest.raises(RuntimeError), db.transaction() as conn:
         PgIndexRows(db).insert_chunk(conn, chunk(old, "x.md", 999, "zeppelin bees bees"))
         PgIndexRows(db).drop_keywords_of(conn, old)
         raise RuntimeError("the rebuild lost its lease")
-    assert db.execute(KEPT) == before
+    assert db.execute(KEPT) == before and db.execute(postings) == postings_before
 
 
 def test_the_migration_fills_the_frequencies_from_existing_rows(

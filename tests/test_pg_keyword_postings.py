@@ -2,24 +2,23 @@
 (token, keyword row) once in `memory_keyword_postings` with its count and the row's length, kept
 by triggers whatever writes the keyword rows (the index's inserts and deletes, a rebuild's drop,
 an UPDATE such as the CJK migration's, a restore's COPY), filled by its migration from the rows
-already there, never copied — and ranking from it gives the ids and ranks the token arrays give."""
+already there, never copied — and ranking from it gives the ids and ranks the token arrays give.
+(A failed transaction leaves them as they were: tests/test_pg_keyword_bounds.py.)"""
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from memory.store.postgres.database import PgDatabase
-from memory.store.postgres.index_rows import PgGenerations, PgIndexRows
+from memory.store.postgres.index_rows import PgIndexRows
 from memory.store.postgres.keyword_postings import p001_keyword_postings
 from memory.store.postgres.keywords import bm25_statement, parse_match, reads_postings
 from memory.store.postgres.search import PgSearchQueries, _stemmed_phrases
 from memory.store.postgres.snapshot import PgSnapshots
 from tests.pg_support import PgTestServer
-from tests.test_pg_keyword_bounds import EXPRESSIONS, chunk, random_text
+from tests.test_pg_keyword_bounds import EXPRESSIONS, fill
 
 # What the postings must hold: recounted from the keyword rows' token arrays.
 RECOUNT = (
@@ -42,19 +41,8 @@ BY_POSTINGS = [m for m in EXPRESSIONS if reads_postings(_parsed(m)[0])] + [
 
 
 @pytest.fixture
-def filled(pg_database: PgDatabase) -> Iterator[tuple[PgDatabase, int, list[int]]]:
-    """Two generations of 150 random chunks each (the second a rebuild in progress)."""
-    rng = random.Random(23)
-    generations, rows = PgGenerations(pg_database), PgIndexRows(pg_database)
-    ids: list[int] = []
-    with pg_database.transaction() as conn:
-        old = generations.create_building(conn, {"dimensions": 0}, 1.0)
-        generations.activate(conn, old, 1.0)
-        new = generations.create_building(conn, {"dimensions": 0}, 2.0)
-        for n in range(300):
-            g = old if n % 2 else new
-            ids.append(rows.insert_chunk(conn, chunk(g, f"m{n % 7}.md", n, random_text(rng))))
-    yield pg_database, old, ids
+def filled(pg_database: PgDatabase) -> tuple[PgDatabase, int, list[int]]:
+    return fill(pg_database, 23)
 
 
 def test_the_presets_expressions_are_ranked_from_postings() -> None:
@@ -94,18 +82,6 @@ def test_postings_follow_inserts_updates_deletes_and_a_rebuild(
     with db.transaction() as conn:
         conn.execute("TRUNCATE memory_keywords")
     assert db.execute(KEPT) == []
-
-
-def test_a_failed_write_leaves_the_postings_as_they_were(
-    filled: tuple[PgDatabase, int, list[int]],
-) -> None:
-    db, old, _ = filled
-    before = db.execute(KEPT)
-    with pytest.raises(RuntimeError), db.transaction() as conn:
-        PgIndexRows(db).insert_chunk(conn, chunk(old, "x.md", 999, "zeppelin bees bees"))
-        PgIndexRows(db).drop_keywords_of(conn, old)
-        raise RuntimeError("the rebuild lost its lease")
-    assert db.execute(KEPT) == before
 
 
 def test_the_migration_fills_the_postings_from_existing_rows(
