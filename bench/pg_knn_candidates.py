@@ -5,9 +5,12 @@ vectors the exact re-rank reads (what `PgKnnIndex.knn` asks today: N = 1,000 for
 — timed, and its recall@100 against an exact scan of the whole matrix table.
 
     python bench/pg_knn_candidates.py --chunks 100000 --dsn DSN [--queries 30] [--rounds 2]
+    python bench/pg_knn_candidates.py --real VECTORS.npz --dsn DSN
 
 The synthetic scales' vectors are random unit vectors (HNSW's worst case): their recall says
-nothing of real notes.
+nothing of real notes. `--real` instead loads real e5 vectors (`bench/projection_recall.py
+--vectors VECTORS.npz`: LoCoMo and MADial passages and LoCoMo questions) into a scratch table
+with the HNSW index Pinch builds (pgvector's defaults, cosine), and asks its questions.
 """
 
 from __future__ import annotations
@@ -32,17 +35,66 @@ from bench.synthetic import TextSource  # noqa: E402
 from memory.embeddings.local_models import LocalE5Provider  # noqa: E402
 from memory.store.postgres.database import open_postgres  # noqa: E402
 
-ARMS = ((1000, True), (1000, False), (400, False), (200, False), (200, True), (100, False))
+ARMS = (
+    (1000, True),
+    (1000, False),
+    (400, False),
+    (300, False),
+    (200, False),
+    (200, True),
+    (100, False),
+)
 
 
-def run(dsn: str, schema: str, queries: int, rounds: int) -> list[dict[str, Any]]:
+REAL_SCHEMA = "pinch_knn_real"
+
+
+def load_real(dsn: str, npz: Path) -> tuple[list[np.ndarray], str]:
+    """The real vectors of `npz` in a scratch table of their own schema (made once), with the
+    HNSW index Pinch builds; returns the questions' vectors and the table."""
+    saved = np.load(npz)
+    real, asked = saved["real"].astype(np.float32), saved["asked"].astype(np.float32)
+    db = open_postgres(dsn, schema=REAL_SCHEMA, min_size=1, max_size=2)
+    try:
+        with db.transaction() as conn:
+            register_vector(conn)
+            made = conn.execute("SELECT to_regclass('knn_real') IS NOT NULL").fetchone()
+            if not (made and made[0]):
+                conn.execute(
+                    f"CREATE TABLE knn_real (chunk_id bigint PRIMARY KEY, scope text NOT NULL, "
+                    f"vector bytea NOT NULL, embedding vector({real.shape[1]}) NOT NULL)"
+                )
+                with conn.cursor().copy(
+                    "COPY knn_real (chunk_id, scope, vector, embedding) FROM STDIN"
+                ) as copy:
+                    copy.set_types(["bigint", "text", "bytea", "vector"])
+                    for i, v in enumerate(real):
+                        copy.write_row((i, "", v.astype("<f4").tobytes(), v))
+                conn.execute(
+                    "CREATE INDEX knn_real_hnsw ON knn_real "
+                    "USING hnsw (embedding vector_cosine_ops)"
+                )
+    finally:
+        db.close()
+    return list(asked), "knn_real"
+
+
+def run(
+    dsn: str, schema: str, queries: int, rounds: int, real: Path | None = None
+) -> list[dict[str, Any]]:
+    if real is not None:
+        asked, table = load_real(dsn, real)
+        schema = REAL_SCHEMA
     db = open_postgres(dsn, schema=schema, min_size=1, max_size=2)
     try:
-        generation = db.execute("SELECT id FROM memory_generations WHERE state = 'active'")[0][0]
-        table = f"memory_matrix_g{int(generation)}"
-        provider = LocalE5Provider()
-        source = TextSource(99, rich=True)
-        asked = [provider.embed_query(source.question()) for _ in range(queries)]
+        if real is None:
+            generation = db.execute("SELECT id FROM memory_generations WHERE state = 'active'")[0][
+                0
+            ]
+            table = f"memory_matrix_g{int(generation)}"
+            provider = LocalE5Provider()
+            source = TextSource(99, rich=True)
+            asked = [provider.embed_query(source.question()) for _ in range(queries)]
         scopes = [r[0] for r in db.execute(f"SELECT DISTINCT scope FROM {table}")]
         rows = db.execute(f"SELECT chunk_id, vector FROM {table}")
         ids = np.array([int(r[0]) for r in rows])
@@ -85,14 +137,18 @@ def run(dsn: str, schema: str, queries: int, rounds: int) -> list[dict[str, Any]
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--chunks", type=int, required=True)
+    p.add_argument("--chunks", type=int, help="a synthetic scale's schema (bulk_scale.py load)")
+    p.add_argument("--real", type=Path, help="real vectors (projection_recall.py --vectors)")
     p.add_argument("--dsn", required=True)
     p.add_argument("--queries", type=int, default=30)
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args(argv)
     print("| ef_search = candidates | vectors | p50 ms | p95 ms | recall@100 (worst) |")
     print("|---|---|---|---|---|")
-    for r in run(args.dsn, speed_pg.schema_for(args.chunks), args.queries, args.rounds):
+    if (args.chunks is None) == (args.real is None):
+        p.error("give --chunks or --real")
+    schema = speed_pg.schema_for(args.chunks) if args.chunks else REAL_SCHEMA
+    for r in run(args.dsn, schema, args.queries, args.rounds, args.real):
         print(
             f"| {r['ef_search']} | {'yes' if r['vectors'] else 'ids only'} | {r['p50_ms']:.1f} "
             f"| {r['p95_ms']:.1f} | {r['recall@100']:.3f} ({r['worst']:.2f}) |"

@@ -31,6 +31,9 @@ def test_the_profile_runs_pgvector_at_a_pinned_tag_with_a_health_check() -> None
     assert name == "pgvector/pgvector" and tag not in ("", "latest") and "pg16" in tag
     assert "pg_isready" in " ".join(db["healthcheck"]["test"])
     assert any(v.endswith(":/var/lib/postgresql/data") for v in db["volumes"])
+    # Shared buffers that hold a 100k-chunk HNSW index (195 MB), inside the service's memory.
+    assert db["command"][:1] == ["postgres"] and "shared_buffers=512MB" in db["command"]
+    assert db["mem_limit"] == "2g"
 
 
 def test_two_gateways_share_the_database_and_one_volume_of_markdown_files() -> None:
