@@ -54,6 +54,7 @@ from memory.index.rows import IndexRows  # noqa: E402
 from memory.memory_config import EmbeddingConfig, MemoryConfig  # noqa: E402
 from memory.store.index_rows import ChunkRow, PassageRow, SourceRow  # noqa: E402
 from memory.store.lineage import file_origin  # noqa: E402
+from memory.store.postgres.keyword_postings import p001_keyword_postings  # noqa: E402
 from memory.store.postgres.keywords import keyword_tokens, stemmed  # noqa: E402
 from memory.store.vector_tables import LOG_KEEP, log_table, matrix_table, to_blob  # noqa: E402
 
@@ -271,6 +272,10 @@ class PgBulkWriter:
         self.deferred = [str(r[1]) for r in conn.execute(_SECONDARY, (list(_DEFERRED),))]
         for name, _ in conn.execute(_SECONDARY, (list(_DEFERRED),)).fetchall():
             conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+        # The keyword postings likewise: made once from every keyword row in `finish` (their
+        # migration's sorted fill), not by the triggers entry by entry into a growing key.
+        conn.execute("DROP TABLE IF EXISTS memory_keyword_postings")
+        conn.execute("DROP FUNCTION IF EXISTS memory_keyword_postings_sync() CASCADE")
 
     def finish(self, conn: Any, generation: int) -> None:
         """The deferred indexes built again; the log kept as PgVectorTables keeps it (the last
@@ -279,6 +284,7 @@ class PgBulkWriter:
         conn.execute("SET LOCAL max_parallel_maintenance_workers = 2")
         for definition in self.deferred:
             conn.execute(definition)
+        p001_keyword_postings(conn)  # the postings, their key and their triggers
         table, log = sql.Identifier(matrix_table(generation)), sql.Identifier(log_table(generation))
         conn.execute(
             sql.SQL("DELETE FROM {} WHERE seq <= (SELECT max(seq) FROM {}) - %s").format(log, log),
