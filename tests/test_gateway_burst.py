@@ -53,10 +53,10 @@ def test_a_burst_to_several_agents_is_answered_once_in_order_none_failed(
 ) -> None:
     echo = SlowEcho()
     # The gate counts every open connection, idle ones in a client's keep-alive pool too: each
-    # agent's model client may keep up to BOUND of them between turns, so a gate of 3 reset
-    # legitimate connections once the three agents' pools were warm (a full-suite run at
-    # 2026-12-02 17:12: three turns failed after their retries). One more than the pools can
-    # hold at once: a process that broke the bound would still meet resets.
+    # agent's model client may keep up to BOUND of them between turns. With a gate of 3, a
+    # full-suite run (2026-12-02 17:12) saw connections reset and three turns fail after their
+    # retries — most likely the three agents' warm pools (not traced further). One more than
+    # the pools can hold at once: a process that broke the bound would still meet resets.
     max_open = AGENTS * BOUND + 1
     with (
         FakeModelServer() as model,
