@@ -1,12 +1,14 @@
 """`SearchQueries` on PostgreSQL (memory/store/search_queries.py states the promises).
 
 Keyword ranking (memory/store/postgres/keywords.py): the expression's tokens are stemmed as the
-rows hold them, the GIN index on `memory_keywords.tokens` finds the matching rows (`&&` / `@>`),
-and FTS5's bm25 is computed by PostgreSQL over those candidates — only the newest `limit` of them
-for `keyword_newest`, as SQLite's capped path ranks them — with the whole schema's row count,
+rows hold them; an expression of single words (what the presets write) is read from the postings
+(`memory_keyword_postings`: each word's rows in id order with their counts and lengths), any
+other (a phrase, a prefix) from the GIN index on `memory_keywords.tokens` (`&&` / `@>`); FTS5's
+bm25 is computed by PostgreSQL over those candidates — only the newest `limit` of them for
+`keyword_newest`, as SQLite's capped path ranks them — with the whole schema's row count,
 average length and per-token document frequencies read from the tables kept with the keyword
 rows: the same formula and the same tokens as SQLite, so equal data gives equal ranks, and a
-capped search's cost no longer grows with how many rows hold a word. Reads only.
+capped search's cost does not grow with how many rows hold a word. Reads only.
 """
 
 from __future__ import annotations
