@@ -40,7 +40,7 @@ from memory.store.vector_tables import (
 # HNSW candidates fetched per result asked, before the exact re-rank (`hnsw.ef_search` the
 # same). 3, not 10: on 12,576 real e5 passages and 300 LoCoMo questions recall@100 was 0.992
 # with 300 candidates against 0.994 with 1,000, and 1,000 cost ≈ 45-55 ms at 100k chunks
-# against ≈ 13 for 300 (`bench/pg_knn_candidates.py`, bench/RESULTS.md 2026-12-02).
+# against ≈ 9-22 for 200-400 (`bench/pg_knn_candidates.py`, bench/RESULTS.md 2026-12-02).
 CANDIDATES_PER_RESULT = 3
 MIN_CANDIDATES = 100  # (bench/pg_store.py: recall@10 0.90 at 40 candidates, see RESULTS.md)
 MAX_EF_SEARCH = 1000  # pgvector's limit for hnsw.ef_search
