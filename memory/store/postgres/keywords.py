@@ -230,29 +230,39 @@ def bm25_statement(
     freq_params: list[Any] = []
     freqs = [f"{_occurrences(p, freq_params, 'joined')} AS f{i}" for i, p in enumerate(phrases)]
     df_params: list[Any] = []
-    hits = ", ".join(f"{_df(p, df_params)} AS h{i}" for i, p in enumerate(phrases))
+    statement = _bm25(
+        f"m AS MATERIALIZED ({candidates}), "
+        "c AS MATERIALIZED (SELECT chunk_id, cardinality(tokens)::float8 AS dl, "
+        f"{', '.join(freqs)} FROM m)",
+        [_df(p, df_params) for p in phrases],
+    )
+    return statement, cand_params + freq_params + df_params
+
+
+def _bm25(rows: str, hits: Sequence[str]) -> str:
+    """FTS5's bm25 (negative) of the rows of CTE `c` (chunk_id, dl as float8, f0 … the count of
+    each phrase), defined by `rows` (CTEs, the last one `c`); `hits`: SQL for each phrase's
+    document frequency. Every step MATERIALIZED: each frequency and each document count is
+    computed once (an inlined CTE repeats a subquery wherever the score formula names its
+    column). One formula for every statement, so equal data gives equal floats."""
+    n = range(len(hits))
     idfs = ", ".join(
         f"CASE WHEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) > 0 "
         f"THEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) ELSE 1e-6 END AS i{i}"
-        for i in range(len(phrases))
+        for i in n
     )
     score = " + ".join(
         f"i.i{i} * c.f{i} * {K1 + 1} / (c.f{i} + {K1} * ({1 - B} + {B} * c.dl / s.avgdl))"
-        for i in range(len(phrases))
+        for i in n
     )
-    # Every step MATERIALIZED: each frequency and each document count is computed once (an
-    # inlined CTE repeats a subquery wherever the score formula names its column).
-    statement = (
+    return (
         "WITH s AS MATERIALIZED (SELECT rows::float8 AS n, CASE WHEN rows > 0 THEN "
         "tokens::float8 / rows ELSE 1 END AS avgdl FROM memory_keyword_stats WHERE id = 1), "
-        f"m AS MATERIALIZED ({candidates}), "
-        "c AS MATERIALIZED (SELECT chunk_id, cardinality(tokens)::float8 AS dl, "
-        f"{', '.join(freqs)} FROM m), "
-        f"h AS MATERIALIZED (SELECT {hits}), "
+        f"{rows}, "
+        f"h AS MATERIALIZED (SELECT {', '.join(f'{h} AS h{i}' for i, h in enumerate(hits))}), "
         f"i AS MATERIALIZED (SELECT {idfs} FROM s, h) "
         f"SELECT c.chunk_id, -({score}) AS rank FROM c, i, s"
     )
-    return statement, cand_params + freq_params + df_params
 
 
 def reads_postings(phrases: Sequence[Sequence[str]]) -> bool:
@@ -326,25 +336,11 @@ def postings_statement(
         if newest is not None:
             params.append(newest)
     df_params: list[Any] = []
-    hits = ", ".join(f"{_df([t], df_params)} AS h{i}" for i, t in enumerate(tokens))
-    idfs = ", ".join(
-        f"CASE WHEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) > 0 "
-        f"THEN ln((s.n - h.h{i} + 0.5) / (h.h{i} + 0.5)) ELSE 1e-6 END AS i{i}"
-        for i in range(n)
-    )
-    # bm25_statement's formula, term by term in the same order: the same floats.
-    score = " + ".join(
-        f"i.i{i} * c.f{i} * {K1 + 1} / (c.f{i} + {K1} * ({1 - B} + {B} * c.dl / s.avgdl))"
-        for i in range(n)
-    )
-    statement = (
-        "WITH s AS MATERIALIZED (SELECT rows::float8 AS n, CASE WHEN rows > 0 THEN "
-        "tokens::float8 / rows ELSE 1 END AS avgdl FROM memory_keyword_stats WHERE id = 1), "
+    counts_of = ", ".join(f"r.f{i}" for i in range(n))
+    statement = _bm25(
         f"r AS MATERIALIZED ({rows}), "
-        "c AS MATERIALIZED (SELECT r.*, r.dl::float8 AS dlf FROM r), "
-        f"h AS MATERIALIZED (SELECT {hits}), "
-        f"i AS MATERIALIZED (SELECT {idfs} FROM s, h) "
-        f"SELECT c.chunk_id, -({score.replace('c.dl', 'c.dlf')}) AS rank FROM c, i, s"
+        f"c AS MATERIALIZED (SELECT r.chunk_id, r.dl::float8 AS dl, {counts_of} FROM r)",
+        [_df([t], df_params) for t in tokens],
     )
     return statement, params + df_params
 
