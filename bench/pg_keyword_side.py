@@ -6,8 +6,9 @@ OR), then, alternating the statements in each round,
   (main `63fcffc`: every matching row scored, document frequencies counted over the rows, then
   the newest cut), `arrays` (`bm25_statement`: the newest ids cut first over the GIN lookup,
   frequencies counted in the kept rows' token arrays, document frequencies from
-  `memory_keyword_df`) and `postings` (`PgSearchQueries.keyword_newest`, which reads an OR of
-  words from `memory_keyword_postings`: each word's newest entries from the index alone) —
+  `memory_keyword_df`) and `postings` (`PgSearchQueries.keyword_newest`, which reads words
+  joined by OR or AND from `memory_keyword_postings`: each word's newest entries from the
+  index alone) —
   the same ids and ranks checked;
 - the word counts search makes (`match_count` of each word, to the common-word limit): the
   `count(*)` over the GIN lookup against the frequency table.
