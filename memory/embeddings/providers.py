@@ -51,7 +51,7 @@ def create_provider(cfg: EmbeddingConfig) -> EmbeddingProvider | None:
     if provider == "none":
         return None
     if provider == "local":
-        return LocalE5Provider(cfg.model, batch_size=cfg.batch_size)
+        return LocalE5Provider(cfg.model, batch_size=cfg.batch_size, engine=cfg.engine)
     if provider == "use":
         return UseProvider(cfg.model, batch_size=cfg.batch_size)
     if provider == "litellm":

