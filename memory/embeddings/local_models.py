@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import logging
 import os
 import statistics
@@ -298,8 +299,10 @@ def _load_e5(model: str, engine: str = "onnx") -> Any:
     try:
         if engine == "onnx":
             try:
-                import onnx  # noqa: F401  (builds the graph)
                 import onnxruntime  # noqa: F401
+
+                if importlib.util.find_spec("onnx") is None:  # builds the graph, when not cached
+                    raise ImportError("No module named 'onnx'")
             except ImportError as exc:
                 log.warning(
                     "onnxruntime is not importable (%s): the local embedding model runs on "
