@@ -908,7 +908,8 @@ async def run_once(provider: str, args: argparse.Namespace, root: Path) -> Resul
     workspace = root / "workspace"
     shutil.copytree(TEMPLATE, workspace)
     (workspace / "memory").mkdir(exist_ok=True)
-    embedding = EmbeddingConfig(provider=provider, engine=args.engine)  # type: ignore[arg-type]
+    engine = getattr(args, "engine", "onnx")  # (a Namespace made by a test may not name it)
+    embedding = EmbeddingConfig(provider=provider, engine=engine)  # type: ignore[arg-type]
     memory = MemoryConfig(embedding=embedding)
     index = MemoryIndex.open(workspace, root / "agent.sqlite", memory)
     store = SqliteSessionStore(index.db)
