@@ -60,7 +60,7 @@ def _answers(idx: MemoryIndex, schedule: str, preset: str) -> list[list[tuple[st
     schedule_module.SCHEDULE = schedule
     provider = idx.provider
     assert isinstance(provider, LocalE5Provider)
-    key = (provider.provider, provider.model)
+    key = provider.load_key
     cores = local_models._QUERY_CORES.get(key)
     local_models._QUERY_CORES[key] = 2  # as if this machine's warm-up found two threads faster
     assert provider.multicore_query
@@ -103,7 +103,7 @@ def test_calibration_decides_whether_searches_embed_on_two_cores(
     """Two engine threads are used for a question only where the warm-up timed them clearly
     faster (machine-dependent); one core, or indexing owning the cores, keeps one thread."""
     e5 = LocalE5Provider()
-    key = (e5.provider, e5.model)
+    key = e5.load_key
     monkeypatch.delitem(local_models._QUERY_CORES, key, raising=False)
     assert not e5.multicore_query  # not measured: beside the keyword side, one thread
     cores = e5.calibrate_query_cores(rounds=2)
@@ -123,7 +123,7 @@ def test_the_warm_up_times_the_query_embedding_after_the_vectors_are_read(
 ) -> None:
     provider = e5_index.provider
     assert isinstance(provider, LocalE5Provider)
-    key = (provider.provider, provider.model)
+    key = provider.load_key
     monkeypatch.delitem(local_models._QUERY_CORES, key, raising=False)  # not timed yet
     done = threading.Event()
     monkeypatch.setattr(provider, "calibrate_query_cores", lambda: done.set() or 1)

