@@ -419,6 +419,7 @@ def test_a_taken_port_leaves_the_gateway_running_its_other_channels(tmp_path: Pa
                 lambda: (
                     web_reported() and not json.loads(beat.read_text())["channels"]["web"]["ok"]
                 ),
+                timeout=45.0,
                 what="the heartbeat naming the page down",
             )
             channels = json.loads(beat.read_text())["channels"]

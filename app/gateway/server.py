@@ -462,8 +462,10 @@ class Gateway:
                 self.health[name] = await asyncio.wait_for(channel.check(), timeout=10)
             except Exception as exc:
                 self.health[name] = ChannelHealth(False, f"health check failed: {exc}")
-        health = dict(self.health)
         async with self._heartbeat_lock:  # the loop and a final write must not share the tmp file
+            # Read the health under the lock: a write that checked channels before a failure
+            # was recorded must not land after (and over) the write that reports it.
+            health = dict(self.health)
             await asyncio.to_thread(write_heartbeat_file, path, health, stopping=stopping)
 
     async def _heartbeat_loop(self) -> None:
