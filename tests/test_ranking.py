@@ -304,3 +304,42 @@ def test_a_best_line_longer_than_the_limit_is_cut_with_an_ellipsis() -> None:
 def test_head_snippet_cuts_at_the_limit() -> None:
     assert head_snippet("abc", 10) == "abc"
     assert head_snippet("a" * 20, 10) == "a" * 9 + "…"
+
+
+LINES = [
+    "User: My locker code at the Gym is 4471, by the way.",
+    "Running RUNS runner ran; the runners' shoes",
+    "<!-- trigger: passport renewal --> Renew it before September",
+    "<!-- origin: owner --> plain words after a marker",
+    "<!-- a comment that does not end on this line",
+    "张伟说婚礼的截止日期是下周五",
+    "Mixed 中文 and English: 妈妈说搬家",
+    "ΟΔΟΣ'Α and ΟΔΟΣ, odos",
+    "ΤΟ ΟΔΟΣ'Α",
+    "İstanbul trips — İSTANBUL",
+    "ｆｕｌｌ－ｗｉｄｔｈ ＡＢＣ letters",
+    "emoji 🎉 party-planning and parties",
+    "",
+    "   ",
+]
+QUESTIONS = [
+    "When does my locker code run out?",
+    "How do runners renew a passport?",
+    "张伟的婚礼截止是什么时候",
+    "οδος odos ΟΔΟΣ",
+    "istanbul İstanbul trip",
+    "full-width abc letters",
+    "party planning plain words marker",
+]
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_stems_by_line_are_the_stems_of_each_lines_terms(question: str) -> None:
+    from memory.search.ranking import stems_by_line
+    from memory.text import line_terms, query_terms, stem_term
+
+    stems = list(dict.fromkeys(stem_term(t) for t in query_terms(question, drop_stopwords=False)))
+    # also each line's own words, as terms of a question that holds them exactly
+    stems += sorted({t for line in LINES for t in line_terms(line)} - set(stems))
+    expected = [frozenset(t for t in stems if t in line_terms(line)) for line in LINES]
+    assert stems_by_line(LINES, stems) == expected

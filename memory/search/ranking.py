@@ -57,6 +57,28 @@ def merge_hybrid(
     return out
 
 
+_NONE: frozenset[str] = frozenset()
+
+
+def stems_by_line(lines: list[str], stems: list[str]) -> list[frozenset[str]]:
+    """For each of `lines`, the `stems` (query terms as `stem_term` gives them) among its
+    `line_terms` — all the ranking asks of a line — without computing the terms of a line that
+    cannot hold any: a stem is a prefix of one of the line's lowercased words, or a CJK piece of
+    it, so a line without one as a substring of its lowercased text holds none. (≈ 10 µs a line
+    for `line_terms`, ≈ 0.5 µs for the test; most candidate lines hold no word of the question.)
+    Python lowercases a capital sigma by its neighbours: such a line is always computed."""
+    out: list[frozenset[str]] = []
+    for line in lines:
+        lowered = line.lower()
+        maybe = stems if "Σ" in line else [t for t in stems if t in lowered]
+        if not maybe:
+            out.append(_NONE)
+            continue
+        held = line_terms(line)
+        out.append(frozenset(t for t in maybe if t in held))
+    return out
+
+
 def _line_weights(lines_terms: list[list[frozenset[str]]], terms: list[str]) -> dict[str, float]:
     """IDF of each query term over the candidate chunks' lines (rare terms weigh more)."""
     n = sum(len(lt) for lt in lines_terms) or 1
@@ -75,7 +97,7 @@ def query_coverage(texts: list[str], terms: list[str]) -> float:
     stems = list(dict.fromkeys(stem_term(t) for t in terms))
     if not stems:
         return 1.0
-    lines = [line_terms(line) for text in texts for line in text.split("\n")]
+    lines = stems_by_line([line for text in texts for line in text.split("\n")], stems)
     df = {t: sum(1 for line in lines if t in line) for t in stems}
     weights = {t: math.log(1 + (len(lines) - d + 0.5) / (d + 0.5)) for t, d in df.items()}
     total = sum(weights.values())
@@ -88,8 +110,8 @@ def chunk_coverages(texts: list[str], terms: list[str]) -> list[float]:
     no line weighs the most). Near 1 for a note that says what the question asks; low for one
     that shares a single incidental word with it (a reworded question, or a long chatty one
     whose common words — in Chinese, bigrams across word boundaries — are in every note)."""
-    per_text = [[line_terms(line) for line in text.split("\n")] for text in texts]
-    return _coverages(per_text, list(dict.fromkeys(stem_term(t) for t in terms)))
+    stems = list(dict.fromkeys(stem_term(t) for t in terms))
+    return _coverages([stems_by_line(text.split("\n"), stems) for text in texts], stems)
 
 
 def _coverages(per_text: list[list[frozenset[str]]], stems: list[str]) -> list[float]:
@@ -151,7 +173,7 @@ def rerank_by_lines(
     incidental word with it "covers" it all; weighed by the whole question, it covers little."""
     stems = list(dict.fromkeys(stem_term(t) for t in terms))
     split = [c.text.split("\n") for c in candidates]
-    per_line = [[line_terms(line) for line in lines] for lines in split]
+    per_line = [stems_by_line(lines, stems) for lines in split]
     weights = _line_weights(per_line, stems)
     total = sum(weights.values())
     shares = _coverages(per_line, stems) if coverage_power and weight else [1.0] * len(candidates)
