@@ -463,9 +463,7 @@ class Gateway:
             except Exception as exc:
                 self.health[name] = ChannelHealth(False, f"health check failed: {exc}")
         async with self._heartbeat_lock:  # the loop and a final write must not share the tmp file
-            # Read the health under the lock: a write that checked channels before a failure
-            # was recorded must not land after (and over) the write that reports it.
-            health = dict(self.health)
+            health = dict(self.health)  # read here: no older beat lands over a newer failure
             await asyncio.to_thread(write_heartbeat_file, path, health, stopping=stopping)
 
     async def _heartbeat_loop(self) -> None:

@@ -364,13 +364,10 @@ def _clear_unused_graphs(folder: Path) -> None:
     """Remove the cached graphs no start has read for `UNUSED_GRAPH_S` (a reinstalled or
     upgraded model file gets a new name, and 13.5 MB a graph would otherwise pile up)."""
     now = time.time()
-    try:
-        for old in [*folder.glob("*.onnx"), *folder.glob("*.part")]:
-            with contextlib.suppress(OSError):
-                if now - old.stat().st_mtime > UNUSED_GRAPH_S:
-                    old.unlink()
-    except OSError:
-        pass
+    for old in [*folder.glob("*.onnx"), *folder.glob("*.part")]:  # (pathlib's glob never raises)
+        with contextlib.suppress(OSError):
+            if now - old.stat().st_mtime > UNUSED_GRAPH_S:
+                old.unlink()
 
 
 class OnnxE5:
