@@ -17,9 +17,11 @@ from memory.search.ranking import (
     mmr_select,
     query_coverage,
     rerank_by_lines,
+    stems_by_line,
     temporal_multiplier,
 )
 from memory.search.snippets import focused_snippet, head_snippet
+from memory.text import line_terms, query_terms, stem_term
 
 PINCH = get_preset("pinch")
 
@@ -335,9 +337,6 @@ QUESTIONS = [
 
 @pytest.mark.parametrize("question", QUESTIONS)
 def test_stems_by_line_are_the_stems_of_each_lines_terms(question: str) -> None:
-    from memory.search.ranking import stems_by_line
-    from memory.text import line_terms, query_terms, stem_term
-
     stems = list(dict.fromkeys(stem_term(t) for t in query_terms(question, drop_stopwords=False)))
     # also each line's own words, as terms of a question that holds them exactly
     stems += sorted({t for line in LINES for t in line_terms(line)} - set(stems))
