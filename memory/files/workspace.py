@@ -223,9 +223,32 @@ def open_confined(workspace: Path, raw: str, *, allow_hard_links: bool = False) 
     return _open_beneath(workspace, rel.split("/"), rel, allow_hard_links)
 
 
+# The largest memory file Pinch indexes or reads: a bigger one (a log dumped into memory/) would
+# cost memory several times its size in any process that read it whole, the gateway included.
+MAX_FILE_BYTES = 10 * 1024 * 1024
+
+
 def _read_fd(fd: int, max_bytes: int | None) -> bytes:
     with os.fdopen(fd, "rb") as fh:
         return fh.read() if max_bytes is None else fh.read(max_bytes)
+
+
+def too_big_advice(size: int) -> str:
+    """Why a file of `size` bytes is neither indexed nor read, and what to do."""
+    return (
+        f"{size / 1e6:.1f} MB is over the {MAX_FILE_BYTES // 2**20} MB limit for one memory file; "
+        "split it into smaller files"
+    )
+
+
+def _read_memory_fd(fd: int, rel: str) -> bytes:
+    """The bytes of the memory file open at `fd` (closed here), refused past MAX_FILE_BYTES
+    without reading them."""
+    size = os.fstat(fd).st_size
+    data = _read_fd(fd, MAX_FILE_BYTES + 1)
+    if size > MAX_FILE_BYTES or len(data) > MAX_FILE_BYTES:
+        raise WorkspaceError(f"{rel} cannot be read: {too_big_advice(max(size, len(data)))}.")
+    return data
 
 
 def read_confined(
@@ -339,18 +362,19 @@ def read_memory_lines(
         raise WorkspaceError("lines must be 1 or more.")
     outside = _open_outside_extra(workspace, raw_path, extra_paths, allow_hard_links)
     if outside is not None:
-        rel, data = raw_path, _read_fd(outside, None)
+        rel, data = raw_path, _read_memory_fd(outside, raw_path)
     else:
         target = resolve_memory_path(
             workspace, raw_path, extra_paths, allow_hard_links=allow_hard_links
         )
         rel = target.relative_to(workspace).as_posix()
         try:
-            data = read_confined(workspace, rel, allow_hard_links=allow_hard_links)
+            fd = open_confined(workspace, rel, allow_hard_links=allow_hard_links)
         except FileMissingError:
             raise WorkspaceError(
                 f"{rel} does not exist. Use memory_search to find the right file."
             ) from None
+        data = _read_memory_fd(fd, rel)
     if b"\x00" in data[:8192]:
         raise WorkspaceError(f"{rel} looks like a binary file, not Markdown; it cannot be read.")
     # A byte-order mark is not text (the indexer drops it too).

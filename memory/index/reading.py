@@ -11,10 +11,8 @@ import stat
 from pathlib import Path
 
 from memory.errors import IndexingError, WorkspaceError
-from memory.files.workspace import MemoryFile, open_memory_file
+from memory.files.workspace import MAX_FILE_BYTES, MemoryFile, open_memory_file, too_big_advice
 from memory.index.chunking import hash_text
-
-MAX_FILE_BYTES = 10 * 1024 * 1024
 
 
 def shown_path(rel_path: str) -> str:
@@ -86,10 +84,7 @@ def read_memory_file(
 
 
 def _too_big(size: int) -> IndexingError:
-    return IndexingError(
-        f"skipped: {size / 1e6:.1f} MB is over the {MAX_FILE_BYTES // 2**20} MB "
-        "limit for one memory file; split it into smaller files"
-    )
+    return IndexingError(f"skipped: {too_big_advice(size)}")
 
 
 ADVISED_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM})
