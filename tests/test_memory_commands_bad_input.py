@@ -48,3 +48,37 @@ def test_memory_get_reads_a_file_at_the_size_limit(ws: Path) -> None:
 
     assert got.exit_code == 0, got.output
     assert got.stdout == "- first line\n"
+
+
+def test_links_that_lead_nowhere_are_listed_with_remove_it_not_extra_paths(ws: Path) -> None:
+    memory = ws / "memory"
+    (memory / "loop-a.md").symlink_to("loop-b.md")
+    (memory / "loop-b.md").symlink_to("loop-a.md")
+    (memory / "gone.md").symlink_to("/nonexistent/notes.md")
+
+    indexed = pinch("memory", "index")
+    status = pinch("memory", "status")
+
+    assert indexed.exit_code == 0, indexed.output
+    loop = "skipped: a symbolic link that leads back to itself (a loop); remove it"
+    assert f"memory/loop-a.md: {loop} (`rm memory/loop-a.md`)" in indexed.stderr
+    assert f"problem         memory/loop-b.md: {loop} (`rm memory/loop-b.md`)" in status.stdout
+    gone = "skipped: a symbolic link to /nonexistent/notes.md, which does not exist; remove it"
+    assert f"problem         memory/gone.md: {gone} (`rm memory/gone.md`)" in status.stdout
+    assert "extra_paths" not in status.stdout
+
+
+def test_an_extra_path_that_is_a_link_loop_says_so(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop = tmp_path / "notes"
+    loop.symlink_to(loop)
+    monkeypatch.setenv("PINCH_MEMORY__EXTRA_PATHS", f'["{loop}"]')
+
+    status = pinch("memory", "status")
+
+    assert status.exit_code == 0, status.output
+    assert (
+        f"problem         {loop}: skipped: {loop} is a symbolic link that leads back to itself "
+        "(a loop); fix the path in [memory] extra_paths"
+    ) in status.stdout

@@ -4,8 +4,10 @@ default origins. Reading them safely is memory/files/workspace.py's."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,7 +108,9 @@ def extra_path_problems(workspace: Path, extra_paths: list[str] | None) -> dict[
     problems: dict[str, str] = {}
     for raw in extra_paths or []:
         base = extra_path_base(workspace, raw)
-        if base.is_symlink():
+        if base.is_symlink() and (broken := broken_link(base)):
+            problems[raw] = f"skipped: {base} is {broken}; fix the path in [memory] extra_paths"
+        elif base.is_symlink():
             problems[raw] = (
                 f"skipped: {base} is a symbolic link, which Pinch does not follow; put the "
                 f"folder it points to ({os.path.realpath(base)}) in [memory] extra_paths instead"
@@ -119,6 +123,18 @@ def extra_path_problems(workspace: Path, extra_paths: list[str] | None) -> dict[
     return problems
 
 
+def broken_link(link: Path) -> str | None:
+    """What is wrong with symbolic link `link` if it leads to nothing (its target is missing, or
+    it loops back to itself), else None: advice to point it elsewhere would be wrong then."""
+    try:
+        os.path.realpath(link, strict=True)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link that leads back to itself (a loop)"
+        return f"a symbolic link to {os.readlink(link)}, which does not exist"
+    return None
+
+
 def skipped_links(workspace: Path) -> dict[str, str]:
     """{path in the workspace: why it is not indexed} for the symbolic links where memory files
     would be (MEMORY.md, USER.md, the memory folder, Markdown files and folders inside it):
@@ -128,6 +144,9 @@ def skipped_links(workspace: Path) -> dict[str, str]:
 
     def add(p: Path) -> None:
         rel = p.relative_to(workspace).as_posix()
+        if broken := broken_link(p):
+            found[rel] = f"skipped: {broken}; remove it (`rm {shlex.quote(rel)}`)"
+            return
         found[rel] = (
             "skipped: a symbolic link, which Pinch does not follow inside the workspace (so no "
             "link can point memory tools at files elsewhere); put the file itself here, or add "
