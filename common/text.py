@@ -36,3 +36,12 @@ def strip_comments(text: str) -> str:
         return f" {trigger.group(1)} " if trigger else " "
 
     return _COMMENT.sub(keep, text)
+
+
+def unclosed_comment_line(text: str) -> int | None:
+    """The 1-based line of an `<!--` that no `-->` closes, else None. Search indexes the text
+    after it (`strip_comments` needs both ends), but a snippet, which may be cut from the middle
+    of a comment, hides it, and so does every Markdown viewer."""
+    last_close = text.rfind("-->")
+    opened = text.find("<!--", last_close + 3 if last_close >= 0 else 0)
+    return None if opened < 0 else text.count("\n", 0, opened) + 1

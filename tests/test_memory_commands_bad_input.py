@@ -82,3 +82,30 @@ def test_an_extra_path_that_is_a_link_loop_says_so(
         f"problem         {loop}: skipped: {loop} is a symbolic link that leads back to itself "
         "(a loop); fix the path in [memory] extra_paths"
     ) in status.stdout
+
+
+def test_an_unclosed_html_comment_is_indexed_and_reported_until_closed(ws: Path) -> None:
+    # Search finds the words after a lone `<!--`, but the snippet (and any Markdown viewer)
+    # hides them: the owner must learn why a hit shows nothing of their note.
+    note = ws / "memory" / "2026-01-07.md"
+    text = "# Birds\n<!-- a note to self -->\nSeen today:\n<!-- draft\nflamingo at the lake\n"
+    note.write_text(text)
+
+    indexed = pinch("memory", "index")
+    found = pinch("memory", "search", "flamingo", "--preset", "keyword")
+    status = pinch("memory", "status")
+
+    reported = "memory/2026-01-07.md: line 4 opens an HTML comment (`<!--`) that is never closed"
+    assert indexed.exit_code == 0, indexed.output
+    assert reported in indexed.stderr and "close the comment with `-->`" in indexed.stderr
+    assert "memory/2026-01-07.md" in found.stdout
+    assert f"problem         {reported}" in status.stdout
+    assert note.read_text() == text
+
+    note.write_text(text.replace("<!-- draft\n", "<!-- draft -->\n"))
+    pinch("memory", "index")
+    fixed = pinch("memory", "status")
+    snippet = pinch("memory", "search", "flamingo", "--preset", "keyword")
+
+    assert "2026-01-07.md" not in fixed.stdout
+    assert "flamingo at the lake" in snippet.stdout

@@ -10,6 +10,7 @@ import re
 import stat
 from pathlib import Path
 
+from common.text import unclosed_comment_line
 from memory.errors import IndexingError, WorkspaceError
 from memory.files.workspace import MAX_FILE_BYTES, MemoryFile, open_memory_file, too_big_advice
 from memory.index.chunking import hash_text
@@ -72,15 +73,22 @@ def read_memory_file(
     if b"\x00" in data:
         raise IndexingError("skipped: binary content (NUL bytes), not Markdown text")
     file_hash = hash_text(data.decode("latin-1"))
+    warnings = []
     try:
-        return data.decode("utf-8"), file_hash, None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return (
-            data.decode("utf-8", errors="replace"),
-            file_hash,
+        text = data.decode("utf-8", errors="replace")
+        warnings.append(
             f"not valid UTF-8 (first bad byte at offset {exc.start}); indexed with "
-            "replacement characters, the file itself was not changed",
+            "replacement characters, the file itself was not changed"
         )
+    if (line := unclosed_comment_line(text)) is not None:
+        warnings.append(
+            f"line {line} opens an HTML comment (`<!--`) that is never closed: what follows is "
+            "searched, but search snippets (what the assistant reads of a hit) and Markdown "
+            "viewers hide it; close the comment with `-->` or remove the `<!--`"
+        )
+    return text, file_hash, "; ".join(warnings) or None
 
 
 def _too_big(size: int) -> IndexingError:
