@@ -109,3 +109,19 @@ def test_an_unclosed_html_comment_is_indexed_and_reported_until_closed(ws: Path)
 
     assert "2026-01-07.md" not in fixed.stdout
     assert "flamingo at the lake" in snippet.stdout
+
+
+def test_a_text_file_with_a_stray_nul_byte_is_refused_with_how_to_repair_it(ws: Path) -> None:
+    note = ws / "memory" / "2026-01-02.md"
+    note.write_bytes(b"- the zebra crossing moved\n" + b"x" * 9000 + b"\x00\n")
+
+    indexed = pinch("memory", "index")
+    got = pinch("memory", "get", "memory/2026-01-02.md")
+
+    assert indexed.exit_code == 0, indexed.output
+    assert "memory/2026-01-02.md: skipped: it holds NUL bytes" in indexed.stderr
+    assert "tr -d" in indexed.stderr
+    # Read as the index decides, by the whole file (not its first 8 kB: that printed the note)
+    assert got.exit_code == 1
+    assert got.stderr.startswith("memory/2026-01-02.md cannot be read: it holds NUL bytes")
+    assert "zebra" not in got.stdout

@@ -233,6 +233,14 @@ def _read_fd(fd: int, max_bytes: int | None) -> bytes:
         return fh.read() if max_bytes is None else fh.read(max_bytes)
 
 
+# Why a memory file holding a NUL byte is neither indexed nor read, and what to do.
+BINARY_ADVICE = (
+    "it holds NUL bytes, so it is binary, not Markdown; if it is text (a NUL left by a crash or a "
+    "bad copy), remove them (`tr -d '\\000' < FILE > FILE.new`, then rename FILE.new over it), "
+    "otherwise rename it so it does not end in .md"
+)
+
+
 def too_big_advice(size: int) -> str:
     """Why a file of `size` bytes is neither indexed nor read, and what to do."""
     return (
@@ -375,8 +383,8 @@ def read_memory_lines(
                 f"{rel} does not exist. Use memory_search to find the right file."
             ) from None
         data = _read_memory_fd(fd, rel)
-    if b"\x00" in data[:8192]:
-        raise WorkspaceError(f"{rel} looks like a binary file, not Markdown; it cannot be read.")
+    if b"\x00" in data:  # as the index decides: a NUL anywhere
+        raise WorkspaceError(f"{rel} cannot be read: {BINARY_ADVICE}.")
     # A byte-order mark is not text (the indexer drops it too).
     all_lines = data.decode("utf-8", errors="replace").removeprefix("\ufeff").split("\n")
     if all_lines and all_lines[-1] == "":

@@ -12,7 +12,13 @@ from pathlib import Path
 
 from common.text import unclosed_comment_line
 from memory.errors import IndexingError, WorkspaceError
-from memory.files.workspace import MAX_FILE_BYTES, MemoryFile, open_memory_file, too_big_advice
+from memory.files.workspace import (
+    BINARY_ADVICE,
+    MAX_FILE_BYTES,
+    MemoryFile,
+    open_memory_file,
+    too_big_advice,
+)
 from memory.index.chunking import hash_text
 
 
@@ -71,7 +77,7 @@ def read_memory_file(
     finally:
         os.close(fd)
     if b"\x00" in data:
-        raise IndexingError("skipped: binary content (NUL bytes), not Markdown text")
+        raise IndexingError(f"skipped: {BINARY_ADVICE}")
     file_hash = hash_text(data.decode("latin-1"))
     warnings = []
     try:
