@@ -185,7 +185,7 @@ def test_line_numbers_must_be_positive(workspace: Path) -> None:
 
 
 def test_a_missing_file_says_to_search_first(workspace: Path) -> None:
-    with pytest.raises(WorkspaceError, match=r"does not exist.*memory_search"):
+    with pytest.raises(WorkspaceError, match=r"does not exist: search memory"):
         read_memory_lines(workspace, "memory/2020-01-01.md")
 
 

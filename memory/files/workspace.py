@@ -299,7 +299,7 @@ def resolve_memory_path(
     """
     target, rel = confine_path(workspace, raw, allow_hard_links=allow_hard_links)
     if not rel.endswith(".md"):
-        raise WorkspaceError(f"{raw!r} is not a Markdown file: memory_get reads only .md files.")
+        raise WorkspaceError(f"{raw!r} is not a Markdown file: only .md memory files can be read.")
     if not is_memory_path(rel):
         allowed_extra = {
             f.rel_path for f in discover_memory_files(workspace, extra_paths) if f.source == "extra"
@@ -380,7 +380,8 @@ def read_memory_lines(
             fd = open_confined(workspace, rel, allow_hard_links=allow_hard_links)
         except FileMissingError:
             raise WorkspaceError(
-                f"{rel} does not exist. Use memory_search to find the right file."
+                f"{rel} does not exist: search memory (`pinch memory search`) to find the right "
+                "file."
             ) from None
         data = _read_memory_fd(fd, rel)
     if b"\x00" in data:  # as the index decides: a NUL anywhere
