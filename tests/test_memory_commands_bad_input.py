@@ -125,3 +125,13 @@ def test_a_text_file_with_a_stray_nul_byte_is_refused_with_how_to_repair_it(ws: 
     assert got.exit_code == 1
     assert got.stderr.startswith("memory/2026-01-02.md cannot be read: it holds NUL bytes")
     assert "zebra" not in got.stdout
+
+
+def test_status_before_any_index_says_none_is_built_and_what_to_run(ws: Path) -> None:
+    # Also what a first `pinch memory index` killed midway leaves (its generation never swapped in).
+    status = pinch("memory", "status")
+
+    assert status.exit_code == 0, status.output
+    assert "indexed         0 files, 0 chunks (no index built yet)" in status.stdout
+    assert "run `pinch memory index`" in status.stdout
+    assert "None" not in status.stdout

@@ -57,7 +57,8 @@ def memory_status(deep: bool, as_json: bool) -> None:
     embed = f"{st.provider} {st.model} ({st.dimensions} dims{on})" if st.dimensions else st.provider
     click.echo(f"embeddings      {embed}")
     click.echo(f"vector search   {st.vector_backend}")
-    click.echo(f"indexed         {st.files} files, {st.chunks} chunks (generation {st.generation})")
+    built = f"generation {st.generation}" if st.generation is not None else "no index built yet"
+    click.echo(f"indexed         {st.files} files, {st.chunks} chunks ({built})")
     click.echo(f"embedding cache {st.cache_entries} vectors")
     ratio = f" ({st.file_bytes / st.notes_bytes:.1f}×)" if st.notes_bytes else ""
     click.echo(f"database size   {_mb(st.file_bytes)} for {_mb(st.notes_bytes)} of notes{ratio}")
