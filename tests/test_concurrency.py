@@ -264,6 +264,30 @@ def test_a_second_forced_rebuild_waits_instead_of_building_beside_the_first(home
     assert_one_live_generation(home)
 
 
+def test_a_second_index_run_waits_for_the_first_instead_of_embedding_the_same_files(
+    home: Path,
+) -> None:
+    assert run_pinch("memory", "index").returncode == 0
+    (home / "workspace" / "memory" / "2026-02-01.md").write_text("Booked a zeppelin ride.\n")
+    first = start_gated(CHUNK_GATE, "memory", "index")
+    first.wait_for("PAUSED BEFORE WRITING")
+
+    # Without waiting, it read and wrote the same new file beside the first (with a model:
+    # every changed passage embedded twice, twice the time on two cores).
+    second = start_gated(CHUNK_GATE, "memory", "index")
+    event = second.wait_for("Already indexing", "PAUSED BEFORE WRITING")
+    first_rc, _, first_err = first.finish()
+    second_rc, second_out, second_err = second.finish()
+
+    assert event == "Already indexing"
+    assert f"pid {first.proc.pid} on {socket.gethostname()}" in second_err
+    assert (first_rc, second_rc) == (0, 0), first_err + second_err
+    assert f"Index updated after the other process's run (pid {first.proc.pid}" in second_out
+    assert "0 files indexed" in second_out
+    assert_one_live_generation(home)
+    assert keyword_hits("zeppelin") == {"memory/2026-02-01.md"}
+
+
 # ---- chat beside a rebuild --------------------------------------------------------------------
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -129,19 +132,22 @@ def memory_index(force: bool) -> None:
     from memory.store.compact import space_usage
 
     settings = load_settings()
-    idx = open_index(settings)
-    try:
-        report = _sync_with_progress(idx, force)
-        # A sync touches only changed files' rows: damage elsewhere would go unnoticed.
-        idx.db.check_integrity()
-        if report.rebuilt and space_usage(idx.db).worth_compacting:
-            _compact(idx, after_rebuild=True)
-        degraded = idx.degraded_reason()
-    finally:
-        idx.close()
+    with _one_index_run(settings.own_dir / "state" / INDEX_LOCK_NAME, force) as waited_for:
+        idx = open_index(settings)
+        try:
+            report = _sync_with_progress(idx, force)
+            # A sync touches only changed files' rows: damage elsewhere would go unnoticed.
+            idx.db.check_integrity()
+            if report.rebuilt and space_usage(idx.db).worth_compacting:
+                _compact(idx, after_rebuild=True)
+            degraded = idx.degraded_reason()
+        finally:
+            idx.close()
     what = "rebuilt" if report.rebuilt else "updated"
     if report.waited_for:
         what += f" after the other process's rebuild ({report.waited_for})"
+    elif waited_for:
+        what += f" after the other process's {waited_for}"
     click.echo(
         f"Index {what} in {report.seconds:.1f}s: {len(report.files_indexed)} files indexed, "
         f"{report.files_unchanged} unchanged, {len(report.files_removed)} removed; "
@@ -202,6 +208,40 @@ def _extra_path_problems(settings: Any) -> dict[str, str]:
     workspace = settings.workspace_dir
     links = skipped_links(workspace) if workspace.is_dir() else {}
     return {**extra_path_problems(workspace, settings.memory.extra_paths), **links}
+
+
+INDEX_LOCK_NAME = "memory-index.lock"
+
+
+@contextmanager
+def _one_index_run(lock_path: Path, force: bool) -> Iterator[str | None]:
+    """Hold the agent's `pinch memory index` lock (an flock, let go by the kernel however the
+    process ends) for the block. Two runs at once would both embed every changed passage (twice
+    the time on a 2-core machine) for the same result: the second waits, says for whom, and
+    then finds little left to do. Yields None, or what it waited for ("rebuild (pid N on
+    HOST)"). The gateway's and chat's syncs do not take it: they never wait for this command."""
+    import fcntl
+    import os
+    import socket
+
+    lock_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        waited_for = None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            kind, _, who = os.pread(fd, 200, 0).decode(errors="replace").partition(" ")
+            who = who.strip() or "another pinch memory index"
+            _already_indexing(who)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            waited_for = f"{kind if kind in ('rebuild', 'run') else 'run'} ({who})"
+        holder = f"{'rebuild' if force else 'run'} pid {os.getpid()} on {socket.gethostname()}"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder.encode(), 0)
+        yield waited_for
+    finally:
+        os.close(fd)  # lets go of the lock
 
 
 def _already_indexing(who: str) -> None:
