@@ -135,3 +135,15 @@ def test_status_before_any_index_says_none_is_built_and_what_to_run(ws: Path) ->
     assert "indexed         0 files, 0 chunks (no index built yet)" in status.stdout
     assert "run `pinch memory index`" in status.stdout
     assert "None" not in status.stdout
+
+
+def test_index_runs_when_its_lock_cannot_be_made(ws: Path, pinch_home: Path) -> None:
+    # The lock only spares a second run the same work; the database keeps runs correct.
+    (pinch_home / "state").write_text("not a folder\n")
+    (ws / "memory" / "2026-01-09.md").write_text("- The heron came back.\n")
+
+    indexed = pinch("memory", "index")
+    found = pinch("memory", "search", "heron", "--preset", "keyword")
+
+    assert indexed.exit_code == 0, indexed.output
+    assert "memory/2026-01-09.md" in found.stdout
