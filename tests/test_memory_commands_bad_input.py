@@ -4,6 +4,10 @@ file or database is changed. Real commands (click's runner) over a real home, ke
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +15,7 @@ from click.testing import CliRunner, Result
 
 from app.cli.main import main
 from memory.files.workspace import MAX_FILE_BYTES
+from tests.test_index import KILLED_REBUILD, REPO
 
 
 def pinch(*args: str) -> Result:
@@ -147,3 +152,39 @@ def test_index_runs_when_its_lock_cannot_be_made(ws: Path, pinch_home: Path) -> 
 
     assert indexed.exit_code == 0, indexed.output
     assert "memory/2026-01-09.md" in found.stdout
+
+
+def test_a_stopped_rebuild_s_leftovers_are_shown_by_status_and_dropped_by_compact(
+    ws: Path, pinch_home: Path
+) -> None:
+    for day in range(1, 13):
+        (ws / "memory" / f"2026-03-{day:02d}.md").write_text(
+            f"- Day {day}: walked the dog by the harbour and fixed bike number {day}.\n"
+        )
+    assert pinch("memory", "index").exit_code == 0
+    before = pinch("memory", "search", "harbour bike", "--preset", "keyword").stdout
+    db = pinch_home / "agents" / "main" / "agent.sqlite"
+    marker = pinch_home / "marker"
+    rebuild = subprocess.Popen(
+        [sys.executable, "-c", KILLED_REBUILD, str(ws), str(db), str(marker)], cwd=REPO
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not marker.exists() and rebuild.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert marker.exists(), "the rebuild never got going"
+    finally:
+        rebuild.send_signal(signal.SIGKILL)
+        rebuild.wait()
+
+    status = pinch("memory", "status")
+    compacted = pinch("memory", "compact")
+    after = pinch("memory", "status")
+
+    # Its rows sat in the keyword index beside the active generation's, unseen by status.
+    assert "leftovers       1 chunk a stopped rebuild left" in status.stdout
+    assert "`pinch memory compact` drops them" in status.stdout
+    assert compacted.exit_code == 0, compacted.output
+    assert "Dropped 1 chunk a stopped rebuild left." in compacted.stderr
+    assert "leftovers" not in after.stdout
+    assert pinch("memory", "search", "harbour bike", "--preset", "keyword").stdout == before

