@@ -90,7 +90,7 @@ def not_found_page(ctx: WebContext) -> Middleware:
         except web.HTTPNotFound:
             if request.method != "GET" or request.path.startswith("/static/"):
                 raise
-            return ctx.render(
+            return await ctx.render(
                 request,
                 "error.html",
                 status=404,

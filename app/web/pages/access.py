@@ -67,7 +67,7 @@ class AccessPages:
             if row.config_section
         ]
         now = time.time()
-        return self.ctx.render(
+        return await self.ctx.render(
             request,
             "pages/access.html",
             pending=pending,

@@ -68,7 +68,7 @@ class AutomationPages:
         def next_run(job: Job) -> str:
             return local_text(job.upcoming, zone) if job.upcoming else "—"
 
-        return self.ctx.render(
+        return await self.ctx.render(
             request,
             "pages/automations.html",
             enabled=automations is not None,

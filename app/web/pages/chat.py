@@ -96,7 +96,7 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
         bubbles, earlier = await asyncio.to_thread(
             scrollback, ctx, int(before) if before.isdigit() else None
         )
-        return ctx.render(
+        return await ctx.render(
             request,
             "chat.html",
             bubbles=bubbles,
@@ -159,7 +159,8 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
                     continue
                 idle_s = 0.0
                 if event.kind == "message":
-                    data = {"id": event.message_id, "html": str(markdown_html(event.text))}
+                    html = await asyncio.to_thread(markdown_html, event.text)  # off the loop
+                    data = {"id": event.message_id, "html": str(html)}
                     await response.write(_sse("message", data, event.id))
                 else:
                     await response.write(_sse(event.kind, {}))

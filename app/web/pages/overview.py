@@ -28,7 +28,7 @@ class Line:
 def add_routes(app: web.Application, ctx: WebContext) -> None:
     async def overview(request: web.Request) -> web.Response:
         facts = await asyncio.to_thread(_facts, ctx)
-        return ctx.render(request, "overview.html", **facts)
+        return await ctx.render(request, "overview.html", **facts)
 
     app.router.add_get("/", overview)
 
