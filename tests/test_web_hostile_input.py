@@ -1,5 +1,6 @@
 """The web page against hostile input, each against a real `pinch gateway` serving the page:
-stored text made to be slow to render. It may not stall the gateway."""
+stored text made to be slow to render, malformed and oversized request bodies, numbers no
+database holds. None may stall the gateway or end in a server error."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -86,3 +88,69 @@ def test_the_gateway_answers_while_a_page_renders_markdown(
     viewer.join()
     assert took["view"] > 1.0, took  # the render was slow enough to tell
     assert took["meanwhile"] < took["view"] / 3, took
+
+
+# -- malformed and oversized requests ----------------------------------------------------------
+
+FORM = "application/x-www-form-urlencoded"
+
+
+def test_a_form_that_cannot_be_parsed_is_refused_not_a_server_error(
+    web_rig: WebRig, logged_in: httpx.Client
+) -> None:
+    csrf = csrf_of(logged_in)
+    origin = {"Origin": web_rig.base}
+    bad_utf8 = b"csrf=" + csrf.encode() + b"&path=\xff\xfe&hash=x&text=a"
+    broken = [
+        ({"Content-Type": FORM}, bad_utf8),
+        ({"Content-Type": FORM, "X-CSRF-Token": csrf}, bad_utf8),
+        ({"Content-Type": "multipart/form-data", "X-CSRF-Token": csrf}, b"no boundary"),
+        ({"Content-Type": "multipart/form-data; boundary=b"}, b"--b\r\nbroken"),
+    ]
+    for headers, body in broken:
+        answer = logged_in.post("/memory/edit", content=body, headers={**origin, **headers})
+        assert answer.status_code == 400, (headers, answer.status_code, answer.text)
+        assert "could not be read" in answer.text
+    with client(web_rig) as stranger:  # before any login, on the one form that takes a POST
+        answer = stranger.post(
+            "/login", content=b"password=\xff", headers={**origin, "Content-Type": FORM}
+        )
+        assert answer.status_code == 400
+    assert "Error handling request" not in web_rig.log_text()
+
+
+def test_a_body_larger_than_its_path_takes_is_refused_before_it_is_read(
+    web_rig: WebRig, logged_in: httpx.Client
+) -> None:
+    origin = {"Origin": web_rig.base}
+    with client(web_rig) as stranger:  # 20 MB into the login form, before any session
+        big = b"password=" + b"x" * (1024 * 1024)
+        answer = stranger.post("/login", content=big, headers={**origin, "Content-Type": FORM})
+        assert answer.status_code == 413
+    csrf = csrf_of(logged_in)
+    huge_edit = {"csrf": csrf, "path": "MEMORY.md", "hash": "x", "text": "x" * (5 * 1024 * 1024)}
+    assert logged_in.post("/memory/edit", data=huge_edit, headers=origin).status_code == 413
+    # The chat still takes a file of a few megabytes (its limit is 20 MB a file).
+    files: dict[str, Any] = {
+        "text": (None, "a photo"),
+        "client_id": (None, f"id{time.time_ns()}"),
+        "files": ("big.png", b"\x89PNG" + b"0" * (5 * 1024 * 1024), "image/png"),
+    }
+    sent = logged_in.post("/chat/send", files=files, headers={**origin, "X-CSRF-Token": csrf})
+    assert sent.status_code == 200, sent.text
+
+
+def test_a_number_no_database_holds_is_not_found(web_rig: WebRig, logged_in: httpx.Client) -> None:
+    csrf = csrf_of(logged_in)
+    huge = "9" * 30  # past SQLite's 64-bit integers: was a server error
+    for path in (f"/automations/jobs/{huge}/pause", f"/automations/intents/{huge}/cancel"):
+        answer = logged_in.post(path, data={"csrf": csrf}, headers={"Origin": web_rig.base})
+        assert answer.status_code == 404, (path, answer.status_code)
+
+
+def test_no_answer_names_the_server_software(web_rig: WebRig, logged_in: httpx.Client) -> None:
+    for path in ("/", "/login", "/static/pinch.css", "/no-such-page"):
+        answer = logged_in.get(path)
+        assert answer.headers["server"] == "Pinch", path
+    refused = logged_in.get("/", headers={"Host": "evil.example"})
+    assert refused.status_code == 403 and refused.headers["server"] == "Pinch"
