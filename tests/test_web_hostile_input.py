@@ -1,6 +1,7 @@
 """The web page against hostile input, each against a real `pinch gateway` serving the page:
 stored text made to be slow to render, malformed and oversized request bodies, numbers no
-database holds. None may stall the gateway or end in a server error."""
+database holds, right-to-left overrides in a stranger's name (in Chromium). None may stall the
+gateway, end in a server error or change how the page's own words read."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import pytest
 
 from app.web.render import MAX_MARKDOWN_CHARS, markdown_html
 from tests import web_support
-from tests.web_support import WebRig
+from tests.fakes.telegram_server import STRANGER
+from tests.web_support import WebRig, wait_for
 
-web_rig = web_support.web_rig  # the module's gateway (a pytest fixture)
+browser, web_rig, web_page = web_support.browser, web_support.web_rig, web_support.web_page
 
 
 def client(rig: WebRig) -> httpx.Client:
@@ -154,3 +156,53 @@ def test_no_answer_names_the_server_software(web_rig: WebRig, logged_in: httpx.C
         assert answer.headers["server"] == "Pinch", path
     refused = logged_in.get("/", headers={"Host": "evil.example"})
     assert refused.status_code == 403 and refused.headers["server"] == "Pinch"
+
+
+# -- right-to-left overrides -------------------------------------------------------------------
+
+RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: the rest reads backwards, up to a PDF or the block end
+
+# Whether, in the element `selector` whose text contains `(ID)`, the "(" is drawn left of the ")".
+PARENS_IN_ORDER = """([selector, id]) => {
+  for (const element of document.querySelectorAll(selector)) {
+    const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    const where = (ch) => {
+      walker.currentNode = element;
+      for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const at = node.data.indexOf(ch);
+        if (at >= 0) {
+          const range = document.createRange();
+          range.setStart(node, at); range.setEnd(node, at + 1);
+          return range.getBoundingClientRect().left;
+        }
+      }
+      return null;
+    };
+    if (!element.textContent.includes(id)) continue;
+    return where("(") < where(")");
+  }
+  return null;
+}"""
+
+
+def test_a_right_to_left_override_in_a_strangers_name_stays_inside_the_name(
+    web_page: Any, web_rig: WebRig
+) -> None:
+    sender = {**STRANGER, "first_name": f"Sam{RLO}"}
+    web_rig.tg.push(web_rig.tg.private_text("hello, may I?", sender=sender))
+    wait_for(lambda: bool(web_rig.bot_texts(STRANGER["id"])), what="the pairing code")
+    web_page.goto(web_rig.url("/"))
+    # The overview's pending request reads "Sam (222)", not "Sam )222(".
+    assert web_page.evaluate(PARENS_IN_ORDER, ["dd", f"({STRANGER['id']})"]) is True
+    web_page.goto(web_rig.url("/access"))
+    assert web_page.evaluate(PARENS_IN_ORDER, ["#pending td", "Sam"]) is True
+
+
+def test_the_editor_saves_a_right_to_left_override_exactly(web_page: Any, web_rig: WebRig) -> None:
+    text = f"Shown as is: {RLO}txt.exe and \u2067isolated\n"
+    rel = write_memory(web_rig, f"bidi-{time.time_ns()}.md", text)
+    web_page.goto(web_rig.url(f"/memory/edit?path={rel}"))
+    with web_page.expect_navigation():
+        web_page.click("form.editor button[type=submit]")
+    assert "Saved" in web_page.inner_text("main")
+    assert (web_rig.home / "workspace" / rel).read_text(encoding="utf-8") == text

@@ -5,6 +5,12 @@ untrusted). Use `markdown_html` in templates as `{{ text | markdown }}`.
 Rendering Markdown costs ~25 µs a character here, more for text made to be slow (a megabyte of
 `[`); a text longer than MAX_MARKDOWN_CHARS is shown as escaped plain text instead, so no stored
 text can keep a page (and the worker thread rendering it) busy for minutes.
+
+`close_bidi` is the templates' `finalize`: a stored text with an unclosed right-to-left override
+(U+202E) would turn the page's own words after it around ("to telegram 111" read backwards), so
+every shown value ends with the controls that close what it opened. A value the browser sends
+back verbatim (the editor's text, a hidden field) is written `{{ value|e }}`: already Markup,
+it is left exact.
 """
 
 from __future__ import annotations
@@ -15,6 +21,10 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
 MAX_MARKDOWN_CHARS = 100_000
+# Embeddings and overrides (LRE, RLE, LRO, RLO) end at PDF; isolates (LRI, RLI, FSI) at PDI.
+_EMBEDDINGS = ("\u202a", "\u202b", "\u202d", "\u202e")
+_ISOLATES = ("\u2066", "\u2067", "\u2068")
+PDF, PDI = "\u202c", "\u2069"
 
 
 @lru_cache(maxsize=1)
@@ -37,3 +47,22 @@ def markdown_html(text: str) -> Markup:
         )
         return Markup(note) + Markup('<pre class="raw">') + escape(text) + Markup("</pre>")
     return Markup(_parser().render(text))
+
+
+def closed_bidi(text: str) -> str:
+    """`text` followed by a PDI for each isolate and a PDF for each embedding or override it
+    opens (surplus closers are ignored by the browser), so none reaches past it. Use it on an
+    untrusted part of a text the page composes ("NAME (ID)")."""
+    isolates = sum(text.count(c) for c in _ISOLATES)
+    embeddings = sum(text.count(c) for c in _EMBEDDINGS)
+    if not isolates and not embeddings:
+        return text
+    return text + PDI * isolates + PDF * embeddings  # a PDI also ends what opened inside it
+
+
+def close_bidi(value: object) -> object:
+    """The templates' `finalize`: a text value `closed_bidi`; Markup (already escaped, or sent
+    back verbatim) and other values as they are."""
+    if not isinstance(value, str) or isinstance(value, Markup):
+        return value
+    return closed_bidi(value)

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from app.web.context import WebContext
 from app.web.page_support import ago, int_field, notice_of, owner_time
+from app.web.render import closed_bidi
 from memory.errors import MemoryError_
 from memory.lifecycle.forget import ForgetItem, ForgetPlan, forget, plan_forget
 from memory.store.backends import store_for
@@ -180,7 +181,7 @@ class SessionPages:
             text = text[:TOOL_TEXT_CHARS] + " …"
         sender = c.get("sender") if event.kind == "user" else None
         if isinstance(sender, dict) and sender.get("name"):
-            label += f" ({sender.get('name')})"
+            label += f" ({closed_bidi(str(sender.get('name')))})"
         return ShownEvent(
             event.seq,
             event.kind,
