@@ -150,6 +150,13 @@ def test_a_number_no_database_holds_is_not_found(web_rig: WebRig, logged_in: htt
         assert answer.status_code == 404, (path, answer.status_code)
 
 
+def test_a_superscript_digit_in_a_page_number_is_no_server_error(
+    logged_in: httpx.Client,
+) -> None:
+    # "²".isdigit() is true, but int("²") fails.
+    assert logged_in.get("/chat", params={"before": "²"}).status_code == 200
+
+
 def test_no_answer_names_the_server_software(web_rig: WebRig, logged_in: httpx.Client) -> None:
     for path in ("/", "/login", "/static/pinch.css", "/no-such-page"):
         answer = logged_in.get(path)

@@ -94,7 +94,7 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
     async def page(request: web.Request) -> web.Response:
         before = request.query.get("before", "")
         bubbles, earlier = await asyncio.to_thread(
-            scrollback, ctx, int(before) if before.isdigit() else None
+            scrollback, ctx, int(before) if before.isdecimal() else None
         )
         return await ctx.render(
             request,
