@@ -165,6 +165,43 @@ def test_no_answer_names_the_server_software(web_rig: WebRig, logged_in: httpx.C
     assert refused.status_code == 403 and refused.headers["server"] == "Pinch"
 
 
+# -- a memory file deleted while it is edited ---------------------------------------------------
+
+
+def test_an_edit_of_a_file_deleted_meanwhile_is_kept_and_saved_again(
+    web_rig: WebRig, logged_in: httpx.Client
+) -> None:
+    rel = write_memory(web_rig, f"gone-{time.time_ns()}.md", "the old note\n")
+    time.sleep(0.5)  # the index sees it
+    editor = logged_in.get("/memory/edit", params={"path": rel}).text
+    opened = re.search(r'name="hash" value="([^"]+)"', editor)
+    assert opened is not None
+    (web_rig.home / "workspace" / rel).unlink()  # Dreaming, forget or an editor removed it
+    form = {"csrf": csrf_of(logged_in), "path": rel, "text": "my long edit", "hash": opened[1]}
+    origin = {"Origin": web_rig.base}
+    kept = logged_in.post("/memory/edit", data=form, headers=origin)
+    assert kept.status_code == 409, kept.text  # was a 400 page, and the edit was lost
+    assert "was deleted since you opened it" in kept.text and "my long edit</textarea>" in kept.text
+    assert not (web_rig.home / "workspace" / rel).exists()  # nothing written without asking
+    again = re.search(r'name="hash" value="([^"]+)"', kept.text)
+    assert again is not None and again[1] == "absent"
+    saved = logged_in.post("/memory/edit", data={**form, "hash": again[1]}, headers=origin)
+    assert saved.status_code == 303
+    assert (web_rig.home / "workspace" / rel).read_text(encoding="utf-8") == "my long edit"
+
+
+def test_a_file_the_page_may_not_write_is_not_created(
+    web_rig: WebRig, logged_in: httpx.Client
+) -> None:
+    form = {"csrf": csrf_of(logged_in), "text": "x", "hash": "absent"}
+    for path in ("notes.txt", "SOUL.md", "memory/../x.md", "/tmp/x.md", "memory/.hidden.md"):
+        answer = logged_in.post(
+            "/memory/edit", data={**form, "path": path}, headers={"Origin": web_rig.base}
+        )
+        assert answer.status_code == 400, (path, answer.status_code)
+    assert not (web_rig.home / "workspace" / "notes.txt").exists()
+
+
 # -- right-to-left overrides -------------------------------------------------------------------
 
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: the rest reads backwards, up to a PDF or the block end
