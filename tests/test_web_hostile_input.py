@@ -165,6 +165,16 @@ def test_no_answer_names_the_server_software(web_rig: WebRig, logged_in: httpx.C
     assert refused.status_code == 403 and refused.headers["server"] == "Pinch"
 
 
+def test_a_head_request_leaves_a_login_link_unused(web_rig: WebRig) -> None:
+    url = web_rig.login_url()
+    with client(web_rig) as checker:  # a link checker or a preview looks at it first
+        looked = checker.head(url)
+        assert looked.status_code == 200
+        assert "pinch_session=" not in looked.headers.get("set-cookie", "")
+    with client(web_rig) as owner:
+        assert owner.get(url).status_code == 303  # was 403: the HEAD had used it up
+
+
 # -- a memory file deleted while it is edited ---------------------------------------------------
 
 

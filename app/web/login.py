@@ -56,6 +56,8 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
 
     async def login_get(request: web.Request) -> web.StreamResponse:
         token = request.query.get("token")
+        if request.method == "HEAD":  # a link checker's look: the link stays unused
+            return await login_page(request)
         if token is None:
             if request.get(SESSION_KEY):
                 raise web.HTTPSeeOther("/")
