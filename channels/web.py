@@ -194,7 +194,7 @@ class WebChannel(Channel):
         boot, _, seq = last_event_id.partition("-")
         if not last_event_id:
             return []
-        if boot != self._boot or not seq.isdigit():
+        if boot != self._boot or not seq.isdecimal():  # "²" is a digit int() refuses
             return list(self._recent)
         return [e for e in self._recent if int(e.id.partition("-")[2]) > int(seq)]
 

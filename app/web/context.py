@@ -1,7 +1,9 @@
 """`WebContext`: what every page handler of the web control page is given.
 
 A page module (app/web/pages/NAME.py) exposes `add_routes(app, ctx)`; its handlers read and
-write through `ctx.runtime` (the same stores the CLI uses) and answer with `ctx.render(...)`.
+write through `ctx.runtime` (the same stores the CLI uses) and answer with
+`await ctx.render(...)` (in a worker thread: a long transcript or memory file is Markdown to
+render, and the gateway's event loop serves the platforms meanwhile).
 The security middleware (app/web/security.py) has already checked, before any handler runs:
 the owner's login (every path but /login and /static), the Host header, and — for every POST —
 the Origin and the CSRF token. Handlers never check these themselves; a form only carries
@@ -13,6 +15,7 @@ renders untrusted Markdown safely.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,12 +49,15 @@ class WebContext:
     #                   redacted (app.logging_setup.RecentLines), oldest first.
     services: dict[str, Any] = field(default_factory=dict)
 
-    def render(
+    async def render(
         self, request: web.Request, name: str, *, status: int = 200, **values: Any
     ) -> web.Response:
-        """Render template `name` (autoescaped) with `values`, the CSRF token and the nav."""
+        """Render template `name` (autoescaped) with `values`, the CSRF token and the nav, in a
+        worker thread (rendering untrusted Markdown is CPU work; the event loop must stay free
+        for Telegram, Slack and the other pages)."""
         template = self.templates.get_template(name)
-        html = template.render(
+        html = await asyncio.to_thread(
+            template.render,
             **self.globals,
             **values,
             csrf_token=request.get(CSRF_KEY, ""),

@@ -39,9 +39,11 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
         response.del_cookie(LOGIN_CSRF_COOKIE, path="/")
         return response
 
-    def login_page(request: web.Request, *, status: int = 200, error: str = "") -> web.Response:
+    async def login_page(
+        request: web.Request, *, status: int = 200, error: str = ""
+    ) -> web.Response:
         csrf = request.cookies.get(LOGIN_CSRF_COOKIE) or secrets.token_urlsafe(24)
-        response = ctx.render(
+        response = await ctx.render(
             request,
             "login.html",
             status=status,
@@ -54,17 +56,19 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
 
     async def login_get(request: web.Request) -> web.StreamResponse:
         token = request.query.get("token")
+        if request.method == "HEAD":  # a link checker's look: the link stays unused
+            return await login_page(request)
         if token is None:
             if request.get(SESSION_KEY):
                 raise web.HTTPSeeOther("/")
-            return login_page(request)
+            return await login_page(request)
         # A valid link always works (256 random bits: guessing is hopeless), so a stranger
         # hammering the login cannot lock the owner out; failed tries count and are limited.
         session_id = await asyncio.to_thread(logins.redeem, token)
         if session_id is None and logins.limited():
-            return login_page(request, status=429, error=TOO_MANY)
+            return await login_page(request, status=429, error=TOO_MANY)
         if session_id is None:
-            return login_page(
+            return await login_page(
                 request,
                 status=403,
                 error="This login link has expired or was already used: run `pinch web login` "
@@ -74,15 +78,15 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
 
     async def login_post(request: web.Request) -> web.StreamResponse:
         if logins.limited():
-            return login_page(request, status=429, error=TOO_MANY)
+            return await login_page(request, status=429, error=TOO_MANY)
         password = str((await request.post()).get("password", ""))
         session_id = await asyncio.to_thread(logins.password_login, password)
         if session_id is None:
-            return login_page(request, status=403, error="Wrong password.")
+            return await login_page(request, status=403, error="Wrong password.")
         return logged_in(request, session_id)
 
     async def logout_get(request: web.Request) -> web.StreamResponse:
-        return ctx.render(request, "logout.html")
+        return await ctx.render(request, "logout.html")
 
     async def logout_post(request: web.Request) -> web.StreamResponse:
         await asyncio.to_thread(logins.end, request[SESSION_KEY])

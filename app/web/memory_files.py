@@ -5,8 +5,9 @@
 - Reading: `memory get`'s rules (`read_memory_lines`: confined, no symbolic link, no hidden or
   non-memory file); the editor also gets the exact text and its hash.
 - Saving: compare-and-swap through the workspace writer (`WorkspaceWriter.rewrite`: confined,
-  atomic, re-indexed after the write). If the file is no longer what the owner opened, nothing
-  is written: `EditConflict` carries the text on disk now and the difference.
+  atomic, re-indexed after the write). If the file is no longer what the owner opened (deleted
+  too), nothing is written: `EditConflict` carries the text on disk now and the difference, and
+  the owner's text goes back to the editor.
 Every function blocks (file I/O): call it in a worker thread.
 """
 
@@ -27,6 +28,7 @@ from memory.files.workspace import (
     discover_memory_files,
     extra_path_problems,
     read_memory_lines,
+    resolve_memory_path,
     skipped_links,
 )
 from memory.files.writes import WorkspaceWriter
@@ -67,6 +69,7 @@ class EditConflict(WorkspaceError):
             "version with the one on disk below, then save again."
         )
         self.path = path
+        self.gone = current is None  # deleted meanwhile: saving again creates it
         self.current = current or ""
         self.current_hash = text_hash(current)
         self.mine = mine
@@ -264,13 +267,32 @@ def save_file(
             f"The text is {size:,} bytes; the page saves at most {MAX_EDIT_BYTES:,}. Edit the "
             "file in an editor instead; nothing was written."
         )
-    opened = open_file(writer.workspace, raw, extra_paths)
-    if not opened.editable:
-        raise WorkspaceError(f"{opened.path} cannot be edited here: {opened.why_not_editable}.")
+    try:
+        opened = open_file(writer.workspace, raw, extra_paths)
+    except WorkspaceError:
+        vanished = _vanished(writer.workspace, raw, extra_paths)
+        if vanished is None:
+            raise
+        path = vanished
+    else:
+        if not opened.editable:
+            raise WorkspaceError(f"{opened.path} cannot be edited here: {opened.why_not_editable}.")
+        path = opened.path
 
     def change(current: str | None) -> str:
         if text_hash(current) != opened_hash:
-            raise EditConflict(opened.path, current, text)
+            raise EditConflict(path, current, text)
         return text
 
-    return writer.rewrite(opened.path, change)
+    return writer.rewrite(path, change)
+
+
+def _vanished(workspace: Path, raw: str, extra_paths: list[str]) -> str | None:
+    """The workspace path of a memory file the page may write that does not exist (deleted
+    while the owner edited it: the compare-and-swap keeps their text, and a save that knows it
+    is gone creates it again); None for any other path."""
+    try:
+        rel = resolve_memory_path(workspace, raw, extra_paths).relative_to(workspace).as_posix()
+        return rel if read_workspace_text(workspace, rel) is None else None
+    except (WorkspaceError, ValueError):
+        return None

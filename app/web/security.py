@@ -10,8 +10,11 @@
   itself, see `same_origin`) and the session's CSRF token
   (form field `csrf` or header `X-CSRF-Token`); the login form, before any session, uses a
   double-submit token (cookie `pinch_login_csrf` + field);
+- a request body is read only after the session is checked, and only as large as its path
+  takes (`body_limit`): before login a small form, after it a memory file's edit, and the chat's
+  uploads only on /chat/send; a form that cannot be parsed is refused (400), not a server error;
 - every response carries a Content-Security-Policy without inline script, no framing, no
-  sniffing, no referrer, no caching.
+  sniffing, no referrer, no caching, and no server name or version.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import hmac
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
 
 from app.web.auth import Logins, csrf_token
@@ -32,6 +36,14 @@ LOGIN_CSRF_COOKIE = "pinch_login_csrf"
 SESSION_KEY = "pinch_session_id"  # request[SESSION_KEY]: the logged-in session's id
 PUBLIC_PATHS = ("/login",)
 PUBLIC_PREFIXES = ("/static/",)
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+# Request bodies: the login form (a password); any form of the logged-in owner (a memory file's
+# edit: 1 MB of text, up to 3 MB URL-encoded); the chat's uploads (20 MB files, the server's
+# client_max_size) on UPLOAD_PATHS only.
+LOGIN_BODY_BYTES = 64 * 1024
+FORM_BODY_BYTES = 4 * 1024 * 1024
+UPLOAD_PATHS = ("/chat/send",)
 
 CONTENT_SECURITY_POLICY = "; ".join(
     (
@@ -101,7 +113,7 @@ def security_middleware(config: WebConfig, logins: Logins) -> Middleware:
         public = request.path in PUBLIC_PATHS or request.path.startswith(PUBLIC_PREFIXES)
         session_id = request.cookies.get(logins.session_cookie, "")
         alive = bool(session_id) and await _alive(logins, session_id)
-        if request.method not in ("GET", "HEAD", "OPTIONS") and not same_origin(request):
+        if request.method not in SAFE_METHODS and not same_origin(request):
             return refuse(403, "Refused: the request did not come from this page (Origin).")
         if not alive and not public:
             if request.method in ("GET", "HEAD"):
@@ -112,19 +124,32 @@ def security_middleware(config: WebConfig, logins: Logins) -> Middleware:
             request[CSRF_KEY] = csrf_token(session_id)
         elif request.path == "/login":
             request[CSRF_KEY] = request.cookies.get(LOGIN_CSRF_COOKIE, "")
-        if request.method == "POST":
+        if request.method not in SAFE_METHODS:
+            limit = body_limit(request.path, alive=alive)
+            size = request.content_length  # None: chunked, of any size
+            if limit is not None and request.body_exists and (size is None or size > limit):
+                return refuse(413, f"Refused: the request is larger than {limit:,} bytes.")
             expected = request.get(CSRF_KEY, "")
             given = request.headers.get("X-CSRF-Token", "")
-            if not given and request.content_type in (
-                "application/x-www-form-urlencoded",
-                "multipart/form-data",
-            ):
-                given = str((await request.post()).get("csrf", ""))
+            if request.content_type in FORM_TYPES:
+                try:  # parsed here once (the handler gets it again from aiohttp's cache)
+                    form = await request.post()
+                except (ValueError, HttpProcessingError):  # bad UTF-8, a broken multipart
+                    return refuse(400, "Refused: the form could not be read. Reload the page.")
+                given = given or str(form.get("csrf", ""))
             if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
                 return refuse(403, "Refused: the form is out of date (CSRF). Reload the page.")
         return await handler(request)
 
     return guard
+
+
+def body_limit(path: str, *, alive: bool) -> int | None:
+    """The largest body a request to `path` may send (None: the server's own limit, for the
+    chat's uploads)."""
+    if not alive:
+        return LOGIN_BODY_BYTES
+    return None if path in UPLOAD_PATHS else FORM_BODY_BYTES
 
 
 def same_origin(request: web.Request) -> bool:
@@ -149,3 +174,4 @@ async def add_security_headers(_request: web.Request, response: web.StreamRespon
     """on_response_prepare: every answer, errors and the event stream included."""
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
+    response.headers["Server"] = "Pinch"  # not aiohttp's name and version

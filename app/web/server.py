@@ -27,7 +27,7 @@ from aiohttp.typedefs import Handler, Middleware
 from app.web import login
 from app.web.context import WebContext
 from app.web.pages import access, automations, chat, dreams, health, memory, overview, sessions
-from app.web.render import markdown_html
+from app.web.render import close_bidi, markdown_html
 from app.web.security import add_security_headers, security_middleware
 
 log = logging.getLogger("pinch.web")
@@ -52,13 +52,15 @@ NAV = (
 
 def make_templates() -> jinja2.Environment:
     """The page's Jinja2 templates (app/web/templates), every value escaped unless marked safe
-    (`markdown` renders untrusted Markdown with raw HTML off)."""
+    (`markdown` renders untrusted Markdown with raw HTML off) and its bidi controls closed
+    (`close_bidi`; write `{{ value|e }}` for a value sent back verbatim)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(WEB_DIR / "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=close_bidi,  # a stored right-to-left override ends with its value
     )
     env.filters["markdown"] = markdown_html
     return env
@@ -90,7 +92,7 @@ def not_found_page(ctx: WebContext) -> Middleware:
         except web.HTTPNotFound:
             if request.method != "GET" or request.path.startswith("/static/"):
                 raise
-            return ctx.render(
+            return await ctx.render(
                 request,
                 "error.html",
                 status=404,

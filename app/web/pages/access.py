@@ -20,6 +20,7 @@ from app.channel_registry import CHANNELS, Owners, channel_settings
 from app.gateway.access import Pairing
 from app.web.context import WebContext
 from app.web.page_support import ago, done, gateway_of, notice_of, owner_time
+from app.web.render import closed_bidi
 from memory.store.backends import store_for
 
 
@@ -67,7 +68,7 @@ class AccessPages:
             if row.config_section
         ]
         now = time.time()
-        return self.ctx.render(
+        return await self.ctx.render(
             request,
             "pages/access.html",
             pending=pending,
@@ -118,4 +119,4 @@ def _rules(config: Any) -> Any:
 
 
 def _who(sender_id: str, name: Any) -> str:
-    return f"{sender_id} ({name})" if name else sender_id
+    return f"{sender_id} ({closed_bidi(str(name))})" if name else sender_id

@@ -32,8 +32,8 @@ HISTORY = 30
 def add_routes(app: web.Application, ctx: WebContext) -> None:
     pages = AutomationPages(ctx)
     app.router.add_get("/automations", pages.index)
-    app.router.add_post(r"/automations/jobs/{job_id:\d+}/{action}", pages.change_job)
-    app.router.add_post(r"/automations/intents/{intent_id:\d+}/cancel", pages.cancel_intent)
+    app.router.add_post(r"/automations/jobs/{job_id:\d{1,18}}/{action}", pages.change_job)
+    app.router.add_post(r"/automations/intents/{intent_id:\d{1,18}}/cancel", pages.cancel_intent)
 
 
 class AutomationPages:
@@ -68,7 +68,7 @@ class AutomationPages:
         def next_run(job: Job) -> str:
             return local_text(job.upcoming, zone) if job.upcoming else "—"
 
-        return self.ctx.render(
+        return await self.ctx.render(
             request,
             "pages/automations.html",
             enabled=automations is not None,

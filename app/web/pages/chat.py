@@ -94,9 +94,9 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
     async def page(request: web.Request) -> web.Response:
         before = request.query.get("before", "")
         bubbles, earlier = await asyncio.to_thread(
-            scrollback, ctx, int(before) if before.isdigit() else None
+            scrollback, ctx, int(before) if before.isdecimal() else None
         )
-        return ctx.render(
+        return await ctx.render(
             request,
             "chat.html",
             bubbles=bubbles,
@@ -159,7 +159,8 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
                     continue
                 idle_s = 0.0
                 if event.kind == "message":
-                    data = {"id": event.message_id, "html": str(markdown_html(event.text))}
+                    html = await asyncio.to_thread(markdown_html, event.text)  # off the loop
+                    data = {"id": event.message_id, "html": str(html)}
                     await response.write(_sse("message", data, event.id))
                 else:
                     await response.write(_sse(event.kind, {}))

@@ -62,7 +62,7 @@ class DreamPages:
             if d.enabled
             else "off ([dreaming] enabled = false); undo still works"
         )
-        return self.ctx.render(
+        return await self.ctx.render(
             request,
             "pages/dreams.html",
             status=status,

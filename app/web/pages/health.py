@@ -126,7 +126,7 @@ class HealthPages:
         tail = self.ctx.services.get("log_tail")
         lines = tail.tail(LOG_LINES) if tail else []  # redacted as they were logged
         doctor = self.ctx.services.get("doctor_run")
-        return self.ctx.render(
+        return await self.ctx.render(
             request,
             "pages/health.html",
             gateway_running=gateway is not None,

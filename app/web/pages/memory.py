@@ -57,8 +57,10 @@ class MemoryPages:
     def _extra(self) -> list[str]:
         return list(self.ctx.settings.memory.extra_paths)
 
-    def _error(self, request: web.Request, message: str, status: int = 400) -> web.Response:
-        return self.ctx.render(request, "pages/memory_error.html", status=status, message=message)
+    async def _error(self, request: web.Request, message: str, status: int = 400) -> web.Response:
+        return await self.ctx.render(
+            request, "pages/memory_error.html", status=status, message=message
+        )
 
     async def index(self, request: web.Request) -> web.Response:
         deep = request.query.get("deep") == "1"
@@ -82,7 +84,7 @@ class MemoryPages:
         for entry in listed.files:
             groups[entry.group].append(entry)
         counts = listed.counts
-        return self.ctx.render(
+        return await self.ctx.render(
             request,
             "pages/memory.html",
             groups=groups,
@@ -109,8 +111,8 @@ class MemoryPages:
                 allow_hard_links=self.ctx.settings.memory.allow_hard_links,
             )
         except WorkspaceError as exc:
-            return self._error(request, str(exc), 404)
-        return self.ctx.render(
+            return await self._error(request, str(exc), 404)
+        return await self.ctx.render(
             request,
             "pages/memory_file.html",
             file=opened,
@@ -124,12 +126,12 @@ class MemoryPages:
                 files.open_file, self._workspace, request.query.get("path", ""), self._extra
             )
         except WorkspaceError as exc:
-            return self._error(request, str(exc), 404)
+            return await self._error(request, str(exc), 404)
         if not opened.editable:
-            return self._error(
+            return await self._error(
                 request, f"{opened.path} cannot be edited here: {opened.why_not_editable}.", 403
             )
-        return self.ctx.render(
+        return await self.ctx.render(
             request,
             "pages/memory_edit.html",
             file_path=opened.path,
@@ -147,7 +149,7 @@ class MemoryPages:
                 files.save_file, writer, self._extra, path, text, opened_hash
             )
         except files.EditConflict as conflict:
-            return self.ctx.render(
+            return await self.ctx.render(
                 request,
                 "pages/memory_edit.html",
                 status=409,
@@ -157,7 +159,7 @@ class MemoryPages:
                 conflict=conflict,
             )
         except WorkspaceError as exc:
-            return self._error(request, str(exc))
+            return await self._error(request, str(exc))
         raise done(self.ctx, f"/memory/file?path={_q(rel)}", f"Saved {rel}.")
 
     async def search(self, request: web.Request) -> web.Response:
@@ -181,7 +183,7 @@ class MemoryPages:
             except (MemoryError_, ValueError) as exc:
                 error = str(exc)
             took_ms = (time.perf_counter() - started) * 1000
-        return self.ctx.render(
+        return await self.ctx.render(
             request,
             "pages/memory_search.html",
             q=q,
@@ -201,7 +203,7 @@ class MemoryPages:
             rel = files.inbox_target(self._workspace, request.query.get("path", ""))
             data = await asyncio.to_thread(read_confined, self._workspace, rel)
         except WorkspaceError as exc:
-            return self._error(request, str(exc), 404)
+            return await self._error(request, str(exc), 404)
         name = rel.rsplit("/", 1)[-1]
         # Never shown inline: a received file is a stranger's bytes (no sniffing, no rendering).
         return web.Response(

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from app.automations.schedules import local_text
 from app.web.context import WebContext
+from app.web.render import closed_bidi
 from common.text import shorten
 
 NEXT_JOBS = 5
@@ -28,7 +29,7 @@ class Line:
 def add_routes(app: web.Application, ctx: WebContext) -> None:
     async def overview(request: web.Request) -> web.Response:
         facts = await asyncio.to_thread(_facts, ctx)
-        return ctx.render(request, "overview.html", **facts)
+        return await ctx.render(request, "overview.html", **facts)
 
     app.router.add_get("/", overview)
 
@@ -66,7 +67,8 @@ def _facts(ctx: WebContext) -> dict[str, Any]:
     pending = []
     if gateway is not None:
         for req in gateway.access.pairing.pending():
-            who = f"{req.sender_name} ({req.sender_id})" if req.sender_name else req.sender_id
+            name = closed_bidi(req.sender_name or "")  # a stranger's: may not turn the id around
+            who = f"{name} ({req.sender_id})" if name else req.sender_id
             pending.append(Line(req.channel, who))
     return {
         "model": settings.agent.model or "not configured",

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from app.web.context import WebContext
 from app.web.page_support import ago, int_field, notice_of, owner_time
+from app.web.render import closed_bidi
 from memory.errors import MemoryError_
 from memory.lifecycle.forget import ForgetItem, ForgetPlan, forget, plan_forget
 from memory.store.backends import store_for
@@ -75,7 +76,7 @@ class SessionPages:
         pages = max(1, -(-page.total // PAGE_SIZE))
         names = await asyncio.to_thread(self._names)
         now = time.time()
-        return self.ctx.render(
+        return await self.ctx.render(
             request,
             "pages/sessions.html",
             page=page,
@@ -101,7 +102,7 @@ class SessionPages:
         store = self.ctx.runtime.store
         session = await asyncio.to_thread(store.get, sid)
         if session is None:
-            return self._missing(request, sid)
+            return await self._missing(request, sid)
         start = int_field(request.query.get("from"), 1, low=1)
         events = await asyncio.to_thread(
             store.events, sid, after_seq=start - 1, limit=EVENTS_PER_PAGE + 1
@@ -110,7 +111,7 @@ class SessionPages:
         outside = untrusted_seqs(every)
         more = len(events) > EVENTS_PER_PAGE
         shown = [self._shown(e, e.seq in outside) for e in events[:EVENTS_PER_PAGE]]
-        return self.ctx.render(
+        return await self.ctx.render(
             request,
             "pages/session.html",
             session=session,
@@ -127,8 +128,8 @@ class SessionPages:
         try:
             plan = await asyncio.to_thread(plan_forget, self.ctx.runtime.index, sid)
         except MemoryError_ as exc:
-            return self._missing(request, sid, str(exc))
-        return self._plan_page(request, plan)
+            return await self._missing(request, sid, str(exc))
+        return await self._plan_page(request, plan)
 
     async def forget(self, request: web.Request) -> web.Response:
         sid = request.match_info["sid"]
@@ -141,11 +142,11 @@ class SessionPages:
         try:
             plan = await asyncio.to_thread(carry_out)
         except MemoryError_ as exc:
-            return self._missing(request, sid, str(exc))
-        return self._plan_page(request, plan)
+            return await self._missing(request, sid, str(exc))
+        return await self._plan_page(request, plan)
 
-    def _plan_page(self, request: web.Request, plan: ForgetPlan) -> web.Response:
-        return self.ctx.render(
+    async def _plan_page(self, request: web.Request, plan: ForgetPlan) -> web.Response:
+        return await self.ctx.render(
             request,
             "pages/session_forget.html",
             plan=plan,
@@ -153,9 +154,11 @@ class SessionPages:
             when=lambda ts: owner_time(self.ctx, ts),
         )
 
-    def _missing(self, request: web.Request, sid: str, why: str = "") -> web.Response:
+    async def _missing(self, request: web.Request, sid: str, why: str = "") -> web.Response:
         message = why or f"No session {sid!r} in this agent database."
-        return self.ctx.render(request, "pages/session_missing.html", status=404, message=message)
+        return await self.ctx.render(
+            request, "pages/session_missing.html", status=404, message=message
+        )
 
     def _shown(self, event: TranscriptEvent, untrusted: bool) -> ShownEvent:
         c = event.content
@@ -178,7 +181,7 @@ class SessionPages:
             text = text[:TOOL_TEXT_CHARS] + " …"
         sender = c.get("sender") if event.kind == "user" else None
         if isinstance(sender, dict) and sender.get("name"):
-            label += f" ({sender.get('name')})"
+            label += f" ({closed_bidi(str(sender.get('name')))})"
         return ShownEvent(
             event.seq,
             event.kind,
