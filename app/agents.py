@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
     from app.config import Settings
 
+# A new agent's name fits its PostgreSQL schema `pinch_NAME` in PostgreSQL's 63 characters
+# (AGENT_NAME still finds an existing agent of up to 64: it runs on SQLite).
+MAX_NEW_NAME = 63 - len("pinch_")
 _selected: ContextVar[str | None] = ContextVar("pinch_selected_agent", default=None)
 
 
@@ -71,6 +74,9 @@ def load_agent_settings(name: str | None = None, *, listed: Sequence[str] = ()) 
             raise ConfigError(
                 f"{name!r} is not an agent name: use letters, digits, '-' and '_' only."
             )
+        twin = next((n for n in names if agent_key(n) == agent_key(name)), None)
+        if twin is not None:  # `pinch agents add` would refuse the name: point at the agent
+            raise ConfigError(f"There is no agent {name!r} in {home}: did you mean {twin!r}?")
         raise ConfigError(
             f"There is no agent {name!r} in {home} (agents: {', '.join(names)}): create it with "
             f"`pinch agents add {name}`."
@@ -88,8 +94,13 @@ def name_problem(home: Path, name: str) -> str | None:
     """Why `name` cannot name a new agent in `home` (one line), or None if it can."""
     if not AGENT_NAME.fullmatch(name):
         return (
-            f"{name!r} is not an agent name: use letters, digits, '-' and '_' only (at most 64, "
-            "starting with a letter or digit)."
+            f"{name!r} is not an agent name: use letters, digits, '-' and '_' only (at most "
+            f"{MAX_NEW_NAME}, starting with a letter or digit)."
+        )
+    if len(name) > MAX_NEW_NAME:
+        return (
+            f"{name!r} is too long for an agent name: at most {MAX_NEW_NAME} characters (its "
+            f"PostgreSQL schema, pinch_NAME, must fit PostgreSQL's 63)."
         )
     names = agent_names(home)
     if name in names:

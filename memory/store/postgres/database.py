@@ -31,6 +31,11 @@ SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 def agent_schema(agent_id: str) -> str:
     """The PostgreSQL schema of an agent's tables: `pinch_<agent id>` (lower case, '-' → '_')."""
     name = "pinch_" + agent_id.lower().replace("-", "_")
+    if len(name) > 63 and SCHEMA_NAME.fullmatch(name[:63]):
+        raise ValueError(
+            f"The agent name {agent_id!r} is too long for PostgreSQL (its schema pinch_NAME "
+            f"must fit 63 characters: at most {63 - len('pinch_')}): rename the agent to use it."
+        )
     if not SCHEMA_NAME.fullmatch(name):
         raise ValueError(f"{agent_id!r} cannot name a PostgreSQL schema (letters, digits, _, -)")
     return name

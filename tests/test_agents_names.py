@@ -1,0 +1,59 @@
+"""What `--agent NAME` and `pinch agents add NAME` make of a name a person mistypes: an empty one
+(`--agent "$NAME"` with NAME unset) is refused rather than read as the default agent, a name in
+another case points at the agent there is, and a new name must fit its PostgreSQL schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from app.cli.main import main
+from memory.store.postgres.database import agent_schema
+
+
+def pinch(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.fixture(autouse=True)
+def home(pinch_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "none")
+    for args in (["init"], ["agents", "add", "bob"]):
+        assert pinch(*args).exit_code == 0
+    return pinch_home
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_an_empty_agent_name_is_refused_not_read_as_the_default_agent(where: str) -> None:
+    args = ["--agent", "", "memory", "status"]
+    result = pinch(*(args if where == "before" else [*args[2:], *args[:2]]))
+
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "--agent was given an empty name: name an agent (`pinch agents list`)."
+    )
+
+
+def test_an_agent_named_in_another_case_points_at_the_one_there_is(home: Path) -> None:
+    result = pinch("--agent", "BOB", "memory", "status")
+
+    assert result.exit_code == 1
+    assert "There is no agent 'BOB'" in result.output and "did you mean 'bob'?" in result.output
+    assert "pinch agents add BOB" not in result.output  # which would be refused
+
+
+def test_a_new_agents_name_must_fit_its_postgresql_schema(home: Path) -> None:
+    longest, too_long = "a" * 57, "b" * 58  # pinch_ + 57 = PostgreSQL's 63
+
+    refused = pinch("agents", "add", too_long)
+    added = pinch("agents", "add", longest)
+
+    assert refused.exit_code == 1 and "at most 57 characters" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1
+    assert not (home / "agents" / too_long).exists()
+    assert added.exit_code == 0, added.output
+    assert len(agent_schema(longest)) == 63
+    with pytest.raises(ValueError, match="too long for PostgreSQL"):
+        agent_schema("c" * 64)  # an older agent of 64: said plainly where PostgreSQL is asked
