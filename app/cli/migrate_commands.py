@@ -44,8 +44,15 @@ def migrate(backend: str, target: str | None) -> None:
     settings = load_agent_settings()  # not load_settings(): a backend refused at start is fine
     _warn_if_served(settings)
     started = time.monotonic()
-    with _source(settings) as source, _target(settings, backend, target) as made:
-        report = _run(source, made)
+    try:
+        with _source(settings) as source, _target(settings, backend, target) as made:
+            report = _run(source, made, _full_target_advice(settings, backend))
+    except KeyboardInterrupt:  # the target was rolled back on the way out of the `with`
+        fail(
+            "Interrupted: nothing was committed (the target is left empty) and the source was "
+            "not changed. Run the same `pinch migrate` again to copy it."
+        )
+        raise
     click.echo(
         f"Copied agent {settings.agent_id!r}: {len(report.tables)} tables, {report.rows:,} rows "
         f"in {time.monotonic() - started:.1f} s ({report.rows / max(report.seconds, 1e-9):,.0f} "
@@ -76,17 +83,32 @@ def _warn_if_served(settings: Settings) -> None:
         )
 
 
-def _run(source: Any, target: Any) -> TransferReport:
+def _full_target_advice(settings: Settings, backend: str) -> str:
+    """What to do when the target already holds data, for the backend copied to."""
+    if backend == "postgres":
+        from memory.store.postgres.database import agent_schema
+
+        schema = agent_schema(settings.agent_id)
+        return (
+            "Give another, empty database (e.g. `createdb pinch_new`), or, if what is there is "
+            f"not needed, drop the agent's schema there (`DROP SCHEMA {schema} CASCADE`), then "
+            "run it again."
+        )
+    return (
+        "Give a PATH that does not exist yet (`pinch migrate --to sqlite /path/to/copy.sqlite`), "
+        "or move the file there aside if it is not needed, then run it again."
+    )
+
+
+def _run(source: Any, target: Any, advice: str) -> TransferReport:
     from memory.store.transfer import TargetNotEmpty, TransferFailed, transfer
 
     try:
         return transfer(source, target, progress=_progress())
     except TargetNotEmpty as exc:
         fail(
-            f"{exc} `pinch migrate` copies only into an empty target, so nothing was written. "
-            "PostgreSQL: give an empty database (e.g. `createdb pinch_new`) or, if what is there "
-            "is not needed, drop the agent's schema (`DROP SCHEMA pinch_NAME CASCADE`). SQLite: "
-            "give a PATH that does not exist yet (or move the old file aside)."
+            f"{exc} `pinch migrate` copies only into an empty target: nothing was written. "
+            + advice
         )
         raise  # fail() exits; this keeps the type checker informed
     except TransferFailed as exc:

@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from common.redact import redact
 from memory.errors import DatabaseError
 from memory.store.postgres.migrations import apply_all
-from memory.store.store_config import redacted_dsn
+from memory.store.store_config import dsn_problem, redacted_dsn
 
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -100,6 +100,17 @@ def one_row(row: Any) -> Any:
     return row
 
 
+def setup_refused(shown_dsn: str, exc: BaseException) -> str:
+    """Advice when the server refuses to make the agent's schema or the `vector` extension."""
+    reason = redact(" ".join(str(exc).split()))[:200].rstrip(".")
+    return (
+        f"The PostgreSQL store {shown_dsn} refused to set up Pinch's tables: {reason}. As the "
+        "database's owner (a superuser for the extension), run `CREATE EXTENSION vector;` "
+        "(pgvector) in that database and `GRANT CREATE ON DATABASE … TO` Pinch's user, then "
+        "run it again."
+    )
+
+
 def _unreachable(shown_dsn: str, exc: BaseException) -> str:
     reason = redact(" ".join(str(exc).split()))[:300]
     return (
@@ -121,6 +132,9 @@ def open_postgres(
     (the password redacted) when the server cannot be reached or refuses."""
     if not SCHEMA_NAME.fullmatch(schema):
         raise ValueError(f"{schema!r} is not a schema name Pinch uses")
+    problem = dsn_problem(dsn)
+    if problem:
+        raise DatabaseError(problem)
     shown = redacted_dsn(dsn)
     try:
         with psycopg.connect(dsn, connect_timeout=max(1, int(timeout_s))) as conn:
@@ -128,12 +142,7 @@ def open_postgres(
             conn.commit()
             apply_all(conn, schema)
     except psycopg.errors.InsufficientPrivilege as exc:
-        raise DatabaseError(
-            f"The PostgreSQL store {shown} refused to set up Pinch's tables: "
-            f"{' '.join(str(exc).split())[:200]}. As the database's owner, run "
-            f"`CREATE EXTENSION vector;` (pgvector) and `GRANT CREATE ON DATABASE … TO` Pinch's "
-            "user, then start again."
-        ) from exc
+        raise DatabaseError(setup_refused(shown, exc)) from exc
     except psycopg.OperationalError as exc:
         raise DatabaseError(_unreachable(shown, exc)) from exc
 

@@ -26,9 +26,10 @@ from psycopg import sql
 from common.redact import redact
 from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
+from memory.store.postgres.database import setup_refused
 from memory.store.postgres.migrations import apply_all
 from memory.store.postgres.vectors import PgKnnIndex
-from memory.store.store_config import redacted_dsn
+from memory.store.store_config import dsn_problem, redacted_dsn
 from memory.store.transfer import DERIVED_META, MATRIX, MATRIX_LOG, MATRIX_PACK, Inventory, Rows
 
 DERIVED = {
@@ -65,6 +66,9 @@ _cursor_names = itertools.count(1)
 
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
+    problem = dsn_problem(dsn)
+    if problem:
+        raise DatabaseError(problem)
     try:
         return psycopg.connect(dsn, connect_timeout=10)
     except psycopg.Error as exc:
@@ -242,6 +246,9 @@ class PgTarget(_PgTables):
             )
             self.conn.execute(sql.SQL("SET LOCAL search_path TO {}, public").format(_ident(schema)))
             register_vector(self.conn)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            self.conn.close()
+            raise DatabaseError(setup_refused(redacted_dsn(dsn), exc)) from exc
         except psycopg.Error as exc:
             self.conn.close()
             raise DatabaseError(
