@@ -157,3 +157,31 @@ def _wait_for_lock_wait(dsn: str) -> None:
                 return
             time.sleep(0.1)
     raise AssertionError("the migrate never reached the schema's lock")
+
+
+def test_a_new_agent_never_inherits_a_removed_ones_kept_schema(
+    home: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
+    monkeypatch.setenv("PINCH_STORE__DSN", pg_dsn)
+    for args in (["agents", "add", "carol"], ["agents", "add", "dave"]):
+        assert pinch(*args).exit_code == 0
+    note = home / "agents" / "carol" / "workspace" / "memory" / "vault.md"
+    note.write_text("The vault code is 7741.\n")
+    assert pinch("memory", "index", "--agent", "carol").exit_code == 0
+    for name in ("carol", "dave"):
+        assert pinch("agents", "remove", name, "--yes").exit_code == 0
+
+    again = pinch("agents", "add", "carol")
+    unused = pinch("agents", "add", "dave")  # its schema holds nothing: nothing to inherit
+
+    assert again.exit_code == 1 and len(again.output.strip().splitlines()) == 1
+    assert "DROP SCHEMA pinch_carol CASCADE" in again.output
+    assert f"mv {home / 'removed' / 'carol-'}" in again.output
+    assert not (home / "agents" / "carol").exists()
+    assert unused.exit_code == 0, unused.output
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA pinch_carol CASCADE")
+    assert pinch("agents", "add", "carol").exit_code == 0
+    found = pinch("memory", "search", "--agent", "carol", "vault code")
+    assert "7741" not in found.output

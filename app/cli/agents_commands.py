@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -192,6 +193,7 @@ def agents_add(name: str, workspace: Path | None) -> None:
         workspace = workspace.expanduser().absolute()
         if workspace.exists() and not workspace.is_dir():
             fail(f"{workspace} is a file, not a folder: give another --workspace.")
+    _refuse_a_kept_schema(home, name)
     path = agent_file(home, name)
     make_private_dirs(path.parent)
     text = agent_template(name, home, workspace)
@@ -213,6 +215,39 @@ def agents_add(name: str, workspace: Path | None) -> None:
         f"Edit {path} for its model and owners; its secrets go in the environment:\n"
         f"  {prefix}TELEGRAM__BOT_TOKEN, {prefix}SLACK__BOT_TOKEN, {prefix}SLACK__APP_TOKEN\n"
         f"Talk to it: `pinch chat --agent {name}`."
+    )
+
+
+def _refuse_a_kept_schema(home: Path, name: str) -> None:
+    """On PostgreSQL, `agents remove` keeps the agent's schema: a new agent of that name would
+    take over the removed one's memory, sessions and approvals. Refused, with the way back."""
+    from app.config import load_settings
+
+    settings = load_settings(agent_id=name)  # the installation's [store], and NAME's variables
+    if settings.store.backend != "postgres":
+        return
+    from memory.store.postgres.database import agent_schema
+    from memory.store.postgres.transfer import tables_with_rows
+
+    schema = agent_schema(name)
+    full = tables_with_rows(settings.store.dsn_text(), schema)
+    if not full:
+        return
+    stamped = re.compile(rf"{re.escape(name)}-\d{{8}}T\d{{6}}Z(-\d+)?")  # retire_agent's
+    removed = sorted(
+        (p for p in (home / "removed").glob(f"{name}-*") if stamped.fullmatch(p.name)),
+        key=lambda p: p.stat().st_mtime,
+    )
+    drop = (
+        f"Bring it back (`mv {removed[-1]} {home / 'agents' / name}`), or drop"
+        if removed
+        else "Drop"
+    )
+    fail(
+        f"PostgreSQL still holds the schema {schema} of an earlier agent {name!r} (its "
+        f"{', '.join(full[:3])}{' …' if len(full) > 3 else ''}): a new agent {name!r} would "
+        f"inherit its memory and conversations. {drop} the schema if it is not needed "
+        f"(`DROP SCHEMA {schema} CASCADE`), or choose another name. Nothing was created."
     )
 
 

@@ -208,6 +208,10 @@ class _PgTables:
         return found
 
 
+class NoSchema(DatabaseError):
+    """The agent has no schema in that database."""
+
+
 class PgSource(_PgTables):
     """An agent's schema, read in one REPEATABLE READ, READ ONLY transaction."""
 
@@ -221,7 +225,7 @@ class PgSource(_PgTables):
             "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
         ).fetchone():
             self.conn.close()
-            raise DatabaseError(
+            raise NoSchema(
                 f"There is no agent schema {schema} at {redacted_dsn(dsn)}: nothing to migrate."
             )
         self.conn.execute(sql.SQL("SET LOCAL search_path TO {}, public").format(_ident(schema)))
@@ -440,6 +444,16 @@ def open_postgres_source(dsn: str, schema: str) -> Iterator[PgSource]:
         yield source
     finally:
         source.close()
+
+
+def tables_with_rows(dsn: str, schema: str) -> list[str]:
+    """The tables of an existing agent schema that hold rows (what its stores wrote, not what
+    its migrations or triggers keep); [] when `dsn` has no such schema. Read-only."""
+    try:
+        with open_postgres_source(dsn, schema) as source:
+            return [t for t in source.inventory().tables if source.count(t)]
+    except NoSchema:
+        return []
 
 
 @contextlib.contextmanager
