@@ -185,3 +185,17 @@ def test_a_new_agent_never_inherits_a_removed_ones_kept_schema(
     assert pinch("agents", "add", "carol").exit_code == 0
     found = pinch("memory", "search", "--agent", "carol", "vault code")
     assert "7741" not in found.output
+
+
+def test_init_says_it_created_the_schema_only_when_it_did(
+    pinch_home: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
+    monkeypatch.setenv("PINCH_STORE__DSN", _empty(pg_dsn))
+
+    first = pinch("init")
+    second = pinch("init")
+
+    assert first.exit_code == 0 and "created schema pinch_main in" in first.output
+    assert second.exit_code == 0, second.output
+    assert second.output.strip() == f"Already set up in {pinch_home}; nothing changed."

@@ -160,7 +160,8 @@ def initialise(settings: Settings, template_dir: Path) -> list[str]:
 
         db = open_postgres_store(settings)
         db.close()
-        created.append(f"schema {db.schema} in {db.shown_dsn}")
+        if db.created:  # an existing schema (a migrated agent's, say) is only brought up to date
+            created.append(f"schema {db.schema} in {db.shown_dsn}")
     elif not settings.database_path.exists():
         open_database(settings.database_path).close()
         created.append(str(settings.database_path))

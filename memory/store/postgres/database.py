@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from common.redact import redact
 from memory.errors import DatabaseError
-from memory.store.postgres.migrations import apply_all
+from memory.store.postgres.migrations import PG_SETS, apply_all
 from memory.store.store_config import dsn_problem, redacted_dsn
 
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -54,6 +54,7 @@ class PgDatabase:
     schema: str
     shown_dsn: str  # the DSN with its password redacted: what messages may show
     server_version: str
+    created: bool = False  # this open made the schema (every migration was pending)
     # What a store keeps with the database it belongs to (recall signals waiting), by name.
     store_state: dict[str, Any] = field(default_factory=dict)
 
@@ -140,7 +141,7 @@ def open_postgres(
         with psycopg.connect(dsn, connect_timeout=max(1, int(timeout_s))) as conn:
             version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
             conn.commit()
-            apply_all(conn, schema)
+            applied = apply_all(conn, schema)
     except psycopg.errors.InsufficientPrivilege as exc:
         raise DatabaseError(setup_refused(shown, exc)) from exc
     except psycopg.OperationalError as exc:
@@ -166,4 +167,5 @@ def open_postgres(
         name=f"pinch-{schema}",
         open=True,
     )
-    return PgDatabase(pool, schema, shown, version)
+    every = sum(len(s.migrations) for s in PG_SETS)
+    return PgDatabase(pool, schema, shown, version, created=len(applied) == every)
