@@ -57,3 +57,12 @@ def test_a_new_agents_name_must_fit_its_postgresql_schema(home: Path) -> None:
     assert len(agent_schema(longest)) == 63
     with pytest.raises(ValueError, match="too long for PostgreSQL"):
         agent_schema("c" * 64)  # an older agent of 64: said plainly where PostgreSQL is asked
+
+
+def test_two_different_agents_in_one_command_are_refused_not_the_last_taken() -> None:
+    both = pinch("--agent", "main", "memory", "status", "--agent", "bob")
+    same = pinch("--agent", "bob", "memory", "status", "--agent", "bob")
+
+    assert both.exit_code == 1
+    assert both.output.strip() == "--agent main and --agent bob in one command: give one agent."
+    assert same.exit_code == 0 and "agents/bob/workspace" in same.output

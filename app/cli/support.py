@@ -121,8 +121,11 @@ def _choose_agent(ctx: click.Context, param: click.Parameter, value: str | None)
         return
     if not value.strip():  # `--agent "$NAME"` with NAME unset must not mean the default agent
         fail("--agent was given an empty name: name an agent (`pinch agents list`).")
-    from app.agents import select_agent
+    from app.agents import select_agent, selected_agent
 
+    chosen = selected_agent()
+    if chosen is not None and chosen != value:  # `pinch --agent a memory status --agent b`
+        fail(f"--agent {chosen} and --agent {value} in one command: give one agent.")
     select_agent(value)
 
 
