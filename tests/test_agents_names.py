@@ -1,6 +1,7 @@
 """What `--agent NAME` and `pinch agents add NAME` make of a name a person mistypes: an empty one
 (`--agent "$NAME"` with NAME unset) is refused rather than read as the default agent, a name in
-another case points at the agent there is, and a new name must fit its PostgreSQL schema."""
+another case points at the agent there is, a new name must fit its PostgreSQL schema, and a new
+agent's --workspace must be a folder of its own."""
 
 from __future__ import annotations
 
@@ -66,3 +67,30 @@ def test_two_different_agents_in_one_command_are_refused_not_the_last_taken() ->
     assert both.exit_code == 1
     assert both.output.strip() == "--agent main and --agent bob in one command: give one agent."
     assert same.exit_code == 0 and "agents/bob/workspace" in same.output
+
+
+@pytest.mark.parametrize(
+    ("workspace", "why"),
+    [
+        ("agents/bob/workspace", "is agent bob's workspace"),
+        ("workspace/memory", "is inside agent main's workspace"),  # indexed as main's notes
+        (".", "holds agent main's workspace"),  # the home itself
+    ],
+)
+def test_a_new_agents_workspace_is_never_another_agents(
+    home: Path, workspace: str, why: str
+) -> None:
+    before = sorted(p.relative_to(home) for p in home.rglob("*"))
+
+    result = pinch("agents", "add", "eve", "--workspace", str(home / workspace))
+
+    assert result.exit_code == 1 and why in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert sorted(p.relative_to(home) for p in home.rglob("*")) == before  # nothing written
+
+
+def test_a_new_agents_own_workspace_elsewhere_is_accepted(home: Path, tmp_path: Path) -> None:
+    result = pinch("agents", "add", "eve", "--workspace", str(tmp_path / "eve notes"))
+
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "eve notes" / "MEMORY.md").is_file()

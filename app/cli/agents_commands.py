@@ -179,7 +179,7 @@ def agents_list(as_json: bool) -> None:
 @friendly_errors
 def agents_add(name: str, workspace: Path | None) -> None:
     """Create agent NAME: its config file, its workspace (from the template) and its database."""
-    from app.agents import name_problem
+    from app.agents import name_problem, workspace_clash
     from app.cli.setup import initialise
     from app.config import load_settings
     from app.config_layers import agent_file, env_prefix
@@ -193,6 +193,9 @@ def agents_add(name: str, workspace: Path | None) -> None:
         workspace = workspace.expanduser().absolute()
         if workspace.exists() and not workspace.is_dir():
             fail(f"{workspace} is a file, not a folder: give another --workspace.")
+        clash = workspace_clash(home, workspace)
+        if clash:
+            fail(clash)
     _refuse_a_kept_schema(home, name)
     path = agent_file(home, name)
     make_private_dirs(path.parent)
