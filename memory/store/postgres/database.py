@@ -115,8 +115,9 @@ def setup_refused(shown_dsn: str, exc: BaseException) -> str:
 def _unreachable(shown_dsn: str, exc: BaseException) -> str:
     reason = redact(" ".join(str(exc).split()))[:300]
     return (
-        f"Cannot use the PostgreSQL store {shown_dsn}: {reason}. Check PINCH_STORE__DSN and "
-        "that the server is running and reachable."
+        f"Cannot use the PostgreSQL store {shown_dsn}: {reason.rstrip('.')}. Check the DSN "
+        "(PINCH_STORE__DSN, or an agent's own PINCH_AGENTS__NAME__STORE__DSN) and that the "
+        "server is running and reachable."
     )
 
 

@@ -74,8 +74,8 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
     except psycopg.Error as exc:
         reason = redact(" ".join(str(exc).split()))[:300]
         raise DatabaseError(
-            f"Cannot use the PostgreSQL store {redacted_dsn(dsn)}: {reason}. Check the DSN and "
-            "that the server is running and reachable."
+            f"Cannot use the PostgreSQL store {redacted_dsn(dsn)}: {reason.rstrip('.')}. Check "
+            "the DSN and that the server is running and reachable."
         ) from exc
 
 
