@@ -199,3 +199,14 @@ def test_init_says_it_created_the_schema_only_when_it_did(
     assert first.exit_code == 0 and "created schema pinch_main in" in first.output
     assert second.exit_code == 0, second.output
     assert second.output.strip() == f"Already set up in {pinch_home}; nothing changed."
+
+
+def test_a_folder_given_as_the_sqlite_path_is_named_a_folder(home: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "copies"
+    folder.mkdir()
+
+    result = pinch("migrate", "--to", "sqlite", str(folder))
+
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert f"{folder} is a folder: give the PATH of a new file" in result.output
+    assert not list(folder.iterdir())

@@ -174,6 +174,8 @@ def _target(settings: Settings, backend: str, given: str | None) -> Iterator[Any
         from memory.store.transfer_sqlite import open_sqlite_target
 
         path = Path(given).expanduser() if given else settings.database_path
+        if path.is_dir():
+            fail(f"{path} is a folder: give the PATH of a new file (e.g. {path / 'agent.sqlite'}).")
         if (
             settings.store.backend == "sqlite"
             and path.resolve() == settings.database_path.resolve()
