@@ -18,6 +18,10 @@ from click.testing import CliRunner, Result
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from app.cli.main import main
+from app.config import load_settings
+from app.store_factory import open_postgres_store
+from memory.store.agent_leases import GatewayProcess
+from memory.store.postgres.agent_leases import PgAgentLeaseStore
 from tests.pg_support import PgTestServer
 
 SECRET = "hunter2-not-shown"
@@ -210,3 +214,25 @@ def test_a_folder_given_as_the_sqlite_path_is_named_a_folder(home: Path, tmp_pat
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
     assert f"{folder} is a folder: give the PATH of a new file" in result.output
     assert not list(folder.iterdir())
+
+
+@pytest.mark.parametrize("age_s", [0, 3600])
+def test_migrate_names_a_gateway_on_another_machine_holding_the_agents_lease(
+    home: Path, pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, age_s: int
+) -> None:
+    dsn = _empty(pg_dsn)
+    assert pinch("migrate", "--to", "postgres", dsn).exit_code == 0
+    monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
+    monkeypatch.setenv("PINCH_STORE__DSN", dsn)
+    db = open_postgres_store(load_settings())
+    try:  # a gateway elsewhere took the lease `age_s` ago and (age 0) still renews it
+        other = GatewayProcess("gw-elsewhere", "other-host", 4242)
+        PgAgentLeaseStore(db).take(other, time.time() - age_s, 20.0, alive=lambda g: True)
+    finally:
+        db.close()
+
+    result = pinch("migrate", "--to", "sqlite", str(tmp_path / "copy.sqlite"))
+
+    assert result.exit_code == 0, result.output
+    named = "A gateway (host other-host, pid 4242) holds agent 'main''s lease" in result.output
+    assert named is (age_s == 0)  # a lease nobody renewed for an hour serves no one

@@ -46,6 +46,7 @@ def migrate(backend: str, target: str | None) -> None:
     started = time.monotonic()
     try:
         with _source(settings) as source, _target(settings, backend, target) as made:
+            _warn_if_leased(settings, source)
             report = _run(source, made, _full_target_advice(settings, backend))
     except KeyboardInterrupt:  # the target was rolled back on the way out of the `with`
         fail(
@@ -98,6 +99,22 @@ def _full_target_advice(settings: Settings, backend: str) -> str:
         "Give a PATH that does not exist yet (`pinch migrate --to sqlite /path/to/copy.sqlite`), "
         "or move the file there aside if it is not needed, then run it again."
     )
+
+
+def _warn_if_leased(settings: Settings, source: Any) -> None:
+    """On PostgreSQL the gateway serving the agent may run on another machine: its lease says."""
+    from app.agents import serving_gateway
+
+    holder = getattr(source, "lease_holder", None)
+    found = holder(time.time(), settings.gateway.agent_lease_s) if holder else None
+    if found is not None and serving_gateway(settings) is None:  # else already said
+        click.secho(
+            f"A gateway ({found}) holds agent {settings.agent_id!r}'s lease: it is serving the "
+            "agent, and the copy holds only what was written before it began. Stop that gateway "
+            "first if you mean to switch to the copy.",
+            fg="yellow",
+            err=True,
+        )
 
 
 def _run(source: Any, target: Any, advice: str) -> TransferReport:

@@ -235,6 +235,18 @@ class PgSource(_PgTables):
             self.conn.rollback()
         self.conn.close()
 
+    @_worded
+    def lease_holder(self, now: float, lease_s: float) -> str | None:
+        """ "host H, pid P" of the gateway holding the agent's lease (renewed within `lease_s`
+        seconds of `now`) — on any machine sharing this database — else None."""
+        if "agent_lease" not in self._tables():
+            return None
+        row = self.conn.execute(
+            "SELECT host, pid FROM agent_lease WHERE gateway IS NOT NULL AND renewed_at >= %s",
+            (now - lease_s,),
+        ).fetchone()
+        return f"host {row[0]}, pid {row[1]}" if row else None
+
 
 class PgTarget(_PgTables):
     """An agent's schema (created and migrated if missing), written in one transaction."""
