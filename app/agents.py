@@ -176,6 +176,20 @@ def serving_gateway(settings: Settings) -> str | None:
     return str(beat.pid) if pid_alive(beat.pid) else None
 
 
+def postgres_lease_holder(settings: Settings) -> str | None:
+    """ "host H, pid P" of a gateway — on any machine — holding the lease of `settings`' agent
+    in its PostgreSQL schema (renewed within `agent_lease_s`), else None. Read-only."""
+    from memory.store.postgres.database import agent_schema
+    from memory.store.postgres.transfer import NoSchema, open_postgres_source
+
+    try:
+        dsn = settings.store.dsn_text()
+        with open_postgres_source(dsn, agent_schema(settings.agent_id)) as source:
+            return source.lease_holder(time.time(), settings.gateway.agent_lease_s)
+    except NoSchema:
+        return None
+
+
 @dataclass(frozen=True)
 class Retired:
     """Where a removed agent's files went, and how to bring them back."""

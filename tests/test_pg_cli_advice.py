@@ -236,3 +236,23 @@ def test_migrate_names_a_gateway_on_another_machine_holding_the_agents_lease(
     assert result.exit_code == 0, result.output
     named = "A gateway (host other-host, pid 4242) holds agent 'main''s lease" in result.output
     assert named is (age_s == 0)  # a lease nobody renewed for an hour serves no one
+
+
+def test_remove_is_refused_while_a_gateway_on_another_machine_holds_the_lease(
+    home: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
+    monkeypatch.setenv("PINCH_STORE__DSN", pg_dsn)
+    assert pinch("agents", "add", "carol").exit_code == 0
+    db = open_postgres_store(load_settings(agent_id="carol"))
+    try:
+        other = GatewayProcess("gw-elsewhere", "other-host", 4242)
+        PgAgentLeaseStore(db).take(other, time.time(), 20.0, alive=lambda g: True)
+    finally:
+        db.close()
+
+    result = pinch("agents", "remove", "carol", "--yes")
+
+    assert result.exit_code == 1
+    assert "A gateway is serving 'carol' (host other-host, pid 4242)" in result.output
+    assert (home / "agents" / "carol" / "config.toml").is_file()

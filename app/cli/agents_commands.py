@@ -261,7 +261,7 @@ def _refuse_a_kept_schema(home: Path, name: str) -> None:
 def agents_remove(name: str, yes: bool) -> None:
     """Set agent NAME aside: its folder (and workspace) move to <home>/removed/; nothing is
     deleted, and the command says how to bring it back."""
-    from app.agents import agent_names, retire_agent, serving_gateway
+    from app.agents import agent_names, postgres_lease_holder, retire_agent, serving_gateway
     from app.config import load_settings, read_config_file
     from app.config_layers import default_agent
 
@@ -277,9 +277,12 @@ def agents_remove(name: str, yes: bool) -> None:
         fail(f"There is no agent {name!r} in {home} (agents: {', '.join(names)}).")
     settings = load_settings(agent_id=name)
     pid = serving_gateway(settings)
-    if pid is not None:
+    who = None if pid is None else f"pid {pid}"
+    if who is None and settings.store.backend == "postgres":
+        who = postgres_lease_holder(settings)  # a gateway on any machine, by the agent's lease
+    if who is not None:
         fail(
-            f"A gateway is serving {name!r} (pid {pid}): stop it first, then remove the agent; "
+            f"A gateway is serving {name!r} ({who}): stop it first, then remove the agent; "
             "nothing was changed."
         )
     others: set[Path] = set()
