@@ -68,7 +68,8 @@ class StoreConfig(BaseModel):
     def _postgres_needs_a_dsn(self) -> StoreConfig:
         if self.backend == "postgres" and not (self.dsn and self.dsn.get_secret_value().strip()):
             raise ValueError(
-                'backend = "postgres" needs a connection string: set PINCH_STORE__DSN, e.g. '
+                'backend = "postgres" needs a connection string: set PINCH_STORE__DSN (or one '
+                "agent's own PINCH_AGENTS__NAME__STORE__DSN), e.g. "
                 "PINCH_STORE__DSN=postgresql://pinch:PASSWORD@localhost:5432/pinch"
             )
         problem = dsn_problem(self.dsn.get_secret_value()) if self.dsn else None
