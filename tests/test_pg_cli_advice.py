@@ -256,3 +256,20 @@ def test_remove_is_refused_while_a_gateway_on_another_machine_holds_the_lease(
     assert result.exit_code == 1
     assert "A gateway is serving 'carol' (host other-host, pid 4242)" in result.output
     assert (home / "agents" / "carol" / "config.toml").is_file()
+
+
+def test_a_dsn_naming_the_agents_own_database_another_way_is_not_a_target(
+    home: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = _empty(pg_dsn)
+    assert pinch("migrate", "--to", "postgres", dsn).exit_code == 0
+    monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
+    monkeypatch.setenv("PINCH_STORE__DSN", dsn)
+    before = _rows(dsn)
+    same = make_conninfo(dsn, application_name="another-spelling")  # one database, two DSNs
+
+    result = pinch("migrate", "--to", "postgres", same)
+
+    assert result.exit_code == 1 and "already in that PostgreSQL database" in result.output
+    assert "DROP SCHEMA" not in result.output  # which would drop the agent's own data
+    assert _rows(dsn) == before > 0

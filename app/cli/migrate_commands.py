@@ -46,6 +46,7 @@ def migrate(backend: str, target: str | None) -> None:
     started = time.monotonic()
     try:
         with _source(settings) as source, _target(settings, backend, target) as made:
+            _refuse_the_same_database(settings, source, made)
             _warn_if_leased(settings, source)
             report = _run(source, made, _full_target_advice(settings, backend))
     except KeyboardInterrupt:  # the target was rolled back on the way out of the `with`
@@ -99,6 +100,19 @@ def _full_target_advice(settings: Settings, backend: str) -> str:
         "Give a PATH that does not exist yet (`pinch migrate --to sqlite /path/to/copy.sqlite`), "
         "or move the file there aside if it is not needed, then run it again."
     )
+
+
+def _refuse_the_same_database(settings: Settings, source: Any, target: Any) -> None:
+    """A DSN naming the agent's own database differently: its schema is the source itself."""
+    if settings.store.backend != "postgres":
+        return
+    from memory.store.postgres.transfer import PgTarget, same_database
+
+    if isinstance(target, PgTarget) and same_database(source, target):
+        fail(
+            f"The agent is already in that PostgreSQL database ({target.label}; the DSN names "
+            "the agent's own database another way): nothing to migrate, nothing was written."
+        )
 
 
 def _warn_if_leased(settings: Settings, source: Any) -> None:
