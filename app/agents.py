@@ -120,28 +120,24 @@ def name_problem(home: Path, name: str) -> str | None:
     return None
 
 
-def workspace_clash(home: Path, workspace: Path) -> str | None:
-    """Why `workspace` cannot be a new agent's memory folder (one line), or None: it must not be,
-    hold, or lie inside another agent's workspace — their memory files would be shared (one
-    inside another's memory/ is indexed as that agent's notes)."""
+def workspace_clash(home: Path, workspace: Path, besides: str | None = None) -> str | None:
+    """How `workspace` meets another agent's (than `besides`) memory folder — "X is agent bob's
+    workspace", "X holds …", "X is inside …" — or None. An agent's folder must not: their memory
+    files would be shared (one inside another's memory/ is indexed as that agent's notes)."""
     wanted = workspace.expanduser().resolve()
     for name in agent_names(home):
+        if name == besides:
+            continue
         try:
             theirs = load_settings(agent_id=name).workspace_dir.expanduser().resolve()
         except ConfigError:  # a broken agent's workspace is its own problem
             continue
         if wanted == theirs:
-            how = f"is agent {name}'s workspace"
-        elif wanted.is_relative_to(theirs):
-            how = f"is inside agent {name}'s workspace {theirs}"
-        elif theirs.is_relative_to(wanted):
-            how = f"holds agent {name}'s workspace {theirs}"
-        else:
-            continue
-        return (
-            f"{workspace} {how}: each agent keeps its memory files in a folder of its own. "
-            "Give another --workspace."
-        )
+            return f"{workspace} is agent {name}'s workspace"
+        if wanted.is_relative_to(theirs):
+            return f"{workspace} is inside agent {name}'s workspace {theirs}"
+        if theirs.is_relative_to(wanted):
+            return f"{workspace} holds agent {name}'s workspace {theirs}"
     return None
 
 

@@ -5,6 +5,7 @@ agent's --workspace must be a folder of its own."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,24 @@ def test_a_new_agents_own_workspace_elsewhere_is_accepted(home: Path, tmp_path: 
 
     assert result.exit_code == 0, result.output
     assert (tmp_path / "eve notes" / "MEMORY.md").is_file()
+
+
+def test_doctor_names_a_workspace_edited_into_another_agents(home: Path) -> None:
+    bob_file = home / "agents" / "bob" / "config.toml"
+    text = bob_file.read_text(encoding="utf-8")
+    bob_file.write_text(f'workspace = "{home / "workspace"}"\n' + text, encoding="utf-8")
+
+    bob = pinch("--agent", "bob", "doctor", "--offline", "--json")
+    main = pinch("doctor", "--offline", "--json")
+
+    def workspace_check(result: Result) -> dict[str, object]:
+        checks = json.loads(result.output)["checks"]
+        return next(c for c in checks if c["name"] == "workspace")
+
+    assert workspace_check(bob)["ok"] is False
+    detail = str(workspace_check(bob)["detail"])
+    assert "is agent main's workspace: the two agents share memory files" in detail
+    assert f"Set `workspace` in {bob_file}" in detail
+    assert workspace_check(main)["ok"] is False  # main's side of it too
+    bob_file.write_text(text, encoding="utf-8")
+    assert workspace_check(pinch("doctor", "--offline", "--json"))["ok"] is True

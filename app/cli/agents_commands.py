@@ -195,7 +195,10 @@ def agents_add(name: str, workspace: Path | None) -> None:
             fail(f"{workspace} is a file, not a folder: give another --workspace.")
         clash = workspace_clash(home, workspace)
         if clash:
-            fail(clash)
+            fail(
+                f"{clash}: each agent keeps its memory files in a folder of its own. Give another "
+                "--workspace."
+            )
     _refuse_a_kept_schema(home, name)
     path = agent_file(home, name)
     make_private_dirs(path.parent)
