@@ -140,6 +140,7 @@ def test_ctrl_c_during_a_migrate_commits_nothing_and_a_second_run_copies(
         out, err = child.communicate(timeout=60)
 
     assert child.returncode == 1, out + err
+    assert "Waiting for another process on the schema pinch_main" in err  # not silence
     assert err.strip().splitlines()[-1].startswith("Interrupted: nothing was committed")
     assert "Traceback" not in err and SECRET not in out + err
     assert pinch("migrate", "--to", "postgres", dsn).exit_code == 0  # safe to run again

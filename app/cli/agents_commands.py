@@ -233,7 +233,7 @@ def _refuse_a_kept_schema(home: Path, name: str) -> None:
     if settings.store.backend != "postgres":
         return
     from memory.store.postgres.database import agent_schema
-    from memory.store.postgres.transfer import tables_with_rows
+    from memory.store.postgres.schema_state import tables_with_rows
 
     schema = agent_schema(name)
     full = tables_with_rows(settings.store.dsn_text(), schema)

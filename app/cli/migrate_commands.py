@@ -106,7 +106,8 @@ def _refuse_the_same_database(settings: Settings, source: Any, target: Any) -> N
     """A DSN naming the agent's own database differently: its schema is the source itself."""
     if settings.store.backend != "postgres":
         return
-    from memory.store.postgres.transfer import PgTarget, same_database
+    from memory.store.postgres.schema_state import same_database
+    from memory.store.postgres.transfer import PgTarget
 
     if isinstance(target, PgTarget) and same_database(source, target):
         fail(
@@ -199,7 +200,16 @@ def _target(settings: Settings, backend: str, given: str | None) -> Iterator[Any
             )
         if on_postgres and dsn == settings.store.dsn_text():
             fail("The agent is already on that PostgreSQL database: nothing to migrate.")
-        with open_postgres_target(dsn, agent_schema(settings.agent_id)) as target:
+        schema = agent_schema(settings.agent_id)
+
+        def waiting() -> None:
+            click.echo(
+                f"Waiting for another process on the schema {schema} there (another `pinch "
+                "migrate`, or a gateway setting it up); Ctrl-C stops, nothing written…",
+                err=True,
+            )
+
+        with open_postgres_target(dsn, schema, on_wait=waiting) as target:
             yield target
     else:
         from memory.store.transfer_sqlite import open_sqlite_target
@@ -215,8 +225,8 @@ def _target(settings: Settings, backend: str, given: str | None) -> Iterator[Any
                 f"The agent already lives in {path}: give another PATH to copy it to "
                 "(`pinch migrate --to sqlite /path/to/copy.sqlite`)."
             )
-        with open_sqlite_target(path) as target:
-            yield target
+        with open_sqlite_target(path) as file_target:
+            yield file_target
 
 
 def _switch_advice(settings: Settings, backend: str, target_label: str) -> str:

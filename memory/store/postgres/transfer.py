@@ -251,11 +251,13 @@ class PgSource(_PgTables):
 class PgTarget(_PgTables):
     """An agent's schema (created and migrated if missing), written in one transaction."""
 
-    def __init__(self, dsn: str, schema: str) -> None:
+    def __init__(self, dsn: str, schema: str, on_wait: Callable[[], None] | None = None) -> None:
         self.schema = schema
         self.label = f"{redacted_dsn(dsn)} (schema {schema})"
         self.conn = _connect(dsn)
         try:
+            if on_wait is not None and not self._lock_free():
+                on_wait()  # another copy, or a gateway migrating the schema: it waits for that
             apply_all(self.conn, schema)  # its own transaction: the empty tables
             self.conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"pinch:{schema}",)
@@ -276,6 +278,15 @@ class PgTarget(_PgTables):
         self._made: dict[str, int | None] = {}  # per-generation tables made: matrix -> width
         self._deferred: list[str] = []  # CREATE INDEX statements to run once the rows are in
         self._open = True
+
+    def _lock_free(self) -> bool:
+        """Whether the schema's advisory lock is free this moment (taken and let go at once)."""
+        key = (f"pinch:{self.schema}",)
+        free = self.conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", key)
+        if (row := free.fetchone()) and row[0]:
+            self.conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", key)
+        self.conn.commit()
+        return bool(row and row[0])
 
     @_worded
     def nonempty_tables(self) -> list[str]:
@@ -458,35 +469,13 @@ def open_postgres_source(dsn: str, schema: str) -> Iterator[PgSource]:
         source.close()
 
 
-def same_database(source: PgSource, target: PgTarget) -> bool:
-    """Whether the two are one database reached by two DSNs: the source's session (its pid
-    and start) is one of the target database's own sessions."""
-    mine = "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
-    row = source.conn.execute(mine).fetchone()
-    found = (
-        row
-        and target.conn.execute(
-            "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND backend_start = %s "
-            "AND datname = current_database()",
-            (row[0], row[1]),
-        ).fetchone()
-    )
-    return bool(found)
-
-
-def tables_with_rows(dsn: str, schema: str) -> list[str]:
-    """The tables of an existing agent schema that hold rows (what its stores wrote, not what
-    its migrations or triggers keep); [] when `dsn` has no such schema. Read-only."""
-    try:
-        with open_postgres_source(dsn, schema) as source:
-            return [t for t in source.inventory().tables if source.count(t)]
-    except NoSchema:
-        return []
-
-
 @contextlib.contextmanager
-def open_postgres_target(dsn: str, schema: str) -> Iterator[PgTarget]:
-    target = PgTarget(dsn, schema)
+def open_postgres_target(
+    dsn: str, schema: str, on_wait: Callable[[], None] | None = None
+) -> Iterator[PgTarget]:
+    """The empty agent `schema` at `dsn` to copy into; `on_wait()` is called first if another
+    process holds the schema's lock (the copy waits for it)."""
+    target = PgTarget(dsn, schema, on_wait)
     try:
         yield target
     finally:
