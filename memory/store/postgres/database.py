@@ -101,11 +101,17 @@ def one_row(row: Any) -> Any:
     return row
 
 
+def server_said(exc: BaseException, limit: int = 300) -> str:
+    """The driver's error on one line, secrets redacted, ending as a sentence ends."""
+    text = redact(" ".join(str(exc).split()))[:limit].rstrip()
+    return text if text.endswith((".", "?", "!")) else text + "."
+
+
 def setup_refused(shown_dsn: str, exc: BaseException) -> str:
     """Advice when the server refuses to make the agent's schema or the `vector` extension."""
-    reason = redact(" ".join(str(exc).split()))[:200].rstrip(".")
     return (
-        f"The PostgreSQL store {shown_dsn} refused to set up Pinch's tables: {reason}. As the "
+        f"The PostgreSQL store {shown_dsn} refused to set up Pinch's tables: "
+        f"{server_said(exc, 200)} As the "
         "database's owner (a superuser for the extension), run `CREATE EXTENSION vector;` "
         "(pgvector) in that database and `GRANT CREATE ON DATABASE … TO` Pinch's user, then "
         "run it again."
@@ -113,9 +119,8 @@ def setup_refused(shown_dsn: str, exc: BaseException) -> str:
 
 
 def _unreachable(shown_dsn: str, exc: BaseException) -> str:
-    reason = redact(" ".join(str(exc).split()))[:300]
     return (
-        f"Cannot use the PostgreSQL store {shown_dsn}: {reason.rstrip('.')}. Check the DSN "
+        f"Cannot use the PostgreSQL store {shown_dsn}: {server_said(exc)} Check the DSN "
         "(PINCH_STORE__DSN, or an agent's own PINCH_AGENTS__NAME__STORE__DSN) and that the "
         "server is running and reachable."
     )

@@ -26,7 +26,7 @@ from psycopg import sql
 from common.redact import redact
 from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
-from memory.store.postgres.database import setup_refused
+from memory.store.postgres.database import server_said, setup_refused
 from memory.store.postgres.migrations import apply_all
 from memory.store.postgres.vectors import PgKnnIndex
 from memory.store.store_config import dsn_problem, redacted_dsn
@@ -72,10 +72,9 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(dsn, connect_timeout=10)
     except psycopg.Error as exc:
-        reason = redact(" ".join(str(exc).split()))[:300]
         raise DatabaseError(
-            f"Cannot use the PostgreSQL store {redacted_dsn(dsn)}: {reason.rstrip('.')}. Check "
-            "the DSN and that the server is running and reachable."
+            f"Cannot use the PostgreSQL store {redacted_dsn(dsn)}: {server_said(exc)} Check the "
+            "DSN and that the server is running and reachable."
         ) from exc
 
 
