@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
     from app.config import Settings
 
+# A new agent's name fits its PostgreSQL schema `pinch_NAME` in PostgreSQL's 63 characters
+# (AGENT_NAME still finds an existing agent of up to 64: it runs on SQLite).
+MAX_NEW_NAME = 63 - len("pinch_")
 _selected: ContextVar[str | None] = ContextVar("pinch_selected_agent", default=None)
 
 
@@ -71,6 +74,9 @@ def load_agent_settings(name: str | None = None, *, listed: Sequence[str] = ()) 
             raise ConfigError(
                 f"{name!r} is not an agent name: use letters, digits, '-' and '_' only."
             )
+        twin = next((n for n in names if agent_key(n) == agent_key(name)), None)
+        if twin is not None:  # `pinch agents add` would refuse the name: point at the agent
+            raise ConfigError(f"There is no agent {name!r} in {home}: did you mean {twin!r}?")
         raise ConfigError(
             f"There is no agent {name!r} in {home} (agents: {', '.join(names)}): create it with "
             f"`pinch agents add {name}`."
@@ -88,8 +94,13 @@ def name_problem(home: Path, name: str) -> str | None:
     """Why `name` cannot name a new agent in `home` (one line), or None if it can."""
     if not AGENT_NAME.fullmatch(name):
         return (
-            f"{name!r} is not an agent name: use letters, digits, '-' and '_' only (at most 64, "
-            "starting with a letter or digit)."
+            f"{name!r} is not an agent name: use letters, digits, '-' and '_' only (at most "
+            f"{MAX_NEW_NAME}, starting with a letter or digit)."
+        )
+    if len(name) > MAX_NEW_NAME:
+        return (
+            f"{name!r} is too long for an agent name: at most {MAX_NEW_NAME} characters (its "
+            f"PostgreSQL schema, pinch_NAME, must fit PostgreSQL's 63)."
         )
     names = agent_names(home)
     if name in names:
@@ -106,6 +117,27 @@ def name_problem(home: Path, name: str) -> str | None:
             f"{folder} already holds files but no agent: move it aside "
             f"(mv {folder} {folder}.old), then add the agent again."
         )
+    return None
+
+
+def workspace_clash(home: Path, workspace: Path, besides: str | None = None) -> str | None:
+    """How `workspace` meets another agent's (than `besides`) memory folder — "X is agent bob's
+    workspace", "X holds …", "X is inside …" — or None. An agent's folder must not: their memory
+    files would be shared (one inside another's memory/ is indexed as that agent's notes)."""
+    wanted = workspace.expanduser().resolve()
+    for name in agent_names(home):
+        if name == besides:
+            continue
+        try:
+            theirs = load_settings(agent_id=name).workspace_dir.expanduser().resolve()
+        except ConfigError:  # a broken agent's workspace is its own problem
+            continue
+        if wanted == theirs:
+            return f"{workspace} is agent {name}'s workspace"
+        if wanted.is_relative_to(theirs):
+            return f"{workspace} is inside agent {name}'s workspace {theirs}"
+        if theirs.is_relative_to(wanted):
+            return f"{workspace} holds agent {name}'s workspace {theirs}"
     return None
 
 
@@ -138,6 +170,20 @@ def serving_gateway(settings: Settings) -> str | None:
     if beat is None or beat.stopping or time.time() - beat.at > MAX_AGE_S:
         return None
     return str(beat.pid) if pid_alive(beat.pid) else None
+
+
+def postgres_lease_holder(settings: Settings) -> str | None:
+    """ "host H, pid P" of a gateway — on any machine — holding the lease of `settings`' agent
+    in its PostgreSQL schema (renewed within `agent_lease_s`), else None. Read-only."""
+    from memory.store.postgres.database import agent_schema
+    from memory.store.postgres.transfer import NoSchema, open_postgres_source
+
+    try:
+        dsn = settings.store.dsn_text()
+        with open_postgres_source(dsn, agent_schema(settings.agent_id)) as source:
+            return source.lease_holder(time.time(), settings.gateway.agent_lease_s)
+    except NoSchema:
+        return None
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ _CREDENTIAL_PATTERNS = re.compile(
     )
 )
 # A database URL's password: postgresql://user:PASSWORD@host (the user and host stay readable).
-_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]{1,}(@)", re.IGNORECASE)
+# (up to the authority's last '@': a password holding a raw '@' is hidden whole)
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^\s/?#]+(@)", re.IGNORECASE)
 _BEARER = re.compile(r"(\bBearer\s+)[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
 
 

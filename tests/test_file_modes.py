@@ -128,3 +128,24 @@ def test_the_command_line_keeps_files_it_creates_private(pinch_home: Path) -> No
         cli.main.commands.pop("probe-umask")
     assert seen == [0o600]
     assert os.umask(0o022) == 0o022  # restored after the command
+
+
+@pytest.mark.parametrize("command", ["init", "agents add"])
+def test_a_folder_every_user_may_write_to_is_refused_not_closed(
+    pinch_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    shared = tmp_path / "shared-tmp"  # like /tmp: sticky and world-writable
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "none")
+    if command == "init":
+        monkeypatch.setenv("PINCH_WORKSPACE", str(shared))
+        result = CliRunner().invoke(main, ["init"])
+    else:
+        assert CliRunner().invoke(main, ["init"]).exit_code == 0
+        result = CliRunner().invoke(main, ["agents", "add", "ivy", "--workspace", str(shared)])
+
+    assert result.exit_code == 1 and "every user may write to (like /tmp)" in result.output
+    assert mode(shared) == 0o1777  # it was chmod-ed to 0700: /tmp closed to every other user
+    assert not list(shared.iterdir())
+    assert not (pinch_home / "agents" / "ivy" / "config.toml").exists()

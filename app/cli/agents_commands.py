@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -178,7 +179,7 @@ def agents_list(as_json: bool) -> None:
 @friendly_errors
 def agents_add(name: str, workspace: Path | None) -> None:
     """Create agent NAME: its config file, its workspace (from the template) and its database."""
-    from app.agents import name_problem
+    from app.agents import name_problem, workspace_clash
     from app.cli.setup import initialise
     from app.config import load_settings
     from app.config_layers import agent_file, env_prefix
@@ -192,6 +193,13 @@ def agents_add(name: str, workspace: Path | None) -> None:
         workspace = workspace.expanduser().absolute()
         if workspace.exists() and not workspace.is_dir():
             fail(f"{workspace} is a file, not a folder: give another --workspace.")
+        clash = workspace_clash(home, workspace)
+        if clash:
+            fail(
+                f"{clash}: each agent keeps its memory files in a folder of its own. Give another "
+                "--workspace."
+            )
+    _refuse_a_kept_schema(home, name)
     path = agent_file(home, name)
     make_private_dirs(path.parent)
     text = agent_template(name, home, workspace)
@@ -216,6 +224,39 @@ def agents_add(name: str, workspace: Path | None) -> None:
     )
 
 
+def _refuse_a_kept_schema(home: Path, name: str) -> None:
+    """On PostgreSQL, `agents remove` keeps the agent's schema: a new agent of that name would
+    take over the removed one's memory, sessions and approvals. Refused, with the way back."""
+    from app.config import load_settings
+
+    settings = load_settings(agent_id=name)  # the installation's [store], and NAME's variables
+    if settings.store.backend != "postgres":
+        return
+    from memory.store.postgres.database import agent_schema
+    from memory.store.postgres.schema_state import tables_with_rows
+
+    schema = agent_schema(name)
+    full = tables_with_rows(settings.store.dsn_text(), schema)
+    if not full:
+        return
+    stamped = re.compile(rf"{re.escape(name)}-\d{{8}}T\d{{6}}Z(-\d+)?")  # retire_agent's
+    removed = sorted(
+        (p for p in (home / "removed").glob(f"{name}-*") if stamped.fullmatch(p.name)),
+        key=lambda p: p.stat().st_mtime,
+    )
+    drop = (
+        f"Bring it back (`mv {removed[-1]} {home / 'agents' / name}`), or drop"
+        if removed
+        else "Drop"
+    )
+    fail(
+        f"PostgreSQL still holds the schema {schema} of an earlier agent {name!r} (its "
+        f"{', '.join(full[:3])}{' …' if len(full) > 3 else ''}): a new agent {name!r} would "
+        f"inherit its memory and conversations. {drop} the schema if it is not needed "
+        f"(`DROP SCHEMA {schema} CASCADE`), or choose another name. Nothing was created."
+    )
+
+
 @agents.command("remove")
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
@@ -223,7 +264,7 @@ def agents_add(name: str, workspace: Path | None) -> None:
 def agents_remove(name: str, yes: bool) -> None:
     """Set agent NAME aside: its folder (and workspace) move to <home>/removed/; nothing is
     deleted, and the command says how to bring it back."""
-    from app.agents import agent_names, retire_agent, serving_gateway
+    from app.agents import agent_names, postgres_lease_holder, retire_agent, serving_gateway
     from app.config import load_settings, read_config_file
     from app.config_layers import default_agent
 
@@ -239,9 +280,12 @@ def agents_remove(name: str, yes: bool) -> None:
         fail(f"There is no agent {name!r} in {home} (agents: {', '.join(names)}).")
     settings = load_settings(agent_id=name)
     pid = serving_gateway(settings)
-    if pid is not None:
+    who = None if pid is None else f"pid {pid}"
+    if who is None and settings.store.backend == "postgres":
+        who = postgres_lease_holder(settings)  # a gateway on any machine, by the agent's lease
+    if who is not None:
         fail(
-            f"A gateway is serving {name!r} (pid {pid}): stop it first, then remove the agent; "
+            f"A gateway is serving {name!r} ({who}): stop it first, then remove the agent; "
             "nothing was changed."
         )
     others: set[Path] = set()

@@ -207,7 +207,33 @@ def optional_checks(settings: Settings) -> list[Check]:
     again). The channels' own checks are added by their callers (`pinch doctor`, /health)."""
     voice: list[Check] = [check_voice] if settings.voice.provider != "none" else []
     skills: list[Check] = [check_skills] if (settings.workspace_dir / "skills").is_dir() else []
-    return [*voice, *skills, *mcp_checks(settings)]
+    from app.agents import agent_names
+
+    several = len(agent_names(settings.home)) > 1
+    shared: list[Check] = [check_workspace] if several else []  # one agent shares nothing
+    return [*voice, *skills, *shared, *mcp_checks(settings)]
+
+
+def check_workspace(settings: Settings) -> CheckResult:
+    """The agent's memory folder is its own: no other agent's workspace is, holds or lies in it
+    (a `workspace = ...` edited into an agent's config.toml can make them meet)."""
+    from app.agents import workspace_clash
+    from app.config_layers import agent_file
+
+    clash = workspace_clash(settings.home, settings.workspace_dir, besides=settings.agent_id)
+    if clash is None:
+        return CheckResult("workspace", True, f"{settings.workspace_dir}, no other agent's")
+    where = (
+        settings.config_path
+        if settings.is_default_agent
+        else agent_file(settings.home, settings.agent_id)
+    )
+    return CheckResult(
+        "workspace",
+        False,
+        f"{clash}: the two agents share memory files. Set `workspace` in {where} to a folder "
+        "of this agent's own.",
+    )
 
 
 # ---- running them ---------------------------------------------------------------------------

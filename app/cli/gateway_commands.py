@@ -70,6 +70,10 @@ def gateway(agent_list: str | None) -> None:
     agents = [s for s in listed if _initialised(s, note, alone=len(listed) == 1)]
     if not agents:
         fail("No agent could start: each one's database stayed locked by another process.")
+    from app.web.auth import web_port_clashes
+
+    for line in web_port_clashes(agents):  # said up front; its page's start then fails alone
+        note(line)
     configure_logging(agents[0], secrets_of=agents[1:])
     try:
         sys.exit(asyncio.run(run_agents(agents, note=note)))

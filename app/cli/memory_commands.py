@@ -194,6 +194,12 @@ def _compact(idx: MemoryIndex, *, after_rebuild: bool) -> None:
         idx.generations.drop_retired()
         click.echo(f"Dropped {_chunks(leftovers)} a stopped rebuild left.", err=True)
     before = space_usage(idx.db)
+    if idx.backend != "sqlite":
+        click.echo(
+            f"Nothing to compact: PostgreSQL reclaims free space itself (autovacuum); the "
+            f"agent's schema holds {_mb(before.file_bytes)}."
+        )
+        return
     gives = reclaimable(idx.db)
     if not gives:
         click.echo(f"Nothing to compact: {_mb(before.file_bytes)}, no free space inside.")

@@ -44,8 +44,17 @@ def migrate(backend: str, target: str | None) -> None:
     settings = load_agent_settings()  # not load_settings(): a backend refused at start is fine
     _warn_if_served(settings)
     started = time.monotonic()
-    with _source(settings) as source, _target(settings, backend, target) as made:
-        report = _run(source, made)
+    try:
+        with _source(settings) as source, _target(settings, backend, target) as made:
+            _refuse_the_same_database(settings, source, made)
+            _warn_if_leased(settings, source)
+            report = _run(source, made, _full_target_advice(settings, backend))
+    except KeyboardInterrupt:  # the target was rolled back on the way out of the `with`
+        fail(
+            "Interrupted: nothing was committed (the target is left empty) and the source was "
+            "not changed. Run the same `pinch migrate` again to copy it."
+        )
+        raise
     click.echo(
         f"Copied agent {settings.agent_id!r}: {len(report.tables)} tables, {report.rows:,} rows "
         f"in {time.monotonic() - started:.1f} s ({report.rows / max(report.seconds, 1e-9):,.0f} "
@@ -76,17 +85,62 @@ def _warn_if_served(settings: Settings) -> None:
         )
 
 
-def _run(source: Any, target: Any) -> TransferReport:
+def _full_target_advice(settings: Settings, backend: str) -> str:
+    """What to do when the target already holds data, for the backend copied to."""
+    if backend == "postgres":
+        from memory.store.postgres.database import agent_schema
+
+        schema = agent_schema(settings.agent_id)
+        return (
+            "Give another, empty database (e.g. `createdb pinch_new`), or, if what is there is "
+            f"not needed, drop the agent's schema there (`DROP SCHEMA {schema} CASCADE`), then "
+            "run it again."
+        )
+    return (
+        "Give a PATH that does not exist yet (`pinch migrate --to sqlite /path/to/copy.sqlite`), "
+        "or move the file there aside if it is not needed, then run it again."
+    )
+
+
+def _refuse_the_same_database(settings: Settings, source: Any, target: Any) -> None:
+    """A DSN naming the agent's own database differently: its schema is the source itself."""
+    if settings.store.backend != "postgres":
+        return
+    from memory.store.postgres.schema_state import same_database
+    from memory.store.postgres.transfer import PgTarget
+
+    if isinstance(target, PgTarget) and same_database(source, target):
+        fail(
+            f"The agent is already in that PostgreSQL database ({target.label}; the DSN names "
+            "the agent's own database another way): nothing to migrate, nothing was written."
+        )
+
+
+def _warn_if_leased(settings: Settings, source: Any) -> None:
+    """On PostgreSQL the gateway serving the agent may run on another machine: its lease says."""
+    from app.agents import serving_gateway
+
+    holder = getattr(source, "lease_holder", None)
+    found = holder(time.time(), settings.gateway.agent_lease_s) if holder else None
+    if found is not None and serving_gateway(settings) is None:  # else already said
+        click.secho(
+            f"A gateway ({found}) holds agent {settings.agent_id!r}'s lease: it is serving the "
+            "agent, and the copy holds only what was written before it began. Stop that gateway "
+            "first if you mean to switch to the copy.",
+            fg="yellow",
+            err=True,
+        )
+
+
+def _run(source: Any, target: Any, advice: str) -> TransferReport:
     from memory.store.transfer import TargetNotEmpty, TransferFailed, transfer
 
     try:
         return transfer(source, target, progress=_progress())
     except TargetNotEmpty as exc:
         fail(
-            f"{exc} `pinch migrate` copies only into an empty target, so nothing was written. "
-            "PostgreSQL: give an empty database (e.g. `createdb pinch_new`) or, if what is there "
-            "is not needed, drop the agent's schema (`DROP SCHEMA pinch_NAME CASCADE`). SQLite: "
-            "give a PATH that does not exist yet (or move the old file aside)."
+            f"{exc} `pinch migrate` copies only into an empty target: nothing was written. "
+            + advice
         )
         raise  # fail() exits; this keeps the type checker informed
     except TransferFailed as exc:
@@ -146,12 +200,23 @@ def _target(settings: Settings, backend: str, given: str | None) -> Iterator[Any
             )
         if on_postgres and dsn == settings.store.dsn_text():
             fail("The agent is already on that PostgreSQL database: nothing to migrate.")
-        with open_postgres_target(dsn, agent_schema(settings.agent_id)) as target:
+        schema = agent_schema(settings.agent_id)
+
+        def waiting() -> None:
+            click.echo(
+                f"Waiting for another process on the schema {schema} there (another `pinch "
+                "migrate`, or a gateway setting it up); Ctrl-C stops, nothing written…",
+                err=True,
+            )
+
+        with open_postgres_target(dsn, schema, on_wait=waiting) as target:
             yield target
     else:
         from memory.store.transfer_sqlite import open_sqlite_target
 
         path = Path(given).expanduser() if given else settings.database_path
+        if path.is_dir():
+            fail(f"{path} is a folder: give the PATH of a new file (e.g. {path / 'agent.sqlite'}).")
         if (
             settings.store.backend == "sqlite"
             and path.resolve() == settings.database_path.resolve()
@@ -160,8 +225,8 @@ def _target(settings: Settings, backend: str, given: str | None) -> Iterator[Any
                 f"The agent already lives in {path}: give another PATH to copy it to "
                 "(`pinch migrate --to sqlite /path/to/copy.sqlite`)."
             )
-        with open_sqlite_target(path) as target:
-            yield target
+        with open_sqlite_target(path) as file_target:
+            yield file_target
 
 
 def _switch_advice(settings: Settings, backend: str, target_label: str) -> str:

@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from app.config import Settings
+from app.config import ConfigError, Settings
 from common.private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_private_dirs
 from memory.store.db import open_database
 
@@ -121,13 +121,20 @@ def _write_private(path: Path, data: bytes) -> bool:
 
 def tighten_home(home: Path) -> str | None:
     """Make an existing home (or workspace) folder 0700 if group or others could enter it; say
-    what changed."""
+    what changed. A folder every user may write to (sticky and world-writable, like /tmp) is
+    refused with a ConfigError instead: it is not the owner's to close."""
     try:
         mode = home.stat().st_mode
     except FileNotFoundError:
         return None
     if not stat.S_ISDIR(mode) or not mode & 0o077:
         return None
+    if mode & stat.S_ISVTX and mode & stat.S_IWOTH:  # /tmp and its like: everyone's, not ours
+        raise ConfigError(
+            f"{home} is a folder every user may write to (like /tmp): Pinch keeps memory and "
+            "chats only in a folder of your own. Choose another (--workspace, PINCH_HOME, or "
+            "workspace = ... in config.toml); nothing was changed."
+        )
     os.chmod(home, PRIVATE_DIR_MODE)
     return (
         f"tightened {home} from {stat.filemode(mode)} to drwx------ "
@@ -160,7 +167,8 @@ def initialise(settings: Settings, template_dir: Path) -> list[str]:
 
         db = open_postgres_store(settings)
         db.close()
-        created.append(f"schema {db.schema} in {db.shown_dsn}")
+        if db.created:  # an existing schema (a migrated agent's, say) is only brought up to date
+            created.append(f"schema {db.schema} in {db.shown_dsn}")
     elif not settings.database_path.exists():
         open_database(settings.database_path).close()
         created.append(str(settings.database_path))

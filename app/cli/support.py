@@ -117,10 +117,16 @@ def open_index(settings: Settings) -> MemoryIndex:
 
 
 def _choose_agent(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    if value:
-        from app.agents import select_agent
+    if value is None:
+        return
+    if not value.strip():  # `--agent "$NAME"` with NAME unset must not mean the default agent
+        fail("--agent was given an empty name: name an agent (`pinch agents list`).")
+    from app.agents import select_agent, selected_agent
 
-        select_agent(value)
+    chosen = selected_agent()
+    if chosen is not None and chosen != value:  # `pinch --agent a memory status --agent b`
+        fail(f"--agent {chosen} and --agent {value} in one command: give one agent.")
+    select_agent(value)
 
 
 def add_agent_option(command: click.Command) -> None:

@@ -17,7 +17,7 @@ import os
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -219,6 +219,36 @@ def web_page_wanted(settings: Settings) -> bool:
     if not settings.web.enabled:
         return False
     return settings.is_default_agent or "port" in settings.web.model_fields_set
+
+
+def web_port_setting(settings: Settings) -> str:
+    """Where this agent's page port is set: the default agent's [web] port and PINCH_WEB__PORT,
+    another agent's in its own file and variable."""
+    if settings.is_default_agent:
+        return "[web] port (PINCH_WEB__PORT)"
+    from app.config_layers import agent_file, env_prefix
+
+    name = settings.agent_id
+    return f"[web] port in {agent_file(settings.home, name)} ({env_prefix(name)}WEB__PORT)"
+
+
+def web_port_clashes(agents: Sequence[Settings]) -> list[str]:
+    """One line per agent whose page would take a port an earlier agent's page takes (that page
+    then cannot start), saying where to give it its own."""
+    taken: dict[int, str] = {}
+    lines = []
+    for settings in agents:
+        if not web_page_wanted(settings):
+            continue
+        port = settings.web.port
+        if port in taken:
+            lines.append(
+                f"{settings.agent_id}: its web page's port {port} is agent {taken[port]}'s too, "
+                f"so it cannot start: give it a port of its own, {web_port_setting(settings)}."
+            )
+        else:
+            taken[port] = settings.agent_id
+    return lines
 
 
 def exposure_problem(config: WebConfig, home: Path) -> str | None:

@@ -25,6 +25,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.typedefs import Handler, Middleware
 
 from app.web import login
+from app.web.auth import web_port_setting
 from app.web.context import WebContext
 from app.web.pages import access, automations, chat, dreams, health, memory, overview, sessions
 from app.web.render import close_bidi, markdown_html
@@ -142,8 +143,8 @@ class WebServer:
             await runner.cleanup()
             raise OSError(
                 f"The web page could not listen on {config.host}:{config.port} ({exc.strerror}): "
-                "another program uses that port. Set [web] port (PINCH_WEB__PORT) to a free "
-                "one, or [web] enabled = false."
+                "another program (or another agent's page) uses that port. Set "
+                f"{web_port_setting(self.ctx.settings)} to a free one, or [web] enabled = false."
             ) from None
         self._runner = runner
         log.info("Web page on %s (open it with a link from `pinch web login`)", self.address)

@@ -469,8 +469,8 @@ class MemoryIndex:
         cache = self.cache.count()
         building = self.generations.live_rebuild()
         sqlite = self.backend == "sqlite"
-        usage = space_usage(self.db) if sqlite else None
-        notes = notes_bytes(self.db, generation) if sqlite and generation is not None else 0
+        usage = space_usage(self.db)
+        notes = notes_bytes(self.db, generation) if generation is not None else 0
         embedding = self.config.embedding
         return IndexStatus(
             workspace=str(self.workspace),
@@ -490,8 +490,8 @@ class MemoryIndex:
             cache_entries=cache,
             dirty_files=dirty,
             rebuilding=building.describe() if building is not None else None,
-            file_bytes=usage.file_bytes if usage else 0,
-            free_bytes=usage.free_bytes if usage else 0,
+            file_bytes=usage.file_bytes,
+            free_bytes=usage.free_bytes,
             notes_bytes=notes,
             reclaimable_bytes=reclaimable(self.db) if space and sqlite else None,
             engine=embedding.engine if embedding.provider == "local" else None,

@@ -27,6 +27,13 @@ from memory.store.index_embedcache import cache_slack, prune_orphans, requantise
 
 log = logging.getLogger(__name__)
 
+# PostgreSQL: the bytes of the agent's schema (the pool's search_path puts it first), each
+# table with its indexes and TOAST.
+_SCHEMA_BYTES = (
+    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')"
+)
 # Compact after a rebuild when at least this share of the file is free pages.
 COMPACT_FREE_SHARE = 0.25
 
@@ -46,10 +53,12 @@ class SpaceUsage:
 
 
 def space_usage(db: Database) -> SpaceUsage:
-    """The database file's size and the part of it SQLite holds as free pages (PostgreSQL:
-    nothing to report — autovacuum reclaims its free space, and there is no file to compact)."""
+    """The database file's size and the part of it SQLite holds as free pages (PostgreSQL: the
+    agent schema's tables with their indexes, none free — autovacuum reclaims its free space,
+    and there is no file to compact)."""
     if backend_of(db) != "sqlite":
-        return SpaceUsage(0, 0)
+        (size,) = db.execute(_SCHEMA_BYTES)[0]
+        return SpaceUsage(int(size), 0)
     (size,) = db.execute("PRAGMA page_size")[0]
     (pages,) = db.execute("PRAGMA page_count")[0]
     (free,) = db.execute("PRAGMA freelist_count")[0]
@@ -58,8 +67,10 @@ def space_usage(db: Database) -> SpaceUsage:
 
 def notes_bytes(db: Database, generation: int) -> int:
     """Bytes of the files the generation indexed (as they were when indexed)."""
+    mark = "?" if backend_of(db) == "sqlite" else "%s"
     (total,) = db.execute(
-        "SELECT coalesce(sum(size), 0) FROM memory_sources WHERE generation = ? AND error IS NULL",
+        "SELECT coalesce(sum(size), 0) FROM memory_sources "
+        f"WHERE generation = {mark} AND error IS NULL",
         (generation,),
     )[0]
     return int(total)
@@ -69,6 +80,8 @@ def reclaimable(db: Database) -> int:
     """Bytes a compaction would give back, about: the free pages, the cached vectors no
     passage names, and what the cache's form saves on its wider (float32) ones
     (≈ 1-2 s at 100k chunks)."""
+    if backend_of(db) != "sqlite":
+        return 0  # PostgreSQL's autovacuum gives free space back by itself
     with db.lock:
         slack = cache_slack(db.conn)
     return space_usage(db).free_bytes + slack.bytes

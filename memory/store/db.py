@@ -290,7 +290,8 @@ def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
         _make_private(path)
     except OSError as exc:
         raise DatabaseError(
-            f"Cannot create {path.parent}: {exc.strerror}. Check PINCH_HOME."
+            f"Cannot create {exc.filename or path}: {exc.strerror}. Check that its folder can be "
+            "made and written to (the agent's own database: under PINCH_HOME)."
         ) from exc
     try:
         conn = driver.connect(

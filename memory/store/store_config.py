@@ -20,7 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 StoreBackend = Literal["sqlite", "postgres"]
 SECRET_FIELDS = {"store": ("dsn",)}  # like channel_config.SECRET_FIELDS: environment only
 # The password of a URL DSN (scheme://user:PASSWORD@host) and of a key/value one (password=…).
-_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)([^@\s]*)(@)", re.IGNORECASE)
+# A password is taken up to the authority's last '@', so one holding a raw '@' is hidden whole.
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)([^\s/?#]*)(@)", re.IGNORECASE)
+_URL_AUTHORITY = re.compile(r"^\s*[a-z][a-z0-9+.-]*://([^/?#]*)", re.IGNORECASE)
 _KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
@@ -28,6 +30,19 @@ def dsn_has_password(dsn: str) -> bool:
     """Whether `dsn` (URL or key=value form) carries a non-empty password."""
     url = _URL_PASSWORD.search(dsn)
     return bool(url and url.group(2)) or bool(_KV_PASSWORD.search(dsn))
+
+
+def dsn_problem(dsn: str) -> str | None:
+    """Why `dsn` cannot be used as written (one line, nothing of it shown), or None: a URL whose
+    user or password holds a raw '@' reaches the wrong host, with part of the password shown in
+    the driver's error."""
+    url = _URL_AUTHORITY.match(dsn)
+    if url and url.group(1).count("@") > 1:
+        return (
+            "The DSN's password (or user) holds an '@': in a postgresql:// URL write each '@' "
+            "in it as %40 (URL-encoded), then run it again."
+        )
+    return None
 
 
 def redacted_dsn(dsn: str) -> str:
@@ -53,9 +68,13 @@ class StoreConfig(BaseModel):
     def _postgres_needs_a_dsn(self) -> StoreConfig:
         if self.backend == "postgres" and not (self.dsn and self.dsn.get_secret_value().strip()):
             raise ValueError(
-                'backend = "postgres" needs a connection string: set PINCH_STORE__DSN, e.g. '
+                'backend = "postgres" needs a connection string: set PINCH_STORE__DSN (or one '
+                "agent's own PINCH_AGENTS__NAME__STORE__DSN), e.g. "
                 "PINCH_STORE__DSN=postgresql://pinch:PASSWORD@localhost:5432/pinch"
             )
+        problem = dsn_problem(self.dsn.get_secret_value()) if self.dsn else None
+        if problem:
+            raise ValueError(problem)
         if self.pool_min_size > self.pool_max_size:
             raise ValueError("pool_min_size must not be larger than pool_max_size")
         return self

@@ -22,8 +22,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from common.redact import redact
 from memory.errors import DatabaseError
-from memory.store.postgres.migrations import apply_all
-from memory.store.store_config import redacted_dsn
+from memory.store.postgres.migrations import PG_SETS, apply_all
+from memory.store.store_config import dsn_problem, redacted_dsn
 
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -31,6 +31,11 @@ SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 def agent_schema(agent_id: str) -> str:
     """The PostgreSQL schema of an agent's tables: `pinch_<agent id>` (lower case, '-' → '_')."""
     name = "pinch_" + agent_id.lower().replace("-", "_")
+    if len(name) > 63 and SCHEMA_NAME.fullmatch(name[:63]):
+        raise ValueError(
+            f"The agent name {agent_id!r} is too long for PostgreSQL (its schema pinch_NAME "
+            f"must fit 63 characters: at most {63 - len('pinch_')}): rename the agent to use it."
+        )
     if not SCHEMA_NAME.fullmatch(name):
         raise ValueError(f"{agent_id!r} cannot name a PostgreSQL schema (letters, digits, _, -)")
     return name
@@ -49,6 +54,7 @@ class PgDatabase:
     schema: str
     shown_dsn: str  # the DSN with its password redacted: what messages may show
     server_version: str
+    created: bool = False  # this open made the schema (every migration was pending)
     # What a store keeps with the database it belongs to (recall signals waiting), by name.
     store_state: dict[str, Any] = field(default_factory=dict)
 
@@ -95,11 +101,28 @@ def one_row(row: Any) -> Any:
     return row
 
 
-def _unreachable(shown_dsn: str, exc: BaseException) -> str:
-    reason = redact(" ".join(str(exc).split()))[:300]
+def server_said(exc: BaseException, limit: int = 300) -> str:
+    """The driver's error on one line, secrets redacted, ending as a sentence ends."""
+    text = redact(" ".join(str(exc).split()))[:limit].rstrip()
+    return text if text.endswith((".", "?", "!")) else text + "."
+
+
+def setup_refused(shown_dsn: str, exc: BaseException) -> str:
+    """Advice when the server refuses to make the agent's schema or the `vector` extension."""
     return (
-        f"Cannot use the PostgreSQL store {shown_dsn}: {reason}. Check PINCH_STORE__DSN and "
-        "that the server is running and reachable."
+        f"The PostgreSQL store {shown_dsn} refused to set up Pinch's tables: "
+        f"{server_said(exc, 200)} As the "
+        "database's owner (a superuser for the extension), run `CREATE EXTENSION vector;` "
+        "(pgvector) in that database and `GRANT CREATE ON DATABASE … TO` Pinch's user, then "
+        "run it again."
+    )
+
+
+def _unreachable(shown_dsn: str, exc: BaseException) -> str:
+    return (
+        f"Cannot use the PostgreSQL store {shown_dsn}: {server_said(exc)} Check the DSN "
+        "(PINCH_STORE__DSN, or an agent's own PINCH_AGENTS__NAME__STORE__DSN) and that the "
+        "server is running and reachable."
     )
 
 
@@ -116,19 +139,17 @@ def open_postgres(
     (the password redacted) when the server cannot be reached or refuses."""
     if not SCHEMA_NAME.fullmatch(schema):
         raise ValueError(f"{schema!r} is not a schema name Pinch uses")
+    problem = dsn_problem(dsn)
+    if problem:
+        raise DatabaseError(problem)
     shown = redacted_dsn(dsn)
     try:
         with psycopg.connect(dsn, connect_timeout=max(1, int(timeout_s))) as conn:
             version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
             conn.commit()
-            apply_all(conn, schema)
+            applied = apply_all(conn, schema)
     except psycopg.errors.InsufficientPrivilege as exc:
-        raise DatabaseError(
-            f"The PostgreSQL store {shown} refused to set up Pinch's tables: "
-            f"{' '.join(str(exc).split())[:200]}. As the database's owner, run "
-            f"`CREATE EXTENSION vector;` (pgvector) and `GRANT CREATE ON DATABASE … TO` Pinch's "
-            "user, then start again."
-        ) from exc
+        raise DatabaseError(setup_refused(shown, exc)) from exc
     except psycopg.OperationalError as exc:
         raise DatabaseError(_unreachable(shown, exc)) from exc
 
@@ -152,4 +173,5 @@ def open_postgres(
         name=f"pinch-{schema}",
         open=True,
     )
-    return PgDatabase(pool, schema, shown, version)
+    every = sum(len(s.migrations) for s in PG_SETS)
+    return PgDatabase(pool, schema, shown, version, created=len(applied) == every)

@@ -26,9 +26,10 @@ from psycopg import sql
 from common.redact import redact
 from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
+from memory.store.postgres.database import server_said, setup_refused
 from memory.store.postgres.migrations import apply_all
 from memory.store.postgres.vectors import PgKnnIndex
-from memory.store.store_config import redacted_dsn
+from memory.store.store_config import dsn_problem, redacted_dsn
 from memory.store.transfer import DERIVED_META, MATRIX, MATRIX_LOG, MATRIX_PACK, Inventory, Rows
 
 DERIVED = {
@@ -65,13 +66,15 @@ _cursor_names = itertools.count(1)
 
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
+    problem = dsn_problem(dsn)
+    if problem:
+        raise DatabaseError(problem)
     try:
         return psycopg.connect(dsn, connect_timeout=10)
     except psycopg.Error as exc:
-        reason = redact(" ".join(str(exc).split()))[:300]
         raise DatabaseError(
-            f"Cannot use the PostgreSQL store {redacted_dsn(dsn)}: {reason}. Check the DSN and "
-            "that the server is running and reachable."
+            f"Cannot use the PostgreSQL store {redacted_dsn(dsn)}: {server_said(exc)} Check the "
+            "DSN and that the server is running and reachable."
         ) from exc
 
 
@@ -204,6 +207,10 @@ class _PgTables:
         return found
 
 
+class NoSchema(DatabaseError):
+    """The agent has no schema in that database."""
+
+
 class PgSource(_PgTables):
     """An agent's schema, read in one REPEATABLE READ, READ ONLY transaction."""
 
@@ -217,7 +224,7 @@ class PgSource(_PgTables):
             "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
         ).fetchone():
             self.conn.close()
-            raise DatabaseError(
+            raise NoSchema(
                 f"There is no agent schema {schema} at {redacted_dsn(dsn)}: nothing to migrate."
             )
         self.conn.execute(sql.SQL("SET LOCAL search_path TO {}, public").format(_ident(schema)))
@@ -227,21 +234,38 @@ class PgSource(_PgTables):
             self.conn.rollback()
         self.conn.close()
 
+    @_worded
+    def lease_holder(self, now: float, lease_s: float) -> str | None:
+        """ "host H, pid P" of the gateway holding the agent's lease (renewed within `lease_s`
+        seconds of `now`) — on any machine sharing this database — else None."""
+        if "agent_lease" not in self._tables():
+            return None
+        row = self.conn.execute(
+            "SELECT host, pid FROM agent_lease WHERE gateway IS NOT NULL AND renewed_at >= %s",
+            (now - lease_s,),
+        ).fetchone()
+        return f"host {row[0]}, pid {row[1]}" if row else None
+
 
 class PgTarget(_PgTables):
     """An agent's schema (created and migrated if missing), written in one transaction."""
 
-    def __init__(self, dsn: str, schema: str) -> None:
+    def __init__(self, dsn: str, schema: str, on_wait: Callable[[], None] | None = None) -> None:
         self.schema = schema
         self.label = f"{redacted_dsn(dsn)} (schema {schema})"
         self.conn = _connect(dsn)
         try:
+            if on_wait is not None and not self._lock_free():
+                on_wait()  # another copy, or a gateway migrating the schema: it waits for that
             apply_all(self.conn, schema)  # its own transaction: the empty tables
             self.conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"pinch:{schema}",)
             )
             self.conn.execute(sql.SQL("SET LOCAL search_path TO {}, public").format(_ident(schema)))
             register_vector(self.conn)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            self.conn.close()
+            raise DatabaseError(setup_refused(redacted_dsn(dsn), exc)) from exc
         except psycopg.Error as exc:
             self.conn.close()
             raise DatabaseError(
@@ -253,6 +277,15 @@ class PgTarget(_PgTables):
         self._made: dict[str, int | None] = {}  # per-generation tables made: matrix -> width
         self._deferred: list[str] = []  # CREATE INDEX statements to run once the rows are in
         self._open = True
+
+    def _lock_free(self) -> bool:
+        """Whether the schema's advisory lock is free this moment (taken and let go at once)."""
+        key = (f"pinch:{self.schema}",)
+        free = self.conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", key)
+        if (row := free.fetchone()) and row[0]:
+            self.conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", key)
+        self.conn.commit()
+        return bool(row and row[0])
 
     @_worded
     def nonempty_tables(self) -> list[str]:
@@ -436,8 +469,12 @@ def open_postgres_source(dsn: str, schema: str) -> Iterator[PgSource]:
 
 
 @contextlib.contextmanager
-def open_postgres_target(dsn: str, schema: str) -> Iterator[PgTarget]:
-    target = PgTarget(dsn, schema)
+def open_postgres_target(
+    dsn: str, schema: str, on_wait: Callable[[], None] | None = None
+) -> Iterator[PgTarget]:
+    """The empty agent `schema` at `dsn` to copy into; `on_wait()` is called first if another
+    process holds the schema's lock (the copy waits for it)."""
+    target = PgTarget(dsn, schema, on_wait)
     try:
         yield target
     finally:
