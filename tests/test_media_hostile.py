@@ -1,0 +1,140 @@
+"""Hostile and broken files sent the way a person would: through the fake Telegram into the real
+gateway, or straight to the document reader where the cost is the point (a DOCX "zip bomb", a
+10 MB text file of short lines). Each gets one line saying what went wrong, the message around
+it is still answered, and the gateway goes on with the next one."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import tracemalloc
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.media.documents import DocumentError, read_document
+from agent.media.media_config import MediaConfig, VoiceConfig
+from tests.agent_support import make_kit, responder
+from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
+from tests.fakes.telegram_server import FakeTelegram
+from tests.gateway_support import DB_NAME, make_rig
+from tests.media_support import docx_file, text_pdf
+from tests.telegram_support import make_channel, telegram_config, until
+
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+MB = 1024 * 1024
+
+
+def echo(request: RecordedRequest) -> Reply:
+    return text_reply(f"re: {request.last_user_text()}")
+
+
+async def send_all(tmp_path: Path, updates: list[Any]) -> tuple[list[str], list[RecordedRequest]]:
+    """Push each update (built by the fake Telegram) to a real gateway, one at a time, and
+    return the owner's replies and the model's requests."""
+    with FakeModelServer() as server, FakeTelegram() as tg:
+        server.respond_with(responder(turn=echo))
+        kit = make_kit(tmp_path, server, db_name=DB_NAME, media=(VoiceConfig(), MediaConfig()))
+        rig = make_rig(tmp_path, server, telegram=telegram_config(tg), kit=kit)
+        rig.gateway.channels["telegram"] = make_channel(tg, tmp_path)
+        del rig.gateway.channels["slack"]
+        await rig.gateway.start()
+        for number, build in enumerate(updates, start=1):
+            tg.push(build(tg))
+            await until(lambda n=number: len(owner_replies(tg)) >= n, 30, "a reply")
+            await rig.gateway.idle()
+        replies = owner_replies(tg)
+        await rig.close()
+        return replies, list(server.requests)
+
+
+def owner_replies(tg: FakeTelegram) -> list[str]:
+    return [m.text for m in tg.sent if m.chat_id == 111]
+
+
+def docx_with_document_xml(xml: bytes) -> bytes:
+    """A real DOCX (python-docx's) whose word/document.xml is replaced by `xml`."""
+    good = zipfile.ZipFile(io.BytesIO(docx_file(["placeholder"])))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in good.namelist():
+            data = xml if name == "word/document.xml" else good.read(name)
+            archive.writestr(name, data)
+    return out.getvalue()
+
+
+def test_a_word_file_or_pdf_a_parser_chokes_on_is_one_line_and_the_caption_is_answered(
+    tmp_path: Path,
+) -> None:
+    broken_xml = docx_with_document_xml(b"<w:document><<<")  # lxml's XMLSyntaxError
+    # /Pages names an object the file does not hold: pypdf raises AttributeError.
+    lost_pages = text_pdf(["hello"]).replace(b"/Pages 2 0 R", b"/Pages 9 0 R")
+    updates = [
+        lambda tg: tg.document(broken_xml, file_name="cv.docx", mime_type=DOCX, caption="my cv"),
+        lambda tg: tg.document(lost_pages, file_name="ticket.pdf", mime_type="application/pdf"),
+        lambda tg: tg.private_text("still there?"),
+    ]
+    replies, requests = asyncio.run(send_all(tmp_path, updates))
+
+    assert len(replies) == 3 and len(requests) == 3  # every message reached the model
+    assert replies[0].startswith("(I couldn't read cv.docx: cv.docx is not a readable Word docu")
+    assert "my cv" in requests[0].last_user_text()
+    assert replies[1].startswith("(I couldn't read ticket.pdf: ticket.pdf is not a readable PDF")
+    assert replies[2] == "re: still there?"
+    assert not any("Something went wrong" in r for r in replies)
+
+
+def test_a_docx_zip_bomb_is_refused_before_it_is_unpacked(tmp_path: Path) -> None:
+    para = b"<w:p><w:r><w:t>" + b"A" * 1000 + b"</w:t></w:r></w:p>"
+    xml = docx_file(["x"])  # only for its namespaces: document.xml up to its first paragraph
+    head, _, _ = zipfile.ZipFile(io.BytesIO(xml)).read("word/document.xml").partition(b"<w:p>")
+    bomb = docx_with_document_xml(head + para * 60_000 + b"</w:body></w:document>")
+    assert len(bomb) < 300_000  # 60 MB of XML once unpacked
+    path = tmp_path / "bomb.docx"
+    path.write_bytes(bomb)
+
+    tracemalloc.start()
+    with pytest.raises(DocumentError, match=r"^bomb.docx unpacks to 6\d MB, more than Pinch"):
+        read_document(path, "bomb.docx", max_chars=20_000)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 5 * MB  # python-docx would have built a tree of hundreds of megabytes
+
+
+def test_a_big_word_file_within_the_limits_is_still_read(tmp_path: Path) -> None:
+    doc = read_document(
+        docx_file([f"Paragraph {i}" for i in range(3_000)]), "a.docx", max_chars=500
+    )
+    assert doc.text.startswith("Paragraph 0\nParagraph 1") and doc.total == 3_000
+
+
+def test_utf16_and_utf32_text_files_are_read_not_refused_as_binary() -> None:
+    notepad = "Door code 4711\r\nGate code 0815\r\n"
+    for data in (
+        notepad.encode("utf-16"),  # Windows "Unicode": a BOM, then UTF-16 LE
+        notepad.encode("utf-16-be"),  # no BOM
+        notepad.encode("utf-32"),
+        b"\xef\xbb\xbf" + notepad.encode(),
+    ):
+        doc = read_document(data, "codes.txt", max_chars=1_000)
+        assert (doc.text, doc.total) == ("Door code 4711\nGate code 0815", 2), data[:8]
+    with pytest.raises(DocumentError, match="holds binary data"):
+        read_document(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 8, "a.txt", max_chars=99)
+
+
+def test_a_10_mb_text_file_of_short_lines_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    total = 10 * MB // 3
+    path.write_bytes(b"ok\n" * total)
+
+    tracemalloc.start()
+    head = read_document(path, "log.txt", max_chars=20_000)
+    tail = read_document(path, "log.txt", max_chars=20_000, first=total - 1)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    # The file and its text, not a list of three million strings (~250 MB).
+    assert peak < 3 * 10 * MB
+    assert head.total == total and head.last == 6_666
+    assert (tail.first, tail.last, tail.text) == (total - 1, total, "ok\nok")
