@@ -86,7 +86,9 @@ def prepare_image(data: bytes, *, max_pixels: int) -> PreparedImage:
         raise ImageError("the image has too many pixels to decode safely") from None
     except UnidentifiedImageError:
         raise ImageError("it is not an image Pillow can read (corrupt or unknown format)") from None
-    except (OSError, ValueError, SyntaxError, EOFError) as exc:
+    except MemoryError:
+        raise
+    except Exception as exc:  # Pillow's decoders raise more than OSError on hostile bytes
         raise ImageError(f"the image is damaged ({_reason(exc)})") from None
 
 
