@@ -20,8 +20,9 @@ from agent.media.media_config import MediaConfig, VoiceConfig
 from tests.agent_support import make_kit, responder
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
 from tests.fakes.telegram_server import FakeTelegram
+from tests.fakes.transcription_server import FakeTranscriptionServer, Transcription
 from tests.gateway_support import DB_NAME, make_rig
-from tests.media_support import docx_file, text_pdf
+from tests.media_support import docx_file, silence_ogg, text_pdf
 from tests.telegram_support import make_channel, telegram_config, until
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -166,6 +167,20 @@ def test_a_10_mb_text_file_of_short_lines_is_read_in_bounded_memory(tmp_path: Pa
     assert peak < 3 * 10 * MB
     assert head.total == total and head.last == 6_666
     assert (tail.first, tail.last, tail.text) == (total - 1, total, "ok\nok")
+
+
+def test_a_two_hour_voice_note_claiming_3_seconds_is_not_transcribed(tmp_path: Path) -> None:
+    audio = silence_ogg(7200, tmp_path)
+    with FakeTranscriptionServer() as stt:
+        stt.script(Transcription("nothing"))
+        voice = VoiceConfig(provider="litellm", model="whisper-1", api_base=stt.url)
+        updates = [lambda tg: tg.voice(audio, duration=3)]  # the sending app's claim
+        replies, _ = asyncio.run(send_all(tmp_path, updates, voice))
+        assert stt.requests == []  # two hours of billed transcription, never sent
+    assert replies[0].startswith(
+        "(I couldn't transcribe your voice note: it is 120:00 long, over [voice] "
+        "max_duration_s = 600 (10:00).)"
+    )
 
 
 def test_a_senders_file_name_cannot_leave_the_untrusted_block(tmp_path: Path) -> None:

@@ -191,9 +191,11 @@ class MediaReader:
             return failed(
                 f"it is {size / MB:.1f} MB, over [voice] max_size_mb = {self.voice.max_size_mb}"
             )
-        duration = a.duration_s
-        if duration is None:
-            duration = await asyncio.to_thread(audio_duration, path)
+        # The file's own length when it can be told: the length a platform passes on is the
+        # sending app's claim (a 2-hour recording may say 3 s).
+        measured = await asyncio.to_thread(audio_duration, path)
+        claimed = [d for d in (a.duration_s, measured) if d is not None]
+        duration = max(claimed) if claimed else None
         if duration is not None and duration > self.voice.max_duration_s:
             return failed(
                 f"it is {_clock(duration)} long, over [voice] max_duration_s = "
