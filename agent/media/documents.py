@@ -7,7 +7,10 @@ md, csv, json, source code, …), cut to a budget with a note of what was left o
 A PDF is read page by page and only as far as the budget goes (its page tree walked lazily),
 so a 1,000-page file costs the pages that fit, not the whole book. A PDF without a text layer
 (a scan) and an encrypted one are said so; a "text" file with binary content (NUL bytes, mostly
-control characters) is refused whatever its name. Units: PDFs count pages, everything else lines.
+control characters) is refused whatever its name; UTF-16/32 text is recognised by its BOM (or
+UTF-16's NUL pattern), and a text file is walked, never split into a list of all its lines. A
+DOCX whose parts unpack past DOCX_MAX_MARKUP / DOCX_MAX_UNPACKED is refused before python-docx
+parses it, and any parser failure is a DocumentError. Units: PDFs count pages, else lines.
 """
 
 from __future__ import annotations
