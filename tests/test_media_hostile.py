@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 import tracemalloc
 import zipfile
 from pathlib import Path
@@ -34,20 +35,21 @@ def echo(request: RecordedRequest) -> Reply:
 
 
 async def send_all(
-    tmp_path: Path, updates: list[Any], voice: VoiceConfig | None = None
+    tmp_path: Path, updates: list[Any], voice: VoiceConfig | None = None, **telegram: Any
 ) -> tuple[list[str], list[RecordedRequest]]:
     """Push each update (built by the fake Telegram) to a real gateway, one at a time, and
-    return the owner's replies and the model's requests."""
+    return the owner's replies and the model's requests. `telegram`: [telegram] settings."""
     with FakeModelServer() as server, FakeTelegram() as tg:
         server.respond_with(responder(turn=echo))
         media = (voice or VoiceConfig(), MediaConfig())
         kit = make_kit(tmp_path, server, db_name=DB_NAME, media=media)
         rig = make_rig(tmp_path, server, telegram=telegram_config(tg), kit=kit)
-        rig.gateway.channels["telegram"] = make_channel(tg, tmp_path)
+        rig.gateway.channels["telegram"] = make_channel(tg, tmp_path, **telegram)
         del rig.gateway.channels["slack"]
         await rig.gateway.start()
         for number, build in enumerate(updates, start=1):
-            tg.push(build(tg))
+            built = build(tg)
+            tg.push(*(built if isinstance(built, list) else [built]))
             await until(lambda n=number: len(owner_replies(tg)) >= n, 30, "a reply")
             await rig.gateway.idle()
         replies = owner_replies(tg)
@@ -180,6 +182,34 @@ def test_a_two_hour_voice_note_claiming_3_seconds_is_not_transcribed(tmp_path: P
     assert replies[0].startswith(
         "(I couldn't transcribe your voice note: it is 120:00 long, over [voice] "
         "max_duration_s = 600 (10:00).)"
+    )
+
+
+def test_a_stalled_download_holds_up_the_next_message_only_for_its_deadline(
+    tmp_path: Path,
+) -> None:
+    def stalled(tg: FakeTelegram) -> list[Any]:
+        tg.stall_next("file")  # the file server accepts and never answers
+        return [tg.document(b"x\n", file_name="a.txt"), tg.private_text("right after")]
+
+    started = time.monotonic()
+    replies, requests = asyncio.run(send_all(tmp_path, [stalled], download_timeout_s=1))
+    assert time.monotonic() - started < 20  # not the two minutes a read timeout allowed
+    said = "\n".join(r.last_user_text() for r in requests)
+    assert "[document not saved: download failed (no file after 1 s); ask for" in said
+    assert "right after" in said and len(replies) == len(requests)
+
+
+def test_a_file_bigger_than_telegram_said_is_not_kept(tmp_path: Path) -> None:
+    def lying(tg: FakeTelegram) -> dict[str, Any]:
+        return tg.document(b"A" * (2 * MB), file_name="small.txt", size=1_000)
+
+    _, requests = asyncio.run(send_all(tmp_path, [lying], max_download_mb=1))
+    assert "[document not saved: This file is too large (2 MB); Telegram bots can download up " in (
+        requests[0].last_user_text()
+    )
+    assert not (tmp_path / "workspace" / "inbox").exists() or not any(
+        p.is_file() for p in (tmp_path / "workspace" / "inbox").rglob("*")
     )
 
 

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 GENERAL_TOPIC = "1"
 MB = 1024 * 1024
+DOWNLOAD_MIN_RATE = 200 * 1024  # bytes/s: a slow link still gets a big file
 # Checked in this order: an animation also carries `document`, a venue also `location`.
 _DOWNLOADABLE: tuple[tuple[str, AttachmentKind], ...] = (
     ("photo", "photo"),
@@ -95,11 +96,13 @@ class MessageConverter:
         *,
         inbox: InboxWriter,
         max_download_mb: int,
+        download_timeout_s: float = 20.0,
     ) -> None:
         self._bot = bot
         self.identity = identity
         self._inbox = inbox
         self._max_download_mb = max_download_mb
+        self._download_timeout_s = download_timeout_s
 
     async def convert(self, messages: Sequence[Message]) -> InboundMessage:
         """`messages`: one message, or an album's parts (merged: captions, files in order)."""
@@ -202,9 +205,21 @@ class MessageConverter:
         except TelegramError as error:
             return failed(f"download failed ({error.message}); ask for the file to be sent again")
         name = _file_name(message, kind, file_name, tg_file.file_path, mime_type)
+        # Updates are handed over in order, so every message behind a stalled download waits
+        # for it: the whole transfer is bounded, allowing a slow link for the file's size.
+        expected = tg_file.file_size or size or limit
+        deadline = self._download_timeout_s + expected / DOWNLOAD_MIN_RATE
         try:
-            data = bytes(await tg_file.download_as_bytearray(read_timeout=120))
+            async with asyncio.timeout(deadline):
+                data = bytes(await tg_file.download_as_bytearray(read_timeout=deadline))
+            if len(data) > limit:  # more than the size Telegram gave: not kept
+                return failed(self._too_large(len(data)))
             rel = await asyncio.to_thread(self._inbox.save, name, data, message.date)
+        except TimeoutError:
+            return failed(
+                f"download failed (no file after {deadline:.0f} s); ask for the file to be sent "
+                "again"
+            )
         except (TelegramError, OSError) as error:
             reason = error.message if isinstance(error, TelegramError) else str(error)
             return failed(f"download failed ({reason}); ask for the file to be sent again")
