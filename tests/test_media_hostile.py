@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import subprocess
+import sys
 import time
 import tracemalloc
 import zipfile
@@ -17,6 +19,7 @@ import pytest
 from PIL import Image
 
 from agent.media.documents import DocumentError, read_document
+from agent.media.images import prepare_image
 from agent.media.media_config import MediaConfig, VoiceConfig
 from tests.agent_support import make_kit, responder
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, Reply, text_reply
@@ -211,6 +214,51 @@ def test_a_file_bigger_than_telegram_said_is_not_kept(tmp_path: Path) -> None:
     assert not (tmp_path / "workspace" / "inbox").exists() or not any(
         p.is_file() for p in (tmp_path / "workspace" / "inbox").rglob("*")
     )
+
+
+_PEAK_OF_A_PNG = """
+import resource, struct, sys, zlib
+from agent.media.images import prepare_image
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+side = 5000  # 25 megapixels of black: ~70 KB as a PNG, 100 MB decoded
+packer = zlib.compressobj(9)
+idat = b"".join([packer.compress(bytes(side * 3 + 1)) for _ in range(side)] + [packer.flush()])
+head = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+png = b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", head) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+prepare_image(png, max_pixels=100_000_000)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def test_a_small_png_of_many_pixels_is_decoded_once(tmp_path: Path) -> None:
+    # Pillow's memory is not Python's: the peak is the child process's resident size.
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _PEAK_OF_A_PNG],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parent.parent,
+    )
+    # Decoded once (100 MB) and shrunk; it was decoded twice (a look for EXIF data after the
+    # pixels), then copied twice more: ~400 MB for a 70 KB file (1.5 GB at 100 megapixels).
+    assert int(done.stdout) < 200
+
+
+def test_a_photo_is_turned_upright_by_its_exif_orientation_even_with_big_metadata() -> None:
+    picture = Image.new("RGB", (3000, 1500), (200, 10, 10))
+    picture.paste((0, 0, 255), (0, 0, 750, 1500))  # the left quarter blue
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90° clockwise to view"
+    exif[0x010E] = "x" * 60_000  # a 60 KB ImageDescription
+    out = io.BytesIO()
+    picture.save(out, "JPEG", exif=exif.tobytes())
+
+    image = prepare_image(out.getvalue(), max_pixels=100_000_000)
+    upright = Image.open(io.BytesIO(image.data))
+    assert (image.width, image.height) == (784, 1568)
+    assert upright.getpixel((392, 10))[2] > 200  # the blue side is now the top
+    assert upright.getpixel((392, 1550))[0] > 150
 
 
 def test_a_senders_file_name_cannot_leave_the_untrusted_block(tmp_path: Path) -> None:
