@@ -8,9 +8,8 @@ bigger, and bills it), JPEG, PNG, WebP or GIF, and under 3.75 MB (5 MB once base
 strictest provider's cap). An image already inside all of that is sent as it came; anything else
 is decoded once (a JPEG at a reduced scale, which keeps a 12-megapixel photo's decode fast;
 never a second full-size copy), shrunk, turned upright by its EXIF orientation and encoded as
-JPEG (PNG when it has
-transparency). An animated GIF sends its first frame. A file bigger than `max_pixels` is refused
-before it is decoded (a "decompression bomb" could take gigabytes).
+JPEG (PNG when it has transparency). An animated GIF sends its first frame. A file bigger than
+`max_pixels` is refused before it is decoded (a "decompression bomb" could take gigabytes).
 """
 
 from __future__ import annotations
