@@ -203,6 +203,22 @@ def test_a_stalled_download_holds_up_the_next_message_only_for_its_deadline(
     assert "right after" in said and len(replies) == len(requests)
 
 
+def test_a_download_answered_with_an_html_error_page_is_one_short_line(tmp_path: Path) -> None:
+    page = "<html><body>" + "Bad gateway. Please retry. " * 400 + "</body></html>"
+
+    def proxied(tg: FakeTelegram) -> dict[str, Any]:
+        tg.fail_next("file", 502, description=page)  # a proxy's page, not Telegram's JSON
+        return tg.document(b"x\n", file_name="a.txt", caption="here")
+
+    _, requests = asyncio.run(send_all(tmp_path, [proxied]))
+    said = requests[0].last_user_text()
+    assert (
+        "[document not saved: download failed (Bad Gateway (502)); ask for the file to be sent "
+        in said
+    )
+    assert "Please retry" not in said and len(said) < 300
+
+
 def test_a_file_bigger_than_telegram_said_is_not_kept(tmp_path: Path) -> None:
     def lying(tg: FakeTelegram) -> dict[str, Any]:
         return tg.document(b"A" * (2 * MB), file_name="small.txt", size=1_000)

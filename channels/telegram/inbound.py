@@ -201,9 +201,9 @@ class MessageConverter:
         except BadRequest as error:
             if "too big" in error.message.lower():
                 return failed(self._too_large(size))
-            return failed(f"download failed ({error.message}); ask for the file to be sent again")
+            return failed(f"download failed ({_reason(error)}); ask for the file to be sent again")
         except TelegramError as error:
-            return failed(f"download failed ({error.message}); ask for the file to be sent again")
+            return failed(f"download failed ({_reason(error)}); ask for the file to be sent again")
         name = _file_name(message, kind, file_name, tg_file.file_path, mime_type)
         # Updates are handed over in order, so every message behind a stalled download waits
         # for it: the whole transfer is bounded, allowing a slow link for the file's size.
@@ -221,8 +221,7 @@ class MessageConverter:
                 "again"
             )
         except (TelegramError, OSError) as error:
-            reason = error.message if isinstance(error, TelegramError) else str(error)
-            return failed(f"download failed ({reason}); ask for the file to be sent again")
+            return failed(f"download failed ({_reason(error)}); ask for the file to be sent again")
         with warnings.catch_warnings():  # python-telegram-bot 22 warns of its timedelta switch
             warnings.simplefilter("ignore", PTBDeprecationWarning)
             seconds = _seconds(getattr(media, "duration", None))
@@ -235,6 +234,15 @@ class MessageConverter:
             f"This file is too large ({shown}); Telegram bots can download up to {limit} MB. "
             "Ask for a smaller file, or a link to it."
         )
+
+
+def _reason(error: Exception) -> str:
+    """Why a download failed, in a few words: python-telegram-bot puts a whole error page that
+    is not JSON (a proxy's HTML) into its message, which would go into the turn."""
+    text = error.message if isinstance(error, TelegramError) else str(error)
+    text = text.split(". Parsing the server response", 1)[0].strip()
+    text = text.splitlines()[0] if text else type(error).__name__
+    return text if len(text) <= 120 else text[:119] + "…"
 
 
 def _seconds(duration: Any) -> float | None:
