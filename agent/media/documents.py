@@ -18,6 +18,7 @@ from __future__ import annotations
 import codecs
 import io
 import logging
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -40,6 +41,11 @@ _SKIP_BLOCK = MB
 # What python-docx may unpack: ~5,000 pages of text is ~30 MB of XML (a tree ~4x that in memory).
 DOCX_MAX_MARKUP = 32 * MB
 DOCX_MAX_UNPACKED = 128 * MB
+# A few kilobytes of PDF can decompress to megabytes of drawing operators that pypdf walks for
+# seconds each (10 MB: 12 s, 330 MB): pages above this are named, not read, and reading stops
+# at the first page boundary past PDF_READ_SECONDS.
+PDF_PAGE_CONTENT_MAX = 1 * MB
+PDF_READ_SECONDS = 10.0
 NO_TEXT_LAYER = (
     "has no text layer (a scan or photos of pages?): I can't read it as text; send the pages as "
     "photos, or a PDF with text"
@@ -131,13 +137,21 @@ def _read_pdf(
     page_no = first - 1
     cut_inside = False
     pages = _lazy_pages(reader, root_pages, first)
+    deadline = time.monotonic() + PDF_READ_SECONDS
     for page_no in range(first, end + 1):
         try:
             page = next(pages, None)
             if page is None:
                 page_no -= 1
                 break
-            text = (page.extract_text() or "").strip()
+            drawn = _content_bytes(page)
+            if drawn > PDF_PAGE_CONTENT_MAX:
+                text = (
+                    f"[page {page_no} not read: its drawing instructions are {drawn / MB:.0f} MB, "
+                    f"more than Pinch reads as text ({PDF_PAGE_CONTENT_MAX // MB} MB)]"
+                )
+            else:
+                text = (page.extract_text() or "").strip()
         except Exception as exc:  # one bad page must not lose the rest
             log.debug("page %d of %s unreadable", page_no, name, exc_info=True)
             text = f"[page {page_no} could not be read: {_reason(exc)}]"
@@ -150,7 +164,7 @@ def _read_pdf(
             cut_inside = True
         parts.append(block)
         used += len(block)
-        if cut_inside:
+        if cut_inside or time.monotonic() > deadline:  # the rest: another read_file
             break
     got = "".join(parts)
     body = "\n".join(line for line in got.splitlines() if not line.startswith("--- page "))
@@ -158,6 +172,12 @@ def _read_pdf(
         return DocumentText("", "page", first, page_no, total, f"{name} {NO_TEXT_LAYER}")
     note = _left_out("page", first, page_no, total, cut_inside)
     return DocumentText(got.rstrip(), "page", first, page_no, total, note)
+
+
+def _content_bytes(page: Any) -> int:
+    """The size of a page's decoded drawing instructions (pypdf caps the decoding itself)."""
+    contents = page.get_contents()
+    return len(contents.get_data()) if contents is not None else 0
 
 
 _INHERITED = ("/Resources", "/MediaBox", "/CropBox", "/Rotate")
