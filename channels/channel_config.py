@@ -66,6 +66,8 @@ class TelegramConfig(_ChannelAccess):
     poll_timeout_s: int = Field(default=30, ge=0, le=50)  # getUpdates long-poll timeout
     poll_stall_s: float = Field(default=120.0, gt=0)  # rebuild polling after this long deaf
     max_download_mb: int = Field(default=20, ge=1)  # the Bot API's getFile limit is 20 MB
+    # A file's download may take this long, plus 1 s per 200 KB of it (messages behind it wait).
+    download_timeout_s: float = Field(default=20.0, gt=0, le=600)
     # An album arrives as one update per photo; parts this far apart still make one message.
     media_group_wait_s: float = Field(default=1.0, gt=0, le=10)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+import zlib
 from pathlib import Path
 
 from PIL import Image
@@ -26,6 +27,26 @@ def speech_ogg(text: str, folder: Path, name: str = "voice") -> bytes:
         capture_output=True,
     )  # fmt: skip
     return ogg.read_bytes()
+
+
+def silence_ogg(seconds: int, folder: Path) -> bytes:
+    """`seconds` of silence as OGG/Opus (6 kb/s: two hours is ~2.7 MB), made in about a second
+    by encoding 10 s once and repeating it without re-encoding."""
+    ffmpeg = need("ffmpeg")
+    piece, whole = folder / "silence-10s.ogg", folder / "silence.ogg"
+    subprocess.run(
+        [ffmpeg, "-loglevel", "error", "-y", "-f", "lavfi", "-i", "anullsrc=r=48000:cl=mono",
+         "-t", "10", "-c:a", "libopus", "-b:a", "6k", str(piece)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    subprocess.run(
+        [ffmpeg, "-loglevel", "error", "-y", "-stream_loop", str(seconds // 10 - 1), "-i",
+         str(piece), "-c", "copy", str(whole)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return whole.read_bytes()
 
 
 def jpeg(width: int, height: int, color: tuple[int, int, int] = (200, 80, 40)) -> bytes:
@@ -95,6 +116,40 @@ def text_pdf(pages: list[str] | int, *, text_layer: bool = True) -> bytes:
         b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(body) + 1, xref)
     )
     del objects
+    return out.getvalue()
+
+
+def flate_pdf(contents: list[bytes]) -> bytes:
+    """A PDF with one page per item of `contents`: its drawing instructions, FlateDecode
+    compressed (a few kilobytes can hold megabytes of them), Helvetica as /F1."""
+    body = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    kids = []
+    for content in contents:
+        packed = zlib.compress(content, 9)
+        body.append(b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed) + packed)
+        body[-1] += b"\nendstream"
+        body.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+            b"/Resources << /Font << /F1 3 0 R >> >> >>" % (len(body))
+        )
+        kids.append(b"%d 0 R" % len(body))
+    body[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), len(kids))
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, obj in enumerate(body, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n%s\nendobj\n" % (number, obj))
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(body) + 1))
+    out.write(b"".join(b"%010d 00000 n \n" % offset for offset in offsets))
+    out.write(
+        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(body) + 1, xref)
+    )
     return out.getvalue()
 
 

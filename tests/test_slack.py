@@ -484,6 +484,33 @@ async def test_the_bot_token_is_never_sent_to_a_file_link_outside_slack(tmp_path
     assert got.attachments[0].path is None
 
 
+@run
+async def test_a_file_link_redirecting_off_slack_gets_no_token(tmp_path: Path) -> None:
+    from aiohttp import web
+
+    seen: list[str | None] = []
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
+        return web.Response(body=b"from elsewhere", content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", elsewhere)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.2", 0)  # another host than the fake Slack's 127.0.0.1
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with running(tmp_path) as (slack, _channel, inbox):
+            slack.files_redirect = f"http://127.0.0.2:{port}"
+            await slack.push_event(slack.file_share("", [slack.add_file(b"data")]))
+            await inbox.wait()
+    finally:
+        await runner.cleanup()
+    assert seen == [None]  # the redirect was followed, without the bot token
+
+
 # -- sending -----------------------------------------------------------------------------------
 
 

@@ -6,10 +6,10 @@
 Every provider's limits at once: the long edge at most 1,568 px (Anthropic resizes anything
 bigger, and bills it), JPEG, PNG, WebP or GIF, and under 3.75 MB (5 MB once base64-encoded, the
 strictest provider's cap). An image already inside all of that is sent as it came; anything else
-is decoded once (a JPEG at a reduced scale, which keeps a 12-megapixel photo's decode fast),
-turned upright by its EXIF orientation, shrunk and encoded as JPEG (PNG when it has
-transparency). An animated GIF sends its first frame. A file bigger than `max_pixels` is refused
-before it is decoded (a "decompression bomb" could take gigabytes).
+is decoded once (a JPEG at a reduced scale, which keeps a 12-megapixel photo's decode fast;
+never a second full-size copy), shrunk, turned upright by its EXIF orientation and encoded as
+JPEG (PNG when it has transparency). An animated GIF sends its first frame. A file bigger than
+`max_pixels` is refused before it is decoded (a "decompression bomb" could take gigabytes).
 """
 
 from __future__ import annotations
@@ -86,23 +86,28 @@ def prepare_image(data: bytes, *, max_pixels: int) -> PreparedImage:
         raise ImageError("the image has too many pixels to decode safely") from None
     except UnidentifiedImageError:
         raise ImageError("it is not an image Pillow can read (corrupt or unknown format)") from None
-    except (OSError, ValueError, SyntaxError, EOFError) as exc:
+    except MemoryError:
+        raise
+    except Exception as exc:  # Pillow's decoders raise more than OSError on hostile bytes
         raise ImageError(f"the image is damaged ({_reason(exc)})") from None
 
 
 def _shrink(data: bytes, original: tuple[int, int]) -> PreparedImage:
+    # One full-size copy at most: a 100-megapixel PNG of a few hundred kilobytes decodes to
+    # 300 MB, and each needless copy (turned upright, converted) would be 300 MB more.
     with Image.open(io.BytesIO(data)) as image:
         if image.format == "JPEG":  # decode at 1/2, 1/4 or 1/8 scale, still over the target: fast
             scale = min(1.0, MAX_EDGE / max(original))
             image.draft("RGB", (math.ceil(original[0] * scale), math.ceil(original[1] * scale)))
         image.seek(0)
-        frame = ImageOps.exif_transpose(image)
-        frame.load()
-    alpha = frame.mode in ("RGBA", "LA", "PA") or (
-        frame.mode == "P" and "transparency" in frame.info
-    )
-    frame = frame.convert("RGBA" if alpha else "RGB")
-    frame.thumbnail((MAX_EDGE, MAX_EDGE), Image.Resampling.BICUBIC, reducing_gap=2.0)
+        image.load()
+        alpha = image.mode in ("RGBA", "LA", "PA") or (
+            image.mode == "P" and "transparency" in image.info
+        )
+        mode = "RGBA" if alpha else "RGB"
+        frame = image if image.mode == mode else image.convert(mode)
+        frame.thumbnail((MAX_EDGE, MAX_EDGE), Image.Resampling.BICUBIC, reducing_gap=2.0)
+        frame = ImageOps.exif_transpose(frame.copy() if frame is image else frame)  # upright
     if alpha:
         out = _encode(frame, "PNG")
         if len(out) <= MAX_BYTES:
@@ -128,6 +133,8 @@ def _encode(image: Image.Image, kind: str, **options: int) -> bytes:
 
 
 def _orientation(image: Image.Image) -> int | None:
+    if image.format == "PNG" and "exif" not in image.info:
+        return None  # Pillow would decode the whole image to look for an eXIf chunk after it
     try:
         value = image.getexif().get(0x0112)
     except Exception:

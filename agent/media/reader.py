@@ -33,6 +33,7 @@ from agent.media.audio import audio_duration
 from agent.media.documents import DocumentError, document_kind, read_document
 from agent.media.images import ImageError, is_image, prepare_image
 from agent.media.media_config import MediaConfig, VoiceConfig
+from agent.media.render import clean_name
 from agent.media.transcribe import NOT_CONFIGURED, Transcriber, TranscriptionError
 from common.attachment import Attachment
 
@@ -117,33 +118,23 @@ class MediaReader:
             if not a.path:
                 continue
             entry = stored_attachment(a)
-            if a.kind in ("voice", "audio") or (a.mime_type or "").startswith("audio/"):
-                line, notice, seconds = await self._transcribe(a)
-                entry["transcribed"] = notice is None
-                lines.append(line)
-                if seconds is not None:
-                    timings["transcription_s"] = timings.get("transcription_s", 0.0) + seconds
-            elif _is_image(a):
-                notice = None
-                if not vision:
-                    entry["not_shown"] = "the model can't read images"
-                    if session_id not in self._told_no_vision:
-                        self._told_no_vision.add(session_id)
-                        notice = (
-                            "(The model I use can't read images, so I haven't seen your "
-                            f"picture; it is saved at {a.path}. If the model can, set [media] "
-                            'vision = "on".)'
-                        )
-                elif shown >= self.media.max_images:
-                    entry["not_shown"] = f"over [media] max_images = {self.media.max_images}"
+            try:
+                if a.kind in ("voice", "audio") or (a.mime_type or "").startswith("audio/"):
+                    line, notice, seconds = await self._transcribe(a)
+                    entry["transcribed"] = notice is None
+                    lines.append(line)
+                    if seconds is not None:
+                        timings["transcription_s"] = timings.get("transcription_s", 0.0) + seconds
                 else:
-                    notice = await self._image(a, entry)
-                    shown += "image" in entry
-            elif document_kind(a.file_name or a.path, a.mime_type):
-                notice = await self._document(a, entry)
-                outside = outside or "document" in entry
-            else:
-                notice = None
+                    notice, shown, read = await self._look(a, entry, vision, shown, session_id)
+                    outside = outside or read
+            except Exception as exc:  # one file a library chokes on must not cost the message
+                log.warning("Could not read %s", a.path, exc_info=True)
+                entry = stored_attachment(a) | {"unreadable": f"failed ({type(exc).__name__})"}
+                notice = (
+                    f"(I couldn't read {shown_name(a)}: it failed in a way I did not expect "
+                    f"({type(exc).__name__}); it is saved at {a.path}.)"
+                )
             if notice:
                 notices.append(notice)
             stored.append(entry)
@@ -155,11 +146,38 @@ class MediaReader:
             )
         return PreparedMessage("\n".join(lines), tuple(stored), tuple(notices), outside, timings)
 
+    async def _look(
+        self, a: Attachment, entry: dict[str, Any], vision: bool, shown: int, session_id: str
+    ) -> tuple[str | None, int, bool]:
+        """An image or a document into `entry`: the notice, the pictures shown so far, and
+        whether a document's text came in."""
+        if _is_image(a):
+            notice = None
+            if not vision:
+                entry["not_shown"] = "the model can't read images"
+                if session_id not in self._told_no_vision:
+                    self._told_no_vision.add(session_id)
+                    notice = (
+                        "(The model I use can't read images, so I haven't seen your "
+                        f"picture; it is saved at {a.path}. If the model can, set [media] "
+                        'vision = "on".)'
+                    )
+            elif shown >= self.media.max_images:
+                entry["not_shown"] = f"over [media] max_images = {self.media.max_images}"
+            else:
+                notice = await self._image(a, entry)
+                shown += "image" in entry
+            return notice, shown, False
+        if document_kind(a.file_name or a.path, a.mime_type):
+            notice = await self._document(a, entry)
+            return notice, shown, "document" in entry
+        return None, shown, False
+
     # -- voice ----------------------------------------------------------------------------------
 
     async def _transcribe(self, a: Attachment) -> tuple[str, str | None, float | None]:
         """The line for the message, a notice when it failed, the backend's seconds."""
-        label = "voice note" if a.kind == "voice" else f"audio file {a.file_name or ''}".strip()
+        label = "voice note" if a.kind == "voice" else f"audio file {shown_name(a)}"
         path = self.workspace / str(a.path)
 
         def failed(reason: str) -> tuple[str, str, None]:
@@ -173,9 +191,11 @@ class MediaReader:
             return failed(
                 f"it is {size / MB:.1f} MB, over [voice] max_size_mb = {self.voice.max_size_mb}"
             )
-        duration = a.duration_s
-        if duration is None:
-            duration = await asyncio.to_thread(audio_duration, path)
+        # The file's own length when it can be told: the length a platform passes on is the
+        # sending app's claim (a 2-hour recording may say 3 s).
+        measured = await asyncio.to_thread(audio_duration, path)
+        claimed = [d for d in (a.duration_s, measured) if d is not None]
+        duration = max(claimed) if claimed else None
         if duration is not None and duration > self.voice.max_duration_s:
             return failed(
                 f"it is {_clock(duration)} long, over [voice] max_duration_s = "
@@ -195,7 +215,7 @@ class MediaReader:
 
     async def _image(self, a: Attachment, entry: dict[str, Any]) -> str | None:
         path = self.workspace / str(a.path)
-        name = a.file_name or Path(str(a.path)).name
+        name = shown_name(a)
         try:
             size = path.stat().st_size
             if size > self.media.max_image_mb * MB:
@@ -248,7 +268,7 @@ class MediaReader:
 
     async def _document(self, a: Attachment, entry: dict[str, Any]) -> str | None:
         path = self.workspace / str(a.path)
-        name = a.file_name or Path(str(a.path)).name
+        name = shown_name(a)
         started = time.perf_counter()
         try:
             size = path.stat().st_size
@@ -280,6 +300,12 @@ class MediaReader:
             "note": doc.note,
         }
         return None
+
+
+def shown_name(a: Attachment) -> str:
+    """The sender's name for a file as it may be shown or quoted: printable characters only (no
+    line breaks, no right-to-left overrides that reverse what follows), at most 100."""
+    return clean_name(a.file_name or Path(str(a.path)).name)
 
 
 def _is_image(a: Attachment) -> bool:

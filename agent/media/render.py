@@ -47,7 +47,8 @@ def document_block(a: dict[str, Any]) -> str:
     doc = a.get("document")
     if not isinstance(doc, dict):
         return ""
-    name = str(a.get("name") or Path(str(a.get("path"))).name).replace('"', "'")
+    name = clean_name(str(a.get("name") or Path(str(a.get("path"))).name)).replace('"', "'")
+    name = _TAG.sub(lambda m: "&lt;" + m.group(1), name)
     path = str(a.get("path"))
     body = _TAG.sub(lambda m: "&lt;" + m.group(1), str(doc.get("text") or ""))
     unit = str(doc.get("unit") or "line")
@@ -58,7 +59,8 @@ def document_block(a: dict[str, Any]) -> str:
         last = int(doc.get("last") or 0)
         arg = "pages" if unit == "page" else "from"
         value = f'"{last + 1}-{last + 10}"' if unit == "page" else str(last + 1)
-        text += f'\n[{name}: {doc["note"]}. Read more with read_file path="{path}" {arg}={value}.]'
+        # The path, not the sender's name for the file: this line is outside the untrusted block.
+        text += f'\n[{path}: {doc["note"]}. Read more with read_file path="{path}" {arg}={value}.]'
     return text
 
 
@@ -85,6 +87,16 @@ def load_image(workspace: Path, ref: dict[str, Any]) -> ImageBlock | None:
     return ImageBlock(
         media_type, data, int(ref.get("width") or 0), int(ref.get("height") or 0), rel
     )
+
+
+def clean_name(name: str) -> str:
+    """A file name from a sender, fit to quote: printable characters only (no line breaks, no
+    right-to-left override reversing what follows, no zero-width characters), at most 100."""
+    kept = " ".join("".join(ch if ch.isprintable() else " " for ch in name).split()) or "file"
+    if len(kept) <= 100:
+        return kept
+    suffix = Path(kept).suffix if len(Path(kept).suffix) <= 10 else ""
+    return kept[: 100 - len(suffix) - 1] + "…" + suffix  # the suffix tells the file's kind
 
 
 def _clean(text: str, limit: int = 64) -> str:

@@ -160,6 +160,10 @@ class CommandTranscriber:
             ) from None
         except PermissionError:
             raise TranscriptionError(f"the [voice] command {argv[0]!r} is not executable") from None
+        except OSError as exc:  # e.g. a script without its #! line: "Exec format error"
+            raise TranscriptionError(
+                f"the [voice] command {argv[0]!r} could not be started ({exc.strerror or exc})"
+            ) from None
         try:
             out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
         except (TimeoutError, asyncio.CancelledError) as exc:

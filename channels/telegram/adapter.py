@@ -225,6 +225,7 @@ class TelegramChannel(Channel):
             self._identity,
             inbox=self._inbox,
             max_download_mb=self._config.max_download_mb,
+            download_timeout_s=self._config.download_timeout_s,
         )
         self._dispatcher = UpdateDispatcher(
             self._bot, converter, on_message, album_wait_s=self._config.media_group_wait_s

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 GENERAL_TOPIC = "1"
 MB = 1024 * 1024
+DOWNLOAD_MIN_RATE = 200 * 1024  # bytes/s: a slow link still gets a big file
 # Checked in this order: an animation also carries `document`, a venue also `location`.
 _DOWNLOADABLE: tuple[tuple[str, AttachmentKind], ...] = (
     ("photo", "photo"),
@@ -95,11 +96,13 @@ class MessageConverter:
         *,
         inbox: InboxWriter,
         max_download_mb: int,
+        download_timeout_s: float = 20.0,
     ) -> None:
         self._bot = bot
         self.identity = identity
         self._inbox = inbox
         self._max_download_mb = max_download_mb
+        self._download_timeout_s = download_timeout_s
 
     async def convert(self, messages: Sequence[Message]) -> InboundMessage:
         """`messages`: one message, or an album's parts (merged: captions, files in order)."""
@@ -198,16 +201,27 @@ class MessageConverter:
         except BadRequest as error:
             if "too big" in error.message.lower():
                 return failed(self._too_large(size))
-            return failed(f"download failed ({error.message}); ask for the file to be sent again")
+            return failed(f"download failed ({_reason(error)}); ask for the file to be sent again")
         except TelegramError as error:
-            return failed(f"download failed ({error.message}); ask for the file to be sent again")
+            return failed(f"download failed ({_reason(error)}); ask for the file to be sent again")
         name = _file_name(message, kind, file_name, tg_file.file_path, mime_type)
+        # Updates are handed over in order, so every message behind a stalled download waits
+        # for it: the whole transfer is bounded, allowing a slow link for the file's size.
+        expected = tg_file.file_size or size or limit
+        deadline = self._download_timeout_s + expected / DOWNLOAD_MIN_RATE
         try:
-            data = bytes(await tg_file.download_as_bytearray(read_timeout=120))
+            async with asyncio.timeout(deadline):
+                data = bytes(await tg_file.download_as_bytearray(read_timeout=deadline))
+            if len(data) > limit:  # more than the size Telegram gave: not kept
+                return failed(self._too_large(len(data)))
             rel = await asyncio.to_thread(self._inbox.save, name, data, message.date)
+        except TimeoutError:
+            return failed(
+                f"download failed (no file after {deadline:.0f} s); ask for the file to be sent "
+                "again"
+            )
         except (TelegramError, OSError) as error:
-            reason = error.message if isinstance(error, TelegramError) else str(error)
-            return failed(f"download failed ({reason}); ask for the file to be sent again")
+            return failed(f"download failed ({_reason(error)}); ask for the file to be sent again")
         with warnings.catch_warnings():  # python-telegram-bot 22 warns of its timedelta switch
             warnings.simplefilter("ignore", PTBDeprecationWarning)
             seconds = _seconds(getattr(media, "duration", None))
@@ -220,6 +234,15 @@ class MessageConverter:
             f"This file is too large ({shown}); Telegram bots can download up to {limit} MB. "
             "Ask for a smaller file, or a link to it."
         )
+
+
+def _reason(error: Exception) -> str:
+    """Why a download failed, in a few words: python-telegram-bot puts a whole error page that
+    is not JSON (a proxy's HTML) into its message, which would go into the turn."""
+    text = error.message if isinstance(error, TelegramError) else str(error)
+    text = text.split(". Parsing the server response", 1)[0].strip()
+    text = text.splitlines()[0] if text else type(error).__name__
+    return text if len(text) <= 120 else text[:119] + "…"
 
 
 def _seconds(duration: Any) -> float | None:

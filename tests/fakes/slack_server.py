@@ -23,7 +23,8 @@ connection gets `hello`, then the `events_api` envelopes a test pushes; the clie
 (`{"envelope_id": …}`) are recorded with their time. Test controls: `rate_limit`, `delay`,
 `fail`, `cut_connection`, `drop_sockets` (close frame), `abort_sockets` (no close frame),
 `ponging = False` (a connection that stops answering pings), `handshake_delay_s` (a slow
-network), `files_scope = False` (downloads get the sign-in page), `scopes` (granted OAuth
+network), `files_scope = False` (downloads get the sign-in page), `files_redirect` (downloads
+answer 302 to another server), `scopes` (granted OAuth
 scopes, sent as X-OAuth-Scopes), `answer_normally`, `send_disconnect`,
 `open_sockets`, and event builders (`dm`, `channel_message`, `mention_pair`, `bot_message`,
 `file_share`, `message_changed`).
@@ -95,6 +96,7 @@ class FakeSlack:
         self.ack_payloads: list[dict[str, Any]] = []
         self.sockets_opened = 0
         self.files_scope = True  # False: the app lacks files:read (downloads get the sign-in page)
+        self.files_redirect: str | None = None  # set: downloads answer 302 to this URL + path
         self.handshake_delay_s = 0.0  # a slow network: the websocket handshake takes this long
         self.ponging = True  # False: ignore the client's pings (a half-dead connection)
         self.scopes = list(SCOPES)  # what the bot token was granted (X-OAuth-Scopes)
@@ -518,6 +520,8 @@ class FakeSlack:
             return web.Response(text=login, content_type="text/html")
         if found is None:
             return web.Response(status=404, text="not found")
+        if self.files_redirect:
+            raise web.HTTPFound(self.files_redirect + request.path)
         content, mimetype = found
         return web.Response(body=content, content_type=mimetype)
 

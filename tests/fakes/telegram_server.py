@@ -17,7 +17,8 @@ properly nested, else 400 "can't parse entities"; a text over 4,096 characters a
 parsing is refused; `message_thread_id=1` (the General topic) is refused for sends ("message
 thread not found") but accepted for chat actions.
 
-Test controls: `fail_next(method, status, n, retry_after=…)`, `disconnect_next(method, n)`
+Test controls (`method` "file" is the file download; a `description` starting with "<" is
+sent as an HTML page): `fail_next(method, status, n, retry_after=…)`, `disconnect_next(method, n)`
 (close the connection without an answer), `stall_next("getUpdates", n)` (accept and never
 answer), `refuse_html_marker` (HTML texts containing it are refused as unparseable), `calls`
 (every request: method and decoded params), `sent` (messages the bot sent, edited in place),
@@ -463,6 +464,21 @@ class FakeTelegram:
                 self._json(200, {"ok": True, "result": result})
 
             def _download(self, file_path: str) -> None:
+                fault = fake._record("file", {"file_path": file_path})
+                if fault == "disconnect":
+                    self.close_connection = True
+                    return
+                if fault == "stall":
+                    fake._stopping.wait()
+                    self.close_connection = True
+                    return
+                if isinstance(fault, _Failure) and (fault.description or "").startswith("<"):
+                    page = (fault.description or "").encode()  # a proxy's HTML error page
+                    self._send(fault.status, page, "text/html")
+                    return
+                if isinstance(fault, _Failure):
+                    self._error(_failure_error(fault))
+                    return
                 for content, _size, path in fake._files.values():
                     if path == file_path and content is not None:
                         self._send(200, content, "application/octet-stream")
