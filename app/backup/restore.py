@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from app.backup.manifest import (
     AGENT_SCOPE,
@@ -122,28 +122,49 @@ def _safe_name(name: str) -> str:
     return name
 
 
+_READ_ERRORS = (OSError, tarfile.TarError, EOFError, zlib.error)
+
+
+class _Reading:
+    """A member's stream whose read errors say the archive is damaged — only those: a write
+    that fails beside it (a full disk) is not the archive's fault."""
+
+    def __init__(self, archive: Path, stream: IO[bytes]) -> None:
+        self.archive, self.stream = archive, stream
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            return self.stream.read(n)
+        except _READ_ERRORS as exc:
+            raise RestoreError(_damaged(self.archive, exc)) from exc
+
+
 @contextlib.contextmanager
 def _members(archive: Path) -> Iterator[Iterator[tuple[str, IO[bytes]]]]:
     """(name, stream) of each file in `archive`, in order; RestoreError for anything else."""
     try:
         tar = tarfile.open(archive, mode="r|gz")  # noqa: SIM115 - closed by the `with` below
-    except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
+    except _READ_ERRORS as exc:
         raise RestoreError(_damaged(archive, exc)) from exc
 
     def walk() -> Iterator[tuple[str, IO[bytes]]]:
-        for member in tar:
+        members = iter(tar)
+        while True:
+            try:
+                member = next(members, None)
+            except _READ_ERRORS as exc:
+                raise RestoreError(_damaged(archive, exc)) from exc
+            if member is None:
+                return
             name = _safe_name(member.name)
             if not member.isreg():
                 raise RestoreError(f"the archive holds {name!r}, not a plain file; {NOTHING}")
             stream = tar.extractfile(member)
             assert stream is not None  # a regular member always has one
-            yield name, stream
+            yield name, cast(IO[bytes], _Reading(archive, stream))
 
-    try:
-        with tar:
-            yield walk()
-    except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
-        raise RestoreError(_damaged(archive, exc)) from exc
+    with tar:
+        yield walk()
 
 
 def _damaged(archive: Path, exc: BaseException) -> str:
@@ -374,7 +395,14 @@ def restore_backup(
             if workspace.exists():
                 workspace.rmdir()
             os.rename(staged_ws, workspace)
-    except (OSError, MemoryError_) as exc:
+    except OSError as exc:  # the archive's own faults are RestoreErrors already
+        raise RestoreError(
+            f"The restored files could not be written ({exc.strerror or exc}"
+            f"{f': {exc.filename}' if exc.filename else ''}); {NOTHING}. Free some space or "
+            "fix the permissions there (or restore elsewhere: PINCH_HOME=/a/new/folder), then "
+            "restore again: the archive is fine."
+        ) from exc
+    except MemoryError_ as exc:
         raise RestoreError(f"The restore failed ({exc}); {NOTHING}.") from exc
     finally:
         for folder in (staged_home, staged_ws):

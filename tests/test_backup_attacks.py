@@ -1,0 +1,109 @@
+"""What a backup may delete, and what a restore says when it cannot write: pruning keeps every
+file that is not this agent's scheduled archive, a backup's clean-up of killed backups keeps the
+owner's folders, and a full disk during a restore is told as such (not as a damaged archive)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.backup.archive import make_backup
+from app.backup.schedule import run_scheduled_backup, scheduled_archives
+from app.cli.setup import initialise
+from app.config import load_settings
+from tests.backup_support import pinch, settings_for
+
+TEMPLATE = Path(__file__).resolve().parents[1] / "workspace_template"
+
+
+@pytest.fixture
+def home(pinch_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PINCH_MEMORY__EMBEDDING__PROVIDER", "none")
+    initialise(load_settings(), TEMPLATE)
+    return pinch_home
+
+
+async def _never_told(text: str) -> None:
+    raise AssertionError(f"the owner was told: {text}")
+
+
+def test_scheduled_pruning_keeps_manual_archives_of_an_agent_called_auto_and_the_owners_files(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pinch("agents", "add", "auto")
+    monkeypatch.setenv("PINCH_AGENTS__AUTO__BACKUP__KEEP", "1")
+    settings = load_settings(agent_id="auto")
+    folder = settings.backup_dir
+    manual = [make_backup(settings).path for _ in range(2)]  # pinch-backup-auto-<stamp>.tar.gz
+    own_file = folder / "pinch-backup-auto-keep-me.tar.gz"
+    own_file.write_bytes(b"the owner's")
+
+    for _ in range(2):
+        assert asyncio.run(run_scheduled_backup(settings, _never_told)) is not None
+
+    assert all(path.exists() for path in manual) and own_file.exists()
+    [kept] = scheduled_archives(folder, "auto")
+    assert kept.name.startswith("pinch-backup-auto-auto-")
+
+
+def test_a_backup_removes_a_killed_backups_work_folder_but_not_a_folder_of_the_owners(
+    home: Path, tmp_path: Path
+) -> None:
+    dest = tmp_path / "usb"
+    killed = dest / ".pinch-backup-k1ll3d_x"
+    owners = [dest / ".pinch-backup-keep", dest / ".pinch-backup-notes123"]
+    for folder in [killed, *owners]:
+        folder.mkdir(parents=True)
+    (killed / "0.snapshot").write_bytes(b"a snapshot")
+    (killed / "archive.partial").write_bytes(b"half an archive")
+    for folder in owners:
+        (folder / "letters.txt").write_text("precious", encoding="utf-8")
+    long_ago = time.time() - 7 * 3600
+    for folder in [killed, *owners]:
+        os.utime(folder, (long_ago, long_ago))
+
+    pinch("backup", "--to", f"{dest}/")
+
+    assert not killed.exists()
+    for folder in owners:
+        assert (folder / "letters.txt").read_text(encoding="utf-8") == "precious"
+
+
+def _small_files_only(limit: int) -> None:
+    """In the child: a file can grow to `limit` bytes at most (writes past it fail, EFBIG),
+    as on a nearly full disk."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_a_restore_that_cannot_write_says_so_and_does_not_blame_the_archive(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = load_settings()
+    (settings.workspace_dir / "memory" / "big.md").write_bytes(b"x" * 300_000)
+    archive = make_backup(settings, to=f"{tmp_path}/").path
+    new = tmp_path / "new-home"
+    settings_for(new, monkeypatch)
+
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "restore", str(archive)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: _small_files_only(100_000),
+        env={**os.environ, "PINCH_HOME": str(new)},
+    )
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "damaged" not in result.stderr and "another archive" not in result.stderr
+    assert "could not be written" in result.stderr and "nothing was restored" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not new.exists() and not [p for p in tmp_path.iterdir() if "restoring" in p.name]
