@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from pydantic import ValidationError
 
-from agent.mcp.mcp_config import McpServerConfig, MissingVariable, expand
+from agent.mcp.mcp_config import McpServerConfig, MissingVariable, expand, references
+from common.printable import printable
+from common.redact import redact
 from common.text import shorten
 
 if TYPE_CHECKING:  # the SDK takes most of a second to import: only when a server starts
@@ -167,7 +169,7 @@ class McpConnection:
             if exc.code == CONNECTION_CLOSED:
                 raise self._drop("the connection closed (the server stopped or crashed)") from None
             raise ToolCallError(
-                f"{self.name} refused the call: {shorten(exc.message, 300)}"
+                f"{self.name} refused the call: {shorten(self._redact(exc.message), 300)}"
             ) from None
         except TimeoutError:
             raise self._drop(f"no answer within {timeout:g} s") from None
@@ -191,7 +193,7 @@ class McpConnection:
 
     def _drop(self, reason: str) -> ServerUnavailable:
         """Mark the connection broken (the supervisor restarts it) and say so."""
-        reason = shorten(reason, 200)
+        reason = shorten(self._redact(reason), 200)
         if self.state == "ready":
             self._broken_reason = reason
             self._broken.set()
@@ -238,7 +240,7 @@ class McpConnection:
 
     def _fail(self, reason: str, retry_in: float) -> None:
         """One line in the log (a failure repeated word for word is logged at debug level)."""
-        reason = shorten(reason, 300)
+        reason = shorten(self._redact(reason), 300)
         repeated = self.state == "starting" and reason == self.last_error
         self.state = "failed"
         self.last_error = reason
@@ -306,6 +308,15 @@ class McpConnection:
         fd = os.open(self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         return stack.enter_context(open(fd, "w", encoding="utf-8"))
 
+    def _redact(self, text: str) -> str:
+        """`text` without a secret — the environment's (common/redact.py) and the values this
+        server's `env` and `headers` name as `${VAR}` — or an escape sequence: a server that
+        fails may echo its own token (on stderr, in an error), and its errors reach the log,
+        `pinch mcp list` and the model."""
+        named = [v for value in (*self.config.env.values(), *self.config.headers.values())
+                 for v in references(value)]  # fmt: skip
+        return printable(redact(text, [os.environ.get(name) for name in named]))
+
     def _changed(self) -> None:
         if self.on_change is not None:
             try:
@@ -332,10 +343,10 @@ class McpConnection:
             log.warning(
                 "MCP server %s wrote a line that is not JSON-RPC (ignored): %s",
                 self.name,
-                shorten(repr(bad), 120),
+                shorten(self._redact(repr(bad)), 120),
             )
         elif isinstance(message, Exception):
-            log.warning("MCP server %s: %s", self.name, _describe(message))
+            log.warning("MCP server %s: %s", self.name, self._redact(_describe(message)))
 
 
 class _StartError(Exception):

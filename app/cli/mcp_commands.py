@@ -82,7 +82,11 @@ def _alive(pid: int) -> bool:
 
 
 def describe(status: ServerStatus) -> str:
+    """What `pinch mcp list` prints of one server: tool names and errors come from the server,
+    so nothing of them may drive the terminal or show a secret."""
     from agent.mcp.mcp_config import SEPARATOR
+    from common.printable import printable
+    from common.redact import redact
 
     restarts = f", restarted {status.restarts} time(s)" if status.restarts else ""
     lines = [f"{status.name}  ({status.transport})  {status.state}{restarts}"]
@@ -91,7 +95,7 @@ def describe(status: ServerStatus) -> str:
         lines.append(f"  tools ({len(status.tools)}): {names}")
     if status.last_error:
         lines.append(f"  last error: {status.last_error}")
-    return "\n".join(lines)
+    return printable(redact("\n".join(lines)))
 
 
 async def probe_servers(settings: Settings, only: str | None = None) -> list[ServerStatus]:

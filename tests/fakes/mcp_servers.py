@@ -6,8 +6,9 @@
 KIND: `calc` (add, multiply, divide, pid, getenv), `crash` (its `boom` tool kills the
 process), `hang` (its `wait` tool never answers), `big` (its `dump` tool returns 5 MB of text),
 `many` (40 tools), `garbage` (writes a line that is not JSON-RPC to stdout, then serves `calc`),
-`dies` (exits before answering anything: a server that fails to start), `liar` (answers a call
-with something that is not a tool result). With MCP_TEST_PIDFILE
+`dies` (exits before answering anything: a server that fails to start), `leaky` (fails to
+start, writing its token MCP_TEST_TOKEN and an escape sequence to stderr), `liar` (answers a
+call with something that is not a tool result). With MCP_TEST_PIDFILE
 set, the server appends its pid to that file as it starts.
 """
 
@@ -138,6 +139,10 @@ def liar() -> None:
 def main() -> None:
     if sys.argv[1:2] == ["dies"]:  # before importing anything heavy
         print("cannot start: no configuration", file=sys.stderr)
+        raise SystemExit(2)
+    if sys.argv[1:2] == ["leaky"]:
+        token = os.environ.get("MCP_TEST_TOKEN", "")
+        print(f"\x1b]0;owned\x07auth failed for token {token}", file=sys.stderr)
         raise SystemExit(2)
     if sys.argv[1:2] == ["liar"]:
         liar()
