@@ -5,11 +5,14 @@ owner's folders, and a full disk during a restore is told as such (not as a dama
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import os
 import resource
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -107,3 +110,29 @@ def test_a_restore_that_cannot_write_says_so_and_does_not_blame_the_archive(
     assert "could not be written" in result.stderr and "nothing was restored" in result.stderr
     assert "Traceback" not in result.stderr
     assert not new.exists() and not [p for p in tmp_path.iterdir() if "restoring" in p.name]
+
+
+def test_an_agent_archive_whose_manifest_names_a_path_as_its_agent_is_refused(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = make_backup(load_settings(), to=f"{tmp_path}/").path
+    with tarfile.open(archive, "r:gz") as tar:
+        parts = {m.name: tar.extractfile(m).read() for m in tar if m.isreg()}  # type: ignore[union-attr]
+    manifest = json.loads(parts.pop("manifest.json"))
+    kept = {n: d for n, d in parts.items() if n.startswith("workspace/")}
+    manifest.update(scope="agent", format=2, agent_id="../../elsewhere", databases={})
+    manifest["files"] = {n: f for n, f in manifest["files"].items() if n in kept}
+    forged = tmp_path / "forged.tar.gz"
+    with tarfile.open(forged, "w:gz") as out:  # every hash right: only the agent is wrong
+        for name, data in [*kept.items(), ("manifest.json", json.dumps(manifest).encode())]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            out.addfile(info, io.BytesIO(data))
+    new = tmp_path / "new-home"
+    settings_for(new, monkeypatch)
+
+    out = pinch("restore", str(forged), ok=False).output
+
+    assert "names its agent '../../elsewhere', which is not an agent name" in out
+    assert "config.toml" not in out and "nothing was restored" in out
+    assert not new.exists() and not (tmp_path / "elsewhere").exists()

@@ -276,6 +276,7 @@ def _agent_target(settings: Settings, manifest: Manifest, agent: str | None) -> 
     """The settings of the agent an agent archive restores (None for the default agent's
     archive); RestoreError when `agent` (--agent) is not the archive's."""
     from app.config import load_settings
+    from app.config_layers import AGENT_NAME
 
     name = manifest.agent_id
     if manifest.scope != AGENT_SCOPE:
@@ -285,6 +286,11 @@ def _agent_target(settings: Settings, manifest: Manifest, agent: str | None) -> 
                 f"restore it without --agent, into an empty home; {NOTHING}."
             )
         return None
+    if not AGENT_NAME.fullmatch(name):  # it names a folder: the manifest was altered
+        raise RestoreError(
+            f"The archive names its agent {name!r}, which is not an agent name (letters, digits, "
+            f"'-' and '_'): it was altered; {NOTHING}. Use another archive."
+        )
     if agent is not None and agent != name:
         raise RestoreError(
             f"The archive holds agent {name!r}, not {agent!r}: restore it with --agent {name} "
