@@ -123,11 +123,11 @@ def test_an_agent_archive_whose_manifest_names_a_path_as_its_agent_is_refused(
     manifest.update(scope="agent", format=2, agent_id="../../elsewhere", databases={})
     manifest["files"] = {n: f for n, f in manifest["files"].items() if n in kept}
     forged = tmp_path / "forged.tar.gz"
-    with tarfile.open(forged, "w:gz") as out:  # every hash right: only the agent is wrong
+    with tarfile.open(forged, "w:gz") as tar:  # every hash right: only the agent is wrong
         for name, data in [*kept.items(), ("manifest.json", json.dumps(manifest).encode())]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
-            out.addfile(info, io.BytesIO(data))
+            tar.addfile(info, io.BytesIO(data))
     new = tmp_path / "new-home"
     settings_for(new, monkeypatch)
 
