@@ -129,7 +129,14 @@ class McpConnection:
         self._broken.set()
         self._wanted.set()
         task, self._task = self._task, None
-        if task is not None:
+        if task is not None and self.state == "starting":
+            # Still in the handshake, which `_broken` does not interrupt: waiting STOP_WAIT_S
+            # for a server that never answers would only delay the exit (the process still
+            # ends: leaving the transport stops it).
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        elif task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(task), STOP_WAIT_S)
             except (TimeoutError, Exception):
