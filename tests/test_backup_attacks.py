@@ -5,6 +5,7 @@ owner's folders, and a full disk during a restore is told as such (not as a dama
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import os
@@ -112,22 +113,39 @@ def test_a_restore_that_cannot_write_says_so_and_does_not_blame_the_archive(
     assert not new.exists() and not [p for p in tmp_path.iterdir() if "restoring" in p.name]
 
 
+def forge(archive: Path, dest: Path, files: dict[str, bytes | None], **manifest: object) -> Path:
+    """A copy of `archive` with `files` replaced, added or (None) left out and its manifest
+    changed to match — every hash right, as an attacker who read the format would make it."""
+    with tarfile.open(archive, "r:gz") as tar:
+        parts = {m.name: tar.extractfile(m).read() for m in tar if m.isreg()}  # type: ignore[union-attr]
+    described = json.loads(parts.pop("manifest.json"))
+    for name, data in files.items():
+        parts.pop(name, None)
+        described["files"].pop(name, None)
+        if data is not None:
+            parts[name] = data
+            described["files"][name] = {
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+            }
+    described.update(manifest)
+    with tarfile.open(dest, "w:gz") as tar:
+        for name, data in [*parts.items(), ("manifest.json", json.dumps(described).encode())]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return dest
+
+
 def test_an_agent_archive_whose_manifest_names_a_path_as_its_agent_is_refused(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     archive = make_backup(load_settings(), to=f"{tmp_path}/").path
-    with tarfile.open(archive, "r:gz") as tar:
-        parts = {m.name: tar.extractfile(m).read() for m in tar if m.isreg()}  # type: ignore[union-attr]
-    manifest = json.loads(parts.pop("manifest.json"))
-    kept = {n: d for n, d in parts.items() if n.startswith("workspace/")}
-    manifest.update(scope="agent", format=2, agent_id="../../elsewhere", databases={})
-    manifest["files"] = {n: f for n, f in manifest["files"].items() if n in kept}
-    forged = tmp_path / "forged.tar.gz"
-    with tarfile.open(forged, "w:gz") as tar:  # every hash right: only the agent is wrong
-        for name, data in [*kept.items(), ("manifest.json", json.dumps(manifest).encode())]:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    gone: dict[str, bytes | None] = {"config.toml": None, "agents/main/agent.sqlite": None}
+    forged = forge(
+        archive, tmp_path / "forged.tar.gz", gone, scope="agent", format=2,
+        agent_id="../../elsewhere", databases={},
+    )  # fmt: skip
     new = tmp_path / "new-home"
     settings_for(new, monkeypatch)
 
@@ -136,3 +154,19 @@ def test_an_agent_archive_whose_manifest_names_a_path_as_its_agent_is_refused(
     assert "names its agent '../../elsewhere', which is not an agent name" in out
     assert "config.toml" not in out and "nothing was restored" in out
     assert not new.exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_dry_run_names_the_workspace_folder_an_archives_config_sends_files_to(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = make_backup(load_settings(), to=f"{tmp_path}/").path
+    outside = tmp_path / "somewhere" / "else"
+    config = f'workspace = "{outside}"\n'.encode()
+    forged = forge(archive, tmp_path / "forged.tar.gz", {"config.toml": config})
+    new = tmp_path / "new-home"
+    settings_for(new, monkeypatch)
+
+    out = pinch("restore", str(forged), "--dry-run").output
+
+    assert f"It would be restored into {new} (workspace {outside})" in out
+    assert not new.exists() and not outside.exists()

@@ -96,8 +96,8 @@ def restore(path: Path, dry_run: bool) -> None:
         click.echo(line)
     if dry_run:
         click.echo(
-            f"The archive is whole. It would be restored into {report.home}; "
-            "nothing was written (--dry-run)."
+            f"The archive is whole. It would be restored into {report.home} (workspace "
+            f"{report.workspace}); nothing was written (--dry-run)."
         )
         return
     click.echo(f"Restored into {report.home} (workspace {report.workspace}).")
