@@ -1,0 +1,58 @@
+"""What a server's tool schemas may cost: a tool whose parameters' schema is huge is left out
+(and logged), and `mcp_tool_search` returns at most `max_result_chars` of schemas, naming the
+tools whose schemas did not fit."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from agent.mcp.mcp_config import McpConfig
+from agent.mcp.mcp_tools import MAX_SCHEMA_CHARS, SEARCH_TOOL, McpServers
+from agent.policy import policy_for
+from agent.tools import ToolContext, ToolRegistry
+from agent.types import ToolCall
+from tests.agent_support import OWNER
+from tests.mcp_support import LoopThread, stdio
+
+
+@pytest.fixture(scope="module")
+def wide() -> Iterator[tuple[LoopThread, McpServers]]:
+    loop = LoopThread()
+    servers = McpServers(McpConfig.model_validate({"servers": {"wide": stdio("wide")}}))
+    loop.run(servers.start(wait_s=60), timeout=90)
+    yield loop, servers
+    loop.run(servers.aclose())
+    loop.close()
+
+
+def test_a_tool_with_a_huge_parameter_schema_is_left_out_and_logged(
+    wide: tuple[LoopThread, McpServers], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, servers = wide
+    with caplog.at_level(logging.WARNING, logger="agent.mcp.mcp_tools"):
+        servers._cache = None  # the warning is logged when the tools are read
+        names = [t.name for t in servers.visible_tools(OWNER, policy_for(OWNER))]
+
+    assert names == [f"wide__wide_{i}" for i in range(5)]
+    assert "the parameters of wide__huge take 208,137 characters" in caplog.text
+    assert f"(more than {MAX_SCHEMA_CHARS:,}); the tool is left out" in caplog.text
+
+
+def test_a_search_returns_as_many_schemas_as_fit_a_result_and_names_the_others(
+    wide: tuple[LoopThread, McpServers],
+) -> None:
+    loop, servers = wide
+    registry = ToolRegistry([], [servers])
+    call = ToolCall("t1", SEARCH_TOOL, {"query": "record"})
+
+    result = loop.run(registry.call(call, ToolContext(OWNER, "s1")))
+
+    assert not result.is_error and len(result.content) <= servers.config.max_result_chars
+    found = json.loads(result.content)
+    with_schema = [t["name"] for t in found["tools"] if "parameters" in t]
+    assert len(found["tools"]) == 5 and 1 <= len(with_schema) < 5
+    assert "search a name" in found["note"]
