@@ -170,3 +170,37 @@ def test_a_dry_run_names_the_workspace_folder_an_archives_config_sends_files_to(
 
     assert f"It would be restored into {new} (workspace {outside})" in out
     assert not new.exists() and not outside.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "target", "said"),
+    [
+        ("workspace/MEMORY.md", tarfile.LNKTYPE, "/etc/passwd", "not a plain file"),
+        ("workspace/tty", tarfile.CHRTYPE, "", "not a plain file"),
+        ("workspace/pipe", tarfile.FIFOTYPE, "", "not a plain file"),
+        ("/tmp/pinch-restore-absolute.md", tarfile.REGTYPE, "", "unsafe name"),
+        ("workspace/../../escaped.md", tarfile.REGTYPE, "", "unsafe name"),
+    ],
+)
+def test_a_member_that_is_not_a_plain_file_inside_the_archive_is_refused_before_writing(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, kind: bytes,
+    target: str, said: str,
+) -> None:  # fmt: skip
+    archive = make_backup(load_settings(), to=f"{tmp_path}/").path
+    forged = tmp_path / "forged.tar.gz"
+    with tarfile.open(archive, "r:gz") as src, tarfile.open(forged, "w:gz") as tar:
+        for member in src:  # the odd member first: nothing may be written before it is seen
+            if member.name == "config.toml":
+                odd = tarfile.TarInfo(name)
+                odd.type, odd.linkname, odd.devmajor = kind, target, 4
+                odd.size = 1 if kind == tarfile.REGTYPE else 0
+                tar.addfile(odd, io.BytesIO(b"x") if odd.size else None)
+            tar.addfile(member, src.extractfile(member))
+    new = tmp_path / "new-home"
+    settings_for(new, monkeypatch)
+
+    out = pinch("restore", str(forged), ok=False).output
+
+    assert said in out and "nothing was restored" in out and "Traceback" not in out
+    assert not new.exists() and not Path("/tmp/pinch-restore-absolute.md").exists()
+    assert not (tmp_path / "escaped.md").exists()
