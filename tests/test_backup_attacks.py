@@ -204,3 +204,37 @@ def test_a_member_that_is_not_a_plain_file_inside_the_archive_is_refused_before_
     assert said in out and "nothing was restored" in out and "Traceback" not in out
     assert not new.exists() and not Path("/tmp/pinch-restore-absolute.md").exists()
     assert not (tmp_path / "escaped.md").exists()
+
+
+def _can_mount() -> bool:
+    """Whether this machine lets an unprivileged process mount a tmpfs in a namespace of its
+    own (unshare(1) and user namespaces): how a test gets a mount point like Docker's /data."""
+    probe = ["unshare", "--user", "--map-root-user", "--mount", "true"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.mark.skipif(not _can_mount(), reason="needs unshare with user namespaces")
+def test_a_home_that_is_a_mount_point_like_dockers_data_volume_is_restored_into(
+    home: Path, tmp_path: Path
+) -> None:
+    archive = make_backup(load_settings(), to=f"{tmp_path}/").path
+    volume = tmp_path / "data"
+    volume.mkdir()
+    script = (
+        'mount -t tmpfs tmpfs "$1" && PINCH_HOME="$1" "$2" -m app.cli.main restore "$3" && '
+        'echo --- && cd "$1" && find . -type f | sort && stat -c "%a" .'
+    )
+    result = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh",
+         str(volume), sys.executable, str(archive)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    restored, files = result.stdout.split("---\n")
+    assert f"Restored into {volume} (workspace {volume / 'workspace'})" in restored
+    assert "./agents/main/agent.sqlite" in files and "./workspace/MEMORY.md" in files
+    assert "restoring" not in files and files.split()[-1] == "700"

@@ -320,6 +320,24 @@ def _stage(parent: Path, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{name}.restoring-", dir=parent))
 
 
+def _move_into(staged: Path, home: Path) -> None:
+    """Move what `staged` (a folder in `home`) holds into `home`, then remove it; on a failure
+    what was moved goes back, so the home is as empty as before."""
+    moved: list[str] = []
+    try:
+        for entry in sorted(staged.iterdir()):
+            os.rename(entry, home / entry.name)
+            moved.append(entry.name)
+    except OSError:
+        for name in moved:
+            with contextlib.suppress(OSError):
+                os.rename(home / name, staged / name)
+        raise
+    staged.rmdir()
+    with contextlib.suppress(OSError):  # a volume's root may belong to someone else
+        home.chmod(0o700)
+
+
 def restore_backup(
     settings: Settings,
     archive: Path,
@@ -361,7 +379,10 @@ def restore_backup(
     if dry_run:
         return report
     external = not workspace.is_relative_to(home)
-    staged_home = _stage(home.parent, home.name)
+    # A home that is a mount point (Docker's /data volume) can be neither replaced nor reached
+    # by a rename from beside it: the restore is staged inside it, then moved in.
+    mounted = home.is_dir() and os.path.ismount(home)
+    staged_home = _stage(home, home.name) if mounted else _stage(home.parent, home.name)
     staged_ws = _stage(workspace.parent, workspace.name) if external else None
     try:
         with _members(archive) as members:
@@ -393,10 +414,13 @@ def restore_backup(
         _load_postgres(agent_settings or settings, manifest, staged_home, prefix, report)
         if not external:  # an archive without workspace files still gives a workspace
             make_private_dirs(staged_home / workspace.relative_to(home))
-        if home.exists():
-            home.rmdir()  # empty: checked above
-        make_private_dirs(home.parent)
-        os.rename(staged_home, home)
+        if mounted:
+            _move_into(staged_home, home)
+        else:
+            if home.exists():
+                home.rmdir()  # empty: checked above
+            make_private_dirs(home.parent)
+            os.rename(staged_home, home)
         if staged_ws is not None:
             if workspace.exists():
                 workspace.rmdir()
