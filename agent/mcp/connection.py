@@ -42,6 +42,7 @@ STABLE_S = 60.0  # a server that stayed up this long starts its backoff again fr
 START_TIMEOUT_S = 30.0  # the handshake may take longer than a call (npx fetching a package)
 STOP_WAIT_S = 8.0  # the SDK ends a stdio server in ≤ 6 s (stdin closed, SIGTERM, SIGKILL)
 WATCH_S = 2.0  # how often a ready stdio server's process is checked
+MAX_GARBAGE_LOGGED = 5  # lines of stdout that are not JSON-RPC logged per start of a server
 CONNECTION_CLOSED, REQUEST_TIMEOUT = -32000, -32001  # the SDK's error codes (mcp_types)
 
 
@@ -97,6 +98,7 @@ class McpConnection:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._broken_reason = ""
+        self._garbage_lines = 0  # lines of stdout that were not JSON-RPC, since the start
         self.on_change: Callable[[], None] | None = None  # told when state or tools change
 
     # -- life --------------------------------------------------------------------------------
@@ -266,6 +268,7 @@ class McpConnection:
 
         self._broken.clear()
         self._broken_reason = ""
+        self._garbage_lines = 0
         async with AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(self._transport(stack))
             session = await stack.enter_async_context(
@@ -346,10 +349,15 @@ class McpConnection:
 
     async def _on_message(self, message: object) -> None:
         if isinstance(message, ValidationError):  # a line that is not JSON-RPC: noted, ignored
+            self._garbage_lines += 1  # counted per start: a chatty server cannot flood the log
+            if self._garbage_lines > MAX_GARBAGE_LOGGED:
+                return
             bad = next((e.get("input") for e in message.errors()), "")
+            last = " (the last one logged until it restarts)"
             log.warning(
-                "MCP server %s wrote a line that is not JSON-RPC (ignored): %s",
+                "MCP server %s wrote a line that is not JSON-RPC (ignored)%s: %s",
                 self.name,
+                last if self._garbage_lines == MAX_GARBAGE_LOGGED else "",
                 shorten(self._redact(repr(bad)), 120),
             )
         elif isinstance(message, Exception):

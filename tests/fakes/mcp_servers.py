@@ -6,11 +6,11 @@
 KIND: `calc` (add, multiply, divide, pid, getenv), `crash` (its `boom` tool kills the process),
 `hang` (its `wait` tool never answers), `big` (its `dump` tool returns 5 MB of text), `many` (40
 tools), `wide` (a tool whose parameters' schema is 200,000 characters, and five of about 6,000
-each), `garbage` (writes a line that is not JSON-RPC to stdout, then serves `calc`), `dies`
-(exits before answering anything: a server that fails to start), `leaky` (fails to start,
-writing its token MCP_TEST_TOKEN and an escape sequence to stderr), `liar` (answers a call with
-something that is not a tool result). With MCP_TEST_PIDFILE set, the server appends its pid to
-that file as it starts."""
+each), `garbage` (writes a line that is not JSON-RPC to stdout, or MCP_TEST_GARBAGE lines, then
+serves `calc`), `dies` (exits before answering anything: a server that fails to start), `leaky`
+(fails to start, writing its token MCP_TEST_TOKEN and an escape sequence to stderr), `liar`
+(answers a call with something that is not a tool result). With MCP_TEST_PIDFILE set, the server
+appends its pid to that file as it starts."""
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def main() -> None:
             f.write(f"{os.getpid()}\n")
     server = build(args.kind)
     if args.kind == "garbage":
-        sys.stdout.write("this is not json-rpc\n")
+        sys.stdout.write("this is not json-rpc\n" * int(os.environ.get("MCP_TEST_GARBAGE", "1")))
         sys.stdout.flush()
     if args.http is not None:
         server.settings.log_level = "WARNING"

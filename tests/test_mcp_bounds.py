@@ -1,6 +1,7 @@
-"""What a server's tool schemas may cost: a tool whose parameters' schema is huge is left out
-(and logged), and `mcp_tool_search` returns at most `max_result_chars` of schemas, naming the
-tools whose schemas did not fit."""
+"""What a server may cost Pinch: a tool whose parameters' schema is huge is left out (and
+logged), `mcp_tool_search` returns at most `max_result_chars` of schemas (naming the tools whose
+schemas did not fit), and a server writing a flood of lines that are not JSON-RPC costs a few
+log lines, not one a line."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from agent.mcp.connection import MAX_GARBAGE_LOGGED
 from agent.mcp.mcp_config import McpConfig
 from agent.mcp.mcp_tools import MAX_SCHEMA_CHARS, SEARCH_TOOL, McpServers
 from agent.policy import policy_for
@@ -56,3 +58,24 @@ def test_a_search_returns_as_many_schemas_as_fit_a_result_and_names_the_others(
     with_schema = [t["name"] for t in found["tools"] if "parameters" in t]
     assert len(found["tools"]) == 5 and 1 <= len(with_schema) < 5
     assert "search a name" in found["note"]
+
+
+def test_a_flood_of_lines_that_are_not_json_rpc_is_a_few_log_lines_and_the_server_works(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    flood = stdio("garbage", env={"MCP_TEST_GARBAGE": "2000"})
+    loop = LoopThread()
+    servers = McpServers(McpConfig.model_validate({"servers": {"garbage": flood}}))
+    registry = ToolRegistry([], [servers])
+    try:
+        with caplog.at_level(logging.WARNING, logger="agent.mcp"):
+            loop.run(servers.start(wait_s=30), timeout=60)
+            call = ToolCall("t1", "garbage__add", {"a": 1, "b": 2})
+            result = loop.run(registry.call(call, ToolContext(OWNER, "s1")))
+    finally:
+        loop.run(servers.aclose())
+        loop.close()
+
+    assert not result.is_error and "3.0" in result.content
+    lines = [r.getMessage() for r in caplog.records if "not JSON-RPC" in r.getMessage()]
+    assert len(lines) == MAX_GARBAGE_LOGGED and "the last one logged" in lines[-1]
