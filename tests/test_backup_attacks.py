@@ -238,3 +238,22 @@ def test_a_home_that_is_a_mount_point_like_dockers_data_volume_is_restored_into(
     assert f"Restored into {volume} (workspace {volume / 'workspace'})" in restored
     assert "./agents/main/agent.sqlite" in files and "./workspace/MEMORY.md" in files
     assert "restoring" not in files and files.split()[-1] == "700"
+
+
+def test_a_dry_run_of_an_archive_from_elsewhere_prints_no_escape_sequence_it_holds(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = make_backup(load_settings(), to=f"{tmp_path}/").path
+    title = "\x1b]0;owned\x07"  # would set the terminal's title (click leaves it in)
+    config = f'workspace = "{tmp_path}/ws\\u001b]0;owned\\u0007"\n'.encode()  # TOML escapes
+    forged = forge(
+        archive, tmp_path / "forged.tar.gz", {"config.toml": config},
+        pinch_version=f"9{title}", source_home=f"/home/{title}",
+    )  # fmt: skip
+    settings_for(tmp_path / "new-home", monkeypatch)
+
+    out = pinch("restore", str(forged), "--dry-run").output
+
+    assert "by Pinch 9 from /home/ (secrets left out)" in out
+    assert f"(workspace {tmp_path}/ws); nothing was written" in out
+    assert "\x1b" not in out and "\x07" not in out
