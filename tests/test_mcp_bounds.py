@@ -1,19 +1,21 @@
 """What a server may cost Pinch: a tool whose parameters' schema is huge is left out (and
 logged), `mcp_tool_search` returns at most `max_result_chars` of schemas (naming the tools whose
 schemas did not fit), and a server writing a flood of lines that are not JSON-RPC costs a few
-log lines, not one a line."""
+log lines, not one a line, and its stderr a file of bounded size."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from agent.mcp.connection import MAX_GARBAGE_LOGGED
 from agent.mcp.mcp_config import McpConfig
 from agent.mcp.mcp_tools import MAX_SCHEMA_CHARS, SEARCH_TOOL, McpServers
+from agent.mcp.stderr_log import MAX_STDERR_BYTES
 from agent.policy import policy_for
 from agent.tools import ToolContext, ToolRegistry
 from agent.types import ToolCall
@@ -79,3 +81,25 @@ def test_a_flood_of_lines_that_are_not_json_rpc_is_a_few_log_lines_and_the_serve
     assert not result.is_error and "3.0" in result.content
     lines = [r.getMessage() for r in caplog.records if "not JSON-RPC" in r.getMessage()]
     assert len(lines) == MAX_GARBAGE_LOGGED and "the last one logged" in lines[-1]
+
+
+def test_a_chatty_servers_stderr_is_kept_in_a_file_of_bounded_size(tmp_path: Path) -> None:
+    chatty = stdio("calc", env={"MCP_TEST_STDERR_MB": "3"})
+    loop = LoopThread()
+    servers = McpServers(
+        McpConfig.model_validate({"servers": {"chatty": chatty}}), stderr_dir=tmp_path
+    )
+    registry = ToolRegistry([], [servers])
+    try:
+        loop.run(servers.start(wait_s=30), timeout=60)
+        call = ToolCall("t1", "chatty__add", {"a": 1, "b": 2})
+        result = loop.run(registry.call(call, ToolContext(OWNER, "s1")))
+    finally:
+        loop.run(servers.aclose())
+        loop.close()
+
+    assert not result.is_error and "3.0" in result.content
+    log, before = tmp_path / "chatty.stderr.log", tmp_path / "chatty.stderr.log.1"
+    assert 0 < log.stat().st_size <= MAX_STDERR_BYTES
+    assert before.stat().st_size <= MAX_STDERR_BYTES  # 3 MB written: the first MB is gone
+    assert {log.stat().st_mode & 0o777, before.stat().st_mode & 0o777} == {0o600}

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 from pydantic import ValidationError
 
 from agent.mcp.mcp_config import McpServerConfig, MissingVariable, expand, references
+from agent.mcp.stderr_log import open_stderr_log
 from common.printable import printable
 from common.redact import redact
 from common.text import shorten
@@ -41,6 +43,7 @@ MAX_BACKOFF_S = 60.0
 STABLE_S = 60.0  # a server that stayed up this long starts its backoff again from the first step
 START_TIMEOUT_S = 30.0  # the handshake may take longer than a call (npx fetching a package)
 STOP_WAIT_S = 8.0  # the SDK ends a stdio server in ≤ 6 s (stdin closed, SIGTERM, SIGKILL)
+STDERR_DRAIN_S = 1.0  # how long a failed start waits for its stderr to be copied
 WATCH_S = 2.0  # how often a ready stdio server's process is checked
 MAX_GARBAGE_LOGGED = 5  # lines of stdout that are not JSON-RPC logged per start of a server
 CONNECTION_CLOSED, REQUEST_TIMEOUT = -32000, -32001  # the SDK's error codes (mcp_types)
@@ -99,6 +102,7 @@ class McpConnection:
         self._task: asyncio.Task[None] | None = None
         self._broken_reason = ""
         self._garbage_lines = 0  # lines of stdout that were not JSON-RPC, since the start
+        self._stderr_copier: threading.Thread | None = None
         self.on_change: Callable[[], None] | None = None  # told when state or tools change
 
     # -- life --------------------------------------------------------------------------------
@@ -311,12 +315,12 @@ class McpConnection:
             raise _StartError(str(exc)) from None
 
     def _errlog(self, stack: AsyncExitStack) -> TextIO:
-        """Where the server's stderr goes: its own file (0600), or nowhere."""
+        """Where the server's stderr goes: its own file (0600, bounded: agent/mcp/stderr_log.py),
+        or nowhere."""
         if self.stderr_path is None:
             return stack.enter_context(open(os.devnull, "w", encoding="utf-8"))
-        self.stderr_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        return stack.enter_context(open(fd, "w", encoding="utf-8"))
+        errlog, self._stderr_copier = open_stderr_log(self.stderr_path)
+        return stack.enter_context(errlog)
 
     def _redact(self, text: str) -> str:
         """`text` without a secret — the environment's (common/redact.py) and the values this
@@ -338,6 +342,8 @@ class McpConnection:
         """The last line the server wrote to stderr, as "; stderr: …" (or "")."""
         if self.stderr_path is None:
             return ""
+        if self._stderr_copier is not None:  # what the server wrote before it exited
+            self._stderr_copier.join(STDERR_DRAIN_S)
         try:
             with open(self.stderr_path, "rb") as f:
                 f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))

@@ -9,8 +9,9 @@ tools), `wide` (a tool whose parameters' schema is 200,000 characters, and five 
 each), `garbage` (writes a line that is not JSON-RPC to stdout, or MCP_TEST_GARBAGE lines, then
 serves `calc`), `dies` (exits before answering anything: a server that fails to start), `leaky`
 (fails to start, writing its token MCP_TEST_TOKEN and an escape sequence to stderr), `liar`
-(answers a call with something that is not a tool result). With MCP_TEST_PIDFILE set, the server
-appends its pid to that file as it starts."""
+(answers a call with something that is not a tool result). With MCP_TEST_STDERR_MB set, it first
+writes that many MB to stderr. With MCP_TEST_PIDFILE set, the server appends its pid to that
+file as it starts."""
 
 from __future__ import annotations
 
@@ -175,6 +176,10 @@ def main() -> None:
         with open(pidfile, "a", encoding="ascii") as f:
             f.write(f"{os.getpid()}\n")
     server = build(args.kind)
+    if noise := int(os.environ.get("MCP_TEST_STDERR_MB", "0")):  # a chatty server's log
+        for _ in range(noise * 1024):
+            sys.stderr.write("debug: handled a request " + "." * 998 + "\n")
+        sys.stderr.flush()
     if args.kind == "garbage":
         sys.stdout.write("this is not json-rpc\n" * int(os.environ.get("MCP_TEST_GARBAGE", "1")))
         sys.stdout.flush()
