@@ -22,7 +22,9 @@ import yaml
 from agent.context import PromptSection
 from agent.policy import SessionPolicy
 from agent.prompts import render
+from common.printable import printable
 from common.text import shorten
+from memory.index.reading import shown_path
 from memory.store.sessions import SessionKey
 from memory.text import estimate_tokens
 
@@ -86,7 +88,7 @@ def parse_skill(text: str, folder: str) -> tuple[str, str]:
         raise SkillError("description is missing (say what the skill does and when to use it)")
     if len(description) > MAX_DESCRIPTION:
         raise SkillError(f"description is longer than {MAX_DESCRIPTION} characters")
-    return name, " ".join(description.split())
+    return name, printable(" ".join(description.split()))  # it is printed, too
 
 
 def discover_skills(workspace: Path) -> SkillSet:
@@ -96,7 +98,7 @@ def discover_skills(workspace: Path) -> SkillSet:
         return SkillSet((), ())
     skills, problems = [], []
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        rel = f"{SKILLS_DIR}/{entry.name}/{SKILL_FILE}"
+        rel = f"{SKILLS_DIR}/{shown_path(entry.name)}/{SKILL_FILE}"  # printed: no escapes
         if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
             continue
         path = Path(entry.path) / SKILL_FILE
@@ -108,7 +110,11 @@ def discover_skills(workspace: Path) -> SkillSet:
                 raise SkillError(f"larger than {MAX_FILE_BYTES // 1024} KB")
             text = path.read_text(encoding="utf-8")
             name, description = parse_skill(text.replace("\r\n", "\n"), entry.name)
-        except (SkillError, UnicodeDecodeError, OSError) as exc:
+        except UnicodeDecodeError as exc:
+            at = f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
+            problems.append(SkillProblem(rel, f"not valid UTF-8 ({at}): save it as UTF-8"))
+            continue
+        except (SkillError, OSError) as exc:
             reason = str(exc) if isinstance(exc, SkillError) else f"unreadable ({exc})"
             problems.append(SkillProblem(rel, reason))
             continue

@@ -228,7 +228,7 @@ def test_each_agents_backups_go_to_its_own_folder_and_prune_only_its_own(home: P
         make_backup(bob_settings, prefix=SCHEDULED_PREFIX)
     assert bob_settings.backup_dir == main_settings.backup_dir / "bob"
 
-    pruned = prune(bob_settings.backup_dir, keep=1)
+    pruned = prune(bob_settings.backup_dir, keep=1, agent="bob")
 
     assert len(pruned) == 1 and all(p.parent == bob_settings.backup_dir for p in pruned)
     assert len(list(main_settings.backup_dir.glob(f"{SCHEDULED_PREFIX}*"))) == 2

@@ -52,3 +52,39 @@ def test_doctor_checks_each_server(configured: Path) -> None:
     assert lines["mcp dies"].startswith("FAIL") and "no configuration" in lines["mcp dies"]
     assert lines["mcp off"].startswith("ok") and "disabled" in lines["mcp off"]
     assert result.exit_code == 1
+
+
+def test_pinch_mcp_list_shows_no_token_a_failing_server_echoes_and_no_escape_sequence(
+    pinch_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GH_PAT", "ghp_0123456789abcdefSECRET")  # not a secret by its name
+    pinch_home.mkdir(parents=True, exist_ok=True)
+    python, script = json.dumps(sys.executable), json.dumps(str(SERVERS))
+    (pinch_home / "config.toml").write_text(
+        f'[mcp.servers.leaky]\ncommand = {python}\nargs = [{script}, "leaky"]\n'
+        'env = { MCP_TEST_TOKEN = "${GH_PAT}" }\n',
+        encoding="utf-8",
+    )
+
+    result = CliRunner().invoke(main, ["mcp", "list"], catch_exceptions=False)
+
+    assert "leaky  (stdio)  failed" in result.output
+    assert "stderr: auth failed for token [redacted]" in result.output
+    assert "ghp_0123456789abcdefSECRET" not in result.output and "\x1b" not in result.output
+
+
+def test_pinch_mcp_list_says_why_a_server_that_never_answers_the_handshake_is_not_ready(
+    pinch_home: Path,
+) -> None:
+    pinch_home.mkdir(parents=True, exist_ok=True)
+    silent = json.dumps("import sys; sys.stdin.read()")  # reads, never answers
+    (pinch_home / "config.toml").write_text(
+        f'[mcp.servers.mute]\ncommand = {json.dumps(sys.executable)}\nargs = ["-c", {silent}]\n'
+        "timeout_s = 0.5\n",
+        encoding="utf-8",
+    )
+
+    result = CliRunner().invoke(main, ["mcp", "list"], catch_exceptions=False)
+
+    assert "mute  (stdio)  failed" in result.output
+    assert "no answer to the MCP start-up handshake within 5.5 s" in result.output

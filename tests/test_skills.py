@@ -165,6 +165,36 @@ def test_pinch_skills_list_shows_skills_and_malformed_ones(pinch_home: Path) -> 
     assert "MALFORMED skills/broken/SKILL.md: no front matter" in result.output
 
 
+def test_nothing_a_skill_holds_can_drive_the_terminal_and_invalid_utf8_is_named(
+    pinch_home: Path,
+) -> None:
+    title = "\x1b]0;owned\x07"  # sets the terminal's title; click leaves it in
+    with_skills(
+        pinch_home,
+        **{
+            # YAML's own escapes: \e is ESC, \a is BEL
+            "skills/loud/SKILL.md": (
+                '---\nname: loud\ndescription: "Shouts \\e]0;owned\\aloudly"\n---\n'
+            ),
+            f"skills/odd{title}/SKILL.md": "no front matter",
+        },
+    )
+    (pinch_home / "workspace" / "skills" / "latin").mkdir()
+    (pinch_home / "workspace" / "skills" / "latin" / "SKILL.md").write_bytes(
+        b"---\nname: latin\ndescription: caf\xe9\n---\n"
+    )
+
+    result = CliRunner().invoke(main, ["skills", "list"], catch_exceptions=False)
+
+    assert "loud  Shouts loudly" in result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "MALFORMED skills/odd\\x1b]0;owned\\x07/SKILL.md" in result.output
+    assert (
+        "MALFORMED skills/latin/SKILL.md: not valid UTF-8 (byte 0xe9 at offset 32): save it as "
+        "UTF-8" in result.output
+    )
+
+
 def test_the_skills_command_and_context_in_chat(tmp_path: Path) -> None:
     with FakeModelServer() as server:
         kit = make_kit(tmp_path, server, workspace=with_skills(tmp_path))

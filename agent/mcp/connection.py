@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
@@ -24,7 +25,10 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from pydantic import ValidationError
 
-from agent.mcp.mcp_config import McpServerConfig, MissingVariable, expand
+from agent.mcp.mcp_config import McpServerConfig, MissingVariable, expand, references
+from agent.mcp.stderr_log import open_stderr_log
+from common.printable import printable
+from common.redact import redact
 from common.text import shorten
 
 if TYPE_CHECKING:  # the SDK takes most of a second to import: only when a server starts
@@ -39,7 +43,9 @@ MAX_BACKOFF_S = 60.0
 STABLE_S = 60.0  # a server that stayed up this long starts its backoff again from the first step
 START_TIMEOUT_S = 30.0  # the handshake may take longer than a call (npx fetching a package)
 STOP_WAIT_S = 8.0  # the SDK ends a stdio server in ≤ 6 s (stdin closed, SIGTERM, SIGKILL)
+STDERR_DRAIN_S = 1.0  # how long a failed start waits for its stderr to be copied
 WATCH_S = 2.0  # how often a ready stdio server's process is checked
+MAX_GARBAGE_LOGGED = 5  # lines of stdout that are not JSON-RPC logged per start of a server
 CONNECTION_CLOSED, REQUEST_TIMEOUT = -32000, -32001  # the SDK's error codes (mcp_types)
 
 
@@ -95,6 +101,8 @@ class McpConnection:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._broken_reason = ""
+        self._garbage_lines = 0  # lines of stdout that were not JSON-RPC, since the start
+        self._stderr_copier: threading.Thread | None = None
         self.on_change: Callable[[], None] | None = None  # told when state or tools change
 
     # -- life --------------------------------------------------------------------------------
@@ -127,7 +135,14 @@ class McpConnection:
         self._broken.set()
         self._wanted.set()
         task, self._task = self._task, None
-        if task is not None:
+        if task is not None and self.state == "starting":
+            # Still in the handshake, which `_broken` does not interrupt: waiting STOP_WAIT_S
+            # for a server that never answers would only delay the exit (the process still
+            # ends: leaving the transport stops it).
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        elif task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(task), STOP_WAIT_S)
             except (TimeoutError, Exception):
@@ -167,7 +182,7 @@ class McpConnection:
             if exc.code == CONNECTION_CLOSED:
                 raise self._drop("the connection closed (the server stopped or crashed)") from None
             raise ToolCallError(
-                f"{self.name} refused the call: {shorten(exc.message, 300)}"
+                f"{self.name} refused the call: {shorten(self._redact(exc.message), 300)}"
             ) from None
         except TimeoutError:
             raise self._drop(f"no answer within {timeout:g} s") from None
@@ -191,7 +206,7 @@ class McpConnection:
 
     def _drop(self, reason: str) -> ServerUnavailable:
         """Mark the connection broken (the supervisor restarts it) and say so."""
-        reason = shorten(reason, 200)
+        reason = shorten(self._redact(reason), 200)
         if self.state == "ready":
             self._broken_reason = reason
             self._broken.set()
@@ -238,7 +253,7 @@ class McpConnection:
 
     def _fail(self, reason: str, retry_in: float) -> None:
         """One line in the log (a failure repeated word for word is logged at debug level)."""
-        reason = shorten(reason, 300)
+        reason = shorten(self._redact(reason), 300)
         repeated = self.state == "starting" and reason == self.last_error
         self.state = "failed"
         self.last_error = reason
@@ -257,6 +272,7 @@ class McpConnection:
 
         self._broken.clear()
         self._broken_reason = ""
+        self._garbage_lines = 0
         async with AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(self._transport(stack))
             session = await stack.enter_async_context(
@@ -299,12 +315,21 @@ class McpConnection:
             raise _StartError(str(exc)) from None
 
     def _errlog(self, stack: AsyncExitStack) -> TextIO:
-        """Where the server's stderr goes: its own file (0600), or nowhere."""
+        """Where the server's stderr goes: its own file (0600, bounded: agent/mcp/stderr_log.py),
+        or nowhere."""
         if self.stderr_path is None:
             return stack.enter_context(open(os.devnull, "w", encoding="utf-8"))
-        self.stderr_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        return stack.enter_context(open(fd, "w", encoding="utf-8"))
+        errlog, self._stderr_copier = open_stderr_log(self.stderr_path)
+        return stack.enter_context(errlog)
+
+    def _redact(self, text: str) -> str:
+        """`text` without a secret — the environment's (common/redact.py) and the values this
+        server's `env` and `headers` name as `${VAR}` — or an escape sequence: a server that
+        fails may echo its own token (on stderr, in an error), and its errors reach the log,
+        `pinch mcp list` and the model."""
+        named = [v for value in (*self.config.env.values(), *self.config.headers.values())
+                 for v in references(value)]  # fmt: skip
+        return printable(redact(text, [os.environ.get(name) for name in named]))
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -317,6 +342,8 @@ class McpConnection:
         """The last line the server wrote to stderr, as "; stderr: …" (or "")."""
         if self.stderr_path is None:
             return ""
+        if self._stderr_copier is not None:  # what the server wrote before it exited
+            self._stderr_copier.join(STDERR_DRAIN_S)
         try:
             with open(self.stderr_path, "rb") as f:
                 f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
@@ -328,14 +355,19 @@ class McpConnection:
 
     async def _on_message(self, message: object) -> None:
         if isinstance(message, ValidationError):  # a line that is not JSON-RPC: noted, ignored
+            self._garbage_lines += 1  # counted per start: a chatty server cannot flood the log
+            if self._garbage_lines > MAX_GARBAGE_LOGGED:
+                return
             bad = next((e.get("input") for e in message.errors()), "")
+            last = " (the last one logged until it restarts)"
             log.warning(
-                "MCP server %s wrote a line that is not JSON-RPC (ignored): %s",
+                "MCP server %s wrote a line that is not JSON-RPC (ignored)%s: %s",
                 self.name,
-                shorten(repr(bad), 120),
+                last if self._garbage_lines == MAX_GARBAGE_LOGGED else "",
+                shorten(self._redact(repr(bad)), 120),
             )
         elif isinstance(message, Exception):
-            log.warning("MCP server %s: %s", self.name, _describe(message))
+            log.warning("MCP server %s: %s", self.name, self._redact(_describe(message)))
 
 
 class _StartError(Exception):

@@ -46,6 +46,9 @@ SEARCH_TOOL = "mcp_tool_search"
 CALL_TOOL = "mcp_call"
 MAX_NAME = 64  # the longest tool name the model APIs accept
 MAX_DESCRIPTION = 1_000  # of one schema sent in full
+# A tool whose parameters' JSON schema is longer is left out (logged): it would fill the
+# context of every search that finds it (a few thousand characters is a large real schema).
+MAX_SCHEMA_CHARS = 10_000
 LINE_CHARS = 64  # one tool's line in the compact listing (≈ 16 tokens)
 SEARCH_RESULTS = 5
 STATUS_FILE = "status.json"
@@ -181,6 +184,12 @@ class McpServers:
         for name, connection in self.connections.items():
             for tool in connection.tools:
                 mcp_tool = _as_tool(name, tool)
+                size = len(json.dumps(mcp_tool.spec.input_schema, ensure_ascii=False))
+                if size > MAX_SCHEMA_CHARS:
+                    log.warning("MCP server %s: the parameters of %s take %s characters (more "
+                                "than %s); the tool is left out", name, mcp_tool.name,
+                                f"{size:,}", f"{MAX_SCHEMA_CHARS:,}")  # fmt: skip
+                    continue
                 if mcp_tool.name in found:
                     log.warning("MCP server %s: two tools named %s; the second is left out",
                                 name, mcp_tool.name)  # fmt: skip
@@ -330,11 +339,16 @@ class McpServers:
         if not hits:
             names = ", ".join(t.name for t in tools[:30]) or "none (no server is ready)"
             return f"No MCP tool matches {args['query']!r}. Tools: {names}."
-        found = [
-            {"name": t.name, "description": t.spec.description, "parameters": t.spec.input_schema}
-            for t in hits
-        ]
-        return json.dumps({"tools": found, "call_with": CALL_TOOL}, ensure_ascii=False)
+        found: list[dict[str, Any]] = []
+        for t in hits:  # as many schemas as fit in a result; the others by name
+            one = {"name": t.name, "description": t.spec.description}
+            more = [*found, {**one, "parameters": t.spec.input_schema}]
+            fits = len(json.dumps(more, ensure_ascii=False)) <= self.config.max_result_chars - 200
+            found = more if fits or not found else [*found, one]
+        answer: dict[str, Any] = {"tools": found, "call_with": CALL_TOOL}
+        if any("parameters" not in f for f in found):
+            answer["note"] = "Some parameters were left out (too long together): search a name."
+        return json.dumps(answer, ensure_ascii=False)
 
     async def _call(self, ctx: ToolContext, args: Mapping[str, Any]) -> str:
         name = str(args["tool"]).strip()

@@ -19,6 +19,7 @@ import hashlib
 import importlib.metadata
 import io
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -56,6 +57,9 @@ if TYPE_CHECKING:
 SYNC_EVERY = 16 << 20
 WORK_PREFIX = ".pinch-backup-"  # a backup's work folder, beside the archive
 STALE_WORK_S = 6 * 3600  # one this old belonged to a backup that was killed
+_WORK_NAME = re.compile(re.escape(WORK_PREFIX) + r"[a-z0-9_]{8}")  # tempfile.mkdtemp's names
+PARTIAL_NAME = "archive.partial"  # the archive being written, in the work folder
+_WORK_FILE = re.compile(r"\d+\.snapshot(?:-journal|-wal|-shm)?|" + re.escape(PARTIAL_NAME))
 # zlib's fastest: vectors (most of a large database) hardly compress at any level, and level 6
 # took three times as long for 2 % less.
 COMPRESS_LEVEL = 1
@@ -83,6 +87,11 @@ def archive_name(
     return f"{prefix}{agent + '-' if agent else ''}{stamp}{ARCHIVE_SUFFIX}"
 
 
+def archive_agent(settings: Settings) -> str | None:
+    """The agent an archive's name carries: None for the default agent's."""
+    return None if settings.is_default_agent else settings.agent_id
+
+
 def resolve_destination(
     settings: Settings, to: str | Path | None, prefix: str = MANUAL_PREFIX
 ) -> Path:
@@ -94,8 +103,7 @@ def resolve_destination(
         folder = Path(to)
     else:
         return Path(to).expanduser().absolute()
-    agent = None if settings.is_default_agent else settings.agent_id
-    name = archive_name(prefix, agent=agent)
+    name = archive_name(prefix, agent=archive_agent(settings))
     path = folder.expanduser().absolute() / name
     n = 1
     while path.exists():  # two archives in one second
@@ -256,7 +264,7 @@ def _make_backup(
         work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=dest.parent))
     except OSError as exc:
         raise BackupError(f"Cannot write to {dest.parent}: {exc.strerror}.") from exc
-    partial = work / dest.name
+    partial = work / PARTIAL_NAME
     try:
         manifest = Manifest(
             pinch_version=_pinch_version(),
@@ -325,10 +333,19 @@ def _make_backup(
 
 
 def _remove_stale_work(folder: Path) -> None:
-    """Remove the work folders of backups killed mid-way (older than STALE_WORK_S)."""
+    """Remove the work folders of backups killed mid-way (older than STALE_WORK_S): only a
+    folder named as `tempfile.mkdtemp` names ours and holding nothing but what a backup writes
+    there (database snapshots, a partial archive) — `--to` may name a folder of the owner's,
+    where a folder merely called `.pinch-backup-…` is theirs."""
     for stale in folder.glob(f"{WORK_PREFIX}*"):
         with contextlib.suppress(OSError):
-            if stale.is_dir() and time.time() - stale.stat().st_mtime > STALE_WORK_S:
+            if (
+                _WORK_NAME.fullmatch(stale.name)
+                and stale.is_dir()
+                and not stale.is_symlink()
+                and time.time() - stale.stat().st_mtime > STALE_WORK_S
+                and all(_WORK_FILE.fullmatch(e.name) and e.is_file() for e in os.scandir(stale))
+            ):
                 shutil.rmtree(stale, ignore_errors=True)
 
 

@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from app.backup.manifest import (
     AGENT_SCOPE,
@@ -122,28 +122,49 @@ def _safe_name(name: str) -> str:
     return name
 
 
+_READ_ERRORS = (OSError, tarfile.TarError, EOFError, zlib.error)
+
+
+class _Reading:
+    """A member's stream whose read errors say the archive is damaged — only those: a write
+    that fails beside it (a full disk) is not the archive's fault."""
+
+    def __init__(self, archive: Path, stream: IO[bytes]) -> None:
+        self.archive, self.stream = archive, stream
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            return self.stream.read(n)
+        except _READ_ERRORS as exc:
+            raise RestoreError(_damaged(self.archive, exc)) from exc
+
+
 @contextlib.contextmanager
 def _members(archive: Path) -> Iterator[Iterator[tuple[str, IO[bytes]]]]:
     """(name, stream) of each file in `archive`, in order; RestoreError for anything else."""
     try:
         tar = tarfile.open(archive, mode="r|gz")  # noqa: SIM115 - closed by the `with` below
-    except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
+    except _READ_ERRORS as exc:
         raise RestoreError(_damaged(archive, exc)) from exc
 
     def walk() -> Iterator[tuple[str, IO[bytes]]]:
-        for member in tar:
+        members = iter(tar)
+        while True:
+            try:
+                member = next(members, None)
+            except _READ_ERRORS as exc:
+                raise RestoreError(_damaged(archive, exc)) from exc
+            if member is None:
+                return
             name = _safe_name(member.name)
             if not member.isreg():
                 raise RestoreError(f"the archive holds {name!r}, not a plain file; {NOTHING}")
             stream = tar.extractfile(member)
             assert stream is not None  # a regular member always has one
-            yield name, stream
+            yield name, cast(IO[bytes], _Reading(archive, stream))
 
-    try:
-        with tar:
-            yield walk()
-    except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
-        raise RestoreError(_damaged(archive, exc)) from exc
+    with tar:
+        yield walk()
 
 
 def _damaged(archive: Path, exc: BaseException) -> str:
@@ -255,6 +276,7 @@ def _agent_target(settings: Settings, manifest: Manifest, agent: str | None) -> 
     """The settings of the agent an agent archive restores (None for the default agent's
     archive); RestoreError when `agent` (--agent) is not the archive's."""
     from app.config import load_settings
+    from app.config_layers import AGENT_NAME
 
     name = manifest.agent_id
     if manifest.scope != AGENT_SCOPE:
@@ -264,6 +286,11 @@ def _agent_target(settings: Settings, manifest: Manifest, agent: str | None) -> 
                 f"restore it without --agent, into an empty home; {NOTHING}."
             )
         return None
+    if not AGENT_NAME.fullmatch(name):  # it names a folder: the manifest was altered
+        raise RestoreError(
+            f"The archive names its agent {name!r}, which is not an agent name (letters, digits, "
+            f"'-' and '_'): it was altered; {NOTHING}. Use another archive."
+        )
     if agent is not None and agent != name:
         raise RestoreError(
             f"The archive holds agent {name!r}, not {agent!r}: restore it with --agent {name} "
@@ -291,6 +318,24 @@ def _write_private(path: Path, stream: IO[bytes]) -> FileEntry:
 def _stage(parent: Path, name: str) -> Path:
     make_private_dirs(parent)
     return Path(tempfile.mkdtemp(prefix=f".{name}.restoring-", dir=parent))
+
+
+def _move_into(staged: Path, home: Path) -> None:
+    """Move what `staged` (a folder in `home`) holds into `home`, then remove it; on a failure
+    what was moved goes back, so the home is as empty as before."""
+    moved: list[str] = []
+    try:
+        for entry in sorted(staged.iterdir()):
+            os.rename(entry, home / entry.name)
+            moved.append(entry.name)
+    except OSError:
+        for name in moved:
+            with contextlib.suppress(OSError):
+                os.rename(home / name, staged / name)
+        raise
+    staged.rmdir()
+    with contextlib.suppress(OSError):  # a volume's root may belong to someone else
+        home.chmod(0o700)
 
 
 def restore_backup(
@@ -334,7 +379,10 @@ def restore_backup(
     if dry_run:
         return report
     external = not workspace.is_relative_to(home)
-    staged_home = _stage(home.parent, home.name)
+    # A home that is a mount point (Docker's /data volume) can be neither replaced nor reached
+    # by a rename from beside it: the restore is staged inside it, then moved in.
+    mounted = home.is_dir() and os.path.ismount(home)
+    staged_home = _stage(home, home.name) if mounted else _stage(home.parent, home.name)
     staged_ws = _stage(workspace.parent, workspace.name) if external else None
     try:
         with _members(archive) as members:
@@ -366,15 +414,25 @@ def restore_backup(
         _load_postgres(agent_settings or settings, manifest, staged_home, prefix, report)
         if not external:  # an archive without workspace files still gives a workspace
             make_private_dirs(staged_home / workspace.relative_to(home))
-        if home.exists():
-            home.rmdir()  # empty: checked above
-        make_private_dirs(home.parent)
-        os.rename(staged_home, home)
+        if mounted:
+            _move_into(staged_home, home)
+        else:
+            if home.exists():
+                home.rmdir()  # empty: checked above
+            make_private_dirs(home.parent)
+            os.rename(staged_home, home)
         if staged_ws is not None:
             if workspace.exists():
                 workspace.rmdir()
             os.rename(staged_ws, workspace)
-    except (OSError, MemoryError_) as exc:
+    except OSError as exc:  # the archive's own faults are RestoreErrors already
+        raise RestoreError(
+            f"The restored files could not be written ({exc.strerror or exc}"
+            f"{f': {exc.filename}' if exc.filename else ''}); {NOTHING}. Free some space or "
+            "fix the permissions there (or restore elsewhere: PINCH_HOME=/a/new/folder), then "
+            "restore again: the archive is fine."
+        ) from exc
+    except MemoryError_ as exc:
         raise RestoreError(f"The restore failed ({exc}); {NOTHING}.") from exc
     finally:
         for folder in (staged_home, staged_ws):

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from app.backup.archive import BackupResult, make_backup
+from app.backup.archive import BackupResult, archive_agent, make_backup
 from app.backup.manifest import ARCHIVE_SUFFIX, SCHEDULED_PREFIX
 from app.channel_registry import Owners
 from channels.base import Channel, OutboundMessage
@@ -45,25 +46,42 @@ _T = TypeVar("_T")
 Alert = Callable[[str], Awaitable[None]]
 
 
-def scheduled_archives(folder: Path) -> list[Path]:
-    """The scheduled archives in `folder`, oldest first (their names sort by time)."""
+def scheduled_archives(folder: Path, agent: str | None = None) -> list[Path]:
+    """The scheduled archives of `agent` (None: the default agent) in `folder`, oldest first.
+
+    Only names exactly as `make_backup` writes them count (pinch-backup-auto-[AGENT-]STAMP
+    [-N].tar.gz): a `pinch backup` archive of an agent called "auto", another agent's archive
+    or a file of the owner's that merely starts like one is never pruned."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.glob(f"{SCHEDULED_PREFIX}*{ARCHIVE_SUFFIX}") if p.is_file())
+    own = re.compile(
+        re.escape(SCHEDULED_PREFIX + (f"{agent}-" if agent else ""))
+        + r"(\d{8}T\d{6}Z)(?:-(\d+))?"
+        + re.escape(ARCHIVE_SUFFIX)
+    )
+    found: list[tuple[str, int, Path]] = []
+    for path in folder.iterdir():
+        match = own.fullmatch(path.name)
+        if match and path.is_file() and not path.is_symlink():
+            found.append((match.group(1), int(match.group(2) or 1), path))
+    return [path for _, _, path in sorted(found)]
 
 
-def prune(folder: Path, keep: int) -> list[Path]:
-    """Delete all but the newest `keep` scheduled archives in `folder`; return the deleted."""
-    old = scheduled_archives(folder)[:-keep] if keep > 0 else []
+def prune(folder: Path, keep: int, agent: str | None = None) -> list[Path]:
+    """Delete all but the newest `keep` scheduled archives of `agent` (None: the default
+    agent) in `folder`; return the deleted."""
+    old = scheduled_archives(folder, agent)[:-keep] if keep > 0 else []
     for path in old:
         path.unlink(missing_ok=True)
     return old
 
 
-def first_run(folder: Path, every_s: float, now: datetime, first_delay_s: float) -> datetime:
-    """When the first scheduled backup is due: `every_s` after the newest scheduled archive,
-    but not before `first_delay_s` from `now`."""
-    archives = scheduled_archives(folder)
+def first_run(
+    folder: Path, every_s: float, now: datetime, first_delay_s: float, agent: str | None = None
+) -> datetime:
+    """When the first scheduled backup is due: `every_s` after the newest scheduled archive
+    of `agent`, but not before `first_delay_s` from `now`."""
+    archives = scheduled_archives(folder, agent)
     soonest = now + timedelta(seconds=first_delay_s)
     if not archives:
         return soonest
@@ -96,7 +114,9 @@ async def run_scheduled_backup(settings: Settings, alert: Alert) -> BackupResult
     and told to the owner through `alert`."""
     try:
         result = await run_niced(lambda: make_backup(settings, prefix=SCHEDULED_PREFIX))
-        pruned = await asyncio.to_thread(prune, result.path.parent, settings.backup.keep)
+        pruned = await asyncio.to_thread(
+            prune, result.path.parent, settings.backup.keep, archive_agent(settings)
+        )
     except Exception as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         log.error("The scheduled backup failed: %s", reason)
@@ -158,7 +178,9 @@ async def start_backups(
         return None
     asyncio.get_running_loop()  # AsyncIOScheduler.start() needs one: fail clearly here
     delay = min(first_delay_s, every_s / 10)
-    start = first_run(settings.backup_dir, every_s, now or datetime.now(UTC), delay)
+    start = first_run(
+        settings.backup_dir, every_s, now or datetime.now(UTC), delay, archive_agent(settings)
+    )
     timer = AsyncIOScheduler(timezone=UTC)
     timer.add_job(
         run_scheduled_backup,

@@ -14,6 +14,14 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 
+def _say(text: str) -> None:
+    """Print `text`, which may quote an archive (its manifest, its config's workspace, file
+    names): an archive from elsewhere may not drive the terminal."""
+    from common.printable import printable
+
+    click.echo(printable(text))
+
+
 def _counts_line(counts: dict[str, int]) -> str:
     names = (
         ("transcript_events", "transcript events"),
@@ -65,7 +73,7 @@ def backup(to: str | None, include_secrets: bool) -> None:
         return
     click.echo(f"{result.path}  ({result.size / 1e6:.1f} MB, {result.seconds:.1f} s)")
     for line in _describe(result.manifest) + result.notes:
-        click.echo(f"  {line}")
+        _say(f"  {line}")
     if include_secrets:
         click.secho("  This archive holds secrets: keep it as safe as your API keys.", fg="yellow")
 
@@ -93,26 +101,26 @@ def restore(path: Path, dry_run: bool) -> None:
         fail(str(exc))
         return
     for line in _describe(report.manifest):
-        click.echo(line)
+        _say(line)
     if dry_run:
-        click.echo(
-            f"The archive is whole. It would be restored into {report.home}; "
-            "nothing was written (--dry-run)."
+        _say(
+            f"The archive is whole. It would be restored into {report.home} (workspace "
+            f"{report.workspace}); nothing was written (--dry-run)."
         )
         return
-    click.echo(f"Restored into {report.home} (workspace {report.workspace}).")
+    _say(f"Restored into {report.home} (workspace {report.workspace}).")
     expected = report.manifest.counts()
     mismatched = [k for k, v in report.restored.items() if expected.get(k) != v]
     if mismatched:
         fail(f"Restored, but the counts differ from the manifest's: {', '.join(mismatched)}.")
-    click.echo("Counts checked against the manifest: equal.")
+    _say("Counts checked against the manifest: equal.")
     for note in report.notes:
-        click.echo(note)
+        _say(note)
     if report.agent is not None:
-        click.echo(f"Agent {report.agent!r} is back: `pinch agents list` shows it.")
-        click.echo(index_advice(installation_settings(agent_id=report.agent)))
+        _say(f"Agent {report.agent!r} is back: `pinch agents list` shows it.")
+        _say(index_advice(installation_settings(agent_id=report.agent)))
     else:
-        click.echo(index_advice(load_settings()))
+        _say(index_advice(load_settings()))
 
 
 def index_advice(settings: Settings) -> str:

@@ -11,6 +11,7 @@ stops it again: what the gateway will meet.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -82,7 +83,11 @@ def _alive(pid: int) -> bool:
 
 
 def describe(status: ServerStatus) -> str:
+    """What `pinch mcp list` prints of one server: tool names and errors come from the server,
+    so nothing of them may drive the terminal or show a secret."""
     from agent.mcp.mcp_config import SEPARATOR
+    from common.printable import printable
+    from common.redact import redact
 
     restarts = f", restarted {status.restarts} time(s)" if status.restarts else ""
     lines = [f"{status.name}  ({status.transport})  {status.state}{restarts}"]
@@ -91,7 +96,7 @@ def describe(status: ServerStatus) -> str:
         lines.append(f"  tools ({len(status.tools)}): {names}")
     if status.last_error:
         lines.append(f"  last error: {status.last_error}")
-    return "\n".join(lines)
+    return printable(redact("\n".join(lines)))
 
 
 async def probe_servers(settings: Settings, only: str | None = None) -> list[ServerStatus]:
@@ -111,12 +116,24 @@ async def probe_servers(settings: Settings, only: str | None = None) -> list[Ser
     try:
         for connection in connections:
             connection.start()
-        await asyncio.gather(
-            *(c.wait_settled(min(c.config.timeout_s + 5, PROBE_MAX_S)) for c in connections)
-        )
-        return [c.status() for c in connections]
+        waits = [min(c.config.timeout_s + 5, PROBE_MAX_S) for c in connections]
+        await asyncio.gather(*(c.wait_settled(w) for c, w in zip(connections, waits, strict=True)))
+        return [_settled(c.status(), w) for c, w in zip(connections, waits, strict=True)]
     finally:
         await asyncio.gather(*(c.aclose() for c in connections))
+
+
+def _settled(status: ServerStatus, waited_s: float) -> ServerStatus:
+    """A server still starting when the probe gives up says why it is not ready: it never
+    answered the MCP handshake (a program that is not an MCP server, or one waiting for
+    something)."""
+    if status.state != "starting":
+        return status
+    why = (
+        f"no answer to the MCP start-up handshake within {waited_s:g} s: is it an MCP server "
+        "speaking stdio (or, with url, streamable HTTP)? Its stderr log may say more"
+    )
+    return dataclasses.replace(status, state="failed", last_error=why)
 
 
 def mcp_checks(settings: Settings) -> list[Check]:
