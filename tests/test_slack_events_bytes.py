@@ -45,3 +45,18 @@ async def test_a_signed_body_that_is_not_utf8_gets_400_and_one_log_line(
         "Slack: refused a signed event whose body is not UTF-8 (HTTP 400)"
     ]
     assert all(r.exc_info is None for r in caplog.records)
+
+
+@run
+async def test_a_timestamp_of_digits_int_refuses_is_401_not_a_server_error(tmp_path) -> None:
+    body = b'{"type": "event_callback", "event": {"type": "message", "text": "hi"}}'
+    async with events_mode(tmp_path) as (slack, url, inbox), aiohttp.ClientSession() as http:
+        for stamp in ("²", "١٧٠٠٠٠٠٠٠٠"):  # digits to str.isdigit; int() refuses the first
+            headers = {**signed_bytes(body), "X-Slack-Request-Timestamp": stamp}
+            async with http.post(url, data=body, headers=headers) as resp:
+                assert resp.status == 401
+        good = callback(slack.dm("still listening"))
+        async with http.post(url, data=good, headers=signed(good)) as resp:
+            assert resp.status == 200
+        [got] = await inbox.wait()
+    assert got.text == "still listening"
