@@ -74,7 +74,11 @@ def signed_by_slack(secret: str, raw: bytes, headers: Mapping[str, str]) -> bool
     stamp = headers.get("X-Slack-Request-Timestamp", "")
     signature = headers.get("X-Slack-Signature", "")
     # (isascii: "²" and "١" are digits to str.isdigit, and int() refuses the first)
-    if not secret or not (stamp.isascii() and stamp.isdigit()) or abs(time.time() - int(stamp)) > 300:
+    if (
+        not secret
+        or not (stamp.isascii() and stamp.isdigit())
+        or abs(time.time() - int(stamp)) > 300
+    ):
         return False
     base = b"v0:" + stamp.encode() + b":" + raw
     expected = "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
