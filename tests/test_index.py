@@ -477,16 +477,11 @@ KILLED_REBUILD = textwrap.dedent(
 )
 
 
-def test_a_killed_rebuild_is_cleaned_up_by_the_next_sync(
-    make_workspace: WorkspaceFactory, make_index: IndexFactory, tmp_path: Path
-) -> None:
-    ws = make_workspace(FILES)
-    idx = make_index(ws)
-    idx.sync()
-    before = snapshot(idx, "hiking Alps")
-    marker = tmp_path / "marker"
+def kill_mid_rebuild(ws: Path, db: Path, marker: Path) -> int:
+    """Start a forced rebuild of `ws` into `db` in another process and SIGKILL it once it has
+    written one file's rows; returns its pid."""
     rebuild = subprocess.Popen(
-        [sys.executable, "-c", KILLED_REBUILD, str(ws), str(idx.db.path), str(marker)], cwd=REPO
+        [sys.executable, "-c", KILLED_REBUILD, str(ws), str(db), str(marker)], cwd=REPO
     )
     try:
         deadline = time.monotonic() + 20
@@ -496,12 +491,23 @@ def test_a_killed_rebuild_is_cleaned_up_by_the_next_sync(
     finally:
         rebuild.send_signal(signal.SIGKILL)
         rebuild.wait()
+    return rebuild.pid
+
+
+def test_a_killed_rebuild_is_cleaned_up_by_the_next_sync(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory, tmp_path: Path
+) -> None:
+    ws = make_workspace(FILES)
+    idx = make_index(ws)
+    idx.sync()
+    before = snapshot(idx, "hiking Alps")
+    rebuild_pid = kill_mid_rebuild(ws, idx.db.path, tmp_path / "marker")
 
     # The killed process left a half-built generation, owned by a dead pid.
     building = [g for g, state in generations(idx) if state == "building"]
     assert len(building) == 1
     assert idx.db.execute("SELECT pid, generation FROM memory_rebuild_lease") == [
-        (rebuild.pid, building[0])
+        (rebuild_pid, building[0])
     ]
     assert count(idx, "SELECT count(*) FROM memory_chunks WHERE generation = ?", building[0]) > 0
     # The old index still serves meanwhile.

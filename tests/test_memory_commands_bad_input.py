@@ -4,10 +4,6 @@ file or database is changed. Real commands (click's runner) over a real home, ke
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +11,7 @@ from click.testing import CliRunner, Result
 
 from app.cli.main import main
 from memory.files.workspace import MAX_FILE_BYTES
-from tests.test_index import KILLED_REBUILD, REPO
+from tests.test_index import kill_mid_rebuild
 
 
 def pinch(*args: str) -> Result:
@@ -163,19 +159,7 @@ def test_a_stopped_rebuild_s_leftovers_are_shown_by_status_and_dropped_by_compac
         )
     assert pinch("memory", "index").exit_code == 0
     before = pinch("memory", "search", "harbour bike", "--preset", "keyword").stdout
-    db = pinch_home / "agents" / "main" / "agent.sqlite"
-    marker = pinch_home / "marker"
-    rebuild = subprocess.Popen(
-        [sys.executable, "-c", KILLED_REBUILD, str(ws), str(db), str(marker)], cwd=REPO
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while not marker.exists() and rebuild.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert marker.exists(), "the rebuild never got going"
-    finally:
-        rebuild.send_signal(signal.SIGKILL)
-        rebuild.wait()
+    kill_mid_rebuild(ws, pinch_home / "agents" / "main" / "agent.sqlite", pinch_home / "m")
 
     status = pinch("memory", "status")
     compacted = pinch("memory", "compact")
