@@ -277,6 +277,22 @@ def quick_check_read_only(path: Path, *, timeout_s: float = 5.0) -> list[str]:
     return [] if rows == ["ok"] else rows
 
 
+def _set_wal(conn: Any, driver: Any) -> None:
+    """Switch a new database to WAL. The switch needs the exclusive lock, and SQLite answers
+    BUSY at once, without its busy handler (so as not to deadlock), when the read it began
+    meets another connection's write — several gateways creating one agent's database at
+    once: tried again for up to the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except driver.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
 def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
     """Open (creating if needed) and migrate the agent database at `path`.
 
@@ -298,7 +314,7 @@ def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
             str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        _set_wal(conn, driver)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         vec = _try_load_vec(conn) if want_vec else None
