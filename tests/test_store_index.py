@@ -152,6 +152,7 @@ def test_activating_a_generation_retires_the_active_one(backend: Backend) -> Non
         assert backend.generations.state_of(conn, new) == "active"
         assert backend.generations.inactive(conn) == [old]
     assert backend.generations.active() == (new, IDENTITY)
+    assert backend.generations.inactive() == [old]  # a read of its own, after the commit
 
 
 def test_leftovers_are_generations_not_active_or_a_lease(backend: Backend) -> None:

@@ -77,8 +77,7 @@ class Generations:
         sync, or `drop_retired`)."""
         if not self.repo.has_leftovers():
             return 0
-        with self.db.transaction() as conn:  # (rare: only when some are there)
-            inactive = self.repo.inactive(conn)
+        inactive = self.repo.inactive()
         building = self.live_rebuild()
         keep = building.generation if building is not None else None
         return sum(self._rows.chunk_count(gen) for gen in inactive if gen != keep)

@@ -75,8 +75,9 @@ class GenerationRepository(Protocol):
 
     def dimensions_of(self, conn: Any, generation: int) -> int | None: ...
 
-    def inactive(self, conn: Any) -> list[int]:
-        """Every generation that is not active (building or retired), by id."""
+    def inactive(self, conn: Any | None = None) -> list[int]:
+        """Every generation that is not active (building or retired), by id (`conn`: inside
+        the caller's transaction; None: a read of its own)."""
         ...
 
     def has_leftovers(self) -> bool:
@@ -151,9 +152,10 @@ class SqliteGenerations:
         ).fetchone()
         return row[0] if row else None
 
-    def inactive(self, conn: Any) -> list[int]:
-        rows = conn.execute("SELECT id FROM memory_generations WHERE state != 'active'")
-        return [int(r[0]) for r in rows.fetchall()]
+    def inactive(self, conn: Any | None = None) -> list[int]:
+        sql = "SELECT id FROM memory_generations WHERE state != 'active'"
+        rows = conn.execute(sql).fetchall() if conn is not None else self.db.execute(sql)
+        return [int(r[0]) for r in rows]
 
     def has_leftovers(self) -> bool:
         return bool(

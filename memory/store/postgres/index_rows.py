@@ -79,10 +79,9 @@ class PgGenerations:
         ).fetchone()
         return int(row[0]) if row and row[0] is not None else None
 
-    def inactive(self, conn: Any) -> list[int]:
-        rows = conn.execute(
-            "SELECT id FROM memory_generations WHERE state != 'active' ORDER BY id"
-        ).fetchall()
+    def inactive(self, conn: Any | None = None) -> list[int]:
+        sql = "SELECT id FROM memory_generations WHERE state != 'active' ORDER BY id"
+        rows = conn.execute(sql).fetchall() if conn is not None else self.db.execute(sql)
         return [int(r[0]) for r in rows]
 
     def has_leftovers(self) -> bool:
