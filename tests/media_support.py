@@ -102,21 +102,8 @@ def text_pdf(pages: list[str] | int, *, text_layer: bool = True) -> bytes:
     body[0] = b"<< /Type /Catalog /Pages 2 0 R >>"
     kids = b" ".join(b"%d 0 R" % i for i in page_ids)
     body[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, len(page_ids))
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for number, obj in enumerate(body, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n%s\nendobj\n" % (number, obj))
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(body) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(
-        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(body) + 1, xref)
-    )
     del objects
-    return out.getvalue()
+    return _pdf_file(body, b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
 
 
 def flate_pdf(contents: list[bytes]) -> bytes:
@@ -138,8 +125,14 @@ def flate_pdf(contents: list[bytes]) -> bytes:
         )
         kids.append(b"%d 0 R" % len(body))
     body[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), len(kids))
+    return _pdf_file(body, b"%PDF-1.4\n")
+
+
+def _pdf_file(body: list[bytes], header: bytes) -> bytes:
+    """A PDF of the numbered objects `body` (object 1 the catalog), with its cross-reference
+    table and trailer."""
     out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
+    out.write(header)
     offsets = []
     for number, obj in enumerate(body, start=1):
         offsets.append(out.tell())

@@ -446,12 +446,7 @@ class FakeTelegram:
                     return
                 params = _decode(self.headers.get("Content-Type", ""), body, parts.query)
                 fault = fake._record(method, params)
-                if fault == "disconnect":
-                    self.close_connection = True
-                    return
-                if fault == "stall":
-                    fake._stopping.wait()
-                    self.close_connection = True
+                if self._cut_off(fault):
                     return
                 if isinstance(fault, _Failure):
                     self._error(_failure_error(fault))
@@ -463,14 +458,19 @@ class FakeTelegram:
                     return
                 self._json(200, {"ok": True, "result": result})
 
-            def _download(self, file_path: str) -> None:
-                fault = fake._record("file", {"file_path": file_path})
-                if fault == "disconnect":
-                    self.close_connection = True
-                    return
+            def _cut_off(self, fault: object) -> bool:
+                """A "disconnect" or "stall" fault: the connection ends without an answer (a
+                stall first waits until the server stops)."""
+                if fault not in ("disconnect", "stall"):
+                    return False
                 if fault == "stall":
                     fake._stopping.wait()
-                    self.close_connection = True
+                self.close_connection = True
+                return True
+
+            def _download(self, file_path: str) -> None:
+                fault = fake._record("file", {"file_path": file_path})
+                if self._cut_off(fault):
                     return
                 if isinstance(fault, _Failure) and (fault.description or "").startswith("<"):
                     page = (fault.description or "").encode()  # a proxy's HTML error page
