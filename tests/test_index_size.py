@@ -26,10 +26,16 @@ from memory.store.search_queries import search_queries
 from memory.store.vector_codec import (
     decode,
     decode4_many,
+    decode6_many,
+    decode_centered_many,
+    encodable6,
     encode,
     encode4_many,
+    encode6_many,
     encode_many,
     is_4bit,
+    is_6bit,
+    is_centered,
     is_quantised,
 )
 from memory.text import fts_body
@@ -97,6 +103,41 @@ def test_a_4bit_vector_is_half_the_8bit_one_and_keeps_the_ranking_close() -> Non
     assert int(np.argmax(back @ query)) == 7
     plain = [decode(b) for b in encode_many(docs - center)]  # 8-bit of the same residuals
     assert np.abs(np.array(plain) + center - docs).max() < np.abs(back - docs).max()
+
+
+def test_a_6bit_vector_is_three_quarters_of_the_8bit_one_and_nearly_as_close() -> None:
+    rng = np.random.default_rng(4)
+    common = rng.standard_normal(384).astype(np.float32)
+    spread = rng.standard_normal((200, 384)).astype(np.float32)
+    docs = 2.2 * common / np.linalg.norm(common) + spread / np.sqrt(384)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    query = docs[7] + 0.2 * rng.standard_normal(384).astype(np.float32) / np.sqrt(384)
+    query /= np.linalg.norm(query)
+    docs = docs.astype(np.float32)
+    center = docs[:50].mean(axis=0)
+
+    blobs = encode6_many(docs, center)
+
+    assert all(is_6bit(b) and is_centered(b) and len(b) == 384 * 3 // 4 + 6 for b in blobs)
+    back = decode6_many(blobs, center)
+    with pytest.raises(ValueError):
+        decode(blobs[0])  # never read without its center
+    error = np.abs(back @ query - docs @ query)
+    eight = np.abs(np.array([decode(b) for b in encode_many(docs)]) @ query - docs @ query)
+    four = np.abs(decode4_many(encode4_many(docs, center), center) @ query - docs @ query)
+    assert error.mean() < 3 * eight.mean() and error.mean() < four.mean() / 2
+    assert int(np.argmax(back @ query)) == 7
+    # each component within half a step of the residual's largest, the center itself exact
+    steps = np.abs(docs - center).max(axis=1, keepdims=True) / 31
+    assert (np.abs(back - docs) <= steps / 2 + 1e-6).all()
+    assert (decode6_many(encode6_many(center[None, :], center), center) == center).all()
+    # 4- and 6-bit rows of one model read back together, in their order
+    mixed = [blobs[0], *encode4_many(docs[1:3], center), blobs[3]]
+    together = decode_centered_many(mixed, center)
+    assert np.allclose(together[[0, 3]], back[[0, 3]])
+    assert np.allclose(together[1:3], decode4_many(mixed[1:3], center))
+    # a width whose 6-bit length a float32 blob could have stays 8-bit in the cache
+    assert encodable6(384) and encodable6(512) and not encodable6(24)
 
 
 # ---- contentless keywords: deletes and edits stay exact ---------------------------------------
@@ -206,7 +247,7 @@ def previous_layout(idx: MemoryIndex) -> None:
             conn.executemany(f"DELETE FROM {table} WHERE name = ?", [(n,) for n in names])
 
 
-@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("bits", [8, 6, 4])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
     make_workspace: WorkspaceFactory,
@@ -237,7 +278,9 @@ def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
     cached = [bytes(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache")]
     if bits == 4:
         assert all(is_4bit(v) for v in cached)
-    else:  # the default: 8-bit codes stay as they were
+    elif bits == 6:
+        assert all(is_6bit(v) for v in cached)
+    else:  # 8-bit codes stay as they were
         assert all(is_quantised(v) and not is_4bit(v) for v in cached)
     for gone in ("memory_units_by_generation", "memory_chunks_by_hash"):
         assert not rows(idx, "SELECT 1 FROM sqlite_master WHERE name = ?", gone)
@@ -251,10 +294,12 @@ def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
     idx.db.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
 
 
-@pytest.mark.usefixtures("four_bit")
+@pytest.mark.parametrize("bits", [4, 6])
 def test_a_models_center_comes_from_a_batch_big_enough_and_older_rows_follow_on_compaction(
-    tmp_path: Any,
+    tmp_path: Any, bits: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(cache_codec, "CACHE_BITS", bits)
+    coded = is_4bit if bits == 4 else is_6bit
     db = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
     try:
         cache = SqliteEmbeddingCache(db)
@@ -272,14 +317,13 @@ def test_a_models_center_comes_from_a_batch_big_enough_and_older_rows_follow_on_
         with db.transaction() as conn:
             cache.put(conn, key, blobs[3:])
         assert (
-            sum(is_4bit(bytes(v)) for (v,) in db.execute("SELECT vector FROM embedding_cache"))
-            == 10
+            sum(coded(bytes(v)) for (v,) in db.execute("SELECT vector FROM embedding_cache")) == 10
         )
         wide = f"SELECT count(*) FROM embedding_cache WHERE {wide_vectors()}"
         assert db.execute(wide)[0][0] == 3  # what a compaction still shrinks
 
         assert requantise(db) == 3
-        assert all(is_4bit(bytes(v)) for (v,) in db.execute("SELECT vector FROM embedding_cache"))
+        assert all(coded(bytes(v)) for (v,) in db.execute("SELECT vector FROM embedding_cache"))
         back = cache.get(key, [h for h, _ in blobs])
         got = np.array([np.frombuffer(back[h], dtype="<f4") for h, _ in blobs])
         assert np.abs(np.sum(got * vectors, axis=1) - 1).max() < 0.02

@@ -19,12 +19,14 @@ import numpy as np
 
 from memory.store.vector_codec import (
     decode,
-    decode4_many,
+    decode_centered_many,
     encodable,
     encodable4,
+    encodable6,
     encode,
     encode4_many,
-    is_4bit,
+    encode6_many,
+    is_centered,
     is_compact,
 )
 
@@ -39,23 +41,34 @@ ModelTriple = tuple[str, str, int]  # provider, model, dimensions
 CACHE_BITS = 8
 
 
+# The width a centered form needs (a whole number of bytes, a length float32 never has).
+_CENTERED_WIDTH = {4: 8, 6: 16}
+
+
+def _centered(dims: int) -> bool:
+    """Whether the cache's form for vectors of this width is a centered one (4- or 6-bit)."""
+    return (CACHE_BITS == 4 and encodable4(dims)) or (CACHE_BITS == 6 and encodable6(dims))
+
+
 def wide_vectors() -> str:
     """SQL: the cached vectors stored wider than the cache's form (float32; and 8-bit codes
-    when the cache is 4-bit), which a compaction rewrites."""
+    when the cache is 6- or 4-bit), which a compaction rewrites."""
     float32 = "(length(vector) = 4 * dimensions AND dimensions % 4 = 0)"
-    if CACHE_BITS != 4:
+    if CACHE_BITS not in _CENTERED_WIDTH:
         return float32
     return (
-        f"({float32} OR (length(vector) = dimensions "
-        "+ 6 AND dimensions % 8 = 0 AND substr(vector, 1, 2) = X'6938'))"
+        f"({float32} OR (length(vector) = dimensions + 6 AND dimensions % "
+        f"{_CENTERED_WIDTH[CACHE_BITS]} = 0 AND substr(vector, 1, 2) = X'6938'))"
     )
 
 
 def stored_size_sql() -> str:
     """SQL: the bytes a cached vector takes in the cache's form."""
-    if CACHE_BITS != 4:
+    if CACHE_BITS not in _CENTERED_WIDTH:
         return "dimensions + 6"
-    return "CASE WHEN dimensions % 8 = 0 THEN dimensions / 2 + 6 ELSE dimensions + 6 END"
+    size = "dimensions / 2" if CACHE_BITS == 4 else "dimensions * 3 / 4"
+    width = _CENTERED_WIDTH[CACHE_BITS]
+    return f"CASE WHEN dimensions % {width} = 0 THEN {size} + 6 ELSE dimensions + 6 END"
 
 
 SHRINK_BATCH = 2000
@@ -101,12 +114,15 @@ def encode_for_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> l
     if not wide:
         return out
     floats = np.frombuffer(b"".join(out[i] for i in wide), dtype="<f4").reshape(len(wide), dims)
-    four = CACHE_BITS == 4 and encodable4(dims)
-    center = center_of(conn, model) if four else None
-    if center is None and four and len(wide) >= CENTER_SAMPLE:
+    centered = _centered(dims)
+    center = center_of(conn, model) if centered else None
+    if center is None and centered and len(wide) >= CENTER_SAMPLE:
         center = _ensure_center(conn, model, floats)
     # (no center yet and too few to make a good one: 8-bit until a compaction rewrites them)
-    coded = encode4_many(floats, center) if center is not None else [encode(v) for v in floats]
+    if center is None:
+        coded = [encode(v) for v in floats]
+    else:
+        coded = (encode4_many if CACHE_BITS == 4 else encode6_many)(floats, center)
     for i, blob in zip(wide, coded, strict=True):
         out[i] = blob
     return out
@@ -115,19 +131,19 @@ def encode_for_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> l
 def float32_from_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> list[bytes]:
     """Cached vectors of `model` (any stored form) as float32 blobs."""
     out = [bytes(b) for b in blobs]
-    four = [i for i, b in enumerate(out) if is_4bit(b)]
-    if four:
+    coded = [i for i, b in enumerate(out) if is_centered(b)]
+    if coded:
         center = center_of(conn, model)
         if center is None:
-            raise ValueError(f"no center for the 4-bit cached vectors of {model[0]}/{model[1]}")
-        decoded = decode4_many([out[i] for i in four], center).astype("<f4")
-        for i, row in zip(four, decoded, strict=True):
+            raise ValueError(f"no center for the coded cached vectors of {model[0]}/{model[1]}")
+        decoded = decode_centered_many([out[i] for i in coded], center).astype("<f4")
+        for i, row in zip(coded, decoded, strict=True):
             out[i] = row.tobytes()
     return [as_float32(b) for b in out]
 
 
 def as_float32(blob: bytes) -> bytes:
-    """A float32 or 8-bit stored vector as a float32 blob (4-bit: `float32_from_cache`)."""
+    """A float32 or 8-bit stored vector as a float32 blob (centered: `float32_from_cache`)."""
     return decode(blob).astype("<f4").tobytes() if is_compact(blob) else blob
 
 

@@ -19,7 +19,7 @@ from memory.store.chunk_text import read_texts
 from memory.store.content_hash import StoredHash
 from memory.store.db import Database, as_corruption, corruption_advice
 from memory.store.index_embedcache import stored_vectors
-from memory.store.vector_codec import decode4_many, decode_many, is_4bit
+from memory.store.vector_codec import decode_centered_many, decode_many, is_centered
 from memory.store.vector_tables import BATCH
 
 # What SQLite says about a MATCH expression it cannot parse (as opposed to a database problem).
@@ -201,11 +201,11 @@ class SqliteSearchQueries:
         return PassageVectors([s for s, _, _ in kept], self._decode(kept, cached))
 
     def _decode(self, kept: list[Any], cached: dict[int, Any]) -> Any:
-        """The kept blobs as one float32 matrix: the cache's 4-bit ones decoded around their
+        """The kept blobs as one float32 matrix: the cache's centered ones decoded around their
         model's center in one go (cache_codec), the rest as vector_codec.decode_many reads them."""
         by_gen: dict[int, list[int]] = {}
         for i, (_, blob, gen) in enumerate(kept):
-            if gen is not None and is_4bit(blob):
+            if gen is not None and is_centered(blob):
                 by_gen.setdefault(gen, []).append(i)
         if not by_gen:
             return decode_many([b for _, b, _ in kept])
@@ -217,13 +217,13 @@ class SqliteSearchQueries:
             for gen in by_gen:
                 centers[gen] = center_of(self.db.conn, cached[gen][1])
                 if centers[gen] is None:
-                    raise ValueError("no center for the 4-bit cached vectors of this index")
+                    raise ValueError("no center for the coded cached vectors of this index")
         if len(by_gen) == 1 and len(next(iter(by_gen.values()))) == len(kept):
             (gen,) = by_gen
-            return decode4_many([b for _, b, _ in kept], centers[gen])  # the usual case
+            return decode_centered_many([b for _, b, _ in kept], centers[gen])  # the usual case
         parts: dict[int, Any] = {}
         for gen, at in by_gen.items():
-            decoded = decode4_many([kept[i][1] for i in at], centers[gen])
+            decoded = decode_centered_many([kept[i][1] for i in at], centers[gen])
             parts.update(zip(at, decoded, strict=True))
         rest = [i for i in range(len(kept)) if i not in parts]
         if rest:

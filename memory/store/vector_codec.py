@@ -85,8 +85,8 @@ def is_4bit(blob: bytes) -> bool:
 
 
 def is_compact(blob: bytes) -> bool:
-    """Either stored form (8- or 4-bit codes), not float32."""
-    return len(blob) % 4 == 2 and blob[:2] in (MAGIC, MAGIC4)
+    """A coded form (8-, 6- or 4-bit codes), not float32."""
+    return len(blob) % 4 == 2 and blob[:2] in (MAGIC, MAGIC4, MAGIC6)
 
 
 def encodable4(dimensions: int) -> bool:
@@ -119,13 +119,89 @@ def decode4_many(blobs: Sequence[bytes], center: np.ndarray) -> np.ndarray:
     return out
 
 
+# 6-bit codes (issue 22), the same idea at a finer step: `b"c6"`, a float32 scale, then four
+# codes in three bytes (little-endian 24 bits, first code lowest): `3 d / 4 + 6` bytes (294 at
+# 384 dimensions). The residual from the model's center is rounded on a uniform grid of 63
+# steps around 0 whose end is the residual's largest component (code 32 is 0): on 2,760 LoCoMo
+# turns a score error of 0.0005 on average (today's 8-bit codes of the whole vector 0.00023,
+# the 4-bit codes 0.0018).
+MAGIC6 = b"c6"
+_STEPS6 = 31
+
+
+def encodable6(dimensions: int) -> bool:
+    """Whether vectors of this width can be stored as 6-bit codes (whole bytes, and a length
+    that no float32 blob has: 3 d / 4 + 6 is 2 more than a multiple of 4 when d % 16 == 0)."""
+    return dimensions > 0 and dimensions % 16 == 0
+
+
+def encode6_many(vectors: np.ndarray, center: np.ndarray) -> list[bytes]:
+    """Vectors (n, d) as 6-bit blobs around `center` (d,) (the width must be `encodable6`)."""
+    x = np.asarray(vectors, dtype=np.float32) - np.asarray(center, dtype=np.float32)[None, :]
+    peak = np.abs(x).max(axis=1) if x.size else np.zeros(len(x), dtype=np.float32)
+    scales = (peak / _STEPS6).astype(np.float32)  # 0 for the center itself: it decodes exactly
+    steps = np.rint(x / np.where(scales > 0, scales, 1.0)[:, None])
+    codes = (np.clip(steps, -_STEPS6, _STEPS6) + 32).astype(np.uint32).reshape(len(x), -1, 4)
+    words = codes[:, :, 0] | codes[:, :, 1] << 6 | codes[:, :, 2] << 12 | codes[:, :, 3] << 18
+    packed = words.astype("<u4").view(np.uint8).reshape(len(x), -1, 4)[:, :, :3]
+    head = scales.astype("<f4").tobytes()
+    return [
+        MAGIC6 + head[4 * i : 4 * i + 4] + row.tobytes()
+        for i, row in enumerate(np.ascontiguousarray(packed).reshape(len(x), -1))
+    ]
+
+
+def decode6_many(blobs: Sequence[bytes], center: np.ndarray) -> np.ndarray:
+    """6-bit blobs of one width (from `encode6_many` with the same `center`) as float32 (n, d)."""
+    joined = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), -1)
+    scales = joined[:, 2:HEADER].copy().view("<f4").reshape(-1)
+    b = joined[:, HEADER:].reshape(len(blobs), -1, 3)
+    b0, b1, b2 = b[:, :, 0], b[:, :, 1], b[:, :, 2]
+    codes = np.empty((len(blobs), b.shape[1], 4), dtype=np.uint8)  # byte arithmetic: fast
+    np.bitwise_and(b0, 0x3F, out=codes[:, :, 0])
+    codes[:, :, 1] = (b0 >> 6) | ((b1 & 0x0F) << 2)
+    codes[:, :, 2] = (b1 >> 4) | ((b2 & 0x03) << 4)
+    np.right_shift(b2, 2, out=codes[:, :, 3])
+    steps = codes.view(np.int8)
+    steps -= 32
+    out = steps.reshape(len(blobs), -1).astype(np.float32)
+    out *= scales[:, None]
+    out += np.asarray(center, dtype=np.float32)[None, :]
+    return out
+
+
+def is_6bit(blob: bytes) -> bool:
+    return len(blob) % 4 == 2 and blob[:2] == MAGIC6
+
+
+def is_centered(blob: bytes) -> bool:
+    """A vector coded around its model's center (4- or 6-bit): decoded with that center."""
+    return len(blob) % 4 == 2 and blob[:2] in (MAGIC4, MAGIC6)
+
+
+def decode_centered_many(blobs: Sequence[bytes], center: np.ndarray) -> np.ndarray:
+    """Centered blobs of one width (4- or 6-bit, mixed or not) as float32 (n, d)."""
+    if not blobs:
+        return np.zeros((0, len(center)), dtype=np.float32)
+    sixes = [i for i, b in enumerate(blobs) if b[:2] == MAGIC6]
+    if len(sixes) == len(blobs):
+        return decode6_many(blobs, center)
+    if not sixes:
+        return decode4_many(blobs, center)
+    out = np.empty((len(blobs), len(center)), dtype=np.float32)
+    fours = [i for i, b in enumerate(blobs) if b[:2] != MAGIC6]
+    out[sixes] = decode6_many([blobs[i] for i in sixes], center)
+    out[fours] = decode4_many([blobs[i] for i in fours], center)
+    return out
+
+
 def _needs_center() -> ValueError:
-    return ValueError("a 4-bit vector is decoded with its model's center (decode4_many)")
+    return ValueError("a centered vector is decoded with its model's center (decode_centered_many)")
 
 
 def decode(blob: bytes) -> np.ndarray:
     """A stored vector as float32 (float32 or 8-bit; a 4-bit one needs `decode4_many`)."""
-    if is_4bit(blob):
+    if is_centered(blob):
         raise _needs_center()
     if is_quantised(blob):
         scale = np.frombuffer(blob, dtype="<f4", count=1, offset=2)[0]
