@@ -1,13 +1,14 @@
-"""The embedding cache's vectors as stored (feature "size", issue 22): 4-bit codes around the
-model's center (memory/store/vector_codec.py `encode4_many`, 198 bytes at 384 dimensions;
-8-bit where the width does not allow 4-bit), the centers themselves, and what rewrites an older
-version's wider rows. No database handle here, only a connection inside the caller's
-transaction: the cache (index_embedcache.py), the migrations and `pinch migrate` use it.
+"""The embedding cache's vectors as stored (feature "size", issue 22): 8-bit codes by default,
+or 6- or 4-bit codes around the model's center (memory/store/vector_codec.py `encode6_many`,
+`encode4_many`: 294 / 198 bytes at 384 dimensions; 8-bit where the width does not allow them),
+the centers themselves, and what rewrites an older version's wider rows. No database handle
+here, only a connection inside the caller's transaction: the cache (index_embedcache.py), the
+migrations and `pinch migrate` use it.
 
 A model's center is written once, by the first batch of at least `CENTER_SAMPLE` vectors
 cached for it (the batch's mean; smaller batches before it are stored 8-bit), in
 `meta` under `cache_center:<provider>|<model>|<dimensions>` (float32 as hex), and never
-changed: every 4-bit vector of that model is coded around it.
+changed: every centered vector of that model is coded around it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ ModelTriple = tuple[str, str, int]  # provider, model, dimensions
 # the survival bench's reworded questions they found one fact fewer than 8-bit (44 vs 45/50,
 # with the issue-20 ranking), on LoCoMo conv-26 the vector preset lost 0.027 MRR, and on a
 # small index (a new user's first notes) the center comes from few vectors and moves scores
-# at the relevance floor. Set to 4 to measure them; rows of either form read back alike.
+# at the relevance floor. 6-bit codes (≈ 52 MB less at 100k) lost two reworded questions
+# (45 → 43/50) and three LoCoMo multi-hop ones (72 → 69/142) where 8-bit gives float32's
+# figures (bench/RESULTS.md, 2026-12-03 08:30). Set to 6 or 4 to measure them; rows of any
+# form read back alike.
 CACHE_BITS = 8
 
 
@@ -83,7 +87,7 @@ def _center_key(model: ModelTriple) -> str:
 
 
 def center_of(conn: Any, model: ModelTriple) -> np.ndarray | None:
-    """The model's center, None if nothing 4-bit was cached for it yet."""
+    """The model's center, None if nothing centered was cached for it yet."""
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (_center_key(model),)).fetchone()
     if row is None:
         return None
@@ -105,8 +109,9 @@ def _ensure_center(conn: Any, model: ModelTriple, sample: np.ndarray) -> np.ndar
 
 
 def encode_for_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> list[bytes]:
-    """float32 vectors of `model` as the cache stores them (4-bit around the model's center,
-    written now if it is the first batch; 8-bit when the width does not allow 4-bit; blobs of
+    """float32 vectors of `model` as the cache stores them (6- or 4-bit around the model's
+    center, written now if it is the first batch; 8-bit by default and when the width does not
+    allow the centered form; blobs of
     another length as they are), inside the caller's transaction."""
     dims = int(model[2])
     out = [bytes(b) for b in blobs]
