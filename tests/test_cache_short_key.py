@@ -13,6 +13,10 @@ from memory.store.db import open_database
 from memory.store.index_embedcache import ModelKey, SqliteEmbeddingCache, lookup
 
 KEY = ModelKey("local", "e5", 8)
+E5_ROWS = (
+    "SELECT c.id, c.chunk_hash FROM embedding_cache c "
+    "JOIN embedding_models m ON m.id = c.model_id WHERE m.model = 'e5'"
+)
 
 
 def vec(seed: int) -> bytes:
@@ -27,7 +31,7 @@ def test_keys_sharing_their_first_bytes_are_told_apart_and_stay_unique(tmp_path:
     with db.transaction() as conn:
         cache.put(conn, KEY, [(twin_a, vec(1)), (twin_b, vec(2)), (twin_a, vec(3))])
         cache.put(conn, ModelKey("local", "other", 8), [(twin_a, vec(4))])
-    rows = db.execute("SELECT rowid, chunk_hash FROM embedding_cache WHERE model = 'e5'")
+    rows = db.execute(E5_ROWS)
     assert len(rows) == 2  # twin_a once: the last of the batch
     got = cache.get(KEY, [twin_a, twin_b, "cd" * 32])
     assert set(got) == {twin_a, twin_b}
@@ -38,10 +42,7 @@ def test_keys_sharing_their_first_bytes_are_told_apart_and_stay_unique(tmp_path:
     with db.transaction() as conn:
         cache.put(conn, KEY, [(twin_b, vec(5))])  # replaced in place
 
-    after = dict(
-        (bytes(h), r)
-        for r, h in db.execute("SELECT rowid, chunk_hash FROM embedding_cache WHERE model = 'e5'")
-    )
+    after = dict((bytes(h), r) for r, h in db.execute(E5_ROWS))
     assert after == before
     with db.lock:
         found = lookup(db.conn, "local", "e5", [bytes.fromhex(twin_b)], 8)

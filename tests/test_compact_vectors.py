@@ -17,6 +17,7 @@ from memory.index.index import MemoryIndex
 from memory.store.cache_codec import float32_from_cache
 from memory.store.compact import compact, reclaimable
 from memory.store.index_embedcache import cache_slack, prune_orphans
+from memory.store.passage_pack import passage_count
 from memory.store.search_queries import search_queries
 from memory.store.vector_codec import (
     decode,
@@ -27,6 +28,7 @@ from memory.store.vector_codec import (
     is_quantised,
 )
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
+from tests.layout_support import loose_passages
 
 # Enough passages for a first cached batch that would set a model's 4-bit center.
 GROCERIES = ("apples", "pears", "plums", "leeks", "onions", "rice", "flour", "lentils", "figs")
@@ -89,7 +91,8 @@ def test_passages_and_centroids_are_stored_once_and_search_reads_them(
     assert cached and all(len(v) == 512 + 6 for (v,) in cached)  # 8-bit codes (CACHE_BITS)
     ids = [r[0] for r in rows(idx, "SELECT id FROM memory_chunks")]
     found = search_queries(idx.db).passage_vectors(ids)
-    units = rows(idx, "SELECT count(*) FROM memory_units")[0][0]
+    with idx.db.lock:
+        units = passage_count(idx.db.conn)
     assert found is not None and len(found.spans) == units and found.matrix.shape[1] == 512
 
     hits = idx.search("which bike does Anna ride")
@@ -100,17 +103,19 @@ def old_format(idx: MemoryIndex) -> None:
     """Turn the index into what the previous version wrote: float32 everywhere, passage
     vectors copied into their rows, and a generation identity without "vectors"."""
     with idx.db.transaction() as conn:
+        loose_passages(conn)
         cached = conn.execute(
-            "SELECT rowid, provider, model, dimensions, vector FROM embedding_cache"
+            "SELECT c.id, m.provider, m.model, c.dimensions, c.vector FROM embedding_cache c "
+            "JOIN embedding_models m ON m.id = c.model_id"
         ).fetchall()
         for rowid, provider, model, dims, blob in cached:
             conn.execute(
-                "UPDATE embedding_cache SET vector = ? WHERE rowid = ?",
+                "UPDATE embedding_cache SET vector = ? WHERE id = ?",
                 (float32_from_cache(conn, (provider, model, dims), [blob])[0], rowid),
             )
         conn.execute(
-            "UPDATE memory_units SET vector = (SELECT c.vector FROM embedding_cache c "
-            "WHERE c.chunk_hash = memory_units.hash)"
+            "UPDATE memory_units SET cache_row = NULL, vector = (SELECT c.vector FROM "
+            "embedding_cache c WHERE c.chunk_hash = memory_units.hash)"
         )
         gen, identity = conn.execute(
             "SELECT id, identity FROM memory_generations WHERE state = 'active'"
@@ -178,6 +183,8 @@ def test_a_passage_names_its_cache_row_and_a_wrong_name_falls_back_to_the_hash(
 ) -> None:
     idx = make_index(make_workspace(FILES), use_config())
     idx.sync()
+    with idx.db.transaction() as conn:
+        loose_passages(conn)  # (a chunk's passages packed name their cache rows by id alone)
     named = rows(
         idx,
         "SELECT count(*) FROM memory_units u JOIN embedding_cache c "

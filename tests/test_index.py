@@ -166,11 +166,8 @@ def test_a_deleted_file_leaves_no_chunk_keyword_or_vector_rows(
     ids = [r[0] for r in idx.db.execute("SELECT id FROM memory_chunks WHERE path = 'USER.md'")]
     assert ids
     marks = ",".join("?" * len(ids))
-    units = [
-        r[0]
-        for r in idx.db.execute(f"SELECT id FROM memory_units WHERE chunk_id IN ({marks})", ids)
-    ]
-    assert units
+    passages = f"SELECT count(*) FROM memory_passages WHERE chunk_id IN ({marks})"
+    assert count(idx, passages, *ids) == len(ids)  # each chunk's passages packed in one row
     (generation,) = idx.db.execute("SELECT id FROM memory_generations WHERE state = 'active'")[0]
 
     (ws / "USER.md").unlink()
@@ -179,10 +176,10 @@ def test_a_deleted_file_leaves_no_chunk_keyword_or_vector_rows(
     assert report.files_removed == ["USER.md"]
     assert "USER.md" not in chunk_paths(idx)
     assert count(idx, f"SELECT count(*) FROM memory_fts WHERE rowid IN ({marks})", *ids) == 0
-    umarks = ",".join("?" * len(units))
     vec_table = f"memory_vec_g{generation}"
-    assert count(idx, f"SELECT count(*) FROM {vec_table} WHERE rowid IN ({umarks})", *units) == 0
-    assert count(idx, f"SELECT count(*) FROM memory_units WHERE id IN ({umarks})", *units) == 0
+    assert count(idx, f"SELECT count(*) FROM {vec_table} WHERE rowid IN ({marks})", *ids) == 0
+    assert count(idx, passages, *ids) == 0
+    assert count(idx, f"SELECT count(*) FROM memory_units WHERE chunk_id IN ({marks})", *ids) == 0
     assert count(idx, "SELECT count(*) FROM memory_sources WHERE path = 'USER.md'") == 0
     assert idx.search("Anna tea", preset="keyword") == []
     assert_consistent(idx)

@@ -40,6 +40,7 @@ from memory.store.vector_codec import (
 )
 from memory.text import fts_body
 from tests.conftest import IndexFactory, WorkspaceFactory, sqlite_vec_loads, use_config
+from tests.layout_support import m013_layout
 from tests.test_compact_vectors import FILES as COMPACT_FILES
 
 # test_compact_vectors' notes (with enough passages for a first batch to set a model's 4-bit
@@ -194,8 +195,10 @@ def previous_layout(idx: MemoryIndex) -> None:
     """Turn the index into what the version before m009-m011 wrote: FTS5 with its own copy of
     every body, hashes as hex text, 8-bit cached vectors, an index on the passages'
     generation, and those migrations not recorded (with what m012-m013 changed undone too:
-    plain chunk texts, the cache's unique key index)."""
+    plain chunk texts, the cache's unique key index, and m014's packed passages)."""
     with idx.db.transaction() as conn:
+        m013_layout(conn)
+        conn.execute("DROP INDEX embedding_cache_by_key")
         conn.execute(
             "CREATE TABLE cache_old (provider TEXT NOT NULL, model TEXT NOT NULL, "
             "chunk_hash TEXT NOT NULL, dimensions INTEGER NOT NULL, vector BLOB NOT NULL, "
@@ -242,6 +245,7 @@ def previous_layout(idx: MemoryIndex) -> None:
             "m011_size_4bit_cache",
             "m012_size2_chunk_text",
             "m013_size2_cache_short_key",
+            "m014_units_packed_passages",
         )
         for table in ("schema_migrations", "_migrations"):
             conn.executemany(f"DELETE FROM {table} WHERE name = ?", [(n,) for n in names])
@@ -272,8 +276,13 @@ def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
     }
     sql = rows(idx, "SELECT sql FROM sqlite_master WHERE name = 'memory_fts'")[0][0]
     assert "content = ''" in sql
+    assert not rows(idx, "SELECT 1 FROM memory_units")  # every chunk's passages packed
+    assert rows(idx, "SELECT count(*) FROM memory_passages") == rows(
+        idx, "SELECT count(*) FROM memory_chunks"
+    )
     assert all(
-        isinstance(h, bytes) and len(h) == 32 for (h,) in rows(idx, "SELECT hash FROM memory_units")
+        isinstance(h, bytes) and len(h) == 32
+        for (h,) in rows(idx, "SELECT chunk_hash FROM embedding_cache")
     )
     cached = [bytes(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache")]
     if bits == 4:

@@ -13,6 +13,7 @@ from memory.embeddings.providers import create_provider
 from memory.index.index import MemoryIndex
 from memory.index.transcript_indexer import index_transcript
 from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.store.passage_pack import spans_of
 from memory.store.search_queries import search_queries
 from memory.store.sessions import SessionKey, SqliteSessionStore
 from memory.store.transcripts import transcript_path
@@ -79,9 +80,10 @@ def test_a_conversation_chunk_has_one_passage_vector_per_turn(index: MemoryIndex
     chunks = index.db.execute(
         "SELECT id FROM memory_chunks WHERE path = ? AND text LIKE ?", (path, f"%{FACT}%")
     )
-    units = index.db.execute(
-        "SELECT start_line, end_line FROM memory_units WHERE chunk_id = ?", (chunks[0][0],)
-    )
+    (packed,) = index.db.execute(
+        "SELECT spans FROM memory_passages WHERE chunk_id = ?", (chunks[0][0],)
+    )[0]
+    units = spans_of(packed).tolist()
     # Short turns are grouped (a question with its answer), never the whole chunk in one.
     assert len(units) >= 4
     # Each has its vector (stored once, in the embedding cache).

@@ -14,6 +14,7 @@ from memory.errors import SessionError
 from memory.index.index import MemoryIndex
 from memory.index.transcript_indexer import index_transcript
 from memory.memory_config import ChunkingConfig
+from memory.store.passage_pack import passage_count
 from memory.store.sessions import Session, SessionKey, SessionStore, SqliteSessionStore
 from memory.store.transcripts import (
     read_transcript,
@@ -170,7 +171,8 @@ def test_incremental_indexing_does_not_duplicate(small_chunks: MemoryIndex) -> N
     assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(spans))
     (generation,) = idx.db.execute("SELECT id FROM memory_generations WHERE state = 'active'")[0]
     vectors = idx.db.execute(f"SELECT count(*) FROM memory_vec_g{generation}")[0][0]
-    assert vectors == len(idx.db.execute("SELECT id FROM memory_units"))
+    with idx.db.lock:
+        assert vectors == passage_count(idx.db.conn)
 
 
 def test_a_caller_passing_only_new_events_leaves_no_gap(index: MemoryIndex) -> None:

@@ -157,14 +157,14 @@ def shrink_batch(conn: Any, after: int) -> tuple[int, int | None]:
     cache's form, inside the caller's transaction: (how many, the last rowid seen — None when
     none were left)."""
     rows = conn.execute(
-        "SELECT rowid, provider, model, dimensions, vector FROM embedding_cache "
-        f"WHERE {wide_vectors()} AND rowid > ? ORDER BY rowid LIMIT ?",
+        f"SELECT c.rowid, c.dimensions, c.vector, {_model_columns(conn)} "
+        f"WHERE {wide_vectors()} AND c.rowid > ? ORDER BY c.rowid LIMIT ?",
         (after, SHRINK_BATCH),
     ).fetchall()
     if not rows:
         return 0, None
     by_model: dict[ModelTriple, list[tuple[int, bytes]]] = {}
-    for rowid, provider, name, dims, blob in rows:
+    for rowid, dims, blob, provider, name in rows:
         by_model.setdefault((provider, name, int(dims)), []).append((int(rowid), bytes(blob)))
     done = 0
     for model, items in by_model.items():
@@ -174,3 +174,17 @@ def shrink_batch(conn: Any, after: int) -> tuple[int, int | None]:
         conn.executemany("UPDATE embedding_cache SET vector = ? WHERE rowid = ?", changed)
         done += len(changed)
     return done, int(rows[-1][0])
+
+
+def _model_columns(conn: Any) -> str:
+    """SQL: a cache row's provider and model, and the FROM clause (`c` the cache): named by a
+    number since m014, in the row itself before (m011 runs on that layout)."""
+    numbered = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'embedding_models'"
+    ).fetchone()
+    if numbered:
+        return (
+            "m.provider, m.model FROM embedding_cache c "
+            "JOIN embedding_models m ON m.id = c.model_id"
+        )
+    return "c.provider, c.model FROM embedding_cache c"

@@ -2,13 +2,16 @@
 hash), so a text is embedded once per model. When and in what batches texts are embedded is
 decided in memory/index/embedcache.py.
 
-It is also where a passage's vector lives: `memory_units` rows name their passage's hash and
-search reads the vector from here (`cached_vectors`), so each vector is stored once. Vectors are
-handed in and out as float32 blobs and stored as 8-bit codes (or 4-bit codes around their
-model's center: memory/store/cache_codec.py `CACHE_BITS`); rows written in another form read the
-same, and wider ones are rewritten by `requantise` (and by migration m011). Keys are kept as
-the hash's 32 bytes (memory/store/content_hash.py `stored_hash`) and handed out as the hex text
-they came in as.
+It is also where a passage's vector lives: a packed passage names its cache row by id
+(memory/store/passage_pack.py), an older passage row by id and hash (`cached_vectors`), so each
+vector is stored once. Since migration m014 a row has an explicit id (`INTEGER PRIMARY KEY
+AUTOINCREMENT`: a VACUUM keeps it, a deleted row's id is never handed out again), names its
+provider and model by a small number (`embedding_models`) and its time in whole seconds.
+Vectors are handed in and out as float32 blobs and stored as 8-bit codes (or 4-bit codes
+around their model's center: memory/store/cache_codec.py `CACHE_BITS`); rows written in another
+form read the same, and wider ones are rewritten by `requantise` (and by migration m011). Keys
+are kept as the hash's 32 bytes (memory/store/content_hash.py `stored_hash`) and handed out as
+the hex text they came in as.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from memory.store.cache_codec import (
     encode_for_cache,
     float32_from_cache,
@@ -28,6 +33,7 @@ from memory.store.cache_codec import (
 )
 from memory.store.content_hash import StoredHash, stored_hash
 from memory.store.db import Database, in_batches
+from memory.store.passage_pack import named_cache_ids
 
 LOOKUP_BATCH = 500  # hashes per lookup query (SQLite's bound-parameter limit is far above)
 # The cache's key index holds the first bytes of the hash alone (migration m013: 8 bytes
@@ -88,33 +94,48 @@ class SqliteEmbeddingCache:
         return dict(zip(names, floats, strict=True))
 
     def put(self, conn: Any, key: ModelKey, vectors: Sequence[tuple[str, bytes]]) -> None:
-        now = time.time()
+        now = int(time.time())
         stored = encode_for_cache(conn, _triple(key), [v for _, v in vectors])
         latest = {stored_hash(h): blob for (h, _), blob in zip(vectors, stored, strict=True)}
         # (provider, model, hash) is unique by this: the row a key has is replaced in place,
-        # keeping its rowid, which passages name (`memory_units.cache_row`); the others are new.
+        # keeping its id, which passages name (memory/store/passage_pack.py); the others are new.
         there = lookup(conn, key.provider, key.model, list(latest))
         conn.executemany(
-            "UPDATE embedding_cache SET dimensions = ?, vector = ?, created_at = ? WHERE rowid = ?",
+            "UPDATE embedding_cache SET dimensions = ?, vector = ?, created_at = ? WHERE id = ?",
             [(key.dimensions, latest[k], now, rowid) for k, (rowid, _) in there.items()],
         )
+        model = model_id(conn, key.provider, key.model, create=True)
         conn.executemany(
-            "INSERT INTO embedding_cache VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (key.provider, key.model, k, key.dimensions, blob, now)
-                for k, blob in latest.items()
-                if k not in there
-            ],
+            "INSERT INTO embedding_cache(model_id, chunk_hash, dimensions, vector, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(model, k, key.dimensions, blob, now) for k, blob in latest.items() if k not in there],
         )
+
+
+def model_id(conn: Any, provider: str, model: str, create: bool = False) -> int | None:
+    """The number the cache's rows name (provider, model) by (`embedding_models`); None when
+    nothing was cached for it (made now when `create`, inside the caller's transaction)."""
+    row = conn.execute(
+        "SELECT id FROM embedding_models WHERE provider = ? AND model = ?", (provider, model)
+    ).fetchone()
+    if row is None and create:
+        cur = conn.execute(
+            "INSERT INTO embedding_models(provider, model) VALUES (?, ?)", (provider, model)
+        )
+        return int(cur.lastrowid)
+    return None if row is None else int(row[0])
 
 
 def lookup(
     conn: Any, provider: str, model: str, keys: Sequence[StoredHash], dimensions: int | None = None
 ) -> dict[StoredHash, tuple[int, bytes]]:
-    """{stored hash: (rowid, stored vector)} of the cached rows among `keys` under the model
+    """{stored hash: (id, stored vector)} of the cached rows among `keys` under the model
     (and width, when given). Found through the index on the hash's first 8 bytes (migration
     m013: the cache has no index of its whole key), each row's whole key compared."""
     found: dict[StoredHash, tuple[int, bytes]] = {}
+    mid = model_id(conn, provider, model)
+    if mid is None:
+        return found
     width = "" if dimensions is None else "AND dimensions = ? "
     for i in range(0, len(keys), LOOKUP_BATCH):
         part = list(dict.fromkeys(keys[i : i + LOOKUP_BATCH]))
@@ -122,10 +143,10 @@ def lookup(
         prefixes = list(dict.fromkeys(k[:KEY_PREFIX] for k in part))
         pmarks = ",".join("?" for _ in prefixes)
         for rowid, k, blob in conn.execute(
-            "SELECT rowid, chunk_hash, vector FROM embedding_cache "
+            "SELECT id, chunk_hash, vector FROM embedding_cache "
             f"WHERE substr(chunk_hash, 1, {KEY_PREFIX}) IN ({pmarks}) AND chunk_hash IN ({marks}) "
-            f"AND provider = ? AND model = ? {width}",
-            (*prefixes, *part, provider, model, *(() if dimensions is None else (dimensions,))),
+            f"AND model_id = ? {width}",
+            (*prefixes, *part, mid, *(() if dimensions is None else (dimensions,))),
         ):
             found[bytes(k) if isinstance(k, memoryview) else k] = (int(rowid), blob)
     return found
@@ -146,7 +167,7 @@ def _generation_key(conn: Any, generation: int) -> tuple[Any, Any, Any] | None:
 
 
 def cache_rows(conn: Any, generation: int, hashes: Sequence[str]) -> dict[str, int]:
-    """The cache rowids of `hashes` by the generation's model (inside the caller's
+    """The cache ids of `hashes` by the generation's model (inside the caller's
     transaction: passages name them)."""
     key = _generation_key(conn, generation)
     if key is None or key[0] is None or key[1] is None:
@@ -179,10 +200,11 @@ def stored_vectors(
     (whose center decodes the 4-bit ones: cache_codec.center_of)."""
     with db.lock:
         key = _generation_key(db.conn, generation)
+        mid = None if key is None else model_id(db.conn, str(key[0]), str(key[1]))
     if key is None:
         return {}, None
     found: dict[StoredHash, bytes] = {}
-    known = list(dict.fromkeys(r for r in rows if r is not None))
+    known = list(dict.fromkeys(r for r in rows if r is not None)) if mid is not None else []
     for i in range(0, len(known), LOOKUP_BATCH):
         part = known[i : i + LOOKUP_BATCH]
         marks = ",".join("?" for _ in part)
@@ -190,10 +212,10 @@ def stored_vectors(
         # indexed with, unless a VACUUM renumbered the rows — then the hash finds it below)
         found.update(
             db.execute(
-                # (unary +: found by rowid, not through the key index)
-                f"SELECT chunk_hash, vector FROM embedding_cache WHERE rowid IN ({marks}) "
-                "AND +provider = ? AND +model = ? AND +dimensions = ?",
-                (*part, *key),
+                # (unary +: found by id, not through the key index)
+                f"SELECT chunk_hash, vector FROM embedding_cache WHERE id IN ({marks}) "
+                "AND +model_id = ? AND +dimensions = ?",
+                (*part, mid, key[2]),
             )
         )
     unique = [h for h in {stored_hash(h) for h in hashes} if h not in found]
@@ -225,33 +247,51 @@ class CacheSlack:
         return self.orphan_bytes + self.float_saving
 
 
-_ORPHANS = (
-    "FROM embedding_cache WHERE created_at < ? "
-    "AND chunk_hash NOT IN (SELECT hash FROM memory_units)"
-)
+# Cached vectors no passage row names by hash (the packed passages name theirs by id, checked
+# apart: passage_pack.named_cache_ids).
+_UNNAMED_BY_HASH = "chunk_hash NOT IN (SELECT hash FROM memory_units)"
+
+
+def _orphans(conn: Any, now: float | None, named: np.ndarray) -> list[tuple[int, int]]:
+    """(id, bytes) of the cached vectors no passage names, older than the grace period
+    (`named`: the ids packed passages name)."""
+    cutoff = (now if now is not None else time.time()) - ORPHAN_GRACE_S
+    rows = conn.execute(
+        "SELECT id, length(vector) + length(chunk_hash) + 40 FROM embedding_cache "
+        f"WHERE created_at < ? AND {_UNNAMED_BY_HASH}",
+        (cutoff,),
+    ).fetchall()
+    if not rows:
+        return []
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    unnamed = ~np.isin(ids, named)
+    return [r for r, keep in zip(rows, unnamed.tolist(), strict=True) if keep]
 
 
 def cache_slack(conn: Any, now: float | None = None) -> CacheSlack:
     """How many cached vectors no passage names, how many are still float32, and their bytes.
-    (≈ 1-2 s at 100k chunks: one pass over the passages' hashes.)"""
-    cutoff = (now if now is not None else time.time()) - ORPHAN_GRACE_S
-    orphans, orphan_bytes = conn.execute(
-        f"SELECT count(*), coalesce(sum(length(vector) + length(chunk_hash) + 40), 0) {_ORPHANS}",
-        (cutoff,),
-    ).fetchone()
-    floats, saving = conn.execute(
-        f"SELECT count(*), coalesce(sum(length(vector) - {stored_size_sql()}), 0) "
-        f"FROM embedding_cache WHERE {wide_vectors()} "
-        "AND chunk_hash IN (SELECT hash FROM memory_units)"
-    ).fetchone()
-    return CacheSlack(int(orphans), int(orphan_bytes), int(floats), int(saving))
+    (≈ 1-2 s at 100k chunks: one pass over the cache and the packed passages.)"""
+    named = named_cache_ids(conn)
+    orphans = _orphans(conn, now, named)
+    wide = conn.execute(
+        f"SELECT id, length(vector) - {stored_size_sql()}, {_UNNAMED_BY_HASH} "
+        f"FROM embedding_cache WHERE {wide_vectors()}"
+    ).fetchall()
+    by_id = set(named.tolist()) if wide else set()
+    used = [saving for i, saving, unnamed in wide if not unnamed or i in by_id]
+    return CacheSlack(len(orphans), sum(int(b) for _, b in orphans), len(used), int(sum(used)))
 
 
 def prune_orphans(conn: Any, now: float | None = None) -> int:
     """Delete cached vectors no passage names (older than the grace period), inside the
     caller's transaction; returns how many. A text indexed again later is embedded again."""
-    cutoff = (now if now is not None else time.time()) - ORPHAN_GRACE_S
-    return int(conn.execute(f"DELETE {_ORPHANS}", (cutoff,)).rowcount)
+    ids = [i for i, _ in _orphans(conn, now, named_cache_ids(conn))]
+    for i in range(0, len(ids), LOOKUP_BATCH):
+        part = ids[i : i + LOOKUP_BATCH]
+        conn.execute(
+            f"DELETE FROM embedding_cache WHERE id IN ({','.join('?' for _ in part)})", part
+        )
+    return len(ids)
 
 
 def requantise(db: Database) -> int:

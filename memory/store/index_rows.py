@@ -25,6 +25,7 @@ from memory.store.chunk_text import (
 from memory.store.content_hash import stored_hash
 from memory.store.db import Database
 from memory.store.index_embedcache import cache_rows
+from memory.store.passage_pack import delete_generation, delete_packed, insert_packed, packable
 from memory.text import fts_body
 
 # The keyword index holds no copy of the text (`content=''`, migration m009): a row is removed by
@@ -245,10 +246,16 @@ class SqliteIndexRows:
         self, conn: Any, chunk_id: int, generation: int, passages: Sequence[PassageRow]
     ) -> None:
         # Each vector is stored once: in the embedding cache, where every embedded passage's
-        # vector already is (memory/index/embedcache.py); search reads it from there by hash
-        # (search_queries.passage_vectors), by its rowid (`cache_row`). The row keeps `vector`
-        # NULL.
+        # vector already is (memory/index/embedcache.py). A chunk whose passages all have one
+        # is one packed row naming them by cache id (memory/store/passage_pack.py); otherwise
+        # each passage is a `memory_units` row with its hash (`vector` NULL, `cache_row` the
+        # cache id when there is one).
         refs = cache_rows(conn, generation, [p.hash for p in passages])
+        spans = [(p.start_line, p.end_line, refs.get(p.hash)) for p in passages]
+        if spans and packable(spans):
+            named = [(s, e, c) for s, e, c in spans if c is not None]
+            insert_packed(conn, chunk_id, generation, named)
+            return
         conn.executemany(
             "INSERT INTO memory_units(chunk_id, generation, start_line, end_line, hash, "
             "cache_row) VALUES (?, ?, ?, ?, ?, ?)",
@@ -292,6 +299,7 @@ class SqliteIndexRows:
             )
 
     def delete_chunks(self, conn: Any, chunk_ids: Sequence[int]) -> None:
+        delete_packed(conn, chunk_ids)
         conn.executemany("DELETE FROM memory_units WHERE chunk_id = ?", [(i,) for i in chunk_ids])
         conn.executemany("DELETE FROM memory_chunks WHERE id = ?", [(i,) for i in chunk_ids])
 
@@ -418,6 +426,7 @@ class SqliteIndexRows:
 
     def drop_generation(self, conn: Any, generation: int) -> None:
         # (by chunk: the passages' own generation column has no index since m010)
+        delete_generation(conn, generation)
         conn.execute(
             "DELETE FROM memory_units WHERE chunk_id IN "
             "(SELECT id FROM memory_chunks WHERE generation = ?)",

@@ -12,6 +12,7 @@ from typing import Any
 from memory.store.cache_codec import shrink_batch
 from memory.store.chunk_text import compress_batch
 from memory.store.content_hash import stored_hash
+from memory.store.passage_pack import pack_existing
 from memory.store.schema import MigrationSet, apply
 
 _CONVERT_BATCH = 20_000
@@ -288,6 +289,50 @@ def m013_size2_cache_short_key(conn: Any) -> None:
     )
 
 
+def m014_units_packed_passages(conn: Any) -> None:
+    """Feature "units" (issue 22, helper units): the embedding cache's rows with an explicit
+    id (a VACUUM keeps it, so passages name a vector by id alone), their provider and model as
+    a number (`embedding_models`) and their time in whole seconds; and each chunk's passages
+    packed in one `memory_passages` row (memory/store/passage_pack.py: lines and cache ids, no
+    hash, no index by chunk). Chunks whose passages do not all name a cache row keep their
+    `memory_units` rows. Nothing is embedded again; the pages freed are given back by `pinch
+    memory compact`."""
+    conn.executescript(
+        """
+        CREATE TABLE embedding_models (
+            id INTEGER PRIMARY KEY,
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            UNIQUE (provider, model)
+        );
+        INSERT INTO embedding_models(provider, model)
+            SELECT DISTINCT provider, model FROM embedding_cache ORDER BY provider, model;
+        CREATE TABLE embedding_cache_units (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: passages name rows by it
+            model_id INTEGER NOT NULL,             -- embedding_models.id
+            chunk_hash TEXT NOT NULL,              -- sha256 digest (32 bytes) of the text
+            dimensions INTEGER NOT NULL,
+            vector BLOB NOT NULL,
+            created_at INTEGER NOT NULL            -- unix seconds
+        );
+        INSERT INTO embedding_cache_units(id, model_id, chunk_hash, dimensions, vector,
+            created_at) SELECT c.rowid, m.id, c.chunk_hash, c.dimensions, c.vector,
+            CAST(c.created_at AS INTEGER) FROM embedding_cache c JOIN embedding_models m
+            ON m.provider = c.provider AND m.model = c.model ORDER BY c.rowid;
+        DROP TABLE embedding_cache;
+        ALTER TABLE embedding_cache_units RENAME TO embedding_cache;
+        CREATE INDEX embedding_cache_by_key ON embedding_cache (substr(chunk_hash, 1, 8));
+        CREATE TABLE memory_passages (
+            chunk_id INTEGER PRIMARY KEY REFERENCES memory_chunks(id) ON DELETE CASCADE,
+            generation INTEGER NOT NULL,
+            first_unit INTEGER NOT NULL,           -- its first passage's id (memory_units' counter)
+            spans BLOB NOT NULL                    -- uint32 (start line, end line, cache id) each
+        );
+        """
+    )
+    pack_existing(conn)
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -302,6 +347,7 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m011_size_4bit_cache,
     m012_size2_chunk_text,
     m013_size2_cache_short_key,
+    m014_units_packed_passages,
 ]
 
 

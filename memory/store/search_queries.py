@@ -19,6 +19,7 @@ from memory.store.chunk_text import read_texts
 from memory.store.content_hash import StoredHash
 from memory.store.db import Database, as_corruption, corruption_advice
 from memory.store.index_embedcache import stored_vectors
+from memory.store.passage_pack import cache_blobs, packed_rows
 from memory.store.vector_codec import decode_centered_many, decode_many, is_centered
 from memory.store.vector_tables import BATCH
 
@@ -164,11 +165,32 @@ class SqliteSearchQueries:
         return out
 
     def passage_vectors(self, chunk_ids: list[int]) -> PassageVectors | None:
-        # A passage's vector is stored once, in the embedding cache of its generation's model
-        # (`vector` NULL; `cache_row` names the cache row, checked by hash: one statement, no
-        # second round of lookups — ≈ 4 of 10 ms at 100 chunks); indexes from before that kept
-        # a copy in the row, read as it is. A row the cache no longer has at that rowid (a
-        # VACUUM renumbered it) is looked up by hash.
+        # A passage's vector is stored once, in the embedding cache of its generation's model.
+        # A chunk's passages are one packed row naming their cache rows by id (two statements:
+        # the packed rows, then the cache rows by id; memory/store/passage_pack.py); chunks
+        # without one have a row per passage (older indexes, rows copied from PostgreSQL), read
+        # as before: `cache_row` names the cache row, checked by hash, or the row's own vector.
+        packed = packed_rows(self.db.execute, chunk_ids)
+        found = {cid for cid, _, _ in packed}
+        blobs = cache_blobs(self.db.execute, (int(c) for _, _, s in packed for c in s[:, 2]))
+        kept: list[tuple[tuple[int, int, int], bytes, int | None]] = []
+        for cid, gen, spans in packed:
+            for start, end, ref in spans.tolist():
+                blob = blobs.get(ref)
+                if blob is not None:
+                    kept.append(((cid, start, end), blob, gen))
+        loose = self._loose_passages([c for c in chunk_ids if c not in found])
+        if loose:
+            kept = sorted(kept + loose, key=lambda k: k[0][0])  # (stable: each chunk in order)
+        if not kept:
+            return None
+        return PassageVectors([s for s, _, _ in kept], self._decode(kept, {}))
+
+    def _loose_passages(
+        self, chunk_ids: list[int]
+    ) -> list[tuple[tuple[int, int, int], bytes, int | None]]:
+        """The vectors of chunks kept as a row per passage: (span, blob, generation when the
+        blob is the cache's, else None)."""
         rows: list[Any] = []
         for i in range(0, len(chunk_ids), BATCH):
             part = chunk_ids[i : i + BATCH]
@@ -177,13 +199,13 @@ class SqliteSearchQueries:
                 "SELECT u.chunk_id, u.start_line, u.end_line, u.generation, u.hash, "
                 "coalesce(u.vector, c.vector), u.vector IS NULL, u.cache_row "
                 "FROM memory_units u LEFT JOIN embedding_cache c "
-                "ON u.vector IS NULL AND c.rowid = u.cache_row AND c.chunk_hash = u.hash "
+                "ON u.vector IS NULL AND c.id = u.cache_row AND c.chunk_hash = u.hash "
                 "AND u.generation IN (SELECT id FROM memory_generations) "
-                f"WHERE u.chunk_id IN ({marks})",
+                f"WHERE u.chunk_id IN ({marks}) ORDER BY u.chunk_id, u.id",
                 part,
             )
         if not rows:
-            return None
+            return []
         missing: dict[int, tuple[list[StoredHash], list[int | None]]] = {}
         for r in rows:
             if r[5] is None:
@@ -196,9 +218,7 @@ class SqliteSearchQueries:
             vector = blob if blob is not None else cached[int(gen)][0].get(h)
             if vector is not None:
                 kept.append(((cid, start, end), vector, int(gen) if from_cache else None))
-        if not kept:
-            return None
-        return PassageVectors([s for s, _, _ in kept], self._decode(kept, cached))
+        return kept
 
     def _decode(self, kept: list[Any], cached: dict[int, Any]) -> Any:
         """The kept blobs as one float32 matrix: the cache's centered ones decoded around their

@@ -24,7 +24,8 @@ from memory.store.cache_codec import float32_from_cache
 from memory.store.chunk_text import read_text, read_texts
 from memory.store.content_hash import StoredHash, hash_of_stored, stored_hash
 from memory.store.db import Database, open_database, sqlite_driver
-from memory.store.index_embedcache import cached_vectors
+from memory.store.index_embedcache import cached_vectors, model_id
+from memory.store.passage_pack import passage_count, portable_rows
 from memory.store.schema import MigrationSet, apply
 from memory.store.transfer import (
     DERIVED_META,
@@ -65,6 +66,14 @@ HASHES = {"memory_units": "hash", "embedding_cache": "chunk_hash"}
 _MODEL = ("provider", "model", "dimensions")
 # The extra columns read to resolve a memory_units row's vector from the cache.
 _UNIT_EXTRA = (CACHE_ROW, "hash", "generation")
+# The embedding cache's logical row (PostgreSQL's): since m014 SQLite names the model by a number
+# (`embedding_models`) and keeps an id of its own; the time is a number of seconds either way.
+CACHE_COLUMNS = ("provider", "model", "chunk_hash", "dimensions", "vector", "created_at")
+# SQLite-only tables whose rows are part of a logical table (see `_SqliteTables`).
+_FOLDED = {
+    "memory_passages": "packed passages: copied as memory_units rows",
+    "embedding_models": "the embedding cache's model names: copied in its rows",
+}
 
 
 def _quote(name: str) -> str:
@@ -94,6 +103,11 @@ class _SqliteTables:
     def _columns(self, physical: str) -> list[str]:
         return [str(r[1]) for r in self.conn.execute(f"PRAGMA table_info({_quote(physical)})")]
 
+    def _logical_columns(self, table: str) -> list[str]:
+        if table == "embedding_cache":
+            return list(CACHE_COLUMNS)
+        return [c for c in self._columns(table) if not (table == "memory_units" and c == CACHE_ROW)]
+
     def inventory(self) -> Inventory:
         master = self._master()
         virtual = [n for n, s in master.items() if s.upper().startswith("CREATE VIRTUAL TABLE")]
@@ -115,8 +129,10 @@ class _SqliteTables:
                 tables["keywords"] = ("chunk_id", "body")
             elif name == "intent_triggers":
                 tables["intent_triggers"] = ("intent_id", "entry", "terms")
-            elif name == "memory_units":
-                tables[name] = tuple(c for c in self._columns(name) if c != CACHE_ROW)
+            elif name in _FOLDED:
+                derived[name] = _FOLDED[name]
+            elif name in ("memory_units", "embedding_cache"):
+                tables[name] = tuple(self._logical_columns(name))
             else:
                 extra = (ROW_ORDER[name],) if name in ROW_ORDER else ()
                 tables[name] = (*self._columns(name), *extra)
@@ -131,12 +147,21 @@ class _SqliteTables:
         if table == "intent_triggers":
             n = TRIGGER_ROWS
             return f"rowid / {n}, rowid % {n}, terms", "FROM intent_triggers"
+        if table == "embedding_cache":
+            named = {"provider": "m.provider", "model": "m.model"}
+            named["created_at"] = "CAST(c.created_at AS REAL)"  # whole seconds since m014
+            picked = ", ".join(named.get(c, f"c.{_quote(c)}") for c in columns)
+            return picked, (
+                "FROM embedding_cache c JOIN embedding_models m ON m.id = c.model_id ORDER BY c.id"
+            )
         order = ROW_ORDER.get(table)
         picked = ", ".join("rowid" if c == order else _quote(c) for c in columns)
         where = f" WHERE key NOT LIKE '{DERIVED_META}'" if table == "meta" else ""
         return picked, f"FROM {_quote(table)}{where}"
 
     def count(self, table: str) -> int:
+        if table == "memory_units":
+            return passage_count(self.conn)
         _, source = self._select(table, ())
         return int(self.conn.execute(f"SELECT count(*) {source}").fetchone()[0])
 
@@ -149,6 +174,8 @@ class _SqliteTables:
                 yield [(*r[:at], hash_of_stored(r[at]), *r[at + 1 :]) for r in found]
 
     def _rows(self, table: str, columns: Sequence[str], batch: int) -> Iterator[Rows]:
+        if table == "memory_units":
+            yield from portable_rows(self.conn, columns, max(1, batch // 10))
         units = table == "memory_units" and CACHE_ROW in self._columns(table)
         picked, source = self._select(table, [*columns, *_UNIT_EXTRA] if units else columns)
         instants = [i for i, c in enumerate(columns) if c in INSTANTS.get(table, ())]
@@ -241,6 +268,14 @@ class SqliteSource(_SqliteTables):
             self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the snapshot
         except driver.Error as exc:
             raise DatabaseError(f"Cannot read the agent database {path}: {exc}") from exc
+        master = self._master()
+        if "memory_units" in master and "memory_passages" not in master:
+            self.close()
+            raise DatabaseError(
+                f"The agent database {path} is in an older version's layout, which this "
+                "version reads only after upgrading it: run `pinch memory status` once (it "
+                "upgrades the file), then `pinch migrate` again. Nothing was copied."
+            )
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -308,7 +343,7 @@ class SqliteTarget(_SqliteTables):
             return None
         if table not in self._master():
             return "no such table in a new SQLite agent file"
-        have = set(self._columns(table)) | ({ROW_ORDER[table]} if table in ROW_ORDER else set())
+        have = {*self._logical_columns(table), *([ROW_ORDER[table]] if table in ROW_ORDER else [])}
         missing = [c for c in columns if c not in have]
         return f"no column {', '.join(missing)} in SQLite" if missing else None
 
@@ -333,6 +368,8 @@ class SqliteTarget(_SqliteTables):
         if HASHES.get(table) in columns:
             at = list(columns).index(HASHES[table])
             rows = [(*r[:at], stored_hash(r[at]), *r[at + 1 :]) for r in rows]
+        if table == "embedding_cache":
+            columns, rows = self._numbered_models(columns, rows)
         order = ROW_ORDER.get(table)
         names = ", ".join("rowid" if c == order else _quote(c) for c in columns)
         marks = ", ".join("?" for _ in columns)
@@ -340,6 +377,18 @@ class SqliteTarget(_SqliteTables):
             f"INSERT INTO {_quote(table)} ({names}) VALUES ({marks})",
             [tuple(_sqlite_value(v) for v in row) for row in rows],
         )
+
+    def _numbered_models(self, columns: Sequence[str], rows: Rows) -> tuple[list[str], Rows]:
+        """Logical embedding cache rows as SQLite keeps them: the model by its number."""
+        names = list(columns)
+        p, m = names.index("provider"), names.index("model")
+        numbers = {
+            pair: model_id(self.conn, *pair, create=True) for pair in {(r[p], r[m]) for r in rows}
+        }
+        kept = [i for i in range(len(names)) if i not in (p, m)]
+        return ["model_id", *(names[i] for i in kept)], [
+            (numbers[(r[p], r[m])], *(r[i] for i in kept)) for r in rows
+        ]
 
     def finish(self, counters: dict[str, int]) -> None:
         master = self._master()

@@ -1,0 +1,54 @@
+"""An index turned back into what the version before migration m014 wrote (memory/store/
+migrations.py): the embedding cache with an implicit rowid, provider and model in every row and
+a fractional `created_at`; one `memory_units` row per passage naming its cache row and hash;
+no `memory_passages` nor `embedding_models`; m014 not recorded. Opening it again upgrades it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memory.store.passage_pack import spans_of
+
+
+def loose_passages(conn: Any) -> None:
+    """Inside the caller's transaction: every packed chunk's passages as one `memory_units`
+    row each (id, hash and `cache_row` as the packed row named them), as an index without
+    m014 kept them; the cache as it is."""
+    hashes = dict(conn.execute("SELECT id, chunk_hash FROM embedding_cache").fetchall())
+    units = [
+        (first + i, chunk, gen, int(s), int(e), hashes[int(ref)], int(ref))
+        for chunk, gen, first, blob in conn.execute(
+            "SELECT chunk_id, generation, first_unit, spans FROM memory_passages"
+        ).fetchall()
+        for i, (s, e, ref) in enumerate(spans_of(blob).tolist())
+    ]
+    conn.executemany(
+        "INSERT INTO memory_units(id, chunk_id, generation, start_line, end_line, hash, "
+        "cache_row) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        units,
+    )
+    conn.execute("DELETE FROM memory_passages")
+
+
+def m013_layout(conn: Any) -> None:
+    """Inside the caller's transaction: the current layout as m013 left it."""
+    loose_passages(conn)
+    conn.execute(
+        "CREATE TABLE cache_m013 (provider TEXT NOT NULL, model TEXT NOT NULL, "
+        "chunk_hash TEXT NOT NULL, dimensions INTEGER NOT NULL, vector BLOB NOT NULL, "
+        "created_at REAL NOT NULL)"
+    )
+    conn.execute(
+        "INSERT INTO cache_m013(rowid, provider, model, chunk_hash, dimensions, vector, "
+        "created_at) SELECT c.id, m.provider, m.model, c.chunk_hash, c.dimensions, c.vector, "
+        "c.created_at + 0.25 FROM embedding_cache c JOIN embedding_models m ON m.id = c.model_id"
+    )
+    conn.execute("DROP TABLE memory_passages")
+    conn.execute("DROP TABLE embedding_cache")
+    conn.execute("DROP TABLE embedding_models")
+    conn.execute("ALTER TABLE cache_m013 RENAME TO embedding_cache")
+    conn.execute(
+        "CREATE INDEX embedding_cache_by_key ON embedding_cache (substr(chunk_hash, 1, 8))"
+    )
+    for table in ("schema_migrations", "_migrations"):
+        conn.execute(f"DELETE FROM {table} WHERE name = 'm014_units_packed_passages'")
