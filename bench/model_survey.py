@@ -37,6 +37,7 @@ from bench.compaction_survival import FACTS, ZH_FACTS, _normalise
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
 from memory.store.chunk_text import read_texts
+from memory.store.passage_pack import generation_spans
 
 Encoder = Callable[[Sequence[str]], np.ndarray]
 
@@ -49,14 +50,20 @@ def passages(root: Path) -> tuple[list[str], list[int]]:
         generation = index.db.execute(
             "SELECT id FROM memory_generations WHERE state = 'active' ORDER BY id DESC LIMIT 1"
         )[0][0]
-        rows = index.db.execute(
-            "SELECT u.chunk_id, u.start_line, u.end_line, c.text, c.start_line "
-            "FROM memory_units u JOIN memory_chunks c ON c.id = u.chunk_id "
-            "WHERE u.generation = ? ORDER BY u.rowid",
-            (generation,),
-        )
+        with index.db.lock:  # (a chunk's passages may be packed: memory/store/passage_pack.py)
+            spans = generation_spans(index.db.conn, generation)
+        chunks = {
+            int(i): (text, int(start))
+            for i, text, start in index.db.execute(
+                "SELECT id, text, start_line FROM memory_chunks WHERE generation = ?",
+                (generation,),
+            )
+        }
         with index.db.lock:  # (chunk texts may be stored compressed: memory/store/chunk_text.py)
-            rows = read_texts(index.db.conn, rows, 3)
+            texts = dict(zip(chunks, (t for _, t in read_texts(
+                index.db.conn, [(i, t) for i, (t, _) in chunks.items()], 1
+            )), strict=True))  # fmt: skip
+        rows = [(c, a, b, texts[c], chunks[c][1]) for c, a, b in spans]
     finally:
         index.close()
     texts = ["\n".join(t.split("\n")[a - s : b - s + 1]) for _, a, b, t, s in rows]

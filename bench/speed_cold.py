@@ -104,6 +104,7 @@ def page_bytes(db_path: Path) -> dict[str, int]:
 def size(spec: Result) -> Result:
     """The scale database's size beside its Markdown, and where the bytes go."""
     from memory.store.db import sqlite_driver
+    from memory.store.passage_pack import passage_count
 
     root = Path(spec["out"]) / f"scale-{spec['chunks']}"
     db_path = root / f"index-{spec['backend']}.sqlite"
@@ -115,8 +116,9 @@ def size(spec: Result) -> Result:
         (free,) = conn.execute("PRAGMA freelist_count").fetchone()
         counts = {
             t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
-            for t in ("memory_chunks", "memory_units", "embedding_cache")
+            for t in ("memory_chunks", "embedding_cache")
         }
+        counts["passages"] = passage_count(conn)  # (packed or a row each: passage_pack.py)
         tables = grouped(table_bytes(conn))
     finally:
         conn.close()
