@@ -18,6 +18,7 @@ from pgvector.psycopg import register_vector
 from psycopg.conninfo import make_conninfo
 
 from memory.store.cache_codec import float32_from_cache
+from memory.store.passage_pack import spans_of
 from memory.store.postgres.keywords import keyword_tokens, stemmed
 from memory.store.postgres.transfer import open_postgres_target
 from memory.store.transfer import transfer
@@ -25,6 +26,7 @@ from memory.store.transfer_sqlite import open_sqlite_source
 from memory.store.vector_codec import decode, is_4bit, is_quantised
 from memory.store.vector_pack import block_vectors
 from tests.backup_support import pinch
+from tests.layout_support import loose_passages
 from tests.migrate_support import make_agent, postgres_hashes, search, sqlite_hashes
 
 SCHEMA = "pinch_main"  # the default agent's schema
@@ -136,15 +138,20 @@ def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
     """SQLite's 4-bit and 8-bit vectors (the passages' kept once, in the embedding cache) arrive on
     PostgreSQL as the float32 they decode to, each passage with its own vector."""
     with sqlite3.connect(agent) as conn:
-        units = conn.execute("SELECT chunk_id, vector, cache_row FROM memory_units").fetchall()
-        assert units and all(v is None and ref is not None for _, v, ref in units)
+        assert not conn.execute("SELECT 1 FROM memory_units").fetchall()  # all packed
+        named = {
+            first + i: int(ref)
+            for first, blob in conn.execute("SELECT first_unit, spans FROM memory_passages")
+            for i, ref in enumerate(spans_of(blob)[:, 2].tolist())
+        }
         cached = conn.execute(
-            "SELECT u.chunk_id, c.vector, c.provider, c.model, c.dimensions "
-            "FROM memory_units u JOIN embedding_cache c ON c.rowid = u.cache_row"
+            "SELECT c.id, c.vector, m.provider, m.model, c.dimensions FROM embedding_cache c "
+            "JOIN embedding_models m ON m.id = c.model_id"
         ).fetchall()
         cache = {c: b for c, b, *_ in cached}
         # the cache's 4-bit codes decode around their model's center
-        floats = {c: float32_from_cache(conn, tuple(m), [b])[0] for c, b, *m in cached}
+        by_id = {c: float32_from_cache(conn, tuple(m), [b])[0] for c, b, *m in cached}
+        floats = {unit: by_id[ref] for unit, ref in named.items()}
         matrix = [t for (t,) in conn.execute(
             "SELECT name FROM sqlite_master WHERE name LIKE 'memory_matrix_g%'"
         )]  # fmt: skip
@@ -158,7 +165,7 @@ def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
     with psycopg.connect(dsn) as pg:
         register_vector(pg)
         pg.execute(f"SET search_path TO {SCHEMA}")
-        there = dict(pg.execute("SELECT chunk_id, vector FROM memory_units").fetchall())
+        there = dict(pg.execute("SELECT id, vector FROM memory_units").fetchall())
         assert {c: bytes(v) for c, v in there.items()} == floats
         pg_rows = pg.execute(f"SELECT chunk_id, vector, embedding FROM {matrix[0]}").fetchall()
         assert len(pg_rows) == len(rows)
@@ -362,15 +369,18 @@ def test_a_gateway_serving_the_agent_is_named_before_the_copy(agent: Path, tmp_p
 
 
 def test_a_passages_vector_hashes_the_same_however_sqlite_keeps_it(agent: Path) -> None:
-    """The logical memory_units row carries the float32 vector whether the row names its cache
-    row, names one a VACUUM renumbered (found by hash, as search finds it), or keeps an older
+    """The logical memory_units row carries the float32 vector whether it is packed with its
+    chunk's (memory/store/passage_pack.py), or a row of its own that names its cache row, names
+    one a VACUUM renumbered (found by hash, as search finds it), or keeps an older
     index's float32 copy itself: the same rows and hashes, so the copy compares like with like."""
     with sqlite_hashes(agent) as before:
         pass
     with sqlite3.connect(agent) as conn:
+        loose_passages(conn)  # (as an index from before m014 kept them: a row per passage)
         units = conn.execute(
-            "SELECT u.id, c.vector, c.provider, c.model, c.dimensions FROM memory_units u "
-            "JOIN embedding_cache c ON c.rowid = u.cache_row ORDER BY u.id"
+            "SELECT u.id, c.vector, m.provider, m.model, c.dimensions FROM memory_units u "
+            "JOIN embedding_cache c ON c.id = u.cache_row "
+            "JOIN embedding_models m ON m.id = c.model_id ORDER BY u.id"
         ).fetchall()
         assert len(units) >= 2
         first, blob, *model = units[0]
@@ -382,3 +392,18 @@ def test_a_passages_vector_hashes_the_same_however_sqlite_keeps_it(agent: Path) 
     with sqlite_hashes(agent) as after:
         pass
     assert after == before
+
+
+def test_a_sqlite_copy_of_packed_passages_verifies_and_searches_the_same(
+    agent: Path, tmp_path: Path
+) -> None:
+    """SQLite to SQLite: the packed passages travel as memory_units rows (ids, hashes, float32
+    vectors), the cache's rows with their model by name; every count and hash matches."""
+    copy = tmp_path / "copy.sqlite"
+    done = pinch("migrate", "--to", "sqlite", str(copy))
+    assert "every count and hash matches" in done.output
+    with sqlite_hashes(agent) as original, sqlite_hashes(copy) as returned:
+        assert returned["memory_units"] == original["memory_units"]
+        assert returned["embedding_cache"] == original["embedding_cache"]
+    workspace = agent.parents[2] / "workspace"
+    assert search(copy, workspace) == search(agent, workspace) != []

@@ -172,7 +172,8 @@ class SqliteSearchQueries:
         # as before: `cache_row` names the cache row, checked by hash, or the row's own vector.
         packed = packed_rows(self.db.execute, chunk_ids)
         found = {cid for cid, _, _ in packed}
-        blobs = cache_blobs(self.db.execute, (int(c) for _, _, s in packed for c in s[:, 2]))
+        refs = np.concatenate([s[:, 2] for _, _, s in packed]).tolist() if packed else []
+        blobs = cache_blobs(self.db.execute, refs)
         kept: list[tuple[tuple[int, int, int], bytes, int | None]] = []
         for cid, gen, spans in packed:
             for start, end, ref in spans.tolist():
