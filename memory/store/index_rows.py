@@ -1,5 +1,6 @@
 """The rows of the memory index, as stored: `memory_chunks` (one indexed chunk), its
-`memory_fts` keyword row, its `memory_units` passages with their vectors, and the
+`memory_fts` keyword row, its passages (one packed `memory_passages` row naming their vectors
+in the embedding cache, memory/store/passage_pack.py; or a `memory_units` row each), and the
 `memory_sources` row of each indexed file (or why it was skipped).
 
 What goes into the rows — chunking, keyword bodies, vectors, centroids — is decided in

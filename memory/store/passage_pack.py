@@ -184,6 +184,14 @@ def portable_rows(conn: Any, columns: Sequence[str], chunks: int) -> Iterator[li
 # ---- migration m014: the passages of an older index packed ----------------------------------
 
 
+_UNITS = (
+    "SELECT u.chunk_id, u.generation, u.id, u.start_line, u.end_line, u.hash, "
+    "u.vector IS NULL, c.id, c.model_id, c.dimensions FROM memory_units u "
+    "LEFT JOIN embedding_cache c ON c.id = u.cache_row AND c.chunk_hash = u.hash"
+)
+_UNITS_ORDER = "ORDER BY u.chunk_id, u.id LIMIT ?"
+
+
 def pack_existing(conn: Any) -> int:
     """Pack every chunk whose passages all name a cache row of their generation's model and
     have consecutive ids; the others stay as they are. A passage's cache row is the one its
@@ -194,36 +202,34 @@ def pack_existing(conn: Any) -> int:
     def lookup(model: int, dims: int, hashes: list[Any]) -> dict[Any, int]:
         return _ids_by_hash(conn, model, dims, hashes)
 
-    cursor = conn.execute(
-        "SELECT u.chunk_id, u.generation, u.id, u.start_line, u.end_line, u.hash, "
-        "u.vector IS NULL, c.id, c.model_id, c.dimensions FROM memory_units u "
-        "LEFT JOIN embedding_cache c ON c.id = u.cache_row AND c.chunk_hash = u.hash "
-        "ORDER BY u.chunk_id, u.id"
-    )
     packed: list[int] = []
     kept = False
-    pending: list[Any] = []
+    last = -1
     while True:
-        rows = cursor.fetchmany(_PACK_ROWS)
-        if rows:
-            pending += rows
-            # (a chunk's rows may go on in the next batch: keep its part for then)
-            last = pending[-1][0]
-            ready = [r for r in pending if r[0] != last]
-            pending = [r for r in pending if r[0] == last]
-        else:
-            ready, pending = pending, []
-        if ready:
-            chunks, loose = _packed_chunks(ready, model_of, lookup)
-            kept = kept or loose
-            conn.executemany(
-                "INSERT INTO memory_passages(chunk_id, generation, first_unit, spans) "
-                "VALUES (?, ?, ?, ?)",
-                [(cid, gen, first, spans_blob(spans)) for cid, gen, first, spans in chunks],
-            )
-            packed += [c[0] for c in chunks]
+        # (a page of whole chunks, by chunk id: the last chunk of a full page may go on in
+        # the next, so it waits for it)
+        rows = conn.execute(f"{_UNITS} WHERE u.chunk_id > ? {_UNITS_ORDER}", (last, _PACK_ROWS))
+        rows = rows.fetchall()
+        if len(rows) == _PACK_ROWS:
+            whole = [r for r in rows if r[0] != rows[-1][0]]
+            if not whole:  # one chunk of more passages than a page: all of it
+                rows = conn.execute(
+                    f"{_UNITS} WHERE u.chunk_id = ? {_UNITS_ORDER}", (rows[0][0], -1)
+                )
+                rows = rows.fetchall()
+            else:
+                rows = whole
         if not rows:
             break
+        last = int(rows[-1][0])
+        chunks, loose = _packed_chunks(rows, model_of, lookup)
+        kept = kept or loose
+        conn.executemany(
+            "INSERT INTO memory_passages(chunk_id, generation, first_unit, spans) "
+            "VALUES (?, ?, ?, ?)",
+            [(cid, gen, first, spans_blob(spans)) for cid, gen, first, spans in chunks],
+        )
+        packed += [c[0] for c in chunks]
     if not kept:
         conn.execute("DELETE FROM memory_units")
     else:

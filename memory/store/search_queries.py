@@ -1,8 +1,8 @@
 """The read queries a memory search makes over the index: FTS5 keyword ranking, chunk rows,
 passage vectors, and the errors they can meet.
 
-The tables (`memory_chunks`, `memory_units`, the `memory_fts` FTS5 index, `meta`) are written by
-the indexer; a search only reads them.
+The tables (`memory_chunks`, `memory_passages` / `memory_units`, `embedding_cache`, the
+`memory_fts` FTS5 index, `meta`) are written by the indexer; a search only reads them.
 """
 
 from __future__ import annotations

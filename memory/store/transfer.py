@@ -16,7 +16,8 @@ table the other understands:
   `fire_order`;
 - the jobs' instants: ISO UTC text ↔ `timestamptz`; `owner_private`: 0/1 ↔ boolean;
 - vectors: SQLite stores them as 8-bit codes and a scale (memory/store/vector_codec.py; a
-  passage's only once, in the embedding cache row `memory_units.cache_row` names), PostgreSQL as
+  passage's only once, in the embedding cache row its packed chunk row or its
+  `memory_units.cache_row` names: memory/store/passage_pack.py), PostgreSQL as
   float32; the logical rows carry float32 (SQLite's decoded: exact and deterministic), each
   passage its own vector and no `cache_row` — in `memory_units`, `embedding_cache`, each
   generation's `memory_matrix_g<N>` and packed copy (transfer_sqlite.py). Vectors are reused,
