@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
+from memory.errors import DatabaseError
 from memory.index.index import MemoryIndex
 from memory.store.compact import compact
 from memory.store.index_embedcache import ModelKey, SqliteEmbeddingCache, prune_orphans
 from memory.store.passage_pack import spans_of
 from memory.store.search_queries import search_queries
+from memory.store.transfer_sqlite import SqliteSource
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
 from tests.layout_support import m013_layout
 from tests.migrate_support import sqlite_hashes
@@ -182,3 +185,19 @@ def test_orphan_pruning_drops_exactly_the_vectors_no_passage_names(
 
     assert pruned == len(all_ids - named)
     assert {int(i) for (i,) in rows(idx, "SELECT id FROM embedding_cache")} == named
+
+
+def test_migrate_refuses_a_source_in_the_layout_before_with_advice(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    """`pinch migrate` reads its source without migrating it: an older layout is refused (it
+    would be read wrongly), with what to run first; nothing is changed."""
+    idx = make_index(make_workspace(FILES), use_config())
+    idx.sync()
+    with idx.db.transaction() as conn:
+        m013_layout(conn)
+    path = idx.db.path
+    idx.close()
+
+    with pytest.raises(DatabaseError, match="pinch memory status"):
+        SqliteSource(path)
