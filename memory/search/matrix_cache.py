@@ -196,9 +196,16 @@ def current_matrix(
 
 
 def apply_changes(
-    storage: VectorStorage, conn: Any, generation: int, m: CentroidMatrix, key: tuple[int, str]
+    storage: VectorStorage,
+    conn: Any,
+    generation: int,
+    m: CentroidMatrix,
+    key: tuple[int, str],
+    *,
+    bounded: bool = True,
 ) -> CentroidMatrix | None:
-    """`m` with the rows changed since its seq re-read; None when a full read is due."""
+    """`m` with the rows changed since its seq re-read; None when a full read is due (the log
+    no longer covers its seq, or, if `bounded`, more than REFRESH_SHARE of it changed)."""
     tables = storage.tables
     seq = tables.last_seq(conn, generation)
     if seq is None or m.seq is None or seq < m.seq:  # the log was dropped and made again
@@ -207,7 +214,7 @@ def apply_changes(
     if oldest is not None and oldest > m.seq + 1:  # changes it has not seen were pruned
         return None
     changed = tables.changed_since(conn, generation, m.seq)
-    if len(changed) > REFRESH_SHARE * m.n:  # (an empty matrix does not know its width)
+    if bounded and len(changed) > REFRESH_SHARE * m.n:  # (an empty matrix knows no width)
         return None
     found = tables.vectors_of(conn, generation, changed)
     for cid in changed:
@@ -267,8 +274,9 @@ def read_packed(
     if info is None or not info.rows:
         return None
     lag = pack_lag(storage, conn, generation, info, seq)
-    if lag is None or lag > REFRESH_SHARE * info.rows:  # the row read is as cheap
+    if lag is None:  # the rows' own vectors and the pack's, merged, are read instead
         return None
+    # However far behind: the rows hold only what changed since the pack.
     packed = read_pack(conn, generation, info, room(info.rows + lag), connect, storage)
     if packed is None:
         return None
@@ -281,7 +289,7 @@ def read_packed(
         packed.scope_of,
         packed.scope_ids,
     )
-    return apply_changes(storage, conn, generation, m, key)
+    return apply_changes(storage, conn, generation, m, key, bounded=False)
 
 
 def refresh_pack(

@@ -13,6 +13,7 @@ from memory.store.cache_codec import shrink_batch
 from memory.store.chunk_text import compress_batch
 from memory.store.content_hash import stored_hash
 from memory.store.schema import MigrationSet, apply
+from memory.store.vector_tables import store_vectors_once
 
 _CONVERT_BATCH = 20_000
 
@@ -288,6 +289,15 @@ def m013_size2_cache_short_key(conn: Any) -> None:
     )
 
 
+def m015_matrix_vectors_once(conn: Any) -> None:
+    """Issue 22 (helper h-matrix): each chunk's centroid stored once. A generation's row table
+    kept every vector and its pack a second copy (41 + 40 MB at 100k chunks); the pack is now
+    written again from the rows and the rows keep their chunk id and scope, a vector only until
+    the next pack holds it (memory/store/vector_tables.py `store_vectors_once`). Nothing is
+    embedded again; the pages freed are given back by `pinch memory compact`."""
+    store_vectors_once(conn)
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -302,6 +312,7 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m011_size_4bit_cache,
     m012_size2_chunk_text,
     m013_size2_cache_short_key,
+    m015_matrix_vectors_once,
 ]
 
 

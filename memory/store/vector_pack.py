@@ -1,26 +1,35 @@
-"""A packed copy of a generation's centroid matrix, so a full read is a few large blobs.
+"""The packed copy of a generation's centroid matrix, so a full read is a few large blobs — and
+the one full copy of the centroids.
 
-The row table `memory_matrix_g<N>` (one 1.5 kB row a chunk) stays the source of truth; reading
-its 100k rows through SQLite and Python takes seconds. The pack, `memory_matrix_pack_g<N>`, holds
-the same rows in blocks of `BLOCK_ROWS` (chunk ids as one int64 blob, scopes as int32 codes into
-the block's own list of names, vectors as one blob: the rows' 8-bit codes then their float32
-scales, memory/store/vector_codec.py — or float32 rows, as older packs and rows hold), ordered by
-chunk id, and records the
-change-log seq it is current at. A reader loads the pack (memory/search/matrix_pack.py) and then
-applies the change log since that seq (memory/search/matrix_cache.py). The pack is written
-whole in one transaction (every block carries the same seq) and dropped with the generation.
+The pack, `memory_matrix_pack_g<N>`, holds a generation's rows in blocks of `BLOCK_ROWS` (chunk
+ids as one int64 blob, scopes as int32 codes into the block's own list of names, vectors as one
+blob: the rows' 8-bit codes then their float32 scales, memory/store/vector_codec.py — or float32
+rows, as older packs and rows hold), ordered by chunk id, and records the change-log seq it is
+current at. Reading 100k rows through SQLite and Python costs 0.36-0.5 s of CPU; the pack's
+blocks 0.1-0.18 s. A reader loads the pack (memory/search/matrix_pack.py) and then applies the
+change log since that seq (memory/search/matrix_cache.py). The pack is written whole in one
+transaction (every block carries the same seq) and dropped with the generation.
+
+Each centroid is stored once: writing the pack empties the `vector` of every row of the row table
+`memory_matrix_g<N>` (memory/store/vector_tables.py), which keeps the chunk id and scope. A row
+with a vector was written since the pack (or there is no pack: a small generation); a row whose
+vector is NULL has it in the pack (`packed_rows`, `current_rows`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from memory.store.vector_codec import HEADER, decode_many, is_quantised
-from memory.store.vector_tables import matrix_table, pack_table, table_exists
+from memory.store.vector_codec import HEADER, MAGIC, decode_many, is_quantised
+from memory.store.vector_names import matrix_table, pack_table, table_exists
+
+log = logging.getLogger(__name__)
 
 BLOCK_ROWS = 1024  # 0.4 MB of vectors a block at 384 dimensions (1.5 MB as float32)
 
@@ -50,7 +59,9 @@ class MatrixPack(Protocol):
     Promises a second implementation must keep:
     - `write` replaces the whole pack inside the caller's transaction (which must also cover
       the change log's `seq` and the rows it copies): every block carries that one seq, blocks
-      are numbered from 0 and hold the rows in chunk-id order, `BLOCK_ROWS` a block;
+      are numbered from 0 and hold the rows in chunk-id order, `BLOCK_ROWS` a block; it may
+      drop the row table's own copies of the vectors it packed (the SQLite store does:
+      `VectorTables` reads still answer them, from the pack);
     - a pack is all or nothing: a reader that finds blocks of different seqs (rewritten
       meanwhile, seen on another connection) must not mix them;
     - `info` is None when there is no pack (or it has no blocks);
@@ -64,7 +75,7 @@ class MatrixPack(Protocol):
 
     def write(self, conn: Any, generation: int, seq: int) -> int:
         """Replace the pack with the generation's rows, current at `seq`; the rows packed
-        (0, and no pack, when the vectors differ in width)."""
+        (0, and no new pack, when the vectors differ in width)."""
 
     def layout(self, conn: Any, generation: int) -> list[tuple[int, int]]:
         """(block number, rows) of each block, by block number."""
@@ -94,46 +105,11 @@ class SqliteMatrixPack:
         conn.execute(f"DROP TABLE IF EXISTS {pack_table(generation)}")
 
     def write(self, conn: Any, generation: int, seq: int) -> int:
-        table = pack_table(generation)
-        self.drop(conn, generation)
-        conn.execute(
-            f"CREATE TABLE {table} (block INTEGER PRIMARY KEY, seq INTEGER NOT NULL, "
-            "rows INTEGER NOT NULL, dimensions INTEGER NOT NULL, scopes TEXT NOT NULL, "
-            "ids BLOB NOT NULL, scope_codes BLOB NOT NULL, vectors BLOB NOT NULL)"
-        )
-        cursor = conn.execute(
-            f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)} ORDER BY chunk_id"
-        )
-        block, total, width = 0, 0, None
-        while rows := cursor.fetchmany(BLOCK_ROWS):
-            width = width or len(rows[0][2])
-            if any(len(r[2]) != width for r in rows):
-                self.drop(conn, generation)
-                return 0
-            blobs = [r[2] for r in rows]
-            if all(is_quantised(b) for b in blobs):
-                dims = width - HEADER
-                vectors = b"".join(b[HEADER:] for b in blobs) + b"".join(b[2:HEADER] for b in blobs)
-            else:
-                dims = width // 4
-                vectors = decode_many(blobs).astype("<f4").tobytes()
-            names: dict[str, int] = {}
-            codes = [names.setdefault(r[1], len(names)) for r in rows]
+        total = write_blocks(conn, generation, seq)
+        if total:  # the pack holds every row's vector now: the rows keep none
             conn.execute(
-                f"INSERT INTO {table} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    block,
-                    seq,
-                    len(rows),
-                    dims,
-                    json.dumps(list(names)),
-                    np.array([r[0] for r in rows], dtype="<i8").tobytes(),
-                    np.array(codes, dtype="<i4").tobytes(),
-                    vectors,
-                ),
+                f"UPDATE {matrix_table(generation)} SET vector = NULL WHERE vector IS NOT NULL"
             )
-            block += 1
-            total += len(rows)
         return total
 
     def layout(self, conn: Any, generation: int) -> list[tuple[int, int]]:
@@ -177,3 +153,173 @@ def block_vectors(blob: bytes, rows: int, dims: int) -> np.ndarray:
     out = codes.astype(np.float32)
     out *= scales[:, None]
     return out
+
+
+def write_blocks(conn: Any, generation: int, seq: int) -> int:
+    """Replace the generation's pack with its current rows (the old pack's merged with the row
+    table's, `current_rows`), every block at `seq`; the rows packed. When the vectors differ in
+    width nothing is packed (0): the old pack is kept if rows still need it, else dropped."""
+    table = pack_table(generation)
+    new = f"{table}_next"  # written beside the old pack, which it reads, then renamed
+    conn.execute(f"DROP TABLE IF EXISTS {new}")
+    conn.execute(
+        f"CREATE TABLE {new} (block INTEGER PRIMARY KEY, seq INTEGER NOT NULL, "
+        "rows INTEGER NOT NULL, dimensions INTEGER NOT NULL, scopes TEXT NOT NULL, "
+        "ids BLOB NOT NULL, scope_codes BLOB NOT NULL, vectors BLOB NOT NULL)"
+    )
+    total, width = 0, None
+    for block, rows in enumerate(current_rows(conn, generation, BLOCK_ROWS)):
+        blobs = [r[2] for r in rows]
+        dims = [len(b) - HEADER if is_quantised(b) else len(b) // 4 for b in blobs]
+        width = width or dims[0]
+        if any(d != width for d in dims):
+            conn.execute(f"DROP TABLE {new}")
+            if not _rows_lean_on_pack(conn, generation):
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+            return 0
+        if all(is_quantised(b) for b in blobs):
+            vectors = b"".join(b[HEADER:] for b in blobs) + b"".join(b[2:HEADER] for b in blobs)
+        else:
+            vectors = decode_many(blobs).astype("<f4").tobytes()
+        names: dict[str, int] = {}
+        codes = [names.setdefault(r[1], len(names)) for r in rows]
+        conn.execute(
+            f"INSERT INTO {new} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                block,
+                seq,
+                len(rows),
+                width,
+                json.dumps(list(names)),
+                np.array([r[0] for r in rows], dtype="<i8").tobytes(),
+                np.array(codes, dtype="<i4").tobytes(),
+                vectors,
+            ),
+        )
+        total += len(rows)
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute(f"ALTER TABLE {new} RENAME TO {table}")
+    return total
+
+
+def _rows_lean_on_pack(conn: Any, generation: int) -> bool:
+    return bool(
+        conn.execute(
+            f"SELECT 1 FROM {matrix_table(generation)} WHERE vector IS NULL LIMIT 1"
+        ).fetchone()
+    )
+
+
+@dataclass(frozen=True)
+class _StoredBlock:
+    """One block as stored: its rows' vectors are handed out in the row table's form."""
+
+    rows: int
+    dims: int
+    scopes: list[str]
+    ids: np.ndarray  # int64 (rows,), ascending
+    scope_codes: np.ndarray  # int32 (rows,)
+    vectors: bytes
+
+    def stored(self, i: int) -> bytes:
+        """Row `i`'s vector as the row table stores it (`b"i8"`, scale, codes; or float32)."""
+        n, d = self.rows, self.dims
+        if len(self.vectors) == 4 * n * d:
+            return self.vectors[4 * i * d : 4 * (i + 1) * d]
+        scale = self.vectors[n * d + 4 * i : n * d + 4 * i + 4]
+        return MAGIC + scale + self.vectors[i * d : (i + 1) * d]
+
+
+class _PackReader:
+    """Looks chunks up in a generation's pack, a block at a time (the last block read is kept:
+    lookups in chunk-id order read each block once)."""
+
+    def __init__(self, conn: Any, generation: int) -> None:
+        self.conn = conn
+        self.table = pack_table(generation)
+        self._firsts: tuple[np.ndarray, np.ndarray] | None = None  # (first ids, block numbers)
+        self._kept: tuple[int, _StoredBlock | None] | None = None
+
+    def _blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._firsts is None:
+            found: list[tuple[int, int]] = []
+            if table_exists(self.conn, self.table):
+                for block, ids in self.conn.execute(
+                    f"SELECT block, substr(ids, 1, 8) FROM {self.table} ORDER BY block"
+                ):
+                    if ids:
+                        found.append((int(np.frombuffer(ids, dtype="<i8")[0]), int(block)))
+            found.sort()
+            self._firsts = (
+                np.array([f for f, _ in found], dtype=np.int64),
+                np.array([b for _, b in found], dtype=np.int64),
+            )
+        return self._firsts
+
+    def _block(self, block: int) -> _StoredBlock | None:
+        if self._kept is None or self._kept[0] != block:
+            row = self.conn.execute(
+                f"SELECT rows, dimensions, scopes, ids, scope_codes, vectors FROM {self.table} "
+                "WHERE block = ?",
+                (block,),
+            ).fetchone()
+            found = None
+            if row is not None:
+                n, dims, names, ids, codes, vectors = row
+                found = _StoredBlock(
+                    int(n),
+                    int(dims),
+                    json.loads(names),
+                    np.frombuffer(ids, dtype="<i8"),
+                    np.frombuffer(codes, dtype="<i4"),
+                    bytes(vectors),
+                )
+            self._kept = (block, found)
+        return self._kept[1]
+
+    def find(self, chunk_ids: list[int]) -> dict[int, tuple[str, bytes]]:
+        """chunk id → (scope, stored vector) for those of `chunk_ids` the pack holds."""
+        firsts, numbers = self._blocks()
+        if not len(firsts) or not chunk_ids:
+            return {}
+        wanted = np.array(sorted(set(chunk_ids)), dtype=np.int64)
+        at = np.searchsorted(firsts, wanted, side="right") - 1
+        found: dict[int, tuple[str, bytes]] = {}
+        for k in np.unique(at[at >= 0]).tolist():
+            block = self._block(int(numbers[k]))
+            if block is None:
+                continue
+            ids = wanted[at == k]
+            rows = np.searchsorted(block.ids, ids)
+            for cid, i in zip(ids.tolist(), rows.tolist(), strict=True):
+                if i < block.rows and int(block.ids[i]) == cid:
+                    found[cid] = (block.scopes[int(block.scope_codes[i])], block.stored(i))
+        return found
+
+
+def packed_rows(conn: Any, generation: int, chunk_ids: list[int]) -> dict[int, tuple[str, bytes]]:
+    """chunk id → (scope, stored vector) of those of `chunk_ids` the generation's pack holds."""
+    return _PackReader(conn, generation).find(chunk_ids)
+
+
+def current_rows(conn: Any, generation: int, batch: int) -> Iterator[list[tuple[int, str, bytes]]]:
+    """The generation's rows (chunk id, scope, stored vector) in chunk-id order, `batch` at a
+    time: the row table's, each vector its own or else the pack's."""
+    pack = _PackReader(conn, generation)
+    cursor = conn.execute(
+        f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)} ORDER BY chunk_id"
+    )
+    while rows := cursor.fetchmany(batch):
+        missing = [int(r[0]) for r in rows if r[2] is None]
+        packed = pack.find(missing) if missing else {}
+        if len(packed) < len(missing):  # never written so: the pack would have been kept
+            log.warning(
+                "%d centroid vectors of generation %d are neither in their rows nor the pack",
+                len(missing) - len(packed),
+                generation,
+            )
+        yield [
+            (int(cid), scope, bytes(blob) if blob is not None else packed[int(cid)][1])
+            for cid, scope, blob in rows
+            if blob is not None or int(cid) in packed
+        ]
