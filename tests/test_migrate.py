@@ -24,6 +24,7 @@ from memory.store.transfer import transfer
 from memory.store.transfer_sqlite import open_sqlite_source
 from memory.store.vector_codec import decode, is_4bit, is_quantised
 from memory.store.vector_pack import block_vectors
+from memory.store.vector_tables import SqliteVectorTables
 from tests.backup_support import pinch
 from tests.migrate_support import make_agent, postgres_hashes, search, sqlite_hashes
 
@@ -148,7 +149,14 @@ def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
         matrix = [t for (t,) in conn.execute(
             "SELECT name FROM sqlite_master WHERE name LIKE 'memory_matrix_g%'"
         )]  # fmt: skip
-        rows = dict(conn.execute(f"SELECT chunk_id, vector FROM {matrix[0]}").fetchall())
+        # each row's vector, or the pack's when the row's is NULL (packed: stored once)
+        generation = int(matrix[0].removeprefix("memory_matrix_g"))
+        rows = {
+            cid: blob
+            for batch in SqliteVectorTables().rows(conn, generation, 1000)
+            for cid, _, blob in batch
+        }
+        assert len(rows) == conn.execute(f"SELECT count(*) FROM {matrix[0]}").fetchone()[0]
         pack_table = matrix[0].replace("matrix_g", "matrix_pack_g")
         pack = conn.execute(f"SELECT rows, dimensions, vectors FROM {pack_table}").fetchall()
         assert pack and all(len(v) == n * d + 4 * n for n, d, v in pack)  # codes, then scales

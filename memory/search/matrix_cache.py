@@ -1,10 +1,12 @@
 """A generation's centroid matrix held in process: read in full once, then kept current.
 
-The full read comes from the packed copy (memory/store/vector_pack.py, read by
+The full read comes from the pack (memory/store/vector_pack.py, read by
 memory/search/matrix_pack.py: at 100k chunks 0.07-0.12 s from the page cache, ≈0.8 s from disk)
-plus the changes since it, and otherwise from the row table (the source of truth; 0.25-0.5 s,
-≈3 s from disk). After a write only the chunks the change log names are read again. A sync
-rewrites the pack at its end once 5 % of it changed (`refresh_pack`).
+plus the changes since it, however many (the rows hold a vector only when it changed since the
+pack); without a pack, or when the change log no longer covers it, row by row (each row's own
+vector or else the pack's: 0.5-0.9 s of CPU at 100k). After a write only the chunks the change
+log names are read again. A sync rewrites the pack at its end once 5 % of it changed
+(`refresh_pack`), which empties the rows' vectors again.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 `memory_vec_g<N>` (a vec0 virtual table; `scope` a metadata column, so KNN filters conversations
 inside the index; `int8[d]`: the stored vectors' 8-bit codes, whose cosine is the decoded vectors' —
-tables made by older versions are `float[d]` and stay so) is derived from the matrix table
-(memory/store/vector_tables.py) and used only while in step with it: `meta` key `vec0_seq_g<N>`
-holds the change log's seq it last caught up to. A process without sqlite-vec writes only the matrix
-table, which leaves the vec0 table behind until a process with sqlite-vec catches it up.
+tables made by older versions are `float[d]` and stay so) is derived from the stored vectors
+(memory/store/vector_tables.py: the rows', else the pack's) and used only while in step with
+them: `meta` key `vec0_seq_g<N>` holds the change log's seq it last caught up to. A process
+without sqlite-vec writes only the matrix table, which leaves the vec0 table behind until a
+process with sqlite-vec catches it up.
 """
 
 from __future__ import annotations
