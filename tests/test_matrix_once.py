@@ -86,6 +86,10 @@ def test_a_pack_takes_the_rows_vectors_and_a_later_write_keeps_only_its_own(
     assert {c: now[c] for c in ids[5:]} == {c: expected[c] for c in ids[5:]}
     assert all(now[c][0] == "chat-b" and now[c][1] != expected[c][1] for c in ids[:3])
 
+    assert refresh_pack(numpy_db, 1, force=True) == 298  # every vector kept, byte for byte
+    assert rows_with_a_vector(numpy_db) == 0
+    assert stored(numpy_db) == now
+
 
 READER = """
 import json, sys

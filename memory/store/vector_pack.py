@@ -157,8 +157,8 @@ def block_vectors(blob: bytes, rows: int, dims: int) -> np.ndarray:
 
 def write_blocks(conn: Any, generation: int, seq: int) -> int:
     """Replace the generation's pack with its current rows (the old pack's merged with the row
-    table's, `current_rows`), every block at `seq`; the rows packed. When the vectors differ in
-    width nothing is packed (0): the old pack is kept if rows still need it, else dropped."""
+    table's), every block at `seq`; the rows packed. When the vectors differ in width nothing
+    is packed (0): the old pack is kept if rows still need it, else dropped."""
     table = pack_table(generation)
     new = f"{table}_next"  # written beside the old pack, which it reads, then renamed
     conn.execute(f"DROP TABLE IF EXISTS {new}")
@@ -167,39 +167,120 @@ def write_blocks(conn: Any, generation: int, seq: int) -> int:
         "rows INTEGER NOT NULL, dimensions INTEGER NOT NULL, scopes TEXT NOT NULL, "
         "ids BLOB NOT NULL, scope_codes BLOB NOT NULL, vectors BLOB NOT NULL)"
     )
-    total, width = 0, None
-    for block, rows in enumerate(current_rows(conn, generation, BLOCK_ROWS)):
-        blobs = [r[2] for r in rows]
-        dims = [len(b) - HEADER if is_quantised(b) else len(b) // 4 for b in blobs]
-        width = width or dims[0]
-        if any(d != width for d in dims):
+    width = _one_code_width(conn, generation)
+    blocks = (
+        _code_blocks(conn, generation, width)
+        if width is not None
+        else _row_blocks(conn, generation)
+    )
+    total = 0
+    for block, found in enumerate(blocks):
+        if found is None:  # the vectors differ in width
             conn.execute(f"DROP TABLE {new}")
             if not _rows_lean_on_pack(conn, generation):
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
             return 0
-        if all(is_quantised(b) for b in blobs):
-            vectors = b"".join(b[HEADER:] for b in blobs) + b"".join(b[2:HEADER] for b in blobs)
-        else:
-            vectors = decode_many(blobs).astype("<f4").tobytes()
+        ids, scopes, dims, vectors = found
         names: dict[str, int] = {}
-        codes = [names.setdefault(r[1], len(names)) for r in rows]
+        codes = [names.setdefault(s, len(names)) for s in scopes]
         conn.execute(
             f"INSERT INTO {new} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 block,
                 seq,
-                len(rows),
-                width,
+                len(ids),
+                dims,
                 json.dumps(list(names)),
-                np.array([r[0] for r in rows], dtype="<i8").tobytes(),
+                np.asarray(ids, dtype="<i8").tobytes(),
                 np.array(codes, dtype="<i4").tobytes(),
                 vectors,
             ),
         )
-        total += len(rows)
+        total += len(ids)
     conn.execute(f"DROP TABLE IF EXISTS {table}")
     conn.execute(f"ALTER TABLE {new} RENAME TO {table}")
     return total
+
+
+_Block = tuple[np.ndarray, list[str], int, bytes]  # chunk ids, scopes, dimensions, vectors blob
+
+
+def _row_blocks(conn: Any, generation: int) -> Iterator[_Block | None]:
+    """The pack's blocks from the rows one by one (any stored form); None: widths differ."""
+    width = None
+    for rows in current_rows(conn, generation, BLOCK_ROWS):
+        blobs = [r[2] for r in rows]
+        dims = [len(b) - HEADER if is_quantised(b) else len(b) // 4 for b in blobs]
+        width = width or dims[0]
+        if any(d != width for d in dims):
+            yield None
+            return
+        if all(is_quantised(b) for b in blobs):
+            vectors = b"".join(b[HEADER:] for b in blobs) + b"".join(b[2:HEADER] for b in blobs)
+        else:
+            vectors = decode_many(blobs).astype("<f4").tobytes()
+        yield np.array([r[0] for r in rows], dtype=np.int64), [r[1] for r in rows], width, vectors
+
+
+def _one_code_width(conn: Any, generation: int) -> int | None:
+    """The dimensions when every stored vector (rows and pack) is 8-bit codes of one width, so
+    the pack can be rewritten block by block in arrays (else None: row by row)."""
+    widths = conn.execute(
+        f"SELECT DISTINCT length(vector), substr(vector, 1, 2) = ? FROM "
+        f"{matrix_table(generation)} WHERE vector IS NOT NULL",
+        (MAGIC,),
+    ).fetchall()
+    dims = {int(n) - HEADER for n, magic in widths if magic and int(n) % 4 == 2}
+    if len(dims) != len(widths):
+        return None
+    if table_exists(conn, pack_table(generation)):
+        packed = conn.execute(
+            f"SELECT DISTINCT dimensions, length(vectors) = rows * (dimensions + 4) "
+            f"FROM {pack_table(generation)}"
+        ).fetchall()
+        if not all(quantised for _, quantised in packed):
+            return None
+        dims |= {int(d) for d, _ in packed}
+    return dims.pop() if len(dims) == 1 else None
+
+
+def _code_blocks(conn: Any, generation: int, dims: int) -> Iterator[_Block | None]:
+    """The pack's blocks as arrays of 8-bit codes and scales: each row's own, else the old
+    pack's (the same bytes `_row_blocks` gives, without a blob a row)."""
+    pack = _PackReader(conn, generation)
+    cursor = conn.execute(
+        f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)} ORDER BY chunk_id"
+    )
+    while rows := cursor.fetchmany(BLOCK_ROWS):
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        own = np.array([r[2] is not None for r in rows], dtype=bool)
+        codes = np.empty((len(rows), dims), dtype=np.int8)
+        scales = np.empty(len(rows), dtype="<f4")
+        blobs = [bytes(r[2]) for r in rows if r[2] is not None]
+        if blobs:
+            codes[own] = np.frombuffer(b"".join(b[HEADER:] for b in blobs), np.int8).reshape(
+                -1, dims
+            )
+            scales[own] = np.frombuffer(b"".join(b[2:HEADER] for b in blobs), "<f4")
+        kept = own.copy()
+        if not own.all():
+            at = np.flatnonzero(~own)
+            found, packed_codes, packed_scales = pack.codes(ids[at])
+            codes[at[found]], scales[at[found]] = packed_codes, packed_scales
+            kept[at[found]] = True
+            if not found.all():  # never written so: the pack would have been kept
+                log.warning(
+                    "%d centroid vectors of generation %d are neither in their rows nor the pack",
+                    int((~found).sum()),
+                    generation,
+                )
+        if kept.any():
+            yield (
+                ids[kept],
+                [r[1] for r, k in zip(rows, kept.tolist(), strict=True) if k],
+                dims,
+                codes[kept].tobytes() + scales[kept].tobytes(),
+            )
 
 
 def _rows_lean_on_pack(conn: Any, generation: int) -> bool:
@@ -277,6 +358,30 @@ class _PackReader:
             self._kept = (block, found)
         return self._kept[1]
 
+    def codes(self, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(found (bool, one per id), their 8-bit codes (found, d), their scales (found,)) of
+        ascending chunk ids, from a pack of 8-bit blocks."""
+        firsts, numbers = self._blocks()
+        found = np.zeros(len(chunk_ids), dtype=bool)
+        codes: list[np.ndarray] = []
+        scales: list[np.ndarray] = []
+        at = np.searchsorted(firsts, chunk_ids, side="right") - 1 if len(firsts) else None
+        for k in np.unique(at[at >= 0]).tolist() if at is not None else []:
+            block = self._block(int(numbers[k]))
+            if block is None:
+                continue
+            which = np.flatnonzero(at == k)
+            rows = np.minimum(np.searchsorted(block.ids, chunk_ids[which]), block.rows - 1)
+            hit = block.ids[rows] == chunk_ids[which]
+            found[which[hit]] = True
+            n, d = block.rows, block.dims
+            all_codes = np.frombuffer(block.vectors, np.int8, count=n * d).reshape(n, d)
+            codes.append(all_codes[rows[hit]])
+            scales.append(np.frombuffer(block.vectors, "<f4", count=n, offset=n * d)[rows[hit]])
+        if not codes:
+            return found, np.empty((0, 0), dtype=np.int8), np.empty(0, dtype="<f4")
+        return found, np.concatenate(codes), np.concatenate(scales)
+
     def find(self, chunk_ids: list[int]) -> dict[int, tuple[str, bytes]]:
         """chunk id → (scope, stored vector) for those of `chunk_ids` the pack holds."""
         firsts, numbers = self._blocks()
@@ -295,6 +400,15 @@ class _PackReader:
                 if i < block.rows and int(block.ids[i]) == cid:
                     found[cid] = (block.scopes[int(block.scope_codes[i])], block.stored(i))
         return found
+
+
+def packed_ids(conn: Any, generation: int) -> np.ndarray:
+    """Every chunk id the generation's pack holds (int64, in chunk-id order)."""
+    blobs = [
+        np.frombuffer(ids, dtype="<i8")
+        for (ids,) in conn.execute(f"SELECT ids FROM {pack_table(generation)} ORDER BY block")
+    ]
+    return np.concatenate(blobs).astype(np.int64) if blobs else np.zeros(0, dtype=np.int64)
 
 
 def packed_rows(conn: Any, generation: int, chunk_ids: list[int]) -> dict[int, tuple[str, bytes]]:
