@@ -131,6 +131,20 @@ def test_round_trip_keeps_every_table_and_every_search_result(
         assert units and all(len(v) == 4 * DIMS and ref is None for v, ref in units)
         cached = conn.execute("SELECT vector FROM embedding_cache").fetchall()
         assert cached and all(len(v) == 4 * DIMS for (v,) in cached)
+        # each centroid kept once: in the pack that came with it, or in its row if written
+        # since that pack
+        changed = conn.execute(
+            "SELECT count(DISTINCT chunk_id) FROM memory_matrix_log_g1 WHERE chunk_id IN "
+            "(SELECT chunk_id FROM memory_matrix_g1) AND seq > "
+            "(SELECT min(seq) FROM memory_matrix_pack_g1)"
+        ).fetchone()
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM memory_matrix_g1 WHERE vector IS NOT NULL"
+            ).fetchone()
+            == changed
+            < conn.execute("SELECT count(*) FROM memory_matrix_g1").fetchone()
+        )
 
 
 def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:

@@ -41,6 +41,7 @@ from memory.store.transfer import (
 )
 from memory.store.vector_codec import decode, is_compact
 from memory.store.vector_pack import block_vectors, packed_rows
+from memory.store.vector_tables import release_packed_rows
 from memory.text import fts_body
 
 TRIGGER_ROWS = 16  # intent_triggers rowid = intent id * 16 + entry (memory/store/intents_store)
@@ -368,6 +369,9 @@ class SqliteTarget(_SqliteTables):
                 self.conn.execute(
                     "INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, last)
                 )
+        for table in sorted(self._made):  # each centroid kept once, in the pack it came with
+            if match := MATRIX.fullmatch(table):
+                release_packed_rows(self.conn, int(match.group(1)))
 
     def commit(self) -> None:
         self.conn.execute("COMMIT")
