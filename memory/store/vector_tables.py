@@ -293,6 +293,9 @@ def store_vectors_once(conn: Any) -> None:
         seq = tables.last_seq(conn, generation)
         packed = False
         if seq is not None and table_exists(conn, pack_table(generation)):
+            # The rows hold every vector (this layout's source of truth): the old pack goes
+            # first, so the new one takes its pages instead of growing the file.
+            conn.execute(f"DROP TABLE {pack_table(generation)}")
             count = tables.count(conn, generation)
             packed = count > 0 and write_blocks(conn, generation, seq) == count
         vector = "NULL" if packed else "vector"
