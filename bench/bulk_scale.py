@@ -56,7 +56,8 @@ from memory.store.index_rows import ChunkRow, PassageRow, SourceRow  # noqa: E40
 from memory.store.lineage import file_origin  # noqa: E402
 from memory.store.postgres.keyword_postings import p001_keyword_postings  # noqa: E402
 from memory.store.postgres.keywords import keyword_tokens, stemmed  # noqa: E402
-from memory.store.vector_tables import LOG_KEEP, log_table, matrix_table, to_blob  # noqa: E402
+from memory.store.vector_names import log_table, matrix_table  # noqa: E402
+from memory.store.vector_tables import LOG_KEEP, to_blob  # noqa: E402
 
 FILES_PER_FLUSH = 2000
 _CHUNK_TYPES = ["int8", "int8", "text", "text", "text", "text", "int4", "int4", "text", "text",

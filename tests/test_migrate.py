@@ -25,6 +25,7 @@ from memory.store.transfer import transfer
 from memory.store.transfer_sqlite import open_sqlite_source
 from memory.store.vector_codec import decode, is_4bit, is_quantised
 from memory.store.vector_pack import block_vectors
+from memory.store.vector_tables import SqliteVectorTables
 from tests.backup_support import pinch
 from tests.layout_support import loose_passages
 from tests.migrate_support import make_agent, postgres_hashes, search, sqlite_hashes
@@ -132,6 +133,20 @@ def test_round_trip_keeps_every_table_and_every_search_result(
         assert units and all(len(v) == 4 * DIMS and ref is None for v, ref in units)
         cached = conn.execute("SELECT vector FROM embedding_cache").fetchall()
         assert cached and all(len(v) == 4 * DIMS for (v,) in cached)
+        # each centroid kept once: in the pack that came with it, or in its row if written
+        # since that pack
+        changed = conn.execute(
+            "SELECT count(DISTINCT chunk_id) FROM memory_matrix_log_g1 WHERE chunk_id IN "
+            "(SELECT chunk_id FROM memory_matrix_g1) AND seq > "
+            "(SELECT min(seq) FROM memory_matrix_pack_g1)"
+        ).fetchone()
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM memory_matrix_g1 WHERE vector IS NOT NULL"
+            ).fetchone()
+            == changed
+            < conn.execute("SELECT count(*) FROM memory_matrix_g1").fetchone()
+        )
 
 
 def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
@@ -155,7 +170,14 @@ def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
         matrix = [t for (t,) in conn.execute(
             "SELECT name FROM sqlite_master WHERE name LIKE 'memory_matrix_g%'"
         )]  # fmt: skip
-        rows = dict(conn.execute(f"SELECT chunk_id, vector FROM {matrix[0]}").fetchall())
+        # each row's vector, or the pack's when the row's is NULL (packed: stored once)
+        generation = int(matrix[0].removeprefix("memory_matrix_g"))
+        rows = {
+            cid: blob
+            for batch in SqliteVectorTables().rows(conn, generation, 1000)
+            for cid, _, blob in batch
+        }
+        assert len(rows) == conn.execute(f"SELECT count(*) FROM {matrix[0]}").fetchone()[0]
         pack_table = matrix[0].replace("matrix_g", "matrix_pack_g")
         pack = conn.execute(f"SELECT rows, dimensions, vectors FROM {pack_table}").fetchall()
         assert pack and all(len(v) == n * d + 4 * n for n, d, v in pack)  # codes, then scales

@@ -52,7 +52,7 @@ from memory.search.vectors import NumpyStore, VectorStore
 from memory.store.backends import backend_of, store_for
 from memory.store.compact import notes_bytes, reclaimable, space_usage
 from memory.store.db import Database, open_database
-from memory.store.vector_tables import drop_vec_table
+from memory.store.vector_names import drop_vec_table
 
 if TYPE_CHECKING:
     from memory.store.postgres.database import PgDatabase

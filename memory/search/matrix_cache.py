@@ -1,10 +1,12 @@
 """A generation's centroid matrix held in process: read in full once, then kept current.
 
-The full read comes from the packed copy (memory/store/vector_pack.py, read by
+The full read comes from the pack (memory/store/vector_pack.py, read by
 memory/search/matrix_pack.py: at 100k chunks 0.07-0.12 s from the page cache, ≈0.8 s from disk)
-plus the changes since it, and otherwise from the row table (the source of truth; 0.25-0.5 s,
-≈3 s from disk). After a write only the chunks the change log names are read again. A sync
-rewrites the pack at its end once 5 % of it changed (`refresh_pack`).
+plus the changes since it, however many (the rows hold a vector only when it changed since the
+pack); without a pack, or when the change log no longer covers it, row by row (each row's own
+vector or else the pack's: 0.5-0.9 s of CPU at 100k). After a write only the chunks the change
+log names are read again. A sync rewrites the pack at its end once 5 % of it changed
+(`refresh_pack`), which empties the rows' vectors again.
 """
 
 from __future__ import annotations
@@ -196,9 +198,16 @@ def current_matrix(
 
 
 def apply_changes(
-    storage: VectorStorage, conn: Any, generation: int, m: CentroidMatrix, key: tuple[int, str]
+    storage: VectorStorage,
+    conn: Any,
+    generation: int,
+    m: CentroidMatrix,
+    key: tuple[int, str],
+    *,
+    bounded: bool = True,
 ) -> CentroidMatrix | None:
-    """`m` with the rows changed since its seq re-read; None when a full read is due."""
+    """`m` with the rows changed since its seq re-read; None when a full read is due (the log
+    no longer covers its seq, or, if `bounded`, more than REFRESH_SHARE of it changed)."""
     tables = storage.tables
     seq = tables.last_seq(conn, generation)
     if seq is None or m.seq is None or seq < m.seq:  # the log was dropped and made again
@@ -207,7 +216,7 @@ def apply_changes(
     if oldest is not None and oldest > m.seq + 1:  # changes it has not seen were pruned
         return None
     changed = tables.changed_since(conn, generation, m.seq)
-    if len(changed) > REFRESH_SHARE * m.n:  # (an empty matrix does not know its width)
+    if bounded and len(changed) > REFRESH_SHARE * m.n:  # (an empty matrix knows no width)
         return None
     found = tables.vectors_of(conn, generation, changed)
     for cid in changed:
@@ -267,8 +276,9 @@ def read_packed(
     if info is None or not info.rows:
         return None
     lag = pack_lag(storage, conn, generation, info, seq)
-    if lag is None or lag > REFRESH_SHARE * info.rows:  # the row read is as cheap
+    if lag is None:  # the rows' own vectors and the pack's, merged, are read instead
         return None
+    # However far behind: the rows hold only what changed since the pack.
     packed = read_pack(conn, generation, info, room(info.rows + lag), connect, storage)
     if packed is None:
         return None
@@ -281,7 +291,7 @@ def read_packed(
         packed.scope_of,
         packed.scope_ids,
     )
-    return apply_changes(storage, conn, generation, m, key)
+    return apply_changes(storage, conn, generation, m, key, bounded=False)
 
 
 def refresh_pack(

@@ -7,9 +7,9 @@ the generation's centroids held in process (1.5 kB a chunk: 150 MB at 100k) and 
 the query (~10 ms at 100k; sqlite-vec's own vec0 KNN, a brute-force scan, takes 60-160 ms and is
 kept as `SqliteVecStore.search_vec0`). The matrix is read in full once, then kept current through
 the change log (memory/search/matrix_cache.py); what is stored, and its SQL, is in
-memory/store/vector_tables.py (rows and change log), vector_pack.py (the packed copy) and
-vector_knn.py (sqlite-vec's vec0 table, which answers sqlite-vec's searches until the matrix is
-read, and only while in step with the stored vectors).
+memory/store/vector_tables.py (rows and change log), vector_pack.py (the pack, which holds every
+vector not written since it) and vector_knn.py (sqlite-vec's vec0 table, which answers
+sqlite-vec's searches until the matrix is read, and only while in step with the stored vectors).
 
 Measured at 100k chunks and not adopted: a float16 matrix (numpy has no float16 BLAS: 125 ms a
 query), sqlite-vec's `bit[384]` KNN (~150 ms with k = 1,000), and a 1-bit code shortlist with

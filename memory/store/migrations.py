@@ -14,6 +14,7 @@ from memory.store.chunk_text import compress_batch
 from memory.store.content_hash import stored_hash
 from memory.store.passage_pack import pack_existing
 from memory.store.schema import MigrationSet, apply
+from memory.store.vector_tables import store_vectors_once
 
 _CONVERT_BATCH = 20_000
 
@@ -333,6 +334,15 @@ def m014_units_packed_passages(conn: Any) -> None:
     pack_existing(conn)
 
 
+def m015_matrix_vectors_once(conn: Any) -> None:
+    """Issue 22 (helper h-matrix): each chunk's centroid stored once. A generation's row table
+    kept every vector and its pack a second copy (41 + 40 MB at 100k chunks); the pack is now
+    written again from the rows and the rows keep their chunk id and scope, a vector only until
+    the next pack holds it (memory/store/vector_tables.py `store_vectors_once`). Nothing is
+    embedded again; the pages freed are given back by `pinch memory compact`."""
+    store_vectors_once(conn)
+
+
 MIGRATIONS: list[Callable[[Any], None]] = [
     m001_memory_index,
     m002_sessions,
@@ -348,6 +358,7 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m012_size2_chunk_text,
     m013_size2_cache_short_key,
     m014_units_packed_passages,
+    m015_matrix_vectors_once,
 ]
 
 

@@ -41,7 +41,8 @@ from memory.store.transfer import (
     utc_text,
 )
 from memory.store.vector_codec import decode, is_compact
-from memory.store.vector_pack import block_vectors
+from memory.store.vector_pack import block_vectors, packed_rows
+from memory.store.vector_tables import release_packed_rows
 from memory.text import fts_body
 
 TRIGGER_ROWS = 16  # intent_triggers rowid = intent id * 16 + entry (memory/store/intents_store)
@@ -49,8 +50,7 @@ VEC = re.compile(r"memory_vec_g\d+")
 BOOKKEEPING = ("schema_migrations", "_migrations", "_lineage_migrations")
 # The per-generation vector tables, as memory/store/vector_tables.py and vector_pack.py make them.
 _CREATE = {
-    MATRIX: "CREATE TABLE {} (chunk_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, "
-    "vector BLOB NOT NULL)",
+    MATRIX: "CREATE TABLE {} (chunk_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, vector BLOB)",
     MATRIX_LOG: "CREATE TABLE {} (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
     "chunk_id INTEGER NOT NULL)",
     MATRIX_PACK: "CREATE TABLE {} (block INTEGER PRIMARY KEY, seq INTEGER NOT NULL, "
@@ -185,6 +185,8 @@ class _SqliteTables:
                 yield self._unit_vectors(columns, found)
             elif table == "embedding_cache" and {"vector", *_MODEL} <= set(columns):
                 yield self._cache_vectors(columns, found)
+            elif (generation := _matrix_generation(table, columns)) is not None:
+                yield self._matrix_vectors(generation, columns, found)
             elif (convert := _float32_rows(table, columns)) is not None:
                 yield [convert(row) for row in found]
             elif table == "keywords":
@@ -229,6 +231,18 @@ class _SqliteTables:
             )
             vector = None if blob is None else _float32(blob)
             out.append((*row[:at], vector, *row[at + 1 : n]))
+        return out
+
+    def _matrix_vectors(self, generation: int, columns: Sequence[str], found: Rows) -> Rows:
+        """A generation's matrix rows with each vector as float32: the row's own, else (NULL:
+        the pack holds it, memory/store/vector_pack.py) the pack's."""
+        names = list(columns)
+        at, cid = names.index("vector"), names.index("chunk_id")
+        packed = packed_rows(self.conn, generation, [int(r[cid]) for r in found if r[at] is None])
+        out: Rows = []
+        for row in found:
+            blob = row[at] if row[at] is not None else packed.get(int(row[cid]), (None, None))[1]
+            out.append((*row[:at], None if blob is None else _float32(blob), *row[at + 1 :]))
         return out
 
     def _cache_vectors(self, columns: Sequence[str], found: Rows) -> Rows:
@@ -404,6 +418,9 @@ class SqliteTarget(_SqliteTables):
                 self.conn.execute(
                     "INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, last)
                 )
+        for table in sorted(self._made):  # each centroid kept once, in the pack it came with
+            if match := MATRIX.fullmatch(table):
+                release_packed_rows(self.conn, int(match.group(1)))
 
     def commit(self) -> None:
         self.conn.execute("COMMIT")
@@ -443,11 +460,17 @@ def _float32(blob: bytes) -> bytes:
     return decode(blob).astype("<f4").tobytes() if is_compact(blob) else blob
 
 
+def _matrix_generation(table: str, columns: Sequence[str]) -> int | None:
+    """The generation of a matrix row table read with its vectors (None: another table)."""
+    match = MATRIX.fullmatch(table)
+    return int(match.group(1)) if match and {"vector", "chunk_id"} <= set(columns) else None
+
+
 def _float32_rows(table: str, columns: Sequence[str]) -> Any:
     """A function turning `table`'s rows to their float32 form, None for a table without
     vectors stored as 8-bit codes."""
     names = list(columns)
-    if (table == "embedding_cache" or MATRIX.fullmatch(table)) and "vector" in names:
+    if table == "embedding_cache" and "vector" in names:
         at = names.index("vector")
         return lambda row: (*row[:at], _float32(row[at]), *row[at + 1 :])
     if MATRIX_PACK.fullmatch(table) and {"vectors", "rows", "dimensions"} <= set(names):

@@ -2,10 +2,11 @@
 
 `memory_vec_g<N>` (a vec0 virtual table; `scope` a metadata column, so KNN filters conversations
 inside the index; `int8[d]`: the stored vectors' 8-bit codes, whose cosine is the decoded vectors' —
-tables made by older versions are `float[d]` and stay so) is derived from the matrix table
-(memory/store/vector_tables.py) and used only while in step with it: `meta` key `vec0_seq_g<N>`
-holds the change log's seq it last caught up to. A process without sqlite-vec writes only the matrix
-table, which leaves the vec0 table behind until a process with sqlite-vec catches it up.
+tables made by older versions are `float[d]` and stay so) is derived from the stored vectors
+(memory/store/vector_tables.py: the rows', else the pack's) and used only while in step with
+them: `meta` key `vec0_seq_g<N>` holds the change log's seq it last caught up to. A process
+without sqlite-vec writes only the matrix table, which leaves the vec0 table behind until a
+process with sqlite-vec catches it up.
 """
 
 from __future__ import annotations
@@ -15,15 +16,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from memory.store.vector_codec import decode, encodable, encode, int8_codes
-from memory.store.vector_tables import (
-    BATCH,
-    SqliteVectorTables,
-    matrix_table,
-    table_exists,
-    to_blob,
-    vec0_seq_key,
-    vec_table,
-)
+from memory.store.vector_names import table_exists, vec0_seq_key, vec_table
+from memory.store.vector_tables import BATCH, SqliteVectorTables, to_blob
 
 KNN_MAX_K = 4096  # sqlite-vec answers at most this many neighbours
 
@@ -97,16 +91,15 @@ class SqliteVecIndex:
             return int8_codes(blob) or int8_codes(encode(decode(blob))) or b""
         return to_blob(decode(blob))
 
-    def _copy_rows(self, conn: Any, generation: int, table: str, sql: str, params: Any) -> None:
-        """Insert the rows `sql` selects (id, scope, stored vector) into the vec0 table."""
-        int8 = self._ready.get(generation)
-        value = "vec_int8(?)" if int8 else "?"
-        cursor = conn.execute(sql, params)
-        while rows := cursor.fetchmany(4096):
-            conn.executemany(
-                f"INSERT INTO {table}(rowid, scope, embedding) VALUES (?, ?, {value})",
-                [(cid, scope, self._as_column(generation, blob)) for cid, scope, blob in rows],
-            )
+    def _copy_rows(
+        self, conn: Any, generation: int, table: str, rows: list[tuple[int, str, bytes]]
+    ) -> None:
+        """Insert (id, scope, stored vector) rows into the vec0 table."""
+        value = "vec_int8(?)" if self._ready.get(generation) else "?"
+        conn.executemany(
+            f"INSERT INTO {table}(rowid, scope, embedding) VALUES (?, ?, {value})",
+            [(cid, scope, self._as_column(generation, blob)) for cid, scope, blob in rows],
+        )
 
     def _seq(self, conn: Any, generation: int) -> int | None:
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (vec0_seq_key(generation),))
@@ -136,28 +129,18 @@ class SqliteVecIndex:
         changed = self._changed_since(conn, generation, since) if since is not None else None
         if changed is None:  # never in step, or the log no longer covers its lag: copy it all
             conn.execute(f"DELETE FROM {table}")
-            if table_exists(conn, matrix_table(generation)):
-                sql = f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)}"
-                self._copy_rows(conn, generation, table, sql, ())
-            else:  # an index from before the matrix table
-                self._copy_rows(
-                    conn,
-                    generation,
-                    table,
-                    "SELECT id, scope, centroid FROM memory_chunks "
-                    "WHERE generation = ? AND centroid IS NOT NULL",
-                    (generation,),
-                )
+            # (the rows and the pack's vectors, or an index's from before the matrix table)
+            for rows in self._tables.rows(conn, generation, 4096):
+                self._copy_rows(conn, generation, table, rows)
         else:
             for i in range(0, len(changed), BATCH):
                 part = changed[i : i + BATCH]
                 marks = ",".join("?" for _ in part)
                 conn.execute(f"DELETE FROM {table} WHERE rowid IN ({marks})", part)
-                sql = (
-                    f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)} "
-                    f"WHERE chunk_id IN ({marks})"
+                found = self._tables.stored_of(conn, generation, part)
+                self._copy_rows(
+                    conn, generation, table, [(cid, *found[cid]) for cid in part if cid in found]
                 )
-                self._copy_rows(conn, generation, table, sql, part)
         conn.execute(
             "INSERT INTO meta(key, value) VALUES (?, ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",

@@ -1,12 +1,14 @@
 """The stored centroid vectors of each index generation and their change log.
 
-Per generation `N`: `memory_matrix_g<N>` holds one row a chunk (chunk id, scope, vector as 8-bit
-codes and a scale, memory/store/vector_codec.py; the source of truth for vector search), and
+Per generation `N`: `memory_matrix_g<N>` holds one row a chunk (chunk id, scope, and the vector
+as 8-bit codes and a scale, memory/store/vector_codec.py, until the pack holds it), and
 `memory_matrix_log_g<N>` names every chunk whose vector was written or deleted, in order (`seq`), so
-a process holding the vectors in memory re-reads only what changed. Both vector backends write these
-tables, so an index built with one can be searched with the other. The packed copy
-(memory/store/vector_pack.py) and sqlite-vec's vec0 table (memory/store/vector_knn.py) are derived
-from them.
+a process holding the vectors in memory re-reads only what changed. The rows and the pack
+(memory/store/vector_pack.py) together are the source of truth, each vector in one of them: a
+write puts the vector in the chunk's row, writing the pack moves every row's vector into it
+(NULL in the row). Both vector backends write these tables, so an index built with one can be
+searched with the other; sqlite-vec's vec0 table (memory/store/vector_knn.py) is derived from
+them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,20 @@ from typing import Any, Protocol
 import numpy as np
 
 from memory.store.vector_codec import decode, encode
+from memory.store.vector_names import (
+    drop_vec_table,
+    log_table,
+    matrix_table,
+    pack_table,
+    table_exists,
+)
+from memory.store.vector_pack import (
+    SqliteMatrixPack,
+    current_rows,
+    packed_ids,
+    packed_rows,
+    write_blocks,
+)
 
 LOG_KEEP = 100_000  # change-log rows kept per generation (≈ 2 MB)
 BATCH = 500  # ids bound in one statement
@@ -31,44 +47,6 @@ def to_blob(vector: np.ndarray) -> bytes:
 def from_blob(blob: bytes) -> np.ndarray:
     """A stored vector (or several, back to back) as a read-only float32 array."""
     return np.frombuffer(blob, dtype="<f4")
-
-
-def vec_table(generation: int) -> str:
-    return f"memory_vec_g{int(generation)}"
-
-
-def matrix_table(generation: int) -> str:
-    return f"memory_matrix_g{int(generation)}"
-
-
-def log_table(generation: int) -> str:
-    return f"memory_matrix_log_g{int(generation)}"
-
-
-def pack_table(generation: int) -> str:
-    return f"memory_matrix_pack_g{int(generation)}"
-
-
-def vec0_seq_key(generation: int) -> str:
-    return f"vec0_seq_g{int(generation)}"
-
-
-def table_exists(conn: Any, name: str) -> bool:
-    return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone())
-
-
-def drop_vec_table(conn: Any, generation: int) -> None:
-    """Drop a generation's vector tables (matrix, change log, pack, vec0) inside the caller's
-    transaction. Without the extension loaded the vec0 table cannot be dropped and stays until a
-    run that can load sqlite-vec (searches never read a retired generation; a generation that
-    gets its id again starts with its vec0 table out of step, so sqlite-vec empties it before
-    use)."""
-    conn.execute("DELETE FROM meta WHERE key = ?", (vec0_seq_key(generation),))
-    conn.execute(f"DROP TABLE IF EXISTS {matrix_table(generation)}")
-    conn.execute(f"DROP TABLE IF EXISTS {log_table(generation)}")
-    conn.execute(f"DROP TABLE IF EXISTS {pack_table(generation)}")
-    with contextlib.suppress(Exception):
-        conn.execute(f"DROP TABLE IF EXISTS {vec_table(generation)}")
 
 
 Row = tuple[int, int, str, np.ndarray]  # (chunk_id, generation, scope, centroid)
@@ -146,10 +124,7 @@ class SqliteVectorTables:
             self._log(conn, gen, [r[0] for r in rows if r[1] == gen])
             table = matrix_table(gen)
             if not table_exists(conn, table):
-                conn.execute(
-                    f"CREATE TABLE {table} "
-                    "(chunk_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, vector BLOB NOT NULL)"
-                )
+                conn.execute(create_matrix(table))
                 # A generation indexed before this table existed: copy its vectors once, so the
                 # table always holds every chunk of the generation.
                 conn.execute(
@@ -238,7 +213,18 @@ class SqliteVectorTables:
     def vectors_of(
         self, conn: Any, generation: int, chunk_ids: list[int]
     ) -> dict[int, tuple[str, np.ndarray]]:
-        found = {}
+        return {
+            cid: (scope, decode(blob))
+            for cid, (scope, blob) in self.stored_of(conn, generation, chunk_ids).items()
+        }
+
+    def stored_of(
+        self, conn: Any, generation: int, chunk_ids: list[int]
+    ) -> dict[int, tuple[str, bytes]]:
+        """chunk id → (scope, stored vector blob) for those of `chunk_ids` that have a row: the
+        row's vector, or the pack's when the row's is NULL."""
+        found: dict[int, tuple[str, bytes]] = {}
+        packed: list[int] = []
         table = matrix_table(generation)
         for i in range(0, len(chunk_ids), BATCH):
             part = chunk_ids[i : i + BATCH]
@@ -246,7 +232,12 @@ class SqliteVectorTables:
             for cid, scope, blob in conn.execute(
                 f"SELECT chunk_id, scope, vector FROM {table} WHERE chunk_id IN ({marks})", part
             ):
-                found[int(cid)] = (scope, decode(blob))
+                if blob is None:
+                    packed.append(int(cid))
+                else:
+                    found[int(cid)] = (scope, bytes(blob))
+        if packed:
+            found.update(packed_rows(conn, generation, packed))
         return found
 
     def _source(self, conn: Any, generation: int) -> tuple[str, str, tuple[Any, ...]]:
@@ -273,7 +264,71 @@ class SqliteVectorTables:
     def rows(
         self, conn: Any, generation: int, batch: int
     ) -> Iterator[list[tuple[int, str, bytes]]]:
+        if table_exists(conn, matrix_table(generation)):
+            yield from current_rows(conn, generation, batch)
+            return
         _, sql, params = self._source(conn, generation)
         cursor = conn.execute(sql, params)
         while rows := cursor.fetchmany(batch):
             yield rows
+
+
+def create_matrix(table: str) -> str:
+    """The statement creating a generation's row table (`vector` NULL: the pack holds it)."""
+    return f"CREATE TABLE {table} (chunk_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, vector BLOB)"
+
+
+def store_vectors_once(conn: Any) -> None:
+    """Each generation's centroids kept once (migration m015): a generation with a pack has its
+    pack written again from its rows, current at its change log's last seq, and its rows keep
+    no vector; every row table is made again with a `vector` that may be NULL."""
+    tables = SqliteVectorTables()
+    names = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'memory_matrix_g[0-9]*'"
+    ).fetchall()
+    for (name,) in names:
+        generation = int(name.removeprefix("memory_matrix_g"))
+        if matrix_table(generation) != name:
+            continue
+        seq = tables.last_seq(conn, generation)
+        packed = False
+        if seq is not None and table_exists(conn, pack_table(generation)):
+            # The rows hold every vector (this layout's source of truth): the old pack goes
+            # first, so the new one takes its pages instead of growing the file.
+            conn.execute(f"DROP TABLE {pack_table(generation)}")
+            count = tables.count(conn, generation)
+            packed = count > 0 and write_blocks(conn, generation, seq) == count
+        vector = "NULL" if packed else "vector"
+        conn.execute(create_matrix(f"{name}_next"))
+        conn.execute(
+            f"INSERT INTO {name}_next SELECT chunk_id, scope, {vector} FROM {name} "
+            "ORDER BY chunk_id"
+        )
+        conn.execute(f"DROP TABLE {name}")
+        conn.execute(f"ALTER TABLE {name}_next RENAME TO {name}")
+
+
+def release_packed_rows(conn: Any, generation: int) -> int:
+    """Empty the vectors of the rows the pack already holds (every chunk in the pack and not
+    written since it, by the change log): an index copied table by table (`pinch migrate`)
+    gets its rows with their vectors. Returns the rows emptied (0 when the log no longer says
+    what changed since the pack)."""
+    tables, pack = SqliteVectorTables(), SqliteMatrixPack()
+    seq, info = tables.last_seq(conn, generation), pack.info(conn, generation)
+    if seq is None or info is None or info.seq > seq:
+        return 0
+    oldest = tables.oldest_seq(conn, generation)
+    if oldest is not None and oldest > info.seq + 1:  # changes since the pack were pruned
+        return 0
+    since = set(tables.changed_since(conn, generation, info.seq))
+    held = [i for i in packed_ids(conn, generation).tolist() if i not in since]
+    emptied = 0
+    for i in range(0, len(held), BATCH):
+        part = held[i : i + BATCH]
+        marks = ",".join("?" for _ in part)
+        emptied += conn.execute(
+            f"UPDATE {matrix_table(generation)} SET vector = NULL "
+            f"WHERE vector IS NOT NULL AND chunk_id IN ({marks})",
+            part,
+        ).rowcount
+    return emptied

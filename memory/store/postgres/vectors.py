@@ -24,18 +24,10 @@ from typing import Any
 import numpy as np
 from psycopg import sql
 
+from memory.store.vector_names import log_table, matrix_table, pack_table, vec0_seq_key
 from memory.store.vector_pack import BLOCK_ROWS, PackBlock, PackInfo
 from memory.store.vector_storage import VectorStorage
-from memory.store.vector_tables import (
-    LOG_KEEP,
-    Row,
-    from_blob,
-    log_table,
-    matrix_table,
-    pack_table,
-    to_blob,
-    vec0_seq_key,
-)
+from memory.store.vector_tables import LOG_KEEP, Row, from_blob, to_blob
 
 # HNSW candidates fetched per result asked, before the exact re-rank (`hnsw.ef_search` the
 # same). 3, not 10: on 12,576 real e5 passages and 300 LoCoMo questions recall@100 was 0.992
