@@ -78,19 +78,26 @@ def answers(idx: MemoryIndex) -> list[list[tuple[str, int]]]:
     return [[(h.path, h.start_line) for h in idx.search(q)][:3] for q in QUESTIONS]
 
 
-# ---- the 4-bit codec ------------------------------------------------------------------------
+# ---- the 4- and 6-bit codecs ------------------------------------------------------------------
 
 
-def test_a_4bit_vector_is_half_the_8bit_one_and_keeps_the_ranking_close() -> None:
-    # like e5's: every text near one direction (|mean| ≈ 0.9), the rest spread around it
-    rng = np.random.default_rng(3)
+def e5_like(seed: int, float32: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """200 unit vectors like e5's — every text near one direction (|mean| ≈ 0.9), the rest
+    spread around it —, a question near the 8th, and the center of the first 50."""
+    rng = np.random.default_rng(seed)
     common = rng.standard_normal(384).astype(np.float32)
     spread = rng.standard_normal((200, 384)).astype(np.float32)
     docs = 2.2 * common / np.linalg.norm(common) + spread / np.sqrt(384)
     docs /= np.linalg.norm(docs, axis=1, keepdims=True)
     query = docs[7] + 0.2 * rng.standard_normal(384).astype(np.float32) / np.sqrt(384)
     query /= np.linalg.norm(query)
-    center = docs[:50].mean(axis=0)
+    if float32:
+        docs = docs.astype(np.float32)
+    return docs, query, docs[:50].mean(axis=0)
+
+
+def test_a_4bit_vector_is_half_the_8bit_one_and_keeps_the_ranking_close() -> None:
+    docs, query, center = e5_like(3, float32=False)
 
     blobs = encode4_many(docs, center)
 
@@ -107,15 +114,7 @@ def test_a_4bit_vector_is_half_the_8bit_one_and_keeps_the_ranking_close() -> Non
 
 
 def test_a_6bit_vector_is_three_quarters_of_the_8bit_one_and_nearly_as_close() -> None:
-    rng = np.random.default_rng(4)
-    common = rng.standard_normal(384).astype(np.float32)
-    spread = rng.standard_normal((200, 384)).astype(np.float32)
-    docs = 2.2 * common / np.linalg.norm(common) + spread / np.sqrt(384)
-    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
-    query = docs[7] + 0.2 * rng.standard_normal(384).astype(np.float32) / np.sqrt(384)
-    query /= np.linalg.norm(query)
-    docs = docs.astype(np.float32)
-    center = docs[:50].mean(axis=0)
+    docs, query, center = e5_like(4)
 
     blobs = encode6_many(docs, center)
 

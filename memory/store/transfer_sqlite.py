@@ -14,7 +14,6 @@ import os
 import pkgutil
 import re
 from collections.abc import Iterator, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +37,15 @@ from memory.store.transfer import (
     Rows,
     generation_of,
     instant,
-    utc_text,
 )
-from memory.store.vector_codec import decode, is_compact
-from memory.store.vector_pack import block_vectors, packed_rows
+from memory.store.transfer_values import (
+    BareReader,
+    float32_blob,
+    float32_rows,
+    matrix_generation,
+    sqlite_value,
+)
+from memory.store.vector_pack import packed_rows
 from memory.store.vector_tables import release_packed_rows
 from memory.text import fts_body
 
@@ -185,9 +189,9 @@ class _SqliteTables:
                 yield self._unit_vectors(columns, found)
             elif table == "embedding_cache" and {"vector", *_MODEL} <= set(columns):
                 yield self._cache_vectors(columns, found)
-            elif (generation := _matrix_generation(table, columns)) is not None:
+            elif (generation := matrix_generation(table, columns)) is not None:
                 yield self._matrix_vectors(generation, columns, found)
-            elif (convert := _float32_rows(table, columns)) is not None:
+            elif (convert := float32_rows(table, columns)) is not None:
                 yield [convert(row) for row in found]
             elif table == "keywords":
                 yield [(int(cid), fts_body(read_text(self.conn, text))) for cid, text in found]
@@ -217,7 +221,7 @@ class _SqliteTables:
                 hashes, refs = wanted.setdefault(int(row[n + 2]), ([], []))
                 hashes.append(stored_hash(row[n + 1]))
                 refs.append(row[n])
-        reader = _Reader(self.conn)
+        reader = BareReader(self.conn)
         cached = {
             g: cached_vectors(reader, g, h, refs)  # type: ignore[arg-type]
             for g, (h, refs) in wanted.items()
@@ -229,7 +233,7 @@ class _SqliteTables:
                 if row[at] is not None
                 else cached[int(row[n + 2])].get(stored_hash(row[n + 1]))
             )
-            vector = None if blob is None else _float32(blob)
+            vector = None if blob is None else float32_blob(blob)
             out.append((*row[:at], vector, *row[at + 1 : n]))
         return out
 
@@ -242,7 +246,7 @@ class _SqliteTables:
         out: Rows = []
         for row in found:
             blob = row[at] if row[at] is not None else packed.get(int(row[cid]), (None, None))[1]
-            out.append((*row[:at], None if blob is None else _float32(blob), *row[at + 1 :]))
+            out.append((*row[:at], None if blob is None else float32_blob(blob), *row[at + 1 :]))
         return out
 
     def _cache_vectors(self, columns: Sequence[str], found: Rows) -> Rows:
@@ -389,7 +393,7 @@ class SqliteTarget(_SqliteTables):
         marks = ", ".join("?" for _ in columns)
         self.conn.executemany(
             f"INSERT INTO {_quote(table)} ({names}) VALUES ({marks})",
-            [tuple(_sqlite_value(v) for v in row) for row in rows],
+            [tuple(sqlite_value(v) for v in row) for row in rows],
         )
 
     def _numbered_models(self, columns: Sequence[str], rows: Rows) -> tuple[list[str], Rows]:
@@ -441,55 +445,6 @@ class SqliteTarget(_SqliteTables):
     def close(self) -> None:
         if self.partial.exists():
             self.abort()
-
-
-class _Reader:
-    """What `cached_vectors` uses of a Database, over a bare connection (read only)."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.lock = contextlib.nullcontext()
-
-    def execute(self, query: str, params: Sequence[Any] = ()) -> list[Any]:
-        return list(self.conn.execute(query, params))
-
-
-def _float32(blob: bytes) -> bytes:
-    """A stored vector as float32 little-endian (8-bit codes decoded; float32 as it is)."""
-    blob = bytes(blob)
-    return decode(blob).astype("<f4").tobytes() if is_compact(blob) else blob
-
-
-def _matrix_generation(table: str, columns: Sequence[str]) -> int | None:
-    """The generation of a matrix row table read with its vectors (None: another table)."""
-    match = MATRIX.fullmatch(table)
-    return int(match.group(1)) if match and {"vector", "chunk_id"} <= set(columns) else None
-
-
-def _float32_rows(table: str, columns: Sequence[str]) -> Any:
-    """A function turning `table`'s rows to their float32 form, None for a table without
-    vectors stored as 8-bit codes."""
-    names = list(columns)
-    if table == "embedding_cache" and "vector" in names:
-        at = names.index("vector")
-        return lambda row: (*row[:at], _float32(row[at]), *row[at + 1 :])
-    if MATRIX_PACK.fullmatch(table) and {"vectors", "rows", "dimensions"} <= set(names):
-        at, n, d = names.index("vectors"), names.index("rows"), names.index("dimensions")
-
-        def block(row: Any) -> tuple[Any, ...]:
-            floats = block_vectors(bytes(row[at]), int(row[n]), int(row[d]))
-            return (*row[:at], floats.astype("<f4").tobytes(), *row[at + 1 :])
-
-        return block
-    return None
-
-
-def _sqlite_value(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return utc_text(value)
-    if isinstance(value, memoryview):
-        return bytes(value)
-    return value
 
 
 def _fsync(path: Path) -> None:

@@ -1,0 +1,63 @@
+"""Row values as `pinch migrate`'s SQLite side reads and writes them (memory/store/
+transfer_sqlite.py): stored vectors as float32, datetimes as UTC text, and a bare read-only
+connection shaped like the Database the cache's readers take."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from memory.store.transfer import MATRIX, MATRIX_PACK, utc_text
+from memory.store.vector_codec import decode, is_compact
+from memory.store.vector_pack import block_vectors
+
+
+class BareReader:
+    """What `cached_vectors` uses of a Database, over a bare connection (read only)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.lock = contextlib.nullcontext()
+
+    def execute(self, query: str, params: Sequence[Any] = ()) -> list[Any]:
+        return list(self.conn.execute(query, params))
+
+
+def float32_blob(blob: bytes) -> bytes:
+    """A stored vector as float32 little-endian (8-bit codes decoded; float32 as it is)."""
+    blob = bytes(blob)
+    return decode(blob).astype("<f4").tobytes() if is_compact(blob) else blob
+
+
+def matrix_generation(table: str, columns: Sequence[str]) -> int | None:
+    """The generation of a matrix row table read with its vectors (None: another table)."""
+    match = MATRIX.fullmatch(table)
+    return int(match.group(1)) if match and {"vector", "chunk_id"} <= set(columns) else None
+
+
+def float32_rows(table: str, columns: Sequence[str]) -> Any:
+    """A function turning `table`'s rows to their float32 form, None for a table without
+    vectors stored as 8-bit codes."""
+    names = list(columns)
+    if table == "embedding_cache" and "vector" in names:
+        at = names.index("vector")
+        return lambda row: (*row[:at], float32_blob(row[at]), *row[at + 1 :])
+    if MATRIX_PACK.fullmatch(table) and {"vectors", "rows", "dimensions"} <= set(names):
+        at, n, d = names.index("vectors"), names.index("rows"), names.index("dimensions")
+
+        def block(row: Any) -> tuple[Any, ...]:
+            floats = block_vectors(bytes(row[at]), int(row[n]), int(row[d]))
+            return (*row[:at], floats.astype("<f4").tobytes(), *row[at + 1 :])
+
+        return block
+    return None
+
+
+def sqlite_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return utc_text(value)
+    if isinstance(value, memoryview):
+        return bytes(value)
+    return value
