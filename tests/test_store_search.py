@@ -140,6 +140,29 @@ def test_newest_keyword_matches_come_highest_id_first_with_the_same_ranks(
     assert queries.keyword_newest('"anna"', 1) == newest[:1]
 
 
+@pytest.mark.parametrize("newest", [1, 2, 3, 50])
+@pytest.mark.parametrize("limit", [1, 2, 10])
+def test_the_best_of_the_newest_matches_are_the_newest_sorted_by_rank(
+    index: MemoryIndex, open_queries: Opener, newest: int, limit: int
+) -> None:
+    queries = open_queries(index.db)
+    match = '"anna" OR "dog" OR "bees"'
+    rows = queries.keyword_newest(match, newest)
+
+    best, matched = queries.keyword_newest_best(match, newest, limit)
+
+    assert matched == len(rows) and (matched < newest) == (len(rows) < newest)
+    # best rank first; of equal ranks the newer (higher id) first; only the newest `newest`
+    assert best == sorted(rows, key=lambda r: (r[1], -r[0]))[:limit]
+    assert set(best) <= set(rows) and len(best) == min(limit, len(rows))
+
+
+def test_the_best_of_the_newest_of_nothing_is_nothing(
+    index: MemoryIndex, open_queries: Opener
+) -> None:
+    assert open_queries(index.db).keyword_newest_best('"walrus"', 10, 5) == ([], 0)
+
+
 @pytest.mark.parametrize("match", ['"unclosed', "AND OR ("])
 def test_an_expression_that_cannot_be_parsed_is_a_malformed_query(
     index: MemoryIndex, open_queries: Opener, match: str
@@ -148,6 +171,7 @@ def test_an_expression_that_cannot_be_parsed_is_a_malformed_query(
     for ask in (
         lambda: queries.keyword_ranked(match, 10),
         lambda: queries.keyword_newest(match, 10),
+        lambda: queries.keyword_newest_best(match, 10, 5),
         lambda: queries.match_count(match, None),
     ):
         with pytest.raises(MalformedQuery):

@@ -37,9 +37,8 @@ def keyword_candidates(
         try:
             if rank_cap:
                 # The newest `rank_cap` matches with their bm25, then the best `inner` of them.
-                newest = queries.keyword_newest(match, rank_cap)
-                every_match = len(newest) < rank_cap
-                ranked = sorted(newest, key=lambda row: (row[1], -row[0]))[:inner]
+                ranked, matched = queries.keyword_newest_best(match, rank_cap, inner)
+                every_match = matched < rank_cap
             else:
                 every_match = True
                 ranked = queries.keyword_ranked(match, inner)

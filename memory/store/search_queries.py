@@ -20,7 +20,12 @@ from memory.store.content_hash import StoredHash
 from memory.store.db import Database, as_corruption, corruption_advice
 from memory.store.index_embedcache import stored_vectors
 from memory.store.passage_pack import cache_blobs, packed_rows
-from memory.store.vector_codec import decode_centered_many, decode_many, is_centered
+from memory.store.vector_codec import (
+    CENTERED_MAGICS,
+    decode_centered_many,
+    decode_many,
+    is_centered,
+)
 from memory.store.vector_tables import BATCH
 
 # What SQLite says about a MATCH expression it cannot parse (as opposed to a database problem).
@@ -48,6 +53,13 @@ class PassageVectors:
 
     spans: list[tuple[int, int, int]]
     matrix: np.ndarray
+
+
+def best_of_newest(
+    newest: list[tuple[int, float]], limit: int
+) -> tuple[list[tuple[int, float]], int]:
+    """`SearchQueries.keyword_newest_best` from `keyword_newest`'s rows."""
+    return sorted(newest, key=lambda row: (row[1], -row[0]))[:limit], len(newest)
 
 
 class SearchQueries(Protocol):
@@ -80,6 +92,13 @@ class SearchQueries(Protocol):
 
     def keyword_newest(self, match: str, limit: int) -> list[tuple[int, float]]:
         """(chunk id, bm25 rank) of the newest `limit` chunks `match` finds, newest first."""
+
+    def keyword_newest_best(
+        self, match: str, newest: int, limit: int
+    ) -> tuple[list[tuple[int, float]], int]:
+        """The best `limit` (bm25 rank ascending, the newer first on equal ranks) of the newest
+        `newest` chunks `match` finds, and how many of those newest there were (fewer than
+        `newest`: every match was ranked) — `best_of_newest` of `keyword_newest`."""
 
     def match_count(self, match: str, limit: int | None) -> int:
         """Chunks `match` finds, counting stops at `limit` (None: count them all)."""
@@ -139,6 +158,19 @@ class SqliteSearchQueries:
         )
         return [(int(i), float(r)) for i, r in rows]
 
+    def keyword_newest_best(
+        self, match: str, newest: int, limit: int
+    ) -> tuple[list[tuple[int, float]], int]:
+        # Ordered and cut by SQLite: ≈ 3-5 ms less than 3,000 rows brought into Python and
+        # sorted there (bench/RESULTS.md), the same rows and ranks.
+        rows = self._keyword(
+            "WITH newest AS MATERIALIZED (SELECT rowid AS id, bm25(memory_fts) AS r "
+            "FROM memory_fts WHERE memory_fts MATCH ? ORDER BY rowid DESC LIMIT ?) "
+            "SELECT id, r, (SELECT count(*) FROM newest) FROM newest ORDER BY r, id DESC LIMIT ?",
+            (match, newest, limit),
+        )
+        return [(int(i), float(r)) for i, r, _ in rows], int(rows[0][2]) if rows else 0
+
     def match_count(self, match: str, limit: int | None) -> int:
         (n,) = self._keyword(
             "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
@@ -172,20 +204,47 @@ class SqliteSearchQueries:
         # as before: `cache_row` names the cache row, checked by hash, or the row's own vector.
         packed = packed_rows(self.db.execute, chunk_ids)
         found = {cid for cid, _, _ in packed}
+        loose = self._loose_passages([c for c in chunk_ids if c not in found])
         refs = np.concatenate([s[:, 2] for _, _, s in packed]).tolist() if packed else []
         blobs = cache_blobs(self.db.execute, refs)
+        if not loose and len({gen for _, gen, _ in packed}) == 1:
+            return self._packed_vectors(packed, blobs)  # the usual case, in whole arrays
         kept: list[tuple[tuple[int, int, int], bytes, int | None]] = []
         for cid, gen, spans in packed:
             for start, end, ref in spans.tolist():
                 blob = blobs.get(ref)
                 if blob is not None:
                     kept.append(((cid, start, end), blob, gen))
-        loose = self._loose_passages([c for c in chunk_ids if c not in found])
         if loose:
             kept = sorted(kept + loose, key=lambda k: k[0][0])  # (stable: each chunk in order)
         if not kept:
             return None
         return PassageVectors([s for s, _, _ in kept], self._decode(kept, {}))
+
+    def _packed_vectors(
+        self, packed: list[tuple[int, int, np.ndarray]], blobs: dict[int, bytes]
+    ) -> PassageVectors | None:
+        """`passage_vectors` of packed chunks of one generation: each cache row decoded once
+        and the rows put in the passages' order by array indexing (the same rows, in the same
+        order, as passage by passage: a passage whose cache row is gone is left out)."""
+        if not blobs:
+            return None
+        spans = np.concatenate([s for _, _, s in packed])
+        owners = np.repeat(
+            np.array([cid for cid, _, _ in packed], dtype=np.int64), [len(s) for _, _, s in packed]
+        )
+        ids = np.fromiter(blobs, dtype=np.int64, count=len(blobs))
+        order = np.argsort(ids, kind="stable")
+        refs = spans[:, 2].astype(np.int64)
+        at = np.minimum(np.searchsorted(ids[order], refs), len(ids) - 1)
+        held = ids[order][at] == refs
+        gen = packed[0][1]
+        decoded = self._decode([(None, b, gen) for b in blobs.values()], {})
+        kept = spans[held]
+        return PassageVectors(
+            list(zip(owners[held].tolist(), kept[:, 0].tolist(), kept[:, 1].tolist(), strict=True)),
+            decoded[order[at[held]]],
+        )
 
     def _loose_passages(
         self, chunk_ids: list[int]
@@ -224,12 +283,15 @@ class SqliteSearchQueries:
     def _decode(self, kept: list[Any], cached: dict[int, Any]) -> Any:
         """The kept blobs as one float32 matrix: the cache's centered ones decoded around their
         model's center in one go (cache_codec), the rest as vector_codec.decode_many reads them."""
+        blobs = [b for _, b, _ in kept]
+        if not {b[:2] for b in blobs} & CENTERED_MAGICS:  # (one set, not a call per blob)
+            return decode_many(blobs)
         by_gen: dict[int, list[int]] = {}
         for i, (_, blob, gen) in enumerate(kept):
             if gen is not None and is_centered(blob):
                 by_gen.setdefault(gen, []).append(i)
         if not by_gen:
-            return decode_many([b for _, b, _ in kept])
+            return decode_many(blobs)
         for gen in by_gen:  # read by the join above: the generation's model is still wanted
             if gen not in cached:
                 cached[gen] = stored_vectors(self.db, gen, [], [])

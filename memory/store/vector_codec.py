@@ -174,9 +174,12 @@ def is_6bit(blob: bytes) -> bool:
     return len(blob) % 4 == 2 and blob[:2] == MAGIC6
 
 
+CENTERED_MAGICS = frozenset((MAGIC4, MAGIC6))
+
+
 def is_centered(blob: bytes) -> bool:
     """A vector coded around its model's center (4- or 6-bit): decoded with that center."""
-    return len(blob) % 4 == 2 and blob[:2] in (MAGIC4, MAGIC6)
+    return len(blob) % 4 == 2 and blob[:2] in CENTERED_MAGICS
 
 
 def decode_centered_many(blobs: Sequence[bytes], center: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from memory.store.postgres.keywords import (
     reads_postings,
     stemmed,
 )
-from memory.store.search_queries import ChunkRow, PassageVectors
+from memory.store.search_queries import ChunkRow, PassageVectors, best_of_newest
 from memory.store.vector_tables import from_blob
 
 
@@ -95,6 +95,11 @@ class PgSearchQueries:
 
     def keyword_newest(self, match: str, limit: int) -> list[tuple[int, float]]:
         return self._keyword(match, "chunk_id DESC", limit, newest=True)
+
+    def keyword_newest_best(
+        self, match: str, newest: int, limit: int
+    ) -> tuple[list[tuple[int, float]], int]:
+        return best_of_newest(self.keyword_newest(match, newest), limit)
 
     def match_count(self, match: str, limit: int | None) -> int:
         query = parse_match(match)
