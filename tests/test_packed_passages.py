@@ -22,6 +22,7 @@ from memory.store.index_embedcache import ModelKey, SqliteEmbeddingCache, prune_
 from memory.store.passage_pack import spans_of
 from memory.store.search_queries import search_queries
 from memory.store.transfer_sqlite import SqliteSource
+from memory.store.vector_codec import decode_many
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
 from tests.layout_support import m013_layout
 from tests.migrate_support import sqlite_hashes
@@ -201,3 +202,30 @@ def test_migrate_refuses_a_source_in_the_layout_before_with_advice(
 
     with pytest.raises(DatabaseError, match="pinch memory status"):
         SqliteSource(path)
+
+
+def test_the_whole_array_read_gives_each_passage_its_own_vector_and_skips_a_lost_one(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    idx = make_index(make_workspace(FILES), use_config())
+    idx.sync()
+    ids = [r[0] for r in rows(idx, "SELECT id FROM memory_chunks ORDER BY id")]
+    cached = dict(rows(idx, "SELECT id, vector FROM embedding_cache"))
+    packed = {c: spans_of(b) for c, b in rows(idx, "SELECT chunk_id, spans FROM memory_passages")}
+    # One passage's vector gone (a write between a search's reads): it alone is left out.
+    lost = int(packed[ids[0]][0, 2])
+    idx.db.execute("DELETE FROM embedding_cache WHERE id = ?", (lost,))
+    asked = [ids[-1], *ids, ids[0]]  # any order, a chunk twice, an id that does not exist
+
+    found = search_queries(idx.db).passage_vectors([*asked, 10**9])
+
+    assert found is not None
+    expected = [
+        (c, int(s), int(e), int(ref))
+        for c in sorted(set(ids))
+        for s, e, ref in packed[c].tolist()
+        if ref != lost
+    ]
+    assert found.spans == [(c, s, e) for c, s, e, _ in expected]
+    one_by_one = [decode_many([cached[r]])[0] for *_, r in expected]
+    assert np.array_equal(found.matrix, np.stack(one_by_one))
