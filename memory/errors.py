@@ -21,6 +21,10 @@ class SessionError(MemoryError_):
     """A session or transcript does not exist or cannot be used."""
 
 
+class NewerSchemaError(DatabaseError):
+    """The database was migrated by a newer Pinch than this one: refused, nothing is changed."""
+
+
 class DatabaseCorruptError(DatabaseError):
     """The agent database file is damaged; the message says what to do and what is lost."""
 

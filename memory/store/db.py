@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from common.private_files import PRIVATE_FILE_MODE, make_private_dirs
-from memory.errors import DatabaseCorruptError, DatabaseError
+from memory.errors import DatabaseCorruptError, DatabaseError, NewerSchemaError
 from memory.store.cjk_keywords import CJK_KEYWORDS
 from memory.store.migrations import apply_migrations
 from memory.store.schema import apply
@@ -324,8 +324,12 @@ def open_database(path: Path, *, vector_backend: str = "auto") -> Database:
                 "sqlite-vec could not be loaded by this Python's SQLite. Install pysqlite3-binary "
                 '(x86_64) or set [memory] vector_backend = "auto" to use the in-process search.'
             )
-        apply_migrations(conn)
-        apply(conn, CJK_KEYWORDS)  # rewrites memory_fts, which the memory set made first
+        try:
+            apply_migrations(conn)
+            apply(conn, CJK_KEYWORDS)  # rewrites memory_fts, which the memory set made first
+        except NewerSchemaError as exc:
+            conn.close()  # nothing written: the check comes before any migration
+            raise NewerSchemaError(f"{path}: {exc}") from None
     except driver.DatabaseError as exc:
         message = str(exc)
         if is_busy(exc):

@@ -207,7 +207,7 @@ def m002_projects_intent_project(conn: Any) -> None:
 
 
 INTENT_MIGRATIONS: list[Callable[[Any], None]] = [m001_intents, m002_projects_intent_project]
-INTENTS = MigrationSet("intents", INTENT_MIGRATIONS)
+INTENTS = MigrationSet("intents", INTENT_MIGRATIONS, retired=["i002_projects_intent_project"])
 
 
 def ensure_intent_schema(db: Database) -> list[str]:

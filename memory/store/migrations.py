@@ -371,4 +371,6 @@ def apply_migrations(conn: Any) -> list[str]:
 def memory_set() -> MigrationSet:
     """The memory index's migration set. Databases made before migration sets recorded these in
     `_migrations`, which stays readable and up to date."""
-    return MigrationSet("memory", MIGRATIONS, legacy_table="_migrations")
+    return MigrationSet(
+        "memory", MIGRATIONS, legacy_table="_migrations", retired=["m013_size2_cache_by_key"]
+    )

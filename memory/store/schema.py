@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memory.errors import NewerSchemaError
+
 Migration = Callable[[Any], None]
 
 
@@ -31,6 +33,35 @@ class MigrationSet:
     name: str
     migrations: Sequence[Migration]
     legacy_table: str | None = None
+    # Names an earlier version recorded for migrations now named otherwise: known, not newer.
+    retired: Sequence[str] = ()
+
+
+def newer_migrations(migration_set: MigrationSet, done: set[str]) -> list[str]:
+    """The names among `done` (recorded for this set's owner) that this version does not know:
+    a newer Pinch applied them, so its tables may hold what this code would misread."""
+    known = {m.__name__ for m in migration_set.migrations} | set(migration_set.retired)
+    return sorted(done - known)
+
+
+def refuse_newer(sets: Sequence[MigrationSet], done: set[tuple[str, str]]) -> None:
+    """NewerSchemaError if any of `sets` has a recorded (owner, name) in `done` this version
+    does not know."""
+    for migration_set in sets:
+        owner = migration_set.name
+        newer = newer_migrations(migration_set, {n for o, n in done if o == owner})
+        if newer:
+            raise newer_schema_error(owner, newer)
+
+
+def newer_schema_error(owner: str, names: list[str]) -> NewerSchemaError:
+    return NewerSchemaError(
+        f"This database was changed by a newer version of Pinch: its {owner!r} tables carry "
+        f"migration{'s' if len(names) > 1 else ''} {', '.join(names)}, which this version does "
+        "not know, and reading them could give wrong answers or damage them. Run the version "
+        "of Pinch that wrote it (upgrade this installation), or restore the backup taken "
+        "before that upgrade (README: going back to an older version)."
+    )
 
 
 def applied(conn: Any, owner: str) -> set[str]:
@@ -49,6 +80,9 @@ def apply(conn: Any, migration_set: MigrationSet) -> list[str]:
     if legacy:
         _adopt_legacy_records(conn, owner, legacy)
     done = applied(conn, owner)
+    newer = newer_migrations(migration_set, done)
+    if newer:
+        raise newer_schema_error(owner, newer)
     names: list[str] = []
     for migration in migration_set.migrations:
         name = migration.__name__

@@ -23,7 +23,7 @@ from psycopg import sql
 
 from memory.store.postgres.cjk_keywords import p001_cjk_bigram_keywords
 from memory.store.postgres.keyword_postings import p001_keyword_postings
-from memory.store.schema import MigrationSet
+from memory.store.schema import MigrationSet, refuse_newer
 
 
 def _run(conn: Any, script: str) -> None:
@@ -483,6 +483,7 @@ def apply_all(conn: Any, schema: str) -> list[str]:
             "NULL, applied_at double precision NOT NULL, PRIMARY KEY (owner, name))"
         )
         done = {(r[0], r[1]) for r in conn.execute("SELECT owner, name FROM schema_migrations")}
+        refuse_newer(PG_SETS, done)
         for migration_set in PG_SETS:
             for migration in migration_set.migrations:
                 name = migration.__name__
