@@ -95,6 +95,7 @@ def instrumented(index: Any, *, serial: bool, schedule: str) -> Iterator[None]:
         "keyword_candidates",
         "load_candidates",
         "best_chunk_coverage",
+        "chunk_coverages",
         "rerank_by_lines",
         "mmr_select",
         "query_coverage",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -29,6 +30,15 @@ from tests.store_backends import backend  # noqa: F401 - a fixture
 
 WorkspaceFactory = Callable[..., Path]
 IndexFactory = Callable[..., MemoryIndex]
+
+
+@pytest.fixture(autouse=True)
+def collectable() -> Iterator[None]:
+    """A long-running process's warm-up ends by freezing the garbage collector's view of what
+    is loaded (memory/search/schedule.py); in this one process of many tests, each test ends
+    with everything collectable again."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)

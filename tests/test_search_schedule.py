@@ -5,6 +5,7 @@ and edge ties (memory/search/centroid_matrix.py); `line_terms` in two passes."""
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
 from collections.abc import Iterator
@@ -133,6 +134,20 @@ def test_the_warm_up_times_the_query_embedding_after_the_vectors_are_read(
     local_models._QUERY_CORES[key] = 1  # timed once: a second warm-up (another agent) skips it
     e5_index.warm()
     assert not done.wait(1)
+
+
+def test_the_warm_up_ends_with_what_is_loaded_set_aside_from_the_collector(
+    e5_index: MemoryIndex,
+) -> None:
+    gc.unfreeze()
+    e5_index.warm()
+    for thread in threading.enumerate():
+        if thread.name == "warm-up":
+            thread.join(60)
+
+    # the model's tables, the index's rows and caches: a full collection no longer walks them
+    assert gc.get_freeze_count() > 10_000
+    e5_index.search("anything at all")  # searching goes on as before
 
 
 def test_query_cores_is_per_thread_and_restored() -> None:

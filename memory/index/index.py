@@ -176,13 +176,11 @@ class MemoryIndex:
             if store is not None and identity.get("model") == self.provider.model:
                 store.preload(generation)
             calibrate = getattr(self.provider, "calibrate_query_cores", None)
-            if calibrate is not None and not getattr(self.provider, "query_cores_measured", True):
-                threading.Thread(
-                    target=calibrate_after_load,
-                    args=(store, calibrate),
-                    name="query-calibration",
-                    daemon=True,
-                ).start()
+            if getattr(self.provider, "query_cores_measured", True):
+                calibrate = None
+            threading.Thread(
+                target=calibrate_after_load, args=(store, calibrate), name="warm-up", daemon=True
+            ).start()
         except Exception:  # a warm-up only: the first search reads what it needs itself
             log.warning(
                 "Could not start reading the vectors ahead of the first search", exc_info=True
