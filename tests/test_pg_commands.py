@@ -6,6 +6,7 @@ the agent's schema, and none ever makes or opens the SQLite file."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -177,3 +178,22 @@ def test_backup_and_restore_commands_on_postgres(
     finally:
         db.close()
     no_sqlite(settings)
+
+
+def test_agents_list_shows_the_schema_its_server_and_its_size_never_the_password(
+    pg_home: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pinch("memory", "index")
+    listed = json.loads(pinch("agents", "list", "--json").output)["agents"][0]
+
+    assert listed["database"].startswith("postgres schema pinch_main at ")
+    assert listed["database_bytes"] > 100_000 and "database_problem" not in listed
+    assert "MB" in pinch("agents", "list").output or "kB" in pinch("agents", "list").output
+
+    # A server that cannot be reached: said so, with the password hidden, in a few seconds.
+    monkeypatch.setenv("PINCH_STORE__DSN", "postgresql://pinch:s3cret@127.0.0.1:9/pinch")
+    started = time.monotonic()
+    text = pinch("agents", "list").output
+    assert "cannot ask postgresql://pinch:[redacted]@127.0.0.1:9/pinch" in text
+    assert "s3cret" not in text and time.monotonic() - started < 10
+    no_sqlite(pg_home)

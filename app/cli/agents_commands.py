@@ -121,10 +121,13 @@ def describe_agent(name: str, default: str) -> dict[str, Any]:
     entry["workspace"] = str(settings.workspace_dir)
     entry["workspace_exists"] = settings.workspace_dir.is_dir()
     if settings.store.backend == "postgres":
-        from memory.store.postgres.database import agent_schema
+        from memory.store.postgres.database import agent_schema, redacted_dsn, schema_bytes
 
-        entry["database"] = f"postgres schema {agent_schema(name)}"
-        entry["database_bytes"] = None
+        dsn = settings.store.dsn.get_secret_value() if settings.store.dsn else ""
+        entry["database"] = f"postgres schema {agent_schema(name)} at {redacted_dsn(dsn)}"
+        entry["database_bytes"], problem = schema_bytes(dsn, agent_schema(name))
+        if problem:
+            entry["database_problem"] = problem
     else:
         entry["database"] = str(settings.database_path)
         entry["database_bytes"] = _database_size(settings)
@@ -162,7 +165,7 @@ def agents_list(as_json: bool) -> None:
         init = "pinch init" + ("" if e["default"] else f" --agent {e['name']}")
         missing = "" if e["workspace_exists"] else f"  (missing: `{init}` creates it)"
         click.echo(f"  workspace  {e['workspace']}{missing}")
-        size = f" ({_size(e['database_bytes'])})" if e["database"].startswith("/") else ""
+        size = f" ({e.get('database_problem') or _size(e['database_bytes'])})"
         click.echo(f"  database   {e['database']}{size}")
         accounts = ", ".join(f"{ch} {'yes' if ok else 'no'}" for ch, ok in e["accounts"].items())
         click.echo(f"  accounts   {accounts}")

@@ -175,3 +175,24 @@ def open_postgres(
     )
     every = sum(len(s.migrations) for s in PG_SETS)
     return PgDatabase(pool, schema, shown, version, created=len(applied) == every)
+
+
+def schema_bytes(dsn: str, schema: str, timeout_s: float = 3.0) -> tuple[int | None, str | None]:
+    """What the agent's `schema` holds on disk (tables with their indexes and TOAST), read
+    without creating or migrating anything: (bytes, None); (None, None) when the schema does
+    not exist yet; (None, why) when the server cannot be asked (the password redacted)."""
+    problem = dsn_problem(dsn)
+    if problem:
+        return None, problem
+    try:
+        with psycopg.connect(dsn, connect_timeout=max(1, int(timeout_s))) as conn:
+            row = conn.execute(
+                "SELECT count(*) > 0, coalesce(sum(pg_total_relation_size(c.oid)), 0) "
+                "FROM pg_namespace n LEFT JOIN pg_class c ON c.relnamespace = n.oid "
+                "AND c.relkind IN ('r', 'm') WHERE n.nspname = %s",
+                (schema,),
+            ).fetchone()
+    except psycopg.Error as exc:
+        return None, f"cannot ask {redacted_dsn(dsn)}: {server_said(exc, 160)}"
+    exists, size = row if row is not None else (False, 0)
+    return (int(size) if exists else None), None
