@@ -108,8 +108,11 @@ def _accounts(settings: Settings) -> dict[str, bool]:
     return accounts
 
 
-def describe_agent(name: str, default: str) -> dict[str, Any]:
-    """What `pinch agents list` says of agent `name` (never a secret's value)."""
+def describe_agent(
+    name: str, default: str, unreachable: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """What `pinch agents list` says of agent `name` (never a secret's value). `unreachable`:
+    the PostgreSQL servers already found unreachable in this listing (not asked again)."""
     from app.config import ConfigError, load_settings
 
     entry: dict[str, Any] = {"name": name, "default": name == default}
@@ -125,9 +128,13 @@ def describe_agent(name: str, default: str) -> dict[str, Any]:
 
         dsn = settings.store.dsn.get_secret_value() if settings.store.dsn else ""
         entry["database"] = f"postgres schema {agent_schema(name)} at {redacted_dsn(dsn)}"
-        entry["database_bytes"], problem = schema_bytes(dsn, agent_schema(name))
+        unreachable = {} if unreachable is None else unreachable
+        problem = unreachable.get(dsn)
+        entry["database_bytes"] = None
+        if problem is None:
+            entry["database_bytes"], problem = schema_bytes(dsn, agent_schema(name))
         if problem:
-            entry["database_problem"] = problem
+            entry["database_problem"] = unreachable[dsn] = problem
     else:
         entry["database"] = str(settings.database_path)
         entry["database_bytes"] = _database_size(settings)
@@ -152,7 +159,8 @@ def agents_list(as_json: bool) -> None:
 
     home = _home()
     default = default_agent(home, read_config_file)
-    entries = [describe_agent(name, default) for name in agent_names(home)]
+    unreachable: dict[str, str] = {}  # a server down is asked once, not once per agent
+    entries = [describe_agent(name, default, unreachable) for name in agent_names(home)]
     if as_json:
         click.echo(json.dumps({"home": str(home), "agents": entries}, indent=2))
         return
