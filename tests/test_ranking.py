@@ -19,6 +19,7 @@ from memory.search.ranking import (
     rerank_by_lines,
     stems_by_line,
     temporal_multiplier,
+    text_stems,
 )
 from memory.search.snippets import focused_snippet, head_snippet
 from memory.text import line_terms, query_terms, stem_term
@@ -342,3 +343,7 @@ def test_stems_by_line_are_the_stems_of_each_lines_terms(question: str) -> None:
     stems += sorted({t for line in LINES for t in line_terms(line)} - set(stems))
     expected = [frozenset(t for t in stems if t in line_terms(line)) for line in LINES]
     assert stems_by_line(LINES, stems) == expected
+    # what one search asks three times is remembered by text, the same answer each time
+    text = "\n".join(LINES)
+    assert list(text_stems(text, tuple(stems))) == expected
+    assert text_stems(text, tuple(stems)) is text_stems(text, tuple(stems))

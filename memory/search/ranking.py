@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import lru_cache
 
 from memory.search.presets import SearchPreset
 from memory.text import line_terms, stem_term
@@ -79,6 +80,13 @@ def stems_by_line(lines: list[str], stems: list[str]) -> list[frozenset[str]]:
     return out
 
 
+@lru_cache(maxsize=512)
+def text_stems(text: str, stems: tuple[str, ...]) -> tuple[frozenset[str], ...]:
+    """`stems_by_line` of `text`'s lines, remembered: one search asks it of the same keyword
+    hits three times (their coverages, the question's coverage, the line rerank)."""
+    return tuple(stems_by_line(text.split("\n"), list(stems)))
+
+
 def _line_weights(lines_terms: list[list[frozenset[str]]], terms: list[str]) -> dict[str, float]:
     """IDF of each query term over the candidate chunks' lines (rare terms weigh more)."""
     n = sum(len(lt) for lt in lines_terms) or 1
@@ -97,7 +105,8 @@ def query_coverage(texts: list[str], terms: list[str]) -> float:
     stems = list(dict.fromkeys(stem_term(t) for t in terms))
     if not stems:
         return 1.0
-    lines = stems_by_line([line for text in texts for line in text.split("\n")], stems)
+    key = tuple(stems)
+    lines = [line for text in texts for line in text_stems(text, key)]
     df = {t: sum(1 for line in lines if t in line) for t in stems}
     weights = {t: math.log(1 + (len(lines) - d + 0.5) / (d + 0.5)) for t, d in df.items()}
     total = sum(weights.values())
@@ -111,7 +120,8 @@ def chunk_coverages(texts: list[str], terms: list[str]) -> list[float]:
     that shares a single incidental word with it (a reworded question, or a long chatty one
     whose common words — in Chinese, bigrams across word boundaries — are in every note)."""
     stems = list(dict.fromkeys(stem_term(t) for t in terms))
-    return _coverages([stems_by_line(text.split("\n"), stems) for text in texts], stems)
+    key = tuple(stems)
+    return _coverages([list(text_stems(text, key)) for text in texts], stems)
 
 
 def _coverages(per_text: list[list[frozenset[str]]], stems: list[str]) -> list[float]:
@@ -172,8 +182,8 @@ def rerank_by_lines(
     terms some candidate has, so for a question asked in other words a line sharing one
     incidental word with it "covers" it all; weighed by the whole question, it covers little."""
     stems = list(dict.fromkeys(stem_term(t) for t in terms))
-    split = [c.text.split("\n") for c in candidates]
-    per_line = [stems_by_line(lines, stems) for lines in split]
+    key = tuple(stems)
+    per_line = [list(text_stems(c.text, key)) for c in candidates]
     weights = _line_weights(per_line, stems)
     total = sum(weights.values())
     shares = _coverages(per_line, stems) if coverage_power and weight else [1.0] * len(candidates)
