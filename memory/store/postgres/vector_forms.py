@@ -5,11 +5,11 @@ This version writes both as 8-bit codes (index_rows.py; memory/store/vector_code
 bytes instead of 1,536 at 384 dimensions; a schema an older version filled holds float32 rows,
 which every read takes as they are, so nothing has to be converted to search. Converting is a
 pass over each table by its key, `BATCH_ROWS` float32 rows a transaction (the rows locked only
-while their batch is rewritten: searches and the indexer go on), with a plain VACUUM every
-`VACUUM_ROWS` converted rows and at the end, so the space the old rows held is reused by the
-next batches instead of the table growing. A PostgreSQL table keeps the pages it has (VACUUM
-gives back only the empty ones at its end): the freed space serves new rows, and `VACUUM FULL`
-(which locks the tables while it rewrites them) returns it to the operating system.
+while their batch is rewritten: searches and the indexer go on), with a plain VACUUM after the
+first batch, every `VACUUM_ROWS` converted rows and at the end, so the space the old rows held
+is reused by the next batches instead of the table growing. A PostgreSQL table keeps the pages
+it has (VACUUM gives back only empty ones at its end): the freed space serves new rows, and
+`VACUUM FULL` (which locks the tables while it rewrites them) returns it to the system.
 
     slack = vector_slack(db)         # VectorSlack(rows=…, saving=…): about, from a sample
     done = compact_vectors(db)       # VectorsCompacted(units=…, cache=…, saving=…)
@@ -27,7 +27,7 @@ from memory.store.postgres.database import PgDatabase
 from memory.store.vector_codec import compact_blobs
 
 BATCH_ROWS = 5000  # float32 rows converted per transaction (≈ 7.5 MB at 384 dimensions)
-VACUUM_ROWS = 200_000  # converted rows between two VACUUMs of the table
+VACUUM_ROWS = 50_000  # converted rows between two VACUUMs of the table
 SAMPLE_ROWS = 50_000  # rows `vector_slack` reads at most per table (a sample beyond that)
 
 # Each table's key (in index order) with its types: the pass walks it.
@@ -104,7 +104,9 @@ def compact_vectors(
             since_vacuum += converted
             if progress is not None:
                 progress(table, done)
-            if since_vacuum >= VACUUM_ROWS:
+            # (after the first batch too: until a VACUUM there is no free space, and the
+            # batches' new rows would go to the table's end)
+            if since_vacuum >= VACUUM_ROWS or done == converted:
                 _vacuum(db, table)
                 since_vacuum = 0
         if done:
