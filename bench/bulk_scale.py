@@ -56,6 +56,7 @@ from memory.store.index_rows import ChunkRow, PassageRow, SourceRow  # noqa: E40
 from memory.store.lineage import file_origin  # noqa: E402
 from memory.store.postgres.keyword_postings import p001_keyword_postings  # noqa: E402
 from memory.store.postgres.keywords import keyword_tokens, stemmed  # noqa: E402
+from memory.store.vector_codec import compact_blobs  # noqa: E402
 from memory.store.vector_names import log_table, matrix_table  # noqa: E402
 from memory.store.vector_tables import LOG_KEEP, to_blob  # noqa: E402
 
@@ -211,8 +212,9 @@ class PgBulkWriter:
             "FROM STDIN (FORMAT binary)"
         ) as copy:
             copy.set_types(["int8", "int8", "int4", "int4", "text", "bytea"])
-            for cid, g, p in b.passages:
-                copy.write_row((cid, g, p.start_line, p.end_line, p.hash, p.vector))
+            coded = compact_blobs([p.vector for _, _, p in b.passages])  # as insert_passages
+            for (cid, g, p), vector in zip(b.passages, coded, strict=True):
+                copy.write_row((cid, g, p.start_line, p.end_line, p.hash, vector))
         now = time.time()
         with cur.copy(
             "COPY memory_sources (generation, path, source, origin, hash, mtime, size, "
@@ -234,7 +236,8 @@ class PgBulkWriter:
                 "created_at) FROM STDIN (FORMAT binary)"
             ) as copy:
                 copy.set_types(["text", "text", "text", "int4", "bytea", "float8"])
-                for h, v in fresh.items():
+                coded = compact_blobs(list(fresh.values()))  # as PgEmbeddingCache.put
+                for h, v in zip(fresh, coded, strict=True):
                     copy.write_row((provider, model, h, self.dims, v, now))
 
     def _vectors(self, conn: Any, generation: int, rows: list[Any]) -> None:

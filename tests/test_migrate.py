@@ -1,5 +1,6 @@
 """`pinch migrate`: an agent copied SQLite → PostgreSQL → SQLite with every table, count and
-hash identical (vectors compared as float32: SQLite's 8-bit codes decoded, PostgreSQL's float32),
+hash identical (vectors compared as float32, the 8-bit codes both backends store decoded; the
+codes themselves arrive as the very same bytes),
 the same search results, the source untouched, a non-empty target refused, a
 table the target cannot take failing the whole copy, and a DSN's password never shown."""
 
@@ -112,7 +113,7 @@ def test_round_trip_keeps_every_table_and_every_search_result(
     assert 'backend = "postgres"' in there.output and "PINCH_STORE__DSN" in there.output
     assert postgres_hashes(empty_dsn, SCHEMA) == original
     assert _file_state(agent) == before  # the source is only read
-    _assert_float32_on_postgres(agent, empty_dsn)
+    codes = _assert_vectors_on_postgres(agent, empty_dsn)
 
     # Back, with the agent now on PostgreSQL (still refused at start while it is being wired).
     monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
@@ -126,13 +127,16 @@ def test_round_trip_keeps_every_table_and_every_search_result(
         assert {t: h for t, h in returned.items() if h[0] or t in original} == original
     workspace = agent.parents[2] / "workspace"
     assert search(copy, workspace) == search(agent, workspace) != []
-    # The copy holds PostgreSQL's float32 rows as they came (no cache row named); the SQLite
-    # stores read them as an older index's rows, and search finds exactly the same.
+    # The copy holds each passage's vector in its own row (no cache row named), SQLite's 8-bit
+    # codes back as the very same bytes; search finds exactly the same.
     with sqlite3.connect(copy) as conn:
-        units = conn.execute("SELECT vector, cache_row FROM memory_units").fetchall()
-        assert units and all(len(v) == 4 * DIMS and ref is None for v, ref in units)
+        units = conn.execute("SELECT id, vector, cache_row FROM memory_units").fetchall()
+        assert units and all(ref is None for _, _, ref in units)
+        assert {i: bytes(v) for i, v, _ in units} == codes
         cached = conn.execute("SELECT vector FROM embedding_cache").fetchall()
-        assert cached and all(len(v) == 4 * DIMS for (v,) in cached)
+        with sqlite3.connect(agent) as original_conn:
+            first = original_conn.execute("SELECT vector FROM embedding_cache").fetchall()
+        assert sorted(bytes(v) for (v,) in cached) == sorted(bytes(v) for (v,) in first)
         # each centroid kept once: in the pack that came with it, or in its row if written
         # since that pack
         changed = conn.execute(
@@ -149,9 +153,10 @@ def test_round_trip_keeps_every_table_and_every_search_result(
         )
 
 
-def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
-    """SQLite's 4-bit and 8-bit vectors (the passages' kept once, in the embedding cache) arrive on
-    PostgreSQL as the float32 they decode to, each passage with its own vector."""
+def _assert_vectors_on_postgres(agent: Path, dsn: str) -> dict[int, bytes]:
+    """SQLite's 8-bit vectors (the passages' kept once, in the embedding cache) arrive on
+    PostgreSQL as the very same codes, each passage with its own (a 4-bit one as the float32
+    it decodes to); the matrix rows and pgvector column as float32. Returns the passages'."""
     with sqlite3.connect(agent) as conn:
         assert not conn.execute("SELECT 1 FROM memory_units").fetchall()  # all packed
         named = {
@@ -188,7 +193,11 @@ def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
         register_vector(pg)
         pg.execute(f"SET search_path TO {SCHEMA}")
         there = dict(pg.execute("SELECT id, vector FROM memory_units").fetchall())
-        assert {c: bytes(v) for c, v in there.items()} == floats
+        codes = {u: cache[r] if is_quantised(cache[r]) else floats[u] for u, r in named.items()}
+        assert {c: bytes(v) for c, v in there.items()} == codes
+        assert all(is_quantised(v) for v in codes.values())  # (8-bit: the cache's default)
+        pg_cached = pg.execute("SELECT vector FROM embedding_cache").fetchall()
+        assert sorted(bytes(v) for (v,) in pg_cached) == sorted(cache.values())
         pg_rows = pg.execute(f"SELECT chunk_id, vector, embedding FROM {matrix[0]}").fetchall()
         assert len(pg_rows) == len(rows)
         for chunk_id, blob, embedding in pg_rows:
@@ -200,6 +209,7 @@ def _assert_float32_on_postgres(agent: Path, dsn: str) -> None:
         assert [(n, d) for n, d, _ in pg_pack] == [(n, d) for n, d, _ in pack]
         for (n, d, v), (_, _, b) in zip(pg_pack, pack, strict=True):
             assert bytes(v) == block_vectors(b, n, d).astype("<f4").tobytes()
+    return codes
 
 
 def test_keyword_rows_on_postgres_are_stemmed_as_the_index_writes_them(

@@ -168,7 +168,8 @@ def memory_index(force: bool) -> None:
 @memory.command("compact")
 @friendly_errors
 def memory_compact() -> None:
-    """Give back the space a rebuild freed (the database file shrinks)."""
+    """Give back the space a rebuild freed (the database file shrinks; on PostgreSQL: code
+    the vectors an older version stored as float32)."""
     settings = load_settings()
     idx = open_index(settings)
     try:
@@ -195,10 +196,7 @@ def _compact(idx: MemoryIndex, *, after_rebuild: bool) -> None:
         click.echo(f"Dropped {_chunks(leftovers)} a stopped rebuild left.", err=True)
     before = space_usage(idx.db)
     if idx.backend != "sqlite":
-        click.echo(
-            f"Nothing to compact: PostgreSQL reclaims free space itself (autovacuum); the "
-            f"agent's schema holds {_mb(before.file_bytes)}."
-        )
+        _compact_postgres(idx, before.file_bytes)
         return
     gives = reclaimable(idx.db)
     if not gives:
@@ -218,6 +216,35 @@ def _compact(idx: MemoryIndex, *, after_rebuild: bool) -> None:
         click.secho(str(exc), fg="yellow", err=True)  # the rebuild itself succeeded
         return
     click.echo(f"Compacted: {_mb(before.file_bytes)} → {_mb(after.file_bytes)}.")
+
+
+def _compact_postgres(idx: MemoryIndex, schema_bytes: int) -> None:
+    """Code the vectors an older version stored as float32 (PostgreSQL reclaims free space
+    itself: there is no file to rewrite)."""
+    from memory.store.compact import space_usage
+    from memory.store.postgres.vector_forms import compact_vectors, vector_slack
+
+    slack = vector_slack(idx.db)
+    if not slack.rows:
+        click.echo(
+            "Nothing to compact: the vectors are 8-bit codes already and PostgreSQL reclaims "
+            f"free space itself (autovacuum); the agent's schema holds {_mb(schema_bytes)}."
+        )
+        return
+    click.echo(
+        f"Coding about {slack.rows:,} float32 vectors as 8-bit codes (about {_mb(slack.saving)} "
+        "less), a batch per transaction; searches go on meanwhile…",
+        err=True,
+    )
+    done = compact_vectors(idx.db)
+    after = space_usage(idx.db).file_bytes
+    click.echo(
+        f"Compacted: {done.units:,} passage and {done.cache:,} cached vectors coded "
+        f"({_mb(done.saving)} less vector data); the schema {_mb(schema_bytes)} → {_mb(after)}. "
+        "PostgreSQL keeps the freed pages for new rows; `VACUUM FULL memory_units, "
+        "embedding_cache` gives them back to the system (it locks those tables while it runs: "
+        "stop the gateways first)."
+    )
 
 
 def _extra_path_problems(settings: Any) -> dict[str, str]:

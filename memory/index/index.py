@@ -491,7 +491,7 @@ class MemoryIndex:
             file_bytes=usage.file_bytes,
             free_bytes=usage.free_bytes,
             notes_bytes=notes,
-            reclaimable_bytes=reclaimable(self.db) if space and sqlite else None,
+            reclaimable_bytes=reclaimable(self.db) if space else None,
             engine=embedding.engine if embedding.provider == "local" else None,
             leftover_chunks=self.generations.leftover_chunks(),
         )

@@ -9,6 +9,10 @@ hour) and rewrites an older version's wider cached vectors in the cache's form (
 (memory/store/index_embedcache.py), then rewrites the file without the holes (SQLite's VACUUM:
 each table's pages together again). `reclaimable` says how much that would give back.
 
+On PostgreSQL there is no file to rewrite (autovacuum reuses free space): compacting codes the
+passage and cached vectors an older version stored as float32, a batch per transaction
+(memory/store/postgres/vector_forms.py), and `reclaimable` is what that saves.
+
     usage = space_usage(db)          # SpaceUsage(file_bytes=…, free_bytes=…)
     if usage.worth_compacting:
         compact(db)                  # DatabaseError (advice) if another process keeps it busy
@@ -80,25 +84,29 @@ def reclaimable(db: Database) -> int:
     """Bytes a compaction would give back, about: the free pages, the cached vectors no
     passage names, and what the cache's form saves on its wider (float32) ones
     (≈ 1-2 s at 100k chunks)."""
-    if backend_of(db) != "sqlite":
-        return 0  # PostgreSQL's autovacuum gives free space back by itself
+    if backend_of(db) != "sqlite":  # autovacuum gives free space back: only the float32 vectors
+        from memory.store.postgres.vector_forms import vector_slack  # psycopg: on demand
+
+        return vector_slack(db).saving  # type: ignore[arg-type]
     with db.lock:
         slack = cache_slack(db.conn)
     return space_usage(db).free_bytes + slack.bytes
 
 
 def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
-    """Rewrite the database without its free pages (VACUUM) and return the usage after it.
+    """Rewrite the database without its free pages (VACUUM) and return the usage after it
+    (PostgreSQL: code the float32 vectors, `compact_vectors`).
 
     Needs a moment without other writers: it waits up to `wait_s` for one, then raises
     DatabaseError with advice. Searches in other processes go on meanwhile (WAL); their writes
     wait until it is done (seconds at 10k chunks, ≈ 15-30 s at 100k; rewriting an older
     version's float32 cache as codes adds ≈ 30 s at 500k cached vectors, once)."""
     if backend_of(db) != "sqlite":
-        raise DatabaseError(
-            "The PostgreSQL store reclaims free space itself (autovacuum): there is nothing to "
-            "compact."
-        )
+        from memory.store.postgres.vector_forms import compact_vectors
+
+        done = compact_vectors(db)  # type: ignore[arg-type]
+        log.info("Vectors made compact: %d passages, %d cached", done.units, done.cache)
+        return space_usage(db)
     with db.lock:
         conn = db.conn
         conn.execute(f"PRAGMA busy_timeout = {int(wait_s * 1000)}")

@@ -40,6 +40,7 @@ from memory.store.transfer import (
 )
 from memory.store.transfer_values import (
     BareReader,
+    coded_rows,
     float32_blob,
     float32_rows,
     matrix_generation,
@@ -386,6 +387,7 @@ class SqliteTarget(_SqliteTables):
         if HASHES.get(table) in columns:
             at = list(columns).index(HASHES[table])
             rows = [(*r[:at], stored_hash(r[at]), *r[at + 1 :]) for r in rows]
+        rows = coded_rows(table, columns, rows)  # SQLite's codes back as the same bytes
         if table == "embedding_cache":
             columns, rows = self._numbered_models(columns, rows)
         order = ROW_ORDER.get(table)

@@ -1,6 +1,7 @@
 """Row values as `pinch migrate`'s SQLite side reads and writes them (memory/store/
-transfer_sqlite.py): stored vectors as float32, datetimes as UTC text, and a bare read-only
-connection shaped like the Database the cache's readers take."""
+transfer_sqlite.py): stored vectors as float32 and back to codes where that is exact (both
+backends' writers), datetimes as UTC text, and a bare read-only connection shaped like the
+Database the cache's readers take."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from memory.store.transfer import MATRIX, MATRIX_PACK, utc_text
-from memory.store.vector_codec import decode, is_compact
+from memory.store.vector_codec import decode, exact_compact_blobs, is_compact
 from memory.store.vector_pack import block_vectors
 
 
@@ -53,6 +54,26 @@ def float32_rows(table: str, columns: Sequence[str]) -> Any:
 
         return block
     return None
+
+
+# The tables whose `vector` both backends store as 8-bit codes (a passage's own, a cached one).
+CODED = ("memory_units", "embedding_cache")
+
+
+def vector_at(table: str, columns: Sequence[str]) -> int | None:
+    """Where a coded table's `vector` is among `columns` (None: not one of them)."""
+    return list(columns).index("vector") if table in CODED and "vector" in columns else None
+
+
+def coded_rows(table: str, columns: Sequence[str], rows: Sequence[Any]) -> list[Any]:
+    """Portable rows of `table` as a target stores them: each float32 vector as 8-bit codes
+    where those decode to exactly its floats (codes decoded on the way come back as the very
+    same bytes), any other kept whole, so what is read back hashes the same."""
+    at = vector_at(table, columns)
+    if at is None:
+        return list(rows)
+    vectors = exact_compact_blobs([r[at] for r in rows])
+    return [(*r[:at], v, *r[at + 1 :]) for r, v in zip(rows, vectors, strict=True)]
 
 
 def sqlite_value(value: Any) -> Any:

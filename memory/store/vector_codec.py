@@ -236,3 +236,35 @@ def int8_codes(blob: bytes) -> bytes | None:
 def stored_size(dimensions: int) -> int:
     """Bytes a vector of this width takes as stored."""
     return dimensions + HEADER if encodable(dimensions) else 4 * dimensions
+
+
+def compact_blobs(blobs: Sequence[bytes | None]) -> list[bytes | None]:
+    """Stored vectors in their compact form (PostgreSQL's passages and embedding cache): each
+    float32 blob whose width allows it as 8-bit codes, any other blob (coded already, an odd
+    width) and None as they are. One `encode_many` per width."""
+    out = [None if b is None else bytes(b) for b in blobs]
+    by_width: dict[int, list[int]] = {}
+    for i, b in enumerate(out):
+        if b is not None and len(b) % 4 == 0 and encodable(len(b) // 4):
+            by_width.setdefault(len(b) // 4, []).append(i)
+    for width, at in by_width.items():
+        joined = b"".join(out[i] or b"" for i in at)
+        floats = np.frombuffer(joined, dtype="<f4").reshape(len(at), width)
+        for i, coded in zip(at, encode_many(floats), strict=True):
+            out[i] = coded
+    return out
+
+
+def exact_compact_blobs(blobs: Sequence[bytes | None]) -> list[bytes | None]:
+    """`compact_blobs`, keeping each float32 blob whose codes would not decode to exactly its
+    floats as it is: float32 decoded from 8-bit codes (what `pinch migrate` carries from
+    SQLite) gets back those very codes, any other float32 vector is kept whole (lossless)."""
+    out: list[bytes | None] = []
+    for blob, code in zip(blobs, compact_blobs(blobs), strict=True):
+        if blob is None or code is None:
+            out.append(None)
+        elif code != blob and decode(code).astype("<f4").tobytes() == bytes(blob):
+            out.append(code)
+        else:
+            out.append(bytes(blob))
+    return out

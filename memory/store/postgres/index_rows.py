@@ -5,8 +5,11 @@ Methods that take a `conn` run inside the caller's transaction (`PgDatabase.tran
 file's chunks, keyword rows, passages and source row change together or not at all. Ids come
 from identity columns: always larger than every id present, never reused. At most one active
 generation and one rebuild lease are enforced by the schema (a partial unique index; the lease's
-`id = 1` key), exactly as on SQLite. Vectors are float32 blobs (`bytea`), as the indexer packs
-them; the pgvector side is the vector stores' concern.
+`id = 1` key), exactly as on SQLite. Passage and cached vectors come in as float32 blobs and
+are stored (`bytea`) as SQLite's cache stores them, 8-bit codes and a scale
+(memory/store/vector_codec.py `compact_blobs`: 390 bytes instead of 1,536 at 384 dimensions);
+rows an older version wrote in float32 read the same, and `pinch memory compact` codes them
+(vector_forms.py). The pgvector side is the vector stores' concern.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from memory.store.cache_codec import as_float32
 from memory.store.index_embedcache import ModelKey
 from memory.store.index_generations import RebuildLeaseHolder
 from memory.store.index_rows import ChunkRow, PassageRow, SourceRow, SourceState, StoredChunk
 from memory.store.postgres.database import PgDatabase, one_row
 from memory.store.postgres.keywords import keyword_tokens, stemmed
+from memory.store.vector_codec import compact_blobs
 
 # Deletes keyword rows (`{}`: which) and takes them out of bm25's N, total length and the
 # document frequencies of their tokens, in one statement; returns the tokens no row holds now.
@@ -208,10 +213,14 @@ class PgIndexRows:
     def insert_passages(
         self, conn: Any, chunk_id: int, generation: int, passages: Sequence[PassageRow]
     ) -> None:
+        vectors = compact_blobs([p.vector for p in passages])
         conn.cursor().executemany(
             "INSERT INTO memory_units (chunk_id, generation, start_line, end_line, hash, vector) "
             "VALUES (%s, %s, %s, %s, %s, %s)",
-            [(chunk_id, generation, p.start_line, p.end_line, p.hash, p.vector) for p in passages],
+            [
+                (chunk_id, generation, p.start_line, p.end_line, p.hash, v)
+                for p, v in zip(passages, vectors, strict=True)
+            ],
         )
 
     def set_centroid(self, conn: Any, chunk_id: int, vector: bytes) -> None:
@@ -356,14 +365,18 @@ class PgEmbeddingCache:
             "AND dimensions = %s AND chunk_hash = ANY(%s)",
             (key.provider, key.model, key.dimensions, list(hashes)),
         )
-        return {str(h): bytes(v) for h, v in rows}
+        return {str(h): as_float32(bytes(v)) for h, v in rows}
 
     def put(self, conn: Any, key: ModelKey, vectors: Sequence[tuple[str, bytes]]) -> None:
         now = time.time()
+        coded = compact_blobs([v for _, v in vectors])
         conn.cursor().executemany(
             "INSERT INTO embedding_cache VALUES (%s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (provider, model, chunk_hash) DO UPDATE SET "
             "dimensions = excluded.dimensions, vector = excluded.vector, "
             "created_at = excluded.created_at",
-            [(key.provider, key.model, h, key.dimensions, v, now) for h, v in vectors],
+            [
+                (key.provider, key.model, h, key.dimensions, v, now)
+                for (h, _), v in zip(vectors, coded, strict=True)
+            ],
         )

@@ -27,7 +27,7 @@ from memory.store.postgres.keywords import (
     stemmed,
 )
 from memory.store.search_queries import ChunkRow, PassageVectors, best_of_newest
-from memory.store.vector_tables import from_blob
+from memory.store.vector_codec import decode_many
 
 
 class PgSearchQueries:
@@ -136,7 +136,8 @@ class PgSearchQueries:
         )
         if not rows:
             return None
-        matrix = from_blob(b"".join(bytes(r[3]) for r in rows)).reshape(len(rows), -1)
+        # 8-bit codes (what this version writes) or float32 (an older version's rows), mixed
+        matrix = decode_many([bytes(r[3]) for r in rows])
         return PassageVectors([(int(r[0]), int(r[1]), int(r[2])) for r in rows], matrix)
 
     def chunks(self, ids: list[int]) -> list[ChunkRow]:

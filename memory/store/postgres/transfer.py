@@ -14,11 +14,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
@@ -28,9 +26,11 @@ from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
 from memory.store.postgres.database import server_said, setup_refused
 from memory.store.postgres.migrations import apply_all
+from memory.store.postgres.transfer_values import float32_rows, pgvector_binary, text_array
 from memory.store.postgres.vectors import PgKnnIndex
 from memory.store.store_config import dsn_problem, redacted_dsn
 from memory.store.transfer import DERIVED_META, MATRIX, MATRIX_LOG, MATRIX_PACK, Inventory, Rows
+from memory.store.transfer_values import coded_rows
 
 DERIVED = {
     "schema_migrations": "migration records: the target keeps its own",
@@ -178,8 +178,9 @@ class _PgTables:
         with self.conn.cursor(name=f"pinch_transfer_{next(_cursor_names)}") as cursor:
             cursor.itersize = batch
             cursor.execute(self._select(table, columns))
+            portable = float32_rows(table, columns)  # vectors as float32 (transfer.py)
             while found := cursor.fetchmany(batch):
-                yield [tuple(row) for row in found]
+                yield portable(found)
 
     def _identities(self) -> list[tuple[str, str]]:
         return [(str(t), str(c)) for t, c in self.conn.execute(_IDENTITIES, (self.schema,))]
@@ -353,10 +354,11 @@ class PgTarget(_PgTables):
             self._write_keywords(rows)
             return
         names = list(columns)
+        rows = coded_rows(table, names, rows)
         binary = MATRIX.fullmatch(table) is not None and names == ["chunk_id", "scope", "vector"]
         if binary:  # pgvector's binary form is built from the blob, not from 384 floats as text
             names.append("embedding")
-            rows = [(*r, _pgvector_binary(bytes(r[2]))) for r in rows]
+            rows = [(*r, pgvector_binary(bytes(r[2]))) for r in rows]
         statement = sql.SQL("COPY {} ({}) FROM STDIN{}").format(
             _ident(table),
             sql.SQL(", ").join(_ident(c) for c in names),
@@ -382,7 +384,7 @@ class PgTarget(_PgTables):
             "COPY memory_keywords (chunk_id, body, tokens) FROM STDIN"
         ) as copy:
             for chunk_id, body, tokens in split:
-                copy.write_row((chunk_id, body, _text_array([self._stems[t] for t in tokens])))
+                copy.write_row((chunk_id, body, text_array([self._stems[t] for t in tokens])))
 
     def _tokens(self, body: str, tokens_of: Any) -> list[str]:
         """`tokens_of(body)` (keyword_tokens), computed word by word with each distinct word
@@ -444,19 +446,6 @@ class PgTarget(_PgTables):
         if self._open:
             self.abort()
         self.conn.close()
-
-
-def _text_array(words: list[str]) -> str:
-    """A text[] literal of tokens, each quoted (made here: psycopg's list dumper costs more
-    than the rest of the keyword copy). Tokens are letters and digits; escaping is a guard."""
-    quoted = (w.replace("\\", "\\\\").replace('"', '\\"') for w in words)
-    return "{" + ",".join(f'"{w}"' for w in quoted) + "}"
-
-
-def _pgvector_binary(blob: bytes) -> bytes:
-    """pgvector's binary input of a float32 little-endian blob: dimensions, 0, big-endian floats."""
-    floats = np.frombuffer(blob, dtype="<f4")
-    return struct.pack(">HH", len(floats), 0) + floats.astype(">f4").tobytes()
 
 
 @contextlib.contextmanager
