@@ -19,10 +19,13 @@ table the other understands:
   passage's only once, in the embedding cache row its packed chunk row or its
   `memory_units.cache_row` names: memory/store/passage_pack.py), PostgreSQL as
   float32; the logical rows carry float32 (SQLite's decoded: exact and deterministic), each
-  passage its own vector and no `cache_row` — in `memory_units`, `embedding_cache`, each
-  generation's `memory_matrix_g<N>` and packed copy (transfer_sqlite.py). Vectors are reused,
-  nothing re-embedded; PostgreSQL's pgvector column and HNSW index are filled from the same
-  float32 blobs, and float32 rows copied to SQLite are stored and searched as they are.
+  passage its own vector and no `cache_row` — in `memory_units`, `embedding_cache` and each
+  generation's `memory_matrix_g<N>` (transfer_sqlite.py). Vectors are reused, nothing
+  re-embedded; PostgreSQL keeps a centroid once, in its pgvector column under HNSW, filled from
+  the float32 blob and read back as the same float32 numbers; float32 rows copied to SQLite are
+  stored and searched as they are. SQLite's packed copy of a generation's centroids
+  (`memory_matrix_pack_g<N>`) is not a logical table: the matrix rows carry every centroid
+  (a row's own or the pack's), PostgreSQL keeps no pack, and a SQLite target packs its own.
 
 Derived data is not copied but rebuilt from what is: SQLite's FTS5 and sqlite-vec internals
 (the vec0 KNN tables catch up from the vectors on first search), PostgreSQL's bm25 statistics.
@@ -78,6 +81,7 @@ BOOLEANS = {"jobs": ("owner_private",)}
 MATRIX = re.compile(r"memory_matrix_g(\d+)")
 MATRIX_LOG = re.compile(r"memory_matrix_log_g(\d+)")
 MATRIX_PACK = re.compile(r"memory_matrix_pack_g(\d+)")
+PACK_DERIVED = "the packed copy of the centroids: the matrix rows carry each one"
 # `meta` rows that say how far sqlite-vec's KNN table caught up: derived, rebuilt on the target.
 DERIVED_META = "vec0_seq_g%"
 

@@ -32,6 +32,7 @@ from memory.store.transfer import (
     MATRIX,
     MATRIX_LOG,
     MATRIX_PACK,
+    PACK_DERIVED,
     ROW_ORDER,
     Inventory,
     Rows,
@@ -46,8 +47,8 @@ from memory.store.transfer_values import (
     matrix_generation,
     sqlite_value,
 )
-from memory.store.vector_pack import packed_rows
-from memory.store.vector_tables import release_packed_rows
+from memory.store.vector_pack import SqliteMatrixPack, packed_rows
+from memory.store.vector_tables import SqliteVectorTables
 from memory.text import fts_body
 
 TRIGGER_ROWS = 16  # intent_triggers rowid = intent id * 16 + entry (memory/store/intents_store)
@@ -136,6 +137,8 @@ class _SqliteTables:
                 tables["intent_triggers"] = ("intent_id", "entry", "terms")
             elif name in _FOLDED:
                 derived[name] = _FOLDED[name]
+            elif MATRIX_PACK.fullmatch(name):
+                derived[name] = PACK_DERIVED  # read through the matrix rows it holds
             elif name in ("memory_units", "embedding_cache"):
                 tables[name] = tuple(self._logical_columns(name))
             else:
@@ -424,9 +427,11 @@ class SqliteTarget(_SqliteTables):
                 self.conn.execute(
                     "INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, last)
                 )
-        for table in sorted(self._made):  # each centroid kept once, in the pack it came with
+        for table in sorted(self._made):  # each centroid kept once: packed, the rows emptied
             if match := MATRIX.fullmatch(table):
-                release_packed_rows(self.conn, int(match.group(1)))
+                generation = int(match.group(1))
+                seq = SqliteVectorTables().last_seq(self.conn, generation) or 0
+                SqliteMatrixPack().write(self.conn, generation, seq)
 
     def commit(self) -> None:
         self.conn.execute("COMMIT")

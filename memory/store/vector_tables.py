@@ -28,9 +28,7 @@ from memory.store.vector_names import (
     table_exists,
 )
 from memory.store.vector_pack import (
-    SqliteMatrixPack,
     current_rows,
-    packed_ids,
     packed_rows,
     write_blocks,
 )
@@ -306,29 +304,3 @@ def store_vectors_once(conn: Any) -> None:
         )
         conn.execute(f"DROP TABLE {name}")
         conn.execute(f"ALTER TABLE {name}_next RENAME TO {name}")
-
-
-def release_packed_rows(conn: Any, generation: int) -> int:
-    """Empty the vectors of the rows the pack already holds (every chunk in the pack and not
-    written since it, by the change log): an index copied table by table (`pinch migrate`)
-    gets its rows with their vectors. Returns the rows emptied (0 when the log no longer says
-    what changed since the pack)."""
-    tables, pack = SqliteVectorTables(), SqliteMatrixPack()
-    seq, info = tables.last_seq(conn, generation), pack.info(conn, generation)
-    if seq is None or info is None or info.seq > seq:
-        return 0
-    oldest = tables.oldest_seq(conn, generation)
-    if oldest is not None and oldest > info.seq + 1:  # changes since the pack were pruned
-        return 0
-    since = set(tables.changed_since(conn, generation, info.seq))
-    held = [i for i in packed_ids(conn, generation).tolist() if i not in since]
-    emptied = 0
-    for i in range(0, len(held), BATCH):
-        part = held[i : i + BATCH]
-        marks = ",".join("?" for _ in part)
-        emptied += conn.execute(
-            f"UPDATE {matrix_table(generation)} SET vector = NULL "
-            f"WHERE vector IS NOT NULL AND chunk_id IN ({marks})",
-            part,
-        ).rowcount
-    return emptied

@@ -224,7 +224,9 @@ class PgIndexRows:
         )
 
     def set_centroid(self, conn: Any, chunk_id: int, vector: bytes) -> None:
-        conn.execute("UPDATE memory_chunks SET centroid = %s WHERE id = %s", (vector, chunk_id))
+        """Nothing: the centroid is stored once, in its generation's pgvector column (the
+        vector store's); `memory_chunks.centroid` is only read for chunks an older SQLite file
+        brought over before their generation had that table (centroids_once.py)."""
 
     def chunk_ids(
         self, conn: Any, generation: int, path: str, from_line: int | None = None

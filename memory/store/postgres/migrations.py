@@ -21,6 +21,7 @@ from typing import Any
 
 from psycopg import sql
 
+from memory.store.postgres.centroids_once import p001_centroids_once
 from memory.store.postgres.cjk_keywords import p001_cjk_bigram_keywords
 from memory.store.postgres.keyword_postings import p001_keyword_postings
 from memory.store.schema import MigrationSet, refuse_newer
@@ -457,11 +458,11 @@ PG_SETS = (
     MigrationSet("intents", [p001_intents]),
     MigrationSet("lineage", [p001_lineage]),
     MigrationSet("web", [p001_web_logins]),  # feature: the web page on PostgreSQL (issue 19)
-    # feature: bounded keyword ranking on PostgreSQL (issue 19, search p95 at 1M chunks)
-    MigrationSet("keyword_df", [p001_keyword_df]),
+    MigrationSet("keyword_df", [p001_keyword_df]),  # feature: bounded keyword ranking (19)
     MigrationSet("cjk_keywords", [p001_cjk_bigram_keywords]),  # feature: CJK bigram tokens
     # feature: the keyword side from postings (issue 19, search p95 at 1M chunks)
     MigrationSet("keyword_postings", [p001_keyword_postings]),
+    MigrationSet("centroids_once", [p001_centroids_once]),  # feature: each vector once (22)
 )
 
 

@@ -29,6 +29,7 @@ from psycopg import sql
 
 from common.private_files import PRIVATE_FILE_MODE
 from memory.errors import DatabaseCorruptError, DatabaseError
+from memory.store.postgres.centroids_once import p001_centroids_once
 from memory.store.postgres.cjk_keywords import p001_cjk_bigram_keywords
 from memory.store.postgres.database import PgDatabase
 from memory.store.postgres.migrations import PG_SETS
@@ -192,6 +193,11 @@ class PgSnapshots:
                 # A copy made before CJK bigram tokens (the schema's own migration ran on no
                 # rows): its keyword rows rewritten as this code writes and reads them.
                 p001_cjk_bigram_keywords(conn)
+            if "p001_centroids_once" not in header["migrations"].get("centroids_once", []):
+                # A copy made while centroids were kept three times (its generations' tables
+                # made as it describes them): the bytea copies and the packs dropped, as the
+                # schema's own migration drops them.
+                p001_centroids_once(conn)
             _continue_identities(conn)
 
 

@@ -26,10 +26,23 @@ from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
 from memory.store.postgres.database import server_said, setup_refused
 from memory.store.postgres.migrations import apply_all
-from memory.store.postgres.transfer_values import float32_rows, pgvector_binary, text_array
-from memory.store.postgres.vectors import PgKnnIndex
+from memory.store.postgres.transfer_values import (
+    float32_rows,
+    matrix_floats,
+    pgvector_binary,
+    text_array,
+)
+from memory.store.postgres.vectors import CREATE_MATRIX, PgKnnIndex
 from memory.store.store_config import dsn_problem, redacted_dsn
-from memory.store.transfer import DERIVED_META, MATRIX, MATRIX_LOG, MATRIX_PACK, Inventory, Rows
+from memory.store.transfer import (
+    DERIVED_META,
+    MATRIX,
+    MATRIX_LOG,
+    MATRIX_PACK,
+    PACK_DERIVED,
+    Inventory,
+    Rows,
+)
 from memory.store.transfer_values import coded_rows
 
 DERIVED = {
@@ -42,14 +55,14 @@ DERIVED = {
 # The per-generation vector tables, as memory/store/postgres/vectors.py makes them (the HNSW
 # index of a matrix table is built once its rows are in: faster than row by row).
 _CREATE = {
-    MATRIX: "CREATE TABLE {} (chunk_id bigint PRIMARY KEY, scope text NOT NULL, "
-    "vector bytea NOT NULL, embedding vector({}) NOT NULL)",
+    MATRIX: CREATE_MATRIX,
     MATRIX_LOG: "CREATE TABLE {} (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
     "chunk_id bigint NOT NULL)",
-    MATRIX_PACK: "CREATE TABLE {} (block integer PRIMARY KEY, seq bigint NOT NULL, "
-    "rows integer NOT NULL, dimensions integer NOT NULL, scopes text NOT NULL, "
-    "ids bytea NOT NULL, scope_codes bytea NOT NULL, vectors bytea NOT NULL)",
 }
+# A generation's logical matrix rows: (chunk id, scope, float32 blob), the blob read from and
+# written to pgvector's `embedding`, each centroid's one copy (vectors.py).
+MATRIX_COLUMNS = ("chunk_id", "scope", "vector")
+
 BULK_ROWS = 5000  # a table this big gets its secondary indexes built after its rows
 _SECONDARY_INDEXES = (
     "SELECT i.indexname, i.indexdef FROM pg_indexes i JOIN pg_class c ON c.relname = i.indexname "
@@ -140,7 +153,9 @@ class _PgTables:
             elif name == "memory_keywords":
                 tables["keywords"] = ("chunk_id", "body")  # tokens: derived from the body
             elif MATRIX.fullmatch(name):
-                tables[name] = tuple(c for c in self._columns(name) if c != "embedding")
+                tables[name] = MATRIX_COLUMNS  # an older schema's `vector` copy: not read
+            elif MATRIX_PACK.fullmatch(name):
+                derived[name] = PACK_DERIVED  # an older schema's, brought from SQLite
             else:
                 tables[name] = tuple(self._columns(name))
         return Inventory(tables, derived)
@@ -151,6 +166,8 @@ class _PgTables:
         where: sql.Composable = sql.SQL("")
         if table == "meta":
             where = sql.SQL(" WHERE key NOT LIKE {}").format(sql.Literal(DERIVED_META))
+        if MATRIX.fullmatch(table):  # the vector is pgvector's column (float32 read back)
+            columns = ["embedding" if c == "vector" else c for c in columns]
         picked = sql.SQL(", ").join(_ident(c) for c in columns) if columns else sql.SQL("1")
         return sql.SQL("SELECT {} FROM {}{}").format(picked, _ident(table), where)
 
@@ -177,8 +194,9 @@ class _PgTables:
             return
         with self.conn.cursor(name=f"pinch_transfer_{next(_cursor_names)}") as cursor:
             cursor.itersize = batch
-            cursor.execute(self._select(table, columns))
-            portable = float32_rows(table, columns)  # vectors as float32 (transfer.py)
+            matrix = MATRIX.fullmatch(table) is not None
+            cursor.execute(self._select(table, columns), binary=matrix)  # pgvector's exact bits
+            portable = (matrix_floats if matrix else float32_rows)(table, columns)
             while found := cursor.fetchmany(batch):
                 yield portable(found)
 
@@ -229,6 +247,7 @@ class PgSource(_PgTables):
                 f"There is no agent schema {schema} at {redacted_dsn(dsn)}: nothing to migrate."
             )
         self.conn.execute(sql.SQL("SET LOCAL search_path TO {}, public").format(_ident(schema)))
+        register_vector(self.conn)  # the centroids come back through pgvector's binary form
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -355,10 +374,10 @@ class PgTarget(_PgTables):
             return
         names = list(columns)
         rows = coded_rows(table, names, rows)
-        binary = MATRIX.fullmatch(table) is not None and names == ["chunk_id", "scope", "vector"]
+        binary = MATRIX.fullmatch(table) is not None and tuple(names) == MATRIX_COLUMNS
         if binary:  # pgvector's binary form is built from the blob, not from 384 floats as text
-            names.append("embedding")
-            rows = [(*r, pgvector_binary(bytes(r[2]))) for r in rows]
+            names[2] = "embedding"
+            rows = [(*r[:2], pgvector_binary(bytes(r[2]))) for r in rows]
         statement = sql.SQL("COPY {} ({}) FROM STDIN{}").format(
             _ident(table),
             sql.SQL(", ").join(_ident(c) for c in names),
@@ -366,7 +385,7 @@ class PgTarget(_PgTables):
         )
         with self.conn.cursor().copy(statement) as copy:
             if binary:
-                copy.set_types(["bigint", "text", "bytea", "bytea"])
+                copy.set_types(["bigint", "text", "bytea"])
             for row in rows:
                 copy.write_row(row)
 

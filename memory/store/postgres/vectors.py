@@ -1,17 +1,23 @@
 """The vector stores on PostgreSQL + pgvector: `VectorTables`, `MatrixPack` and `KnnIndex`
 (memory/store/vector_*.py state the promises).
 
-Per generation `N`, as on SQLite: `memory_matrix_g<N>` holds one row a chunk — its scope, the
-float32 blob the indexer wrote (`vector`, what exact scores are computed from) and the same
-vector as pgvector's `vector(d)` (`embedding`) under an HNSW index with cosine distance — and
-`memory_matrix_log_g<N>` logs every write under an increasing `seq`. PostgreSQL keeps the HNSW
-index in the same transaction as the rows, so there is nothing to rebuild: `catch_up` only
+Per generation `N`, as on SQLite: `memory_matrix_g<N>` holds one row a chunk — its scope and
+its centroid as pgvector's `vector(d)` (`embedding`, float32) under an HNSW index with cosine
+distance — and `memory_matrix_log_g<N>` logs every write under an increasing `seq`. Each
+centroid is stored once, there: exact scores, reads by id and full reads take its float32
+numbers back through pgvector's binary form (`floats_of`), the same bits the indexer wrote.
+(Older versions also kept a float32 `bytea` copy beside it, `memory_chunks.centroid` and, after
+`pinch migrate`, a pack: migration p001_centroids_once, centroids_once.py.) PostgreSQL keeps the
+HNSW index in the same transaction as the rows, so there is nothing to rebuild: `catch_up` only
 records the seq it saw (keeping the `in_step` promise the callers rely on).
 
 `knn` asks HNSW for several times `k` candidates of the scopes (`hnsw.ef_search` raised to
-match), re-scores them exactly from the stored float32 vectors, and orders best first with ties
-to the lower chunk id; when HNSW returns fewer candidates than asked (a filter on a small scope),
-it scans the scope exactly instead.
+match), re-scores them exactly from their stored float32 vectors, and orders best first with
+ties to the lower chunk id; when HNSW returns fewer candidates than asked (a filter on a small
+scope), it scans the scope exactly instead.
+
+`PgMatrixPack` keeps the `MatrixPack` seam complete, but nothing on PostgreSQL writes a pack:
+search asks HNSW, and `pinch migrate` leaves SQLite's pack behind (the target packs its own).
 """
 
 from __future__ import annotations
@@ -42,6 +48,20 @@ def _ident(name: str) -> sql.Identifier:
     return sql.Identifier(name)
 
 
+# A generation's centroids: one row a chunk, its centroid once (pgvector's float32 `vector`).
+CREATE_MATRIX = (
+    "CREATE TABLE {} (chunk_id bigint PRIMARY KEY, scope text NOT NULL, "
+    "embedding vector({}) NOT NULL)"
+)
+
+
+def floats_of(stored: Any) -> np.ndarray:
+    """A stored `embedding` as float32, read in pgvector's binary form (`binary=True`): the
+    very numbers written, as the float32 blob older versions kept beside it held them."""
+    vector: np.ndarray = stored.to_numpy() if hasattr(stored, "to_numpy") else np.asarray(stored)
+    return vector.astype(np.float32, copy=False)
+
+
 def table_exists(conn: Any, name: str) -> bool:
     row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
     return bool(row and row[0])
@@ -59,31 +79,24 @@ class PgVectorTables:
                 self._create(conn, gen, len(np.asarray(mine[0][3])))
             conn.cursor().executemany(
                 sql.SQL(
-                    "INSERT INTO {} (chunk_id, scope, vector, embedding) VALUES (%s, %s, %s, %s) "
+                    "INSERT INTO {} (chunk_id, scope, embedding) VALUES (%s, %s, %s) "
                     "ON CONFLICT (chunk_id) DO UPDATE SET scope = excluded.scope, "
-                    "vector = excluded.vector, embedding = excluded.embedding"
+                    "embedding = excluded.embedding"
                 ).format(_ident(table)),
-                [
-                    (cid, scope, to_blob(vec), np.asarray(vec, dtype=np.float32))
-                    for cid, _, scope, vec in mine
-                ],
+                [(cid, scope, np.asarray(vec, dtype=np.float32)) for cid, _, scope, vec in mine],
             )
 
     @staticmethod
     def _create(conn: Any, generation: int, dimensions: int) -> None:
         table = matrix_table(generation)
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE {} (chunk_id bigint PRIMARY KEY, scope text NOT NULL, "
-                "vector bytea NOT NULL, embedding vector({}) NOT NULL)"
-            ).format(_ident(table), sql.Literal(int(dimensions)))
-        )
+        conn.execute(sql.SQL(CREATE_MATRIX).format(_ident(table), sql.Literal(int(dimensions))))
         conn.execute(
             sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
                 _ident(f"{table}_hnsw"), _ident(table)
             )
         )
-        # Chunks indexed before their generation's table existed: copy their centroids once.
+        # Chunks indexed before their generation's table existed (an older SQLite file brought
+        # over by `pinch migrate`): copy their centroids once; nothing writes that column now.
         for cid, scope, blob in conn.execute(
             "SELECT id, scope, centroid FROM memory_chunks WHERE generation = %s "
             "AND centroid IS NOT NULL",
@@ -93,10 +106,9 @@ class PgVectorTables:
             if len(vec) == dimensions:
                 conn.execute(
                     sql.SQL(
-                        "INSERT INTO {} (chunk_id, scope, vector, embedding) "
-                        "VALUES (%s, %s, %s, %s)"
+                        "INSERT INTO {} (chunk_id, scope, embedding) VALUES (%s, %s, %s)"
                     ).format(_ident(table)),
-                    (cid, scope, bytes(blob), vec),
+                    (cid, scope, vec),
                 )
 
     def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
@@ -191,12 +203,13 @@ class PgVectorTables:
         if not chunk_ids or not table_exists(conn, table):
             return {}
         rows = conn.execute(
-            sql.SQL("SELECT chunk_id, scope, vector FROM {} WHERE chunk_id = ANY(%s)").format(
+            sql.SQL("SELECT chunk_id, scope, embedding FROM {} WHERE chunk_id = ANY(%s)").format(
                 _ident(table)
             ),
             (list(chunk_ids),),
+            binary=True,
         ).fetchall()
-        return {int(cid): (scope, from_blob(bytes(blob))) for cid, scope, blob in rows}
+        return {int(cid): (scope, floats_of(found)) for cid, scope, found in rows}
 
     def count(self, conn: Any, generation: int) -> int:
         table = matrix_table(generation)
@@ -213,12 +226,13 @@ class PgVectorTables:
         if not table_exists(conn, table):
             return
         cursor = conn.execute(
-            sql.SQL("SELECT chunk_id, scope, vector FROM {} ORDER BY chunk_id").format(
+            sql.SQL("SELECT chunk_id, scope, embedding FROM {} ORDER BY chunk_id").format(
                 _ident(table)
-            )
+            ),
+            binary=True,
         )
         while found := cursor.fetchmany(batch):
-            yield [(int(cid), scope, bytes(blob)) for cid, scope, blob in found]
+            yield [(int(cid), scope, to_blob(floats_of(v))) for cid, scope, v in found]
 
 
 class PgMatrixPack:
@@ -355,23 +369,22 @@ class PgKnnIndex:
                 )
             )
             nearest = sql.SQL(
-                "SELECT chunk_id, vector FROM {} WHERE scope = ANY(%s) "
+                "SELECT chunk_id, embedding FROM {} WHERE scope = ANY(%s) "
                 "ORDER BY embedding <=> %s LIMIT %s"
             ).format(_ident(table))
-            rows = conn.execute(nearest, (scopes, q, want)).fetchall()
+            rows = conn.execute(nearest, (scopes, q, want), binary=True).fetchall()
             if len(rows) < want:  # HNSW filtered to too few: a small scope, scanned exactly
                 rows = conn.execute(
-                    sql.SQL("SELECT chunk_id, vector FROM {} WHERE scope = ANY(%s)").format(
+                    sql.SQL("SELECT chunk_id, embedding FROM {} WHERE scope = ANY(%s)").format(
                         _ident(table)
                     ),
                     (scopes,),
+                    binary=True,
                 ).fetchall()
         if not rows:
             return []
         ids = [int(r[0]) for r in rows]
-        matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype="<f4").reshape(
-            len(rows), -1
-        )
+        matrix = np.vstack([floats_of(r[1]) for r in rows])
         norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
         sims = (matrix @ q) / np.where(norms == 0, 1.0, norms)
         ranked = sorted(zip(ids, sims.tolist(), strict=True), key=lambda p: (-p[1], p[0]))
@@ -390,5 +403,5 @@ class PgKnnIndex:
 
 
 def postgres_vector_storage() -> VectorStorage:
-    """The vectors in the agent's PostgreSQL schema (pgvector beside the float32 blobs)."""
+    """The vectors in the agent's PostgreSQL schema (each centroid once, in pgvector's column)."""
     return VectorStorage(PgVectorTables(), PgMatrixPack())
