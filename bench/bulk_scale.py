@@ -56,13 +56,14 @@ from memory.store.index_rows import ChunkRow, PassageRow, SourceRow  # noqa: E40
 from memory.store.lineage import file_origin  # noqa: E402
 from memory.store.postgres.keyword_postings import p001_keyword_postings  # noqa: E402
 from memory.store.postgres.keywords import keyword_tokens, stemmed  # noqa: E402
+from memory.store.postgres.vectors import CREATE_MATRIX, table_exists  # noqa: E402
 from memory.store.vector_codec import compact_blobs  # noqa: E402
 from memory.store.vector_names import log_table, matrix_table  # noqa: E402
-from memory.store.vector_tables import LOG_KEEP, to_blob  # noqa: E402
+from memory.store.vector_tables import LOG_KEEP  # noqa: E402
 
 FILES_PER_FLUSH = 2000
 _CHUNK_TYPES = ["int8", "int8", "text", "text", "text", "text", "int4", "int4", "text", "text",
-                "int4", "text", "text", "bytea"]  # fmt: skip
+                "int4", "text", "text"]  # fmt: skip
 # The secondary indexes of the tables a load fills: dropped before, built once after (as
 # memory/store/postgres/transfer.py defers them), with the definitions PostgreSQL gives.
 _DEFERRED = ("memory_chunks", "memory_keywords", "memory_units")
@@ -96,7 +97,6 @@ class Buffer:
         self.ids = ids
         self.chunks: list[ChunkRow] = []
         self.chunk_ids: list[int] = []
-        self.centroids: dict[int, bytes] = {}
         self.passages: list[tuple[int, int, PassageRow]] = []
         self.sources: list[SourceRow] = []
         self.vectors: list[tuple[int, int, str, np.ndarray]] = []
@@ -114,7 +114,7 @@ class Buffer:
         self.passages += [(chunk_id, generation, p) for p in passages]
 
     def set_centroid(self, conn: Any, chunk_id: int, vector: bytes) -> None:
-        self.centroids[chunk_id] = vector
+        pass  # as PgIndexRows: the centroid is stored once, in the vector table (`add`)
 
     def chunk_ids_of(self, *_: Any) -> list[int]:
         return []  # a new generation: nothing to replace
@@ -174,14 +174,13 @@ class PgBulkWriter:
         cur = conn.cursor()
         with cur.copy(
             "COPY memory_chunks (id, generation, path, source, origin, scope, start_line, "
-            "end_line, hash, text, importance, day, project, centroid) FROM STDIN (FORMAT binary)"
+            "end_line, hash, text, importance, day, project) FROM STDIN (FORMAT binary)"
         ) as copy:
             copy.set_types(_CHUNK_TYPES)
             for cid, r in zip(b.chunk_ids, b.chunks, strict=True):
                 copy.write_row(
                     (cid, r.generation, r.path, r.source, r.origin, r.scope, r.start_line,
-                     r.end_line, r.hash, r.text, r.importance, r.day, r.project,
-                     b.centroids.get(cid))
+                     r.end_line, r.hash, r.text, r.importance, r.day, r.project)
                 )  # fmt: skip
         df: Counter[str] = Counter()
         total = 0
@@ -244,12 +243,8 @@ class PgBulkWriter:
         """The generation's vector table (as PgVectorTables.add makes it, its HNSW index left
         for `finish`) and its write log."""
         table, log = sql.Identifier(matrix_table(generation)), sql.Identifier(log_table(generation))
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (chunk_id bigint PRIMARY KEY, scope text NOT NULL, "
-                "vector bytea NOT NULL, embedding vector({}) NOT NULL)"
-            ).format(table, sql.Literal(self.dims))
-        )
+        if not table_exists(conn, matrix_table(generation)):
+            conn.execute(sql.SQL(CREATE_MATRIX).format(table, sql.Literal(self.dims)))
         conn.execute(
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (seq bigint GENERATED ALWAYS AS IDENTITY "
@@ -258,14 +253,11 @@ class PgBulkWriter:
         )
         cur = conn.cursor()
         with cur.copy(
-            sql.SQL(
-                "COPY {} (chunk_id, scope, vector, embedding) FROM STDIN (FORMAT binary)"
-            ).format(table)
+            sql.SQL("COPY {} (chunk_id, scope, embedding) FROM STDIN (FORMAT binary)").format(table)
         ) as copy:
-            copy.set_types(["int8", "text", "bytea", "vector"])
+            copy.set_types(["int8", "text", "vector"])
             for cid, _, scope, vec in rows:
-                v = np.asarray(vec, dtype=np.float32)
-                copy.write_row((cid, scope, to_blob(v), v))
+                copy.write_row((cid, scope, np.asarray(vec, dtype=np.float32)))
         with cur.copy(sql.SQL("COPY {} (chunk_id) FROM STDIN").format(log)) as copy:
             for cid, *_ in rows:
                 copy.write_row((cid,))
