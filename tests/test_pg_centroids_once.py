@@ -25,16 +25,8 @@ from memory.store.transfer_sqlite import open_sqlite_target
 from memory.store.vector_tables import from_blob, to_blob
 from tests.conftest import WorkspaceFactory, use_config
 from tests.pg_support import SCHEMA, PgTestServer
+from tests.test_pg_index import NOTES, QUERIES
 
-NOTES = {
-    "MEMORY.md": "# Memory\n\nAnna keeps bees on the roof. Her kettle is green.\n",
-    "USER.md": "# User\n\nThe owner lives in Hangzhou and drinks oolong tea.\n",
-    "memory/2026-01-01.md": "# Jan 1\n\nAnna walked the dog by the river in the rain.\n",
-    "memory/2026-01-02.md": "# Jan 2\n\nThe dog chased a zeppelin shadow. Anna laughed.\n",
-    "memory/2026-01-03.md": "# Jan 3\n\nBought honey jars for the bees. 蓝色的罐子很好看。\n",
-    "memory/2026-01-04.md": "# Jan 4\n\nBooked the train to Shanghai for the conference.\n",
-}
-QUERIES = ["bees", "where does the owner live", "dog river", "蓝色", "train trip", "green kettle"]
 GENERATION = 1
 ONE_COPY = ["chunk_id", "scope", "embedding"]  # a generation's table: the centroid once
 
