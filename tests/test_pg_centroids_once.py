@@ -16,7 +16,6 @@ from pgvector.psycopg import register_vector
 
 from memory.index.index import MemoryIndex
 from memory.store.postgres import migrations
-from memory.store.postgres.database import PgDatabase
 from memory.store.postgres.snapshot import PgSnapshots, read_header
 from memory.store.postgres.transfer import open_postgres_source
 from memory.store.postgres.vectors import PgKnnIndex, PgMatrixPack, PgVectorTables
@@ -25,21 +24,11 @@ from memory.store.transfer_sqlite import open_sqlite_target
 from memory.store.vector_tables import from_blob, to_blob
 from tests.conftest import WorkspaceFactory, use_config
 from tests.pg_support import SCHEMA, PgTestServer
-from tests.test_pg_index import NOTES, QUERIES
+from tests.test_pg_index import NOTES
+from tests.test_pg_vector_codes import hits_of, open_pg
 
 GENERATION = 1
 ONE_COPY = ["chunk_id", "scope", "embedding"]  # a generation's table: the centroid once
-
-
-def open_pg(server: PgTestServer, dsn: str, workspace: Path) -> MemoryIndex:
-    db: PgDatabase = server.open(dsn, min_size=0, max_size=4)
-    return MemoryIndex(db, workspace, use_config())
-
-
-def hits_of(index: MemoryIndex) -> list[list[tuple[str, int, float]]]:
-    return [
-        [(h.path, h.start_line, h.score) for h in index.search(q, record=False)] for q in QUERIES
-    ]
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
