@@ -204,7 +204,7 @@ def test_migrate_refuses_a_source_in_the_layout_before_with_advice(
         SqliteSource(path)
 
 
-def test_the_whole_array_read_gives_each_passage_its_own_vector_and_skips_a_lost_one(
+def test_the_passage_read_gives_each_passage_its_own_vector_and_skips_a_lost_one(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
     idx = make_index(make_workspace(FILES), use_config())

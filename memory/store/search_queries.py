@@ -204,47 +204,20 @@ class SqliteSearchQueries:
         # as before: `cache_row` names the cache row, checked by hash, or the row's own vector.
         packed = packed_rows(self.db.execute, chunk_ids)
         found = {cid for cid, _, _ in packed}
-        loose = self._loose_passages([c for c in chunk_ids if c not in found])
         refs = np.concatenate([s[:, 2] for _, _, s in packed]).tolist() if packed else []
         blobs = cache_blobs(self.db.execute, refs)
-        if not loose and len({gen for _, gen, _ in packed}) == 1:
-            return self._packed_vectors(packed, blobs)  # the usual case, in whole arrays
         kept: list[tuple[tuple[int, int, int], bytes, int | None]] = []
         for cid, gen, spans in packed:
             for start, end, ref in spans.tolist():
                 blob = blobs.get(ref)
                 if blob is not None:
                     kept.append(((cid, start, end), blob, gen))
+        loose = self._loose_passages([c for c in chunk_ids if c not in found])
         if loose:
             kept = sorted(kept + loose, key=lambda k: k[0][0])  # (stable: each chunk in order)
         if not kept:
             return None
         return PassageVectors([s for s, _, _ in kept], self._decode(kept, {}))
-
-    def _packed_vectors(
-        self, packed: list[tuple[int, int, np.ndarray]], blobs: dict[int, bytes]
-    ) -> PassageVectors | None:
-        """`passage_vectors` of packed chunks of one generation: each cache row decoded once
-        and the rows put in the passages' order by array indexing (the same rows, in the same
-        order, as passage by passage: a passage whose cache row is gone is left out)."""
-        if not blobs:
-            return None
-        spans = np.concatenate([s for _, _, s in packed])
-        owners = np.repeat(
-            np.array([cid for cid, _, _ in packed], dtype=np.int64), [len(s) for _, _, s in packed]
-        )
-        ids = np.fromiter(blobs, dtype=np.int64, count=len(blobs))
-        order = np.argsort(ids, kind="stable")
-        refs = spans[:, 2].astype(np.int64)
-        at = np.minimum(np.searchsorted(ids[order], refs), len(ids) - 1)
-        held = ids[order][at] == refs
-        gen = packed[0][1]
-        decoded = self._decode([(None, b, gen) for b in blobs.values()], {})
-        kept = spans[held]
-        return PassageVectors(
-            list(zip(owners[held].tolist(), kept[:, 0].tolist(), kept[:, 1].tolist(), strict=True)),
-            decoded[order[at[held]]],
-        )
 
     def _loose_passages(
         self, chunk_ids: list[int]
