@@ -31,7 +31,7 @@ import numpy as np
 
 from bench import speed
 from bench.synthetic import TextSource
-from memory.search import candidates, hybrid
+from memory.search import candidates, hybrid, ranking
 from memory.search import matrix_cache as matrix_module
 from memory.search import schedule as schedule_module
 
@@ -129,6 +129,7 @@ def instrumented(index: Any, *, serial: bool, schedule: str) -> Iterator[None]:
 def _forget(index: Any) -> None:
     getattr(index, "_query_cache", {}).clear()
     getattr(candidates, "_term_counts", {}).clear()
+    ranking.text_stems.cache_clear()  # a new question's lines: none of their stems known yet
 
 
 def profile(spec: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from memory.embeddings.batching import EngineGate
 from memory.embeddings.local_models import LocalE5Provider
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.search import hybrid
 from memory.search import schedule as schedule_module
 from memory.search.centroid_matrix import CentroidMatrix
 from memory.search.presets import PRESETS
@@ -88,6 +89,43 @@ def test_embedding_first_gives_the_same_hits_as_embedding_beside_keywords(
     first = _answers(e5_index, "embed-first", preset)
     assert first == beside
     assert any(beside)  # (not vacuous: the questions find something)
+
+
+def test_the_keyword_hits_are_read_while_the_vector_side_still_runs(
+    e5_index: MemoryIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search whose embedding is slow reads its keyword hits' rows before it waits for the
+    vector side, reads none of them a second time, and answers as when nothing waited."""
+    quick = _answers(e5_index, "beside", "pinch")
+    provider = e5_index.provider
+    assert isinstance(provider, LocalE5Provider)
+    embed = provider.embed_query
+    done = threading.Event()
+
+    def slow_embed(text: str) -> np.ndarray:
+        done.wait(5)  # released by the first read of rows: the keyword side ended first
+        return embed(text)
+
+    loads: list[set[int]] = []
+    load = hybrid.load_candidates
+
+    def recording_load(queries: object, ids: list[int]) -> object:
+        loads.append(set(ids))
+        done.set()
+        return load(queries, ids)
+
+    monkeypatch.setattr(provider, "embed_query", slow_embed)
+    monkeypatch.setattr(hybrid, "load_candidates", recording_load)
+    saved = schedule_module.SCHEDULE
+    schedule_module.SCHEDULE = "beside"
+    try:
+        e5_index._query_cache.clear()
+        hits = e5_index.search(QUESTIONS[2], preset="pinch", now=NOW, record=False)
+    finally:
+        schedule_module.SCHEDULE = saved
+    assert [(h.path, h.start_line, round(h.score, 6)) for h in hits] == quick[2]
+    assert len(loads) == 2 and loads[0]  # the keyword hits early, then only the rest
+    assert not loads[0] & loads[1]
 
 
 def test_a_query_embedded_on_two_cores_is_the_same_vector() -> None:

@@ -25,9 +25,11 @@ from memory.search.candidates import (
 from memory.search.feedback import feedback_terms
 from memory.search.presets import SearchPreset
 from memory.search.ranking import (
+    Candidate,
     calibrate_keyword_hits,
     chunk_coverages,
     keep_vector_best,
+    line_stems_of,
     merge_hybrid,
     mmr_select,
     project_multiplier,
@@ -197,6 +199,12 @@ def _run_search(
                 queries, generation, match, pool, scopes, preset.keyword_rank_cap
             )
 
+    early: dict[int, Candidate] = {}
+    if pending_vector is not None and keyword and not pending_vector.done():
+        # While the vector side runs (the model, numpy and SQLite release the GIL): the keyword
+        # hits' rows and their lines' stems, which the ranking below reads — off its path.
+        early = load_candidates(queries, [i for i, _ in keyword])
+        line_stems_of([c.text for c in early.values()], terms)
     vector: list[tuple[int, float]] = []
     passages: dict[int, list[tuple[int, int, float]]] = {}
     vector_weight = preset.vector_weight
@@ -218,7 +226,8 @@ def _run_search(
         vector_weight, keyword_weight = 0.0, 1.0
 
     merged = merge_hybrid(vector, keyword, preset)
-    cands = load_candidates(queries, list(merged))
+    cands = load_candidates(queries, [i for i in merged if i not in early])
+    cands.update((i, early[i]) for i in merged if i in early)
     if admits is not None:  # a SearchFilter's sources/origins (the scopes are applied above)
         cands = {i: c for i, c in cands.items() if admits(c.source, c.origin)}
         merged = {i: s for i, s in merged.items() if i in cands}

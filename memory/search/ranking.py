@@ -87,6 +87,14 @@ def text_stems(text: str, stems: tuple[str, ...]) -> tuple[frozenset[str], ...]:
     return tuple(stems_by_line(text.split("\n"), list(stems)))
 
 
+def line_stems_of(texts: list[str], terms: list[str]) -> None:
+    """Compute (and remember, `text_stems`) the stems of `terms` in each line of `texts`: a
+    search does it for its keyword hits while its vector side is still running."""
+    key = tuple(dict.fromkeys(stem_term(t) for t in terms))
+    for text in texts:
+        text_stems(text, key)
+
+
 def _line_weights(lines_terms: list[list[frozenset[str]]], terms: list[str]) -> dict[str, float]:
     """IDF of each query term over the candidate chunks' lines (rare terms weigh more)."""
     n = sum(len(lt) for lt in lines_terms) or 1
