@@ -46,7 +46,7 @@ class Runtime:
 
     async def sync_index(self) -> None:
         """Bring the memory index up to date (raises the index's `MemoryError_` on failure) and
-        get ready to search: after a rebuild that left a quarter of the file free, compact it.
+        get ready to search: after a rebuild that left a tenth of the file free, compact it.
         The model and the vectors (39 MB at 100k chunks) start loading first, in the background,
         while the sync walks the files; so a first message never waits on a full scan of the
         vectors, even one that comes during the sync. The chat and the gateway call this at

@@ -24,6 +24,7 @@ from memory.search.matrix_cache import refresh_pack
 from memory.search.sqlite_vec import SqliteVecStore
 from memory.search.vectors import NumpyStore
 from memory.store import vector_pack
+from memory.store.compact import compact, space_usage
 from memory.store.db import Database
 from memory.store.vector_codec import decode, encode
 from memory.store.vector_names import matrix_table, pack_table, table_exists
@@ -89,6 +90,37 @@ def test_a_pack_takes_the_rows_vectors_and_a_later_write_keeps_only_its_own(
     assert refresh_pack(numpy_db, 1, force=True) == 298  # every vector kept, byte for byte
     assert rows_with_a_vector(numpy_db) == 0
     assert stored(numpy_db) == now
+
+
+def test_the_first_pack_leaves_the_row_tables_pages_free_not_nearly_empty(
+    numpy_db: Database,
+) -> None:
+    """Packing a generation whose rows hold every vector writes its row table again: the pages
+    the vectors filled become free pages (counted, reused, given back by a compaction) instead
+    of pages kept ≈ 4 % full that only a VACUUM found; a later pack empties its few rows in
+    place. Every vector and scope is kept, byte for byte."""
+    store = NumpyStore(numpy_db)
+    rng = np.random.default_rng(41)
+    scopes = ["", "chat-a"] * 1000
+    ids = insert_chunks(numpy_db, store, unit_rows(rng, 2000), scopes)
+    before = stored(numpy_db)
+    free_before = space_usage(numpy_db).free_bytes
+
+    assert refresh_pack(numpy_db, 1) == 2000
+    assert rows_with_a_vector(numpy_db) == 0
+    assert stored(numpy_db) == before
+    freed = space_usage(numpy_db).free_bytes - free_before
+    assert freed >= 2000 * DIMS  # the vectors' pages, now free (emptied in place: none)
+    with numpy_db.lock:
+        columns = [r[1] for r in numpy_db.conn.execute(f"PRAGMA table_info({matrix_table(1)})")]
+    assert columns == ["chunk_id", "scope", "vector"]
+
+    edit_chunks(numpy_db, store, ids[:3], rng)
+    assert refresh_pack(numpy_db, 1, force=True) == 2000
+    assert rows_with_a_vector(numpy_db) == 0
+    now = stored(numpy_db)
+    assert {c: now[c] for c in ids[3:]} == {c: before[c] for c in ids[3:]}
+    assert compact(numpy_db).free_bytes == 0
 
 
 READER = """

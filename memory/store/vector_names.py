@@ -23,6 +23,11 @@ def pack_table(generation: int) -> str:
     return f"memory_matrix_pack_g{int(generation)}"
 
 
+def create_matrix(table: str) -> str:
+    """The statement creating a generation's row table (`vector` NULL: the pack holds it)."""
+    return f"CREATE TABLE {table} (chunk_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, vector BLOB)"
+
+
 def vec0_seq_key(generation: int) -> str:
     return f"vec0_seq_g{int(generation)}"
 

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from memory.store.vector_codec import HEADER, MAGIC, decode_many, is_quantised
-from memory.store.vector_names import matrix_table, pack_table, table_exists
+from memory.store.vector_names import create_matrix, matrix_table, pack_table, table_exists
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +107,7 @@ class SqliteMatrixPack:
     def write(self, conn: Any, generation: int, seq: int) -> int:
         total = write_blocks(conn, generation, seq)
         if total:  # the pack holds every row's vector now: the rows keep none
-            conn.execute(
-                f"UPDATE {matrix_table(generation)} SET vector = NULL WHERE vector IS NOT NULL"
-            )
+            empty_row_vectors(conn, generation)
         return total
 
     def layout(self, conn: Any, generation: int) -> list[tuple[int, int]]:
@@ -142,6 +140,28 @@ class SqliteMatrixPack:
             np.frombuffer(code_blob, dtype="<i4"),
             block_vectors(vec_blob, n, dims),
         )
+
+
+def empty_row_vectors(conn: Any, generation: int) -> None:
+    """The row table's vectors dropped (the pack holds them). When most rows hold one (a
+    generation just built), the table is written again without them: emptied in place, each
+    page kept ≈ 4 % full — 41 MB of pages for 0.5 MB of rows at 100k chunks, which no free-page
+    count shows and only a VACUUM gave back. Written again, they are free pages: reused by the
+    next writes, counted by `pinch memory status`, given back by a compaction."""
+    table = matrix_table(generation)
+    holding, rows = conn.execute(f"SELECT count(vector), count(*) FROM {table}").fetchone()
+    if not holding:
+        return
+    if 2 * holding < rows:
+        conn.execute(f"UPDATE {table} SET vector = NULL WHERE vector IS NOT NULL")
+        return
+    conn.execute(f"DROP TABLE IF EXISTS {table}_next")
+    conn.execute(create_matrix(f"{table}_next"))
+    conn.execute(
+        f"INSERT INTO {table}_next SELECT chunk_id, scope, NULL FROM {table} ORDER BY chunk_id"
+    )
+    conn.execute(f"DROP TABLE {table}")
+    conn.execute(f"ALTER TABLE {table}_next RENAME TO {table}")
 
 
 def block_vectors(blob: bytes, rows: int, dims: int) -> np.ndarray:

@@ -21,6 +21,7 @@ import numpy as np
 
 from memory.store.vector_codec import decode, encode
 from memory.store.vector_names import (
+    create_matrix,
     drop_vec_table,
     log_table,
     matrix_table,
@@ -269,11 +270,6 @@ class SqliteVectorTables:
         cursor = conn.execute(sql, params)
         while rows := cursor.fetchmany(batch):
             yield rows
-
-
-def create_matrix(table: str) -> str:
-    """The statement creating a generation's row table (`vector` NULL: the pack holds it)."""
-    return f"CREATE TABLE {table} (chunk_id INTEGER PRIMARY KEY, scope TEXT NOT NULL, vector BLOB)"
 
 
 def store_vectors_once(conn: Any) -> None:
