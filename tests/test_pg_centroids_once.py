@@ -78,6 +78,20 @@ def make_older(dsn: str) -> dict[int, bytes]:
     return blobs
 
 
+def indexed_then_older(
+    pg_server: PgTestServer, dsn: str, workspace: Path
+) -> tuple[list[Any], dict[int, bytes]]:
+    """`workspace` indexed on this version's layout, its hits for the questions, then
+    `make_older`: (the hits, the chunks' float32 blobs)."""
+    index = open_pg(pg_server, dsn, workspace)
+    try:
+        index.sync()
+        before = hits_of(index)
+    finally:
+        index.close()
+    return before, make_older(dsn)
+
+
 def test_a_sync_stores_each_centroid_once_in_the_pgvector_column(
     make_workspace: WorkspaceFactory, pg_server: PgTestServer, pg_dsn: str
 ) -> None:
@@ -108,12 +122,7 @@ def test_a_sync_stores_each_centroid_once_in_the_pgvector_column(
 def test_the_exact_rerank_reads_the_very_floats_the_older_bytea_held(
     make_workspace: WorkspaceFactory, pg_server: PgTestServer, pg_dsn: str
 ) -> None:
-    index = open_pg(pg_server, pg_dsn, make_workspace(NOTES))
-    try:
-        index.sync()
-    finally:
-        index.close()
-    blobs = make_older(pg_dsn)
+    _, blobs = indexed_then_older(pg_server, pg_dsn, make_workspace(NOTES))
     with connect(pg_dsn) as conn:
         read = PgVectorTables().vectors_of(conn, GENERATION, list(blobs))
         assert {cid: to_blob(v) for cid, (_, v) in read.items()} == blobs
@@ -143,13 +152,7 @@ def test_an_older_schema_is_upgraded_in_place_and_searches_the_same(
     make_workspace: WorkspaceFactory, pg_server: PgTestServer, pg_dsn: str
 ) -> None:
     workspace = make_workspace(NOTES)
-    index = open_pg(pg_server, pg_dsn, workspace)
-    try:
-        index.sync()
-        before = hits_of(index)
-    finally:
-        index.close()
-    make_older(pg_dsn)
+    before, _ = indexed_then_older(pg_server, pg_dsn, workspace)
     with connect(pg_dsn) as conn:
         assert f"memory_matrix_pack_g{GENERATION}" in vector_tables(conn)
         assert "vector" in columns_of(conn, f"memory_matrix_g{GENERATION}")
@@ -177,13 +180,7 @@ def test_a_backup_of_an_older_schema_restores_with_each_centroid_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     workspace = make_workspace(NOTES)
-    index = open_pg(pg_server, pg_dsn, workspace)
-    try:
-        index.sync()
-        before = hits_of(index)
-    finally:
-        index.close()
-    make_older(pg_dsn)
+    before, _ = indexed_then_older(pg_server, pg_dsn, workspace)
     dump = tmp_path / "agent.pgdump"
     with monkeypatch.context() as older:  # opened as an older version would: not upgraded
         older.setattr(migrations, "PG_SETS", migrations.PG_SETS[:-1])
@@ -220,12 +217,7 @@ def test_an_older_schema_migrates_to_sqlite_and_verifies(
     make_workspace: WorkspaceFactory, pg_server: PgTestServer, pg_dsn: str, tmp_path: Path
 ) -> None:
     workspace = make_workspace(NOTES)
-    index = open_pg(pg_server, pg_dsn, workspace)
-    try:
-        index.sync()
-    finally:
-        index.close()
-    blobs = make_older(pg_dsn)
+    _, blobs = indexed_then_older(pg_server, pg_dsn, workspace)
     copy = tmp_path / "copy.sqlite"
     with open_postgres_source(pg_dsn, SCHEMA) as source, open_sqlite_target(copy) as target:
         report = transfer(source, target)
