@@ -49,16 +49,6 @@ def _run(*argv: str, cwd: Path) -> str:
     return done.stdout
 
 
-def _database(admin: str, name: str) -> str:
-    import psycopg
-    from psycopg.conninfo import make_conninfo
-
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        conn.execute(f"CREATE DATABASE {name}")
-    return make_conninfo(admin, dbname=name)
-
-
 def _sizes(dsn: str, schema: str) -> dict[str, float]:
     """Each table's size with its indexes and TOAST (MB, largest first), and the schema's."""
     import psycopg
@@ -140,7 +130,7 @@ def side_by_side(base: Path, chunks: int, dsn: str | None, out: Path, queries: i
     schema = speed_pg.schema_for(chunks)
     sides = {"three copies (before)": base, "once (this tree)": REPO}
     dsns = {
-        label: _database(dsn, name)
+        label: speed_pg.fresh_database(dsn, name)
         for label, name in zip(sides, ("once_base", "once_new"), strict=True)
     }
     result: dict[str, Any] = {"chunks": chunks, "loads": {}, "sizes": {}, "search": {}}
@@ -173,7 +163,7 @@ def side_by_side(base: Path, chunks: int, dsn: str | None, out: Path, queries: i
     # A small real sync: the forced rebuild of a 1,000-chunk workspace from the cache.
     result["sync"] = {}
     for label, tree in sides.items():
-        sync_dsn = _database(dsn, "once_sync_" + ("base" if tree == base else "new"))
+        sync_dsn = speed_pg.fresh_database(dsn, "once_sync_" + ("base" if tree == base else "new"))
         argv = ["sync", "--dsn", sync_dsn, "--workspace", str(out / "scale-1000" / "workspace")]
         script = str(REPO / "bench" / "pg_centroids_once.py")
         result["sync"][label] = json.loads(_run(script, *argv, cwd=tree).splitlines()[-1])

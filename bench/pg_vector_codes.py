@@ -67,16 +67,6 @@ def _python() -> str:
     return str(REPO / ".venv" / "bin" / "python")
 
 
-def _database(admin: str, name: str) -> str:
-    import psycopg
-    from psycopg.conninfo import make_conninfo
-
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        conn.execute(f"CREATE DATABASE {name}")
-    return make_conninfo(admin, dbname=name)
-
-
 def _sizes(dsn: str, chunks: int) -> dict[str, float]:
     import psycopg
 
@@ -119,7 +109,7 @@ def side_by_side(base: Path, chunks: int, dsn: str | None, out: Path, rounds: in
         write_workspace(workspace, files)
     sides = {"float32 (main before)": base, "8-bit codes (this tree)": REPO}
     names = dict(zip(sides, ("codes_base", "codes_new"), strict=True))
-    dsns = {label: _database(dsn, name) for label, name in names.items()}
+    dsns = {label: speed_pg.fresh_database(dsn, name) for label, name in names.items()}
     result: dict[str, Any] = {"chunks": chunks, "loads": {}, "sizes": {}, "passages": {}}
     for label, tree in sides.items():
         started = time.perf_counter()

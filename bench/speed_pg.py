@@ -113,3 +113,14 @@ def drop_schema(dsn: str, chunks: int) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema_for(chunks)} CASCADE")
+
+
+def fresh_database(admin: str, name: str) -> str:
+    """An empty database `name` on the server of `admin` (dropped first if it exists): its DSN."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    return make_conninfo(admin, dbname=name)
