@@ -12,6 +12,7 @@ import pytest
 from memory.errors import IndexCorruptError
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
+from memory.search.candidates import KeywordMatch
 from memory.search.hybrid import SearchHit
 from memory.search.presets import PRESETS, get_preset
 from memory.store.db import open_database
@@ -491,7 +492,7 @@ def test_a_very_common_word_is_left_out_of_the_keyword_query(
         search_queries(idx.db), generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1
     )
 
-    assert match == '"zeppelin"'
+    assert match == KeywordMatch('"zeppelin"')
 
 
 def test_term_counts_are_remembered_until_the_index_changes(
@@ -523,7 +524,7 @@ def test_term_counts_are_remembered_until_the_index_changes(
         search_queries(idx.db), generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1
     )
 
-    assert len(counted) > first and match == '"zeppelin"'
+    assert len(counted) > first and match == KeywordMatch('"zeppelin"')
 
 
 def test_when_every_word_is_common_the_chunks_holding_all_of_them_are_ranked(
@@ -537,7 +538,55 @@ def test_when_every_word_is_common_the_chunks_holding_all_of_them_are_ranked(
         search_queries(idx.db), generation_of(idx), ["anna", "dog"], 0.2, floor=1
     )
 
-    assert match == '"anna" AND "dog"'
+    assert match == KeywordMatch('"anna" AND "dog"', since=None)  # 21 chunks: no window
+
+
+def test_an_and_of_common_words_is_looked_for_among_the_newest_chunks_only(
+    common_words_index: MemoryIndex,
+) -> None:
+    """Words each held by most chunks: the AND is ranked among the newest `window` chunks
+    (bounded work at any size); when the words meet only in older ones, the rarest alone."""
+    from memory.search.candidates import common_term_match, keyword_candidates
+    from memory.store.search_queries import search_queries
+
+    idx = common_words_index
+    queries = search_queries(idx.db)
+    ids = sorted(int(r[0]) for r in idx.db.execute("SELECT id FROM memory_chunks"))
+    zeppelin = [i for i, _ in queries.keyword_ranked('"zeppelin"', 10)]
+    assert len(ids) == 21 and len(zeppelin) == 1
+    newest_five = ids[-5:]
+
+    match = common_term_match(queries, generation_of(idx), ["anna", "dog"], 0.2, 1, window=5)
+    assert match == KeywordMatch('"anna" AND "dog"', since=newest_five[0])
+    found = keyword_candidates(queries, generation_of(idx), match, 50, [""], rank_cap=3000)
+    assert sorted(i for i, _ in found) == newest_five
+
+
+def test_when_common_words_meet_only_outside_the_window_the_rarest_is_ranked_alone(
+    make_workspace: WorkspaceFactory, make_index: IndexFactory
+) -> None:
+    from memory.search.candidates import common_term_match
+    from memory.store.search_queries import search_queries
+
+    files = {"memory/a.md": "Anna walked the dog.\n"}  # the one chunk with both words
+    files.update({f"memory/b{i:02d}.md": "Anna sang.\n" for i in range(12)})
+    files.update({f"memory/c{i:02d}.md": "The dog slept.\n" for i in range(8)})
+    idx = make_index(make_workspace(files), keyword_config())
+    idx.sync()
+    queries = search_queries(idx.db)
+    generation = generation_of(idx)
+    both = [i for i, _ in queries.keyword_ranked('"anna" AND "dog"', 10)]
+    newest_first = sorted(
+        (i for i, _ in queries.keyword_ranked('"anna" OR "dog"', 50)), reverse=True
+    )
+    assert len(both) == 1 and len(newest_first) == 21
+    outside = newest_first.index(both[0])  # a window of this many newest chunks misses it
+
+    if outside:
+        match = common_term_match(queries, generation, ["anna", "dog"], 0.2, 1, window=outside)
+        assert match == KeywordMatch('"dog"')  # 9 chunks against Anna's 13
+    match = common_term_match(queries, generation, ["anna", "dog"], 0.2, 1, window=outside + 1)
+    assert match == KeywordMatch('"anna" AND "dog"', since=both[0])
 
 
 def test_the_rank_cap_ranks_only_the_newest_matching_chunks(

@@ -202,6 +202,41 @@ def test_a_count_is_the_number_of_rows_the_expression_ranks(
     assert queries.match_count(match, 1) == min(ranked, 1)
 
 
+@pytest.mark.parametrize(
+    "match", ['"anna"', '"dog" AND "anna"', '"dog" OR "bees" OR "anna"', '"walked the dog"', EVERY]
+)
+def test_since_keeps_the_rows_from_that_id_on_with_the_same_ranks(
+    index: MemoryIndex, open_queries: Opener, match: str
+) -> None:
+    queries = open_queries(index.db)
+    every = queries.keyword_newest(match, 100)
+    assert every
+    for since in [*sorted({i for i, _ in every}), max(i for i, _ in every) + 1]:
+        kept = [row for row in every if row[0] >= since]
+
+        assert queries.keyword_newest(match, 100, since) == kept
+        assert queries.keyword_newest(match, 1, since) == kept[:1]
+        assert queries.keyword_newest_best(match, 100, 2, since) == (
+            sorted(kept, key=lambda r: (r[1], -r[0]))[:2],
+            len(kept),
+        )
+        assert queries.match_count(match, None, since) == len(kept)
+        assert queries.match_count(match, 1, since) == min(1, len(kept))
+
+
+def test_the_nth_newest_chunk_id_counts_down_from_the_highest(
+    index: MemoryIndex, open_queries: Opener
+) -> None:
+    queries = open_queries(index.db)
+    ids = sorted((i for i, _ in queries.keyword_ranked(EVERY, 100)), reverse=True)
+    n = queries.chunk_count(generation(index))
+    assert len(ids) == n >= 4
+
+    assert [queries.newest_chunk_id(generation(index), k) for k in range(1, n + 1)] == ids
+    assert queries.newest_chunk_id(generation(index), n + 1) is None
+    assert queries.newest_chunk_id(generation(index) + 1, 1) is None
+
+
 def test_in_scope_keeps_only_the_generation_and_scopes_asked_for(
     index: MemoryIndex, open_queries: Opener
 ) -> None:

@@ -4,6 +4,7 @@ common to say much), and vector matches re-scored by their best passage."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -14,12 +15,26 @@ from memory.text import fts_match_expression
 
 # Ranking this many rows costs FTS5 about a millisecond: below it no term is worth leaving out.
 COMMON_TERM_FLOOR = 2000
+# An AND of words that are all common is looked for among this many newest chunks: words each
+# held by thousands of chunks rarely meet, and finding where they do scanned their whole lists
+# (at 1M chunks on PostgreSQL, 145 ms at p95; bench/RESULTS.md). The vector side still sees
+# every chunk, and an index this small (about two years of a busy person's notes) is unchanged.
+COMMON_AND_WINDOW = 30_000
+
+
+@dataclass(frozen=True)
+class KeywordMatch:
+    """What the keyword side ranks: an FTS5 expression, and with `since` only the chunks from
+    that id on."""
+
+    expression: str
+    since: int | None = None
 
 
 def keyword_candidates(
     queries: SearchQueries,
     generation: int,
-    match: str,
+    match: str | KeywordMatch,
     limit: int,
     scopes: list[str],
     rank_cap: int | None = None,
@@ -30,18 +45,24 @@ def keyword_candidates(
     would otherwise probe the FTS index once per chunk); the inner limit grows if the filter
     leaves too few. FTS5 computes bm25 for every row the expression matches: with `rank_cap`,
     only the newest `rank_cap` matching rows are ranked (a keyword that common says little; the
-    vector side still sees every chunk), widened while the filter leaves too few.
+    vector side still sees every chunk), widened while the filter leaves too few. A
+    `KeywordMatch`'s `since` holds in every round.
     """
+    if isinstance(match, str):
+        match = KeywordMatch(match)
+    expression, since = match.expression, match.since
+    if since is not None and not rank_cap:
+        rank_cap = COMMON_AND_WINDOW  # every match from `since` on (the window holds no more)
     inner = max(4 * limit, 200)
     while True:
         try:
             if rank_cap:
                 # The newest `rank_cap` matches with their bm25, then the best `inner` of them.
-                ranked, matched = queries.keyword_newest_best(match, rank_cap, inner)
+                ranked, matched = queries.keyword_newest_best(expression, rank_cap, inner, since)
                 every_match = matched < rank_cap
             else:
                 every_match = True
-                ranked = queries.keyword_ranked(match, inner)
+                ranked = queries.keyword_ranked(expression, inner)
         except MalformedQuery:
             return []  # a query FTS5 cannot parse finds nothing by keyword
         allowed = queries.in_scope([i for i, _ in ranked], generation, scopes)
@@ -56,45 +77,74 @@ def keyword_candidates(
 
 
 def common_term_match(
-    queries: SearchQueries, generation: int, terms: list[str], share: float, floor: int = 0
-) -> str | None:
+    queries: SearchQueries,
+    generation: int,
+    terms: list[str],
+    share: float,
+    floor: int = 0,
+    window: int = COMMON_AND_WINDOW,
+) -> KeywordMatch | None:
     """The OR-joined FTS5 expression for `terms` without the very common ones.
 
     A term found in more than `share` of the generation's chunks (and in more than `floor`,
     by default `COMMON_TERM_FLOOR`) is left out while a rarer one remains; terms found nowhere
     are left out too. When every term is that common, the chunks holding all of them (AND) are
-    what bm25 would rank first anyway, and far fewer to rank; if none holds all, the rarest
-    term alone.
+    what bm25 would rank first anyway, and far fewer to rank — looked for among the newest
+    `window` chunks of the generation only; if none there holds all, the rarest term alone.
     """
     if len(terms) < 2:
-        return fts_match_expression(terms)
+        return _expression(fts_match_expression(terms))
     version = queries.index_version()
     limit = int(max(share * total_chunks(queries, generation, version), floor or COMMON_TERM_FLOOR))
     counts = [_term_count(queries, version, t, limit + 1) for t in terms]
     kept = [t for t, n in zip(terms, counts, strict=True) if 0 < n <= limit]
     if kept:
-        return fts_match_expression(kept)
+        return _expression(fts_match_expression(kept))
     found = [t for t, n in zip(terms, counts, strict=True) if n > 0]
     if not found:
         return None
     every = fts_match_expression(found, operator="AND")
-    if len(found) > 1 and every and _match_count(queries, every, 1):
-        return every
+    if len(found) > 1 and every:
+        since = _window_start(queries, generation, version, window)
+        if _match_count(queries, every, 1, since):
+            return KeywordMatch(every, since)
     # Counting stopped at the limit above: count the common terms in full to find the rarest.
-    return fts_match_expression(
-        [min(found, key=lambda t: _match_count(queries, fts_match_expression([t]), None))]
+    return _expression(
+        fts_match_expression(
+            [min(found, key=lambda t: _match_count(queries, fts_match_expression([t]), None))]
+        )
     )
 
 
-def _match_count(queries: SearchQueries, match: str | None, limit: int | None) -> int:
+def _expression(expression: str | None) -> KeywordMatch | None:
+    return KeywordMatch(expression) if expression else None
+
+
+def _match_count(
+    queries: SearchQueries, match: str | None, limit: int | None, since: int | None = None
+) -> int:
     """Rows of the FTS index `match` finds, counting stops at `limit` (a full count of a common
-    term costs about what leaving it out saves)."""
+    term costs about what leaving it out saves); with `since`, only from that chunk id on."""
     if not match:
         return 0
     try:
-        return queries.match_count(match, limit)
+        return queries.match_count(match, limit, since)
     except MalformedQuery:
         return 0
+
+
+_window_starts: dict[tuple[str, int, str, int], int | None] = {}
+
+
+def _window_start(queries: SearchQueries, generation: int, version: str, window: int) -> int | None:
+    """The id of the generation's `window`-th newest chunk (None: it has fewer), remembered per
+    index version."""
+    key = (queries.identity, generation, version, window)
+    if key not in _window_starts:
+        if len(_window_starts) > 64:
+            _window_starts.clear()
+        _window_starts[key] = queries.newest_chunk_id(generation, window)
+    return _window_starts[key]
 
 
 _chunk_counts: dict[tuple[str, int, str], int] = {}

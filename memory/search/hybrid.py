@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from memory.search.candidates import (
+    KeywordMatch,
     common_term_match,
     keyword_candidates,
     load_candidates,
@@ -191,7 +192,9 @@ def _run_search(
     keyword: list[tuple[int, float]] = []
     if preset.keyword_weight > 0:
         if preset.keyword_common_share is not None and preset.keyword_operator == "OR":
-            match = common_term_match(queries, generation, terms, preset.keyword_common_share)
+            match: str | KeywordMatch | None = common_term_match(
+                queries, generation, terms, preset.keyword_common_share
+            )
         else:
             match = fts_match_expression(terms, operator=preset.keyword_operator)
         if match:
@@ -377,7 +380,9 @@ def _with_feedback(
         return keyword
     expanded = terms + extra
     if preset.keyword_common_share is not None and preset.keyword_operator == "OR":
-        match = common_term_match(queries, generation, expanded, preset.keyword_common_share)
+        match: str | KeywordMatch | None = common_term_match(
+            queries, generation, expanded, preset.keyword_common_share
+        )
     else:
         match = fts_match_expression(expanded, operator="OR")
     if not match:

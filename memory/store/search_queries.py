@@ -75,7 +75,10 @@ class SearchQueries(Protocol):
     - `in_scope`, `chunks` and `passage_vectors` return nothing for ids that no longer exist
       (a write may come between a search's reads); `passage_vectors` lists each chunk's
       passages together, in the order the store keeps them (the same every time);
-    - `index_version` changes with every write to the index, so counts may be cached by it.
+    - `index_version` changes with every write to the index, so counts may be cached by it;
+    - `since` (keyword_newest, keyword_newest_best, match_count) keeps only the chunks whose id
+      is at least `since`: the same rows as without it, less those below, with the same ranks
+      (bm25 still counts the whole index).
     """
 
     @property
@@ -87,20 +90,26 @@ class SearchQueries(Protocol):
     def chunk_count(self, generation: int) -> int:
         """Chunks in the generation."""
 
+    def newest_chunk_id(self, generation: int, n: int) -> int | None:
+        """The id of the generation's `n`-th newest chunk (highest id first); None when it has
+        fewer than `n`."""
+
     def keyword_ranked(self, match: str, limit: int) -> list[tuple[int, float]]:
         """(chunk id, bm25 rank) of the best `limit` chunks `match` finds, best first."""
 
-    def keyword_newest(self, match: str, limit: int) -> list[tuple[int, float]]:
+    def keyword_newest(
+        self, match: str, limit: int, since: int | None = None
+    ) -> list[tuple[int, float]]:
         """(chunk id, bm25 rank) of the newest `limit` chunks `match` finds, newest first."""
 
     def keyword_newest_best(
-        self, match: str, newest: int, limit: int
+        self, match: str, newest: int, limit: int, since: int | None = None
     ) -> tuple[list[tuple[int, float]], int]:
         """The best `limit` (bm25 rank ascending, the newer first on equal ranks) of the newest
         `newest` chunks `match` finds, and how many of those newest there were (fewer than
         `newest`: every match was ranked) — `best_of_newest` of `keyword_newest`."""
 
-    def match_count(self, match: str, limit: int | None) -> int:
+    def match_count(self, match: str, limit: int | None, since: int | None = None) -> int:
         """Chunks `match` finds, counting stops at `limit` (None: count them all)."""
 
     def in_scope(self, ids: list[int], generation: int, scopes: list[str]) -> set[int]:
@@ -111,6 +120,11 @@ class SearchQueries(Protocol):
 
     def chunks(self, ids: list[int]) -> list[ChunkRow]:
         """The rows of these chunks, in no particular order."""
+
+
+def _lowest(since: int | None) -> int:
+    """The lowest rowid a keyword read keeps: `since`, or any (SQLite's rowids are 64-bit)."""
+    return -(2**63) if since is None else since
 
 
 class SqliteSearchQueries:
@@ -149,32 +163,44 @@ class SqliteSearchQueries:
         )
         return [(int(i), float(r)) for i, r in rows]
 
-    def keyword_newest(self, match: str, limit: int) -> list[tuple[int, float]]:
-        # One pass of FTS5 in rowid order (it iterates its doclists that way).
+    def newest_chunk_id(self, generation: int, n: int) -> int | None:
+        rows = self.db.execute(
+            "SELECT id FROM memory_chunks WHERE +generation = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
+            (generation, n - 1),
+        )
+        return int(rows[0][0]) if rows and n > 0 else None
+
+    def keyword_newest(
+        self, match: str, limit: int, since: int | None = None
+    ) -> list[tuple[int, float]]:
+        # One pass of FTS5 in rowid order (it iterates its doclists that way, and seeks to
+        # `since` in each).
         rows = self._keyword(
             "SELECT rowid, bm25(memory_fts) FROM memory_fts WHERE memory_fts MATCH ? "
-            "ORDER BY rowid DESC LIMIT ?",
-            (match, limit),
+            "AND rowid >= ? ORDER BY rowid DESC LIMIT ?",
+            (match, _lowest(since), limit),
         )
         return [(int(i), float(r)) for i, r in rows]
 
     def keyword_newest_best(
-        self, match: str, newest: int, limit: int
+        self, match: str, newest: int, limit: int, since: int | None = None
     ) -> tuple[list[tuple[int, float]], int]:
         # Ordered and cut by SQLite: ≈ 3-5 ms less than 3,000 rows brought into Python and
         # sorted there (bench/RESULTS.md), the same rows and ranks.
         rows = self._keyword(
             "WITH newest AS MATERIALIZED (SELECT rowid AS id, bm25(memory_fts) AS r "
-            "FROM memory_fts WHERE memory_fts MATCH ? ORDER BY rowid DESC LIMIT ?) "
+            "FROM memory_fts WHERE memory_fts MATCH ? AND rowid >= ? ORDER BY rowid DESC "
+            "LIMIT ?) "
             "SELECT id, r, (SELECT count(*) FROM newest) FROM newest ORDER BY r, id DESC LIMIT ?",
-            (match, newest, limit),
+            (match, _lowest(since), newest, limit),
         )
         return [(int(i), float(r)) for i, r, _ in rows], int(rows[0][2]) if rows else 0
 
-    def match_count(self, match: str, limit: int | None) -> int:
+    def match_count(self, match: str, limit: int | None, since: int | None = None) -> int:
         (n,) = self._keyword(
-            "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)",
-            (match, -1 if limit is None else limit),
+            "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? "
+            "AND rowid >= ? LIMIT ?)",
+            (match, _lowest(since), -1 if limit is None else limit),
         )[0]
         return int(n)
 

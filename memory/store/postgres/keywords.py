@@ -203,7 +203,10 @@ def _matching(phrases: Sequence[Sequence[str]], operator: str, params: list[Any]
 
 
 def bm25_statement(
-    phrases: Sequence[Sequence[str]], operator: str, newest: int | None = None
+    phrases: Sequence[Sequence[str]],
+    operator: str,
+    newest: int | None = None,
+    since: int | None = None,
 ) -> tuple[str, list[Any]]:
     """A SELECT of (chunk_id, rank) for the keyword rows matching the stemmed `phrases` joined
     by `operator` — every one, or with `newest` only the `newest` highest chunk ids among them,
@@ -213,9 +216,10 @@ def bm25_statement(
     Bounded work: the candidates come from the GIN index (`&&` / `@>`), cut to `newest` before
     any frequency is computed; N and the average length come from `memory_keyword_stats` and a
     token's document frequency from `memory_keyword_df`, so idf reads no posting (a phrase of
-    several tokens is counted over the rows holding all of them)."""
+    several tokens is counted over the rows holding all of them). `since`: only the rows from
+    that chunk id on."""
     cand_params: list[Any] = []
-    where = _matching(phrases, operator, cand_params)
+    where = _since(_matching(phrases, operator, cand_params), since, cand_params)
     joined = f", {JOINED} AS joined" if any(len(p) > 1 for p in phrases) else ""
     candidates = f"SELECT chunk_id, tokens{joined} FROM memory_keywords WHERE {where}"
     if newest is not None:
@@ -237,6 +241,14 @@ def bm25_statement(
         [_df(p, df_params) for p in phrases],
     )
     return statement, cand_params + freq_params + df_params
+
+
+def _since(where: str, since: int | None, params: list[Any]) -> str:
+    """`where`, and with `since` only the rows from that chunk id on."""
+    if since is None:
+        return where
+    params.append(since)
+    return f"({where}) AND chunk_id >= %s"
 
 
 def _bm25(rows: str, hits: Sequence[str]) -> str:
@@ -280,6 +292,7 @@ def postings_statement(
     operator: str,
     newest: int | None = None,
     join_order: Sequence[int] | None = None,
+    since: int | None = None,
 ) -> tuple[str, list[Any]]:
     """`bm25_statement` for single stemmed `tokens` joined by `operator`, read from
     `memory_keyword_postings` alone (its primary key holds each token's rows in id order, with
@@ -292,19 +305,23 @@ def postings_statement(
     - AND: the first token's entries newest first, joined on the id to each other token's
       (index lookups or a merge of the ranges, as the planner finds cheaper), the first
       `newest` rows that hold them all kept. `join_order`: the tokens' positions in the order
-      to join them (the rarest first, for a caller that fixes the planner's join order)."""
+      to join them (the rarest first, for a caller that fixes the planner's join order).
+    - `since`: only the entries from that chunk id on, in every token's range (a bounded
+      range the planner can merge)."""
     params: list[Any] = []
     n = len(tokens)
     limit = " LIMIT %s" if newest is not None else ""
+    lower = " AND chunk_id >= %s" if since is not None else ""
+    at_least = [since] if since is not None else []
     if operator == "OR" or n == 1:
         distinct = list(dict.fromkeys(tokens))
         lists = []
         for token in distinct:
             lists.append(
-                f"(SELECT token, chunk_id, tf, dl FROM {_POSTINGS} WHERE token = %s "
+                f"(SELECT token, chunk_id, tf, dl FROM {_POSTINGS} WHERE token = %s{lower} "
                 f"ORDER BY chunk_id DESC{limit})"
             )
-            params += [token, newest] if newest is not None else [token]
+            params += [token, *at_least] + ([newest] if newest is not None else [])
         # One row per kept id, a count column per phrase (0 where the row lacks it).
         counts = ", ".join(
             f"coalesce(max(u.tf) FILTER (WHERE u.token = %s), 0) AS f{i}" for i in range(n)
@@ -325,13 +342,17 @@ def postings_statement(
         first = order[0]
         joins = " ".join(
             f"JOIN {_POSTINGS} AS p{i} ON p{i}.token = %s AND p{i}.chunk_id = p{first}.chunk_id"
+            + lower.replace("chunk_id", f"p{i}.chunk_id")
             for i in order[1:]
         )
-        params += [tokens[i] for i in order[1:]] + [tokens[first]]
+        for i in order[1:]:
+            params += [tokens[i], *at_least]
+        params += [tokens[first], *at_least]
         counts = ", ".join(f"p{i}.tf AS f{i}" for i in range(n))
         rows = (
             f"SELECT p{first}.chunk_id, p{first}.dl, {counts} FROM {_POSTINGS} AS p{first} "
-            f"{joins} WHERE p{first}.token = %s ORDER BY p{first}.chunk_id DESC{limit}"
+            f"{joins} WHERE p{first}.token = %s{lower.replace('chunk_id', f'p{first}.chunk_id')} "
+            f"ORDER BY p{first}.chunk_id DESC{limit}"
         )
         if newest is not None:
             params.append(newest)
@@ -346,13 +367,14 @@ def postings_statement(
 
 
 def count_statement(
-    phrases: Sequence[Sequence[str]], operator: str, limit: int | None
+    phrases: Sequence[Sequence[str]], operator: str, limit: int | None, since: int | None = None
 ) -> tuple[str, list[Any]]:
     """A SELECT of how many keyword rows match the stemmed `phrases` joined by `operator`,
     counting stops at `limit`: no bm25, no row leaves PostgreSQL, and the GIN lookup ends at the
     limit (a common term's count costs what its first `limit` rows do)."""
     params: list[Any] = []
-    statement = f"SELECT 1 FROM memory_keywords WHERE {_matching(phrases, operator, params)}"
+    where = _since(_matching(phrases, operator, params), since, params)
+    statement = f"SELECT 1 FROM memory_keywords WHERE {where}"
     if limit is not None:
         statement += " LIMIT %s"
         params.append(limit)

@@ -50,9 +50,21 @@ class PgSearchQueries:
         )
         return int(rows[0][0])
 
-    def _keyword(self, match: str, order: str, limit: int | None, newest: bool) -> list[Any]:
+    def newest_chunk_id(self, generation: int, n: int) -> int | None:
+        if n <= 0:
+            return None
+        rows = self.db.execute(
+            "SELECT id FROM memory_chunks WHERE generation = %s ORDER BY id DESC OFFSET %s LIMIT 1",
+            (generation, n - 1),
+        )
+        return int(rows[0][0]) if rows else None
+
+    def _keyword(
+        self, match: str, order: str, limit: int | None, newest: bool, since: int | None = None
+    ) -> list[Any]:
         """(chunk id, bm25 rank) of the rows `match` finds, in `order`, at most `limit`; with
-        `newest`, only the `limit` highest ids are ranked at all (bm25 never sees the rest)."""
+        `newest`, only the `limit` highest ids are ranked at all (bm25 never sees the rest);
+        with `since`, only the rows from that id on."""
         query = parse_match(match)
         flat = [t for phrase in query.phrases for t in phrase]
         if not flat or (limit is not None and limit <= 0):
@@ -61,17 +73,17 @@ class PgSearchQueries:
         cap = limit if newest else None
         tokens = [p[0] for p in phrases]
         if not reads_postings(phrases):
-            statement, params = bm25_statement(phrases, query.operator, cap)
+            statement, params = bm25_statement(phrases, query.operator, cap, since)
             rows = self.db.execute(*_ordered(statement, params, order, limit, newest))
         elif query.operator == "AND" and len(set(tokens)) > FREE_JOINS:
-            rows = self._rarest_first(tokens, order, limit, newest)
+            rows = self._rarest_first(tokens, order, limit, newest, since)
         else:
-            statement, params = postings_statement(tokens, query.operator, cap)
+            statement, params = postings_statement(tokens, query.operator, cap, since=since)
             rows = self.db.execute(*_ordered(statement, params, order, limit, newest))
         return [(int(cid), float(rank)) for cid, rank in rows]
 
     def _rarest_first(
-        self, tokens: list[str], order: str, limit: int | None, newest: bool
+        self, tokens: list[str], order: str, limit: int | None, newest: bool, since: int | None
     ) -> list[Any]:
         """An AND of many words from the postings, joined rarest first in the order written:
         PostgreSQL's search for the best order of 8 joins took 21 ms of planning for 24 ms of
@@ -86,34 +98,45 @@ class PgSearchQueries:
             )
             rarest = sorted(range(len(tokens)), key=lambda i: (known.get(tokens[i], 0), i))
             statement, params = postings_statement(
-                tokens, "AND", limit if newest else None, join_order=rarest
+                tokens, "AND", limit if newest else None, join_order=rarest, since=since
             )
             return list(conn.execute(*_ordered(statement, params, order, limit, newest)))
 
     def keyword_ranked(self, match: str, limit: int) -> list[tuple[int, float]]:
         return self._keyword(match, "rank, chunk_id", limit, newest=False)
 
-    def keyword_newest(self, match: str, limit: int) -> list[tuple[int, float]]:
-        return self._keyword(match, "chunk_id DESC", limit, newest=True)
+    def keyword_newest(
+        self, match: str, limit: int, since: int | None = None
+    ) -> list[tuple[int, float]]:
+        return self._keyword(match, "chunk_id DESC", limit, newest=True, since=since)
 
     def keyword_newest_best(
-        self, match: str, newest: int, limit: int
+        self, match: str, newest: int, limit: int, since: int | None = None
     ) -> tuple[list[tuple[int, float]], int]:
-        return best_of_newest(self.keyword_newest(match, newest), limit)
+        return best_of_newest(self.keyword_newest(match, newest, since), limit)
 
-    def match_count(self, match: str, limit: int | None) -> int:
+    def match_count(self, match: str, limit: int | None, since: int | None = None) -> int:
         query = parse_match(match)
         if not any(query.phrases) or (limit is not None and limit <= 0):
             return 0
         phrases = _stemmed_phrases(query)
-        if len(phrases) == 1 and len(phrases[0]) == 1 and not is_prefix(phrases[0]):
+        if since is not None and limit is not None and reads_postings(phrases):
+            # Words alone, from a lower id: the postings' ranges, newest first, up to `limit`
+            # (the GIN index would gather every row of each word before the range cuts them).
+            return len(self._keyword(match, "chunk_id DESC", limit, newest=True, since=since))
+        if (
+            since is None
+            and len(phrases) == 1
+            and len(phrases[0]) == 1
+            and not is_prefix(phrases[0])
+        ):
             # One word: its document frequency, kept with the keyword rows (no posting read).
             rows = self.db.execute(
                 "SELECT rows FROM memory_keyword_df WHERE token = %s", (phrases[0][0],)
             )
             found = int(rows[0][0]) if rows else 0
             return found if limit is None else min(found, limit)
-        statement, params = count_statement(phrases, query.operator, limit)
+        statement, params = count_statement(phrases, query.operator, limit, since)
         return int(self.db.execute(statement, params)[0][0])
 
     def in_scope(self, ids: list[int], generation: int, scopes: list[str]) -> set[int]:
