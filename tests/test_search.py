@@ -576,17 +576,23 @@ def test_when_common_words_meet_only_outside_the_window_the_rarest_is_ranked_alo
     queries = search_queries(idx.db)
     generation = generation_of(idx)
     both = [i for i, _ in queries.keyword_ranked('"anna" AND "dog"', 10)]
-    newest_first = sorted(
-        (i for i, _ in queries.keyword_ranked('"anna" OR "dog"', 50)), reverse=True
-    )
-    assert len(both) == 1 and len(newest_first) == 21
-    outside = newest_first.index(both[0])  # a window of this many newest chunks misses it
+    assert len(both) == 1
 
-    if outside:
-        match = common_term_match(queries, generation, ["anna", "dog"], 0.2, 1, window=outside)
-        assert match == KeywordMatch('"dog"')  # 9 chunks against Anna's 13
+    def newest_first(word: str) -> list[int]:
+        return sorted((i for i, _ in queries.keyword_ranked(f'"{word}"', 50)), reverse=True)
+
+    # A window of w reaches back to the lower of the two words' w-th newest chunk: the chunk
+    # with both is outside it while each word has at least w newer chunks.
+    outside = min(newest_first("anna").index(both[0]), newest_first("dog").index(both[0]))
+    assert outside > 0  # the chunk with both is the oldest of at least one word
+
+    match = common_term_match(queries, generation, ["anna", "dog"], 0.2, 1, window=outside)
+    assert match == KeywordMatch('"dog"')  # 9 chunks against Anna's 13
     match = common_term_match(queries, generation, ["anna", "dog"], 0.2, 1, window=outside + 1)
     assert match == KeywordMatch('"anna" AND "dog"', since=both[0])
+    # A word with fewer chunks than the window bounds the AND itself: no window at all.
+    match = common_term_match(queries, generation, ["anna", "dog"], 0.2, 1, window=10)
+    assert match == KeywordMatch('"anna" AND "dog"', since=None)
 
 
 def test_the_rank_cap_ranks_only_the_newest_matching_chunks(

@@ -224,17 +224,20 @@ def test_since_keeps_the_rows_from_that_id_on_with_the_same_ranks(
         assert queries.match_count(match, 1, since) == min(1, len(kept))
 
 
-def test_the_nth_newest_chunk_id_counts_down_from_the_highest(
-    index: MemoryIndex, open_queries: Opener
+@pytest.mark.parametrize("match", ['"anna"', '"dog" OR "bees"', '"walked the dog"', EVERY])
+def test_the_nth_newest_match_counts_down_from_the_highest_id(
+    index: MemoryIndex, open_queries: Opener, match: str
 ) -> None:
     queries = open_queries(index.db)
-    ids = sorted((i for i, _ in queries.keyword_ranked(EVERY, 100)), reverse=True)
-    n = queries.chunk_count(generation(index))
-    assert len(ids) == n >= 4
+    ids = [i for i, _ in queries.keyword_newest(match, 100)]
+    assert ids
 
-    assert [queries.newest_chunk_id(generation(index), k) for k in range(1, n + 1)] == ids
-    assert queries.newest_chunk_id(generation(index), n + 1) is None
-    assert queries.newest_chunk_id(generation(index) + 1, 1) is None
+    assert [queries.newest_match_id(match, k) for k in range(1, len(ids) + 1)] == ids
+    assert queries.newest_match_id(match, len(ids) + 1) is None
+    assert queries.newest_match_id(match, 0) is None
+    assert queries.newest_match_id('"walrus"', 1) is None
+    with pytest.raises(MalformedQuery):
+        queries.newest_match_id('"unclosed', 1)
 
 
 def test_in_scope_keeps_only_the_generation_and_scopes_asked_for(

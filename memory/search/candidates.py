@@ -15,11 +15,11 @@ from memory.text import fts_match_expression
 
 # Ranking this many rows costs FTS5 about a millisecond: below it no term is worth leaving out.
 COMMON_TERM_FLOOR = 2000
-# An AND of words that are all common is looked for among this many newest chunks: words each
-# held by thousands of chunks rarely meet, and finding where they do scanned their whole lists
-# (at 1M chunks on PostgreSQL, 145 ms at p95; bench/RESULTS.md). The vector side still sees
-# every chunk, and an index this small (about two years of a busy person's notes) is unchanged.
-COMMON_AND_WINDOW = 30_000
+# An AND of words that are all common is looked for only as far back as each of them has this
+# many chunks: words each held by tens of thousands of chunks may rarely meet, and finding where
+# they do read their whole lists (at 1M chunks on PostgreSQL, 145 ms at p95; bench/RESULTS.md).
+# The vector side still sees every chunk; a word held by fewer chunks bounds the AND itself.
+COMMON_AND_WINDOW = 20_000
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,9 @@ def common_term_match(
     A term found in more than `share` of the generation's chunks (and in more than `floor`,
     by default `COMMON_TERM_FLOOR`) is left out while a rarer one remains; terms found nowhere
     are left out too. When every term is that common, the chunks holding all of them (AND) are
-    what bm25 would rank first anyway, and far fewer to rank — looked for among the newest
-    `window` chunks of the generation only; if none there holds all, the rarest term alone.
+    what bm25 would rank first anyway, and far fewer to rank — looked for back to where the last
+    of them to get there has its `window`-th newest chunk (when each has that many; else
+    everywhere); if none there holds all, the rarest term alone.
     """
     if len(terms) < 2:
         return _expression(fts_match_expression(terms))
@@ -105,7 +106,7 @@ def common_term_match(
         return None
     every = fts_match_expression(found, operator="AND")
     if len(found) > 1 and every:
-        since = _window_start(queries, generation, version, window)
+        since = _window_start(queries, version, found, window)
         if _match_count(queries, every, 1, since):
             return KeywordMatch(every, since)
     # Counting stopped at the limit above: count the common terms in full to find the rarest.
@@ -133,18 +134,31 @@ def _match_count(
         return 0
 
 
-_window_starts: dict[tuple[str, int, str, int], int | None] = {}
+_newest_ids: dict[tuple[str, str, str, int], int | None] = {}
 
 
-def _window_start(queries: SearchQueries, generation: int, version: str, window: int) -> int | None:
-    """The id of the generation's `window`-th newest chunk (None: it has fewer), remembered per
-    index version."""
-    key = (queries.identity, generation, version, window)
-    if key not in _window_starts:
-        if len(_window_starts) > 64:
-            _window_starts.clear()
-        _window_starts[key] = queries.newest_chunk_id(generation, window)
-    return _window_starts[key]
+def _window_start(
+    queries: SearchQueries, version: str, terms: list[str], window: int
+) -> int | None:
+    """The lowest of the terms' `window`-th newest chunk ids; None when a term has fewer
+    chunks (an AND led by it reads no more than that). Each term's is remembered per index
+    version, as its count is."""
+    starts = []
+    for term in terms:
+        key = (queries.identity, version, term, window)
+        if key not in _newest_ids:
+            if len(_newest_ids) >= TERM_COUNTS_KEPT:
+                _newest_ids.clear()
+            match = fts_match_expression([term])
+            try:
+                _newest_ids[key] = queries.newest_match_id(match, window) if match else None
+            except MalformedQuery:
+                _newest_ids[key] = None
+        start = _newest_ids[key]
+        if start is None:
+            return None
+        starts.append(start)
+    return min(starts, default=None)
 
 
 _chunk_counts: dict[tuple[str, int, str], int] = {}

@@ -90,9 +90,9 @@ class SearchQueries(Protocol):
     def chunk_count(self, generation: int) -> int:
         """Chunks in the generation."""
 
-    def newest_chunk_id(self, generation: int, n: int) -> int | None:
-        """The id of the generation's `n`-th newest chunk (highest id first); None when it has
-        fewer than `n`."""
+    def newest_match_id(self, match: str, n: int) -> int | None:
+        """The id of the `n`-th newest chunk (highest id first) `match` finds, in any
+        generation; None when it finds fewer than `n`."""
 
     def keyword_ranked(self, match: str, limit: int) -> list[tuple[int, float]]:
         """(chunk id, bm25 rank) of the best `limit` chunks `match` finds, best first."""
@@ -163,12 +163,15 @@ class SqliteSearchQueries:
         )
         return [(int(i), float(r)) for i, r in rows]
 
-    def newest_chunk_id(self, generation: int, n: int) -> int | None:
-        rows = self.db.execute(
-            "SELECT id FROM memory_chunks WHERE +generation = ? ORDER BY id DESC LIMIT 1 OFFSET ?",
-            (generation, n - 1),
+    def newest_match_id(self, match: str, n: int) -> int | None:
+        if n <= 0:
+            return None
+        rows = self._keyword(
+            "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? ORDER BY rowid DESC "
+            "LIMIT 1 OFFSET ?",
+            (match, n - 1),
         )
-        return int(rows[0][0]) if rows and n > 0 else None
+        return int(rows[0][0]) if rows else None
 
     def keyword_newest(
         self, match: str, limit: int, since: int | None = None

@@ -175,7 +175,7 @@ def _df(phrase: Sequence[str], params: list[Any]) -> str:
     )
 
 
-def _matching(phrases: Sequence[Sequence[str]], operator: str, params: list[Any]) -> str:
+def matching(phrases: Sequence[Sequence[str]], operator: str, params: list[Any]) -> str:
     """The WHERE condition of the keyword rows matching `phrases` joined by `operator`, written
     for the GIN index: each phrase is a `tokens @> its tokens` lookup (OR: the index's bitmaps
     united; AND: all the tokens at once), and a phrase of several tokens has its order checked
@@ -219,7 +219,7 @@ def bm25_statement(
     several tokens is counted over the rows holding all of them). `since`: only the rows from
     that chunk id on."""
     cand_params: list[Any] = []
-    where = _since(_matching(phrases, operator, cand_params), since, cand_params)
+    where = _since(matching(phrases, operator, cand_params), since, cand_params)
     joined = f", {JOINED} AS joined" if any(len(p) > 1 for p in phrases) else ""
     candidates = f"SELECT chunk_id, tokens{joined} FROM memory_keywords WHERE {where}"
     if newest is not None:
@@ -373,7 +373,7 @@ def count_statement(
     counting stops at `limit`: no bm25, no row leaves PostgreSQL, and the GIN lookup ends at the
     limit (a common term's count costs what its first `limit` rows do)."""
     params: list[Any] = []
-    where = _since(_matching(phrases, operator, params), since, params)
+    where = _since(matching(phrases, operator, params), since, params)
     statement = f"SELECT 1 FROM memory_keywords WHERE {where}"
     if limit is not None:
         statement += " LIMIT %s"

@@ -21,6 +21,7 @@ from memory.store.postgres.keywords import (
     bm25_statement,
     count_statement,
     is_prefix,
+    matching,
     parse_match,
     postings_statement,
     reads_postings,
@@ -50,13 +51,26 @@ class PgSearchQueries:
         )
         return int(rows[0][0])
 
-    def newest_chunk_id(self, generation: int, n: int) -> int | None:
-        if n <= 0:
+    def newest_match_id(self, match: str, n: int) -> int | None:
+        query = parse_match(match)
+        if n <= 0 or not any(query.phrases):
             return None
-        rows = self.db.execute(
-            "SELECT id FROM memory_chunks WHERE generation = %s ORDER BY id DESC OFFSET %s LIMIT 1",
-            (generation, n - 1),
-        )
+        phrases = _stemmed_phrases(query)
+        if len(phrases) == 1 and reads_postings(phrases):
+            # One word: a backward range of its postings, no row read.
+            rows = self.db.execute(
+                "SELECT chunk_id FROM memory_keyword_postings WHERE token = %s "
+                "ORDER BY chunk_id DESC OFFSET %s LIMIT 1",
+                (phrases[0][0], n - 1),
+            )
+        else:
+            params: list[Any] = []
+            where = matching(phrases, query.operator, params)
+            rows = self.db.execute(
+                f"SELECT chunk_id FROM memory_keywords WHERE {where} ORDER BY chunk_id DESC "
+                "OFFSET %s LIMIT 1",
+                [*params, n - 1],
+            )
         return int(rows[0][0]) if rows else None
 
     def _keyword(
