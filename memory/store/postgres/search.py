@@ -57,11 +57,13 @@ class PgSearchQueries:
             return None
         phrases = _stemmed_phrases(query)
         if len(phrases) == 1 and reads_postings(phrases):
-            # One word: a backward range of its postings, no row read.
+            # One word: a backward range of its postings, no row read — unless its document
+            # frequency already says it has fewer.
             rows = self.db.execute(
-                "SELECT chunk_id FROM memory_keyword_postings WHERE token = %s "
-                "ORDER BY chunk_id DESC OFFSET %s LIMIT 1",
-                (phrases[0][0], n - 1),
+                "SELECT p.chunk_id FROM memory_keyword_df AS d, LATERAL (SELECT chunk_id FROM "
+                "memory_keyword_postings WHERE token = d.token ORDER BY chunk_id DESC "
+                "OFFSET %s LIMIT 1) AS p WHERE d.token = %s AND d.rows >= %s",
+                (n - 1, phrases[0][0], n),
             )
         else:
             params: list[Any] = []
