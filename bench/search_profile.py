@@ -129,6 +129,7 @@ def instrumented(index: Any, *, serial: bool, schedule: str) -> Iterator[None]:
 def _forget(index: Any) -> None:
     getattr(index, "_query_cache", {}).clear()
     getattr(candidates, "_term_counts", {}).clear()
+    getattr(candidates, "_newest_ids", {}).clear()
     ranking.text_stems.cache_clear()  # a new question's lines: none of their stems known yet
 
 
