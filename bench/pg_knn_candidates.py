@@ -34,6 +34,7 @@ from bench import speed_pg  # noqa: E402
 from bench.synthetic import TextSource  # noqa: E402
 from memory.embeddings.local_models import LocalE5Provider  # noqa: E402
 from memory.store.postgres.database import open_postgres  # noqa: E402
+from memory.store.postgres.vectors import floats_of  # noqa: E402
 
 ARMS = (
     (1000, True),
@@ -96,10 +97,12 @@ def run(
             source = TextSource(99, rich=True)
             asked = [provider.embed_query(source.question()) for _ in range(queries)]
         scopes = [r[0] for r in db.execute(f"SELECT DISTINCT scope FROM {table}")]
-        rows = db.execute(f"SELECT chunk_id, vector FROM {table}")
+        with db.transaction() as conn:  # each centroid once: pgvector's column is the vector
+            register_vector(conn)
+            rows = conn.execute(f"SELECT chunk_id, embedding FROM {table}", binary=True).fetchall()
         ids = np.array([int(r[0]) for r in rows])
-        matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype="<f4")
-        matrix = matrix.reshape(len(rows), -1)
+        matrix = np.vstack([floats_of(r[1]) for r in rows])
+        del rows
         matrix = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
         exact = [set(ids[np.argsort(-(matrix @ q))[:100]].tolist()) for q in asked]
         out = []
@@ -111,7 +114,7 @@ def run(
                         register_vector(conn)
                         started = time.perf_counter()
                         conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
-                        columns = "chunk_id, vector" if vectors else "chunk_id"
+                        columns = "chunk_id, embedding" if vectors else "chunk_id"
                         found = conn.execute(
                             f"SELECT {columns} FROM {table} WHERE scope = ANY(%s) "
                             "ORDER BY embedding <=> %s LIMIT %s",
