@@ -595,6 +595,29 @@ def test_when_common_words_meet_only_outside_the_window_the_rarest_is_ranked_alo
     assert match == KeywordMatch('"anna" AND "dog"', since=None)
 
 
+def test_one_common_word_among_unknown_ones_is_ranked_without_a_full_count(
+    common_words_index: MemoryIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memory.search import candidates as search
+    from memory.search.candidates import common_term_match
+    from memory.store.search_queries import search_queries
+
+    idx = common_words_index
+    limits: list[int | None] = []
+    real = search._match_count
+    monkeypatch.setattr(
+        search,
+        "_match_count",
+        lambda db, m, limit, *rest: limits.append(limit) or real(db, m, limit, *rest),
+    )
+    match = common_term_match(
+        search_queries(idx.db), generation_of(idx), ["anna", "walrus"], 0.2, floor=1
+    )
+
+    assert match == KeywordMatch('"anna"')
+    assert None not in limits  # no word counted to its end
+
+
 def test_the_rank_cap_ranks_only_the_newest_matching_chunks(
     common_words_index: MemoryIndex,
 ) -> None:

@@ -109,6 +109,8 @@ def common_term_match(
         since = _window_start(queries, version, found, window)
         if _match_count(queries, every, 1, since):
             return KeywordMatch(every, since)
+    if len(found) == 1:
+        return _expression(fts_match_expression(found))  # the rarest without counting it
     # Counting stopped at the limit above: count the common terms in full to find the rarest.
     return _expression(
         fts_match_expression(
