@@ -60,7 +60,8 @@ def test_the_gateway_stopped_by_sigterm_leaves_no_server_running(
             assert "calc  (stdio)  ready" in listed and "calc__add" in listed
         finally:
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=60) == 0
+            code = proc.wait(timeout=60)
+            assert code == 0, proc.stderr.read()[-3000:] if proc.stderr else code
     assert not [p for p in started if alive(p)]
 
 

@@ -374,9 +374,6 @@ class _StartError(Exception):
     pass
 
 
-PID_LOOKS, PID_LOOK_S = 20, 0.05  # how long the new server's pid is looked for: 1 s at most
-
-
 class _PidRecorder:
     """Wraps the stdio transport to learn the child's pid (for `pinch mcp list` and tests)."""
 
@@ -388,11 +385,7 @@ class _PidRecorder:
         before = _children()
         streams = await self.inner.__aenter__()
         args = self.owner.config.args  # servers started at the same time: match the arguments
-        for _ in range(PID_LOOKS):  # a loaded machine may show the new child a moment late
-            new = [p for p in _children() - before if not args or _cmdline(p)[-len(args) :] == args]
-            if new:
-                break
-            await asyncio.sleep(PID_LOOK_S)
+        new = [p for p in _children() - before if not args or _cmdline(p)[-len(args) :] == args]
         self.owner.pid = min(new) if new else None
         return streams
 

@@ -181,6 +181,9 @@ async def run_agents(
     try:
         health = await _start_health(agents[0], fleet)
         await fleet.first_beat()
+        if stop.is_set():  # told to stop while starting: a clean stop, not a failure to start
+            await beats
+            return 0
         if len(slots) == 1 and not fleet.served():  # one agent, served elsewhere: say so
             stop.set()
             await beats
