@@ -495,19 +495,29 @@ def test_a_very_common_word_is_left_out_of_the_keyword_query(
     assert match == KeywordMatch('"zeppelin"')
 
 
+def record_counts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str | None, int | None]]:
+    """Every count the common-word test makes, as (expression, limit), recorded as it runs."""
+    from memory.search import candidates as search
+
+    counted: list[tuple[str | None, int | None]] = []
+    real = search._match_count
+
+    def counting(db: object, match: str | None, limit: int | None, *rest: object) -> int:
+        counted.append((match, limit))
+        return real(db, match, limit, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(search, "_match_count", counting)
+    return counted
+
+
 def test_term_counts_are_remembered_until_the_index_changes(
     common_words_index: MemoryIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memory.search import candidates as search
     from memory.search.candidates import common_term_match
     from memory.store.search_queries import search_queries
 
     idx = common_words_index
-    counted: list[str | None] = []
-    real = search._match_count
-    monkeypatch.setattr(
-        search, "_match_count", lambda db, m, *rest: counted.append(m) or real(db, m, *rest)
-    )
+    counted = record_counts(monkeypatch)
     common_term_match(
         search_queries(idx.db), generation_of(idx), ["anna", "zeppelin"], 0.2, floor=1
     )
@@ -598,24 +608,17 @@ def test_when_common_words_meet_only_outside_the_window_the_rarest_is_ranked_alo
 def test_one_common_word_among_unknown_ones_is_ranked_without_a_full_count(
     common_words_index: MemoryIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memory.search import candidates as search
     from memory.search.candidates import common_term_match
     from memory.store.search_queries import search_queries
 
     idx = common_words_index
-    limits: list[int | None] = []
-    real = search._match_count
-    monkeypatch.setattr(
-        search,
-        "_match_count",
-        lambda db, m, limit, *rest: limits.append(limit) or real(db, m, limit, *rest),
-    )
+    counted = record_counts(monkeypatch)
     match = common_term_match(
         search_queries(idx.db), generation_of(idx), ["anna", "walrus"], 0.2, floor=1
     )
 
     assert match == KeywordMatch('"anna"')
-    assert None not in limits  # no word counted to its end
+    assert counted and all(limit is not None for _, limit in counted)  # none counted in full
 
 
 def test_the_rank_cap_ranks_only_the_newest_matching_chunks(
