@@ -191,12 +191,7 @@ def _run_search(
         )
     keyword: list[tuple[int, float]] = []
     if preset.keyword_weight > 0:
-        if preset.keyword_common_share is not None and preset.keyword_operator == "OR":
-            match: str | KeywordMatch | None = common_term_match(
-                queries, generation, terms, preset.keyword_common_share
-            )
-        else:
-            match = fts_match_expression(terms, operator=preset.keyword_operator)
+        match = _keyword_match(queries, generation, preset, terms)
         if match:
             keyword = keyword_candidates(
                 queries, generation, match, pool, scopes, preset.keyword_rank_cap
@@ -357,6 +352,21 @@ def _run_search(
     return hits
 
 
+def _keyword_match(
+    queries: SearchQueries,
+    generation: int,
+    preset: SearchPreset,
+    terms: list[str],
+    operator: str | None = None,
+) -> str | KeywordMatch | None:
+    """What the keyword side ranks for `terms`: without the very common words when the preset
+    leaves them out (`common_term_match`), else all of them joined by `operator` (by default
+    the preset's)."""
+    if preset.keyword_common_share is not None and preset.keyword_operator == "OR":
+        return common_term_match(queries, generation, terms, preset.keyword_common_share)
+    return fts_match_expression(terms, operator=operator or preset.keyword_operator)
+
+
 def _with_feedback(
     queries: SearchQueries,
     generation: int,
@@ -378,13 +388,7 @@ def _with_feedback(
     extra = feedback_terms(best, [c.text for c in texts.values()], terms, preset.feedback_terms)
     if not extra:
         return keyword
-    expanded = terms + extra
-    if preset.keyword_common_share is not None and preset.keyword_operator == "OR":
-        match: str | KeywordMatch | None = common_term_match(
-            queries, generation, expanded, preset.keyword_common_share
-        )
-    else:
-        match = fts_match_expression(expanded, operator="OR")
+    match = _keyword_match(queries, generation, preset, terms + extra, operator="OR")
     if not match:
         return keyword
     return keyword_candidates(queries, generation, match, pool, scopes, preset.keyword_rank_cap)
