@@ -41,7 +41,13 @@ _loaded_models: dict[tuple[str, ...], _LoadedModel] = {}
 _QUERY_CORES: dict[tuple[str, ...], int] = {}
 CALIBRATION_TEXT = "What did I tell you about the dentist appointment next week?"
 CALIBRATION_ROUNDS = 5
-MULTICORE_GAIN = 0.8  # two threads must take under 80 % of one thread's time
+# Two engine threads must take under 70 % of one thread's time. At 0.75-0.81 (this engine on the
+# machine of 2026-12-03 evening: 6.8-6.9 against 8.5-9.1 ms) a whole search was no faster with
+# them (embedded first on both cores rather than beside the keyword side: steady p50 / p95
+# 19.8-21.1 / 22.5-26.1 ms against 19.1-20.2 / 21.8-25.0 at 100k chunks), and cost 2.3 ms more
+# CPU a search and 45 MB for the second session (bench/RESULTS.md); at ≈ 0.5 (a slower machine:
+# 17.6-20.8 against 36 ms) it saves the search most of a core's embedding.
+MULTICORE_GAIN = 0.7
 _calibration_lock = threading.Lock()
 _loaded_models_lock = threading.Lock()
 
