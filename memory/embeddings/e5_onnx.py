@@ -210,9 +210,9 @@ def _graph(model: _Model) -> bytes:
 
     def linear(x: str, names: list[str], rows: int, cols: int, out: str) -> str:
         parts = [_q8(model.tensors[n + ".w"], rows, cols) for n in names]
-        packed, scales = [p for p, _ in parts], [s for _, s in parts]
+        codes, scales = [c for c, _ in parts], [s for _, s in parts]
         n_out = rows * len(names)
-        b = const(out + "_B", np.concatenate(packed))
+        b = const(out + "_B", np.concatenate(codes))
         s = const(out + "_S", np.concatenate(scales))
         bias = const(out + "_b", np.concatenate([f32(n + ".b") for n in names]))
         nodes.append(
@@ -380,18 +380,20 @@ class OnnxE5:
                 # Activations come and go with the batch: without the arena their memory goes
                 # back after each call (with it, a 300-text call kept 250 MB for good).
                 options.enable_cpu_mem_arena = False
-                graph, cached = _cached_graph(self._path, self._model)
-                try:
-                    session = self._ort.InferenceSession(
+
+                def load(graph: bytes) -> Any:
+                    return self._ort.InferenceSession(
                         graph, options, providers=CPU, disabled_optimizers=UNFUSED
                     )
+
+                graph, cached = _cached_graph(self._path, self._model)
+                try:
+                    session = load(graph)
                 except Exception:
                     if not cached:
                         raise
-                    graph, _ = _cached_graph(self._path, self._model, rebuild=True)  # damaged
-                    session = self._ort.InferenceSession(
-                        graph, options, providers=CPU, disabled_optimizers=UNFUSED
-                    )
+                    rebuilt, _ = _cached_graph(self._path, self._model, rebuild=True)  # damaged
+                    session = load(rebuilt)
                 self._sessions[threads] = session
             return self._sessions[threads]
 
