@@ -38,7 +38,7 @@ def main() -> None:
     p.add_argument(
         "--cache-bits",
         type=int,
-        choices=[4, 6, 8],
+        choices=[4, 6, 7, 8],
         help="measure with the cache's codes of this width (memory/store/cache_codec.py "
         "CACHE_BITS): the compaction rewrites them",
     )

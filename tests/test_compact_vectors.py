@@ -24,7 +24,7 @@ from memory.store.vector_codec import (
     decode_many,
     encode,
     encode_many,
-    is_4bit,
+    is_7bit,
     is_quantised,
 )
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
@@ -88,7 +88,8 @@ def test_passages_and_centroids_are_stored_once_and_search_reads_them(
     assert rows(idx, "SELECT count(*) FROM memory_units WHERE vector IS NOT NULL")[0][0] == 0
     assert rows(idx, "SELECT count(*) FROM memory_chunks WHERE centroid IS NOT NULL")[0][0] == 0
     cached = rows(idx, "SELECT vector FROM embedding_cache")
-    assert cached and all(len(v) == 512 + 6 for (v,) in cached)  # 8-bit codes (CACHE_BITS)
+    # 7-bit codes around the model's center (cache_codec.CACHE_BITS)
+    assert cached and all(is_7bit(v) and len(v) == 512 * 7 // 8 + 6 for (v,) in cached)
     ids = [r[0] for r in rows(idx, "SELECT id FROM memory_chunks")]
     found = search_queries(idx.db).passage_vectors(ids)
     with idx.db.lock:
@@ -148,10 +149,7 @@ def test_an_older_index_is_searched_as_it_is_then_rebuilt_and_compacted_losing_n
     assert reclaimable(idx.db) > 0
     compact(idx.db)
     assert cache_slack(idx.db.conn).float_rows == 0
-    assert all(
-        is_quantised(v) and not is_4bit(v)
-        for (v,) in rows(idx, "SELECT vector FROM embedding_cache")
-    )
+    assert all(is_7bit(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache"))
     assert [(h.path, h.start_line) for h in idx.search("who lost a compass")] == before
 
 

@@ -27,14 +27,18 @@ from memory.store.vector_codec import (
     decode,
     decode4_many,
     decode6_many,
+    decode7_many,
     decode_centered_many,
     encodable6,
+    encodable7,
     encode,
     encode4_many,
     encode6_many,
+    encode7_many,
     encode_many,
     is_4bit,
     is_6bit,
+    is_7bit,
     is_centered,
     is_quantised,
 )
@@ -138,6 +142,36 @@ def test_a_6bit_vector_is_three_quarters_of_the_8bit_one_and_nearly_as_close() -
     assert np.allclose(together[1:3], decode4_many(mixed[1:3], center))
     # a width whose 6-bit length a float32 blob could have stays 8-bit in the cache
     assert encodable6(384) and encodable6(512) and not encodable6(24)
+
+
+def test_a_7bit_vector_saves_48_bytes_and_is_as_close_as_the_8bit_one() -> None:
+    docs, query, center = e5_like(6)
+
+    blobs = encode7_many(docs, center)
+
+    assert all(is_7bit(b) and is_centered(b) and len(b) == 384 * 7 // 8 + 6 for b in blobs)
+    back = decode7_many(blobs, center)
+    with pytest.raises(ValueError):
+        decode(blobs[0])  # never read without its center
+    error = np.abs(back @ query - docs @ query)
+    eight = np.abs(np.array([decode(b) for b in encode_many(docs)]) @ query - docs @ query)
+    six = np.abs(decode6_many(encode6_many(docs, center), center) @ query - docs @ query)
+    assert error.mean() < 1.5 * eight.mean() and error.mean() < six.mean() * 0.7
+    # each component within half a step of the residual's largest, the center itself exact;
+    # every one of the 127 codes (the grid's ends included) read back where it was written
+    steps = np.abs(docs - center).max(axis=1, keepdims=True) / 63
+    assert (np.abs(back - docs) <= steps / 2 + 1e-6).all()
+    assert (decode7_many(encode7_many(center[None, :], center), center) == center).all()
+    grid = np.tile(np.arange(-63, 64, dtype=np.float32), 4)[:384] / 63
+    exact = decode7_many(encode7_many((center + grid)[None, :], center), center)[0]
+    assert np.allclose(exact - center, grid, atol=1e-6)
+    # 6- and 7-bit rows of one model read back together, in their order
+    mixed = [blobs[0], *encode6_many(docs[1:3], center), blobs[3]]
+    together = decode_centered_many(mixed, center)
+    assert np.allclose(together[[0, 3]], back[[0, 3]])
+    assert np.allclose(together[1:3], decode6_many(mixed[1:3], center))
+    # a width whose 7-bit length a float32 blob could have stays 8-bit in the cache
+    assert encodable7(384) and encodable7(512) and not encodable7(48)
 
 
 # ---- contentless keywords: deletes and edits stay exact ---------------------------------------
@@ -250,7 +284,7 @@ def previous_layout(idx: MemoryIndex) -> None:
             conn.executemany(f"DELETE FROM {table} WHERE name = ?", [(n,) for n in names])
 
 
-@pytest.mark.parametrize("bits", [8, 6, 4])
+@pytest.mark.parametrize("bits", [8, 7, 6, 4])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
     make_workspace: WorkspaceFactory,
@@ -288,6 +322,8 @@ def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
         assert all(is_4bit(v) for v in cached)
     elif bits == 6:
         assert all(is_6bit(v) for v in cached)
+    elif bits == 7:
+        assert all(is_7bit(v) for v in cached)
     else:  # 8-bit codes stay as they were
         assert all(is_quantised(v) and not is_4bit(v) for v in cached)
     for gone in ("memory_units_by_generation", "memory_chunks_by_hash"):
@@ -302,12 +338,12 @@ def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
     idx.db.execute("INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')")
 
 
-@pytest.mark.parametrize("bits", [4, 6])
+@pytest.mark.parametrize("bits", [4, 6, 7])
 def test_a_models_center_comes_from_a_batch_big_enough_and_older_rows_follow_on_compaction(
     tmp_path: Any, bits: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(cache_codec, "CACHE_BITS", bits)
-    coded = is_4bit if bits == 4 else is_6bit
+    coded = {4: is_4bit, 6: is_6bit, 7: is_7bit}[bits]
     db = open_database(tmp_path / "agent.sqlite", vector_backend="numpy")
     try:
         cache = SqliteEmbeddingCache(db)

@@ -17,12 +17,12 @@ import pytest
 
 from memory.errors import DatabaseError
 from memory.index.index import MemoryIndex
+from memory.store.cache_codec import float32_from_cache
 from memory.store.compact import compact
 from memory.store.index_embedcache import ModelKey, SqliteEmbeddingCache, prune_orphans
 from memory.store.passage_pack import spans_of
 from memory.store.search_queries import search_queries
 from memory.store.transfer_sqlite import SqliteSource
-from memory.store.vector_codec import decode_many
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
 from tests.layout_support import m013_layout
 from tests.migrate_support import sqlite_hashes
@@ -47,6 +47,18 @@ def passages(idx: MemoryIndex) -> tuple[list[tuple[int, int, int]], np.ndarray]:
     found = search_queries(idx.db).passage_vectors(ids)
     assert found is not None
     return found.spans, found.matrix
+
+
+def cache_model(conn: Any) -> tuple[str, str, int]:
+    """The one model the test's cache holds vectors of (provider, model, dimensions), in
+    either layout (named by a number since m014, in the row before)."""
+    numbered = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'embedding_models'"
+    ).fetchone()
+    table = "embedding_models" if numbered else "embedding_cache"
+    provider, model = conn.execute(f"SELECT DISTINCT provider, model FROM {table}").fetchone()
+    (dims,) = conn.execute("SELECT DISTINCT dimensions FROM embedding_cache").fetchone()
+    return provider, model, int(dims)
 
 
 def named_ids(idx: MemoryIndex) -> set[int]:
@@ -91,10 +103,15 @@ def test_an_index_in_the_layout_before_upgrades_keeping_every_answer_vector_and_
         # own (an index older than the cache's vectors): it keeps its rows
         conn.execute("UPDATE memory_units SET cache_row = cache_row + 1 WHERE id = 1")
         (own,) = conn.execute("SELECT max(chunk_id) FROM memory_units").fetchone()
-        conn.execute(
-            "UPDATE memory_units SET vector = (SELECT c.vector FROM embedding_cache c "
-            "WHERE c.rowid = memory_units.cache_row) WHERE chunk_id = ?",
+        own_rows = conn.execute(
+            "SELECT u.id, c.vector FROM memory_units u JOIN embedding_cache c "
+            "ON c.rowid = u.cache_row WHERE u.chunk_id = ?",
             (own,),
+        ).fetchall()
+        floats = float32_from_cache(conn, cache_model(conn), [v for _, v in own_rows])
+        conn.executemany(  # (as such an index kept them: float32)
+            "UPDATE memory_units SET vector = ? WHERE id = ?",
+            [(f, i) for (i, _), f in zip(own_rows, floats, strict=True)],
         )
     assert rows(idx, "SELECT count(*) FROM memory_units")[0][0] > 0
     idx.close()
@@ -227,5 +244,10 @@ def test_the_passage_read_gives_each_passage_its_own_vector_and_skips_a_lost_one
         if ref != lost
     ]
     assert found.spans == [(c, s, e) for c, s, e, _ in expected]
-    one_by_one = [decode_many([cached[r]])[0] for *_, r in expected]
+    with idx.db.lock:
+        model = cache_model(idx.db.conn)
+        one_by_one = [
+            np.frombuffer(float32_from_cache(idx.db.conn, model, [cached[r]])[0], dtype="<f4")
+            for *_, r in expected
+        ]
     assert np.array_equal(found.matrix, np.stack(one_by_one))

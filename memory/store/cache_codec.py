@@ -1,9 +1,9 @@
-"""The embedding cache's vectors as stored (feature "size", issue 22): 8-bit codes by default,
-or 6- or 4-bit codes around the model's center (memory/store/vector_codec.py `encode6_many`,
-`encode4_many`: 294 / 198 bytes at 384 dimensions; 8-bit where the width does not allow them),
-the centers themselves, and what rewrites an older version's wider rows. No database handle
-here, only a connection inside the caller's transaction: the cache (index_embedcache.py), the
-migrations and `pinch migrate` use it.
+"""The embedding cache's vectors as stored (feature "size", issue 22): 7-bit codes around the
+model's center by default (memory/store/vector_codec.py `encode7_many`: 342 bytes at 384
+dimensions), or 6- or 4-bit ones (`encode6_many`, `encode4_many`: 294 / 198 bytes), 8-bit
+codes of the whole vector where the width does not allow them; the centers themselves, and what
+rewrites an older version's wider rows. No database handle here, only a connection inside the
+caller's transaction: the cache (index_embedcache.py), the migrations and `pinch migrate` use it.
 
 A model's center is written once, by the first batch of at least `CENTER_SAMPLE` vectors
 cached for it (the batch's mean; smaller batches before it are stored 8-bit), in
@@ -24,39 +24,44 @@ from memory.store.vector_codec import (
     encodable,
     encodable4,
     encodable6,
+    encodable7,
     encode,
     encode4_many,
     encode6_many,
+    encode7_many,
     is_centered,
     is_compact,
 )
 
 ModelTriple = tuple[str, str, int]  # provider, model, dimensions
 
-# The cache's codes: 8-bit by default. 4-bit codes around the model's center halve the
-# cache (≈ 95 MB less at 100k chunks) and are built and tested, but are not the default: on
-# the survival bench's reworded questions they found one fact fewer than 8-bit (44 vs 45/50,
-# with the issue-20 ranking), on LoCoMo conv-26 the vector preset lost 0.027 MRR, and on a
-# small index (a new user's first notes) the center comes from few vectors and moves scores
-# at the relevance floor. 6-bit codes (≈ 52 MB less at 100k) lost two reworded questions
-# (45 → 43/50) and three LoCoMo multi-hop ones (72 → 69/142) where 8-bit gives float32's
-# figures (bench/RESULTS.md, 2026-12-03 08:30). Set to 6 or 4 to measure them; rows of any
-# form read back alike.
-CACHE_BITS = 8
+# The cache's codes: 7-bit codes of the vector minus its model's center by default (2026-12-03,
+# bench/RESULTS.md): 48 bytes a vector less than the 8-bit codes of the whole vector (23 MB at
+# 100k chunks) for the same score error (0.00026 against 0.00023 on LoCoMo turns); LoCoMo and
+# MADial at every preset within one question of 8-bit, the survival bench over four
+# conversations 168 against 169 reworded facts found, Active Memory 160 against 159. 4-bit codes
+# (≈ 95 MB less than 8-bit at 100k) found one reworded fact fewer and cost the vector preset
+# 0.027 MRR on LoCoMo conv-26; 6-bit codes (≈ 52 MB less) two reworded questions (45 → 43/50)
+# and three LoCoMo multi-hop ones (72 → 69/142) (bench/RESULTS.md, 2026-12-03 08:30). Set to 8,
+# 6 or 4 to measure them; rows of any form read back alike, and a compaction rewrites wider ones.
+CACHE_BITS = 7
 
 
-# The width a centered form needs (a whole number of bytes, a length float32 never has).
-_CENTERED_WIDTH = {4: 8, 6: 16}
+# The width a centered form needs (a whole number of bytes, a length float32 never has), what
+# tells a width it fits, and the encoder.
+_CENTERED_WIDTH = {4: 8, 6: 16, 7: 32}
+_ENCODABLE = {4: encodable4, 6: encodable6, 7: encodable7}
+_ENCODERS = {4: encode4_many, 6: encode6_many, 7: encode7_many}
 
 
 def _centered(dims: int) -> bool:
-    """Whether the cache's form for vectors of this width is a centered one (4- or 6-bit)."""
-    return (CACHE_BITS == 4 and encodable4(dims)) or (CACHE_BITS == 6 and encodable6(dims))
+    """Whether the cache's form for vectors of this width is a centered one (4-, 6- or 7-bit)."""
+    return CACHE_BITS in _ENCODABLE and _ENCODABLE[CACHE_BITS](dims)
 
 
 def wide_vectors() -> str:
     """SQL: the cached vectors stored wider than the cache's form (float32; and 8-bit codes
-    when the cache is 6- or 4-bit), which a compaction rewrites."""
+    when the cache is 7-, 6- or 4-bit), which a compaction rewrites."""
     float32 = "(length(vector) = 4 * dimensions AND dimensions % 4 = 0)"
     if CACHE_BITS not in _CENTERED_WIDTH:
         return float32
@@ -70,7 +75,7 @@ def stored_size_sql() -> str:
     """SQL: the bytes a cached vector takes in the cache's form."""
     if CACHE_BITS not in _CENTERED_WIDTH:
         return "dimensions + 6"
-    size = "dimensions / 2" if CACHE_BITS == 4 else "dimensions * 3 / 4"
+    size = {4: "dimensions / 2", 6: "dimensions * 3 / 4", 7: "dimensions * 7 / 8"}[CACHE_BITS]
     width = _CENTERED_WIDTH[CACHE_BITS]
     return f"CASE WHEN dimensions % {width} = 0 THEN {size} + 6 ELSE dimensions + 6 END"
 
@@ -109,10 +114,10 @@ def _ensure_center(conn: Any, model: ModelTriple, sample: np.ndarray) -> np.ndar
 
 
 def encode_for_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> list[bytes]:
-    """float32 vectors of `model` as the cache stores them (6- or 4-bit around the model's
-    center, written now if it is the first batch; 8-bit by default and when the width does not
-    allow the centered form; blobs of
-    another length as they are), inside the caller's transaction."""
+    """float32 vectors of `model` as the cache stores them (7-, 6- or 4-bit around the model's
+    center, written now if it is the first batch; 8-bit when `CACHE_BITS` is 8, when the width
+    does not allow the centered form, and before the model has a center; blobs of another length
+    as they are), inside the caller's transaction."""
     dims = int(model[2])
     out = [bytes(b) for b in blobs]
     wide = [i for i, b in enumerate(out) if len(b) == 4 * dims and encodable(dims)]
@@ -127,7 +132,7 @@ def encode_for_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> l
     if center is None:
         coded = [encode(v) for v in floats]
     else:
-        coded = (encode4_many if CACHE_BITS == 4 else encode6_many)(floats, center)
+        coded = _ENCODERS[CACHE_BITS](floats, center)
     for i, blob in zip(wide, coded, strict=True):
         out[i] = blob
     return out

@@ -7,9 +7,9 @@ It is also where a passage's vector lives: a packed passage names its cache row 
 vector is stored once. Since migration m014 a row has an explicit id (`INTEGER PRIMARY KEY
 AUTOINCREMENT`: a VACUUM keeps it, a deleted row's id is never handed out again), names its
 provider and model by a small number (`embedding_models`) and its time in whole seconds.
-Vectors are handed in and out as float32 blobs and stored as 8-bit codes (or 4-bit codes
-around their model's center: memory/store/cache_codec.py `CACHE_BITS`); rows written in another
-form read the same, and wider ones are rewritten by `requantise` (and by migration m011). Keys
+Vectors are handed in and out as float32 blobs and stored as 7-bit codes around their model's
+center (or 8-, 6- or 4-bit codes: memory/store/cache_codec.py `CACHE_BITS`); rows written in
+another form read the same, and wider ones are rewritten by `requantise` (and by migration m011). Keys
 are kept as the hash's 32 bytes (memory/store/content_hash.py `stored_hash`) and handed out as
 the hex text they came in as.
 """
@@ -56,7 +56,7 @@ class EmbeddingCacheRepository(Protocol):
 
     Promises: (provider, model, hash) is unique — `put` replaces an existing vector; a lookup
     returns only vectors of the same provider, model and dimensions, as float32 blobs (SQLite keeps
-    a float32 vector of the key's width as 4-bit codes around the model's center, or 8-bit: it
+    a float32 vector of the key's width as 7-bit codes around the model's center, or 8-bit: it
     comes back close to what went in, memory/store/cache_codec.py; other blobs come back as they
     went in); `put` writes
     inside the caller's transaction, so a batch is cached with whatever else that transaction
@@ -196,8 +196,8 @@ def cached_vectors(
 def stored_vectors(
     db: Database, generation: int, hashes: Sequence[StoredHash], rows: Sequence[int | None] = ()
 ) -> tuple[dict[StoredHash, bytes], tuple[str, str, int] | None]:
-    """`cached_vectors` as stored (4-bit, 8-bit or float32 blobs), and the generation's model
-    (whose center decodes the 4-bit ones: cache_codec.center_of)."""
+    """`cached_vectors` as stored (coded or float32 blobs), and the generation's model
+    (whose center decodes the centered ones: cache_codec.center_of)."""
     with db.lock:
         key = _generation_key(db.conn, generation)
         mid = None if key is None else model_id(db.conn, str(key[0]), str(key[1]))
@@ -239,8 +239,8 @@ class CacheSlack:
 
     orphan_rows: int  # vectors no passage of the index names (older than the grace period)
     orphan_bytes: int
-    float_rows: int  # vectors still float32 or 8-bit (written by an older version)
-    float_saving: int  # bytes their 4-bit form saves
+    float_rows: int  # vectors stored wider than the cache's form (by an older version)
+    float_saving: int  # bytes the cache's form saves
 
     @property
     def bytes(self) -> int:
@@ -297,5 +297,5 @@ def prune_orphans(conn: Any, now: float | None = None) -> int:
 
 def requantise(db: Database) -> int:
     """Rewrite cached vectors an older version stored wider (float32, 8-bit codes) in the
-    cache's form (4-bit codes), a batch per transaction; returns how many."""
+    cache's form (7-bit codes by default), a batch per transaction; returns how many."""
     return in_batches(db, shrink_batch)

@@ -286,12 +286,17 @@ class SqliteSearchQueries:
         """The kept blobs as one float32 matrix: the cache's centered ones decoded around their
         model's center in one go (cache_codec), the rest as vector_codec.decode_many reads them."""
         blobs = [b for _, b, _ in kept]
-        if not {b[:2] for b in blobs} & CENTERED_MAGICS:  # (one set, not a call per blob)
+        magics = {b[:2] for b in blobs}  # (sets, not a call per blob: ≈ 0.3 ms at 950)
+        if not magics & CENTERED_MAGICS:
             return decode_many(blobs)
-        by_gen: dict[int, list[int]] = {}
-        for i, (_, blob, gen) in enumerate(kept):
-            if gen is not None and is_centered(blob):
-                by_gen.setdefault(gen, []).append(i)
+        gens = {gen for _, _, gen in kept}
+        if len(gens) == 1 and None not in gens and magics <= CENTERED_MAGICS:
+            by_gen = {next(iter(gens)): list(range(len(kept)))}  # the usual case
+        else:
+            by_gen = {}
+            for i, (_, blob, gen) in enumerate(kept):
+                if gen is not None and is_centered(blob):
+                    by_gen.setdefault(gen, []).append(i)
         if not by_gen:
             return decode_many(blobs)
         for gen in by_gen:  # read by the join above: the generation's model is still wanted

@@ -254,16 +254,18 @@ class _SqliteTables:
         return out
 
     def _cache_vectors(self, columns: Sequence[str], found: Rows) -> Rows:
-        """embedding_cache rows with each vector as float32 (a 4-bit one decoded around its
-        model's center, memory/store/cache_codec.py)."""
+        """embedding_cache rows with each vector as float32 (a centered one decoded around its
+        model's center, memory/store/cache_codec.py: one call per model, not per row)."""
         names = list(columns)
         at, model_at = names.index("vector"), [names.index(c) for c in _MODEL]
-        out: Rows = []
-        for row in found:
-            model = tuple(row[i] for i in model_at)
-            (blob,) = float32_from_cache(self.conn, model, [row[at]])
-            out.append((*row[:at], blob, *row[at + 1 :]))
-        return out
+        by_model: dict[tuple[Any, ...], list[int]] = {}
+        for i, row in enumerate(found):
+            by_model.setdefault(tuple(row[j] for j in model_at), []).append(i)
+        floats: dict[int, bytes] = {}
+        for model, rows in by_model.items():
+            blobs = float32_from_cache(self.conn, model, [found[i][at] for i in rows])
+            floats.update(zip(rows, blobs, strict=True))
+        return [(*row[:at], floats[i], *row[at + 1 :]) for i, row in enumerate(found)]
 
     def counters(self) -> dict[str, int]:
         if "sqlite_sequence" not in self._master():

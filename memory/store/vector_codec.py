@@ -85,8 +85,8 @@ def is_4bit(blob: bytes) -> bool:
 
 
 def is_compact(blob: bytes) -> bool:
-    """A coded form (8-, 6- or 4-bit codes), not float32."""
-    return len(blob) % 4 == 2 and blob[:2] in (MAGIC, MAGIC4, MAGIC6)
+    """A coded form (8-, 7-, 6- or 4-bit codes), not float32."""
+    return len(blob) % 4 == 2 and blob[:2] in (MAGIC, MAGIC4, MAGIC6, MAGIC7)
 
 
 def encodable4(dimensions: int) -> bool:
@@ -174,27 +174,86 @@ def is_6bit(blob: bytes) -> bool:
     return len(blob) % 4 == 2 and blob[:2] == MAGIC6
 
 
-CENTERED_MAGICS = frozenset((MAGIC4, MAGIC6))
+# 7-bit codes (issue 22): `b"c7"`, a float32 scale, then the codes in seven planes of d / 8
+# bytes: the codes are eight runs of d / 8, plane k holds run k's codes in its bytes' low seven
+# bits and bit k of run 7's in their top bit (each run read back with whole-byte operations on
+# contiguous bytes: 0.44 ms for a search's 950 vectors, 0.61 packed as one 56-bit word per
+# eight codes). `7 d / 8 + 6` bytes (342 at 384 dimensions). The residual from the model's
+# center on a uniform grid of 127 steps around 0 whose end is the residual's largest component
+# (code 64 is 0): on 2,760 LoCoMo turns a score error of 0.00026 on average — what the 8-bit
+# codes of the whole vector give (0.00023), in 48 bytes less a vector.
+MAGIC7 = b"c7"
+_STEPS7 = 63
+
+
+def encodable7(dimensions: int) -> bool:
+    """Whether vectors of this width can be stored as 7-bit codes (whole bytes, and a length
+    that no float32 blob has: 7 d / 8 + 6 is 2 more than a multiple of 4 when d % 32 == 0)."""
+    return dimensions > 0 and dimensions % 32 == 0
+
+
+def encode7_many(vectors: np.ndarray, center: np.ndarray) -> list[bytes]:
+    """Vectors (n, d) as 7-bit blobs around `center` (d,) (the width must be `encodable7`)."""
+    x = np.asarray(vectors, dtype=np.float32) - np.asarray(center, dtype=np.float32)[None, :]
+    peak = np.abs(x).max(axis=1) if x.size else np.zeros(len(x), dtype=np.float32)
+    scales = (peak / _STEPS7).astype(np.float32)  # 0 for the center itself: it decodes exactly
+    steps = np.rint(x / np.where(scales > 0, scales, 1.0)[:, None])
+    runs = (np.clip(steps, -_STEPS7, _STEPS7) + 64).astype(np.uint8).reshape(len(x), 8, -1)
+    planes = runs[:, :7, :].copy()
+    for k in range(7):
+        planes[:, k, :] |= ((runs[:, 7, :] >> k) & 1) << 7
+    head = scales.astype("<f4").tobytes()
+    return [
+        MAGIC7 + head[4 * i : 4 * i + 4] + row.tobytes()
+        for i, row in enumerate(planes.reshape(len(x), -1))
+    ]
+
+
+def decode7_many(blobs: Sequence[bytes], center: np.ndarray) -> np.ndarray:
+    """7-bit blobs of one width (from `encode7_many` with the same `center`) as float32 (n, d)."""
+    joined = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), -1)
+    scales = joined[:, 2:HEADER].copy().view("<f4").reshape(-1)
+    planes = joined[:, HEADER:].reshape(len(blobs), 7, -1)
+    runs = np.empty((len(blobs), 8, planes.shape[2]), dtype=np.uint8)
+    np.bitwise_and(planes, 0x7F, out=runs[:, :7, :])
+    last = runs[:, 7, :]
+    np.right_shift(planes[:, 0, :], 7, out=last)
+    for k in range(1, 7):
+        last |= (planes[:, k, :] >> 7) << k
+    steps = runs.view(np.int8)
+    steps -= 64
+    out = steps.reshape(len(blobs), -1).astype(np.float32)
+    out *= scales[:, None]
+    out += np.asarray(center, dtype=np.float32)[None, :]
+    return out
+
+
+def is_7bit(blob: bytes) -> bool:
+    return len(blob) % 4 == 2 and blob[:2] == MAGIC7
+
+
+CENTERED_MAGICS = frozenset((MAGIC4, MAGIC6, MAGIC7))
+_CENTERED_DECODERS = {MAGIC4: decode4_many, MAGIC6: decode6_many, MAGIC7: decode7_many}
 
 
 def is_centered(blob: bytes) -> bool:
-    """A vector coded around its model's center (4- or 6-bit): decoded with that center."""
+    """A vector coded around its model's center (4-, 6- or 7-bit): decoded with that center."""
     return len(blob) % 4 == 2 and blob[:2] in CENTERED_MAGICS
 
 
 def decode_centered_many(blobs: Sequence[bytes], center: np.ndarray) -> np.ndarray:
-    """Centered blobs of one width (4- or 6-bit, mixed or not) as float32 (n, d)."""
+    """Centered blobs of one width (4-, 6- or 7-bit, mixed or not) as float32 (n, d)."""
     if not blobs:
         return np.zeros((0, len(center)), dtype=np.float32)
-    sixes = [i for i, b in enumerate(blobs) if b[:2] == MAGIC6]
-    if len(sixes) == len(blobs):
-        return decode6_many(blobs, center)
-    if not sixes:
-        return decode4_many(blobs, center)
+    magics = {bytes(b[:2]) for b in blobs}
+    if len(magics) == 1:  # the usual case: one form (a set: no Python step per blob)
+        return _CENTERED_DECODERS[magics.pop()](blobs, center)
+    forms: dict[bytes, list[int]] = {}
+    for i, b in enumerate(blobs):
+        forms.setdefault(bytes(b[:2]), []).append(i)
     out = np.empty((len(blobs), len(center)), dtype=np.float32)
-    fours = [i for i, b in enumerate(blobs) if b[:2] != MAGIC6]
-    out[sixes] = decode6_many([blobs[i] for i in sixes], center)
-    out[fours] = decode4_many([blobs[i] for i in fours], center)
+    for magic, at in forms.items():
+        out[at] = _CENTERED_DECODERS[magic]([blobs[i] for i in at], center)
     return out
 
 
