@@ -111,6 +111,26 @@ def test_the_boost_lifts_only_the_active_projects_hits() -> None:
     assert Candidate(1, "a", "memory", "owner", 1, 1, "x", None, None).project is None
 
 
+PRECISION = 3e-3  # how far a stored vector's codes can move a score (GOLD: float32)
+
+
+def clear_of(score: float, floor: float) -> bool:
+    """Whether a score is further from the preset's min_score than storage precision."""
+    return abs(score - floor) >= PRECISION
+
+
+def tied_groups(scores: list[float], within: float = PRECISION) -> list[int]:
+    """The sizes of the runs of scores (best first) each within `within` of the one before:
+    the order of hits inside a run is storage precision, the runs' order is not."""
+    sizes: list[int] = []
+    for i, score in enumerate(scores):
+        if i and abs(scores[i - 1] - score) < within:
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+    return sizes
+
+
 @pytest.mark.usefixtures("use_model")
 @pytest.mark.parametrize("project", [None, "apollo"])
 def test_without_tags_search_is_exactly_what_it_was(
@@ -132,11 +152,20 @@ def test_without_tags_search_is_exactly_what_it_was(
         for name, preset in (("pinch", before_issue_20), ("openclaw", get_preset("openclaw"))):
             hits = idx.search(query, preset=preset, now=NOW, record=False, project=project)
             gold = GOLD[f"{name}|{query}"]
-            got = [(h.path, h.start_line, h.end_line) for h in hits]
-            assert got == [g[:3] for g in gold], (name, query)
-            # GOLD's scores came from float32 vectors; stored as 8-bit codes (issue 22) a cosine
-            # moves by at most ≈ 0.002.
-            assert [h.score for h in hits] == pytest.approx([g[3] for g in gold], abs=3e-3)
+            # GOLD's scores came from float32 vectors; stored as codes (issue 22: centroids
+            # 8-bit, passages 7-bit) a cosine moves by at most ≈ 0.002, so hits GOLD scores
+            # closer than that may trade places, and a hit that close to the preset's
+            # min_score may be kept or not — and nothing else may change.
+            floor = preset.min_score
+            got = {
+                (h.path, h.start_line, h.end_line): h.score
+                for h in hits
+                if clear_of(h.score, floor)
+            }
+            gold = [g for g in gold if clear_of(g[3], floor)]
+            assert set(got) == {g[:3] for g in gold}, (name, query)
+            assert [got[g[:3]] for g in gold] == pytest.approx([g[3] for g in gold], abs=PRECISION)
+            assert tied_groups(list(got.values())) == tied_groups([g[3] for g in gold]), query
         with_project = idx.search(query, now=NOW, record=False, project=project)
         without = idx.search(query, now=NOW, record=False)
         assert [(h.path, h.start_line, h.score) for h in with_project] == [

@@ -129,13 +129,14 @@ def encode_for_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> l
     if center is None and centered and len(wide) >= CENTER_SAMPLE:
         center = _ensure_center(conn, model, floats)
     # (no center yet and too few to make a good one: 8-bit until a compaction rewrites them)
-    if center is None:
-        coded = [encode(v) for v in floats]
-    else:
-        coded = _ENCODERS[CACHE_BITS](floats, center)
+    coded = [encode(v) for v in floats] if center is None else _encode(floats, center)
     for i, blob in zip(wide, coded, strict=True):
         out[i] = blob
     return out
+
+
+def _encode(floats: np.ndarray, center: np.ndarray) -> list[bytes]:
+    return _ENCODERS[CACHE_BITS](floats, center)
 
 
 def float32_from_cache(conn: Any, model: ModelTriple, blobs: Sequence[bytes]) -> list[bytes]:

@@ -9,9 +9,9 @@ AUTOINCREMENT`: a VACUUM keeps it, a deleted row's id is never handed out again)
 provider and model by a small number (`embedding_models`) and its time in whole seconds.
 Vectors are handed in and out as float32 blobs and stored as 7-bit codes around their model's
 center (or 8-, 6- or 4-bit codes: memory/store/cache_codec.py `CACHE_BITS`); rows written in
-another form read the same, and wider ones are rewritten by `requantise` (and by migration m011). Keys
-are kept as the hash's 32 bytes (memory/store/content_hash.py `stored_hash`) and handed out as
-the hex text they came in as.
+another form read the same, and wider ones are rewritten by `requantise` (and by migration
+m011). Keys are kept as the hash's 32 bytes (memory/store/content_hash.py `stored_hash`) and
+handed out as the hex text they came in as.
 """
 
 from __future__ import annotations
