@@ -172,6 +172,7 @@ def test_a_7bit_vector_saves_48_bytes_and_is_as_close_as_the_8bit_one() -> None:
     assert np.allclose(together[1:3], decode6_many(mixed[1:3], center))
     # a width whose 7-bit length a float32 blob could have stays 8-bit in the cache
     assert encodable7(384) and encodable7(512) and not encodable7(48)
+    assert encode7_many(docs[:0], center) == []
 
 
 # ---- contentless keywords: deletes and edits stay exact ---------------------------------------

@@ -20,6 +20,7 @@ from memory.search.ranking import (
     stems_by_line,
     temporal_multiplier,
     text_stems,
+    tied_slots,
 )
 from memory.search.snippets import focused_snippet, head_snippet
 from memory.text import line_terms, query_terms, stem_term
@@ -254,6 +255,20 @@ def test_hits_already_in_the_results_keep_their_places() -> None:
     kept = keep_vector_best(ranked, 3, [(3, 0.9), (2, 0.88)], pool, slots=3, relevance_floor=0.8)
 
     assert kept == ranked
+
+
+def test_near_ties_by_meaning_each_get_a_slot_up_to_one_less_than_the_results() -> None:
+    vector = [(7, 0.846), (8, 0.843), (9, 0.843), (10, 0.842), (11, 0.84), (12, 0.80)]
+
+    assert tied_slots(vector, 3, 0.0, 5) == 3  # off
+    assert tied_slots(vector, 3, 0.005, 5) == 4  # 0.842 is within 0.005 of 0.846, 0.84 not
+    assert tied_slots(vector, 3, 0.01, 5) == 5  # never more than `most`
+    assert tied_slots(vector[:2], 3, 0.01, 5) == 3  # never fewer than `slots`
+    assert tied_slots([], 3, 0.01, 5) == 3
+    pool = _pool(12)
+    ranked = [pool[i] for i in (1, 2, 3, 4, 5, 6)]
+    kept = keep_vector_best(ranked, 6, vector, pool, tied_slots(vector, 3, 0.005, 5), 0.82)
+    assert [c.id for c in kept] == [1, 2, 7, 8, 9, 10]
 
 
 def test_a_question_whose_words_the_candidates_all_hold_is_fully_covered() -> None:

@@ -37,6 +37,7 @@ from memory.search.ranking import (
     query_coverage,
     rerank_by_lines,
     temporal_multiplier,
+    tied_slots,
 )
 from memory.search.schedule import embeds_first, start_vector_side
 from memory.search.snippets import focused_snippet, head_snippet
@@ -319,7 +320,8 @@ def _run_search(
         eligible = (
             cands if min_score is None else {i: c for i, c in cands.items() if c.score >= floor}
         )
-        ranked = keep_vector_best(ranked, k, vector, eligible, preset.vector_slots, slot_floor)
+        slots = tied_slots(vector, preset.vector_slots, preset.vector_slot_ties, k - 1)
+        ranked = keep_vector_best(ranked, k, vector, eligible, slots, slot_floor)
     ranked = ranked[:k]
     if near_misses and all(c.id in near_misses for c in ranked):
         ranked = []  # near misses alone are no answer: what made one fell below min_score

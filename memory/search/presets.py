@@ -98,6 +98,10 @@ class SearchPreset:
     # …only when the keyword candidates hold less than this (IDF-weighted) share of the query's
     # words: a question its keywords explain is left to the hybrid ranking (`query_coverage`).
     vector_slots_below: float = 0.5
+    # …and, past those, every further chunk whose best passage is within this of the best
+    # chunk's cosine (up to `max_results` − 1 slots in all): near ties by meaning are equally
+    # likely answers, and an incidental keyword should not be what picks among them. 0: off.
+    vector_slot_ties: float = 0.0
 
     def with_overrides(self, **changes: object) -> SearchPreset:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -284,6 +284,17 @@ def mmr_select(
     return chosen
 
 
+def tied_slots(vector: list[tuple[int, float]], slots: int, ties: float, most: int) -> int:
+    """`slots`, and one more for each further chunk of `vector` (best first) whose cosine is
+    within `ties` of the best one's, up to `most` in all (never fewer than `slots`)."""
+    if ties <= 0 or not vector:
+        return slots
+    n = slots
+    while n < min(most, len(vector)) and vector[n][1] >= vector[0][1] - ties:
+        n += 1
+    return n
+
+
 def keep_vector_best(
     ranked: list[Candidate],
     k: int,

@@ -195,7 +195,9 @@ def encodable7(dimensions: int) -> bool:
 def encode7_many(vectors: np.ndarray, center: np.ndarray) -> list[bytes]:
     """Vectors (n, d) as 7-bit blobs around `center` (d,) (the width must be `encodable7`)."""
     x = np.asarray(vectors, dtype=np.float32) - np.asarray(center, dtype=np.float32)[None, :]
-    peak = np.abs(x).max(axis=1) if x.size else np.zeros(len(x), dtype=np.float32)
+    if not x.size:
+        return []
+    peak = np.abs(x).max(axis=1)
     scales = (peak / _STEPS7).astype(np.float32)  # 0 for the center itself: it decodes exactly
     steps = np.rint(x / np.where(scales > 0, scales, 1.0)[:, None])
     runs = (np.clip(steps, -_STEPS7, _STEPS7) + 64).astype(np.uint8).reshape(len(x), 8, -1)
