@@ -101,6 +101,9 @@ class SearchPreset:
     # …and, past those, every further chunk whose best passage is within this of the best
     # chunk's cosine (up to `max_results` − 1 slots in all): near ties by meaning are equally
     # likely answers, and an incidental keyword should not be what picks among them. 0: off.
+    # Measured, not adopted (bench/RESULTS.md, 2026-12-03 21:30): at 0.005 the survival bench's
+    # reworded questions over four conversations 167 → 170 of 200, within its noise and on that
+    # one data set alone (LoCoMo −1, MADial and the reworded multi-session set unchanged).
     vector_slot_ties: float = 0.0
 
     def with_overrides(self, **changes: object) -> SearchPreset:
