@@ -117,60 +117,59 @@ def test_a_4bit_vector_is_half_the_8bit_one_and_keeps_the_ranking_close() -> Non
     assert np.abs(np.array(plain) + center - docs).max() < np.abs(back - docs).max()
 
 
-def test_a_6bit_vector_is_three_quarters_of_the_8bit_one_and_nearly_as_close() -> None:
-    docs, query, center = e5_like(4)
-
-    blobs = encode6_many(docs, center)
-
-    assert all(is_6bit(b) and is_centered(b) and len(b) == 384 * 3 // 4 + 6 for b in blobs)
-    back = decode6_many(blobs, center)
+def centered_codec_holds(
+    encoder: Any, decoder: Any, is_form: Any, bits: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """What every centered uniform form promises (6- and 7-bit): its length, never read without
+    the center, each component within half a step of the residual's largest, the center itself
+    exact, and rows of another centered form read back beside it in order. Returns (the score
+    error against a question, the 8-bit codes' error)."""
+    docs, query, center = e5_like(seed)
+    blobs = encoder(docs, center)
+    assert all(is_form(b) and is_centered(b) and len(b) == 384 * bits // 8 + 6 for b in blobs)
+    back = decoder(blobs, center)
     with pytest.raises(ValueError):
         decode(blobs[0])  # never read without its center
-    error = np.abs(back @ query - docs @ query)
-    eight = np.abs(np.array([decode(b) for b in encode_many(docs)]) @ query - docs @ query)
-    four = np.abs(decode4_many(encode4_many(docs, center), center) @ query - docs @ query)
-    assert error.mean() < 3 * eight.mean() and error.mean() < four.mean() / 2
     assert int(np.argmax(back @ query)) == 7
-    # each component within half a step of the residual's largest, the center itself exact
-    steps = np.abs(docs - center).max(axis=1, keepdims=True) / 31
+    steps = np.abs(docs - center).max(axis=1, keepdims=True) / (2 ** (bits - 1) - 1)
     assert (np.abs(back - docs) <= steps / 2 + 1e-6).all()
-    assert (decode6_many(encode6_many(center[None, :], center), center) == center).all()
-    # 4- and 6-bit rows of one model read back together, in their order
+    assert (decoder(encoder(center[None, :], center), center) == center).all()
     mixed = [blobs[0], *encode4_many(docs[1:3], center), blobs[3]]
     together = decode_centered_many(mixed, center)
     assert np.allclose(together[[0, 3]], back[[0, 3]])
     assert np.allclose(together[1:3], decode4_many(mixed[1:3], center))
+    eight = np.abs(np.array([decode(b) for b in encode_many(docs)]) @ query - docs @ query)
+    return np.abs(back @ query - docs @ query), eight
+
+
+def test_a_6bit_vector_is_three_quarters_of_the_8bit_one_and_nearly_as_close() -> None:
+    error, eight = centered_codec_holds(encode6_many, decode6_many, is_6bit, 6, seed=4)
+
+    docs, query, center = e5_like(4)
+    four = np.abs(decode4_many(encode4_many(docs, center), center) @ query - docs @ query)
+    assert error.mean() < 3 * eight.mean() and error.mean() < four.mean() / 2
     # a width whose 6-bit length a float32 blob could have stays 8-bit in the cache
     assert encodable6(384) and encodable6(512) and not encodable6(24)
 
 
 def test_a_7bit_vector_saves_48_bytes_and_is_as_close_as_the_8bit_one() -> None:
+    error, eight = centered_codec_holds(encode7_many, decode7_many, is_7bit, 7, seed=6)
+
     docs, query, center = e5_like(6)
-
-    blobs = encode7_many(docs, center)
-
-    assert all(is_7bit(b) and is_centered(b) and len(b) == 384 * 7 // 8 + 6 for b in blobs)
-    back = decode7_many(blobs, center)
-    with pytest.raises(ValueError):
-        decode(blobs[0])  # never read without its center
-    error = np.abs(back @ query - docs @ query)
-    eight = np.abs(np.array([decode(b) for b in encode_many(docs)]) @ query - docs @ query)
     six = np.abs(decode6_many(encode6_many(docs, center), center) @ query - docs @ query)
     assert error.mean() < 1.5 * eight.mean() and error.mean() < six.mean() * 0.7
-    # each component within half a step of the residual's largest, the center itself exact;
     # every one of the 127 codes (the grid's ends included) read back where it was written
-    steps = np.abs(docs - center).max(axis=1, keepdims=True) / 63
-    assert (np.abs(back - docs) <= steps / 2 + 1e-6).all()
-    assert (decode7_many(encode7_many(center[None, :], center), center) == center).all()
     grid = np.tile(np.arange(-63, 64, dtype=np.float32), 4)[:384] / 63
     exact = decode7_many(encode7_many((center + grid)[None, :], center), center)[0]
     assert np.allclose(exact - center, grid, atol=1e-6)
     # 6- and 7-bit rows of one model read back together, in their order
+    blobs = encode7_many(docs, center)
     mixed = [blobs[0], *encode6_many(docs[1:3], center), blobs[3]]
     together = decode_centered_many(mixed, center)
-    assert np.allclose(together[[0, 3]], back[[0, 3]])
+    assert np.allclose(together[[0, 3]], decode7_many(blobs, center)[[0, 3]])
     assert np.allclose(together[1:3], decode6_many(mixed[1:3], center))
-    # a width whose 7-bit length a float32 blob could have stays 8-bit in the cache
+    # a width whose 7-bit length a float32 blob could have stays 8-bit in the cache; nothing
+    # to encode gives nothing
     assert encodable7(384) and encodable7(512) and not encodable7(48)
     assert encode7_many(docs[:0], center) == []
 

@@ -119,6 +119,19 @@ def decode4_many(blobs: Sequence[bytes], center: np.ndarray) -> np.ndarray:
     return out
 
 
+def _grid(
+    vectors: np.ndarray, center: np.ndarray, most: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(residuals, scales, steps) of vectors (n, d) around `center`: each residual on a uniform
+    grid of `most` steps either side of 0 whose end is its largest component (the 6- and 7-bit
+    forms); the center itself has scale 0 and decodes exactly."""
+    x = np.asarray(vectors, dtype=np.float32) - np.asarray(center, dtype=np.float32)[None, :]
+    peak = np.abs(x).max(axis=1) if x.size else np.zeros(len(x), dtype=np.float32)
+    scales = (peak / most).astype(np.float32)
+    steps = np.rint(x / np.where(scales > 0, scales, 1.0)[:, None])
+    return x, scales, np.clip(steps, -most, most)
+
+
 # 6-bit codes (issue 22), the same idea at a finer step: `b"c6"`, a float32 scale, then four
 # codes in three bytes (little-endian 24 bits, first code lowest): `3 d / 4 + 6` bytes (294 at
 # 384 dimensions). The residual from the model's center is rounded on a uniform grid of 63
@@ -137,11 +150,8 @@ def encodable6(dimensions: int) -> bool:
 
 def encode6_many(vectors: np.ndarray, center: np.ndarray) -> list[bytes]:
     """Vectors (n, d) as 6-bit blobs around `center` (d,) (the width must be `encodable6`)."""
-    x = np.asarray(vectors, dtype=np.float32) - np.asarray(center, dtype=np.float32)[None, :]
-    peak = np.abs(x).max(axis=1) if x.size else np.zeros(len(x), dtype=np.float32)
-    scales = (peak / _STEPS6).astype(np.float32)  # 0 for the center itself: it decodes exactly
-    steps = np.rint(x / np.where(scales > 0, scales, 1.0)[:, None])
-    codes = (np.clip(steps, -_STEPS6, _STEPS6) + 32).astype(np.uint32).reshape(len(x), -1, 4)
+    x, scales, steps = _grid(vectors, center, _STEPS6)
+    codes = (steps + 32).astype(np.uint32).reshape(len(x), -1, 4)
     words = codes[:, :, 0] | codes[:, :, 1] << 6 | codes[:, :, 2] << 12 | codes[:, :, 3] << 18
     packed = words.astype("<u4").view(np.uint8).reshape(len(x), -1, 4)[:, :, :3]
     head = scales.astype("<f4").tobytes()
@@ -194,13 +204,10 @@ def encodable7(dimensions: int) -> bool:
 
 def encode7_many(vectors: np.ndarray, center: np.ndarray) -> list[bytes]:
     """Vectors (n, d) as 7-bit blobs around `center` (d,) (the width must be `encodable7`)."""
-    x = np.asarray(vectors, dtype=np.float32) - np.asarray(center, dtype=np.float32)[None, :]
+    x, scales, steps = _grid(vectors, center, _STEPS7)
     if not x.size:
         return []
-    peak = np.abs(x).max(axis=1)
-    scales = (peak / _STEPS7).astype(np.float32)  # 0 for the center itself: it decodes exactly
-    steps = np.rint(x / np.where(scales > 0, scales, 1.0)[:, None])
-    runs = (np.clip(steps, -_STEPS7, _STEPS7) + 64).astype(np.uint8).reshape(len(x), 8, -1)
+    runs = (steps + 64).astype(np.uint8).reshape(len(x), 8, -1)
     planes = runs[:, :7, :].copy()
     for k in range(7):
         planes[:, k, :] |= ((runs[:, 7, :] >> k) & 1) << 7
