@@ -1,8 +1,10 @@
 """sqlite-vec's vec0 table per index generation: a KNN index derived from the stored vectors.
 
 `memory_vec_g<N>` (a vec0 virtual table; `scope` a metadata column, so KNN filters conversations
-inside the index; `int8[d]`: the stored vectors' 8-bit codes, whose cosine is the decoded vectors' —
-tables made by older versions are `float[d]` and stay so) is derived from the stored vectors
+inside the index; `int8[d]`: the stored vectors' 8-bit codes, whose cosine is the decoded vectors',
+and `scale` their scales, so that in step it is the one stored copy of the centroids,
+memory/store/vec0_pack.py — int8 tables made by older versions, without scales, are made again
+on first use; `float[d]` ones stay so) is derived from the stored vectors
 (memory/store/vector_tables.py: the rows', else the pack's) and used only while in step with
 them: `meta` key `vec0_seq_g<N>` holds the change log's seq it last caught up to. A process
 without sqlite-vec writes only the matrix table, which leaves the vec0 table behind until a
@@ -11,13 +13,32 @@ process with sqlite-vec catches it up.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
 import numpy as np
 
-from memory.store.vector_codec import decode, encodable, encode, int8_codes
-from memory.store.vector_names import table_exists, vec0_seq_key, vec_table
+from memory.store.vec0_pack import packable_dimensions, vec0_columns
+from memory.store.vector_codec import (
+    HEADER,
+    MAGIC,
+    decode,
+    encodable,
+    encode,
+    int8_codes,
+    is_quantised,
+)
+from memory.store.vector_names import (
+    matrix_table,
+    pack_table,
+    table_exists,
+    vec0_seq_key,
+    vec_table,
+)
+from memory.store.vector_pack import SqliteMatrixPack, write_blocks
 from memory.store.vector_tables import BATCH, SqliteVectorTables, to_blob
+
+log = logging.getLogger(__name__)
 
 KNN_MAX_K = 4096  # sqlite-vec answers at most this many neighbours
 
@@ -56,6 +77,11 @@ class KnnIndex(Protocol):
         """The generation's tables were dropped: create them again on next use."""
 
 
+def _scale(blob: bytes) -> float:
+    """The float32 scale of a stored 8-bit vector (exact as a float64)."""
+    return float(np.frombuffer(blob, dtype="<f4", count=1, offset=len(MAGIC))[0])
+
+
 class SqliteVecIndex:
     """`KnnIndex` as one vec0 virtual table per generation (needs sqlite-vec loaded)."""
 
@@ -63,17 +89,33 @@ class SqliteVecIndex:
         self.dimensions = dimensions
         self._tables = SqliteVectorTables()
         self._ready: dict[int, bool] = {}  # generation -> its table holds int8 codes
+        self._scaled: dict[int, bool] = {}  # generation -> … and their scales (it is the pack)
 
     def _ensure(self, conn: Any, generation: int) -> str:
         table = vec_table(generation)
         if generation not in self._ready:
-            kind = "int8" if encodable(self.dimensions) else "float"
-            conn.execute(
-                f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING vec0("
-                f"scope text, embedding {kind}[{self.dimensions}] distance_metric=cosine)"
-            )
-            self._ready[generation] = self._holds_int8(conn, generation)
+            if encodable(self.dimensions):
+                self._renew_unscaled(conn, generation)
+                columns = vec0_columns(self.dimensions)
+            else:
+                columns = f"scope text, embedding float[{self.dimensions}] distance_metric=cosine"
+            conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING vec0({columns})")
+            self._know(conn, generation)
         return table
+
+    def _know(self, conn: Any, generation: int) -> None:
+        self._ready[generation] = self._holds_int8(conn, generation)
+        self._scaled[generation] = packable_dimensions(conn, generation) is not None
+
+    def _renew_unscaled(self, conn: Any, generation: int) -> None:
+        """An int8 table an older version made keeps no scales, so it cannot be the pack and
+        the centroids are stored twice: it is made again (the catch-up that follows copies
+        every row into it, then the rows and the block pack give up their copies)."""
+        if not self._holds_int8(conn, generation) or packable_dimensions(conn, generation):
+            return
+        log.info("Vector index of generation %d made again, to hold the vectors once", generation)
+        conn.execute(f"DROP TABLE {vec_table(generation)}")
+        conn.execute("DELETE FROM meta WHERE key = ?", (vec0_seq_key(generation),))
 
     @staticmethod
     def _holds_int8(conn: Any, generation: int) -> bool:
@@ -84,6 +126,7 @@ class SqliteVecIndex:
 
     def forget(self, generation: int) -> None:
         self._ready.pop(generation, None)
+        self._scaled.pop(generation, None)
 
     def _as_column(self, generation: int, blob: bytes) -> bytes:
         """A stored vector (either form) as the generation's vec0 column takes it."""
@@ -95,6 +138,14 @@ class SqliteVecIndex:
         self, conn: Any, generation: int, table: str, rows: list[tuple[int, str, bytes]]
     ) -> None:
         """Insert (id, scope, stored vector) rows into the vec0 table."""
+        if self._scaled.get(generation):
+            coded = [(c, s, b if is_quantised(b) else encode(decode(b))) for c, s, b in rows]
+            conn.executemany(
+                f"INSERT INTO {table}(rowid, scope, scale, embedding) "
+                "VALUES (?, ?, ?, vec_int8(?))",
+                [(cid, scope, _scale(b), b[HEADER:]) for cid, scope, b in coded],
+            )
+            return
         value = "vec_int8(?)" if self._ready.get(generation) else "?"
         conn.executemany(
             f"INSERT INTO {table}(rowid, scope, embedding) VALUES (?, ?, {value})",
@@ -128,6 +179,9 @@ class SqliteVecIndex:
             return
         changed = self._changed_since(conn, generation, since) if since is not None else None
         if changed is None:  # never in step, or the log no longer covers its lag: copy it all
+            if self._scaled.get(generation) and not table_exists(conn, pack_table(generation)):
+                # The rows may lean on this very table for their vectors: packed apart first.
+                write_blocks(conn, generation, seq)
             conn.execute(f"DELETE FROM {table}")
             # (the rows and the pack's vectors, or an index's from before the matrix table)
             for rows in self._tables.rows(conn, generation, 4096):
@@ -146,6 +200,26 @@ class SqliteVecIndex:
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (vec0_seq_key(generation), str(seq)),
         )
+        if self._scaled.get(generation):
+            self._give_up_copies(conn, generation, seq, changed)
+
+    def _give_up_copies(
+        self, conn: Any, generation: int, seq: int, changed: list[int] | None
+    ) -> None:
+        """In step, holding every vector with its scale, the table is the pack: the block pack
+        and the rows keep no copy (of the rows, those just copied — all after a full copy)."""
+        if changed is None or table_exists(conn, pack_table(generation)):
+            SqliteMatrixPack().write(conn, generation, seq)
+            return
+        table = matrix_table(generation)
+        for i in range(0, len(changed), BATCH):
+            part = changed[i : i + BATCH]
+            marks = ",".join("?" for _ in part)
+            conn.execute(
+                f"UPDATE {table} SET vector = NULL WHERE vector IS NOT NULL "
+                f"AND substr(vector, 1, 2) = ? AND length(vector) = ? AND chunk_id IN ({marks})",
+                (MAGIC, self.dimensions + HEADER, *part),
+            )
 
     def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
         table = vec_table(generation)
@@ -159,7 +233,7 @@ class SqliteVecIndex:
         if not table_exists(conn, table):
             return []
         if generation not in self._ready:
-            self._ready[generation] = self._holds_int8(conn, generation)
+            self._know(conn, generation)
         marks = ",".join("?" for _ in scopes)
         probe = "vec_int8(?)" if self._ready[generation] else "?"
         # int8: a wider shortlist by the codes (the query's quantised too), then the exact cosine

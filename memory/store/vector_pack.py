@@ -14,6 +14,12 @@ Each centroid is stored once: writing the pack empties the `vector` of every row
 `memory_matrix_g<N>` (memory/store/vector_tables.py), which keeps the chunk id and scope. A row
 with a vector was written since the pack (or there is no pack: a small generation); a row whose
 vector is NULL has it in the pack (`packed_rows`, `current_rows`).
+
+On the sqlite-vec backend the pack is sqlite-vec's own table (memory/store/vec0_pack.py): it
+holds each centroid's codes and scale, so once it is in step with the change log there are no
+blocks (`SqliteMatrixPack` reads it the same way, in its chunks of 1,024 rows). A process
+without sqlite-vec that writes meanwhile leaves it behind; its next pack is blocks again, until
+sqlite-vec catches up.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from memory.store.pack_lookup import pack_lookup
+from memory.store.vec0_pack import vec0_pack
 from memory.store.vector_codec import HEADER, MAGIC, decode_many, is_quantised
 from memory.store.vector_names import create_matrix, matrix_table, pack_table, table_exists
 
@@ -93,7 +101,11 @@ class SqliteMatrixPack:
     def info(self, conn: Any, generation: int) -> PackInfo | None:
         table = pack_table(generation)
         if not table_exists(conn, table):
-            return None
+            vec0 = vec0_pack(conn, generation)
+            rows = vec0.rows() if vec0 is not None else 0
+            if vec0 is None or vec0.seq is None or not rows:
+                return None
+            return PackInfo(vec0.seq, rows)
         seq, rows, blocks = conn.execute(
             f"SELECT min(seq), coalesce(sum(rows), 0), count(*) FROM {table}"
         ).fetchone()
@@ -105,12 +117,21 @@ class SqliteMatrixPack:
         conn.execute(f"DROP TABLE IF EXISTS {pack_table(generation)}")
 
     def write(self, conn: Any, generation: int, seq: int) -> int:
+        vec0 = vec0_pack(conn, generation)
+        if vec0 and vec0.seq == seq and _codes_of_width(conn, generation, vec0.dimensions):
+            # sqlite-vec's table is in step: it is the pack, the rows and blocks keep no copy
+            conn.execute(f"DROP TABLE IF EXISTS {pack_table(generation)}")
+            empty_row_vectors(conn, generation)
+            return vec0.rows()
         total = write_blocks(conn, generation, seq)
         if total:  # the pack holds every row's vector now: the rows keep none
             empty_row_vectors(conn, generation)
         return total
 
     def layout(self, conn: Any, generation: int) -> list[tuple[int, int]]:
+        if not table_exists(conn, pack_table(generation)):
+            vec0 = vec0_pack(conn, generation)
+            return vec0.layout() if vec0 is not None else []
         return [
             (int(b), int(n))
             for b, n in conn.execute(
@@ -119,10 +140,29 @@ class SqliteMatrixPack:
         ]
 
     def dimensions(self, conn: Any, generation: int) -> int | None:
+        if not table_exists(conn, pack_table(generation)):
+            vec0 = vec0_pack(conn, generation)
+            return vec0.dimensions if vec0 is not None else None
         row = conn.execute(f"SELECT dimensions FROM {pack_table(generation)} LIMIT 1").fetchone()
         return None if row is None else int(row[0])
 
     def block(self, conn: Any, generation: int, block: int) -> PackBlock | None:
+        if not table_exists(conn, pack_table(generation)):
+            vec0 = vec0_pack(conn, generation)
+            found = vec0.block(block) if vec0 is not None else None
+            if vec0 is None or found is None or found.seq is None:
+                return None
+            vectors = found.codes.astype(np.float32)
+            vectors *= found.scales[:, None]
+            return PackBlock(
+                found.seq,
+                found.rows,
+                vec0.dimensions,
+                found.scopes,
+                found.ids,
+                found.scope_codes,
+                vectors,
+            )
         row = conn.execute(
             f"SELECT seq, rows, dimensions, scopes, ids, scope_codes, vectors "
             f"FROM {pack_table(generation)} WHERE block = ?",
@@ -267,7 +307,7 @@ def _one_code_width(conn: Any, generation: int) -> int | None:
 def _code_blocks(conn: Any, generation: int, dims: int) -> Iterator[_Block | None]:
     """The pack's blocks as arrays of 8-bit codes and scales: each row's own, else the old
     pack's (the same bytes `_row_blocks` gives, without a blob a row)."""
-    pack = _PackReader(conn, generation)
+    pack = pack_lookup(conn, generation)
     cursor = conn.execute(
         f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)} ORDER BY chunk_id"
     )
@@ -311,135 +351,34 @@ def _rows_lean_on_pack(conn: Any, generation: int) -> bool:
     )
 
 
-@dataclass(frozen=True)
-class _StoredBlock:
-    """One block as stored: its rows' vectors are handed out in the row table's form."""
-
-    rows: int
-    dims: int
-    scopes: list[str]
-    ids: np.ndarray  # int64 (rows,), ascending
-    scope_codes: np.ndarray  # int32 (rows,)
-    vectors: bytes
-
-    def stored(self, i: int) -> bytes:
-        """Row `i`'s vector as the row table stores it (`b"i8"`, scale, codes; or float32)."""
-        n, d = self.rows, self.dims
-        if len(self.vectors) == 4 * n * d:
-            return self.vectors[4 * i * d : 4 * (i + 1) * d]
-        scale = self.vectors[n * d + 4 * i : n * d + 4 * i + 4]
-        return MAGIC + scale + self.vectors[i * d : (i + 1) * d]
-
-
-class _PackReader:
-    """Looks chunks up in a generation's pack, a block at a time (the last block read is kept:
-    lookups in chunk-id order read each block once)."""
-
-    def __init__(self, conn: Any, generation: int) -> None:
-        self.conn = conn
-        self.table = pack_table(generation)
-        self._firsts: tuple[np.ndarray, np.ndarray] | None = None  # (first ids, block numbers)
-        self._kept: tuple[int, _StoredBlock | None] | None = None
-
-    def _blocks(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._firsts is None:
-            found: list[tuple[int, int]] = []
-            if table_exists(self.conn, self.table):
-                for block, ids in self.conn.execute(
-                    f"SELECT block, substr(ids, 1, 8) FROM {self.table} ORDER BY block"
-                ):
-                    if ids:
-                        found.append((int(np.frombuffer(ids, dtype="<i8")[0]), int(block)))
-            found.sort()
-            self._firsts = (
-                np.array([f for f, _ in found], dtype=np.int64),
-                np.array([b for _, b in found], dtype=np.int64),
-            )
-        return self._firsts
-
-    def _block(self, block: int) -> _StoredBlock | None:
-        if self._kept is None or self._kept[0] != block:
-            row = self.conn.execute(
-                f"SELECT rows, dimensions, scopes, ids, scope_codes, vectors FROM {self.table} "
-                "WHERE block = ?",
-                (block,),
-            ).fetchone()
-            found = None
-            if row is not None:
-                n, dims, names, ids, codes, vectors = row
-                found = _StoredBlock(
-                    int(n),
-                    int(dims),
-                    json.loads(names),
-                    np.frombuffer(ids, dtype="<i8"),
-                    np.frombuffer(codes, dtype="<i4"),
-                    bytes(vectors),
-                )
-            self._kept = (block, found)
-        return self._kept[1]
-
-    def codes(self, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(found (bool, one per id), their 8-bit codes (found, d), their scales (found,)) of
-        ascending chunk ids, from a pack of 8-bit blocks."""
-        firsts, numbers = self._blocks()
-        found = np.zeros(len(chunk_ids), dtype=bool)
-        codes: list[np.ndarray] = []
-        scales: list[np.ndarray] = []
-        at = np.searchsorted(firsts, chunk_ids, side="right") - 1 if len(firsts) else None
-        for k in np.unique(at[at >= 0]).tolist() if at is not None else []:
-            block = self._block(int(numbers[k]))
-            if block is None:
-                continue
-            which = np.flatnonzero(at == k)
-            rows = np.minimum(np.searchsorted(block.ids, chunk_ids[which]), block.rows - 1)
-            hit = block.ids[rows] == chunk_ids[which]
-            found[which[hit]] = True
-            n, d = block.rows, block.dims
-            all_codes = np.frombuffer(block.vectors, np.int8, count=n * d).reshape(n, d)
-            codes.append(all_codes[rows[hit]])
-            scales.append(np.frombuffer(block.vectors, "<f4", count=n, offset=n * d)[rows[hit]])
-        if not codes:
-            return found, np.empty((0, 0), dtype=np.int8), np.empty(0, dtype="<f4")
-        return found, np.concatenate(codes), np.concatenate(scales)
-
-    def find(self, chunk_ids: list[int]) -> dict[int, tuple[str, bytes]]:
-        """chunk id → (scope, stored vector) for those of `chunk_ids` the pack holds."""
-        firsts, numbers = self._blocks()
-        if not len(firsts) or not chunk_ids:
-            return {}
-        wanted = np.array(sorted(set(chunk_ids)), dtype=np.int64)
-        at = np.searchsorted(firsts, wanted, side="right") - 1
-        found: dict[int, tuple[str, bytes]] = {}
-        for k in np.unique(at[at >= 0]).tolist():
-            block = self._block(int(numbers[k]))
-            if block is None:
-                continue
-            ids = wanted[at == k]
-            rows = np.searchsorted(block.ids, ids)
-            for cid, i in zip(ids.tolist(), rows.tolist(), strict=True):
-                if i < block.rows and int(block.ids[i]) == cid:
-                    found[cid] = (block.scopes[int(block.scope_codes[i])], block.stored(i))
-        return found
-
-
-def packed_ids(conn: Any, generation: int) -> np.ndarray:
-    """Every chunk id the generation's pack holds (int64, in chunk-id order)."""
-    blobs = [
-        np.frombuffer(ids, dtype="<i8")
-        for (ids,) in conn.execute(f"SELECT ids FROM {pack_table(generation)} ORDER BY block")
-    ]
-    return np.concatenate(blobs).astype(np.int64) if blobs else np.zeros(0, dtype=np.int64)
+def _codes_of_width(conn: Any, generation: int, dims: int) -> bool:
+    """Whether every vector the rows and the block pack hold is 8-bit codes of `dims` (what
+    sqlite-vec's int8 table keeps exactly)."""
+    widths = conn.execute(
+        f"SELECT DISTINCT length(vector), substr(vector, 1, 2) = ? FROM "
+        f"{matrix_table(generation)} WHERE vector IS NOT NULL",
+        (MAGIC,),
+    ).fetchall()
+    if any(not magic or int(n) != dims + HEADER for n, magic in widths):
+        return False
+    if not table_exists(conn, pack_table(generation)):
+        return True
+    packed = conn.execute(
+        f"SELECT DISTINCT dimensions, length(vectors) = rows * (dimensions + 4) "
+        f"FROM {pack_table(generation)}"
+    ).fetchall()
+    return all(int(d) == dims and quantised for d, quantised in packed)
 
 
 def packed_rows(conn: Any, generation: int, chunk_ids: list[int]) -> dict[int, tuple[str, bytes]]:
     """chunk id → (scope, stored vector) of those of `chunk_ids` the generation's pack holds."""
-    return _PackReader(conn, generation).find(chunk_ids)
+    return pack_lookup(conn, generation).find(chunk_ids)
 
 
 def current_rows(conn: Any, generation: int, batch: int) -> Iterator[list[tuple[int, str, bytes]]]:
     """The generation's rows (chunk id, scope, stored vector) in chunk-id order, `batch` at a
     time: the row table's, each vector its own or else the pack's."""
-    pack = _PackReader(conn, generation)
+    pack = pack_lookup(conn, generation)
     cursor = conn.execute(
         f"SELECT chunk_id, scope, vector FROM {matrix_table(generation)} ORDER BY chunk_id"
     )

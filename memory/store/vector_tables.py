@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from memory.store.vec0_pack import vec0_pack
 from memory.store.vector_codec import decode, encode
 from memory.store.vector_names import (
     create_matrix,
@@ -29,6 +30,7 @@ from memory.store.vector_names import (
     table_exists,
 )
 from memory.store.vector_pack import (
+    SqliteMatrixPack,
     current_rows,
     packed_rows,
     write_blocks,
@@ -286,7 +288,11 @@ def store_vectors_once(conn: Any) -> None:
             continue
         seq = tables.last_seq(conn, generation)
         packed = False
-        if seq is not None and table_exists(conn, pack_table(generation)):
+        vec0 = vec0_pack(conn, generation)
+        if seq is not None and vec0 is not None and vec0.seq == seq:
+            # sqlite-vec's table, in step, is the pack (memory/store/vec0_pack.py)
+            packed = SqliteMatrixPack().write(conn, generation, seq) > 0
+        elif seq is not None and table_exists(conn, pack_table(generation)):
             # The rows hold every vector (this layout's source of truth): the old pack goes
             # first, so the new one takes its pages instead of growing the file.
             conn.execute(f"DROP TABLE {pack_table(generation)}")
