@@ -207,3 +207,33 @@ def test_a_table_whose_layout_is_not_known_here_is_not_read_as_the_pack(
             assert vec0_pack(conn, 1) is None
             assert SqliteMatrixPack().info(conn, 1) is None
             conn.execute("ROLLBACK TO probe")
+
+
+def test_a_compaction_makes_a_table_with_many_deleted_slots_dense_again(
+    vec_db: Database,
+) -> None:
+    from memory.store.compact import compact, reclaimable
+
+    store = SqliteVecStore(vec_db, DIMS)
+    rng = np.random.default_rng(68)
+    ids = insert_chunks(vec_db, store, unit_rows(rng, 1100), ["", LONG] * 550)
+    delete_chunks(vec_db, store, ids[:300])  # in vec0's first chunk: slots it never reuses
+    want = fresh_row_read(vec_db)
+    with vec_db.lock:
+        pack = vec0_pack(vec_db.conn, 1)
+        assert pack is not None and pack.dead_slots() == 300
+    before = reclaimable(vec_db)
+    assert before >= 300 * (DIMS + 32)
+
+    compact(vec_db)
+
+    with vec_db.lock:
+        pack = vec0_pack(vec_db.conn, 1)
+        assert pack is not None and pack.dead_slots() == 0 and pack.rows() == 800
+    assert reclaimable(vec_db) < before
+    assert fresh_row_read(vec_db) == want and rows_with_a_vector(vec_db) == 0
+    assert not table_exists(vec_db.conn, pack_table(1))
+    live = searcher(vec_db, "sqlite-vec")
+    assert live_matrix(live) == want
+    query = unit_rows(rng, 1)[0]
+    assert live.search(query, 20, 1, [LONG]) == store.search_vec0(query, 20, 1, [LONG])

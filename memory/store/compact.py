@@ -6,8 +6,10 @@ the packed vector matrix, into those scattered holes: reading the vectors from d
 ≈ 1 s instead of ≈ 0.3-0.6 s (bench/RESULTS.md, 2026-12-01). `compact` first drops what the
 embedding cache holds beyond the index's needs (vectors no passage names any more, older than an
 hour) and rewrites an older version's wider cached vectors in the cache's form (8-bit codes)
-(memory/store/index_embedcache.py), then rewrites the file without the holes (SQLite's VACUUM:
-each table's pages together again). `reclaimable` says how much that would give back.
+(memory/store/index_embedcache.py), makes sqlite-vec's tables again where deleted rows left a
+tenth of their slots behind (vec0 reuses only its last chunk's: memory/store/vec0_pack.py),
+then rewrites the file without the holes (SQLite's VACUUM: each table's pages together again).
+`reclaimable` says how much that would give back.
 
 On PostgreSQL there is no file to rewrite (autovacuum reuses free space): compacting codes the
 passage and cached vectors an older version stored as float32, a batch per transaction
@@ -28,6 +30,8 @@ from memory.store.backends import backend_of
 from memory.store.chunk_text import compress_batch
 from memory.store.db import BUSY_TIMEOUT_S, Database, in_batches, is_busy
 from memory.store.index_embedcache import cache_slack, prune_orphans, requantise
+from memory.store.vec0_pack import dead_slot_bytes, vec0_rows
+from memory.store.vector_knn import live_vec0_generations, renew_sparse_tables
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +96,12 @@ def reclaimable(db: Database) -> int:
         return vector_slack(db).saving  # type: ignore[arg-type]
     with db.lock:
         slack = cache_slack(db.conn)
-    return space_usage(db).free_bytes + slack.bytes
+        dead = sum(
+            dead_slot_bytes(pack)
+            for g in live_vec0_generations(db.conn)
+            if (pack := vec0_rows(db.conn, g)) is not None
+        )
+    return space_usage(db).free_bytes + slack.bytes + dead
 
 
 def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
@@ -118,8 +127,12 @@ def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:
                 # the keyword index's segments merged into one b-tree (smaller, as a rebuild
                 # leaves many)
                 tx.execute("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
+                # sqlite-vec's tables made again where deleted rows left many slots behind
+                renewed = renew_sparse_tables(tx) if db.vec_version else 0
             rewritten = requantise(db)
             compress_texts(db)
+            if renewed:
+                log.info("Vector index: %d table(s) made again without deleted rows", renewed)
             if pruned or rewritten:
                 log.info(
                     "Embedding cache: %d unused vectors dropped, %d made compact", pruned, rewritten

@@ -270,3 +270,8 @@ def vec0_rows(conn: Any, generation: int) -> Vec0Pack | None:
     not: rows whose vector is NULL and that no block pack holds have theirs there."""
     dims = packable_dimensions(conn, generation)
     return None if dims is None else Vec0Pack(conn, generation, dims, vec0_seq(conn, generation))
+
+
+def dead_slot_bytes(pack: Vec0Pack) -> int:
+    """About what the slots of deleted rows take (codes, rowid, scope and scale each)."""
+    return pack.dead_slots() * (pack.dimensions + 8 + _TEXT_VIEW + 8)

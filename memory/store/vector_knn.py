@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from memory.store.vec0_pack import packable_dimensions, vec0_columns
+from memory.store.vec0_pack import packable_dimensions, vec0_columns, vec0_rows
 from memory.store.vector_codec import (
     HEADER,
     MAGIC,
@@ -182,7 +182,11 @@ class SqliteVecIndex:
             if self._scaled.get(generation) and not table_exists(conn, pack_table(generation)):
                 # The rows may lean on this very table for their vectors: packed apart first.
                 write_blocks(conn, generation, seq)
-            conn.execute(f"DELETE FROM {table}")
+            # Made again rather than emptied: vec0 keeps a deleted row's slot unless it is in
+            # its last chunk, so only a new table is dense.
+            conn.execute(f"DROP TABLE {table}")
+            self.forget(generation)
+            table = self._ensure(conn, generation)
             # (the rows and the pack's vectors, or an index's from before the matrix table)
             for rows in self._tables.rows(conn, generation, 4096):
                 self._copy_rows(conn, generation, table, rows)
@@ -220,6 +224,12 @@ class SqliteVecIndex:
                 f"AND substr(vector, 1, 2) = ? AND length(vector) = ? AND chunk_id IN ({marks})",
                 (MAGIC, self.dimensions + HEADER, *part),
             )
+
+    def renew(self, conn: Any, generation: int) -> None:
+        """Make the table again from the stored vectors (dense: the slots deleted rows left in
+        its older chunks given back), inside the caller's write transaction."""
+        conn.execute("DELETE FROM meta WHERE key = ?", (vec0_seq_key(generation),))
+        self.catch_up(conn, generation)
 
     def delete(self, conn: Any, generation: int, chunk_ids: list[int]) -> None:
         table = vec_table(generation)
@@ -274,3 +284,30 @@ class SqliteVecIndex:
                 (generation,),
             ).fetchone()
         )
+
+
+RENEW_DEAD_SHARE = 0.10  # a vec0 table is made again once this share of its slots is dead
+
+
+def live_vec0_generations(conn: Any) -> list[int]:
+    """The generations searches may still read whose vec0 table is the pack."""
+    return [
+        int(g)
+        for (g,) in conn.execute("SELECT id FROM memory_generations WHERE state != 'retired'")
+        if packable_dimensions(conn, int(g)) is not None
+    ]
+
+
+def renew_sparse_tables(conn: Any) -> int:
+    """Make again each live generation's vec0 table whose deleted rows' slots are a tenth of it
+    or more (needs sqlite-vec loaded; inside the caller's write transaction); how many."""
+    renewed = 0
+    for generation in live_vec0_generations(conn):
+        pack = vec0_rows(conn, generation)
+        if pack is None:
+            continue
+        dead = pack.dead_slots()
+        if dead and dead >= RENEW_DEAD_SHARE * (dead + pack.rows()):
+            SqliteVecIndex(pack.dimensions).renew(conn, generation)
+            renewed += 1
+    return renewed
