@@ -35,7 +35,7 @@ from memory.store.vector_names import (
     vec0_seq_key,
     vec_table,
 )
-from memory.store.vector_pack import SqliteMatrixPack, write_blocks
+from memory.store.vector_pack import SqliteMatrixPack, codes_of_width, write_blocks
 from memory.store.vector_tables import BATCH, SqliteVectorTables, to_blob
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,7 @@ class SqliteVecIndex:
         self._tables = SqliteVectorTables()
         self._ready: dict[int, bool] = {}  # generation -> its table holds int8 codes
         self._scaled: dict[int, bool] = {}  # generation -> … and their scales (it is the pack)
+        self._mixed: set[int] = set()  # generations whose stored vectors are not all its codes
 
     def _ensure(self, conn: Any, generation: int) -> str:
         table = vec_table(generation)
@@ -213,7 +214,13 @@ class SqliteVecIndex:
         """In step, holding every vector with its scale, the table is the pack: the block pack
         and the rows keep no copy (of the rows, those just copied — all after a full copy)."""
         if changed is None or table_exists(conn, pack_table(generation)):
-            SqliteMatrixPack().write(conn, generation, seq)
+            # (not where the stored vectors are wider than its codes, as an index from before
+            # 8-bit centroids may hold: checked once, as it reads every row)
+            if generation not in self._mixed:
+                if codes_of_width(conn, generation, self.dimensions):
+                    SqliteMatrixPack().write(conn, generation, seq)
+                else:
+                    self._mixed.add(generation)
             return
         table = matrix_table(generation)
         for i in range(0, len(changed), BATCH):

@@ -118,7 +118,7 @@ class SqliteMatrixPack:
 
     def write(self, conn: Any, generation: int, seq: int) -> int:
         vec0 = vec0_pack(conn, generation)
-        if vec0 and vec0.seq == seq and _codes_of_width(conn, generation, vec0.dimensions):
+        if vec0 and vec0.seq == seq and codes_of_width(conn, generation, vec0.dimensions):
             # sqlite-vec's table is in step: it is the pack, the rows and blocks keep no copy
             conn.execute(f"DROP TABLE IF EXISTS {pack_table(generation)}")
             empty_row_vectors(conn, generation)
@@ -351,7 +351,7 @@ def _rows_lean_on_pack(conn: Any, generation: int) -> bool:
     )
 
 
-def _codes_of_width(conn: Any, generation: int, dims: int) -> bool:
+def codes_of_width(conn: Any, generation: int, dims: int) -> bool:
     """Whether every vector the rows and the block pack hold is 8-bit codes of `dims` (what
     sqlite-vec's int8 table keeps exactly)."""
     widths = conn.execute(
