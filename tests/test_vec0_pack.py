@@ -154,8 +154,9 @@ def test_a_full_copy_keeps_the_vectors_the_rows_lean_on_it_for(
     assert rows_with_a_vector(vec_db) == 0 and not table_exists(vec_db.conn, pack_table(1))
 
 
+@pytest.mark.parametrize("by", ["a write", "compaction"])
 def test_an_older_versions_table_is_made_again_to_hold_the_vectors_once(
-    vec_db: Database,
+    vec_db: Database, by: str
 ) -> None:
     rng = np.random.default_rng(66)
     store = SqliteVecStore(vec_db, DIMS)
@@ -173,6 +174,15 @@ def test_an_older_versions_table_is_made_again_to_hold_the_vectors_once(
             [(cid, s, b[6:]) for cid, (s, b) in want.items()],
         )
     assert packable_dimensions(vec_db.conn, 1) is None
+    if by == "compaction":
+        from memory.store.compact import compact, reclaimable
+
+        assert reclaimable(vec_db) >= 150 * DIMS  # the block pack's copy
+        compact(vec_db)
+        with vec_db.lock:
+            assert packable_dimensions(vec_db.conn, 1) == DIMS
+        assert not table_exists(vec_db.conn, pack_table(1))
+        assert stored(vec_db) == want
     vec_db.close()
 
     db = open_database(vec_db.path)

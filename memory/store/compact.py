@@ -31,7 +31,11 @@ from memory.store.chunk_text import compress_batch
 from memory.store.db import BUSY_TIMEOUT_S, Database, in_batches, is_busy
 from memory.store.index_embedcache import cache_slack, prune_orphans, requantise
 from memory.store.vec0_pack import dead_slot_bytes, vec0_rows
-from memory.store.vector_knn import live_vec0_generations, renew_sparse_tables
+from memory.store.vector_knn import (
+    live_vec0_generations,
+    renew_sparse_tables,
+    second_copy_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +105,8 @@ def reclaimable(db: Database) -> int:
             for g in live_vec0_generations(db.conn)
             if (pack := vec0_rows(db.conn, g)) is not None
         )
-    return space_usage(db).free_bytes + slack.bytes + dead
+        twice = second_copy_bytes(db.conn)
+    return space_usage(db).free_bytes + slack.bytes + dead + twice
 
 
 def compact(db: Database, *, wait_s: float = BUSY_TIMEOUT_S) -> SpaceUsage:

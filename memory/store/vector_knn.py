@@ -14,6 +14,7 @@ process with sqlite-vec catches it up.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Protocol
 
 import numpy as np
@@ -298,23 +299,53 @@ RENEW_DEAD_SHARE = 0.10  # a vec0 table is made again once this share of its slo
 
 def live_vec0_generations(conn: Any) -> list[int]:
     """The generations searches may still read whose vec0 table is the pack."""
+    return [g for g in _live_generations(conn) if packable_dimensions(conn, g) is not None]
+
+
+def _live_generations(conn: Any) -> list[int]:
     return [
         int(g)
         for (g,) in conn.execute("SELECT id FROM memory_generations WHERE state != 'retired'")
-        if packable_dimensions(conn, int(g)) is not None
     ]
 
 
 def renew_sparse_tables(conn: Any) -> int:
-    """Make again each live generation's vec0 table whose deleted rows' slots are a tenth of it
-    or more (needs sqlite-vec loaded; inside the caller's write transaction); how many."""
+    """Make again each live generation's vec0 table that an older version made without scales
+    (a second copy of the centroids) or whose deleted rows' slots are a tenth of it or more
+    (needs sqlite-vec loaded; inside the caller's write transaction); how many."""
     renewed = 0
-    for generation in live_vec0_generations(conn):
+    for generation in _live_generations(conn):
         pack = vec0_rows(conn, generation)
         if pack is None:
+            dims = _unscaled_int8_dimensions(conn, generation)
+            if dims is not None:
+                SqliteVecIndex(dims).renew(conn, generation)
+                renewed += 1
             continue
         dead = pack.dead_slots()
         if dead and dead >= RENEW_DEAD_SHARE * (dead + pack.rows()):
             SqliteVecIndex(pack.dimensions).renew(conn, generation)
             renewed += 1
     return renewed
+
+
+def _unscaled_int8_dimensions(conn: Any, generation: int) -> int | None:
+    row = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = ?", (vec_table(generation),)
+    ).fetchone()
+    found = re.search(r"embedding int8\[(\d+)\]", row[0] or "") if row is not None else None
+    return int(found.group(1)) if found is not None and "scale float" not in row[0] else None
+
+
+def second_copy_bytes(conn: Any) -> int:
+    """About what making the older versions' unscaled vec0 tables again gives back: the block
+    pack's copy of their centroids (codes, scale and id a row)."""
+    total = 0
+    for generation in _live_generations(conn):
+        dims = _unscaled_int8_dimensions(conn, generation)
+        if dims is not None and table_exists(conn, pack_table(generation)):
+            (rows,) = conn.execute(
+                f"SELECT coalesce(sum(rows), 0) FROM {pack_table(generation)}"
+            ).fetchone()
+            total += int(rows) * (dims + 12)
+    return total
