@@ -36,7 +36,12 @@ from memory.store.vector_names import (
     vec0_seq_key,
     vec_table,
 )
-from memory.store.vector_pack import SqliteMatrixPack, codes_of_width, write_blocks
+from memory.store.vector_pack import (
+    SqliteMatrixPack,
+    codes_of_width,
+    rows_lean_on_pack,
+    write_blocks,
+)
 from memory.store.vector_tables import BATCH, SqliteVectorTables, to_blob
 
 log = logging.getLogger(__name__)
@@ -181,14 +186,18 @@ class SqliteVecIndex:
             return
         changed = self._changed_since(conn, generation, since) if since is not None else None
         if changed is None:  # never in step, or the log no longer covers its lag: copy it all
-            if self._scaled.get(generation) and not table_exists(conn, pack_table(generation)):
-                # The rows may lean on this very table for their vectors: packed apart first.
+            if (
+                self._scaled.get(generation)
+                and not table_exists(conn, pack_table(generation))
+                and rows_lean_on_pack(conn, generation)
+            ):  # the rows lean on this very table for their vectors: packed apart first
                 write_blocks(conn, generation, seq)
-            # Made again rather than emptied: vec0 keeps a deleted row's slot unless it is in
-            # its last chunk, so only a new table is dense.
-            conn.execute(f"DROP TABLE {table}")
-            self.forget(generation)
-            table = self._ensure(conn, generation)
+            # Made again rather than emptied (unless it is new): vec0 keeps a deleted row's slot
+            # unless it is in its last chunk, so only a new table is dense.
+            if conn.execute(f"SELECT 1 FROM {table}_chunks LIMIT 1").fetchone() is not None:
+                conn.execute(f"DROP TABLE {table}")
+                self.forget(generation)
+                table = self._ensure(conn, generation)
             # (the rows and the pack's vectors, or an index's from before the matrix table)
             for rows in self._tables.rows(conn, generation, 4096):
                 self._copy_rows(conn, generation, table, rows)

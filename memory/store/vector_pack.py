@@ -39,6 +39,7 @@ from memory.store.vector_names import create_matrix, matrix_table, pack_table, t
 
 log = logging.getLogger(__name__)
 
+SMALL_REWRITE = 2_000  # rows below which emptying the row table's vectors is done in place
 BLOCK_ROWS = 1024  # 0.4 MB of vectors a block at 384 dimensions (1.5 MB as float32)
 
 
@@ -187,12 +188,13 @@ def empty_row_vectors(conn: Any, generation: int) -> None:
     generation just built), the table is written again without them: emptied in place, each
     page kept ≈ 4 % full — 41 MB of pages for 0.5 MB of rows at 100k chunks, which no free-page
     count shows and only a VACUUM gave back. Written again, they are free pages: reused by the
-    next writes, counted by `pinch memory status`, given back by a compaction."""
+    next writes, counted by `pinch memory status`, given back by a compaction. (Under
+    SMALL_REWRITE rows, in place: the pages at stake are fewer than the rewrite would free.)"""
     table = matrix_table(generation)
     holding, rows = conn.execute(f"SELECT count(vector), count(*) FROM {table}").fetchone()
     if not holding:
         return
-    if 2 * holding < rows:
+    if 2 * holding < rows or holding < SMALL_REWRITE:
         conn.execute(f"UPDATE {table} SET vector = NULL WHERE vector IS NOT NULL")
         return
     conn.execute(f"DROP TABLE IF EXISTS {table}_next")
@@ -237,7 +239,7 @@ def write_blocks(conn: Any, generation: int, seq: int) -> int:
     for block, found in enumerate(blocks):
         if found is None:  # the vectors differ in width
             conn.execute(f"DROP TABLE {new}")
-            if not _rows_lean_on_pack(conn, generation):
+            if not rows_lean_on_pack(conn, generation):
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
             return 0
         ids, scopes, dims, vectors = found
@@ -343,7 +345,7 @@ def _code_blocks(conn: Any, generation: int, dims: int) -> Iterator[_Block | Non
             )
 
 
-def _rows_lean_on_pack(conn: Any, generation: int) -> bool:
+def rows_lean_on_pack(conn: Any, generation: int) -> bool:
     return bool(
         conn.execute(
             f"SELECT 1 FROM {matrix_table(generation)} WHERE vector IS NULL LIMIT 1"

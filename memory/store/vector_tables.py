@@ -30,7 +30,7 @@ from memory.store.vector_names import (
     table_exists,
 )
 from memory.store.vector_pack import (
-    SqliteMatrixPack,
+    codes_of_width,
     current_rows,
     packed_rows,
     write_blocks,
@@ -290,8 +290,10 @@ def store_vectors_once(conn: Any) -> None:
         packed = False
         vec0 = vec0_pack(conn, generation)
         if seq is not None and vec0 is not None and vec0.seq == seq:
-            # sqlite-vec's table, in step, is the pack (memory/store/vec0_pack.py)
-            packed = SqliteMatrixPack().write(conn, generation, seq) > 0
+            # sqlite-vec's table, in step, is the pack (memory/store/vec0_pack.py): the rows
+            # are made again below without their vectors
+            conn.execute(f"DROP TABLE IF EXISTS {pack_table(generation)}")
+            packed = codes_of_width(conn, generation, vec0.dimensions)
         elif seq is not None and table_exists(conn, pack_table(generation)):
             # The rows hold every vector (this layout's source of truth): the old pack goes
             # first, so the new one takes its pages instead of growing the file.
