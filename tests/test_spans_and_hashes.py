@@ -1,6 +1,7 @@
-"""Issue 22 (helper h-spans, migration m017): a chunk's packed passages in the compact form,
-read exactly as the plain uint32 triples before it; an index in the layout before upgrading by
-itself with every passage and answer kept and no file indexed again.
+"""Issue 22 (helper h-spans, migrations m017 and m018): a chunk's packed passages in the compact
+form, read exactly as the plain uint32 triples before it; the chunks' and files' hashes as the
+digest's 32 bytes, read back as the hex text they were; an index in the layout before upgrading
+by itself with every passage, hash and answer kept and no file indexed again.
 
 Real SQLite files and the real USE model (512 dimensions).
 """
@@ -14,7 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from memory.index.chunking import hash_text
 from memory.index.index import MemoryIndex
+from memory.store.chunk_text import read_text
 from memory.store.migrations import memory_set
 from memory.store.span_codec import PLAIN_WIDTH, span_count, spans_blob, spans_of, spans_of_many
 from tests.conftest import IndexFactory, WorkspaceFactory, use_config
@@ -98,7 +101,7 @@ def packed(idx: MemoryIndex) -> dict[int, tuple[int, list[list[int]]]]:
     return {int(c): (int(f), spans_of(b).tolist()) for c, f, b in found}
 
 
-def test_a_new_index_writes_its_packed_passages_in_the_compact_form(
+def test_a_new_index_writes_compact_spans_and_32_byte_hashes_read_back_as_hex(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
     idx = make_index(make_workspace(FILES), use_config())
@@ -106,9 +109,21 @@ def test_a_new_index_writes_its_packed_passages_in_the_compact_form(
 
     blobs = [bytes(b) for (b,) in rows(idx, "SELECT spans FROM memory_passages")]
     assert blobs and all(len(b) % PLAIN_WIDTH for b in blobs)
+    with idx.db.lock:
+        chunks = [
+            (h, read_text(idx.db.conn, t))
+            for h, t in rows(idx, "SELECT hash, text FROM memory_chunks")
+        ]
+    assert chunks and all(h == bytes.fromhex(hash_text(t)) for h, t in chunks)
+    stored = dict(rows(idx, "SELECT path, hash FROM memory_sources"))
+    assert set(stored) == set(FILES) and all(len(h) == 32 for h in stored.values())
+    generation = idx.active_generation()
+    assert generation is not None
+    known = idx.rows.repo.sources(generation[0])
+    assert {p: s.hash for p, s in known.items()} == {p: h.hex() for p, h in stored.items()}
 
 
-def test_an_index_in_the_m015_layout_upgrades_keeping_every_passage(
+def test_an_index_in_the_m015_layout_upgrades_keeping_every_passage_and_hash(
     make_workspace: WorkspaceFactory, make_index: IndexFactory
 ) -> None:
     workspace = make_workspace(FILES)
@@ -119,9 +134,13 @@ def test_an_index_in_the_m015_layout_upgrades_keeping_every_passage(
         m015_layout(conn)
     blobs = [bytes(b) for (b,) in rows(idx, "SELECT spans FROM memory_passages")]
     assert all(len(b) % PLAIN_WIDTH == 0 for b in blobs) and packed(idx) == before[1]
+    chunk_hashes = dict(rows(idx, "SELECT id, hash FROM memory_chunks"))
+    source_hashes = dict(rows(idx, "SELECT path, hash FROM memory_sources"))
+    hashes = [*chunk_hashes.values(), *source_hashes.values()]
+    assert all(isinstance(h, str) and len(h) == 64 for h in hashes)
     idx.close()
 
-    idx = make_index(workspace, use_config())  # m017 runs on open
+    idx = make_index(workspace, use_config())  # m017 and m018 run on open
 
     applied = {r[0] for r in rows(idx, "SELECT name FROM schema_migrations")}
     assert set(M015_UNDONE) <= applied and {m.__name__ for m in memory_set().migrations} <= applied
@@ -129,9 +148,15 @@ def test_an_index_in_the_m015_layout_upgrades_keeping_every_passage(
     after = [bytes(b) for (b,) in rows(idx, "SELECT spans FROM memory_passages")]
     assert all(len(b) % PLAIN_WIDTH for b in after)
     assert sum(map(len, after)) < sum(map(len, blobs)) / 2
+    assert dict(rows(idx, "SELECT id, hash FROM memory_chunks")) == {
+        i: bytes.fromhex(h) for i, h in chunk_hashes.items()
+    }
+    assert dict(rows(idx, "SELECT path, hash FROM memory_sources")) == {
+        p: bytes.fromhex(h) for p, h in source_hashes.items()
+    }
     assert idx.status(deep=True).dirty_files == []
     assert answers(idx) == before[0]
-    # Every file touched (the same text, a new time): each known unchanged.
+    # Every file touched (the same text, a new time): each known unchanged by its hash.
     later = time.time() + 60
     for path in FILES:
         os.utime(workspace / path, (later, later))
