@@ -1,13 +1,33 @@
-"""An index turned back into what the version before migration m014 wrote (memory/store/
-migrations.py): the embedding cache with an implicit rowid, provider and model in every row and
-a fractional `created_at`; one `memory_units` row per passage naming its cache row and hash;
-no `memory_passages` nor `embedding_models`; m014 not recorded. Opening it again upgrades it."""
+"""An index turned back into what an earlier version wrote (memory/store/migrations.py), the
+migrations since not recorded; opening it again upgrades it. `m015_layout`: the version before
+m017-m018 (each chunk's packed passages as uint32 triples, the chunks' and files' hashes as hex
+text). `m013_layout`: the version before m014 (that, and also the embedding cache with an
+implicit rowid, provider and model in every row and a fractional `created_at`; one
+`memory_units` row per passage naming its cache row and hash; no `memory_passages` nor
+`embedding_models`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from memory.store.passage_pack import spans_of
+
+M015_UNDONE = ("m017_spans_compact", "m018_chunk_and_source_hashes_as_bytes")
+
+
+def m015_layout(conn: Any) -> None:
+    """Inside the caller's transaction: the current layout as m015 left it."""
+    packed = conn.execute("SELECT chunk_id, spans FROM memory_passages").fetchall()
+    conn.executemany(
+        "UPDATE memory_passages SET spans = ? WHERE chunk_id = ?",
+        [(np.asarray(spans_of(blob), dtype="<u4").tobytes(), c) for c, blob in packed],
+    )
+    for table in ("memory_chunks", "memory_sources"):
+        conn.execute(f"UPDATE {table} SET hash = lower(hex(hash)) WHERE typeof(hash) = 'blob'")
+    for table in ("schema_migrations", "_migrations"):
+        conn.executemany(f"DELETE FROM {table} WHERE name = ?", [(n,) for n in M015_UNDONE])
 
 
 def loose_passages(conn: Any) -> None:
@@ -32,6 +52,7 @@ def loose_passages(conn: Any) -> None:
 
 def m013_layout(conn: Any) -> None:
     """Inside the caller's transaction: the current layout as m013 left it."""
+    m015_layout(conn)
     loose_passages(conn)
     conn.execute(
         "CREATE TABLE cache_m013 (provider TEXT NOT NULL, model TEXT NOT NULL, "

@@ -27,7 +27,7 @@ from memory.store.transfer_sqlite import open_sqlite_source
 from memory.store.vector_codec import decode, is_4bit, is_quantised
 from memory.store.vector_tables import SqliteVectorTables
 from tests.backup_support import pinch
-from tests.layout_support import loose_passages
+from tests.layout_support import loose_passages, m015_layout
 from tests.migrate_support import make_agent, postgres_hashes, search, sqlite_hashes
 
 SCHEMA = "pinch_main"  # the default agent's schema
@@ -128,6 +128,7 @@ def test_round_trip_keeps_every_table_and_every_search_result(
         assert {t: h for t, h in returned.items() if h[0] or t in original} == original
     workspace = agent.parents[2] / "workspace"
     assert search(copy, workspace) == search(agent, workspace) != []
+    _assert_hashes_as_each_side_keeps_them(agent, copy, empty_dsn)
     # The copy holds each passage's vector in its own row (no cache row named), SQLite's 8-bit
     # codes back as the very same bytes; search finds exactly the same.
     with sqlite3.connect(copy) as conn:
@@ -144,6 +145,25 @@ def test_round_trip_keeps_every_table_and_every_search_result(
         assert not conn.execute(
             "SELECT 1 FROM memory_matrix_g1 WHERE vector IS NOT NULL"
         ).fetchall()
+
+
+def _assert_hashes_as_each_side_keeps_them(agent: Path, copy: Path, dsn: str) -> None:
+    """The chunks' and files' hashes: the digest's 32 bytes in both SQLite files (m018), the
+    same digests as hex text on PostgreSQL."""
+    for query in (
+        "SELECT id, hash FROM memory_chunks",
+        "SELECT generation || ':' || path, hash FROM memory_sources",
+    ):
+        with sqlite3.connect(agent) as conn:
+            first = dict(conn.execute(query).fetchall())
+        with sqlite3.connect(copy) as conn:
+            back = dict(conn.execute(query).fetchall())
+        with psycopg.connect(dsn) as pg:
+            pg.execute(f"SET search_path TO {SCHEMA}")
+            there = dict(pg.execute(query).fetchall())
+        assert first and all(isinstance(h, bytes) and len(h) == 32 for h in first.values())
+        assert back == first
+        assert there == {k: h.hex() for k, h in first.items()}
 
 
 def _assert_vectors_on_postgres(agent: Path, dsn: str) -> dict[int, bytes]:
@@ -435,3 +455,33 @@ def test_a_sqlite_copy_of_packed_passages_verifies_and_searches_the_same(
         assert returned["embedding_cache"] == original["embedding_cache"]
     workspace = agent.parents[2] / "workspace"
     assert search(copy, workspace) == search(agent, workspace) != []
+
+
+def test_an_agent_file_in_the_m015_layout_migrates_as_it_is_and_comes_back_compact(
+    agent: Path, empty_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pinch migrate` reads its source without upgrading it: an m015 file (plain passage
+    blobs, hex chunk and file hashes) gives the same logical rows as after m017-m018, and a
+    SQLite file written from PostgreSQL keeps the compact forms."""
+    with sqlite_hashes(agent) as current:
+        pass
+    with sqlite3.connect(agent) as conn:
+        m015_layout(conn)
+        assert all(len(b) % 12 == 0 for (b,) in conn.execute("SELECT spans FROM memory_passages"))
+    with sqlite_hashes(agent) as before:
+        assert before == current
+
+    there = pinch("migrate", "--to", "postgres", empty_dsn)
+    assert "every count and hash matches" in there.output
+    assert postgres_hashes(empty_dsn, SCHEMA) == current
+
+    monkeypatch.setenv("PINCH_STORE__BACKEND", "postgres")
+    monkeypatch.setenv("PINCH_STORE__DSN", empty_dsn)
+    copy = tmp_path / "back.sqlite"
+    pinch("migrate", "--to", "sqlite", str(copy))
+    with sqlite_hashes(copy) as returned:
+        assert {t: h for t, h in returned.items() if t in current} == current
+    with sqlite3.connect(copy) as conn:
+        for table in ("memory_chunks", "memory_sources"):
+            stored = conn.execute(f"SELECT hash FROM {table}").fetchall()
+            assert stored and all(isinstance(h, bytes) and len(h) == 32 for (h,) in stored)

@@ -11,9 +11,10 @@ def hash_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-# The embedding cache's keys and the passages' hashes are stored as the digest's 32 bytes, not
-# its 64 hex characters (feature "size", issue 22: ≈ 30 MB at 100k chunks, twice over with the
-# cache's key index). Code above the stores sees hex text, as `hash_text` makes it.
+# The embedding cache's keys and the passages' hashes (m010), and the chunks' and files' (m018),
+# are stored as the digest's 32 bytes, not its 64 hex characters (feature "size", issue 22:
+# ≈ 30 MB at 100k chunks, twice over with the cache's key index, and ≈ 4 MB more). Code above
+# the stores sees hex text, as `hash_text` makes it; PostgreSQL keeps the hex text.
 StoredHash = str | bytes
 
 

@@ -1,7 +1,9 @@
 """The rows of the memory index, as stored: `memory_chunks` (one indexed chunk), its
 `memory_fts` keyword row, its passages (one packed `memory_passages` row naming their vectors
 in the embedding cache, memory/store/passage_pack.py; or a `memory_units` row each), and the
-`memory_sources` row of each indexed file (or why it was skipped).
+`memory_sources` row of each indexed file (or why it was skipped). The chunks' and files'
+SHA-256 hashes are stored as the digest's 32 bytes (migration m018) and read back as the hex
+text `hash_text` makes (memory/store/content_hash.py).
 
 What goes into the rows — chunking, keyword bodies, vectors, centroids — is decided in
 memory/index/; this module only reads and writes them. Methods that take a `conn` run inside the
@@ -23,7 +25,7 @@ from memory.store.chunk_text import (
     read_text,
     read_texts,
 )
-from memory.store.content_hash import stored_hash
+from memory.store.content_hash import hash_of_stored, stored_hash
 from memory.store.db import Database
 from memory.store.index_embedcache import cache_rows
 from memory.store.passage_pack import delete_generation, delete_packed, insert_packed, packable
@@ -230,7 +232,7 @@ class SqliteIndexRows:
                 row.scope,
                 row.start_line,
                 row.end_line,
-                row.hash,
+                stored_hash(row.hash),
                 pack_text(row.text, self._text_dictionary(conn)),
                 row.importance,
                 row.day,
@@ -341,7 +343,7 @@ class SqliteIndexRows:
                 row.path,
                 row.source,
                 row.origin,
-                row.hash,
+                stored_hash(row.hash),
                 row.mtime,
                 row.size,
                 time.time(),
@@ -380,7 +382,7 @@ class SqliteIndexRows:
 
     def sources(self, generation: int) -> dict[str, SourceState]:
         return {
-            row[0]: SourceState(row[1], row[2], row[3], row[4])
+            row[0]: SourceState(hash_of_stored(row[1]), row[2], row[3], row[4])
             for row in self.db.execute(
                 "SELECT path, hash, mtime, size, error FROM memory_sources WHERE generation = ?",
                 (generation,),

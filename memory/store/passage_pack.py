@@ -1,6 +1,8 @@
 """A chunk's passages packed in one row (issue 22, migration m014): `memory_passages`, keyed by
 the chunk's id, holds its generation, the id of its first passage and one blob of (start line,
-end line, embedding cache id) triples as little-endian uint32, in the passages' order.
+end line, embedding cache id) triples in the passages' order: since m017 in a compact form
+(lines as small steps, ids in as few bytes as they need), before it as uint32 each — both read
+alike (memory/store/span_codec.py).
 
 A passage's vector is the embedding cache row its id names (memory/store/index_embedcache.py;
 the cache's ids survive a VACUUM and are never reused), and its text hash is that row's key:
@@ -22,21 +24,12 @@ from typing import Any
 import numpy as np
 
 from memory.store.cache_codec import float32_from_cache
+from memory.store.span_codec import PLAIN_WIDTH, SPAN, span_count, spans_blob, spans_of_many
+from memory.store.span_codec import spans_of as spans_of  # (what tests and tools read blobs by)
 
-SPAN = np.dtype("<u4")  # start line, end line, cache id
-_WIDTH = 3 * SPAN.itemsize
 _BATCH = 500  # ids bound in one statement (under SQLite's oldest limit of 999)
 _PACK_ROWS = 20_000  # passages read at a time by the migration
-
-
-def spans_blob(spans: Sequence[tuple[int, int, int]]) -> bytes:
-    """(start line, end line, cache id) triples as stored."""
-    return np.asarray(spans, dtype=SPAN).reshape(-1, 3).tobytes()
-
-
-def spans_of(blob: bytes) -> np.ndarray:
-    """A stored blob as an (n, 3) array of start line, end line, cache id."""
-    return np.frombuffer(blob, dtype=SPAN).reshape(-1, 3)
+_SPAN_ROWS = 20_000  # packed rows rewritten at a time by migration m017
 
 
 def packable(spans: Iterable[tuple[int, int, int | None]]) -> bool:
@@ -88,14 +81,15 @@ def packed_rows(read: Any, chunk_ids: Sequence[int]) -> list[tuple[int, int, np.
     for i in range(0, len(chunk_ids), _BATCH):
         part = list(chunk_ids[i : i + _BATCH])
         marks = ",".join("?" for _ in part)
-        out += [
-            (int(c), int(g), spans_of(b))
-            for c, g, b in read(
-                f"SELECT chunk_id, generation, spans FROM memory_passages WHERE chunk_id IN "
-                f"({marks})",
+        found = list(
+            read(
+                "SELECT chunk_id, generation, spans FROM memory_passages "
+                f"WHERE chunk_id IN ({marks})",
                 part,
             )
-        ]
+        )
+        spans = spans_of_many([b for _, _, b in found])
+        out += [(int(c), int(g), s) for (c, g, _), s in zip(found, spans, strict=True)]
     out.sort(key=lambda r: r[0])
     return out
 
@@ -113,30 +107,32 @@ def cache_blobs(read: Any, ids: Iterable[int]) -> dict[int, Any]:
 
 def named_cache_ids(conn: Any) -> np.ndarray:
     """The cache ids packed passages name (sorted, unique): what orphan pruning keeps."""
-    blobs = [spans_of(b)[:, 2] for (b,) in conn.execute("SELECT spans FROM memory_passages")]
-    if not blobs:
+    ids: list[np.ndarray] = []
+    cursor = conn.execute("SELECT spans FROM memory_passages")
+    while found := cursor.fetchmany(_SPAN_ROWS):
+        ids += [s[:, 2] for s in spans_of_many([b for (b,) in found])]
+    if not ids:
         return np.zeros(0, dtype=np.int64)
-    return np.unique(np.concatenate(blobs).astype(np.int64))
+    return np.unique(np.concatenate(ids).astype(np.int64))
 
 
 def passage_count(conn: Any) -> int:
     """Passages in the index, packed or one row each."""
-    (packed,) = conn.execute(
-        f"SELECT coalesce(sum(length(spans) / {_WIDTH}), 0) FROM memory_passages"
-    ).fetchone()
+    packed = sum(span_count(b) for (b,) in conn.execute("SELECT spans FROM memory_passages"))
     (loose,) = conn.execute("SELECT count(*) FROM memory_units").fetchone()
-    return int(packed) + int(loose)
+    return packed + int(loose)
 
 
 def generation_spans(conn: Any, generation: int) -> list[tuple[int, int, int]]:
     """(chunk id, start line, end line) of the generation's passages, each chunk's in order,
     chunks by id (bench/model_survey.py reads their texts)."""
     rows: list[tuple[int, int, int, int]] = []  # (chunk, passage id, start, end)
-    for cid, first, blob in conn.execute(
+    found = conn.execute(
         "SELECT chunk_id, first_unit, spans FROM memory_passages WHERE generation = ?",
         (generation,),
-    ):
-        for i, (start, end, _) in enumerate(spans_of(blob).tolist()):
+    ).fetchall()
+    for (cid, first, _), spans in zip(found, spans_of_many([b for *_, b in found]), strict=True):
+        for i, (start, end, _) in enumerate(spans.tolist()):
             rows.append((int(cid), int(first) + i, start, end))
     rows += [
         (int(c), int(i), int(s), int(e))
@@ -158,7 +154,11 @@ def portable_rows(conn: Any, columns: Sequence[str], chunks: int) -> Iterator[li
         "SELECT chunk_id, generation, first_unit, spans FROM memory_passages ORDER BY chunk_id"
     )
     while found := cursor.fetchmany(chunks):
-        packed = [(int(c), int(g), int(f), spans_of(b).tolist()) for c, g, f, b in found]
+        decoded = spans_of_many([b for *_, b in found])
+        packed = [
+            (int(c), int(g), int(f), s.tolist())
+            for (c, g, f, _), s in zip(found, decoded, strict=True)
+        ]
         cached: dict[int, tuple[Any, bytes]] = {}
         refs = sorted({ref for *_, spans in packed for _, _, ref in spans})
         for i in range(0, len(refs), _BATCH):
@@ -179,6 +179,31 @@ def portable_rows(conn: Any, columns: Sequence[str], chunks: int) -> Iterator[li
                 row |= {"start_line": start, "end_line": end, "hash": h, "vector": vector}
                 out.append(tuple(row.get(c) for c in columns))
         yield out
+
+
+# ---- migration m017: the plain blobs of m014 in the compact form ------------------------------
+
+
+def compact_spans_batch(conn: Any, last: int) -> tuple[int, int | None]:
+    """Rewrite the plain blobs (memory/store/span_codec.py) among the packed rows after chunk
+    `last` in the compact form, up to `_SPAN_ROWS` rows; returns (blobs rewritten, the last
+    chunk id looked at, None when there are no more). Lines and cache ids stay as they were;
+    a blob the compact form does not fit stays plain."""
+    found = conn.execute(
+        "SELECT chunk_id, spans FROM memory_passages WHERE chunk_id > ? AND length(spans) > 0 "
+        f"AND length(spans) % {PLAIN_WIDTH} = 0 ORDER BY chunk_id LIMIT ?",
+        (last, _SPAN_ROWS),
+    ).fetchall()
+    if not found:
+        return 0, None
+    spans = spans_of_many([b for _, b in found])
+    changed = [
+        (blob, int(cid))
+        for (cid, old), s in zip(found, spans, strict=True)
+        if (blob := spans_blob(s.tolist())) != old
+    ]
+    conn.executemany("UPDATE memory_passages SET spans = ? WHERE chunk_id = ?", changed)
+    return len(changed), int(found[-1][0])
 
 
 # ---- migration m014: the passages of an older index packed ----------------------------------

@@ -67,7 +67,12 @@ _CREATE = {
 # logical row carries the vector itself instead (see `_SqliteTables` below).
 CACHE_ROW = "cache_row"
 # The columns holding a text hash stored as the digest's bytes (memory/store/content_hash.py).
-HASHES = {"memory_units": "hash", "embedding_cache": "chunk_hash"}
+HASHES = {
+    "memory_units": "hash",
+    "embedding_cache": "chunk_hash",
+    "memory_chunks": "hash",
+    "memory_sources": "hash",
+}
 # The columns naming a cached vector's model (its 4-bit codes are around that model's center).
 _MODEL = ("provider", "model", "dimensions")
 # The extra columns read to resolve a memory_units row's vector from the cache.
