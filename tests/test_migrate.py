@@ -158,7 +158,7 @@ def _assert_vectors_on_postgres(agent: Path, dsn: str) -> dict[int, bytes]:
             for i, ref in enumerate(spans_of(blob)[:, 2].tolist())
         }
         cached = conn.execute(
-            "SELECT c.id, c.vector, m.provider, m.model, c.dimensions FROM embedding_cache c "
+            "SELECT c.id, c.vector, m.provider, m.model, m.dimensions FROM embedding_cache c "
             "JOIN embedding_models m ON m.id = c.model_id"
         ).fetchall()
         cache = {c: b for c, b, *_ in cached}
@@ -406,7 +406,7 @@ def test_a_passages_vector_hashes_the_same_however_sqlite_keeps_it(agent: Path) 
     with sqlite3.connect(agent) as conn:
         loose_passages(conn)  # (as an index from before m014 kept them: a row per passage)
         units = conn.execute(
-            "SELECT u.id, c.vector, m.provider, m.model, c.dimensions FROM memory_units u "
+            "SELECT u.id, c.vector, m.provider, m.model, m.dimensions FROM memory_units u "
             "JOIN embedding_cache c ON c.id = u.cache_row "
             "JOIN embedding_models m ON m.id = c.model_id ORDER BY u.id"
         ).fetchall()
