@@ -188,7 +188,7 @@ def _model_columns(conn: Any) -> tuple[str, str]:
     """SQL: a cache row's provider, model and width with the FROM clause (`c` the cache), and
     the width's expression. In the row itself before m014 (m011 runs on that layout); the
     provider and model named by a number since, and the width too since m016."""
-    columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(embedding_cache)")}
+    columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(embedding_cache)").fetchall()}
     if "provider" in columns:
         return "c.provider, c.model, c.dimensions FROM embedding_cache c", "c.dimensions"
     dims = "c.dimensions" if "dimensions" in columns else "m.dimensions"

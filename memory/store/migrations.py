@@ -343,6 +343,9 @@ def m015_matrix_vectors_once(conn: Any) -> None:
     store_vectors_once(conn)
 
 
+_CACHE_COUNTER = "SELECT seq FROM sqlite_sequence WHERE name = 'embedding_cache'"
+
+
 def m016_cache_short_rows(conn: Any) -> None:
     """Issue 22 (helper h-cache): the embedding cache's rows 25 bytes shorter — 369 instead of
     395 at 384 dimensions with their cell pointer, 11 to a 4 KB page instead of 10: the key is
@@ -354,17 +357,17 @@ def m016_cache_short_rows(conn: Any) -> None:
     (`memory_units`) name their text by the same key. Every row keeps its id and its vector,
     rewritten in id order so its pages are full; nothing is embedded again, and the id counter
     goes on where it was. The pages freed are given back by `pinch memory compact`."""
-    (counter,) = conn.execute(
-        "SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'embedding_cache'"
-    ).fetchone()
+    # (the counter has no row when nothing was ever cached)
+    counter = max([0, *(int(s) for (s,) in conn.execute(_CACHE_COUNTER).fetchall())])
     widths = conn.execute(
         "SELECT m.id, m.provider, m.model, c.dimensions, count(*) AS n FROM embedding_cache c "
         "JOIN embedding_models m ON m.id = c.model_id GROUP BY m.id, c.dimensions "
         "ORDER BY m.id, n DESC, c.dimensions"
     ).fetchall()
-    (last,) = conn.execute("SELECT coalesce(max(id), 0) FROM embedding_models").fetchone()
+    # (a model no row is cached for is left out: its width is not known)
+    last = max([0, *(int(w[0]) for w in widths)])
     numbered: set[int] = set()
-    models = []  # (a model no row is cached for is left out: its width is not known)
+    models = []
     for old, provider, model, dims, _ in widths:
         if old in numbered:  # another width of a model: a new number
             last += 1
@@ -381,7 +384,8 @@ def m016_cache_short_rows(conn: Any) -> None:
             UNIQUE (provider, model, dimensions)
         )"""
     )
-    conn.executemany("INSERT INTO embedding_models_m016 VALUES (?, ?, ?, ?)", models)
+    if models:
+        conn.executemany("INSERT INTO embedding_models_m016 VALUES (?, ?, ?, ?)", models)
     conn.execute(
         """CREATE TABLE embedding_cache_m016 (
             id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: passages name rows by it
