@@ -54,6 +54,7 @@ from memory.index.rows import IndexRows  # noqa: E402
 from memory.memory_config import EmbeddingConfig, MemoryConfig  # noqa: E402
 from memory.store.index_rows import ChunkRow, PassageRow, SourceRow  # noqa: E402
 from memory.store.lineage import file_origin  # noqa: E402
+from memory.store.postgres.index_rows import cache_key_text  # noqa: E402
 from memory.store.postgres.keyword_postings import p001_keyword_postings  # noqa: E402
 from memory.store.postgres.keywords import keyword_tokens, stemmed  # noqa: E402
 from memory.store.postgres.vectors import CREATE_MATRIX, table_exists  # noqa: E402
@@ -231,13 +232,13 @@ class PgBulkWriter:
             self.cached.update(fresh)
             provider, model = self.cache_key
             with cur.copy(
-                "COPY embedding_cache (provider, model, chunk_hash, dimensions, vector, "
-                "created_at) FROM STDIN (FORMAT binary)"
+                "COPY embedding_cache (provider, model, chunk_hash, dimensions, vector) "
+                "FROM STDIN (FORMAT binary)"
             ) as copy:
-                copy.set_types(["text", "text", "text", "int4", "bytea", "float8"])
+                copy.set_types(["text", "text", "text", "int4", "bytea"])
                 coded = compact_blobs(list(fresh.values()))  # as PgEmbeddingCache.put
                 for h, v in zip(fresh, coded, strict=True):
-                    copy.write_row((provider, model, h, self.dims, v, now))
+                    copy.write_row((provider, model, cache_key_text(h), self.dims, v))
 
     def _vectors(self, conn: Any, generation: int, rows: list[Any]) -> None:
         """The generation's vector table (as PgVectorTables.add makes it, its HNSW index left

@@ -106,7 +106,7 @@ def old_format(idx: MemoryIndex) -> None:
     with idx.db.transaction() as conn:
         loose_passages(conn)
         cached = conn.execute(
-            "SELECT c.id, m.provider, m.model, c.dimensions, c.vector FROM embedding_cache c "
+            "SELECT c.id, m.provider, m.model, m.dimensions, c.vector FROM embedding_cache c "
             "JOIN embedding_models m ON m.id = c.model_id"
         ).fetchall()
         for rowid, provider, model, dims, blob in cached:

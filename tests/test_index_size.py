@@ -15,6 +15,7 @@ from memory.index.index import MemoryIndex
 from memory.store import cache_codec
 from memory.store.cache_codec import float32_from_cache, wide_vectors
 from memory.store.chunk_text import read_text
+from memory.store.content_hash import CACHE_KEY_BYTES, hash_text
 from memory.store.db import open_database
 from memory.store.index_embedcache import (
     ModelKey,
@@ -314,7 +315,7 @@ def test_an_index_in_the_previous_layout_upgrades_by_itself_keeping_its_answers(
         idx, "SELECT count(*) FROM memory_chunks"
     )
     assert all(
-        isinstance(h, bytes) and len(h) == 32
+        isinstance(h, bytes) and len(h) == CACHE_KEY_BYTES
         for (h,) in rows(idx, "SELECT chunk_hash FROM embedding_cache")
     )
     cached = [bytes(v) for (v,) in rows(idx, "SELECT vector FROM embedding_cache")]
@@ -352,7 +353,7 @@ def test_a_models_center_comes_from_a_batch_big_enough_and_older_rows_follow_on_
         common = rng.standard_normal(64).astype(np.float32)
         vectors = common + 0.3 * rng.standard_normal((13, 64)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        blobs = [(f"{i:064x}", v.astype("<f4").tobytes()) for i, v in enumerate(vectors)]
+        blobs = [(hash_text(f"text {i}"), v.astype("<f4").tobytes()) for i, v in enumerate(vectors)]
 
         with db.transaction() as conn:
             cache.put(conn, key, blobs[:3])  # too few for a center: 8-bit
@@ -363,7 +364,10 @@ def test_a_models_center_comes_from_a_batch_big_enough_and_older_rows_follow_on_
         assert (
             sum(coded(bytes(v)) for (v,) in db.execute("SELECT vector FROM embedding_cache")) == 10
         )
-        wide = f"SELECT count(*) FROM embedding_cache WHERE {wide_vectors()}"
+        wide = (
+            "SELECT count(*) FROM embedding_cache c JOIN embedding_models m "
+            f"ON m.id = c.model_id WHERE {wide_vectors()}"
+        )
         assert db.execute(wide)[0][0] == 3  # what a compaction still shrinks
 
         assert requantise(db) == 3
@@ -371,11 +375,11 @@ def test_a_models_center_comes_from_a_batch_big_enough_and_older_rows_follow_on_
         back = cache.get(key, [h for h, _ in blobs])
         got = np.array([np.frombuffer(back[h], dtype="<f4") for h, _ in blobs])
         assert np.abs(np.sum(got * vectors, axis=1) - 1).max() < 0.02
-        # keys are the digest's bytes, handed out as the hex they came in as
+        # keys are the digest's first bytes, handed out as the hex they came in as
         (key_blob,) = db.execute("SELECT chunk_hash FROM embedding_cache LIMIT 1")[0]
         assert (
             isinstance(key_blob, bytes)
-            and len(key_blob) == 32
+            and len(key_blob) == CACHE_KEY_BYTES
             and set(back) == {h for h, _ in blobs}
         )
     finally:

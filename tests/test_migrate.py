@@ -178,7 +178,7 @@ def _assert_vectors_on_postgres(agent: Path, dsn: str) -> dict[int, bytes]:
             for i, ref in enumerate(spans_of(blob)[:, 2].tolist())
         }
         cached = conn.execute(
-            "SELECT c.id, c.vector, m.provider, m.model, c.dimensions FROM embedding_cache c "
+            "SELECT c.id, c.vector, m.provider, m.model, m.dimensions FROM embedding_cache c "
             "JOIN embedding_models m ON m.id = c.model_id"
         ).fetchall()
         cache = {c: b for c, b, *_ in cached}
@@ -426,7 +426,7 @@ def test_a_passages_vector_hashes_the_same_however_sqlite_keeps_it(agent: Path) 
     with sqlite3.connect(agent) as conn:
         loose_passages(conn)  # (as an index from before m014 kept them: a row per passage)
         units = conn.execute(
-            "SELECT u.id, c.vector, m.provider, m.model, c.dimensions FROM memory_units u "
+            "SELECT u.id, c.vector, m.provider, m.model, m.dimensions FROM memory_units u "
             "JOIN embedding_cache c ON c.id = u.cache_row "
             "JOIN embedding_models m ON m.id = c.model_id ORDER BY u.id"
         ).fetchall()
@@ -460,17 +460,22 @@ def test_a_sqlite_copy_of_packed_passages_verifies_and_searches_the_same(
 def test_an_agent_file_in_the_m015_layout_migrates_as_it_is_and_comes_back_compact(
     agent: Path, empty_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`pinch migrate` reads its source without upgrading it: an m015 file (plain passage
-    blobs, hex chunk and file hashes) gives the same logical rows as after m017-m018, and a
-    SQLite file written from PostgreSQL keeps the compact forms."""
+    """`pinch migrate` refuses an m015 file (the cache's long rows, plain passage blobs, hex
+    chunk and file hashes), changing nothing, and says how to upgrade it; upgraded, it gives the
+    same logical rows, and a SQLite file written from PostgreSQL keeps the compact forms."""
     with sqlite_hashes(agent) as current:
         pass
     with sqlite3.connect(agent) as conn:
         m015_layout(conn)
         assert all(len(b) % 12 == 0 for (b,) in conn.execute("SELECT spans FROM memory_passages"))
-    with sqlite_hashes(agent) as before:
-        assert before == current
 
+    refused = pinch("migrate", "--to", "postgres", empty_dsn, ok=False)
+    assert refused.exit_code != 0 and "pinch memory status" in refused.output
+    pinch("memory", "status")  # opening it upgrades it (m016-m018)
+    with sqlite3.connect(agent) as conn:
+        assert not any(
+            len(b) % 12 == 0 for (b,) in conn.execute("SELECT spans FROM memory_passages")
+        )
     there = pinch("migrate", "--to", "postgres", empty_dsn)
     assert "every count and hash matches" in there.output
     assert postgres_hashes(empty_dsn, SCHEMA) == current

@@ -51,13 +51,16 @@ def passages(idx: MemoryIndex) -> tuple[list[tuple[int, int, int]], np.ndarray]:
 
 def cache_model(conn: Any) -> tuple[str, str, int]:
     """The one model the test's cache holds vectors of (provider, model, dimensions), in
-    either layout (named by a number since m014, in the row before)."""
+    any layout (named by a number since m014, in the row before; its width the model's since
+    m016, the row's before)."""
     numbered = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE name = 'embedding_models'"
     ).fetchone()
     table = "embedding_models" if numbered else "embedding_cache"
     provider, model = conn.execute(f"SELECT DISTINCT provider, model FROM {table}").fetchone()
-    (dims,) = conn.execute("SELECT DISTINCT dimensions FROM embedding_cache").fetchone()
+    widths = {str(c[1]) for c in conn.execute("PRAGMA table_info(embedding_cache)")}
+    table = "embedding_cache" if "dimensions" in widths else "embedding_models"
+    (dims,) = conn.execute(f"SELECT DISTINCT dimensions FROM {table}").fetchone()
     return provider, model, int(dims)
 
 
@@ -160,7 +163,7 @@ def test_cache_ids_survive_a_vacuum_and_are_never_handed_out_again(
             conn, ModelKey("test", "m", 4), [("ab" * 32, np.ones(4, "<f4").tobytes())]
         )
     (new,) = rows(
-        idx, "SELECT id FROM embedding_cache WHERE chunk_hash = ?", bytes.fromhex("ab" * 32)
+        idx, "SELECT id FROM embedding_cache WHERE chunk_hash = ?", bytes.fromhex("ab" * 14)
     )[0]
     assert new > top
 

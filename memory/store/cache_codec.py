@@ -59,25 +59,26 @@ def _centered(dims: int) -> bool:
     return CACHE_BITS in _ENCODABLE and _ENCODABLE[CACHE_BITS](dims)
 
 
-def wide_vectors() -> str:
+def wide_vectors(dims: str = "m.dimensions") -> str:
     """SQL: the cached vectors stored wider than the cache's form (float32; and 8-bit codes
-    when the cache is 7-, 6- or 4-bit), which a compaction rewrites."""
-    float32 = "(length(vector) = 4 * dimensions AND dimensions % 4 = 0)"
+    when the cache is 7-, 6- or 4-bit), which a compaction rewrites. `dims`: the rows' width
+    (since m016 their model's, `m` the joined `embedding_models`)."""
+    float32 = f"(length(vector) = 4 * {dims} AND {dims} % 4 = 0)"
     if CACHE_BITS not in _CENTERED_WIDTH:
         return float32
     return (
-        f"({float32} OR (length(vector) = dimensions + 6 AND dimensions % "
+        f"({float32} OR (length(vector) = {dims} + 6 AND {dims} % "
         f"{_CENTERED_WIDTH[CACHE_BITS]} = 0 AND substr(vector, 1, 2) = X'6938'))"
     )
 
 
-def stored_size_sql() -> str:
-    """SQL: the bytes a cached vector takes in the cache's form."""
+def stored_size_sql(dims: str = "m.dimensions") -> str:
+    """SQL: the bytes a cached vector of width `dims` takes in the cache's form."""
     if CACHE_BITS not in _CENTERED_WIDTH:
-        return "dimensions + 6"
-    size = {4: "dimensions / 2", 6: "dimensions * 3 / 4", 7: "dimensions * 7 / 8"}[CACHE_BITS]
+        return f"{dims} + 6"
+    size = {4: f"{dims} / 2", 6: f"{dims} * 3 / 4", 7: f"{dims} * 7 / 8"}[CACHE_BITS]
     width = _CENTERED_WIDTH[CACHE_BITS]
-    return f"CASE WHEN dimensions % {width} = 0 THEN {size} + 6 ELSE dimensions + 6 END"
+    return f"CASE WHEN {dims} % {width} = 0 THEN {size} + 6 ELSE {dims} + 6 END"
 
 
 SHRINK_BATCH = 2000
@@ -162,16 +163,17 @@ def shrink_batch(conn: Any, after: int) -> tuple[int, int | None]:
     """Rewrite the next `SHRINK_BATCH` wide cached vectors with a rowid above `after` in the
     cache's form, inside the caller's transaction: (how many, the last rowid seen — None when
     none were left)."""
+    picked, dims = _model_columns(conn)
     rows = conn.execute(
-        f"SELECT c.rowid, c.dimensions, c.vector, {_model_columns(conn)} "
-        f"WHERE {wide_vectors()} AND c.rowid > ? ORDER BY c.rowid LIMIT ?",
+        f"SELECT c.rowid, c.vector, {picked} WHERE {wide_vectors(dims)} AND c.rowid > ? "
+        "ORDER BY c.rowid LIMIT ?",
         (after, SHRINK_BATCH),
     ).fetchall()
     if not rows:
         return 0, None
     by_model: dict[ModelTriple, list[tuple[int, bytes]]] = {}
-    for rowid, dims, blob, provider, name in rows:
-        by_model.setdefault((provider, name, int(dims)), []).append((int(rowid), bytes(blob)))
+    for rowid, blob, provider, name, width in rows:
+        by_model.setdefault((provider, name, int(width)), []).append((int(rowid), bytes(blob)))
     done = 0
     for model, items in by_model.items():
         floats = [as_float32(b) for _, b in items]
@@ -182,15 +184,15 @@ def shrink_batch(conn: Any, after: int) -> tuple[int, int | None]:
     return done, int(rows[-1][0])
 
 
-def _model_columns(conn: Any) -> str:
-    """SQL: a cache row's provider and model, and the FROM clause (`c` the cache): named by a
-    number since m014, in the row itself before (m011 runs on that layout)."""
-    numbered = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'embedding_models'"
-    ).fetchone()
-    if numbered:
-        return (
-            "m.provider, m.model FROM embedding_cache c "
-            "JOIN embedding_models m ON m.id = c.model_id"
-        )
-    return "c.provider, c.model FROM embedding_cache c"
+def _model_columns(conn: Any) -> tuple[str, str]:
+    """SQL: a cache row's provider, model and width with the FROM clause (`c` the cache), and
+    the width's expression. In the row itself before m014 (m011 runs on that layout); the
+    provider and model named by a number since, and the width too since m016."""
+    columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(embedding_cache)").fetchall()}
+    if "provider" in columns:
+        return "c.provider, c.model, c.dimensions FROM embedding_cache c", "c.dimensions"
+    dims = "c.dimensions" if "dimensions" in columns else "m.dimensions"
+    return (
+        f"m.provider, m.model, {dims} FROM embedding_cache c "
+        "JOIN embedding_models m ON m.id = c.model_id"
+    ), dims

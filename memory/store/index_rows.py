@@ -25,7 +25,7 @@ from memory.store.chunk_text import (
     read_text,
     read_texts,
 )
-from memory.store.content_hash import hash_of_stored, stored_hash
+from memory.store.content_hash import cache_key, hash_of_stored, stored_hash
 from memory.store.db import Database
 from memory.store.index_embedcache import cache_rows
 from memory.store.passage_pack import delete_generation, delete_packed, insert_packed, packable
@@ -251,8 +251,8 @@ class SqliteIndexRows:
         # Each vector is stored once: in the embedding cache, where every embedded passage's
         # vector already is (memory/index/embedcache.py). A chunk whose passages all have one
         # is one packed row naming them by cache id (memory/store/passage_pack.py); otherwise
-        # each passage is a `memory_units` row with its hash (`vector` NULL, `cache_row` the
-        # cache id when there is one).
+        # each passage is a `memory_units` row with its hash as the cache keys it (`vector`
+        # NULL, `cache_row` the cache id when there is one).
         refs = cache_rows(conn, generation, [p.hash for p in passages])
         spans = [(p.start_line, p.end_line, refs.get(p.hash)) for p in passages]
         if spans and packable(spans):
@@ -268,7 +268,7 @@ class SqliteIndexRows:
                     generation,
                     p.start_line,
                     p.end_line,
-                    stored_hash(p.hash),
+                    cache_key(p.hash),
                     refs.get(p.hash),
                 )
                 for p in passages

@@ -11,7 +11,7 @@ from typing import Any
 
 from memory.store.cache_codec import shrink_batch
 from memory.store.chunk_text import compress_batch
-from memory.store.content_hash import stored_hash
+from memory.store.content_hash import cache_key_sql, stored_hash
 from memory.store.passage_pack import compact_spans_batch, pack_existing
 from memory.store.schema import MigrationSet, apply
 from memory.store.vector_tables import store_vectors_once
@@ -350,6 +350,87 @@ def m015_matrix_vectors_once(conn: Any) -> None:
     store_vectors_once(conn)
 
 
+_CACHE_COUNTER = "SELECT seq FROM sqlite_sequence WHERE name = 'embedding_cache'"
+
+
+def m016_cache_short_rows(conn: Any) -> None:
+    """Issue 22 (helper h-cache): the embedding cache's rows 25 bytes shorter — 369 instead of
+    395 at 384 dimensions with their cell pointer, 11 to a 4 KB page instead of 10: the key is
+    the hash's first 14 bytes (memory/store/content_hash.py `cache_key`), the width is the
+    model's (`embedding_models` names provider, model and dimensions; a model cached at two
+    widths gets a number for each, the width most of its rows have keeping the old one), and
+    the time each row was written gives way to `embedding_cache_writes` (the ids written each
+    recent minute: memory/store/index_embedcache.py). The passages still kept a row each
+    (`memory_units`) name their text by the same key. Every row keeps its id and its vector,
+    rewritten in id order so its pages are full; nothing is embedded again, and the id counter
+    goes on where it was. The pages freed are given back by `pinch memory compact`."""
+    # (the counter has no row when nothing was ever cached)
+    counter = max([0, *(int(s) for (s,) in conn.execute(_CACHE_COUNTER).fetchall())])
+    widths = conn.execute(
+        "SELECT m.id, m.provider, m.model, c.dimensions, count(*) AS n FROM embedding_cache c "
+        "JOIN embedding_models m ON m.id = c.model_id GROUP BY m.id, c.dimensions "
+        "ORDER BY m.id, n DESC, c.dimensions"
+    ).fetchall()
+    # (a model no row is cached for is left out: its width is not known)
+    last = max([0, *(int(w[0]) for w in widths)])
+    numbered: set[int] = set()
+    models = []
+    for old, provider, model, dims, _ in widths:
+        if old in numbered:  # another width of a model: a new number
+            last += 1
+            models.append((last, provider, model, dims))
+        else:
+            numbered.add(old)
+            models.append((old, provider, model, dims))
+    conn.execute(
+        """CREATE TABLE embedding_models_m016 (
+            id INTEGER PRIMARY KEY,
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            dimensions INTEGER NOT NULL,
+            UNIQUE (provider, model, dimensions)
+        )"""
+    )
+    if models:
+        conn.executemany("INSERT INTO embedding_models_m016 VALUES (?, ?, ?, ?)", models)
+    conn.execute(
+        """CREATE TABLE embedding_cache_m016 (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: passages name rows by it
+            model_id INTEGER NOT NULL,             -- embedding_models.id
+            chunk_hash BLOB NOT NULL,              -- the text's sha256, its first 14 bytes
+            vector BLOB NOT NULL
+        )"""
+    )
+    conn.execute(
+        "INSERT INTO embedding_cache_m016(id, model_id, chunk_hash, vector) "
+        f"SELECT c.id, n.id, {cache_key_sql('c.chunk_hash')}, c.vector FROM embedding_cache c "
+        "JOIN embedding_models o ON o.id = c.model_id JOIN embedding_models_m016 n "
+        "ON n.provider = o.provider AND n.model = o.model AND n.dimensions = c.dimensions "
+        "ORDER BY c.id"
+    )
+    conn.execute("DROP TABLE embedding_cache")
+    conn.execute("DROP TABLE embedding_models")
+    conn.execute("ALTER TABLE embedding_cache_m016 RENAME TO embedding_cache")
+    conn.execute("ALTER TABLE embedding_models_m016 RENAME TO embedding_models")
+    # (the counter where it was, not at the highest id kept: a deleted row's id stays unused)
+    conn.execute("DELETE FROM sqlite_sequence WHERE name = 'embedding_cache'")
+    conn.execute(
+        "INSERT INTO sqlite_sequence(name, seq) SELECT 'embedding_cache', "
+        "max(?, coalesce(max(id), 0)) FROM embedding_cache",
+        (counter,),
+    )
+    conn.execute(
+        "CREATE INDEX embedding_cache_by_key ON embedding_cache (substr(chunk_hash, 1, 8))"
+    )
+    conn.execute(f"UPDATE memory_units SET hash = {cache_key_sql('hash')}")
+    conn.execute(
+        """CREATE TABLE embedding_cache_writes (
+            minute INTEGER PRIMARY KEY,            -- unix time // 60
+            after_id INTEGER NOT NULL              -- rows written in it have ids above this
+        )"""
+    )
+
+
 def m017_spans_compact(conn: Any) -> None:
     """Issue 22 (helper h-spans): each chunk's packed passages (`memory_passages.spans`) in the
     compact form (memory/store/span_codec.py: line steps of 4 bits or a byte, cache ids in the
@@ -387,6 +468,7 @@ MIGRATIONS: list[Callable[[Any], None]] = [
     m013_size2_cache_short_key,
     m014_units_packed_passages,
     m015_matrix_vectors_once,
+    m016_cache_short_rows,
     m017_spans_compact,
     m018_chunk_and_source_hashes_as_bytes,
 ]

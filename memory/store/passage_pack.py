@@ -164,7 +164,7 @@ def portable_rows(conn: Any, columns: Sequence[str], chunks: int) -> Iterator[li
         for i in range(0, len(refs), _BATCH):
             part = refs[i : i + _BATCH]
             for cid, h, blob, *model in conn.execute(
-                "SELECT c.id, c.chunk_hash, c.vector, m.provider, m.model, c.dimensions "
+                "SELECT c.id, c.chunk_hash, c.vector, m.provider, m.model, m.dimensions "
                 "FROM embedding_cache c JOIN embedding_models m ON m.id = c.model_id "
                 f"WHERE c.id IN ({','.join('?' for _ in part)})",
                 part,

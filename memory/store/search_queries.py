@@ -16,7 +16,7 @@ from memory.errors import DatabaseCorruptError, DatabaseError
 from memory.store.backends import store_for
 from memory.store.cache_codec import center_of
 from memory.store.chunk_text import read_texts
-from memory.store.content_hash import StoredHash
+from memory.store.content_hash import StoredHash, cache_key_sql
 from memory.store.db import Database, as_corruption, corruption_advice
 from memory.store.index_embedcache import stored_vectors
 from memory.store.passage_pack import cache_blobs, packed_rows
@@ -37,6 +37,9 @@ _FTS_QUERY_ERRORS = (
     "fts5: column queries are not supported",
     "no such column",
 )
+
+# A loose passage row's hash as the cache keys it (the cache row it names is checked by it).
+_UNIT_KEY = cache_key_sql("u.hash")
 
 # (id, path, source, origin, start_line, end_line, text, importance, day, project)
 ChunkRow = tuple[int, str, str, str, int, int, str, int | None, str | None, str | None]
@@ -261,7 +264,7 @@ class SqliteSearchQueries:
                 "SELECT u.chunk_id, u.start_line, u.end_line, u.generation, u.hash, "
                 "coalesce(u.vector, c.vector), u.vector IS NULL, u.cache_row "
                 "FROM memory_units u LEFT JOIN embedding_cache c "
-                "ON u.vector IS NULL AND c.id = u.cache_row AND c.chunk_hash = u.hash "
+                f"ON u.vector IS NULL AND c.id = u.cache_row AND c.chunk_hash = {_UNIT_KEY} "
                 "AND u.generation IN (SELECT id FROM memory_generations) "
                 f"WHERE u.chunk_id IN ({marks}) ORDER BY u.chunk_id, u.id",
                 part,

@@ -21,7 +21,7 @@ from memory.errors import DatabaseError
 from memory.store.agent_leases import LEASE_NOT_COPIED, LEASE_TABLES
 from memory.store.cache_codec import float32_from_cache
 from memory.store.chunk_text import read_text, read_texts
-from memory.store.content_hash import StoredHash, hash_of_stored, stored_hash
+from memory.store.content_hash import StoredHash, cache_key, hash_of_stored, stored_hash
 from memory.store.db import Database, open_database, sqlite_driver
 from memory.store.index_embedcache import cached_vectors, model_id
 from memory.store.passage_pack import passage_count, portable_rows
@@ -44,7 +44,9 @@ from memory.store.transfer_values import (
     coded_rows,
     float32_blob,
     float32_rows,
+    fsync_path,
     matrix_generation,
+    remove_database,
     sqlite_value,
 )
 from memory.store.vector_pack import SqliteMatrixPack, packed_rows
@@ -66,24 +68,36 @@ _CREATE = {
 # memory_units' reference to the embedding cache row holding its vector (SQLite only): the
 # logical row carries the vector itself instead (see `_SqliteTables` below).
 CACHE_ROW = "cache_row"
-# The columns holding a text hash stored as the digest's bytes (memory/store/content_hash.py).
+# The columns holding a text hash stored as bytes (memory/store/content_hash.py): the cache's
+# key, the first 14 bytes of the digest, and a passage's, that key (a packed passage's is its
+# cache row's; 28 hex digits in the portable form) or, come from PostgreSQL, the whole digest;
+# the chunks' and files' hashes, the whole digest (m018).
 HASHES = {
     "memory_units": "hash",
     "embedding_cache": "chunk_hash",
     "memory_chunks": "hash",
     "memory_sources": "hash",
 }
+_AS_STORED = {
+    "memory_units": stored_hash,
+    "embedding_cache": cache_key,
+    "memory_chunks": stored_hash,
+    "memory_sources": stored_hash,
+}
 # The columns naming a cached vector's model (its 4-bit codes are around that model's center).
 _MODEL = ("provider", "model", "dimensions")
 # The extra columns read to resolve a memory_units row's vector from the cache.
 _UNIT_EXTRA = (CACHE_ROW, "hash", "generation")
 # The embedding cache's logical row (PostgreSQL's): since m014 SQLite names the model by a number
-# (`embedding_models`) and keeps an id of its own; the time is a number of seconds either way.
-CACHE_COLUMNS = ("provider", "model", "chunk_hash", "dimensions", "vector", "created_at")
-# SQLite-only tables whose rows are part of a logical table (see `_SqliteTables`).
+# (`embedding_models`: provider, model and, since m016, width) and keeps an id of its own.
+CACHE_COLUMNS = ("provider", "model", "chunk_hash", "dimensions", "vector")
+# SQLite-only tables: rows part of a logical table (see `_SqliteTables`), or the cache's own
+# bookkeeping.
 _FOLDED = {
     "memory_passages": "packed passages: copied as memory_units rows",
     "embedding_models": "the embedding cache's model names: copied in its rows",
+    "embedding_cache_writes": "which cache rows were written in the last hour (kept from "
+    "pruning): a copy's rows count as older",
 }
 
 
@@ -161,8 +175,7 @@ class _SqliteTables:
             n = TRIGGER_ROWS
             return f"rowid / {n}, rowid % {n}, terms", "FROM intent_triggers"
         if table == "embedding_cache":
-            named = {"provider": "m.provider", "model": "m.model"}
-            named["created_at"] = "CAST(c.created_at AS REAL)"  # whole seconds since m014
+            named = {"provider": "m.provider", "model": "m.model", "dimensions": "m.dimensions"}
             picked = ", ".join(named.get(c, f"c.{_quote(c)}") for c in columns)
             return picked, (
                 "FROM embedding_cache c JOIN embedding_models m ON m.id = c.model_id ORDER BY c.id"
@@ -298,7 +311,9 @@ class SqliteSource(_SqliteTables):
         except driver.Error as exc:
             raise DatabaseError(f"Cannot read the agent database {path}: {exc}") from exc
         master = self._master()
-        if "memory_units" in master and "memory_passages" not in master:
+        if ("memory_units" in master and "memory_passages" not in master) or (  # before m014
+            "embedding_cache" in master and "embedding_cache_writes" not in master  # before m016
+        ):
             self.close()
             raise DatabaseError(
                 f"The agent database {path} is in an older version's layout, which this "
@@ -346,7 +361,7 @@ class SqliteTarget(_SqliteTables):
         self.path = path
         self.label = str(path)
         self.partial = path.with_name(path.name + ".migrating")
-        _remove(self.partial)  # what an interrupted run left: never anyone's data
+        remove_database(self.partial)  # what an interrupted run left: never anyone's data
         self.db = open_database(self.partial, vector_backend="numpy")
         self.conn = self.db.conn
         create_agent_schema(self.db)
@@ -395,8 +410,8 @@ class SqliteTarget(_SqliteTables):
             )
             return
         if HASHES.get(table) in columns:
-            at = list(columns).index(HASHES[table])
-            rows = [(*r[:at], stored_hash(r[at]), *r[at + 1 :]) for r in rows]
+            at, stored = list(columns).index(HASHES[table]), _AS_STORED[table]
+            rows = [(*r[:at], stored(r[at]), *r[at + 1 :]) for r in rows]
         rows = coded_rows(table, columns, rows)  # SQLite's codes back as the same bytes
         if table == "embedding_cache":
             columns, rows = self._numbered_models(columns, rows)
@@ -409,15 +424,17 @@ class SqliteTarget(_SqliteTables):
         )
 
     def _numbered_models(self, columns: Sequence[str], rows: Rows) -> tuple[list[str], Rows]:
-        """Logical embedding cache rows as SQLite keeps them: the model by its number."""
+        """Logical embedding cache rows as SQLite keeps them: the model (and width) by its
+        number."""
         names = list(columns)
-        p, m = names.index("provider"), names.index("model")
+        at = [names.index(c) for c in _MODEL]
         numbers = {
-            pair: model_id(self.conn, *pair, create=True) for pair in {(r[p], r[m]) for r in rows}
+            (provider, model, dims): model_id(self.conn, provider, model, dims, create=True)
+            for provider, model, dims in {tuple(r[i] for i in at) for r in rows}
         }
-        kept = [i for i in range(len(names)) if i not in (p, m)]
+        kept = [i for i in range(len(names)) if i not in at]
         return ["model_id", *(names[i] for i in kept)], [
-            (numbers[(r[p], r[m])], *(r[i] for i in kept)) for r in rows
+            (numbers[tuple(r[i] for i in at)], *(r[i] for i in kept)) for r in rows
         ]
 
     def finish(self, counters: dict[str, int]) -> None:
@@ -443,35 +460,22 @@ class SqliteTarget(_SqliteTables):
     def commit(self) -> None:
         self.conn.execute("COMMIT")
         self.db.close()  # the last connection: the journal is folded into the file
-        _fsync(self.partial)  # written without syncing (synchronous = OFF): sync it once now
+        fsync_path(self.partial)  # written without syncing (synchronous = OFF): sync it once now
         for old in (Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
-            _remove(old)  # an empty file's journal must not be replayed onto the copy
+            remove_database(old)  # an empty file's journal must not be replayed onto the copy
         os.replace(self.partial, self.path)
-        _fsync(self.path.parent)
+        fsync_path(self.path.parent)
 
     def abort(self) -> None:
         with contextlib.suppress(Exception):
             self.conn.execute("ROLLBACK")
         with contextlib.suppress(Exception):
             self.db.close()
-        _remove(self.partial)
+        remove_database(self.partial)
 
     def close(self) -> None:
         if self.partial.exists():
             self.abort()
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _remove(path: Path) -> None:
-    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        name.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

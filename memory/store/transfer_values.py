@@ -6,8 +6,10 @@ Database the cache's readers take."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from memory.store.transfer import MATRIX, MATRIX_PACK, utc_text
@@ -82,3 +84,18 @@ def sqlite_value(value: Any) -> Any:
     if isinstance(value, memoryview):
         return bytes(value)
     return value
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file (or a folder's entries) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_database(path: Path) -> None:
+    """A SQLite file and its WAL and shared-memory files, where they are."""
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        name.unlink(missing_ok=True)

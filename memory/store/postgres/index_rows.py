@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory.store.cache_codec import as_float32
+from memory.store.content_hash import cache_key, hash_of_stored
 from memory.store.index_embedcache import ModelKey
 from memory.store.index_generations import RebuildLeaseHolder
 from memory.store.index_rows import ChunkRow, PassageRow, SourceRow, SourceState, StoredChunk
@@ -351,7 +352,9 @@ class PgIndexRows:
 
 
 class PgEmbeddingCache:
-    """`EmbeddingCacheRepository` on PostgreSQL (one `= ANY(array)` lookup however many)."""
+    """`EmbeddingCacheRepository` on PostgreSQL (one `= ANY(array)` lookup however many). A key
+    is the hex text of the hash's first 14 bytes, as SQLite keeps it (content_hash.cache_key;
+    migration p002_cache_short_key), so `pinch migrate` carries keys across unchanged."""
 
     def __init__(self, db: PgDatabase) -> None:
         self.db = db
@@ -360,25 +363,29 @@ class PgEmbeddingCache:
         return int(self.db.execute("SELECT count(*) FROM embedding_cache")[0][0])
 
     def get(self, key: ModelKey, hashes: Sequence[str]) -> dict[str, bytes]:
-        if not hashes:
+        wanted = {cache_key_text(h): h for h in hashes}
+        if not wanted:
             return {}
         rows = self.db.execute(
             "SELECT chunk_hash, vector FROM embedding_cache WHERE provider = %s AND model = %s "
             "AND dimensions = %s AND chunk_hash = ANY(%s)",
-            (key.provider, key.model, key.dimensions, list(hashes)),
+            (key.provider, key.model, key.dimensions, list(wanted)),
         )
-        return {str(h): as_float32(bytes(v)) for h, v in rows}
+        return {wanted[str(h)]: as_float32(bytes(v)) for h, v in rows}
 
     def put(self, conn: Any, key: ModelKey, vectors: Sequence[tuple[str, bytes]]) -> None:
-        now = time.time()
         coded = compact_blobs([v for _, v in vectors])
         conn.cursor().executemany(
-            "INSERT INTO embedding_cache VALUES (%s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (provider, model, chunk_hash) DO UPDATE SET "
-            "dimensions = excluded.dimensions, vector = excluded.vector, "
-            "created_at = excluded.created_at",
+            "INSERT INTO embedding_cache (provider, model, chunk_hash, dimensions, vector) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (provider, model, chunk_hash) DO UPDATE "
+            "SET dimensions = excluded.dimensions, vector = excluded.vector",
             [
-                (key.provider, key.model, h, key.dimensions, v, now)
+                (key.provider, key.model, cache_key_text(h), key.dimensions, v)
                 for (h, _), v in zip(vectors, coded, strict=True)
             ],
         )
+
+
+def cache_key_text(text_hash: str) -> str:
+    """A text hash as PostgreSQL's cache keys it: the hex of its `cache_key`."""
+    return hash_of_stored(cache_key(text_hash))

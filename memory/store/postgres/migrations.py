@@ -21,6 +21,7 @@ from typing import Any
 
 from psycopg import sql
 
+from memory.store.postgres.cache_short_key import p002_cache_short_key
 from memory.store.postgres.centroids_once import p001_centroids_once
 from memory.store.postgres.cjk_keywords import p001_cjk_bigram_keywords
 from memory.store.postgres.keyword_postings import p001_keyword_postings
@@ -451,7 +452,7 @@ def p001_keyword_df(conn: Any) -> None:
 
 
 PG_SETS = (
-    MigrationSet("memory", [p001_sessions_and_index]),
+    MigrationSet("memory", [p001_sessions_and_index, p002_cache_short_key]),  # p002: issue 22
     MigrationSet("gateway", [p001_gateway_tables, p002_queue_claims]),
     MigrationSet("automations", [p001_jobs_and_runs]),
     MigrationSet("dreaming", [p001_dreaming]),

@@ -248,6 +248,14 @@ class PgSource(_PgTables):
             )
         self.conn.execute(sql.SQL("SET LOCAL search_path TO {}, public").format(_ident(schema)))
         register_vector(self.conn)  # the centroids come back through pgvector's binary form
+        if "created_at" in self._columns("embedding_cache"):  # before p002_cache_short_key
+            self.conn.close()
+            raise DatabaseError(
+                f"The agent schema {schema} at {redacted_dsn(dsn)} is in an older version's "
+                "layout, which this version reads only after upgrading it: run `pinch memory "
+                "status` once with this store (it upgrades the schema), then `pinch migrate` "
+                "again. Nothing was copied."
+            )
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
