@@ -19,7 +19,6 @@ import psycopg
 import pytest
 
 from memory.errors import DatabaseError
-from memory.index.index import MemoryIndex
 from memory.store import index_embedcache
 from memory.store.content_hash import CACHE_KEY_BYTES, hash_text
 from memory.store.db import open_database
@@ -34,21 +33,10 @@ from tests.conftest import IndexFactory, WorkspaceFactory, use_config
 from tests.layout_support import WRITTEN_AT, m015_layout, whole_hashes
 from tests.pg_support import SCHEMA, PgTestServer
 from tests.test_compact_vectors import FILES
+from tests.test_packed_passages import answers, rows
 
-QUESTIONS = ("who lost a compass", "which bike does Anna ride", "what did I buy at the market")
 PAGE = 4096
 PAGE_HEADER = 8  # a table b-tree leaf page's
-
-
-def rows(idx: MemoryIndex, sql: str, *params: Any) -> list[Any]:
-    return list(idx.db.execute(sql, params))
-
-
-def answers(idx: MemoryIndex) -> list[list[tuple[str, int, int, float]]]:
-    return [
-        [(h.path, h.start_line, h.end_line, round(h.score, 6)) for h in idx.search(q)]
-        for q in QUESTIONS
-    ]
 
 
 def e5_like(n: int, seed: int = 1) -> np.ndarray:
