@@ -404,12 +404,19 @@ def test_a_dream_started_while_another_runs_is_refused(index: MemoryIndex) -> No
     async def both(server: FakeModelServer) -> int:
         config = DreamingConfig()
         first = asyncio.create_task(
-            dream(index.db, index.workspace, model_client(server), config, budget_chars=20_000)
+            dream(
+                index.db,
+                index.workspace,
+                model_client(server),
+                config,
+                budget_chars=20_000,
+                now=NOW,
+            )
         )
         assert await asyncio.to_thread(first_asked.wait, 10)
         try:
             with pytest.raises(DreamBusyError, match="already running"):
-                await dream(index.db, index.workspace, None, config, budget_chars=20_000)
+                await dream(index.db, index.workspace, None, config, budget_chars=20_000, now=NOW)
         finally:
             second_tried.set()
         return (await first).promoted
