@@ -69,7 +69,11 @@ def test_a_reworded_question_finds_its_note_by_meaning_without_a_vector_slot(
     question = "What is the name of my feline companion?"
     # (Each hit weighed by its own share, `keyword_hit_coverage_power`, off: the global rule alone.)
     today = PINCH.with_overrides(
-        vector_slots=0, keyword_coverage_power=0.0, keyword_hit_coverage_power=0.0
+        vector_slots=0,
+        keyword_coverage_power=0.0,
+        keyword_hit_coverage_power=0.0,
+        keyword_evidence_share=0.0,
+        vector_floor_margin=0.0,
     )
     calibrated = today.with_overrides(keyword_coverage_power=1.0)
 

@@ -99,7 +99,11 @@ def test_filler_with_one_incidental_keyword_does_not_outrank_the_vectors_best_hi
     question = "What is the name of my feline companion?"
     # Neither the global calibration nor a vector slot: the rule alone.
     without = PINCH.with_overrides(
-        vector_slots=0, keyword_coverage_power=0.0, keyword_hit_coverage_power=0.0
+        vector_slots=0,
+        keyword_coverage_power=0.0,
+        keyword_hit_coverage_power=0.0,
+        keyword_evidence_share=0.0,  # (which alone drops the filler: test_keyword_evidence.py)
+        vector_floor_margin=0.0,
     )
     with_rule = without.with_overrides(keyword_hit_coverage_power=PINCH.keyword_hit_coverage_power)
 

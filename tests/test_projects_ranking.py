@@ -147,6 +147,8 @@ def test_without_tags_search_is_exactly_what_it_was(
         keyword_hit_coverage_power=0.0,
         evidence_slack=0.0,
         vector_slots=1,
+        keyword_evidence_share=0.0,
+        vector_floor_margin=0.0,
     )
     for query in QUERIES:
         for name, preset in (("pinch", before_issue_20), ("openclaw", get_preset("openclaw"))):

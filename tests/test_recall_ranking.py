@@ -82,8 +82,10 @@ def test_feedback_words_of_the_best_vector_hit_find_its_companion_note(tmp_path:
     }
     idx = build(tmp_path, files)
     question = "Who repairs our heating?"
-    plain = PINCH.with_overrides(feedback_terms=0)
-    fed = PINCH.with_overrides(feedback_terms=3)
+    # (The companion holds none of the question's own words, so it needs every keyword hit to
+    # count as evidence: feedback, off in `pinch`, was measured before `keyword_evidence_share`.)
+    plain = PINCH.with_overrides(feedback_terms=0, keyword_evidence_share=0.0)
+    fed = plain.with_overrides(feedback_terms=3)
 
     # (min_score 0: the companion's keyword score is small beside the hit that lent it its words)
     before = [h.path for h in idx.search(question, preset=plain, now=NOW, min_score=0.0)]

@@ -251,7 +251,11 @@ def test_a_reworded_question_finds_its_note_among_filler_sharing_one_word(
     question = "What is the name of my feline companion?"
     # (Issue 20's keyword calibration alone also finds it: tests/test_keyword_calibration.py.)
     without_slots = get_preset("pinch").with_overrides(
-        vector_slots=0, keyword_coverage_power=0, keyword_hit_coverage_power=0
+        vector_slots=0,
+        keyword_coverage_power=0,
+        keyword_hit_coverage_power=0,
+        keyword_evidence_share=0,
+        vector_floor_margin=0,
     )
 
     hits = idx.search(question, now=NOW, max_results=3)

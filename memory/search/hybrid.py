@@ -38,6 +38,7 @@ from memory.search.ranking import (
     rerank_by_lines,
     temporal_multiplier,
     tied_slots,
+    weak_keyword_hits,
 )
 from memory.search.schedule import embeds_first, start_vector_side
 from memory.search.snippets import focused_snippet, head_snippet
@@ -232,14 +233,24 @@ def _run_search(
         merged = {i: s for i, s in merged.items() if i in cands}
     rerank_weight = preset.line_rerank_weight
     hit_power = 0.0  # preset.keyword_hit_coverage_power, when its gate lets it act
-    if (preset.keyword_coverage_power or preset.keyword_hit_coverage_power) and vector and keyword:
+    share_of: dict[int, float] = {}  # each keyword hit's share of the question (its words held)
+    if (
+        (
+            preset.keyword_coverage_power
+            or preset.keyword_hit_coverage_power
+            or preset.keyword_evidence_share
+        )
+        and vector
+        and keyword
+    ):
         held = [i for i, _ in keyword if i in cands]
         shares = chunk_coverages([cands[i].text for i in held], terms)
+        share_of = dict(zip(held, shares, strict=True))
         coverage = max(shares, default=0.0)
         if coverage < preset.keyword_hit_coverage_below:
             hit_power = preset.keyword_hit_coverage_power
         if hit_power:
-            merged = calibrate_keyword_hits(merged, dict(zip(held, shares, strict=True)), hit_power)
+            merged = calibrate_keyword_hits(merged, share_of, hit_power)
         if preset.keyword_coverage_power and coverage < preset.keyword_coverage_below:
             calibration = coverage**preset.keyword_coverage_power
             keyword_weight *= calibration
@@ -259,15 +270,21 @@ def _run_search(
     slot_floor = relevance_floor
     if preset.require_evidence and relevance_floor is not None:
         raw = dict(vector)
+        floor_v = relevance_floor - preset.vector_floor_margin  # meaning alone is evidence
+        weak = weak_keyword_hits(ranked, raw, share_of, floor_v, preset)
+        slot_floor = floor_v
         strict = [
-            c for c in ranked if c.keyword_score > 0 or raw.get(c.id, -1.0) >= relevance_floor
+            c
+            for c in ranked
+            if (c.keyword_score > 0 and c.id not in weak) or raw.get(c.id, -1.0) >= floor_v
         ]
         if strict and preset.evidence_slack > 0:
-            slot_floor = relevance_floor - preset.evidence_slack
+            slot_floor = floor_v - preset.evidence_slack
             near_misses = {
                 c.id
                 for c in ranked
-                if c.keyword_score <= 0 and slot_floor <= raw.get(c.id, -1.0) < relevance_floor
+                if (c.keyword_score <= 0 or c.id in weak)
+                and slot_floor <= raw.get(c.id, -1.0) < floor_v
             }
             admitted = near_misses | {c.id for c in strict}
             ranked = [c for c in ranked if c.id in admitted]

@@ -90,6 +90,13 @@ class SearchPreset:
     # the floor decides whether anything at all is relevant, not which of the near misses
     # accompany an answer. Alone, such hits are still no answer (0: the floor is strict).
     evidence_slack: float = 0.0
+    # Meaning alone is evidence down to this far below the embedding model's relevance floor.
+    vector_floor_margin: float = 0.0
+    # A keyword hit holding less than this (IDF-weighted) share of the question's words is
+    # evidence only as far as its meaning is (at or above the floor less the margin): one
+    # incidental word shared with a question about something else is no answer, and such a
+    # hit is dropped. 0: every keyword hit is evidence.
+    keyword_evidence_share: float = 0.0
     # The best this many chunks by meaning alone (best passage cosine at or above the embedding
     # model's relevance floor) always make the results, in place of the lowest-ranked hybrid
     # hits. A question asked in other words than the note shares no keyword with it, and
@@ -189,6 +196,16 @@ PINCH = SearchPreset(
     keyword_hit_coverage_power=1.0,
     keyword_hit_coverage_below=0.35,
     keyword_hit_weighs_lines=False,
+    # Issue 20, sixth round (bench/RESULTS.md, 2026-12-04): 130 of the survival bench's 210
+    # questions about nothing in memory were answered only by keyword hits sharing an
+    # incidental word with them (median share of the question 0.15, median cosine 0.772).
+    # A keyword hit holding less than 35 % of the question now counts only as far as its
+    # meaning does, and meaning alone counts from 0.02 below the model's floor: questions
+    # about nothing answered with nothing 61 → 155 of 210, reworded questions 43 → 45 of 50
+    # (four conversations 170 → 177; Active Memory 159 → 167), the reworded multi-session set
+    # located_any@6 42 → 43 of 50, LoCoMo and MADial within a question.
+    keyword_evidence_share=0.35,
+    vector_floor_margin=0.02,
     # Issue 20 (2026-12-02, bench/RESULTS.md): when the best keyword hit holds less than a
     # quarter of the question's (IDF-weighted) words, the keyword side × √(that share). MADial
     # dev zh hit@1 / any@5 10.0 / 47.5 → 21.2 / 51.2 % (vectors alone 20.0 / 47.5), en any@5

@@ -295,6 +295,29 @@ def tied_slots(vector: list[tuple[int, float]], slots: int, ties: float, most: i
     return n
 
 
+def weak_keyword_hits(
+    ranked: list[Candidate],
+    raw: dict[int, float],
+    share_of: dict[int, float],
+    vector_floor: float,
+    preset: SearchPreset,
+) -> set[int]:
+    """The keyword hits that are no evidence on their own: they hold less than
+    `preset.keyword_evidence_share` of the question's (IDF-weighted) words and their best
+    passage is below `vector_floor`, where meaning alone would be evidence — one incidental
+    word ("plan", "system") shared with a question about something else. Without vectors
+    (`raw` empty) every keyword hit is evidence: there is no meaning to weigh it against."""
+    if not preset.keyword_evidence_share or not raw:
+        return set()
+    return {
+        c.id
+        for c in ranked
+        if c.keyword_score > 0
+        and share_of.get(c.id, 0.0) < preset.keyword_evidence_share
+        and raw.get(c.id, -1.0) < vector_floor
+    }
+
+
 def keep_vector_best(
     ranked: list[Candidate],
     k: int,
