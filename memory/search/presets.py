@@ -201,9 +201,10 @@ PINCH = SearchPreset(
     # incidental word with them (median share of the question 0.15, median cosine 0.772).
     # A keyword hit holding less than 35 % of the question now counts only as far as its
     # meaning does, and meaning alone counts from 0.02 below the model's floor: questions
-    # about nothing answered with nothing 61 → 155 of 210, reworded questions 43 → 45 of 50
-    # (four conversations 170 → 177; Active Memory 159 → 167), the reworded multi-session set
-    # located_any@6 42 → 43 of 50, LoCoMo and MADial within a question.
+    # about nothing answered with nothing 61 → 156 of 210, reworded questions 43 → 44-45 of 50
+    # (four conversations 170 → 176-177; Active Memory 159 → 166-167), the reworded
+    # multi-session set located_any@6 42 → 43 of 50, LoCoMo +1 to +2 of 997, MADial en any@5
+    # −1 of 80 (its noise: 2), zh unchanged. Search at 100k unchanged.
     keyword_evidence_share=0.35,
     vector_floor_margin=0.02,
     # Issue 20 (2026-12-02, bench/RESULTS.md): when the best keyword hit holds less than a
