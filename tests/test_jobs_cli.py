@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from click.testing import CliRunner
@@ -45,7 +46,7 @@ def test_list_shows_the_schedule_and_next_run_in_the_jobs_zone() -> None:
     add_job()
     out = pinch("list")
     assert '#1 active reminder cron "0 9 * * *" in Europe/Berlin' in out
-    assert "09:00 CET (Europe/Berlin)" in out
+    assert re.search(r"09:00 CES?T \(Europe/Berlin\)", out)  # CEST from late March
 
 
 def test_a_time_in_utc_names_the_zone_once() -> None:
@@ -100,7 +101,7 @@ def test_pause_resume_cancel_change_the_state_and_say_so() -> None:
     assert 'Job #1 (cron "0 9 * * *" in Europe/Berlin) paused.' in pinch("pause", "1")
     assert "paused" in pinch("list")
     out = pinch("resume", "1")
-    assert "resumed; next run" in out and "09:00 CET (Europe/Berlin)" in out
+    assert "resumed; next run" in out and re.search(r"09:00 CES?T \(Europe/Berlin\)", out)
     assert "Europe/Berlin) cancelled." in pinch("cancel", "1")
     assert "cancelled" in pinch("list", "--all")
 
