@@ -14,7 +14,7 @@ import pytest
 
 from memory.index.index import MemoryIndex
 from memory.search.presets import get_preset
-from memory.search.ranking import Candidate, weak_keyword_hits
+from memory.search.ranking import Candidate, weak_keyword_hits, weigh_assistant_turns
 from tests.conftest import keyword_config, use_config
 
 NOW = datetime(2026, 1, 10, 12, 0)
@@ -125,3 +125,45 @@ def test_weak_keyword_hits_are_those_low_in_both_share_and_meaning() -> None:
     assert weak_keyword_hits(ranked, {}, shares, 0.79, preset) == set()  # no vectors
     off = preset.with_overrides(keyword_evidence_share=0.0)
     assert weak_keyword_hits(ranked, raw, shares, 0.79, off) == set()
+
+
+# ---- the assistant's own turns (`assistant_turn_penalty`) ----------------------------------
+
+
+def test_a_passage_of_the_assistant_counts_the_penalty_less() -> None:
+    owner = Candidate(
+        1, "sessions/a", "sessions", "", 10, 11, "[10] User: my boiler\n[11] x", None, None
+    )
+    reply = "[20] Assistant: General advice.\n**Assistant** (10:01): more advice"
+    assistant = Candidate(2, "sessions/a", "sessions", "", 20, 21, reply, None, None)
+    vector = [(2, 0.84), (1, 0.83), (3, 0.825)]
+    passages = {1: [(10, 10, 0.83)], 2: [(20, 20, 0.84), (21, 21, 0.82)]}
+
+    out = weigh_assistant_turns(vector, passages, {1: owner, 2: assistant}, 0.02)
+
+    # 2's passages are both the assistant's; 3 is not at hand and keeps its cosine.
+    assert [cid for cid, _ in out] == [1, 3, 2]
+    assert dict(out)[2] == pytest.approx(0.82)
+    assert weigh_assistant_turns(vector, passages, {1: owner, 2: assistant}, 0.0) == vector
+
+
+@pytest.mark.usefixtures("use_model")
+def test_at_equal_meaning_what_the_owner_said_comes_first(tmp_path: Path) -> None:
+    said = "Ilse Brandt repairs the boiler every November."
+    files = {  # the same words, once as the owner's and once as the assistant's
+        "memory/2026-01-01-chat.md": f"# Session 2026-01-01\n\n**Assistant** (10:01): {said}\n",
+        "memory/2026-01-02-chat.md": f"# Session 2026-01-02\n\n**Owner** (10:00): {said}\n",
+    }
+    idx = build(tmp_path, files)
+    vector = get_preset("vector")
+    question = "Who fixes our heating?"
+
+    plain = idx.search(question, preset=vector, now=NOW, min_score=0.0)
+    weighed = idx.search(
+        question, preset=vector.with_overrides(assistant_turn_penalty=0.2), now=NOW, min_score=0.0
+    )
+    idx.close()
+
+    assert abs(plain[0].score - plain[1].score) < 0.05  # the premise: a near tie by meaning
+    assert [h.path for h in weighed] == ["memory/2026-01-02-chat.md", "memory/2026-01-01-chat.md"]
+    assert weighed[1].score < plain[0].score - 0.1

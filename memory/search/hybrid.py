@@ -39,6 +39,7 @@ from memory.search.ranking import (
     temporal_multiplier,
     tied_slots,
     weak_keyword_hits,
+    weigh_assistant_turns,
 )
 from memory.search.schedule import embeds_first, start_vector_side
 from memory.search.snippets import focused_snippet, head_snippet
@@ -225,6 +226,9 @@ def _run_search(
         # Degraded (no embeddings): keyword scores alone must be able to pass the floor.
         vector_weight, keyword_weight = 0.0, 1.0
 
+    if preset.assistant_turn_penalty and vector:
+        early.update(load_candidates(queries, [i for i, _ in vector if i not in early]))
+        vector = weigh_assistant_turns(vector, passages, early, preset.assistant_turn_penalty)
     merged = merge_hybrid(vector, keyword, preset)
     cands = load_candidates(queries, [i for i in merged if i not in early])
     cands.update((i, early[i]) for i in merged if i in early)

@@ -97,6 +97,10 @@ class SearchPreset:
     # incidental word shared with a question about something else is no answer, and such a
     # hit is dropped. 0: every keyword hit is evidence.
     keyword_evidence_share: float = 0.0
+    # A passage that is one of the assistant's own turns (in a transcript or a session note)
+    # counts this much less by meaning: at equal meaning what the owner said comes first, and
+    # an answer of general advice needs a little more meaning to be evidence. 0: off.
+    assistant_turn_penalty: float = 0.0
     # The best this many chunks by meaning alone (best passage cosine at or above the embedding
     # model's relevance floor) always make the results, in place of the lowest-ranked hybrid
     # hits. A question asked in other words than the note shares no keyword with it, and

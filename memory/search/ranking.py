@@ -4,11 +4,13 @@ lines that match, decay by age, and picking diverse results (MMR)."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import lru_cache
 
 from memory.search.presets import SearchPreset
+from memory.store.transcripts import EVENT_LABELS
 from memory.text import line_terms, stem_term
 
 
@@ -316,6 +318,46 @@ def weak_keyword_hits(
         and share_of.get(c.id, 0.0) < preset.keyword_evidence_share
         and raw.get(c.id, -1.0) < vector_floor
     }
+
+
+# A passage that starts with one of the assistant's turns: a transcript line ("[12] Assistant:
+# …", or with any id in the brackets, as a log written in that shape has), a session note's
+# ("**Assistant** (14:05): …").
+_ASSISTANT_TURN = re.compile(
+    rf"^\s*(?:(?:\[[^\]]*\]\s*)?{EVENT_LABELS['assistant']}:|\*\*{EVENT_LABELS['assistant']}\*\*)"
+)
+
+
+def _first_said(lines: list[str]) -> str:
+    """The first line of a passage that says something: past a heading (a session note's
+    first passage carries its title), a comment line and blank lines."""
+    return next((x for x in lines if x.strip() and not x.lstrip().startswith(("#", "<!--"))), "")
+
+
+def weigh_assistant_turns(
+    vector: list[tuple[int, float]],
+    passages: dict[int, list[tuple[int, int, float]]],
+    chunks: dict[int, Candidate],
+    penalty: float,
+) -> list[tuple[int, float]]:
+    """`vector` (chunk id, best passage cosine) with each passage that is one of the
+    assistant's turns counted `penalty` lower, best first: at equal meaning, what the owner
+    said outranks what the assistant answered — a reply of general advice is close by meaning
+    to many questions, the owner's own words are where facts about them are. A chunk whose
+    passages or text are not at hand keeps its cosine."""
+    out = []
+    for cid, sim in vector:
+        c, spans = chunks.get(cid), passages.get(cid)
+        if c is None or not spans:
+            out.append((cid, sim))
+            continue
+        lines = c.text.split("\n")
+        best = -2.0
+        for start, end, cosine in spans:
+            said = _first_said(lines[max(0, start - c.start_line) : end - c.start_line + 1])
+            best = max(best, cosine - penalty if _ASSISTANT_TURN.match(said) else cosine)
+        out.append((cid, best))
+    return sorted(out, key=lambda t: -t[1])  # (stable: a tie keeps the store's order)
 
 
 def keep_vector_best(
