@@ -147,6 +147,18 @@ def test_a_passage_of_the_assistant_counts_the_penalty_less() -> None:
     assert weigh_assistant_turns(vector, passages, {1: owner, 2: assistant}, 0.0) == vector
 
 
+def test_a_passage_grouping_an_acknowledgement_with_the_owners_words_is_the_owners() -> None:
+    text = "[11] Assistant: Noted.\n[12] User: My locker code is 4471.\n[13] Assistant: Got it."
+    fact = Candidate(1, "sessions/a", "sessions", "", 11, 13, text, None, None)
+    vector = [(1, 0.83)]
+
+    grouped = weigh_assistant_turns(vector, {1: [(11, 12, 0.83)]}, {1: fact}, 0.02)
+    alone = weigh_assistant_turns(vector, {1: [(13, 13, 0.83)]}, {1: fact}, 0.02)
+
+    assert grouped == [(1, 0.83)]  # short turns grouped: the owner's fact is in it
+    assert alone == [(1, pytest.approx(0.81))]
+
+
 @pytest.mark.usefixtures("use_model")
 def test_at_equal_meaning_what_the_owner_said_comes_first(tmp_path: Path) -> None:
     said = "Ilse Brandt repairs the boiler every November."

@@ -211,11 +211,11 @@ PINCH = SearchPreset(
     # −1 of 80 (its noise: 2), zh unchanged. Search at 100k unchanged.
     keyword_evidence_share=0.35,
     vector_floor_margin=0.02,
-    # …and the assistant's own turns 0.02 less by meaning than the owner's words (2026-12-04,
-    # same entry): a reply of general advice sat in near ties with the owner's fact. Reworded
-    # questions 176 → 181 of 200 over four conversations (46 on the bench's own), Active Memory
-    # 166 → 168, the reworded multi-session set located_any@6 43 → 45 of 50; LoCoMo and MADial
-    # have no assistant turns and do not move.
+    # …and a passage holding only the assistant's turns 0.02 less by meaning than the owner's
+    # words (2026-12-04, same entry): replies of general advice sat in near ties with the
+    # owner's facts. Reworded questions 176 → 180 of 200 over four conversations (46 on the
+    # bench's own; ranked first 108 → 104), Active Memory 166 → 166, the reworded multi-session
+    # set located_any@6 43 → 44 of 50; LoCoMo and MADial have no assistant turns: unchanged.
     assistant_turn_penalty=0.02,
     # Issue 20 (2026-12-02, bench/RESULTS.md): when the best keyword hit holds less than a
     # quarter of the question's (IDF-weighted) words, the keyword side × √(that share). MADial

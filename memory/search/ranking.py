@@ -328,10 +328,15 @@ _ASSISTANT_TURN = re.compile(
 )
 
 
-def _first_said(lines: list[str]) -> str:
-    """The first line of a passage that says something: past a heading (a session note's
-    first passage carries its title), a comment line and blank lines."""
-    return next((x for x in lines if x.strip() and not x.lstrip().startswith(("#", "<!--"))), "")
+# The start of anyone's turn: "[12] User:", "[D3:4] Sam:", "**Owner** (14:05):".
+_TURN = re.compile(r"^\s*(?:\[[^\]]*\]\s*[^\s:][^:]{0,40}:|\*\*[^*]{1,40}\*\*)")
+
+
+def _assistant_only(lines: list[str]) -> bool:
+    """Whether every turn a passage holds is the assistant's (short turns are grouped into one
+    passage: "Noted." before the owner's fact makes that passage the owner's too)."""
+    turns = [x for x in lines if _TURN.match(x)]
+    return bool(turns) and all(_ASSISTANT_TURN.match(x) for x in turns)
 
 
 def weigh_assistant_turns(
@@ -340,7 +345,7 @@ def weigh_assistant_turns(
     chunks: dict[int, Candidate],
     penalty: float,
 ) -> list[tuple[int, float]]:
-    """`vector` (chunk id, best passage cosine) with each passage that is one of the
+    """`vector` (chunk id, best passage cosine) with each passage that holds only the
     assistant's turns counted `penalty` lower, best first: at equal meaning, what the owner
     said outranks what the assistant answered — a reply of general advice is close by meaning
     to many questions, the owner's own words are where facts about them are. A chunk whose
@@ -354,8 +359,8 @@ def weigh_assistant_turns(
         lines = c.text.split("\n")
         best = -2.0
         for start, end, cosine in spans:
-            said = _first_said(lines[max(0, start - c.start_line) : end - c.start_line + 1])
-            best = max(best, cosine - penalty if _ASSISTANT_TURN.match(said) else cosine)
+            held = lines[max(0, start - c.start_line) : end - c.start_line + 1]
+            best = max(best, cosine - penalty if _assistant_only(held) else cosine)
         out.append((cid, best))
     return sorted(out, key=lambda t: -t[1])  # (stable: a tie keeps the store's order)
 
