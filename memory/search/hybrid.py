@@ -227,10 +227,12 @@ def _run_search(
         vector_weight, keyword_weight = 0.0, 1.0
 
     if preset.assistant_turn_penalty and vector:
-        early.update(load_candidates(queries, [i for i, _ in vector if i not in early]))
+        if unread := [i for i, _ in vector if i not in early]:
+            early.update(load_candidates(queries, unread))
         vector = weigh_assistant_turns(vector, passages, early, preset.assistant_turn_penalty)
     merged = merge_hybrid(vector, keyword, preset)
-    cands = load_candidates(queries, [i for i in merged if i not in early])
+    unread = [i for i in merged if i not in early]
+    cands = load_candidates(queries, unread) if unread else {}
     cands.update((i, early[i]) for i in merged if i in early)
     if admits is not None:  # a SearchFilter's sources/origins (the scopes are applied above)
         cands = {i: c for i, c in cands.items() if admits(c.source, c.origin)}

@@ -320,9 +320,9 @@ def weak_keyword_hits(
     }
 
 
-# A passage that starts with one of the assistant's turns: a transcript line ("[12] Assistant:
-# …", or with any id in the brackets, as a log written in that shape has), a session note's
-# ("**Assistant** (14:05): …").
+# A line that starts one of the assistant's turns: a transcript's ("[12] Assistant: …", or any
+# id in the brackets, as a log written in that shape has) or a session note's ("**Assistant**
+# (14:05): …").
 _ASSISTANT_TURN = re.compile(
     rf"^\s*(?:(?:\[[^\]]*\]\s*)?{EVENT_LABELS['assistant']}:|\*\*{EVENT_LABELS['assistant']}\*\*)"
 )
@@ -348,8 +348,9 @@ def weigh_assistant_turns(
     """`vector` (chunk id, best passage cosine) with each passage that holds only the
     assistant's turns counted `penalty` lower, best first: at equal meaning, what the owner
     said outranks what the assistant answered — a reply of general advice is close by meaning
-    to many questions, the owner's own words are where facts about them are. A chunk whose
-    passages or text are not at hand keeps its cosine."""
+    to many questions, the owner's own words are where facts about them are. Only the passages
+    the vector side returned are weighed; a chunk whose passages or text are not at hand keeps
+    its cosine."""
     out = []
     for cid, sim in vector:
         c, spans = chunks.get(cid), passages.get(cid)
